@@ -1,0 +1,47 @@
+"""moeplan: check, estimate and plan Megatron-Core / Megatron Bridge layouts for MoE training.
+
+Public API (the CLI uses only these):
+
+- :func:`load_scenario` — YAML path or mapping (+ CLI overrides) → resolved :class:`Scenario`
+- :func:`validate` — every Megatron-Core rule → :class:`CheckResult`
+- :func:`get_model`, :func:`list_models`, :func:`count_params`, :func:`stage_params`
+- :func:`get_gpu`, :func:`list_gpus`
+- :class:`InputError` — every user mistake (CLI exit code 2)
+"""
+
+from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
+from moeplan.errors import InputError, MoeplanError, UnknownNameError
+from moeplan.rules import RULES, CheckResult, Finding, validate
+from moeplan.spec.model import ModelSpec, VisionSpec
+from moeplan.spec.params import ParamCounts, RankParams, count_params, rank_params
+from moeplan.spec.placement import StageParams, stage_params
+from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.spec.system import GpuSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "COUNTING_CONVENTIONS",
+    "RULES",
+    "CheckResult",
+    "Finding",
+    "GpuSpec",
+    "InputError",
+    "ModelSpec",
+    "MoeplanError",
+    "ParamCounts",
+    "RankParams",
+    "Scenario",
+    "StageParams",
+    "UnknownNameError",
+    "VisionSpec",
+    "count_params",
+    "get_gpu",
+    "get_model",
+    "list_gpus",
+    "list_models",
+    "load_scenario",
+    "rank_params",
+    "stage_params",
+    "validate",
+]

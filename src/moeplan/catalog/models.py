@@ -1,0 +1,135 @@
+"""Built-in model catalog: every Hugging Face ``config.json`` shipped in ``catalog/data/models``.
+
+Models are addressed by HF id (``deepseek-ai/DeepSeek-V3``), by the file stem
+(``deepseek-ai__DeepSeek-V3``), by the part after the slash (``DeepSeek-V3``) or by a unique
+case-insensitive prefix of it (``qwen3-vl-30b``); a path to any ``config.json`` also works.
+Files are read lazily on first use and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from moeplan.errors import InputError, UnknownNameError
+from moeplan.spec.model import ModelSpec, model_from_hf_config
+
+
+@dataclass(frozen=True)
+class CountingConvention:
+    """How a publisher counts its headline figures, so ours can be compared like for like.
+
+    ``active_includes_input_embedding``: DeepSeek (README_WEIGHTS: 36.6B activated incl. the 0.9B
+    output head, without the embedding) and OpenAI (gpt-oss model card) leave the input embedding
+    out of "active"; Qwen, Mistral and Meta count every parameter a token touches.
+    ``total_includes_vision``: whether the published total counts the vision tower.
+    ``measured_includes_mtp_layers``: MTP layers present in a measured checkpoint sum but not
+    declared in config.json (Qwen3-Next).
+    """
+
+    active_includes_input_embedding: bool = True
+    total_includes_vision: bool = True
+    measured_includes_mtp_layers: int | None = None
+    note: str = ""
+
+
+COUNTING_CONVENTIONS: dict[str, CountingConvention] = {
+    "deepseek-ai/DeepSeek-V3": CountingConvention(False, note="671B/37B exclude the MTP module (+11.5B)"),
+    "deepseek-ai/DeepSeek-R1": CountingConvention(False, note="same as DeepSeek-V3"),
+    "deepseek-ai/DeepSeek-V2-Lite": CountingConvention(False),
+    "moonshotai/Kimi-K2-Instruct": CountingConvention(False, note="DeepSeek-V3 architecture"),
+    "openai/gpt-oss-120b": CountingConvention(False, note="active counts the unembedding, not the embedding"),
+    "openai/gpt-oss-20b": CountingConvention(False, note="active counts the unembedding, not the embedding"),
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": CountingConvention(
+        measured_includes_mtp_layers=1, note="checkpoint carries 1 MTP layer not declared in config.json"),
+    "Qwen/Qwen3.5-397B-A17B": CountingConvention(note="total includes the vision tower, excludes MTP"),
+    "Qwen/Qwen3.5-122B-A10B": CountingConvention(note="total includes the vision tower, excludes MTP"),
+    "Qwen/Qwen3.5-35B-A3B": CountingConvention(note="total includes the vision tower, excludes MTP"),
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": CountingConvention(note="109B total includes vision"),
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": CountingConvention(note="400B total includes vision"),
+}
+
+
+def _data_dir():
+    return resources.files("moeplan.catalog").joinpath("data", "models")
+
+
+@functools.lru_cache(maxsize=1)
+def _index() -> dict[str, str]:
+    """HF id → file name, from the packaged files (``org__name.json``)."""
+    out = {}
+    for entry in _data_dir().iterdir():
+        name = entry.name
+        if name.endswith(".json"):
+            out[name[:-5].replace("__", "/", 1)] = name
+    return dict(sorted(out.items()))
+
+
+def list_models() -> list[str]:
+    """HF ids of every built-in model, sorted."""
+    return list(_index())
+
+
+def resolve_model_name(name: str) -> str:
+    """Resolve an HF id, file stem, short name or unique prefix to the catalog's HF id.
+
+    Raises:
+        UnknownNameError: no match (lists the known ids, with close matches).
+        InputError: an ambiguous short name (lists the candidates).
+    """
+    ids = _index()
+    key = name.strip().lower().replace("__", "/")
+    for hf_id in ids:
+        if hf_id.lower() == key or hf_id.split("/", 1)[1].lower() == key:
+            return hf_id
+    short = [i for i in ids if i.split("/", 1)[1].lower().startswith(key.split("/")[-1]) and
+             (("/" not in key) or i.lower().startswith(key))]
+    if len(short) == 1:
+        return short[0]
+    if len(short) > 1:
+        raise InputError("model", name, "a unique name; it matches " + ", ".join(short))
+    raise UnknownNameError("model", name, list(ids), "a built-in model (HF id or short name), or a path "
+                           "to a config.json; built-in:")
+
+
+@functools.lru_cache(maxsize=64)
+def _load_raw(hf_id: str) -> dict:
+    return json.loads(_data_dir().joinpath(_index()[hf_id]).read_text())
+
+
+def load_config_file(path: str | Path) -> dict:
+    """Read a user ``config.json``.
+
+    Raises:
+        InputError: missing file or invalid JSON.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("model", str(path), "a built-in model name or an existing config.json path")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError("model", str(path), f"a valid JSON file ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise InputError("model", str(path), "a JSON object (a Hugging Face config.json)")
+    return data
+
+
+@functools.lru_cache(maxsize=64)
+def _get_catalog_model(hf_id: str) -> ModelSpec:
+    return model_from_hf_config(_load_raw(hf_id), hf_id, source="catalog")
+
+
+def get_model(name_or_path: str) -> ModelSpec:
+    """Return the :class:`ModelSpec` of a built-in model or of a ``config.json`` path.
+
+    Raises:
+        UnknownNameError / InputError: unknown name, ambiguous prefix, unreadable file.
+    """
+    looks_like_path = name_or_path.endswith(".json") or "/" in name_or_path and Path(name_or_path).exists()
+    if looks_like_path:
+        return model_from_hf_config(load_config_file(name_or_path), str(name_or_path), source="file")
+    return _get_catalog_model(resolve_model_name(name_or_path))

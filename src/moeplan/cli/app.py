@@ -1,0 +1,195 @@
+"""The ``moeplan`` command. Exit codes: 0 ok, 1 the scenario breaks a rule, 2 bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from moeplan.errors import InputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Check, estimate and plan Megatron-Core / Megatron Bridge layouts for MoE training.")
+
+EXIT_OK, EXIT_RULE, EXIT_INPUT = 0, 1, 2
+
+
+def _fail_input(exc: Exception) -> None:
+    import sys
+
+    sys.stderr.write(f"error: {exc}\n")
+    raise typer.Exit(EXIT_INPUT)
+
+
+def _parse_set(items: list[str]) -> dict[str, dict]:
+    """``section.key=value`` pairs (value parsed as YAML) → section → key → value."""
+    import yaml
+
+    out: dict[str, dict] = {}
+    for item in items:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise InputError("--set", item, "section.key=value, e.g. layout.recompute_granularity=selective")
+        key, raw = item.split("=", 1)
+        sec, k = key.split(".", 1)
+        try:
+            val = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            val = raw
+        out.setdefault(sec, {})[k] = val
+    return out
+
+
+def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets) -> dict:
+    ov: dict[str, Any] = {}
+    if model is not None:
+        ov["model"] = model
+    system = {k: v for k, v in (("gpu", gpu), ("num_gpus", num_gpus)) if v is not None}
+    training = {k: v for k, v in (("seq_length", seq_length), ("micro_batch_size", mbs), ("global_batch_size", gbs),
+                                  ("precision", precision)) if v is not None}
+    names = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+             "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
+    layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp)) if v is not None}
+    ov.update({"system": system, "training": training, "layout": layout})
+    for sec, vals in _parse_set(sets).items():
+        if sec in ("model", "framework", "name"):
+            raise InputError("--set", sec, "system, training, layout, versions, environment, reported or model_overrides")
+        ov.setdefault(sec, {}).update(vals)
+    return ov
+
+
+@app.command()
+def check(
+    scenario: Optional[Path] = typer.Argument(None, help="Scenario YAML (model, system, training, layout)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id, short name or config.json path."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="a100, h100, h200, b200, b300, gb200, gb300."),
+    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", "-n", min=1, help="World size."),
+    seq_length: Optional[int] = typer.Option(None, "--seq-length", "-s", min=1, help="Tokens per sequence."),
+    mbs: Optional[int] = typer.Option(None, "--mbs", min=1, help="micro_batch_size (sequences)."),
+    gbs: Optional[int] = typer.Option(None, "--gbs", min=1, help="global_batch_size (sequences)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="bf16, fp8-tensorwise, fp8-delayed, "
+                                            "fp8-blockwise, mxfp8, nvfp4."),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor_model_parallel_size"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline_model_parallel_size"),
+    vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="virtual_pipeline_model_parallel_size"),
+    cp: Optional[int] = typer.Option(None, "--cp", min=1, help="context_parallel_size"),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert_model_parallel_size"),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert_tensor_parallel_size"),
+    sets: list[str] = typer.Option([], "--set", help="Any other key: section.key=value (YAML value), "
+                                   "e.g. layout.recompute_modules=[moe_act,layernorm]. Repeatable."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Check a layout against every Megatron-Core rule; each finding has a rule id and a fix.
+
+    Exit code 0 when no rule is broken (warnings allowed), 1 when one is, 2 on bad input."""
+    from moeplan import load_scenario, validate
+
+    try:
+        ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        scn = load_scenario(scenario, ov)
+        result = validate(scn)
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    from moeplan.cli import render
+
+    if as_json:
+        render.print_json(result.to_dict())
+    else:
+        render.render_check(result)
+    raise typer.Exit(EXIT_RULE if result.verdict in ("invalid", "unsupported") else EXIT_OK)
+
+
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the built-in models with exact parameter counts (total / active) and published figures."""
+    from moeplan import count_params, get_model, list_models
+    from moeplan.cli import render
+
+    rows = []
+    for hf_id in list_models():
+        m = get_model(hf_id)
+        c = count_params(m)
+        pub = m.published_params
+        kind = ("VLM " if m.is_vlm else "") + ("MoE" if m.is_moe else "dense") + (" MLA" if m.multi_latent_attention
+                                                                                   else "") + (
+            " hybrid-GDN" if m.has_linear_attention else "")
+        rows.append({
+            "id": hf_id, "kind": kind, "num_layers": m.num_layers,
+            "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "–",
+            "total_params": c.total, "active_params": c.active(), "mtp_params": c.mtp, "vision_params": c.vision,
+            "published": (f"{pub.get('total', '?')} / {pub.get('active', '?')}" if "total" in pub else "–")
+            + (" (reconstructed config)" if m.reconstructed else ""),
+        })
+    if as_json:
+        render.print_json(rows)
+    else:
+        render.render_models(rows)
+
+
+@app.command()
+def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the built-in GPUs: usable HBM (and its source), dense peaks, NVLink domain, NIC, features."""
+    from moeplan import list_gpus
+    from moeplan.cli import render
+
+    rows = [g.model_dump() for g in list_gpus()]
+    if as_json:
+        render.print_json(rows)
+    else:
+        render.render_gpus(rows)
+
+
+@app.command()
+def params(
+    scenario: Optional[Path] = typer.Argument(None, help="Scenario YAML (optional)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id, short name or config.json path."),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1),
+    vpp: Optional[int] = typer.Option(None, "--vpp", min=1),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1),
+    sets: list[str] = typer.Option([], "--set", help="section.key=value, repeatable."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Exact parameter counts of a model: by kind, total, active, and per rank for each PP stage."""
+    from moeplan import count_params, load_scenario, stage_params
+    from moeplan.cli import render
+
+    try:
+        ov = _overrides(model, None, None, None, None, None, None, tp, pp, vpp, None, ep, etp, sets)
+        scn = load_scenario(scenario, ov)
+        if scn.model is None:
+            raise InputError("model", None, "a model (--model or model: in the scenario)")
+        counts = count_params(scn.model).to_dict()
+        stages = [st.to_dict() for st in stage_params(scn)]
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    if as_json:
+        render.print_json({"model": scn.model.name, "params": counts, "per_rank": stages,
+                           "scenario": scn.summary()})
+    else:
+        render.render_params(scn.model.name, counts, stages)
+
+
+@app.command("rules")
+def rules_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List every rule: id, error class, Megatron source, statement."""
+    from moeplan import RULES
+    from moeplan.cli import render
+
+    rows = [{"rule_id": r.rule_id, "kind": r.kind, "source": r.source, "summary": r.summary} for r in RULES.values()]
+    if as_json:
+        render.print_json(rows)
+    else:
+        render.render_rules(rows)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

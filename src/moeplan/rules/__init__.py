@@ -1,0 +1,60 @@
+"""Megatron-Core layout rules. :func:`validate` runs every rule and returns every finding at once.
+
+One module per family: world (sizes, batch), attention, sequence (CP/SP), pipeline, moe, recompute
+(+ activation offload), graphs, optimizer (offload, FSDP), precision (+ reported figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.rules import attention, graphs, moe, optimizer, pipeline, precision, recompute, sequence, world  # noqa: F401
+from moeplan.rules.base import RULES, Finding, Rule, overall_verdict
+from moeplan.spec.scenario import Scenario
+
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """All findings for one scenario, sorted by severity then rule id, and the overall verdict
+    (``valid`` | ``warn`` | ``invalid`` | ``unsupported``)."""
+
+    verdict: str
+    findings: list[Finding]
+    scenario: Scenario
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def rule_ids(self, severity: str | None = None) -> set[str]:
+        return {f.rule_id for f in self.findings if severity is None or f.severity == severity}
+
+    def to_dict(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "scenario": self.scenario.summary(),
+            "counts": {k: sum(f.severity == k for f in self.findings) for k in _ORDER},
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def validate(scenario: Scenario) -> CheckResult:
+    """Run every registered rule on a resolved scenario; never stops at the first failure.
+
+    Returns:
+        :class:`CheckResult` with findings sorted errors → warnings → infos.
+    """
+    found: list[Finding] = []
+    for r in RULES.values():
+        found.extend(r.check(scenario))
+    found.sort(key=lambda f: (_ORDER[f.severity], f.rule_id))
+    return CheckResult(overall_verdict(found), found, scenario)
+
+
+__all__ = ["RULES", "CheckResult", "Finding", "Rule", "validate"]

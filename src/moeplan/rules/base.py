@@ -1,0 +1,115 @@
+"""Findings and the rule registry.
+
+A rule is a function ``(Scenario) -> Iterable[Finding]`` registered with a stable ``rule_id``, the
+Megatron source it encodes and the verdict class of its errors: ``invalid`` (a value must change)
+or ``unsupported`` (the combination cannot run on this software / hardware whatever the values).
+A rule that lacks an input it needs yields an ``info`` finding naming what is missing and stops;
+every other rule still runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from moeplan.spec.scenario import Scenario
+
+Severity = Literal["error", "warning", "info"]
+Verdict = Literal["invalid", "unsupported", "warn", "valid"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of one rule.
+
+    Attributes:
+        rule_id: stable id (``family.name``), see :data:`RULES`.
+        severity: ``error`` (Megatron rejects or fails), ``warning`` (runs, but likely wrong or
+            slow), ``info`` (skipped for missing input, or an assumption made).
+        message: what is wrong, with the numbers.
+        fix: a concrete change that satisfies the rule (None for info).
+        kind: ``invalid`` or ``unsupported`` for errors; ``warn``/``info`` otherwise.
+        source: the Megatron file (tag) that enforces the rule.
+        keys: scenario keys involved.
+    """
+
+    rule_id: str
+    severity: Severity
+    message: str
+    fix: str | None = None
+    kind: str = "invalid"
+    source: str = ""
+    keys: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A registered rule: id, family, source tag, error class and the check function."""
+
+    rule_id: str
+    family: str
+    source: str
+    kind: str
+    summary: str
+    check: Callable[[Scenario], Iterable[Finding]]
+
+
+RULES: dict[str, Rule] = {}
+
+
+class Emitter:
+    """Helper handed to rule functions to build findings with the rule's id, source and kind."""
+
+    def __init__(self, rule: Rule):
+        self.rule = rule
+
+    def error(self, message: str, fix: str | None, *keys: str, kind: str | None = None) -> Finding:
+        return Finding(self.rule.rule_id, "error", message, fix, kind or self.rule.kind, self.rule.source, keys)
+
+    def warning(self, message: str, fix: str | None = None, *keys: str) -> Finding:
+        return Finding(self.rule.rule_id, "warning", message, fix, "warn", self.rule.source, keys)
+
+    def info(self, message: str, *keys: str) -> Finding:
+        return Finding(self.rule.rule_id, "info", message, None, "info", self.rule.source, keys)
+
+    def missing(self, what: str) -> Finding:
+        return self.info(f"skipped: needs {what}")
+
+
+def rule(rule_id: str, source: str, summary: str, kind: str = "invalid"):
+    """Register ``fn(scenario, emit)`` as a rule. ``summary`` is the one-line statement of the rule."""
+
+    def deco(fn: Callable[[Scenario, Emitter], Iterable[Finding] | None]):
+        family = rule_id.split(".", 1)[0]
+        r: Rule
+
+        def check(s: Scenario) -> Iterator[Finding]:
+            out = fn(s, Emitter(r))
+            if out:
+                yield from out
+
+        r = Rule(rule_id, family, source, kind, summary, check)
+        if rule_id in RULES:
+            raise RuntimeError(f"duplicate rule id {rule_id}")
+        RULES[rule_id] = r
+        return fn
+
+    return deco
+
+
+def overall_verdict(findings: Iterable[Finding]) -> Verdict:
+    """``unsupported`` if any unsupported error, else ``invalid`` if any error, else ``warn`` if any
+    warning, else ``valid``. Unsupported ranks first: no value change fixes it."""
+    findings = list(findings)
+    errs = [f for f in findings if f.severity == "error"]
+    if any(f.kind == "unsupported" for f in errs):
+        return "unsupported"
+    if errs:
+        return "invalid"
+    if any(f.severity == "warning" for f in findings):
+        return "warn"
+    return "valid"

@@ -1,0 +1,155 @@
+"""Sequence length, CP and SP rules (``megatron_facts.md`` §4.3)."""
+
+from __future__ import annotations
+
+import math
+
+from moeplan.spec.layout import CP_COMM_TYPES
+from moeplan.rules.base import rule
+
+
+def alignment_unit(cp: int, tp: int, sp: bool) -> int:
+    """Tokens a sequence must be a multiple of: 2·CP for CP load balancing (CP > 1) and CP·TP for
+    the SP scatter of the CP-local sequence; combined CP·lcm(2, TP) (NeMo-RL PR 3563; Bridge pads
+    SFT data to exactly this)."""
+    two = 2 if cp > 1 else 1
+    tpf = tp if (sp and tp > 1) else 1
+    return cp * math.lcm(two, tpf)
+
+
+@rule("sequence.cp_sp_alignment", "[B-CFG]; [ARGS]; tensor_parallel/mappings.py (SP scatter)",
+      "sequence (and each microbatch) length must be a multiple of CP·lcm(2, TP) with SP, 2·CP without")
+def _align(s, e):
+    unit = alignment_unit(s.cp, s.tp, s.sp)
+    if unit == 1:
+        return None
+    t = s.training
+    lengths = []
+    if t.seq_length is not None:
+        lengths.append(("training.seq_length", t.seq_length))
+    for n in t.microbatch_seq_lengths or []:
+        lengths.append(("training.microbatch_seq_lengths", n))
+    if not lengths:
+        return [e.missing("training.seq_length")]
+    parts = []
+    if s.cp > 1:
+        parts.append(f"2·CP = {2 * s.cp}")
+    if s.sp and s.tp > 1:
+        parts.append(f"CP·TP = {s.cp * s.tp}")
+    out = []
+    for key, n in lengths:
+        if n % unit:
+            up = math.ceil(n / unit) * unit
+            out.append(e.error(
+                f"{key.split('.')[-1]} {n} is not a multiple of {' and '.join(parts)} (unit CP·lcm(2,TP) = {unit})",
+                f"pad to {up} tokens (or to seq_length), e.g. pad_to_max_length / pad_cu_seqlens for packed data",
+                key, "context_parallel_size", "tensor_model_parallel_size"))
+    return out
+
+
+@rule("sequence.sp_requires_tp", "[MPC] model_parallel_config.py", "sequence_parallel needs TP > 1")
+def _sp_tp(s, e):
+    if s.layout.sequence_parallel and s.tp == 1:
+        how = "; Bridge's finalize silently turns it off" if s.framework == "megatron-bridge" else ""
+        return [e.error(f"sequence_parallel is on with TP = 1 (megatron-core raises{how})",
+                        "set sequence_parallel: false or TP ≥ 2", "sequence_parallel")]
+
+
+@rule("sequence.moe_tp_requires_sp", "[MPC] warning; [MOE] moe_layer.py raises at forward",
+      "MoE with TP > 1 needs sequence_parallel during training")
+def _moe_sp(s, e):
+    if s.tp <= 1 or s.sp:
+        return None
+    is_moe = (s.model.is_moe if s.model is not None and s.model.num_moe_experts is not None else None)
+    if is_moe is None:
+        is_moe = s.ep > 1 or s.layout.moe_token_dispatcher_type is not None
+    if is_moe:
+        return [e.error(f"MoE with TP = {s.tp} and sequence_parallel off: the MoE layer raises a ValueError "
+                        "at the first training forward", "set sequence_parallel: true",
+                        "sequence_parallel", "tensor_model_parallel_size")]
+
+
+@rule("sequence.cp_comm_type", "[TC] transformer_config.py; [B-CFG]",
+      "cp_comm_type ∈ {p2p, all_gather, a2a, a2a+p2p}, a string or one per layer")
+def _cp_comm(s, e):
+    ct = s.layout.cp_comm_type
+    if ct is None:
+        return None
+    items = [ct] if isinstance(ct, str) else list(ct)
+    bad = [c for c in items if c not in CP_COMM_TYPES]
+    out = []
+    if bad:
+        out.append(e.error(f"cp_comm_type {bad[0]!r} is not one of {', '.join(CP_COMM_TYPES)}",
+                           "use p2p (ring), all_gather, a2a or a2a+p2p", "cp_comm_type"))
+    if isinstance(ct, list) and s.model is not None and s.model.num_layers and len(ct) != s.model.num_layers:
+        out.append(e.error(f"cp_comm_type has {len(ct)} entries but the model has {s.model.num_layers} layers",
+                           "give one entry per layer or a single string", "cp_comm_type"))
+    return out
+
+
+@rule("sequence.a2a_p2p_requires_hierarchical_sizes", "[ARGS]; [B-CFG] (Megatron-Bridge PR 2665)",
+      "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes")
+def _hcp_needed(s, e):
+    ct = s.layout.cp_comm_type
+    uses = ct == "a2a+p2p" or (isinstance(ct, list) and "a2a+p2p" in ct)
+    if uses and not s.layout.hierarchical_context_parallel_sizes:
+        inner = 8 if s.cp % 8 == 0 else 2
+        return [e.error(f"cp_comm_type 'a2a+p2p' with CP = {s.cp} but no hierarchical_context_parallel_sizes: "
+                        "without them each CP rank silently attends only to its own slice",
+                        f"set hierarchical_context_parallel_sizes: [{inner}, {s.cp // inner}] (a2a inside the "
+                        "NVLink domain, p2p across)", "hierarchical_context_parallel_sizes", "cp_comm_type")]
+
+
+@rule("sequence.hierarchical_cp_product", "[ARGS]; [B-CFG]",
+      "the product of hierarchical_context_parallel_sizes must equal CP")
+def _hcp_product(s, e):
+    h = s.layout.hierarchical_context_parallel_sizes
+    if not h:
+        return None
+    prod = math.prod(h)
+    if prod != s.cp:
+        return [e.error(f"the product of hierarchical_context_parallel_sizes ({'·'.join(map(str, h))} = {prod}) "
+                        f"must equal CP ({s.cp})", f"use sizes whose product is {s.cp}",
+                        "hierarchical_context_parallel_sizes", "context_parallel_size")]
+
+
+@rule("sequence.finetune_cp_per_token_loss", "[B-CFG] ConfigContainer.validate",
+      "fine-tuning with CP > 1 needs calculate_per_token_loss")
+def _ft_cp(s, e):
+    if s.training.task != "finetune" or s.cp <= 1:
+        return None
+    if s.layout.calculate_per_token_loss is False:
+        return [e.error("fine-tuning with CP > 1 requires calculate_per_token_loss=True (and "
+                        "ddp.average_in_collective=False)", "set calculate_per_token_loss: true",
+                        "calculate_per_token_loss")]
+
+
+@rule("sequence.max_position_embeddings", "[ARGS] (Megatron-LM); RoPE scaling range",
+      "seq_length should not exceed the model's max_position_embeddings")
+def _max_pos(s, e):
+    m, t = s.model, s.training
+    if m is None or t.seq_length is None or not m.max_position_embeddings:
+        return None
+    if t.seq_length > m.max_position_embeddings:
+        msg = (f"seq_length ({t.seq_length}) exceeds max_position_embeddings ({m.max_position_embeddings}) "
+               "of the model config")
+        fix = "extend RoPE (e.g. YaRN) and raise max_position_embeddings, or shorten seq_length"
+        if s.framework == "megatron-core":
+            return [e.error(msg + " (Megatron-LM asserts it)", fix, "training.seq_length")]
+        return [e.warning(msg, fix, "training.seq_length")]
+
+
+@rule("sequence.hybrid_cp_restrictions", "[ARGS] arguments.py", "hybrid (dynamic) CP excludes PP > 1, graphs and FSDP")
+def _hybrid_cp(s, e):
+    if not s.layout.hybrid_context_parallel:
+        return None
+    bad = []
+    if s.pp > 1:
+        bad.append(f"PP = {s.pp}")
+    if s.graphs_on():
+        bad.append("CUDA graphs")
+    if s.layout.use_megatron_fsdp:
+        bad.append("Megatron-FSDP")
+    if bad:
+        return [e.error("hybrid_context_parallel cannot be combined with " + ", ".join(bad),
+                        "turn hybrid_context_parallel off or remove " + ", ".join(bad), "hybrid_context_parallel")]

@@ -1,0 +1,1 @@
+"""Input specifications: model, system, training, layout, scenario."""

@@ -1,0 +1,114 @@
+"""Layout specification: every Megatron-Core / Megatron Bridge knob the rules read, under its
+Megatron spelling (``tensor_model_parallel_size``, ``expert_tensor_parallel_size``,
+``recompute_modules``, ``moe_flex_dispatcher_backend``, ``cuda_graph_scope``, ``optimizer_cpu_offload``...).
+
+A key the user did not state keeps its default *and* is absent from ``model_fields_set``; the
+scenario resolver fills framework defaults for such keys and records each fill
+(``megatron_facts.md`` §3: defaults per mcore ``TransformerConfig``/``OptimizerConfig``/
+``DistributedDataParallelConfig`` and Bridge's ``finalize``).
+DP and EDP are derived (``DP = W/(TP·PP·CP)``, ``EDP = W/(ETP·EP·PP)``), never typed in.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Parallel dimension names, defined once.
+PARALLEL_DIMS = {
+    "TP": "tensor_model_parallel_size",
+    "PP": "pipeline_model_parallel_size",
+    "VPP": "virtual_pipeline_model_parallel_size",
+    "CP": "context_parallel_size",
+    "EP": "expert_model_parallel_size",
+    "ETP": "expert_tensor_parallel_size",
+}
+
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
+
+
+class LayoutSpec(BaseModel):
+    """A training layout with Megatron key names. See module docstring for defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # parallel sizes
+    tensor_model_parallel_size: int = Field(default=1, ge=1)
+    pipeline_model_parallel_size: int = Field(default=1, ge=1)
+    virtual_pipeline_model_parallel_size: int | None = Field(default=None, ge=1)
+    context_parallel_size: int = Field(default=1, ge=1)
+    expert_model_parallel_size: int = Field(default=1, ge=1)
+    expert_tensor_parallel_size: int | None = Field(default=None, ge=1)
+    sequence_parallel: bool | None = None
+    # pipeline split
+    pipeline_model_parallel_layout: str | list[list[str]] | None = None
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    microbatch_group_size_per_vp_stage: int | None = Field(default=None, ge=1)
+    # context parallel
+    cp_comm_type: str | list[str] | None = None
+    hierarchical_context_parallel_sizes: list[int] | None = None
+    hybrid_context_parallel: bool = False
+    # recompute
+    recompute_granularity: Literal["full", "selective"] | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_num_layers: int | None = Field(default=None, ge=0)
+    recompute_modules: list[str] | None = None
+    distribute_saved_activations: bool = False
+    # MoE
+    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] | None = None
+    moe_flex_dispatcher_backend: Literal["deepep", "hybridep", "ncclep"] | None = None
+    moe_enable_deepep: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    delay_wgrad_compute: bool = False
+    moe_shared_expert_overlap: bool = False
+    moe_grouped_gemm: bool | None = None
+    moe_permute_fusion: bool = False
+    moe_expert_capacity_factor: float | None = None
+    moe_pad_expert_input_to_capacity: bool = False
+    moe_expert_rank_capacity_factor: float | None = Field(default=None, gt=0)
+    moe_router_load_balancing_type: str | None = None
+    moe_router_force_load_balancing: bool = False
+    moe_router_padding_for_fp8: bool = False
+    mtp_num_layers: int | None = Field(default=None, ge=0)
+    # CUDA graphs
+    cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] | None = None
+    cuda_graph_scope: list[str] | str | None = None
+    cuda_graph_modules: list[str] | None = None
+    cuda_graph_warmup_steps: int | None = Field(default=None, ge=0)
+    use_te_rng_tracker: bool | None = None
+    check_for_nan_in_loss: bool | None = None
+    # optimizer / DDP / FSDP
+    use_distributed_optimizer: bool | None = None
+    use_precision_aware_optimizer: bool | None = None
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    num_distributed_optimizer_instances: int = Field(default=1, ge=1)
+    use_megatron_fsdp: bool = False
+    data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] | None = None
+    use_torch_fsdp2: bool = False
+    # precision details
+    fp8_param_gather: bool = False
+    first_last_layers_bf16: bool = False
+    num_layers_at_start_in_bf16: int | None = Field(default=None, ge=0)
+    num_layers_at_end_in_bf16: int | None = Field(default=None, ge=0)
+    # activation offload
+    cpu_offloading: bool = False
+    cpu_offloading_num_layers: int | None = Field(default=None, ge=0)
+    fine_grained_activation_offloading: bool = False
+    offload_modules: list[str] | None = None
+    # comm overlap and loss
+    tp_comm_overlap: bool = False
+    calculate_per_token_loss: bool | None = None
+    cross_entropy_loss_fusion: bool | None = None
+    attention_dropout: float | None = Field(default=None, ge=0.0, le=1.0)
+    hidden_dropout: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    def stated(self, key: str) -> bool:
+        """True when the user gave ``key`` explicitly (even as null)."""
+        return key in self.model_fields_set

@@ -1,0 +1,421 @@
+"""Model specification read from a Hugging Face ``config.json``.
+
+A :class:`ModelSpec` holds the architecture facts the rules, memory and time models need, under
+Megatron-Core's field names (``num_layers``, ``hidden_size``, ``num_query_groups``, ``kv_channels``,
+``num_moe_experts``, ``moe_router_topk``, ``moe_ffn_hidden_size``, ...). Per-layer facts (MoE or dense
+MLP, full / sliding / linear attention) are explicit tuples so that hybrid models need no guessing.
+
+Sources for the HF → Megatron mapping: the HF modelling files of each family (transformers
+``modeling_deepseek_v3``, ``modeling_qwen3_moe``, ``modeling_qwen3_next``, ``modeling_qwen3_vl_moe``,
+``modeling_gpt_oss``, ``modeling_mixtral``, ``modeling_llama4``, ``modeling_glm4_moe``) and Megatron
+Bridge's model providers, which copy the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from moeplan.errors import InputError, UnknownNameError
+
+AttentionKind = Literal["full", "sliding", "chunked", "linear"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VisionSpec:
+    """Vision tower of a VLM (ViT + patch merger / projector).
+
+    Attributes:
+        kind: ``qwen3_vl`` (Qwen3-VL / Qwen3.5: Conv3d patches, learned position table, 2-D merge,
+            optional DeepStack mergers) or ``llama4`` (unfold-conv patches, class token, pixel shuffle).
+        depth: number of ViT blocks.
+        hidden_size, intermediate_size, num_heads: ViT widths (elements).
+        patch_size: spatial patch edge in pixels; temporal_patch_size: frames per patch (video).
+        spatial_merge_size: merge factor per side (image tokens to the LLM = patches / merge**2).
+        out_hidden_size: width handed to the language model.
+        deepstack_visual_indexes: ViT blocks whose features DeepStack injects (one extra merger each).
+    """
+
+    kind: Literal["qwen3_vl", "llama4"]
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    patch_size: int
+    in_channels: int = 3
+    temporal_patch_size: int = 1
+    spatial_merge_size: int = 1
+    out_hidden_size: int = 0
+    num_position_embeddings: int = 0
+    deepstack_visual_indexes: tuple[int, ...] = ()
+    image_size: int = 0
+    pixel_shuffle_ratio: float = 1.0
+    projector_input_dim: int = 0
+    projector_output_dim: int = 0
+    text_hidden_size: int = 0
+    from_supplement: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Architecture of a decoder-only (M)LLM, with Megatron-Core field names.
+
+    Widths are element counts; ``num_layers`` excludes MTP layers (``mtp_num_layers``).
+    ``moe_layers[i]`` is True when decoder layer ``i`` has a routed-expert MLP;
+    ``attention_kinds[i]`` says which attention layer ``i`` uses.
+
+    All optional fields may be None for a partial (user-built) model: rules that need a missing
+    field skip with an info finding; parameter counting raises :class:`InputError`.
+    """
+
+    name: str
+    model_type: str | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    ffn_hidden_size: int | None = None
+    num_attention_heads: int | None = None
+    num_query_groups: int | None = None
+    kv_channels: int | None = None
+    vocab_size: int | None = None
+    max_position_embeddings: int | None = None
+    untie_embeddings_and_output_weights: bool = True
+    gated_linear_unit: bool = True
+    normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
+    add_bias_linear: bool = False
+    add_qkv_bias: bool = False
+    qk_layernorm: bool = False
+    attention_output_gate: bool = False
+    attention_sinks: bool = False
+    # MLA
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # MoE
+    num_moe_experts: int | None = None
+    moe_router_topk: int | None = None
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+    moe_shared_expert_gate: bool = False
+    moe_router_bias: bool = False
+    moe_router_expert_bias: bool = False
+    moe_expert_bias: bool = False
+    moe_layers: tuple[bool, ...] | None = None
+    # attention variants
+    attention_kinds: tuple[str, ...] | None = None
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel_dim: int | None = None
+    # MTP
+    mtp_num_layers: int = 0
+    # vision
+    vision: VisionSpec | None = None
+    # provenance
+    source: str = "user"
+    reconstructed: bool = False
+    published_params: dict[str, Any] = field(default_factory=dict)
+    measured_params: dict[str, Any] = field(default_factory=dict)
+
+    # ----- derived ---------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        """True when the model has routed experts."""
+        return bool(self.num_moe_experts) and self.num_moe_experts > 1
+
+    @property
+    def num_moe_layers(self) -> int | None:
+        """Number of decoder layers with a routed-expert MLP (MTP excluded)."""
+        return None if self.moe_layers is None else sum(self.moe_layers)
+
+    @property
+    def all_layers_moe(self) -> bool:
+        """True when every decoder layer is MoE (no dense MLP layer)."""
+        return self.moe_layers is not None and all(self.moe_layers)
+
+    @property
+    def has_linear_attention(self) -> bool:
+        """True for hybrid models with Gated DeltaNet layers (Qwen3-Next, Qwen3.5)."""
+        return self.attention_kinds is not None and "linear" in self.attention_kinds
+
+    @property
+    def is_vlm(self) -> bool:
+        """True when a vision tower is attached."""
+        return self.vision is not None
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> ModelSpec:
+        """Return a copy with fields replaced (e.g. ``num_layers`` for a reduced proxy).
+
+        Per-layer tuples are truncated or extended (repeating the pattern) when ``num_layers``
+        changes and they are not overridden themselves.
+
+        Raises:
+            UnknownNameError: for a field that does not exist (with a did-you-mean).
+            InputError: for a value of the wrong type or a non-positive size.
+        """
+        if not overrides:
+            return self
+        names = {f.name for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in names or key in ("vision", "published_params", "measured_params"):
+                raise UnknownNameError(f"model_overrides.{key}", key, sorted(names), "a ModelSpec field:")
+            current = getattr(self, key)
+            if isinstance(current, bool) or key.startswith(("add_", "untie", "gated", "qk_", "moe_router_b")):
+                if not isinstance(value, bool):
+                    raise InputError(f"model_overrides.{key}", value, "true or false")
+            elif key in ("moe_layers", "attention_kinds"):
+                value = tuple(value)
+            elif key in ("normalization", "model_type", "name", "source"):
+                value = str(value)
+            elif value is not None:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise InputError(f"model_overrides.{key}", value, "an integer")
+                if value < (0 if key == "mtp_num_layers" else 1):
+                    raise InputError(f"model_overrides.{key}", value, "a positive integer")
+            changes[key] = value
+        new_layers = changes.get("num_layers")
+        if new_layers is not None:
+            for tup in ("moe_layers", "attention_kinds"):
+                seq = getattr(self, tup)
+                if tup not in changes and seq:
+                    changes[tup] = tuple(seq[i % len(seq)] for i in range(new_layers))
+        return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face config.json → ModelSpec
+# ---------------------------------------------------------------------------------------------
+
+
+def _get(cfg: dict, *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            return cfg[k]
+    return default
+
+
+def _moe_layer_pattern(cfg: dict, model_type: str, num_layers: int, num_experts: int | None) -> tuple[bool, ...]:
+    """Which decoder layers are MoE, per family (HF modelling code conventions)."""
+    if not num_experts:
+        return tuple(False for _ in range(num_layers))
+    if "first_k_dense_replace" in cfg:  # DeepSeek-V2/V3, Kimi-K2, GLM-4.5
+        k = int(cfg["first_k_dense_replace"])
+        freq = int(cfg.get("moe_layer_freq", 1) or 1)
+        return tuple(i >= k and i % freq == 0 for i in range(num_layers))
+    if model_type.startswith("llama4"):
+        step = int(cfg.get("interleave_moe_layer_step", 1) or 1)
+        moe_ids = cfg.get("moe_layers")
+        if moe_ids is not None:
+            return tuple(i in set(moe_ids) for i in range(num_layers))
+        return tuple((i + 1) % step == 0 for i in range(num_layers))
+    only = set(cfg.get("mlp_only_layers") or [])
+    step = int(cfg.get("decoder_sparse_step", 1) or 1)
+    return tuple(i not in only and (i + 1) % step == 0 for i in range(num_layers))
+
+
+def _attention_kinds(cfg: dict, model_type: str, num_layers: int) -> tuple[str, ...]:
+    types = cfg.get("layer_types")
+    if types:
+        mapping = {"linear_attention": "linear", "full_attention": "full", "sliding_attention": "sliding"}
+        return tuple(mapping.get(t, "full") for t in types[:num_layers])
+    interval = cfg.get("full_attention_interval")
+    if interval and ("next" in model_type or "3_5" in model_type):
+        return tuple("full" if (i + 1) % int(interval) == 0 else "linear" for i in range(num_layers))
+    if model_type.startswith("llama4") and cfg.get("attention_chunk_size"):
+        # Llama 4: chunked local attention on RoPE layers, global NoPE attention every 4th layer
+        # (no_rope_layers = [1,1,1,0] repeated in the published Llama4Config dumps).
+        return tuple("full" if (i + 1) % 4 == 0 else "chunked" for i in range(num_layers))
+    if cfg.get("sliding_window") and cfg.get("use_sliding_window"):
+        return tuple("sliding" for _ in range(num_layers))
+    return tuple("full" for _ in range(num_layers))
+
+
+def _vision_from_config(vc: dict | None, text_hidden: int, from_supplement: bool = False) -> VisionSpec | None:
+    if not vc:
+        return None
+    mt = str(vc.get("model_type", ""))
+    if "llama4" in mt:
+        return VisionSpec(
+            kind="llama4",
+            depth=int(vc["num_hidden_layers"]),
+            hidden_size=int(vc["hidden_size"]),
+            intermediate_size=int(vc["intermediate_size"]),
+            num_heads=int(vc["num_attention_heads"]),
+            patch_size=int(vc["patch_size"]),
+            in_channels=int(vc.get("num_channels", 3)),
+            image_size=int(vc.get("image_size", 0)),
+            pixel_shuffle_ratio=float(vc.get("pixel_shuffle_ratio", 1.0)),
+            spatial_merge_size=int(round(1 / float(vc.get("pixel_shuffle_ratio", 1.0)))),
+            projector_input_dim=int(vc.get("projector_input_dim", 0)),
+            projector_output_dim=int(vc.get("projector_output_dim", 0)),
+            out_hidden_size=int(vc.get("vision_output_dim", 0)),
+            text_hidden_size=text_hidden,
+            from_supplement=from_supplement,
+        )
+    return VisionSpec(
+        kind="qwen3_vl",
+        depth=int(vc["depth"]),
+        hidden_size=int(vc["hidden_size"]),
+        intermediate_size=int(vc["intermediate_size"]),
+        num_heads=int(vc["num_heads"]),
+        patch_size=int(vc["patch_size"]),
+        in_channels=int(vc.get("in_channels", 3)),
+        temporal_patch_size=int(vc.get("temporal_patch_size", 1)),
+        spatial_merge_size=int(vc.get("spatial_merge_size", 1)),
+        out_hidden_size=int(vc.get("out_hidden_size", text_hidden)),
+        num_position_embeddings=int(vc.get("num_position_embeddings", 0)),
+        deepstack_visual_indexes=tuple(vc.get("deepstack_visual_indexes") or ()),
+        text_hidden_size=text_hidden,
+        from_supplement=from_supplement,
+    )
+
+
+def model_from_hf_config(config: dict, name: str, source: str = "user") -> ModelSpec:
+    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` mapping.
+
+    Handles dense GQA (Llama, Qwen3), MoE with shared experts and dense-first layers (DeepSeek,
+    Kimi-K2, GLM-4.5), ``mlp_only_layers`` / ``decoder_sparse_step`` (Qwen3-MoE), MLA (q/kv LoRA
+    ranks, nope/rope/v head dims), MTP (``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``),
+    Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5), sliding-window layers and attention sinks
+    (gpt-oss), and VLMs (``text_config`` + ``vision_config``; Llama 4's vision tower from the
+    ``_supplement`` block when the config body lacks it).
+
+    Raises:
+        InputError: when a required field (hidden size, layers, heads, vocab) is missing.
+    """
+    top = config
+    text = dict(config.get("text_config") or config)
+    model_type = str(text.get("model_type") or top.get("model_type") or "")
+    top_type = str(top.get("model_type") or model_type)
+
+    def need(*keys: str) -> Any:
+        v = _get(text, *keys)
+        if v is None:
+            raise InputError(f"config.json:{'/'.join(keys)}", None, "a value (required field missing)")
+        return v
+
+    hidden = int(need("hidden_size", "d_model"))
+    num_layers = int(need("num_hidden_layers", "num_layers", "n_layer"))
+    heads = int(need("num_attention_heads", "n_head"))
+    kv_heads = int(_get(text, "num_key_value_heads", default=heads))
+    vocab = int(need("vocab_size"))
+    head_dim = int(_get(text, "head_dim", default=hidden // heads))
+
+    num_experts = _get(text, "n_routed_experts", "num_experts", "num_local_experts")
+    num_experts = int(num_experts) if num_experts else None
+    topk = _get(text, "num_experts_per_tok", "experts_per_token", "moe_router_topk")
+    topk = int(topk) if topk else None
+
+    is_llama4 = model_type.startswith("llama4") or top_type.startswith("llama4")
+    is_mixture_ffn_named_intermediate = top_type in ("mixtral", "gpt_oss") or model_type in ("mixtral", "gpt_oss")
+    if is_llama4:
+        expert_ffn = int(text["intermediate_size"])
+        dense_ffn = int(_get(text, "intermediate_size_mlp", default=expert_ffn))
+    elif is_mixture_ffn_named_intermediate:
+        expert_ffn = int(text["intermediate_size"])
+        dense_ffn = None
+    else:
+        expert_ffn = _get(text, "moe_intermediate_size")
+        expert_ffn = int(expert_ffn) if expert_ffn else None
+        dense_ffn = _get(text, "intermediate_size")
+        dense_ffn = int(dense_ffn) if dense_ffn else None
+
+    moe_layers = _moe_layer_pattern(text, model_type, num_layers, num_experts)
+    if not any(moe_layers):
+        num_experts_eff = None
+    else:
+        num_experts_eff = num_experts
+
+    shared = None
+    shared_gate = False
+    if _get(text, "n_shared_experts"):
+        shared = int(text["n_shared_experts"]) * int(expert_ffn or 0)
+    elif _get(text, "shared_expert_intermediate_size"):
+        shared = int(text["shared_expert_intermediate_size"])
+        shared_gate = True  # Qwen2-MoE / Qwen3-Next / Qwen3.5: sigmoid shared_expert_gate (h → 1)
+    elif is_llama4 and num_experts:
+        shared = expert_ffn  # Llama4TextMoe always builds one shared expert of the expert width
+
+    is_mla = bool(_get(text, "kv_lora_rank"))
+    attention_kinds = _attention_kinds(text, model_type, num_layers)
+    is_qwen3 = model_type.startswith(("qwen3", "qwen3_5"))
+    gated_out = bool(_get(text, "attn_output_gate", default=("qwen3_next" in model_type)))
+    qk_norm = bool(_get(text, "use_qk_norm", default=is_qwen3)) and not is_llama4
+    # Llama 4's QK norm is a weightless L2 norm, so it has no parameters.
+
+    mtp = int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0)
+
+    vision_cfg = top.get("vision_config")
+    from_supp = False
+    if vision_cfg is None and isinstance(top.get("_supplement"), dict):
+        vision_cfg = top["_supplement"].get("vision_config")
+        from_supp = vision_cfg is not None
+    vision = _vision_from_config(vision_cfg, hidden, from_supp)
+
+    tie = top.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+
+    return ModelSpec(
+        name=name,
+        model_type=top_type,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        ffn_hidden_size=dense_ffn,
+        num_attention_heads=heads,
+        num_query_groups=kv_heads if not is_mla else heads,
+        kv_channels=head_dim if not is_mla else None,
+        vocab_size=vocab,
+        max_position_embeddings=_get(text, "max_position_embeddings"),
+        untie_embeddings_and_output_weights=not bool(tie),
+        gated_linear_unit=str(_get(text, "hidden_act", default="silu")) in ("silu", "swiglu", "gelu_glu"),
+        normalization="RMSNorm",
+        add_bias_linear=bool(_get(text, "attention_bias", default=False)) and "gpt_oss" in top_type,
+        add_qkv_bias=bool(_get(text, "attention_bias", default=False)),
+        qk_layernorm=qk_norm,
+        attention_output_gate=gated_out,
+        attention_sinks="gpt_oss" in top_type,
+        multi_latent_attention=is_mla,
+        q_lora_rank=_get(text, "q_lora_rank"),
+        kv_lora_rank=_get(text, "kv_lora_rank"),
+        qk_head_dim=_get(text, "qk_nope_head_dim"),
+        qk_pos_emb_head_dim=_get(text, "qk_rope_head_dim"),
+        v_head_dim=_get(text, "v_head_dim"),
+        num_moe_experts=num_experts_eff,
+        moe_router_topk=topk if num_experts_eff else None,
+        moe_ffn_hidden_size=expert_ffn if num_experts_eff else None,
+        moe_shared_expert_intermediate_size=shared if num_experts_eff else None,
+        moe_shared_expert_gate=shared_gate and bool(num_experts_eff),
+        moe_router_bias="gpt_oss" in top_type,
+        moe_router_expert_bias=str(_get(text, "topk_method", default="")) == "noaux_tc",
+        moe_expert_bias="gpt_oss" in top_type,
+        moe_layers=moe_layers,
+        attention_kinds=attention_kinds,
+        sliding_window=_get(text, "sliding_window"),
+        attention_chunk_size=_get(text, "attention_chunk_size"),
+        linear_num_key_heads=_get(text, "linear_num_key_heads"),
+        linear_num_value_heads=_get(text, "linear_num_value_heads"),
+        linear_key_head_dim=_get(text, "linear_key_head_dim"),
+        linear_value_head_dim=_get(text, "linear_value_head_dim"),
+        linear_conv_kernel_dim=_get(text, "linear_conv_kernel_dim"),
+        mtp_num_layers=mtp,
+        vision=vision,
+        source=source,
+        reconstructed=bool(top.get("_reconstructed", False)),
+        published_params=dict(top.get("_published_params") or {}),
+        measured_params=dict(top.get("_measured_params") or {}),
+    )
+
+
+def partial_model(overrides: dict[str, Any] | None, name: str = "custom") -> ModelSpec:
+    """A model known only through explicit fields (no config.json), e.g. ``num_layers: 80``.
+
+    Raises:
+        UnknownNameError / InputError: as :meth:`ModelSpec.with_overrides`.
+    """
+    return ModelSpec(name=name, source="overrides").with_overrides(overrides)

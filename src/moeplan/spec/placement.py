@@ -1,0 +1,61 @@
+"""Per-rank parameter placement for a resolved scenario: which layers, embedding, output layer and
+MTP blocks each pipeline stage holds, and the parameters on one rank of that stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.errors import InputError
+from moeplan.spec.params import RankParams, padded_vocab_size, rank_params
+from moeplan.spec.pipeline import plan_stages
+from moeplan.spec.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters on one rank of PP stage ``stage`` (all its virtual chunks)."""
+
+    stage: int
+    layers: list[int]
+    embedding: bool
+    output_layer: bool
+    mtp_layers: int
+    params: RankParams
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "num_layers": len(self.layers), "first_layer": self.layers[0] if self.layers else None,
+                "last_layer": self.layers[-1] if self.layers else None, "embedding": self.embedding,
+                "output_layer": self.output_layer, "mtp_layers": self.mtp_layers, **self.params.to_dict()}
+
+
+def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[StageParams]:
+    """Parameters per rank for every PP stage of the scenario's layout (TP/EP/ETP sharding,
+    vocabulary padded to a multiple of ``make_vocab_size_divisible_by``·TP as Megatron-LM pads it).
+
+    Raises:
+        InputError: no model, or a split that is not legal (run ``validate`` for the reason).
+    """
+    m = s.model
+    if m is None or m.num_layers is None:
+        raise InputError("model", None, "a model with num_layers to place parameters")
+    lay = s.layout
+    plan = plan_stages(
+        m.num_layers, s.pp, lay.virtual_pipeline_model_parallel_size,
+        first=lay.num_layers_in_first_pipeline_stage, last=lay.num_layers_in_last_pipeline_stage,
+        account_for_embedding=lay.account_for_embedding_in_pipeline_split,
+        account_for_loss=lay.account_for_loss_in_pipeline_split,
+        layout=lay.pipeline_model_parallel_layout, mtp_num_layers=s.mtp_num_layers,
+    )
+    if plan is None:
+        raise InputError("layout", f"PP={s.pp}", "a legal pipeline split (see `moeplan check`)")
+    vpad = padded_vocab_size(m.vocab_size, s.tp, make_vocab_size_divisible_by)
+    out = []
+    for r in range(s.pp):
+        layers = plan.rank_layers(r)
+        emb = plan.embedding[0] == r
+        outl = plan.loss[0] == r
+        mtp = s.mtp_num_layers if any(h[0] == r for h in plan.mtp) else 0
+        rp = rank_params(m, layers, tp=s.tp, ep=s.ep, etp=s.etp, embedding=emb, output_layer=outl,
+                         mtp_layers=mtp, padded_vocab=vpad)
+        out.append(StageParams(r, layers, emb, outl, mtp, rp))
+    return out

@@ -1,0 +1,458 @@
+"""Scenario: model + system + training + layout (+ framework, versions, environment), loaded from
+YAML or a mapping, validated, then *resolved*: Megatron's effective defaults are filled for keys the
+user did not state, each fill recorded with its reason, and DP / EDP derived.
+
+Schema (documented in the README, section "Scenario files"):
+
+```yaml
+model: deepseek-ai/DeepSeek-V3   # HF id, short name, path to config.json, or null
+model_overrides: {num_layers: 16}
+system: {gpu: h100, num_gpus: 256, gpus_per_node: 8, gpu_overrides: {usable_hbm_gib: 75}}
+training: {seq_length: 131072, micro_batch_size: 1, global_batch_size: 512, precision: bf16}
+layout: {tensor_model_parallel_size: 2, context_parallel_size: 16, ...}
+framework: megatron-bridge        # or megatron-core (resolves ETP/dispatcher defaults differently)
+versions: {megatron_core: "0.20.0", megatron_bridge: "0.3.0"}
+environment: {PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}
+reported: {model_tflops_per_gpu: 1937}
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from moeplan.errors import InputError, UnknownNameError
+from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.model import ModelSpec, partial_model
+from moeplan.spec.system import GpuSpec
+from moeplan.spec.training import TrainingSpec
+
+NEWEST_MCORE = "0.20.0"
+NEWEST_BRIDGE = "0.3.0"
+FRAMEWORKS = ("megatron-bridge", "megatron-core")
+
+
+class SystemInput(BaseModel):
+    """``system:`` section. ``gpu`` is a catalog id or a full custom GPU mapping (GpuSpec keys)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    gpu: str | GpuSpec | None = None
+    num_gpus: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    gpu_overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReportedInput(BaseModel):
+    """``reported:`` measured figures of a run, checked for plausibility."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_tflops_per_gpu: float | None = Field(default=None, gt=0)
+    tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
+
+
+class VersionsInput(BaseModel):
+    """``versions:`` software versions (strings such as ``"0.16.1"``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    megatron_core: str | None = None
+    megatron_bridge: str | None = None
+    transformer_engine: str | None = None
+    torch: str | None = None
+    container: str | None = None
+
+
+class ScenarioInput(BaseModel):
+    """A whole scenario as written by the user (before resolution)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str | None = None
+    model: str | None = None
+    model_overrides: dict[str, Any] = Field(default_factory=dict)
+    system: SystemInput = Field(default_factory=SystemInput)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    layout: LayoutSpec = Field(default_factory=LayoutSpec)
+    framework: Literal["megatron-bridge", "megatron-core"] = "megatron-bridge"
+    versions: VersionsInput = Field(default_factory=VersionsInput)
+    environment: dict[str, str] = Field(default_factory=dict)
+    reported: ReportedInput = Field(default_factory=ReportedInput)
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "system": SystemInput,
+    "training": TrainingSpec,
+    "layout": LayoutSpec,
+    "versions": VersionsInput,
+    "reported": ReportedInput,
+}
+
+
+def _check_unknown_keys(data: dict) -> None:
+    top = set(ScenarioInput.model_fields)
+    for key in data:
+        if key not in top:
+            raise UnknownNameError(str(key), str(key), top, "a top-level scenario key:")
+    for sec, cls in _SECTIONS.items():
+        val = data.get(sec)
+        if val is None:
+            continue
+        if not isinstance(val, dict):
+            raise InputError(sec, val, "a mapping of keys to values")
+        for key in val:
+            if key not in cls.model_fields:
+                raise UnknownNameError(f"{sec}.{key}", str(key), cls.model_fields, f"a {sec} key:")
+
+
+def _pydantic_to_input_error(exc: ValidationError) -> InputError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained")))
+    # pydantic reports union branches as extra path parts; keep the field path readable
+    loc = loc.replace(".str", "").replace(".GpuSpec", "").replace(".int", "")
+    value = err.get("input")
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "literal_error":
+        allowed = msg.replace("Input should be ", "")
+    else:
+        allowed = msg[0].lower() + msg[1:] if msg else "a valid value"
+    return InputError(loc, value, allowed)
+
+
+def scenario_from_dict(data: dict | None) -> ScenarioInput:
+    """Validate a scenario mapping.
+
+    Raises:
+        InputError: unknown keys (with did-you-mean), wrong types, out-of-range values; the message
+            names the field, the value and what is allowed.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError("scenario", data, "a YAML mapping with model, system, training, layout")
+    _check_unknown_keys(data)
+    clean = {k: v for k, v in data.items() if not (k in _SECTIONS and v is None)}
+    if clean.get("model_overrides") is None:
+        clean.pop("model_overrides", None)
+    if clean.get("environment") is not None:
+        clean["environment"] = {str(k): str(v) for k, v in dict(clean["environment"]).items()}
+    try:
+        return ScenarioInput.model_validate(clean, strict=False)
+    except ValidationError as exc:
+        raise _pydantic_to_input_error(exc) from None
+
+
+def load_scenario_file(path: str | Path) -> dict:
+    """Read a scenario YAML file into a mapping.
+
+    Raises:
+        InputError: missing file, malformed YAML, or a document that is not a mapping.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("scenario", str(path), "an existing YAML file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError("scenario", str(path), f"valid YAML (parse error{where})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError("scenario", str(path), "a YAML mapping with model, system, training, layout")
+    return data
+
+
+def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
+    """Overlay CLI values (section → key → value) on a scenario mapping; CLI wins."""
+    out = dict(data)
+    for sec, vals in overrides.items():
+        if not vals:
+            continue
+        if sec in ("model", "framework", "name"):
+            out[sec] = vals
+            continue
+        base = dict(out.get(sec) or {})
+        base.update(vals)
+        out[sec] = base
+    return out
+
+
+def parse_version(text: str | None, default: str) -> tuple[int, ...]:
+    """``"0.16.1"`` → ``(0, 16, 1)``; ``"core_r0.16.0"`` and ``"v0.16"`` also parse.
+
+    Raises:
+        InputError: when no version numbers are found.
+    """
+    s = (text or default).strip().lower()
+    for prefix in ("core_r", "core_v", "v", "r"):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    parts = []
+    for p in s.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        raise InputError("versions", text, "a version such as 0.16.1")
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts[:3])
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One effective value filled in because the user did not state it."""
+
+    key: str
+    value: Any
+    reason: str
+
+
+@dataclass
+class Scenario:
+    """A resolved scenario: the inputs plus Megatron's effective defaults, ready for the rules and
+    estimators. ``layout`` holds effective values; ``stated`` the keys the user gave.
+
+    Attributes:
+        model: None when the scenario names no model (rules needing it are skipped).
+        gpu: None when no GPU is named.
+        dp / edp: derived data-parallel and expert-data-parallel sizes, None when W is unknown or
+            the division is not exact (the world-size rules report that).
+    """
+
+    input: ScenarioInput
+    model: ModelSpec | None
+    gpu: GpuSpec | None
+    num_gpus: int | None
+    gpus_per_node: int | None
+    training: TrainingSpec
+    layout: LayoutSpec
+    stated: frozenset[str]
+    framework: str
+    mcore_version: tuple[int, ...]
+    bridge_version: tuple[int, ...]
+    environment: dict[str, str]
+    resolutions: list[Resolution] = field(default_factory=list)
+
+    # shorthand for the parallel sizes
+    @property
+    def tp(self) -> int:
+        return self.layout.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.layout.pipeline_model_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        """Virtual stages per PP rank (1 when not interleaved; VPP 1 means no interleaving)."""
+        return self.layout.virtual_pipeline_model_parallel_size or 1
+
+    @property
+    def cp(self) -> int:
+        return self.layout.context_parallel_size
+
+    @property
+    def ep(self) -> int:
+        return self.layout.expert_model_parallel_size
+
+    @property
+    def etp(self) -> int:
+        return self.layout.expert_tensor_parallel_size or 1
+
+    @property
+    def sp(self) -> bool:
+        return bool(self.layout.sequence_parallel)
+
+    @property
+    def dp(self) -> int | None:
+        w, d = self.num_gpus, self.tp * self.pp * self.cp
+        return w // d if w and w % d == 0 else None
+
+    @property
+    def edp(self) -> int | None:
+        w, d = self.num_gpus, self.etp * self.ep * self.pp
+        return w // d if w and w % d == 0 else None
+
+    @property
+    def mtp_num_layers(self) -> int:
+        if self.layout.mtp_num_layers is not None:
+            return self.layout.mtp_num_layers
+        return self.model.mtp_num_layers if self.model else 0
+
+    def graphs_on(self) -> bool:
+        """True when any CUDA graph capture is configured."""
+        return (self.layout.cuda_graph_impl or "none") != "none"
+
+    def graph_scopes(self) -> list[str]:
+        """Effective per-layer graph scopes (``cuda_graph_modules`` or the older ``cuda_graph_scope``)."""
+        lay = self.layout
+        src = lay.cuda_graph_modules if lay.cuda_graph_modules is not None else lay.cuda_graph_scope
+        if src is None:
+            return []
+        return [src] if isinstance(src, str) else list(src)
+
+    def summary(self) -> dict[str, Any]:
+        """Plain mapping for JSON output: sizes, derived DP/EDP and each resolution."""
+        return {
+            "model": self.model.name if self.model else None,
+            "gpu": self.gpu.id if self.gpu else None,
+            "num_gpus": self.num_gpus,
+            "framework": self.framework,
+            "megatron_core_version": ".".join(map(str, self.mcore_version)),
+            "parallel": {"TP": self.tp, "PP": self.pp, "VPP": self.layout.virtual_pipeline_model_parallel_size,
+                         "CP": self.cp, "EP": self.ep, "ETP": self.etp, "DP": self.dp, "EDP": self.edp,
+                         "SP": self.sp},
+            "resolved_defaults": [{"key": r.key, "value": r.value, "reason": r.reason} for r in self.resolutions],
+        }
+
+
+def _resolve_gpu(system: SystemInput) -> GpuSpec | None:
+    from moeplan.catalog.gpus import get_gpu
+
+    if system.gpu is None:
+        if system.gpu_overrides:
+            raise InputError("system.gpu_overrides", system.gpu_overrides, "a system.gpu to override")
+        return None
+    gpu = system.gpu if isinstance(system.gpu, GpuSpec) else get_gpu(system.gpu)
+    if system.gpu_overrides:
+        unknown = [k for k in system.gpu_overrides if k not in GpuSpec.model_fields]
+        if unknown:
+            raise UnknownNameError(f"system.gpu_overrides.{unknown[0]}", unknown[0], GpuSpec.model_fields,
+                                   "a GPU field:")
+        try:
+            gpu = GpuSpec.model_validate({**gpu.model_dump(), **system.gpu_overrides})
+        except ValidationError as exc:
+            e = _pydantic_to_input_error(exc)
+            raise InputError("system.gpu_overrides." + e.field, e.value, e.allowed) from None
+    return gpu
+
+
+def resolve(inp: ScenarioInput) -> Scenario:
+    """Resolve a validated scenario: load the model and GPU, fill Megatron defaults, derive sizes.
+
+    Defaults filled (each recorded as a :class:`Resolution`):
+    - ``expert_tensor_parallel_size`` unset: TP in megatron-core (``ModelParallelConfig``), 1 in
+      Megatron Bridge when EP > 1 (``models/transformer_config.py::finalize``), else TP.
+    - ``sequence_parallel`` unset: on when TP > 1 (what Bridge recipes set; SP is required for MoE
+      with TP > 1), off otherwise.
+    - ``moe_token_dispatcher_type`` unset (MoE models): ``alltoall`` (Bridge HF providers) or
+      ``allgather`` (megatron-core default).
+    - ``moe_grouped_gemm`` unset: True in Bridge MoE providers, False in megatron-core.
+    - ``use_distributed_optimizer`` unset: True in Bridge recipes, False in megatron-core.
+    - ``use_precision_aware_optimizer`` unset: False (``OptimizerConfig``).
+    - ``cuda_graph_impl`` unset but a graph scope given: ``transformer_engine`` (scoped capture).
+    - ``use_te_rng_tracker`` unset: True when graphs are on (Megatron-LM and Bridge enable it).
+    - ``mtp_num_layers`` unset: the model config's MTP layers.
+
+    Raises:
+        InputError / UnknownNameError: unknown model or GPU, bad overrides.
+    """
+    from moeplan.catalog.models import get_model
+
+    res: list[Resolution] = []
+    model: ModelSpec | None
+    if inp.model:
+        model = get_model(inp.model).with_overrides(inp.model_overrides)
+    elif inp.model_overrides:
+        model = partial_model(inp.model_overrides)
+    else:
+        model = None
+    gpu = _resolve_gpu(inp.system)
+    gpn = inp.system.gpus_per_node
+    if gpn is None and gpu is not None:
+        gpn = 4 if gpu.is_nvl72 else 8
+        res.append(Resolution("system.gpus_per_node", gpn,
+                              "GB200/GB300 compute trays hold 4 GPUs" if gpu.is_nvl72 else "HGX/DGX nodes hold 8 GPUs"))
+    lay = inp.layout
+    stated = frozenset(lay.model_fields_set)
+    bridge = inp.framework == "megatron-bridge"
+    upd: dict[str, Any] = {}
+    tp, ep = lay.tensor_model_parallel_size, lay.expert_model_parallel_size
+
+    if lay.expert_tensor_parallel_size is None:
+        if bridge and ep > 1:
+            upd["expert_tensor_parallel_size"] = 1
+            why = "unset: Megatron Bridge resolves ETP to 1 when EP > 1"
+        else:
+            upd["expert_tensor_parallel_size"] = tp
+            why = ("unset: megatron-core resolves ETP to TP" if not bridge
+                   else "unset: Megatron Bridge keeps ETP = TP when EP = 1")
+        res.append(Resolution("expert_tensor_parallel_size", upd["expert_tensor_parallel_size"], why))
+    if lay.sequence_parallel is None:
+        upd["sequence_parallel"] = tp > 1
+        res.append(Resolution("sequence_parallel", tp > 1,
+                              "unset: on with TP > 1 as Bridge recipes set it" if tp > 1 else "unset: off with TP = 1"))
+    moe = model is not None and model.is_moe
+    if moe and lay.moe_token_dispatcher_type is None:
+        upd["moe_token_dispatcher_type"] = "alltoall" if bridge else "allgather"
+        res.append(Resolution("moe_token_dispatcher_type", upd["moe_token_dispatcher_type"],
+                              "unset: Bridge HF providers use alltoall" if bridge else "unset: megatron-core default"))
+    if lay.moe_token_dispatcher_type is None and lay.moe_flex_dispatcher_backend is not None and not moe:
+        upd["moe_token_dispatcher_type"] = "flex"
+        res.append(Resolution("moe_token_dispatcher_type", "flex", "unset: a flex backend was given"))
+    if lay.moe_grouped_gemm is None and moe:
+        upd["moe_grouped_gemm"] = bridge
+        res.append(Resolution("moe_grouped_gemm", bridge,
+                              "unset: Bridge MoE providers enable grouped GEMM" if bridge else "unset: megatron-core default"))
+    if lay.use_distributed_optimizer is None:
+        val = bridge or lay.use_megatron_fsdp
+        upd["use_distributed_optimizer"] = val
+        res.append(Resolution("use_distributed_optimizer", val,
+                              "unset: Bridge recipes use the distributed optimizer" if bridge
+                              else "unset: megatron-core OptimizerConfig default"))
+    if lay.use_precision_aware_optimizer is None:
+        upd["use_precision_aware_optimizer"] = False
+        res.append(Resolution("use_precision_aware_optimizer", False, "unset: OptimizerConfig default"))
+    has_scope = bool(lay.cuda_graph_scope or lay.cuda_graph_modules)
+    if lay.cuda_graph_impl is None and has_scope:
+        scopes = lay.cuda_graph_scope if lay.cuda_graph_modules is None else lay.cuda_graph_modules
+        full_it = scopes == "full_iteration" or scopes == ["full_iteration"]
+        upd["cuda_graph_impl"] = "full_iteration" if full_it else "transformer_engine"
+        res.append(Resolution("cuda_graph_impl", upd["cuda_graph_impl"],
+                              "unset but a graph scope was given: scoped capture uses transformer_engine"))
+    graphs = (upd.get("cuda_graph_impl") or lay.cuda_graph_impl or "none") != "none"
+    if lay.use_te_rng_tracker is None and graphs:
+        upd["use_te_rng_tracker"] = True
+        res.append(Resolution("use_te_rng_tracker", True, "unset: enabled automatically with CUDA graphs"))
+    if lay.mtp_num_layers is None and model is not None and model.mtp_num_layers:
+        upd["mtp_num_layers"] = model.mtp_num_layers
+        res.append(Resolution("mtp_num_layers", model.mtp_num_layers, "unset: from the model config"))
+    layout = lay.model_copy(update=upd) if upd else lay
+    return Scenario(
+        input=inp,
+        model=model,
+        gpu=gpu,
+        num_gpus=inp.system.num_gpus,
+        gpus_per_node=gpn,
+        training=inp.training,
+        layout=layout,
+        stated=stated,
+        framework=inp.framework,
+        mcore_version=parse_version(inp.versions.megatron_core, NEWEST_MCORE),
+        bridge_version=parse_version(inp.versions.megatron_bridge, NEWEST_BRIDGE),
+        environment=dict(inp.environment),
+        resolutions=res,
+    )
+
+
+def load_scenario(source: str | Path | dict | None = None, overrides: dict[str, dict] | None = None) -> Scenario:
+    """Load (file path or mapping), merge CLI overrides, validate and resolve a scenario.
+
+    Raises:
+        InputError: anything wrong with the input, naming the field, value and what is allowed.
+    """
+    if source is None:
+        data: dict = {}
+    elif isinstance(source, dict):
+        data = dict(source)
+    else:
+        data = load_scenario_file(source)
+    if overrides:
+        data = merge_overrides(data, overrides)
+    return resolve(scenario_from_dict(data))
