@@ -18,7 +18,7 @@ def _heads(s, e):
 
 
 @rule("attention.query_groups_vs_tp", "[TC] transformer_config.py",
-      "num_query_groups must be a multiple of TP, or (mcore ≥ 0.17) a divisor of TP")
+      "num_query_groups must be a multiple of TP, or (mcore ≥ 0.16) a divisor of TP")
 def _groups(s, e):
     m = s.model
     if m is None or m.num_query_groups is None or m.multi_latent_attention:
@@ -27,14 +27,14 @@ def _groups(s, e):
     if g % tp == 0:
         return None
     ok_divides = tp % g == 0
-    relaxed = s.mcore_version >= (0, 17, 0)
+    relaxed = s.mcore_version >= (0, 16, 0)
     if ok_divides and relaxed:
         return [e.info(f"TP ({tp}) > num_query_groups ({g}): each KV group is replicated on {tp // g} TP ranks "
-                       f"(accepted since megatron-core 0.17)", "tensor_model_parallel_size")]
+                       f"(accepted since megatron-core 0.16)", "tensor_model_parallel_size")]
     allowed = [t for t in (1, 2, 4, 8, 16, 32) if g % t == 0]
     why = "" if relaxed else f" (megatron-core {'.'.join(map(str, s.mcore_version))} requires num_query_groups % TP == 0)"
     return [e.error(f"num_query_groups ({g}) is not divisible by TP ({tp}){why}",
-                    f"use TP in {allowed}" + ("" if relaxed else " or megatron-core ≥ 0.17"),
+                    f"use TP in {allowed}" + ("" if relaxed else " or megatron-core ≥ 0.16"),
                     "tensor_model_parallel_size")]
 
 

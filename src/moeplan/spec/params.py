@@ -108,11 +108,11 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
     _require(model, "num_attention_heads", "num_query_groups", "kv_channels")
     nh, ng, d = model.num_attention_heads, model.num_query_groups, model.kv_channels
     heads_rank = _div(nh, tp, "num_attention_heads vs TP")
-    groups_rank = ng // tp if ng >= tp else 1  # TP > groups: each rank keeps one replicated group
-    if ng >= tp and ng % tp:
+    if ng % tp and tp % ng:
         raise InputError("num_query_groups vs TP", ng, f"a multiple or a divisor of TP={tp}")
-    q_out = heads_rank * d * (2 if model.attention_output_gate else 1)
-    qkv_out = q_out + 2 * groups_rank * d
+    # linear_qkv is column-parallel over its whole output (q [+ gate] + k + v): megatron-core 0.16
+    # stores (nh·d·(1|2) + 2·ng·d)/TP rows per rank even when TP > ng (measured with the oracle).
+    qkv_out = _div(nh * d * (2 if model.attention_output_gate else 1) + 2 * ng * d, tp, "qkv width vs TP")
     sharded = h * qkv_out + heads_rank * d * h
     rep = 0
     if model.add_qkv_bias or model.add_bias_linear:
