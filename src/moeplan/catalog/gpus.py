@@ -27,8 +27,13 @@ GPU_IDS: dict[str, str] = {
 # Compute capability per entry (NVIDIA CUDA GPUs list): A100 8.0, H100/H200 9.0, B200/GB200 10.0,
 # B300/GB300 10.3. AMD parts have none.
 _COMPUTE_CAPABILITY = {
-    "A100_SXM_80GB": 8.0, "H100_SXM_80GB": 9.0, "H200_SXM_141GB": 9.0, "B200_HGX_180GB": 10.0,
-    "B300_HGX_288GB": 10.3, "GB200_NVL72": 10.0, "GB300_NVL72": 10.3,
+    "A100_SXM_80GB": 8.0,
+    "H100_SXM_80GB": 9.0,
+    "H200_SXM_141GB": 9.0,
+    "B200_HGX_180GB": 10.0,
+    "B300_HGX_288GB": 10.3,
+    "GB200_NVL72": 10.0,
+    "GB300_NVL72": 10.3,
 }
 
 
@@ -44,8 +49,7 @@ def _from_entry(gpu_id: str, key: str, e: dict, sources: dict) -> GpuSpec:
         hbm_gib, hbm_src = float(e["hbm_nvidia_smi_gib"]), "nvidia-smi total"
     else:
         hbm_gib, hbm_src = float(e["hbm_nominal_gb"]) * 1e9 / 2**30, "nominal (vendor GB)"
-    peaks = {"bf16": e.get("bf16_dense_tflops"), "fp8": e.get("fp8_dense_tflops"),
-             "fp4": e.get("fp4_dense_tflops")}
+    peaks = {"bf16": e.get("bf16_dense_tflops"), "fp8": e.get("fp8_dense_tflops"), "fp4": e.get("fp4_dense_tflops")}
     cc = _COMPUTE_CAPABILITY.get(key)
     nvidia = e.get("vendor") == "NVIDIA"
     return GpuSpec(

@@ -25,6 +25,7 @@ class CountingConvention:
     ``active_includes_input_embedding``: DeepSeek (README_WEIGHTS: 36.6B activated incl. the 0.9B
     output head, without the embedding) and OpenAI (gpt-oss model card) leave the input embedding
     out of "active"; Qwen, Mistral and Meta count every parameter a token touches.
+    ``active_includes_output_layer``: False where "active" leaves out both vocabulary tables.
     ``total_includes_vision``: whether the published total counts the vision tower.
     ``measured_includes_mtp_layers``: MTP layers present in a measured checkpoint sum but not
     declared in config.json (Qwen3-Next).
@@ -32,6 +33,7 @@ class CountingConvention:
 
     active_includes_input_embedding: bool = True
     total_includes_vision: bool = True
+    active_includes_output_layer: bool = True
     measured_includes_mtp_layers: int | None = None
     note: str = ""
 
@@ -44,7 +46,12 @@ COUNTING_CONVENTIONS: dict[str, CountingConvention] = {
     "openai/gpt-oss-120b": CountingConvention(False, note="active counts the unembedding, not the embedding"),
     "openai/gpt-oss-20b": CountingConvention(False, note="active counts the unembedding, not the embedding"),
     "Qwen/Qwen3-Next-80B-A3B-Instruct": CountingConvention(
-        measured_includes_mtp_layers=1, note="checkpoint carries 1 MTP layer not declared in config.json"),
+        False,
+        active_includes_output_layer=False,
+        measured_includes_mtp_layers=1,
+        note="'3B active' (about 3.7 % of 80B per the Qwen3-Next blog) is the non-embedding active count; "
+        "the checkpoint carries 1 MTP layer not declared in config.json",
+    ),
     "Qwen/Qwen3.5-397B-A17B": CountingConvention(note="total includes the vision tower, excludes MTP"),
     "Qwen/Qwen3.5-122B-A10B": CountingConvention(note="total includes the vision tower, excludes MTP"),
     "Qwen/Qwen3.5-35B-A3B": CountingConvention(note="total includes the vision tower, excludes MTP"),
@@ -85,14 +92,18 @@ def resolve_model_name(name: str) -> str:
     for hf_id in ids:
         if hf_id.lower() == key or hf_id.split("/", 1)[1].lower() == key:
             return hf_id
-    short = [i for i in ids if i.split("/", 1)[1].lower().startswith(key.split("/")[-1]) and
-             (("/" not in key) or i.lower().startswith(key))]
+    short = [
+        i
+        for i in ids
+        if i.split("/", 1)[1].lower().startswith(key.split("/")[-1]) and (("/" not in key) or i.lower().startswith(key))
+    ]
     if len(short) == 1:
         return short[0]
     if len(short) > 1:
         raise InputError("model", name, "a unique name; it matches " + ", ".join(short))
-    raise UnknownNameError("model", name, list(ids), "a built-in model (HF id or short name), or a path "
-                           "to a config.json; built-in:")
+    raise UnknownNameError(
+        "model", name, list(ids), "a built-in model (HF id or short name), or a path to a config.json; built-in:"
+    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -9,8 +9,12 @@ import typer
 
 from moeplan.errors import InputError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Check, estimate and plan Megatron-Core / Megatron Bridge layouts for MoE training.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Check, estimate and plan Megatron-Core / Megatron Bridge layouts for MoE training.",
+)
 
 EXIT_OK, EXIT_RULE, EXIT_INPUT = 0, 1, 2
 
@@ -45,15 +49,31 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
     if model is not None:
         ov["model"] = model
     system = {k: v for k, v in (("gpu", gpu), ("num_gpus", num_gpus)) if v is not None}
-    training = {k: v for k, v in (("seq_length", seq_length), ("micro_batch_size", mbs), ("global_batch_size", gbs),
-                                  ("precision", precision)) if v is not None}
-    names = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-             "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
-    layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp)) if v is not None}
+    training = {
+        k: v
+        for k, v in (
+            ("seq_length", seq_length),
+            ("micro_batch_size", mbs),
+            ("global_batch_size", gbs),
+            ("precision", precision),
+        )
+        if v is not None
+    }
+    names = (
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "virtual_pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
+    )
+    layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp), strict=False) if v is not None}
     ov.update({"system": system, "training": training, "layout": layout})
     for sec, vals in _parse_set(sets).items():
         if sec in ("model", "framework", "name"):
-            raise InputError("--set", sec, "system, training, layout, versions, environment, reported or model_overrides")
+            raise InputError(
+                "--set", sec, "system, training, layout, versions, environment, reported or model_overrides"
+            )
         ov.setdefault(sec, {}).update(vals)
     return ov
 
@@ -67,16 +87,21 @@ def check(
     seq_length: Optional[int] = typer.Option(None, "--seq-length", "-s", min=1, help="Tokens per sequence."),
     mbs: Optional[int] = typer.Option(None, "--mbs", min=1, help="micro_batch_size (sequences)."),
     gbs: Optional[int] = typer.Option(None, "--gbs", min=1, help="global_batch_size (sequences)."),
-    precision: Optional[str] = typer.Option(None, "--precision", help="bf16, fp8-tensorwise, fp8-delayed, "
-                                            "fp8-blockwise, mxfp8, nvfp4."),
+    precision: Optional[str] = typer.Option(
+        None, "--precision", help="bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4."
+    ),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor_model_parallel_size"),
     pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline_model_parallel_size"),
     vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="virtual_pipeline_model_parallel_size"),
     cp: Optional[int] = typer.Option(None, "--cp", min=1, help="context_parallel_size"),
     ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert_model_parallel_size"),
     etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert_tensor_parallel_size"),
-    sets: list[str] = typer.Option([], "--set", help="Any other key: section.key=value (YAML value), "
-                                   "e.g. layout.recompute_modules=[moe_act,layernorm]. Repeatable."),
+    sets: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Any other key: section.key=value (YAML value), "
+        "e.g. layout.recompute_modules=[moe_act,layernorm]. Repeatable.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Check a layout against every Megatron-Core rule; each finding has a rule id and a fix.
@@ -111,16 +136,26 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         m = get_model(hf_id)
         c = count_params(m)
         pub = m.published_params
-        kind = ("VLM " if m.is_vlm else "") + ("MoE" if m.is_moe else "dense") + (" MLA" if m.multi_latent_attention
-                                                                                   else "") + (
-            " hybrid-GDN" if m.has_linear_attention else "")
-        rows.append({
-            "id": hf_id, "kind": kind, "num_layers": m.num_layers,
-            "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "–",
-            "total_params": c.total, "active_params": c.active(), "mtp_params": c.mtp, "vision_params": c.vision,
-            "published": (f"{pub.get('total', '?')} / {pub.get('active', '?')}" if "total" in pub else "–")
-            + (" (reconstructed config)" if m.reconstructed else ""),
-        })
+        kind = (
+            ("VLM " if m.is_vlm else "")
+            + ("MoE" if m.is_moe else "dense")
+            + (" MLA" if m.multi_latent_attention else "")
+            + (" hybrid-GDN" if m.has_linear_attention else "")
+        )
+        rows.append(
+            {
+                "id": hf_id,
+                "kind": kind,
+                "num_layers": m.num_layers,
+                "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "–",
+                "total_params": c.total,
+                "active_params": c.active(),
+                "mtp_params": c.mtp,
+                "vision_params": c.vision,
+                "published": (f"{pub.get('total', '?')} / {pub.get('active', '?')}" if "total" in pub else "–")
+                + (" (reconstructed config)" if m.reconstructed else ""),
+            }
+        )
     if as_json:
         render.print_json(rows)
     else:
@@ -167,8 +202,7 @@ def params(
         _fail_input(exc)
         return
     if as_json:
-        render.print_json({"model": scn.model.name, "params": counts, "per_rank": stages,
-                           "scenario": scn.summary()})
+        render.print_json({"model": scn.model.name, "params": counts, "per_rank": stages, "scenario": scn.summary()})
     else:
         render.render_params(scn.model.name, counts, stages)
 

@@ -30,8 +30,10 @@ def render_check(result) -> None:
     c = console()
     s = result.scenario.summary()
     p = s["parallel"]
-    c.print(f"[bold]{s['model'] or '(no model)'}[/] on {s['num_gpus'] or '?'} × {s['gpu'] or '?'} "
-            f"({s['framework']}, megatron-core {s['megatron_core_version']})")
+    c.print(
+        f"[bold]{s['model'] or '(no model)'}[/] on {s['num_gpus'] or '?'} × {s['gpu'] or '?'} "
+        f"({s['framework']}, megatron-core {s['megatron_core_version']})"
+    )
     c.print("  " + "  ".join(f"{k}={v}" for k, v in p.items()))
     for f in result.findings:
         c.print(f"[{_SEV_STYLE[f.severity]}]{f.severity:<7}[/] [bold]{f.rule_id}[/]")
@@ -52,8 +54,15 @@ def render_models(rows: list[dict]) -> None:
     for col in ("model", "kind", "layers", "experts", "total", "active", "published"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["id"], r["kind"], str(r["num_layers"]), r["experts"], format_count(r["total_params"]),
-                  format_count(r["active_params"]), r["published"])
+        t.add_row(
+            r["id"],
+            r["kind"],
+            str(r["num_layers"]),
+            r["experts"],
+            format_count(r["total_params"]),
+            format_count(r["active_params"]),
+            r["published"],
+        )
     console().print(t)
 
 
@@ -61,16 +70,35 @@ def render_gpus(rows: list[dict]) -> None:
     from rich.table import Table
 
     t = Table(title="built-in GPUs (dense peaks)")
-    for col in ("id", "entry", "HBM GiB", "(source)", "BF16 TF", "FP8 TF", "FP4 TF", "NVLink domain",
-                "NVLink GB/s", "NIC Gb/s", "DeepEP", "HybridEP"):
+    for col in (
+        "id",
+        "entry",
+        "HBM GiB",
+        "(source)",
+        "BF16 TF",
+        "FP8 TF",
+        "FP4 TF",
+        "NVLink domain",
+        "NVLink GB/s",
+        "NIC Gb/s",
+        "DeepEP",
+        "HybridEP",
+    ):
         t.add_column(col)
     for r in rows:
         pk = r["peak_dense_tflops"]
-        t.add_row(r["id"], r["name"], f"{r['usable_hbm_gib']:.2f}", r["usable_hbm_source"],
-                  *(str(int(pk[k])) if k in pk else "–" for k in ("bf16", "fp8", "fp4")),
-                  str(r["scaleup_domain_gpus"]), str(r["scaleup_unidir_gb_per_s"] or "?"),
-                  str(r["nic_gbit_per_s_per_gpu"] or "?"), "yes" if r["supports_deepep"] else "no",
-                  "yes" if r["supports_hybridep"] else "no")
+        t.add_row(
+            r["id"],
+            r["name"],
+            f"{r['usable_hbm_gib']:.2f}",
+            r["usable_hbm_source"],
+            *(str(int(pk[k])) if k in pk else "–" for k in ("bf16", "fp8", "fp4")),
+            str(r["scaleup_domain_gpus"]),
+            str(r["scaleup_unidir_gb_per_s"] or "?"),
+            str(r["nic_gbit_per_s_per_gpu"] or "?"),
+            "yes" if r["supports_deepep"] else "no",
+            "yes" if r["supports_hybridep"] else "no",
+        )
     console().print(t)
 
 
@@ -93,9 +121,16 @@ def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> N
         for col in ("stage", "layers", "embedding", "output", "MTP", "dense", "expert", "total"):
             s.add_column(col, justify="right")
         for st in stages:
-            s.add_row(str(st["stage"]), str(st["num_layers"]), "yes" if st["embedding"] else "",
-                      "yes" if st["output_layer"] else "", str(st["mtp_layers"] or ""), format_count(st["dense"]),
-                      format_count(st["expert"]), format_count(st["total"]))
+            s.add_row(
+                str(st["stage"]),
+                str(st["num_layers"]),
+                "yes" if st["embedding"] else "",
+                "yes" if st["output_layer"] else "",
+                str(st["mtp_layers"] or ""),
+                format_count(st["dense"]),
+                format_count(st["expert"]),
+                format_count(st["total"]),
+            )
         c.print(s)
 
 

@@ -5,20 +5,27 @@ from __future__ import annotations
 from moeplan.rules.base import rule
 
 
-@rule("attention.heads_divisible_by_tp", "[TC] transformer_config.py",
-      "num_attention_heads must be divisible by TP")
+@rule("attention.heads_divisible_by_tp", "[TC] transformer_config.py", "num_attention_heads must be divisible by TP")
 def _heads(s, e):
     m = s.model
     if m is None or m.num_attention_heads is None:
         return [e.missing("the model's num_attention_heads")] if s.tp > 1 else None
     if m.num_attention_heads % s.tp:
         ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if m.num_attention_heads % t == 0]
-        return [e.error(f"num_attention_heads ({m.num_attention_heads}) is not divisible by TP ({s.tp})",
-                        f"use TP in {ok}", "tensor_model_parallel_size")]
+        return [
+            e.error(
+                f"num_attention_heads ({m.num_attention_heads}) is not divisible by TP ({s.tp})",
+                f"use TP in {ok}",
+                "tensor_model_parallel_size",
+            )
+        ]
 
 
-@rule("attention.query_groups_vs_tp", "[TC] transformer_config.py",
-      "num_query_groups must be a multiple of TP, or (mcore ≥ 0.16) a divisor of TP")
+@rule(
+    "attention.query_groups_vs_tp",
+    "[TC] transformer_config.py",
+    "num_query_groups must be a multiple of TP, or (mcore ≥ 0.16) a divisor of TP",
+)
 def _groups(s, e):
     m = s.model
     if m is None or m.num_query_groups is None or m.multi_latent_attention:
@@ -29,17 +36,31 @@ def _groups(s, e):
     ok_divides = tp % g == 0
     relaxed = s.mcore_version >= (0, 16, 0)
     if ok_divides and relaxed:
-        return [e.info(f"TP ({tp}) > num_query_groups ({g}): each KV group is replicated on {tp // g} TP ranks "
-                       f"(accepted since megatron-core 0.16)", "tensor_model_parallel_size")]
+        return [
+            e.info(
+                f"TP ({tp}) > num_query_groups ({g}): each KV group is replicated on {tp // g} TP ranks "
+                f"(accepted since megatron-core 0.16)",
+                "tensor_model_parallel_size",
+            )
+        ]
     allowed = [t for t in (1, 2, 4, 8, 16, 32) if g % t == 0]
-    why = "" if relaxed else f" (megatron-core {'.'.join(map(str, s.mcore_version))} requires num_query_groups % TP == 0)"
-    return [e.error(f"num_query_groups ({g}) is not divisible by TP ({tp}){why}",
-                    f"use TP in {allowed}" + ("" if relaxed else " or megatron-core ≥ 0.16"),
-                    "tensor_model_parallel_size")]
+    why = (
+        "" if relaxed else f" (megatron-core {'.'.join(map(str, s.mcore_version))} requires num_query_groups % TP == 0)"
+    )
+    return [
+        e.error(
+            f"num_query_groups ({g}) is not divisible by TP ({tp}){why}",
+            f"use TP in {allowed}" + ("" if relaxed else " or megatron-core ≥ 0.16"),
+            "tensor_model_parallel_size",
+        )
+    ]
 
 
-@rule("attention.gdn_heads_vs_tp_cp", "[TC] transformer_config.py (gated delta net)",
-      "linear_num_key_heads and linear_num_value_heads must be divisible by TP·CP; value heads by key heads")
+@rule(
+    "attention.gdn_heads_vs_tp_cp",
+    "[TC] transformer_config.py (gated delta net)",
+    "linear_num_key_heads and linear_num_value_heads must be divisible by TP·CP; value heads by key heads",
+)
 def _gdn(s, e):
     m = s.model
     if m is None or not m.has_linear_attention:
@@ -48,10 +69,20 @@ def _gdn(s, e):
     out = []
     for name, n in (("linear_num_key_heads", nk), ("linear_num_value_heads", nv)):
         if n is not None and n % d:
-            out.append(e.error(f"{name} ({n}) is not divisible by TP·CP = {s.tp}·{s.cp} = {d}",
-                               f"choose TP·CP dividing {n} (e.g. {max(x for x in (1, 2, 4, 8, 16) if n % x == 0)})",
-                               "tensor_model_parallel_size", "context_parallel_size"))
+            out.append(
+                e.error(
+                    f"{name} ({n}) is not divisible by TP·CP = {s.tp}·{s.cp} = {d}",
+                    f"choose TP·CP dividing {n} (e.g. {max(x for x in (1, 2, 4, 8, 16) if n % x == 0)})",
+                    "tensor_model_parallel_size",
+                    "context_parallel_size",
+                )
+            )
     if nk and nv and nv % nk:
-        out.append(e.error(f"linear_num_value_heads ({nv}) is not divisible by linear_num_key_heads ({nk})",
-                           "fix the model config", "model"))
+        out.append(
+            e.error(
+                f"linear_num_value_heads ({nv}) is not divisible by linear_num_key_heads ({nk})",
+                "fix the model config",
+                "model",
+            )
+        )
     return out

@@ -7,45 +7,87 @@ from moeplan.rules.base import rule
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
 
-@rule("graphs.impl_and_scope_values", "[TC] transformer_config.py; [B-CG] utils/cuda_graph.py",
-      "cuda_graph_impl valid for the version; scopes valid; full_iteration with an empty scope; scope and "
-      "modules not both set; Bridge uses local only for full-iteration capture")
+@rule(
+    "graphs.impl_and_scope_values",
+    "[TC] transformer_config.py; [B-CG] utils/cuda_graph.py",
+    "cuda_graph_impl valid for the version; scopes valid; full_iteration with an empty scope; scope and "
+    "modules not both set; Bridge uses local only for full-iteration capture",
+)
 def _values(s, e):
     lay = s.layout
     impl = lay.cuda_graph_impl or "none"
     out = []
     ver = ".".join(map(str, s.mcore_version))
     if impl == "full_iteration" and s.mcore_version < (0, 18, 0):
-        out.append(e.error(f"cuda_graph_impl full_iteration needs megatron-core ≥ 0.18 (scenario: {ver})",
-                           "use cuda_graph_impl: local with cuda_graph_scope: full_iteration", "cuda_graph_impl"))
+        out.append(
+            e.error(
+                f"cuda_graph_impl full_iteration needs megatron-core ≥ 0.18 (scenario: {ver})",
+                "use cuda_graph_impl: local with cuda_graph_scope: full_iteration",
+                "cuda_graph_impl",
+            )
+        )
     if lay.cuda_graph_scope is not None and lay.cuda_graph_modules is not None:
-        out.append(e.error("cuda_graph_scope and cuda_graph_modules cannot both be set",
-                           "keep cuda_graph_modules (cuda_graph_scope is its deprecated alias)", "cuda_graph_scope"))
+        out.append(
+            e.error(
+                "cuda_graph_scope and cuda_graph_modules cannot both be set",
+                "keep cuda_graph_modules (cuda_graph_scope is its deprecated alias)",
+                "cuda_graph_scope",
+            )
+        )
     scopes = s.graph_scopes()
     bad = [x for x in scopes if x not in SCOPES and x != "full"]
     if bad:
         out.append(e.error(f"unknown CUDA graph scope {bad[0]!r}", f"use {', '.join(SCOPES)}", "cuda_graph_scope"))
     if impl == "full_iteration" and [x for x in scopes if x != "full_iteration"]:
-        out.append(e.error(f"full_iteration graphs need an empty scope (got {scopes})", "set cuda_graph_scope: []",
-                           "cuda_graph_scope"))
+        out.append(
+            e.error(
+                f"full_iteration graphs need an empty scope (got {scopes})",
+                "set cuda_graph_scope: []",
+                "cuda_graph_scope",
+            )
+        )
     if "full_iteration" in scopes and len(scopes) > 1:
-        out.append(e.error("the full_iteration scope cannot be combined with other scopes",
-                           "keep only full_iteration", "cuda_graph_scope"))
+        out.append(
+            e.error(
+                "the full_iteration scope cannot be combined with other scopes",
+                "keep only full_iteration",
+                "cuda_graph_scope",
+            )
+        )
     if impl == "transformer_engine" and "full_iteration" in scopes:
-        out.append(e.error("the full_iteration scope cannot be captured by transformer_engine graphs",
-                           "use cuda_graph_impl: full_iteration", "cuda_graph_impl"))
+        out.append(
+            e.error(
+                "the full_iteration scope cannot be captured by transformer_engine graphs",
+                "use cuda_graph_impl: full_iteration",
+                "cuda_graph_impl",
+            )
+        )
     if s.framework == "megatron-bridge" and impl == "local" and scopes and scopes != ["full_iteration"]:
-        out.append(e.error("Megatron Bridge accepts cuda_graph_impl local only for full-iteration capture",
-                           "use cuda_graph_impl: transformer_engine for scoped graphs", "cuda_graph_impl"))
+        out.append(
+            e.error(
+                "Megatron Bridge accepts cuda_graph_impl local only for full-iteration capture",
+                "use cuda_graph_impl: transformer_engine for scoped graphs",
+                "cuda_graph_impl",
+            )
+        )
     if s.gpu is not None and s.gpu.vendor != "NVIDIA" and impl == "transformer_engine":
-        out.append(e.error(f"Transformer Engine CUDA graphs are NVIDIA-only ({s.gpu.id})", "use cuda_graph_impl: none",
-                           "cuda_graph_impl", kind="unsupported"))
+        out.append(
+            e.error(
+                f"Transformer Engine CUDA graphs are NVIDIA-only ({s.gpu.id})",
+                "use cuda_graph_impl: none",
+                "cuda_graph_impl",
+                kind="unsupported",
+            )
+        )
     return out
 
 
-@rule("graphs.moe_scopes", "[TC] transformer_config.py",
-      "moe and moe_router not both; moe_preprocess needs moe_router; moe scopes need MoE; mlp not when every "
-      "layer is MoE; moe needs drop-and-pad; moe_preprocess with alltoall needs no capacity factor/padding syncs")
+@rule(
+    "graphs.moe_scopes",
+    "[TC] transformer_config.py",
+    "moe and moe_router not both; moe_preprocess needs moe_router; moe scopes need MoE; mlp not when every "
+    "layer is MoE; moe needs drop-and-pad; moe_preprocess with alltoall needs no capacity factor/padding syncs",
+)
 def _moe_scopes(s, e):
     if not s.graphs_on() or s.layout.cuda_graph_impl == "full_iteration":
         return None
@@ -53,108 +95,192 @@ def _moe_scopes(s, e):
     lay = s.layout
     out = []
     if {"moe", "moe_router"} <= sc:
-        out.append(e.error("the moe and moe_router graph scopes cannot both be set", "keep moe_router",
-                           "cuda_graph_scope"))
+        out.append(
+            e.error("the moe and moe_router graph scopes cannot both be set", "keep moe_router", "cuda_graph_scope")
+        )
     if "moe_preprocess" in sc and "moe_router" not in sc:
-        out.append(e.error("the moe_preprocess graph scope needs moe_router", "add moe_router to cuda_graph_scope",
-                           "cuda_graph_scope"))
+        out.append(
+            e.error(
+                "the moe_preprocess graph scope needs moe_router",
+                "add moe_router to cuda_graph_scope",
+                "cuda_graph_scope",
+            )
+        )
     m = s.model
     known = m is not None and m.num_layers is not None
     if known and not m.is_moe and sc & {"moe", "moe_router", "moe_preprocess"}:
-        out.append(e.error("MoE graph scopes on a model without routed experts", "use attn / mlp scopes",
-                           "cuda_graph_scope"))
+        out.append(
+            e.error("MoE graph scopes on a model without routed experts", "use attn / mlp scopes", "cuda_graph_scope")
+        )
     if known and m.all_layers_moe and "mlp" in sc:
-        out.append(e.error("the mlp graph scope is not allowed when every layer is MoE",
-                           "use moe_router (+ moe_preprocess) instead", "cuda_graph_scope"))
-    drop_pad = lay.moe_expert_capacity_factor is not None and lay.moe_expert_capacity_factor >= 0 \
+        out.append(
+            e.error(
+                "the mlp graph scope is not allowed when every layer is MoE",
+                "use moe_router (+ moe_preprocess) instead",
+                "cuda_graph_scope",
+            )
+        )
+    drop_pad = (
+        lay.moe_expert_capacity_factor is not None
+        and lay.moe_expert_capacity_factor >= 0
         and lay.moe_pad_expert_input_to_capacity
+    )
     if "moe" in sc and not drop_pad:
-        out.append(e.error("the moe graph scope needs static shapes: drop-and-pad routing "
-                           "(moe_expert_capacity_factor set and moe_pad_expert_input_to_capacity: true); "
-                           "dropless routing gives variable per-expert token counts",
-                           "use moe_router + moe_preprocess scopes, or enable drop-and-pad", "cuda_graph_scope",
-                           "moe_expert_capacity_factor"))
-    syncs = (lay.moe_expert_capacity_factor is not None and lay.moe_expert_capacity_factor >= 0) \
-        or lay.moe_router_padding_for_fp8
+        out.append(
+            e.error(
+                "the moe graph scope needs static shapes: drop-and-pad routing "
+                "(moe_expert_capacity_factor set and moe_pad_expert_input_to_capacity: true); "
+                "dropless routing gives variable per-expert token counts",
+                "use moe_router + moe_preprocess scopes, or enable drop-and-pad",
+                "cuda_graph_scope",
+                "moe_expert_capacity_factor",
+            )
+        )
+    syncs = (
+        lay.moe_expert_capacity_factor is not None and lay.moe_expert_capacity_factor >= 0
+    ) or lay.moe_router_padding_for_fp8
     if "moe_preprocess" in sc and not drop_pad and lay.moe_token_dispatcher_type == "alltoall" and syncs:
-        out.append(e.error("moe_preprocess graphs with the alltoall dispatcher cannot use a capacity factor or "
-                           "router padding without drop-and-pad (device-to-host syncs)",
-                           "drop moe_preprocess or the capacity factor", "cuda_graph_scope"))
+        out.append(
+            e.error(
+                "moe_preprocess graphs with the alltoall dispatcher cannot use a capacity factor or "
+                "router padding without drop-and-pad (device-to-host syncs)",
+                "drop moe_preprocess or the capacity factor",
+                "cuda_graph_scope",
+            )
+        )
     return out
 
 
-@rule("graphs.recompute_compatibility", "[TC] transformer_config.py",
-      "full recompute only with full_iteration graphs; 'moe' recompute not with the moe_router TE graph")
+@rule(
+    "graphs.recompute_compatibility",
+    "[TC] transformer_config.py",
+    "full recompute only with full_iteration graphs; 'moe' recompute not with the moe_router TE graph",
+)
 def _recompute(s, e):
     if not s.graphs_on():
         return None
     lay = s.layout
     out = []
     if lay.recompute_granularity == "full" and lay.cuda_graph_impl != "full_iteration":
-        out.append(e.error(f"full recompute is only allowed with full_iteration graphs (impl is {lay.cuda_graph_impl})",
-                           "use selective recompute with scoped graphs, or full_iteration graphs",
-                           "recompute_granularity", "cuda_graph_impl"))
-    if lay.cuda_graph_impl == "transformer_engine" and "moe" in (lay.recompute_modules or []) \
-            and "moe_router" in s.graph_scopes():
-        out.append(e.error("'moe' recompute cannot be combined with the moe_router TE graph scope",
-                           "recompute moe_act instead of moe, or drop moe_router", "recompute_modules",
-                           "cuda_graph_scope"))
+        out.append(
+            e.error(
+                f"full recompute is only allowed with full_iteration graphs (impl is {lay.cuda_graph_impl})",
+                "use selective recompute with scoped graphs, or full_iteration graphs",
+                "recompute_granularity",
+                "cuda_graph_impl",
+            )
+        )
+    if (
+        lay.cuda_graph_impl == "transformer_engine"
+        and "moe" in (lay.recompute_modules or [])
+        and "moe_router" in s.graph_scopes()
+    ):
+        out.append(
+            e.error(
+                "'moe' recompute cannot be combined with the moe_router TE graph scope",
+                "recompute moe_act instead of moe, or drop moe_router",
+                "recompute_modules",
+                "cuda_graph_scope",
+            )
+        )
     return out
 
 
-@rule("graphs.requires_te_rng_tracker", "[ARGS]; [B-CFG] rng.te_rng_tracker",
-      "CUDA graphs need the Transformer Engine RNG tracker")
+@rule(
+    "graphs.requires_te_rng_tracker",
+    "[ARGS]; [B-CFG] rng.te_rng_tracker",
+    "CUDA graphs need the Transformer Engine RNG tracker",
+)
 def _rng(s, e):
     if s.graphs_on() and s.layout.use_te_rng_tracker is False:
-        return [e.error("CUDA graphs need the TE RNG tracker but use_te_rng_tracker is false",
-                        "set use_te_rng_tracker: true (rng.te_rng_tracker in Bridge)", "use_te_rng_tracker")]
+        return [
+            e.error(
+                "CUDA graphs need the TE RNG tracker but use_te_rng_tracker is false",
+                "set use_te_rng_tracker: true (rng.te_rng_tracker in Bridge)",
+                "use_te_rng_tracker",
+            )
+        ]
 
 
-@rule("graphs.static_shapes_data", "[B-CFG] ConfigContainer.validate; graph replay semantics",
-      "graph replay needs fixed shapes: packed data padded to max length (and pad_cu_seqlens with attn graphs)")
+@rule(
+    "graphs.static_shapes_data",
+    "[B-CFG] ConfigContainer.validate; graph replay semantics",
+    "graph replay needs fixed shapes: packed data padded to max length (and pad_cu_seqlens with attn graphs)",
+)
 def _static(s, e):
     if not s.graphs_on():
         return None
     t = s.training
     out = []
     if t.variable_length and not t.pad_to_max_length:
-        out.append(e.error("CUDA graphs with variable-length batches: a replay with another shape is silently "
-                           "wrong or fails", "pad microbatches to seq_length (pad_to_max_length: true) or run eager",
-                           "training.variable_length", "cuda_graph_impl"))
+        out.append(
+            e.error(
+                "CUDA graphs with variable-length batches: a replay with another shape is silently wrong or fails",
+                "pad microbatches to seq_length (pad_to_max_length: true) or run eager",
+                "training.variable_length",
+                "cuda_graph_impl",
+            )
+        )
     elif t.packed_sequences and t.pad_to_max_length is False:
-        out.append(e.error("packed sequences with CUDA graphs need pad_to_max_length", "set pad_to_max_length: true",
-                           "training.pad_to_max_length"))
+        out.append(
+            e.error(
+                "packed sequences with CUDA graphs need pad_to_max_length",
+                "set pad_to_max_length: true",
+                "training.pad_to_max_length",
+            )
+        )
     if t.packed_sequences and "attn" in s.graph_scopes() and t.pad_cu_seqlens is False:
-        out.append(e.error("attention graphs over packed data need pad_cu_seqlens", "set pad_cu_seqlens: true",
-                           "training.pad_cu_seqlens"))
+        out.append(
+            e.error(
+                "attention graphs over packed data need pad_cu_seqlens",
+                "set pad_cu_seqlens: true",
+                "training.pad_cu_seqlens",
+            )
+        )
     return out
 
 
 @rule("graphs.full_iteration_nan_check", "[B-CFG]; [ARGS]", "full_iteration graphs need check_for_nan_in_loss off")
 def _nan(s, e):
     if s.layout.cuda_graph_impl == "full_iteration" and s.layout.check_for_nan_in_loss:
-        return [e.error("full_iteration graphs need check_for_nan_in_loss: false", "set it false",
-                        "check_for_nan_in_loss")]
+        return [
+            e.error("full_iteration graphs need check_for_nan_in_loss: false", "set it false", "check_for_nan_in_loss")
+        ]
 
 
-@rule("graphs.expandable_segments", "[ARGS] arguments.py",
-      "TE graphs with expandable_segments need NCCL_GRAPH_REGISTER=0")
+@rule(
+    "graphs.expandable_segments", "[ARGS] arguments.py", "TE graphs with expandable_segments need NCCL_GRAPH_REGISTER=0"
+)
 def _expandable(s, e):
     if s.layout.cuda_graph_impl != "transformer_engine":
         return None
     alloc = s.environment.get("PYTORCH_CUDA_ALLOC_CONF", "")
     if "expandable_segments:true" in alloc.lower().replace(" ", "") and s.environment.get("NCCL_GRAPH_REGISTER") != "0":
-        return [e.error("TE CUDA graphs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True need "
-                        "NCCL_GRAPH_REGISTER=0", "export NCCL_GRAPH_REGISTER=0", "environment")]
+        return [
+            e.error(
+                "TE CUDA graphs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True need NCCL_GRAPH_REGISTER=0",
+                "export NCCL_GRAPH_REGISTER=0",
+                "environment",
+            )
+        ]
 
 
-@rule("graphs.inflight_microbatch_memory", "[SCH] schedules.py; TE make_graphed_callables",
-      "per-layer graphs keep static buffers per in-flight microbatch: memory grows with PP")
+@rule(
+    "graphs.inflight_microbatch_memory",
+    "[SCH] schedules.py; TE make_graphed_callables",
+    "per-layer graphs keep static buffers per in-flight microbatch: memory grows with PP",
+)
 def _inflight(s, e):
     if not s.graphs_on() or s.layout.cuda_graph_impl == "full_iteration" or s.pp <= 1:
         return None
     inflight = s.pp if s.vpp <= 1 else s.pp * s.vpp
-    return [e.warning(f"per-layer CUDA graphs capture static input/output buffers for every in-flight microbatch "
-                      f"(up to {inflight} with PP = {s.pp}{', VPP = ' + str(s.vpp) if s.vpp > 1 else ''}): graph memory "
-                      "grows with PP; check the memory estimate", "narrow the graph scope or lower PP if memory is tight",
-                      "cuda_graph_scope", "pipeline_model_parallel_size")]
+    return [
+        e.warning(
+            f"per-layer CUDA graphs capture static input/output buffers for every in-flight microbatch "
+            f"(up to {inflight} with PP = {s.pp}{', VPP = ' + str(s.vpp) if s.vpp > 1 else ''}): graph memory "
+            "grows with PP; check the memory estimate",
+            "narrow the graph scope or lower PP if memory is tight",
+            "cuda_graph_scope",
+            "pipeline_model_parallel_size",
+        )
+    ]

@@ -11,8 +11,11 @@ def _is_moe(s) -> bool | None:
     return s.model.is_moe
 
 
-@rule("moe.experts_divisible_by_ep", "[TC]; [MOE] moe_layer.py; [ARGS]",
-      "EP > 1 needs routed experts, and num_moe_experts must be divisible by EP")
+@rule(
+    "moe.experts_divisible_by_ep",
+    "[TC]; [MOE] moe_layer.py; [ARGS]",
+    "EP > 1 needs routed experts, and num_moe_experts must be divisible by EP",
+)
 def _ep(s, e):
     if s.ep == 1:
         return None
@@ -20,13 +23,23 @@ def _ep(s, e):
     if moe is None:
         return [e.missing("the model's num_moe_experts")]
     if not moe:
-        return [e.error(f"expert_model_parallel_size = {s.ep} but {s.model.name} has no routed experts",
-                        "set expert_model_parallel_size: 1", "expert_model_parallel_size")]
+        return [
+            e.error(
+                f"expert_model_parallel_size = {s.ep} but {s.model.name} has no routed experts",
+                "set expert_model_parallel_size: 1",
+                "expert_model_parallel_size",
+            )
+        ]
     n = s.model.num_moe_experts
     if n % s.ep:
         ok = [x for x in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n % x == 0]
-        return [e.error(f"num_moe_experts ({n}) is not divisible by expert_model_parallel_size ({s.ep})",
-                        f"use EP in {ok}", "expert_model_parallel_size")]
+        return [
+            e.error(
+                f"num_moe_experts ({n}) is not divisible by expert_model_parallel_size ({s.ep})",
+                f"use EP in {ok}",
+                "expert_model_parallel_size",
+            )
+        ]
 
 
 @rule("moe.etp_with_bias", "[TC] transformer_config.py", "MoE with biased linear layers needs ETP = 1")
@@ -34,8 +47,13 @@ def _etp_bias(s, e):
     m = s.model
     if m is None or not m.is_moe or not m.moe_expert_bias or s.etp == 1:
         return None
-    return [e.error(f"{m.name} has biased expert layers; expert_tensor_parallel_size must be 1 (is {s.etp})",
-                    "set expert_tensor_parallel_size: 1", "expert_tensor_parallel_size")]
+    return [
+        e.error(
+            f"{m.name} has biased expert layers; expert_tensor_parallel_size must be 1 (is {s.etp})",
+            "set expert_tensor_parallel_size: 1",
+            "expert_tensor_parallel_size",
+        )
+    ]
 
 
 def _backend(s) -> str | None:
@@ -47,9 +65,13 @@ def _backend(s) -> str | None:
     return lay.moe_flex_dispatcher_backend or "deepep"
 
 
-@rule("moe.flex_dispatcher_backend_vs_gpu", "[B-FLEX] flex_dispatcher_backend.py",
-      "DeepEP needs CC 8.x/9.x or B200/B300 (not GB200/GB300: use HybridEP); HybridEP needs CC 8.x–10.x; "
-      "neither runs on non-NVIDIA GPUs", kind="unsupported")
+@rule(
+    "moe.flex_dispatcher_backend_vs_gpu",
+    "[B-FLEX] flex_dispatcher_backend.py",
+    "DeepEP needs CC 8.x/9.x or B200/B300 (not GB200/GB300: use HybridEP); HybridEP needs CC 8.x–10.x; "
+    "neither runs on non-NVIDIA GPUs",
+    kind="unsupported",
+)
 def _backend_gpu(s, e):
     b = _backend(s)
     if b is None:
@@ -57,80 +79,164 @@ def _backend_gpu(s, e):
     if s.gpu is None:
         return [e.missing("system.gpu (dispatcher backend support)")]
     if b == "deepep" and not s.gpu.supports_deepep:
-        alt = "moe_flex_dispatcher_backend: hybridep" if s.gpu.supports_hybridep else \
-            "moe_token_dispatcher_type: alltoall"
-        return [e.error(f"DeepEP is not supported on {s.gpu.id} ({s.gpu.name})",
-                        f"use {alt}" + (" with NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN="
-                                        f"{s.gpu.scaleup_domain_gpus}" if s.gpu.is_nvl72 else ""),
-                        "moe_flex_dispatcher_backend", "system.gpu")]
+        alt = (
+            "moe_flex_dispatcher_backend: hybridep"
+            if s.gpu.supports_hybridep
+            else "moe_token_dispatcher_type: alltoall"
+        )
+        return [
+            e.error(
+                f"DeepEP is not supported on {s.gpu.id} ({s.gpu.name})",
+                f"use {alt}"
+                + (
+                    f" with NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={s.gpu.scaleup_domain_gpus}"
+                    if s.gpu.is_nvl72
+                    else ""
+                ),
+                "moe_flex_dispatcher_backend",
+                "system.gpu",
+            )
+        ]
     if b == "hybridep" and not s.gpu.supports_hybridep:
-        return [e.error(f"HybridEP is not supported on {s.gpu.id}", "use moe_token_dispatcher_type: alltoall",
-                        "moe_flex_dispatcher_backend")]
+        return [
+            e.error(
+                f"HybridEP is not supported on {s.gpu.id}",
+                "use moe_token_dispatcher_type: alltoall",
+                "moe_flex_dispatcher_backend",
+            )
+        ]
 
 
-@rule("moe.flex_backend_settings", "[TC] transformer_config.py; [MOE] token_dispatcher.py",
-      "flex backends: deepep/ncclep need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
-      "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored")
+@rule(
+    "moe.flex_backend_settings",
+    "[TC] transformer_config.py; [MOE] token_dispatcher.py",
+    "flex backends: deepep/ncclep need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
+    "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored",
+)
 def _flex(s, e):
     lay = s.layout
     out = []
     b = _backend(s)
-    if lay.moe_flex_dispatcher_backend and lay.moe_token_dispatcher_type not in (None, "flex") and not lay.moe_enable_deepep:
-        out.append(e.warning(f"moe_flex_dispatcher_backend={lay.moe_flex_dispatcher_backend} is ignored with "
-                             f"moe_token_dispatcher_type={lay.moe_token_dispatcher_type}",
-                             "set moe_token_dispatcher_type: flex to use it", "moe_token_dispatcher_type"))
+    if (
+        lay.moe_flex_dispatcher_backend
+        and lay.moe_token_dispatcher_type not in (None, "flex")
+        and not lay.moe_enable_deepep
+    ):
+        out.append(
+            e.warning(
+                f"moe_flex_dispatcher_backend={lay.moe_flex_dispatcher_backend} is ignored with "
+                f"moe_token_dispatcher_type={lay.moe_token_dispatcher_type}",
+                "set moe_token_dispatcher_type: flex to use it",
+                "moe_token_dispatcher_type",
+            )
+        )
     if lay.moe_enable_deepep and lay.moe_flex_dispatcher_backend == "hybridep":
-        out.append(e.error("moe_enable_deepep cannot be combined with moe_flex_dispatcher_backend=hybridep",
-                           "drop the deprecated moe_enable_deepep", "moe_enable_deepep"))
+        out.append(
+            e.error(
+                "moe_enable_deepep cannot be combined with moe_flex_dispatcher_backend=hybridep",
+                "drop the deprecated moe_enable_deepep",
+                "moe_enable_deepep",
+            )
+        )
     if b in ("deepep", "ncclep") and s.etp * s.ep <= 1:
-        out.append(e.error(f"the {b} backend needs ETP·EP > 1 (is {s.etp}·{s.ep})",
-                           "use EP > 1 or the alltoall dispatcher", "expert_model_parallel_size"))
+        out.append(
+            e.error(
+                f"the {b} backend needs ETP·EP > 1 (is {s.etp}·{s.ep})",
+                "use EP > 1 or the alltoall dispatcher",
+                "expert_model_parallel_size",
+            )
+        )
     if b == "ncclep" and s.mcore_version < (0, 19, 0):
-        out.append(e.error(f"ncclep needs megatron-core ≥ 0.19 (scenario: {'.'.join(map(str, s.mcore_version))})",
-                           "use deepep or hybridep", "moe_flex_dispatcher_backend"))
+        out.append(
+            e.error(
+                f"ncclep needs megatron-core ≥ 0.19 (scenario: {'.'.join(map(str, s.mcore_version))})",
+                "use deepep or hybridep",
+                "moe_flex_dispatcher_backend",
+            )
+        )
     if b == "deepep" and lay.moe_pad_expert_input_to_capacity:
-        out.append(e.error("flex + DeepEP does not support moe_pad_expert_input_to_capacity",
-                           "use alltoall for drop-and-pad, or drop padding", "moe_pad_expert_input_to_capacity"))
+        out.append(
+            e.error(
+                "flex + DeepEP does not support moe_pad_expert_input_to_capacity",
+                "use alltoall for drop-and-pad, or drop padding",
+                "moe_pad_expert_input_to_capacity",
+            )
+        )
     if lay.moe_expert_rank_capacity_factor is not None and b not in ("hybridep", "ncclep"):
-        out.append(e.error("moe_expert_rank_capacity_factor needs the hybridep or ncclep backend",
-                           "set moe_token_dispatcher_type: flex with moe_flex_dispatcher_backend: hybridep",
-                           "moe_expert_rank_capacity_factor"))
+        out.append(
+            e.error(
+                "moe_expert_rank_capacity_factor needs the hybridep or ncclep backend",
+                "set moe_token_dispatcher_type: flex with moe_flex_dispatcher_backend: hybridep",
+                "moe_expert_rank_capacity_factor",
+            )
+        )
     return out
 
 
-@rule("moe.capacity_settings", "[TC] transformer_config.py",
-      "pad-to-capacity needs a capacity factor; a capacity factor needs aux_loss/seq_aux_loss/global_aux_loss/none "
-      "balancing; allgather does not support variable sequence lengths")
+@rule(
+    "moe.capacity_settings",
+    "[TC] transformer_config.py",
+    "pad-to-capacity needs a capacity factor; a capacity factor needs aux_loss/seq_aux_loss/global_aux_loss/none "
+    "balancing; allgather does not support variable sequence lengths",
+)
 def _capacity(s, e):
     lay = s.layout
     out = []
     cf = lay.moe_expert_capacity_factor
     if lay.moe_pad_expert_input_to_capacity and (cf is None or cf < 0):
-        out.append(e.error("moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor",
-                           "set moe_expert_capacity_factor (e.g. 1.0)", "moe_pad_expert_input_to_capacity"))
+        out.append(
+            e.error(
+                "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor",
+                "set moe_expert_capacity_factor (e.g. 1.0)",
+                "moe_pad_expert_input_to_capacity",
+            )
+        )
     lb = lay.moe_router_load_balancing_type
     if cf is not None and cf >= 0 and lb not in (None, "aux_loss", "seq_aux_loss", "global_aux_loss", "none"):
-        out.append(e.error(f"moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or "
-                           f"none balancing (is {lb})", "change the balancing type or drop the capacity factor",
-                           "moe_router_load_balancing_type"))
+        out.append(
+            e.error(
+                f"moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or "
+                f"none balancing (is {lb})",
+                "change the balancing type or drop the capacity factor",
+                "moe_router_load_balancing_type",
+            )
+        )
     if lay.moe_token_dispatcher_type == "allgather" and s.training.variable_length:
-        out.append(e.error("the allgather dispatcher does not support variable sequence lengths",
-                           "use moe_token_dispatcher_type: alltoall", "moe_token_dispatcher_type"))
+        out.append(
+            e.error(
+                "the allgather dispatcher does not support variable sequence lengths",
+                "use moe_token_dispatcher_type: alltoall",
+                "moe_token_dispatcher_type",
+            )
+        )
     if lay.moe_shared_expert_overlap and lay.moe_token_dispatcher_type not in ("alltoall", "flex"):
-        out.append(e.error("moe_shared_expert_overlap needs the alltoall or flex dispatcher",
-                           "use moe_token_dispatcher_type: alltoall", "moe_shared_expert_overlap"))
+        out.append(
+            e.error(
+                "moe_shared_expert_overlap needs the alltoall or flex dispatcher",
+                "use moe_token_dispatcher_type: alltoall",
+                "moe_shared_expert_overlap",
+            )
+        )
     return out
 
 
-@rule("moe.ep_overlap_requirements", "[TC] transformer_config.py; [B-CO] comm_overlap.py",
-      "overlap_moe_expert_parallel_comm needs EP > 1, alltoall/flex, bf16/fp16, VPP when PP > 1, no full "
-      "recompute and no 'moe' recompute, no shared-expert overlap, mtp_num_layers ≤ 1, no moe/mlp TE graphs")
+@rule(
+    "moe.ep_overlap_requirements",
+    "[TC] transformer_config.py; [B-CO] comm_overlap.py",
+    "overlap_moe_expert_parallel_comm needs EP > 1, alltoall/flex, bf16/fp16, VPP when PP > 1, no full "
+    "recompute and no 'moe' recompute, no shared-expert overlap, mtp_num_layers ≤ 1, no moe/mlp TE graphs",
+)
 def _ep_overlap(s, e):
     lay = s.layout
     if not lay.overlap_moe_expert_parallel_comm:
         if lay.delay_wgrad_compute:
-            return [e.error("delay_wgrad_compute requires overlap_moe_expert_parallel_comm",
-                            "enable EP overlap or drop delay_wgrad_compute", "delay_wgrad_compute")]
+            return [
+                e.error(
+                    "delay_wgrad_compute requires overlap_moe_expert_parallel_comm",
+                    "enable EP overlap or drop delay_wgrad_compute",
+                    "delay_wgrad_compute",
+                )
+            ]
         return None
     problems = []
     if s.ep <= 1:
@@ -153,5 +259,10 @@ def _ep_overlap(s, e):
         problems.append("no 'moe' or 'mlp' TE graph scope")
     if not problems:
         return None
-    return [e.error("overlap_moe_expert_parallel_comm requires " + "; ".join(problems),
-                    "meet those requirements or turn EP overlap off", "overlap_moe_expert_parallel_comm")]
+    return [
+        e.error(
+            "overlap_moe_expert_parallel_comm requires " + "; ".join(problems),
+            "meet those requirements or turn EP overlap off",
+            "overlap_moe_expert_parallel_comm",
+        )
+    ]

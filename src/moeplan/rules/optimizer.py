@@ -5,90 +5,172 @@ from __future__ import annotations
 from moeplan.rules.base import rule
 
 
-@rule("offload.optimizer_requires_distributed_optimizer", "[OPT] optimizer_config.py (HybridDeviceOptimizer)",
-      "optimizer_cpu_offload needs the distributed optimizer")
+@rule(
+    "offload.optimizer_requires_distributed_optimizer",
+    "[OPT] optimizer_config.py (HybridDeviceOptimizer)",
+    "optimizer_cpu_offload needs the distributed optimizer",
+)
 def _off_dist(s, e):
     lay = s.layout
     if lay.optimizer_cpu_offload and not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
-        return [e.error("optimizer_cpu_offload needs use_distributed_optimizer: true",
-                        "set use_distributed_optimizer: true", "optimizer_cpu_offload", "use_distributed_optimizer")]
+        return [
+            e.error(
+                "optimizer_cpu_offload needs use_distributed_optimizer: true",
+                "set use_distributed_optimizer: true",
+                "optimizer_cpu_offload",
+                "use_distributed_optimizer",
+            )
+        ]
 
 
-@rule("offload.optimizer_requires_precision_aware_optimizer", "[OPT] optimizer_config.py; Bridge cpu-offloading doc",
-      "optimizer_cpu_offload needs use_precision_aware_optimizer")
+@rule(
+    "offload.optimizer_requires_precision_aware_optimizer",
+    "[OPT] optimizer_config.py; Bridge cpu-offloading doc",
+    "optimizer_cpu_offload needs use_precision_aware_optimizer",
+)
 def _off_pao(s, e):
     lay = s.layout
     if lay.optimizer_cpu_offload and not lay.use_precision_aware_optimizer:
         how = "" if "use_precision_aware_optimizer" in s.stated else " (unset; OptimizerConfig default false)"
-        return [e.error(f"optimizer_cpu_offload needs use_precision_aware_optimizer: true{how}",
-                        "set use_precision_aware_optimizer: true", "optimizer_cpu_offload",
-                        "use_precision_aware_optimizer")]
+        return [
+            e.error(
+                f"optimizer_cpu_offload needs use_precision_aware_optimizer: true{how}",
+                "set use_precision_aware_optimizer: true",
+                "optimizer_cpu_offload",
+                "use_precision_aware_optimizer",
+            )
+        ]
 
 
-@rule("offload.optimizer_fraction", "[OPT] optimizer_config.py", "optimizer offload fraction must be stated with offload")
+@rule(
+    "offload.optimizer_fraction", "[OPT] optimizer_config.py", "optimizer offload fraction must be stated with offload"
+)
 def _fraction(s, e):
     lay = s.layout
     if lay.optimizer_cpu_offload and lay.optimizer_offload_fraction in (None, 0.0):
-        return [e.warning("optimizer_cpu_offload is on but optimizer_offload_fraction is "
-                          f"{lay.optimizer_offload_fraction or 0.0} (default 0.0): nothing is offloaded",
-                          "set optimizer_offload_fraction (0–1, e.g. 1.0)", "optimizer_offload_fraction")]
+        return [
+            e.warning(
+                "optimizer_cpu_offload is on but optimizer_offload_fraction is "
+                f"{lay.optimizer_offload_fraction or 0.0} (default 0.0): nothing is offloaded",
+                "set optimizer_offload_fraction (0–1, e.g. 1.0)",
+                "optimizer_offload_fraction",
+            )
+        ]
     if not lay.optimizer_cpu_offload and lay.optimizer_offload_fraction:
-        return [e.warning(f"optimizer_offload_fraction {lay.optimizer_offload_fraction} has no effect without "
-                          "optimizer_cpu_offload", "set optimizer_cpu_offload: true", "optimizer_cpu_offload")]
+        return [
+            e.warning(
+                f"optimizer_offload_fraction {lay.optimizer_offload_fraction} has no effect without "
+                "optimizer_cpu_offload",
+                "set optimizer_cpu_offload: true",
+                "optimizer_cpu_offload",
+            )
+        ]
 
 
-@rule("offload.fp8_param_gather_with_optimizer_offload", "[OPT] HybridDeviceOptimizer; Megatron-LM issue reports",
-      "FP8 parameter gather cannot be combined with optimizer CPU offload", kind="unsupported")
+@rule(
+    "offload.fp8_param_gather_with_optimizer_offload",
+    "[OPT] HybridDeviceOptimizer; Megatron-LM issue reports",
+    "FP8 parameter gather cannot be combined with optimizer CPU offload",
+    kind="unsupported",
+)
 def _fp8_pg(s, e):
     lay = s.layout
     if lay.optimizer_cpu_offload and lay.fp8_param_gather:
-        return [e.error("fp8_param_gather cannot be combined with optimizer_cpu_offload (the CPU optimizer "
-                        "updates high-precision params that the FP8 gather never sees)",
-                        "turn fp8_param_gather off when offloading the optimizer", "fp8_param_gather",
-                        "optimizer_cpu_offload")]
+        return [
+            e.error(
+                "fp8_param_gather cannot be combined with optimizer_cpu_offload (the CPU optimizer "
+                "updates high-precision params that the FP8 gather never sees)",
+                "turn fp8_param_gather off when offloading the optimizer",
+                "fp8_param_gather",
+                "optimizer_cpu_offload",
+            )
+        ]
 
 
-@rule("optimizer.precision_aware_requires_distributed", "[OPT] optimizer_config.py",
-      "use_precision_aware_optimizer needs the distributed optimizer (and Adam)")
+@rule(
+    "optimizer.precision_aware_requires_distributed",
+    "[OPT] optimizer_config.py",
+    "use_precision_aware_optimizer needs the distributed optimizer (and Adam)",
+)
 def _pao_dist(s, e):
     lay = s.layout
     if lay.use_precision_aware_optimizer and not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
-        return [e.error("use_precision_aware_optimizer needs use_distributed_optimizer: true",
-                        "set use_distributed_optimizer: true", "use_precision_aware_optimizer")]
+        return [
+            e.error(
+                "use_precision_aware_optimizer needs use_distributed_optimizer: true",
+                "set use_distributed_optimizer: true",
+                "use_precision_aware_optimizer",
+            )
+        ]
 
 
-@rule("optimizer.overlap_param_gather", "[ARGS]; [B-CFG]",
-      "overlap_param_gather needs the distributed optimizer (or FSDP) and overlap_grad_reduce")
+@rule(
+    "optimizer.overlap_param_gather",
+    "[ARGS]; [B-CFG]",
+    "overlap_param_gather needs the distributed optimizer (or FSDP) and overlap_grad_reduce",
+)
 def _opg(s, e):
     lay = s.layout
     if not lay.overlap_param_gather:
         return None
     out = []
     if not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
-        out.append(e.error("overlap_param_gather needs the distributed optimizer", "set use_distributed_optimizer: true",
-                           "overlap_param_gather"))
+        out.append(
+            e.error(
+                "overlap_param_gather needs the distributed optimizer",
+                "set use_distributed_optimizer: true",
+                "overlap_param_gather",
+            )
+        )
     if lay.overlap_grad_reduce is False:
-        out.append(e.error("overlap_param_gather needs overlap_grad_reduce", "set overlap_grad_reduce: true",
-                           "overlap_grad_reduce"))
+        out.append(
+            e.error(
+                "overlap_param_gather needs overlap_grad_reduce", "set overlap_grad_reduce: true", "overlap_grad_reduce"
+            )
+        )
     return out
 
 
-@rule("fsdp.exclusions", "[B-CFG]; [ARGS]",
-      "Megatron-FSDP and Torch-FSDP2 are exclusive; Torch-FSDP2 needs PP = 1 and EP = 1; FSDP sharding "
-      "strategy needs use_megatron_fsdp")
+@rule(
+    "fsdp.exclusions",
+    "[B-CFG]; [ARGS]",
+    "Megatron-FSDP and Torch-FSDP2 are exclusive; Torch-FSDP2 needs PP = 1 and EP = 1; FSDP sharding "
+    "strategy needs use_megatron_fsdp",
+)
 def _fsdp(s, e):
     lay = s.layout
     out = []
     if lay.use_megatron_fsdp and lay.use_torch_fsdp2:
-        out.append(e.error("use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive", "keep one",
-                           "use_megatron_fsdp", "use_torch_fsdp2"))
+        out.append(
+            e.error(
+                "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive",
+                "keep one",
+                "use_megatron_fsdp",
+                "use_torch_fsdp2",
+            )
+        )
     if lay.use_torch_fsdp2 and (s.pp > 1 or s.ep > 1):
-        out.append(e.error(f"Torch-FSDP2 needs PP = 1 and EP = 1 (PP = {s.pp}, EP = {s.ep})",
-                           "use Megatron-FSDP for MoE, or PP = EP = 1", "use_torch_fsdp2"))
+        out.append(
+            e.error(
+                f"Torch-FSDP2 needs PP = 1 and EP = 1 (PP = {s.pp}, EP = {s.ep})",
+                "use Megatron-FSDP for MoE, or PP = EP = 1",
+                "use_torch_fsdp2",
+            )
+        )
     if lay.data_parallel_sharding_strategy not in (None, "no_shard") and not lay.use_megatron_fsdp:
-        out.append(e.warning("data_parallel_sharding_strategy has no effect without use_megatron_fsdp",
-                             "set use_megatron_fsdp: true", "data_parallel_sharding_strategy"))
+        out.append(
+            e.warning(
+                "data_parallel_sharding_strategy has no effect without use_megatron_fsdp",
+                "set use_megatron_fsdp: true",
+                "data_parallel_sharding_strategy",
+            )
+        )
     if lay.use_megatron_fsdp and s.environment.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-        out.append(e.error("Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS ≠ 1",
-                           "unset CUDA_DEVICE_MAX_CONNECTIONS or set it to 8", "environment"))
+        out.append(
+            e.error(
+                "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS ≠ 1",
+                "unset CUDA_DEVICE_MAX_CONNECTIONS or set it to 8",
+                "environment",
+            )
+        )
     return out

@@ -31,12 +31,17 @@ def _uneven_hint(n_layers: int, pp: int) -> str:
     first, last = ends // 2, ends - ends // 2
     if pp == 2:
         return f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
-    return (f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last} "
-            f"({k} on each of the {pp - 2} middle stages)")
+    return (
+        f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last} "
+        f"({k} on each of the {pp - 2} middle stages)"
+    )
 
 
-@rule("pipeline.num_layers_divisible_by_pp", "[TB] transformer_block.get_num_layers_to_build; [TC]",
-      "without a layout or uneven stages, num_layers (+1 per account_for_*) must be divisible by PP")
+@rule(
+    "pipeline.num_layers_divisible_by_pp",
+    "[TB] transformer_block.get_num_layers_to_build; [TC]",
+    "without a layout or uneven stages, num_layers (+1 per account_for_*) must be divisible by PP",
+)
 def _even_pp(s, e):
     if s.pp == 1 or _uses_layout(s) or _uses_uneven(s):
         return None
@@ -47,15 +52,21 @@ def _even_pp(s, e):
     n = m.num_layers + extra
     if n % s.pp:
         counted = f"num_layers ({m.num_layers}" + (f" + {extra} for embedding/loss = {n})" if extra else ")")
-        return [e.error(
-            f"{counted} is not divisible by PP ({s.pp})",
-            f"{_even_options(m.num_layers, s.pp, 1)}, or {_uneven_hint(m.num_layers, s.pp)}, "
-            "or a pipeline_model_parallel_layout",
-            "pipeline_model_parallel_size")]
+        return [
+            e.error(
+                f"{counted} is not divisible by PP ({s.pp})",
+                f"{_even_options(m.num_layers, s.pp, 1)}, or {_uneven_hint(m.num_layers, s.pp)}, "
+                "or a pipeline_model_parallel_layout",
+                "pipeline_model_parallel_size",
+            )
+        ]
 
 
-@rule("pipeline.layers_per_stage_divisible_by_vpp", "[TB]; [TC]",
-      "with VPP the layers per PP rank must be divisible by VPP")
+@rule(
+    "pipeline.layers_per_stage_divisible_by_vpp",
+    "[TB]; [TC]",
+    "with VPP the layers per PP rank must be divisible by VPP",
+)
 def _even_vpp(s, e):
     if s.vpp <= 1 or s.pp == 1 or _uses_layout(s) or _uses_uneven(s):
         return None
@@ -69,14 +80,21 @@ def _even_vpp(s, e):
     per = n // s.pp
     if per % s.vpp:
         vpps = [v for v in range(2, per + 1) if per % v == 0]
-        return [e.error(f"{per} layers per PP rank ({n}/{s.pp}) are not divisible by VPP ({s.vpp})",
-                        f"use VPP in {vpps or [1]}, or a pipeline_model_parallel_layout",
-                        "virtual_pipeline_model_parallel_size")]
+        return [
+            e.error(
+                f"{per} layers per PP rank ({n}/{s.pp}) are not divisible by VPP ({s.vpp})",
+                f"use VPP in {vpps or [1]}, or a pipeline_model_parallel_layout",
+                "virtual_pipeline_model_parallel_size",
+            )
+        ]
 
 
-@rule("pipeline.uneven_stages_cover_layers", "[TC] transformer_config.py; [TB]",
-      "uneven first/last stage counts must be > 0, divisible by VPP, leave a middle divisible by the "
-      "middle stages, and not be combined with account_for_*")
+@rule(
+    "pipeline.uneven_stages_cover_layers",
+    "[TC] transformer_config.py; [TB]",
+    "uneven first/last stage counts must be > 0, divisible by VPP, leave a middle divisible by the "
+    "middle stages, and not be combined with account_for_*",
+)
 def _uneven(s, e):
     if not _uses_uneven(s):
         return None
@@ -89,8 +107,13 @@ def _uneven(s, e):
         if v is not None and s.vpp > 1 and v % s.vpp:
             out.append(e.error(f"{key} ({v}) is not divisible by VPP ({s.vpp})", f"use a multiple of {s.vpp}", key))
     if lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
-        out.append(e.error("uneven stage counts cannot be combined with account_for_*_in_pipeline_split",
-                           "use one of the two mechanisms", "account_for_embedding_in_pipeline_split"))
+        out.append(
+            e.error(
+                "uneven stage counts cannot be combined with account_for_*_in_pipeline_split",
+                "use one of the two mechanisms",
+                "account_for_embedding_in_pipeline_split",
+            )
+        )
     if s.pp == 1:
         out.append(e.error("uneven stage counts need PP > 1", "unset them", "num_layers_in_first_pipeline_stage"))
         return out
@@ -102,26 +125,43 @@ def _uneven(s, e):
     rest = m.num_layers - (f or 0) - (la or 0)
     given = " + ".join(str(v) for v in (f, la) if v is not None)
     if middle == 0 and rest != 0:
-        out.append(e.error(f"first/last stage counts ({given}) cover {m.num_layers - rest} layers but the model "
-                           f"has {m.num_layers} and PP = {s.pp} leaves no middle stage",
-                           f"make them add up to {m.num_layers} or raise PP", "num_layers_in_first_pipeline_stage",
-                           "num_layers_in_last_pipeline_stage"))
+        out.append(
+            e.error(
+                f"first/last stage counts ({given}) cover {m.num_layers - rest} layers but the model "
+                f"has {m.num_layers} and PP = {s.pp} leaves no middle stage",
+                f"make them add up to {m.num_layers} or raise PP",
+                "num_layers_in_first_pipeline_stage",
+                "num_layers_in_last_pipeline_stage",
+            )
+        )
     elif middle > 0 and (rest <= 0 or rest % middle):
-        out.append(e.error(f"{rest} layers remain for {middle} middle stages "
-                           f"({m.num_layers} − {given}), which does not split evenly",
-                           "choose first/last counts leaving a multiple of the middle stage count",
-                           "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"))
+        out.append(
+            e.error(
+                f"{rest} layers remain for {middle} middle stages "
+                f"({m.num_layers} − {given}), which does not split evenly",
+                "choose first/last counts leaving a multiple of the middle stage count",
+                "num_layers_in_first_pipeline_stage",
+                "num_layers_in_last_pipeline_stage",
+            )
+        )
     elif middle > 0 and s.vpp > 1 and (rest // middle) % s.vpp:
-        out.append(e.error(f"each middle stage gets {rest // middle} layers, not divisible by VPP ({s.vpp})",
-                           f"adjust first/last so the middle count is a multiple of {s.vpp}",
-                           "virtual_pipeline_model_parallel_size"))
+        out.append(
+            e.error(
+                f"each middle stage gets {rest // middle} layers, not divisible by VPP ({s.vpp})",
+                f"adjust first/last so the middle count is a multiple of {s.vpp}",
+                "virtual_pipeline_model_parallel_size",
+            )
+        )
     return out
 
 
-@rule("pipeline.layout_valid", "[PPL] pipeline_parallel_layer_layout.py; [TC]",
-      "pipeline_model_parallel_layout: parses, stages = PP·VPP, one E first and one L last, "
-      "t count = num_layers, m count = mtp_num_layers in the last rank's last stage, exclusive with "
-      "uneven/account_for")
+@rule(
+    "pipeline.layout_valid",
+    "[PPL] pipeline_parallel_layer_layout.py; [TC]",
+    "pipeline_model_parallel_layout: parses, stages = PP·VPP, one E first and one L last, "
+    "t count = num_layers, m count = mtp_num_layers in the last rank's last stage, exclusive with "
+    "uneven/account_for",
+)
 def _layout(s, e):
     lay = s.layout
     if lay.pipeline_model_parallel_layout is None:
@@ -129,60 +169,114 @@ def _layout(s, e):
     try:
         stages = parse_layout(lay.pipeline_model_parallel_layout)
     except LayoutSyntaxError as exc:
-        return [e.error(f"pipeline_model_parallel_layout does not parse: {exc}",
-                        "use E, t, m, L, | with x*n or (...)*n repeats", "pipeline_model_parallel_layout")]
+        return [
+            e.error(
+                f"pipeline_model_parallel_layout does not parse: {exc}",
+                "use E, t, m, L, | with x*n or (...)*n repeats",
+                "pipeline_model_parallel_layout",
+            )
+        ]
     out = []
     n = len(stages)
     if _uses_uneven(s) or lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
-        out.append(e.error("pipeline_model_parallel_layout cannot be combined with uneven stage counts or "
-                           "account_for_*_in_pipeline_split", "keep only the layout",
-                           "pipeline_model_parallel_layout"))
+        out.append(
+            e.error(
+                "pipeline_model_parallel_layout cannot be combined with uneven stage counts or "
+                "account_for_*_in_pipeline_split",
+                "keep only the layout",
+                "pipeline_model_parallel_layout",
+            )
+        )
     if n % s.pp:
-        out.append(e.error(f"the layout has {n} stages, not divisible by PP ({s.pp})",
-                           f"give PP·VPP stages (e.g. {s.pp * s.vpp})", "pipeline_model_parallel_layout"))
+        out.append(
+            e.error(
+                f"the layout has {n} stages, not divisible by PP ({s.pp})",
+                f"give PP·VPP stages (e.g. {s.pp * s.vpp})",
+                "pipeline_model_parallel_layout",
+            )
+        )
     else:
         v = n // s.pp
         explicit = lay.virtual_pipeline_model_parallel_size
         if explicit is not None and explicit != v and not (explicit == 1 and v == 1):
-            out.append(e.error(f"the layout has {n} stages = PP {s.pp} × {v}, but virtual_pipeline_model_parallel_size "
-                               f"is {explicit}", f"set VPP to {v} or unset it (it is inferred from the layout)",
-                               "virtual_pipeline_model_parallel_size"))
+            out.append(
+                e.error(
+                    f"the layout has {n} stages = PP {s.pp} × {v}, but virtual_pipeline_model_parallel_size "
+                    f"is {explicit}",
+                    f"set VPP to {v} or unset it (it is inferred from the layout)",
+                    "virtual_pipeline_model_parallel_size",
+                )
+            )
     flat = [sym for st in stages for sym in st]
     if flat.count("E") != 1 or not stages[0] or stages[0][0] != "E":
-        out.append(e.error("the layout must hold exactly one E, first in the first stage",
-                           "start the layout with E", "pipeline_model_parallel_layout"))
+        out.append(
+            e.error(
+                "the layout must hold exactly one E, first in the first stage",
+                "start the layout with E",
+                "pipeline_model_parallel_layout",
+            )
+        )
     if flat.count("L") != 1 or not stages[-1] or stages[-1][-1] != "L":
-        out.append(e.error("the layout must hold exactly one L, last in the last stage",
-                           "end the layout with L", "pipeline_model_parallel_layout"))
+        out.append(
+            e.error(
+                "the layout must hold exactly one L, last in the last stage",
+                "end the layout with L",
+                "pipeline_model_parallel_layout",
+            )
+        )
     m = s.model
     if m is not None and m.num_layers is not None:
         t = flat.count("t")
         if t != m.num_layers:
-            out.append(e.error(f"the layout holds {t} decoder layers ('t') but the model has {m.num_layers}",
-                               f"give exactly {m.num_layers} 't' symbols", "pipeline_model_parallel_layout"))
+            out.append(
+                e.error(
+                    f"the layout holds {t} decoder layers ('t') but the model has {m.num_layers}",
+                    f"give exactly {m.num_layers} 't' symbols",
+                    "pipeline_model_parallel_layout",
+                )
+            )
     else:
         out.append(e.missing("the model's num_layers (to count 't')"))
     mtp = s.mtp_num_layers
     mc = flat.count("m")
     if mc != mtp:
-        out.append(e.error(f"the layout holds {mc} MTP layers ('m') but mtp_num_layers is {mtp}",
-                           f"give {mtp} 'm' symbols before L" if mtp else "remove the 'm' symbols",
-                           "pipeline_model_parallel_layout", "mtp_num_layers"))
+        out.append(
+            e.error(
+                f"the layout holds {mc} MTP layers ('m') but mtp_num_layers is {mtp}",
+                f"give {mtp} 'm' symbols before L" if mtp else "remove the 'm' symbols",
+                "pipeline_model_parallel_layout",
+                "mtp_num_layers",
+            )
+        )
     if mc:
         m_stages = {i for i, st in enumerate(stages) if "m" in st}
         last_rank_last_stage = n - 1
         if len(m_stages) > 1 or last_rank_last_stage not in m_stages:
-            out.append(e.error("MTP layers must all sit in the last virtual stage of the last PP rank "
-                               "(elsewhere Megatron builds them as a standalone stage)",
-                               "move every 'm' into the final stage, before L", "pipeline_model_parallel_layout"))
+            out.append(
+                e.error(
+                    "MTP layers must all sit in the last virtual stage of the last PP rank "
+                    "(elsewhere Megatron builds them as a standalone stage)",
+                    "move every 'm' into the final stage, before L",
+                    "pipeline_model_parallel_layout",
+                )
+            )
         last_t = max((i for i, sym in enumerate(flat) if sym == "t"), default=-1)
         first_m = flat.index("m")
         if first_m < last_t:
-            out.append(e.error("MTP layers must come after all decoder layers", "move 'm' after the last 't'",
-                               "pipeline_model_parallel_layout"))
+            out.append(
+                e.error(
+                    "MTP layers must come after all decoder layers",
+                    "move 'm' after the last 't'",
+                    "pipeline_model_parallel_layout",
+                )
+            )
     empty = [i for i, st in enumerate(stages) if not st]
     if empty:
-        out.append(e.warning(f"virtual stage(s) {empty} are empty (no E, t, m or L): empty stages are reported "
-                             "to hang the pipeline", "give every stage at least one symbol",
-                             "pipeline_model_parallel_layout"))
+        out.append(
+            e.warning(
+                f"virtual stage(s) {empty} are empty (no E, t, m or L): empty stages are reported to hang the pipeline",
+                "give every stage at least one symbol",
+                "pipeline_model_parallel_layout",
+            )
+        )
     return out

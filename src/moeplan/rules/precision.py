@@ -12,8 +12,12 @@ from moeplan.rules.base import rule
 FP8_TOKEN_ALIGNMENT = {"fp8-tensorwise": 16, "fp8-delayed": 16, "fp8-blockwise": 16, "mxfp8": 32, "nvfp4": 32}
 
 
-@rule("precision.recipe_vs_gpu", "Transformer Engine support matrix; [B-CFG] mixed_precision.py",
-      "FP8 needs Hopper or newer (TE, NVIDIA only); MXFP8 and NVFP4 need Blackwell", kind="unsupported")
+@rule(
+    "precision.recipe_vs_gpu",
+    "Transformer Engine support matrix; [B-CFG] mixed_precision.py",
+    "FP8 needs Hopper or newer (TE, NVIDIA only); MXFP8 and NVFP4 need Blackwell",
+    kind="unsupported",
+)
 def _gpu(s, e):
     p = s.training.precision
     if p == "bf16":
@@ -22,15 +26,28 @@ def _gpu(s, e):
         return [e.missing("system.gpu (precision support)")]
     g = s.gpu
     if p in ("mxfp8", "nvfp4") and not (g.supports_mxfp8 if p == "mxfp8" else g.supports_nvfp4):
-        return [e.error(f"{p} needs a Blackwell GPU (compute capability ≥ 10.0); {g.id} does not support it",
-                        "use fp8-blockwise or fp8-tensorwise on Hopper, or bf16", "training.precision")]
+        return [
+            e.error(
+                f"{p} needs a Blackwell GPU (compute capability ≥ 10.0); {g.id} does not support it",
+                "use fp8-blockwise or fp8-tensorwise on Hopper, or bf16",
+                "training.precision",
+            )
+        ]
     if p.startswith("fp8") and not g.supports_te_fp8:
-        return [e.error(f"Transformer Engine FP8 ({p}) is not supported on {g.id} ({g.vendor} {g.arch})",
-                        "use bf16", "training.precision")]
+        return [
+            e.error(
+                f"Transformer Engine FP8 ({p}) is not supported on {g.id} ({g.vendor} {g.arch})",
+                "use bf16",
+                "training.precision",
+            )
+        ]
 
 
-@rule("precision.fp8_token_alignment", "Transformer Engine FP8 GEMM alignment; Bridge packed-sequence padding",
-      "tokens per rank (seq/CP, /TP with SP) must be a multiple of 16 for FP8 (32 for MXFP8/NVFP4)")
+@rule(
+    "precision.fp8_token_alignment",
+    "Transformer Engine FP8 GEMM alignment; Bridge packed-sequence padding",
+    "tokens per rank (seq/CP, /TP with SP) must be a multiple of 16 for FP8 (32 for MXFP8/NVFP4)",
+)
 def _align(s, e):
     p = s.training.precision
     if p not in FP8_TOKEN_ALIGNMENT:
@@ -47,33 +64,55 @@ def _align(s, e):
         per_rank = n / div
         if n % div or int(per_rank) % unit:
             need = div * unit
-            out.append(e.error(
-                f"{key} {n} gives {per_rank:g} tokens per rank (÷ CP {s.cp}"
-                f"{f' ÷ TP {s.tp} with SP' if div != s.cp else ''}), not a multiple of {unit} required by {p}",
-                f"pad to {math.ceil(n / need) * need} tokens (a multiple of {need})"
-                + ("; for packed THD data pad each sequence to a multiple of 32" if t.packed_sequences else ""),
-                f"training.{key}", "training.precision"))
+            out.append(
+                e.error(
+                    f"{key} {n} gives {per_rank:g} tokens per rank (÷ CP {s.cp}"
+                    f"{f' ÷ TP {s.tp} with SP' if div != s.cp else ''}), not a multiple of {unit} required by {p}",
+                    f"pad to {math.ceil(n / need) * need} tokens (a multiple of {need})"
+                    + ("; for packed THD data pad each sequence to a multiple of 32" if t.packed_sequences else ""),
+                    f"training.{key}",
+                    "training.precision",
+                )
+            )
     return out
 
 
-@rule("precision.fp8_flags", "[TC]; [ARGS]; [DDPC]",
-      "fp8_param_gather needs an FP8 recipe and the distributed optimizer or FSDP; first/last BF16 layers "
-      "≤ L/PP and not with delayed scaling")
+@rule(
+    "precision.fp8_flags",
+    "[TC]; [ARGS]; [DDPC]",
+    "fp8_param_gather needs an FP8 recipe and the distributed optimizer or FSDP; first/last BF16 layers "
+    "≤ L/PP and not with delayed scaling",
+)
 def _flags(s, e):
     lay = s.layout
     p = s.training.precision
     out = []
     if lay.fp8_param_gather:
         if p == "bf16" or p == "nvfp4":
-            out.append(e.error(f"fp8_param_gather needs an FP8 recipe (precision is {p})",
-                               "set an FP8 precision or turn fp8_param_gather off", "fp8_param_gather"))
+            out.append(
+                e.error(
+                    f"fp8_param_gather needs an FP8 recipe (precision is {p})",
+                    "set an FP8 precision or turn fp8_param_gather off",
+                    "fp8_param_gather",
+                )
+            )
         if not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
-            out.append(e.error("fp8_param_gather needs the distributed optimizer or Megatron-FSDP",
-                               "set use_distributed_optimizer: true", "fp8_param_gather"))
+            out.append(
+                e.error(
+                    "fp8_param_gather needs the distributed optimizer or Megatron-FSDP",
+                    "set use_distributed_optimizer: true",
+                    "fp8_param_gather",
+                )
+            )
     if lay.first_last_layers_bf16:
         if p == "fp8-delayed":
-            out.append(e.error("delayed scaling does not support BF16 first/last layers", "use fp8-tensorwise",
-                               "first_last_layers_bf16"))
+            out.append(
+                e.error(
+                    "delayed scaling does not support BF16 first/last layers",
+                    "use fp8-tensorwise",
+                    "first_last_layers_bf16",
+                )
+            )
         if s.model is not None and s.model.num_layers:
             lim = s.model.num_layers // s.pp
             for key in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
@@ -83,8 +122,11 @@ def _flags(s, e):
     return out
 
 
-@rule("reported.throughput_exceeds_peak", "GPU vendor peak (catalog)",
-      "a reported model TFLOP/s per GPU above the GPU's dense peak is impossible")
+@rule(
+    "reported.throughput_exceeds_peak",
+    "GPU vendor peak (catalog)",
+    "a reported model TFLOP/s per GPU above the GPU's dense peak is impossible",
+)
 def _reported(s, e):
     r = s.input.reported
     if r.model_tflops_per_gpu is None:
@@ -95,8 +137,12 @@ def _reported(s, e):
     if peak is None:
         return [e.missing(f"the {s.training.precision} peak of {s.gpu.id}")]
     if r.model_tflops_per_gpu > peak:
-        return [e.error(f"reported {r.model_tflops_per_gpu:g} TFLOP/s/GPU exceeds the {s.gpu.id} dense "
-                        f"{s.training.precision} peak of {peak:g} TFLOP/s: the run is not doing the modelled work "
-                        "(e.g. CP silently off, wrong FLOP count)",
-                        "check the run's config (cp_comm_type, hierarchical CP sizes) and the FLOP formula",
-                        "reported.model_tflops_per_gpu")]
+        return [
+            e.error(
+                f"reported {r.model_tflops_per_gpu:g} TFLOP/s/GPU exceeds the {s.gpu.id} dense "
+                f"{s.training.precision} peak of {peak:g} TFLOP/s: the run is not doing the modelled work "
+                "(e.g. CP silently off, wrong FLOP count)",
+                "check the run's config (cp_comm_type, hierarchical CP sizes) and the FLOP formula",
+                "reported.model_tflops_per_gpu",
+            )
+        ]

@@ -7,8 +7,14 @@ from moeplan.rules.base import rule
 MODULES_0_16 = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 MODULES_0_19 = MODULES_0_16 + ("gdn_norm_out",)
 #: Shorthand labels used in prose guidance → the real Megatron-Core labels.
-SHORTHAND = {"up_proj": "mla_up_proj", "norm": "layernorm", "attn": "core_attn", "act": "moe_act",
-             "shared_expert": "shared_experts", "gdn": "gdn_norm_out"}
+SHORTHAND = {
+    "up_proj": "mla_up_proj",
+    "norm": "layernorm",
+    "attn": "core_attn",
+    "act": "moe_act",
+    "shared_expert": "shared_experts",
+    "gdn": "gdn_norm_out",
+}
 
 
 def allowed_modules(version: tuple[int, ...]) -> tuple[str, ...]:
@@ -17,46 +23,86 @@ def allowed_modules(version: tuple[int, ...]) -> tuple[str, ...]:
     return MODULES_0_19 if version >= (0, 19, 0) else MODULES_0_16
 
 
-@rule("recompute.granularity_fields", "[TC] transformer_config.py; [ARGS]",
-      "full recompute needs recompute_method (uniform|block) and recompute_num_layers in 1..L/PP; "
-      "selective must leave both unset")
+@rule(
+    "recompute.granularity_fields",
+    "[TC] transformer_config.py; [ARGS]",
+    "full recompute needs recompute_method (uniform|block) and recompute_num_layers in 1..L/PP; "
+    "selective must leave both unset",
+)
 def _fields(s, e):
     lay = s.layout
     g = lay.recompute_granularity
     out = []
     if g == "full":
         if lay.recompute_method is None:
-            out.append(e.error("recompute_granularity full needs recompute_method (uniform or block)",
-                               "set recompute_method: uniform", "recompute_method"))
+            out.append(
+                e.error(
+                    "recompute_granularity full needs recompute_method (uniform or block)",
+                    "set recompute_method: uniform",
+                    "recompute_method",
+                )
+            )
         if lay.recompute_num_layers is None:
-            out.append(e.error("recompute_granularity full needs recompute_num_layers",
-                               "set recompute_num_layers: 1 (uniform: layers per checkpoint chunk)",
-                               "recompute_num_layers"))
+            out.append(
+                e.error(
+                    "recompute_granularity full needs recompute_num_layers",
+                    "set recompute_num_layers: 1 (uniform: layers per checkpoint chunk)",
+                    "recompute_num_layers",
+                )
+            )
         elif s.model is not None and s.model.num_layers:
             per = s.model.num_layers // s.pp
             n = lay.recompute_num_layers
             if n < 1 or n > max(per, 1):
-                out.append(e.error(f"recompute_num_layers ({n}) must lie in 1..layers per PP stage ({per})",
-                                   f"use 1..{per}", "recompute_num_layers"))
+                out.append(
+                    e.error(
+                        f"recompute_num_layers ({n}) must lie in 1..layers per PP stage ({per})",
+                        f"use 1..{per}",
+                        "recompute_num_layers",
+                    )
+                )
     elif g == "selective":
         if lay.recompute_num_layers is not None:
-            out.append(e.error("recompute_num_layers must be unset for selective recompute",
-                               "unset recompute_num_layers", "recompute_num_layers"))
+            out.append(
+                e.error(
+                    "recompute_num_layers must be unset for selective recompute",
+                    "unset recompute_num_layers",
+                    "recompute_num_layers",
+                )
+            )
         if lay.recompute_method is not None:
-            out.append(e.error("recompute_method must be unset for selective recompute (Megatron-LM asserts it)",
-                               "unset recompute_method", "recompute_method"))
+            out.append(
+                e.error(
+                    "recompute_method must be unset for selective recompute (Megatron-LM asserts it)",
+                    "unset recompute_method",
+                    "recompute_method",
+                )
+            )
     elif lay.recompute_method is not None or lay.recompute_num_layers:
-        out.append(e.warning("recompute_method / recompute_num_layers are set but recompute_granularity is not: "
-                             "nothing is recomputed", "set recompute_granularity: full",
-                             "recompute_granularity"))
+        out.append(
+            e.warning(
+                "recompute_method / recompute_num_layers are set but recompute_granularity is not: "
+                "nothing is recomputed",
+                "set recompute_granularity: full",
+                "recompute_granularity",
+            )
+        )
     if lay.distribute_saved_activations and (s.sp or s.tp == 1 or g != "full"):
-        out.append(e.error("distribute_saved_activations needs full recompute, TP > 1 and no sequence parallel",
-                           "turn distribute_saved_activations off", "distribute_saved_activations"))
+        out.append(
+            e.error(
+                "distribute_saved_activations needs full recompute, TP > 1 and no sequence parallel",
+                "turn distribute_saved_activations off",
+                "distribute_saved_activations",
+            )
+        )
     return out
 
 
-@rule("recompute.module_labels", "[TC] transformer_config.py (allowed recompute_modules)",
-      "recompute_modules must use Megatron-Core labels of this version and apply to the model")
+@rule(
+    "recompute.module_labels",
+    "[TC] transformer_config.py (allowed recompute_modules)",
+    "recompute_modules must use Megatron-Core labels of this version and apply to the model",
+)
 def _labels(s, e):
     lay = s.layout
     mods = lay.recompute_modules
@@ -64,71 +110,147 @@ def _labels(s, e):
         return None
     out = []
     if lay.recompute_granularity != "selective":
-        out.append(e.warning(f"recompute_modules {mods} are ignored unless recompute_granularity is selective",
-                             "set recompute_granularity: selective", "recompute_modules"))
+        out.append(
+            e.warning(
+                f"recompute_modules {mods} are ignored unless recompute_granularity is selective",
+                "set recompute_granularity: selective",
+                "recompute_modules",
+            )
+        )
     allowed = allowed_modules(s.mcore_version)
     ver = ".".join(map(str, s.mcore_version))
     for mod in mods:
         if mod in allowed:
             continue
         if mod in SHORTHAND:
-            out.append(e.error(f"recompute module {mod!r} is shorthand, not a Megatron-Core label",
-                               f"use {SHORTHAND[mod]!r}", "recompute_modules"))
+            out.append(
+                e.error(
+                    f"recompute module {mod!r} is shorthand, not a Megatron-Core label",
+                    f"use {SHORTHAND[mod]!r}",
+                    "recompute_modules",
+                )
+            )
         elif mod in MODULES_0_19:
-            out.append(e.error(f"recompute module {mod!r} needs megatron-core ≥ 0.19 (scenario: {ver})",
-                               "upgrade megatron-core or drop it", "recompute_modules"))
+            out.append(
+                e.error(
+                    f"recompute module {mod!r} needs megatron-core ≥ 0.19 (scenario: {ver})",
+                    "upgrade megatron-core or drop it",
+                    "recompute_modules",
+                )
+            )
         else:
-            out.append(e.error(f"unknown recompute module {mod!r}", f"use labels from {', '.join(allowed)}",
-                               "recompute_modules"))
+            out.append(
+                e.error(
+                    f"unknown recompute module {mod!r}", f"use labels from {', '.join(allowed)}", "recompute_modules"
+                )
+            )
     m = s.model
     if m is not None and m.num_layers is not None:
         if "mla_up_proj" in mods and not m.multi_latent_attention:
-            out.append(e.error("mla_up_proj recompute needs multi-latent attention; the model uses GQA",
-                               "drop mla_up_proj", "recompute_modules"))
+            out.append(
+                e.error(
+                    "mla_up_proj recompute needs multi-latent attention; the model uses GQA",
+                    "drop mla_up_proj",
+                    "recompute_modules",
+                )
+            )
         if "gdn_norm_out" in mods and not m.has_linear_attention:
-            out.append(e.error("gdn_norm_out recompute needs Gated DeltaNet layers", "drop gdn_norm_out",
-                               "recompute_modules"))
+            out.append(
+                e.error("gdn_norm_out recompute needs Gated DeltaNet layers", "drop gdn_norm_out", "recompute_modules")
+            )
         if ({"moe", "moe_act"} & set(mods)) and not m.is_moe:
-            out.append(e.error("moe / moe_act recompute on a model without routed experts",
-                               "drop them", "recompute_modules"))
+            out.append(
+                e.error("moe / moe_act recompute on a model without routed experts", "drop them", "recompute_modules")
+            )
         if "shared_experts" in mods and not m.moe_shared_expert_intermediate_size:
-            out.append(e.warning("shared_experts recompute on a model without shared experts has no effect",
-                                 "drop it", "recompute_modules"))
+            out.append(
+                e.warning(
+                    "shared_experts recompute on a model without shared experts has no effect",
+                    "drop it",
+                    "recompute_modules",
+                )
+            )
     if "moe_act" in mods and lay.moe_grouped_gemm is False:
-        out.append(e.error("moe_act recompute needs moe_grouped_gemm", "set moe_grouped_gemm: true",
-                           "recompute_modules", "moe_grouped_gemm"))
+        out.append(
+            e.error(
+                "moe_act recompute needs moe_grouped_gemm",
+                "set moe_grouped_gemm: true",
+                "recompute_modules",
+                "moe_grouped_gemm",
+            )
+        )
     if "shared_experts" in mods and lay.moe_shared_expert_overlap:
-        out.append(e.error("shared_experts recompute cannot be combined with moe_shared_expert_overlap",
-                           "drop one of them", "recompute_modules"))
+        out.append(
+            e.error(
+                "shared_experts recompute cannot be combined with moe_shared_expert_overlap",
+                "drop one of them",
+                "recompute_modules",
+            )
+        )
     if {"moe_act", "layernorm"} & set(mods) and s.training.precision == "fp8-delayed":
-        out.append(e.error("moe_act / layernorm recompute are not allowed with the FP8 delayed-scaling recipe",
-                           "use fp8-tensorwise or drop them", "recompute_modules"))
+        out.append(
+            e.error(
+                "moe_act / layernorm recompute are not allowed with the FP8 delayed-scaling recipe",
+                "use fp8-tensorwise or drop them",
+                "recompute_modules",
+            )
+        )
     return out
 
 
-@rule("offload.activation_cpu_offloading", "[TC] transformer_config.py",
-      "layer-level cpu_offloading needs PP = 1, no recompute, no graphs unless full_iteration, and "
-      "0 ≤ cpu_offloading_num_layers < num_layers")
+@rule(
+    "offload.activation_cpu_offloading",
+    "[TC] transformer_config.py",
+    "layer-level cpu_offloading needs PP = 1, no recompute, no graphs unless full_iteration, and "
+    "0 ≤ cpu_offloading_num_layers < num_layers",
+)
 def _act_offload(s, e):
     lay = s.layout
     if not lay.cpu_offloading:
         return None
     out = []
     if s.pp > 1:
-        out.append(e.error(f"cpu_offloading (layer-level activation offload) needs PP = 1 (is {s.pp})",
-                           "use fine_grained_activation_offloading, or PP = 1", "cpu_offloading",
-                           "pipeline_model_parallel_size"))
+        out.append(
+            e.error(
+                f"cpu_offloading (layer-level activation offload) needs PP = 1 (is {s.pp})",
+                "use fine_grained_activation_offloading, or PP = 1",
+                "cpu_offloading",
+                "pipeline_model_parallel_size",
+            )
+        )
     if lay.recompute_granularity is not None:
-        out.append(e.error("cpu_offloading cannot be combined with activation recompute",
-                           "drop recompute or offloading", "cpu_offloading", "recompute_granularity"))
+        out.append(
+            e.error(
+                "cpu_offloading cannot be combined with activation recompute",
+                "drop recompute or offloading",
+                "cpu_offloading",
+                "recompute_granularity",
+            )
+        )
     if s.graphs_on() and lay.cuda_graph_impl != "full_iteration":
-        out.append(e.error("cpu_offloading allows CUDA graphs only with cuda_graph_impl full_iteration",
-                           "use full_iteration graphs or none", "cpu_offloading", "cuda_graph_impl"))
+        out.append(
+            e.error(
+                "cpu_offloading allows CUDA graphs only with cuda_graph_impl full_iteration",
+                "use full_iteration graphs or none",
+                "cpu_offloading",
+                "cuda_graph_impl",
+            )
+        )
     n = lay.cpu_offloading_num_layers
     if n is not None and s.model is not None and s.model.num_layers and n >= s.model.num_layers:
-        out.append(e.error(f"cpu_offloading_num_layers ({n}) must be < num_layers ({s.model.num_layers})",
-                           f"use at most {s.model.num_layers - 1}", "cpu_offloading_num_layers"))
+        out.append(
+            e.error(
+                f"cpu_offloading_num_layers ({n}) must be < num_layers ({s.model.num_layers})",
+                f"use at most {s.model.num_layers - 1}",
+                "cpu_offloading_num_layers",
+            )
+        )
     if lay.fine_grained_activation_offloading:
-        out.append(e.error("cpu_offloading and fine_grained_activation_offloading are mutually exclusive",
-                           "keep one", "cpu_offloading"))
+        out.append(
+            e.error(
+                "cpu_offloading and fine_grained_activation_offloading are mutually exclusive",
+                "keep one",
+                "cpu_offloading",
+            )
+        )
     return out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from moeplan.spec.layout import CP_COMM_TYPES
 from moeplan.rules.base import rule
+from moeplan.spec.layout import CP_COMM_TYPES
 
 
 def alignment_unit(cp: int, tp: int, sp: bool) -> int:
@@ -17,8 +17,11 @@ def alignment_unit(cp: int, tp: int, sp: bool) -> int:
     return cp * math.lcm(two, tpf)
 
 
-@rule("sequence.cp_sp_alignment", "[B-CFG]; [ARGS]; tensor_parallel/mappings.py (SP scatter)",
-      "sequence (and each microbatch) length must be a multiple of CP·lcm(2, TP) with SP, 2·CP without")
+@rule(
+    "sequence.cp_sp_alignment",
+    "[B-CFG]; [ARGS]; tensor_parallel/mappings.py (SP scatter)",
+    "sequence (and each microbatch) length must be a multiple of CP·lcm(2, TP) with SP, 2·CP without",
+)
 def _align(s, e):
     unit = alignment_unit(s.cp, s.tp, s.sp)
     if unit == 1:
@@ -40,10 +43,15 @@ def _align(s, e):
     for key, n in lengths:
         if n % unit:
             up = math.ceil(n / unit) * unit
-            out.append(e.error(
-                f"{key.split('.')[-1]} {n} is not a multiple of {' and '.join(parts)} (unit CP·lcm(2,TP) = {unit})",
-                f"pad to {up} tokens (or to seq_length), e.g. pad_to_max_length / pad_cu_seqlens for packed data",
-                key, "context_parallel_size", "tensor_model_parallel_size"))
+            out.append(
+                e.error(
+                    f"{key.split('.')[-1]} {n} is not a multiple of {' and '.join(parts)} (unit CP·lcm(2,TP) = {unit})",
+                    f"pad to {up} tokens (or to seq_length), e.g. pad_to_max_length / pad_cu_seqlens for packed data",
+                    key,
+                    "context_parallel_size",
+                    "tensor_model_parallel_size",
+                )
+            )
     return out
 
 
@@ -51,26 +59,43 @@ def _align(s, e):
 def _sp_tp(s, e):
     if s.layout.sequence_parallel and s.tp == 1:
         how = "; Bridge's finalize silently turns it off" if s.framework == "megatron-bridge" else ""
-        return [e.error(f"sequence_parallel is on with TP = 1 (megatron-core raises{how})",
-                        "set sequence_parallel: false or TP ≥ 2", "sequence_parallel")]
+        return [
+            e.error(
+                f"sequence_parallel is on with TP = 1 (megatron-core raises{how})",
+                "set sequence_parallel: false or TP ≥ 2",
+                "sequence_parallel",
+            )
+        ]
 
 
-@rule("sequence.moe_tp_requires_sp", "[MPC] warning; [MOE] moe_layer.py raises at forward",
-      "MoE with TP > 1 needs sequence_parallel during training")
+@rule(
+    "sequence.moe_tp_requires_sp",
+    "[MPC] warning; [MOE] moe_layer.py raises at forward",
+    "MoE with TP > 1 needs sequence_parallel during training",
+)
 def _moe_sp(s, e):
     if s.tp <= 1 or s.sp:
         return None
-    is_moe = (s.model.is_moe if s.model is not None and s.model.num_moe_experts is not None else None)
+    is_moe = s.model.is_moe if s.model is not None and s.model.num_moe_experts is not None else None
     if is_moe is None:
         is_moe = s.ep > 1 or s.layout.moe_token_dispatcher_type is not None
     if is_moe:
-        return [e.error(f"MoE with TP = {s.tp} and sequence_parallel off: the MoE layer raises a ValueError "
-                        "at the first training forward", "set sequence_parallel: true",
-                        "sequence_parallel", "tensor_model_parallel_size")]
+        return [
+            e.error(
+                f"MoE with TP = {s.tp} and sequence_parallel off: the MoE layer raises a ValueError "
+                "at the first training forward",
+                "set sequence_parallel: true",
+                "sequence_parallel",
+                "tensor_model_parallel_size",
+            )
+        ]
 
 
-@rule("sequence.cp_comm_type", "[TC] transformer_config.py; [B-CFG]",
-      "cp_comm_type ∈ {p2p, all_gather, a2a, a2a+p2p}, a string or one per layer")
+@rule(
+    "sequence.cp_comm_type",
+    "[TC] transformer_config.py; [B-CFG]",
+    "cp_comm_type ∈ {p2p, all_gather, a2a, a2a+p2p}, a string or one per layer",
+)
 def _cp_comm(s, e):
     ct = s.layout.cp_comm_type
     if ct is None:
@@ -79,60 +104,100 @@ def _cp_comm(s, e):
     bad = [c for c in items if c not in CP_COMM_TYPES]
     out = []
     if bad:
-        out.append(e.error(f"cp_comm_type {bad[0]!r} is not one of {', '.join(CP_COMM_TYPES)}",
-                           "use p2p (ring), all_gather, a2a or a2a+p2p", "cp_comm_type"))
+        out.append(
+            e.error(
+                f"cp_comm_type {bad[0]!r} is not one of {', '.join(CP_COMM_TYPES)}",
+                "use p2p (ring), all_gather, a2a or a2a+p2p",
+                "cp_comm_type",
+            )
+        )
     if isinstance(ct, list) and s.model is not None and s.model.num_layers and len(ct) != s.model.num_layers:
-        out.append(e.error(f"cp_comm_type has {len(ct)} entries but the model has {s.model.num_layers} layers",
-                           "give one entry per layer or a single string", "cp_comm_type"))
+        out.append(
+            e.error(
+                f"cp_comm_type has {len(ct)} entries but the model has {s.model.num_layers} layers",
+                "give one entry per layer or a single string",
+                "cp_comm_type",
+            )
+        )
     return out
 
 
-@rule("sequence.a2a_p2p_requires_hierarchical_sizes", "[ARGS]; [B-CFG] (Megatron-Bridge PR 2665)",
-      "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes")
+@rule(
+    "sequence.a2a_p2p_requires_hierarchical_sizes",
+    "[ARGS]; [B-CFG] (Megatron-Bridge PR 2665)",
+    "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes",
+)
 def _hcp_needed(s, e):
     ct = s.layout.cp_comm_type
     uses = ct == "a2a+p2p" or (isinstance(ct, list) and "a2a+p2p" in ct)
     if uses and not s.layout.hierarchical_context_parallel_sizes:
         inner = 8 if s.cp % 8 == 0 else 2
-        return [e.error(f"cp_comm_type 'a2a+p2p' with CP = {s.cp} but no hierarchical_context_parallel_sizes: "
-                        "without them each CP rank silently attends only to its own slice",
-                        f"set hierarchical_context_parallel_sizes: [{inner}, {s.cp // inner}] (a2a inside the "
-                        "NVLink domain, p2p across)", "hierarchical_context_parallel_sizes", "cp_comm_type")]
+        return [
+            e.error(
+                f"cp_comm_type 'a2a+p2p' with CP = {s.cp} but no hierarchical_context_parallel_sizes: "
+                "without them each CP rank silently attends only to its own slice",
+                f"set hierarchical_context_parallel_sizes: [{inner}, {s.cp // inner}] (a2a inside the "
+                "NVLink domain, p2p across)",
+                "hierarchical_context_parallel_sizes",
+                "cp_comm_type",
+            )
+        ]
 
 
-@rule("sequence.hierarchical_cp_product", "[ARGS]; [B-CFG]",
-      "the product of hierarchical_context_parallel_sizes must equal CP")
+@rule(
+    "sequence.hierarchical_cp_product",
+    "[ARGS]; [B-CFG]",
+    "the product of hierarchical_context_parallel_sizes must equal CP",
+)
 def _hcp_product(s, e):
     h = s.layout.hierarchical_context_parallel_sizes
     if not h:
         return None
     prod = math.prod(h)
     if prod != s.cp:
-        return [e.error(f"the product of hierarchical_context_parallel_sizes ({'·'.join(map(str, h))} = {prod}) "
-                        f"must equal CP ({s.cp})", f"use sizes whose product is {s.cp}",
-                        "hierarchical_context_parallel_sizes", "context_parallel_size")]
+        return [
+            e.error(
+                f"the product of hierarchical_context_parallel_sizes ({'·'.join(map(str, h))} = {prod}) "
+                f"must equal CP ({s.cp})",
+                f"use sizes whose product is {s.cp}",
+                "hierarchical_context_parallel_sizes",
+                "context_parallel_size",
+            )
+        ]
 
 
-@rule("sequence.finetune_cp_per_token_loss", "[B-CFG] ConfigContainer.validate",
-      "fine-tuning with CP > 1 needs calculate_per_token_loss")
+@rule(
+    "sequence.finetune_cp_per_token_loss",
+    "[B-CFG] ConfigContainer.validate",
+    "fine-tuning with CP > 1 needs calculate_per_token_loss",
+)
 def _ft_cp(s, e):
     if s.training.task != "finetune" or s.cp <= 1:
         return None
     if s.layout.calculate_per_token_loss is False:
-        return [e.error("fine-tuning with CP > 1 requires calculate_per_token_loss=True (and "
-                        "ddp.average_in_collective=False)", "set calculate_per_token_loss: true",
-                        "calculate_per_token_loss")]
+        return [
+            e.error(
+                "fine-tuning with CP > 1 requires calculate_per_token_loss=True (and ddp.average_in_collective=False)",
+                "set calculate_per_token_loss: true",
+                "calculate_per_token_loss",
+            )
+        ]
 
 
-@rule("sequence.max_position_embeddings", "[ARGS] (Megatron-LM); RoPE scaling range",
-      "seq_length should not exceed the model's max_position_embeddings")
+@rule(
+    "sequence.max_position_embeddings",
+    "[ARGS] (Megatron-LM); RoPE scaling range",
+    "seq_length should not exceed the model's max_position_embeddings",
+)
 def _max_pos(s, e):
     m, t = s.model, s.training
     if m is None or t.seq_length is None or not m.max_position_embeddings:
         return None
     if t.seq_length > m.max_position_embeddings:
-        msg = (f"seq_length ({t.seq_length}) exceeds max_position_embeddings ({m.max_position_embeddings}) "
-               "of the model config")
+        msg = (
+            f"seq_length ({t.seq_length}) exceeds max_position_embeddings ({m.max_position_embeddings}) "
+            "of the model config"
+        )
         fix = "extend RoPE (e.g. YaRN) and raise max_position_embeddings, or shorten seq_length"
         if s.framework == "megatron-core":
             return [e.error(msg + " (Megatron-LM asserts it)", fix, "training.seq_length")]
@@ -151,5 +216,10 @@ def _hybrid_cp(s, e):
     if s.layout.use_megatron_fsdp:
         bad.append("Megatron-FSDP")
     if bad:
-        return [e.error("hybrid_context_parallel cannot be combined with " + ", ".join(bad),
-                        "turn hybrid_context_parallel off or remove " + ", ".join(bad), "hybrid_context_parallel")]
+        return [
+            e.error(
+                "hybrid_context_parallel cannot be combined with " + ", ".join(bad),
+                "turn hybrid_context_parallel off or remove " + ", ".join(bad),
+                "hybrid_context_parallel",
+            )
+        ]

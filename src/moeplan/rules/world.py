@@ -11,21 +11,33 @@ def _divisors_hint(w: int, d: int) -> str:
     return f"a world size that is a multiple of {d} (e.g. {math.ceil(w / d) * d})"
 
 
-@rule("world.dense_grid_divides_world", "[PS] parallel_state.initialize_model_parallel; [B-CFG]",
-      "W must be divisible by TP·PP·CP; DP = W/(TP·PP·CP)")
+@rule(
+    "world.dense_grid_divides_world",
+    "[PS] parallel_state.initialize_model_parallel; [B-CFG]",
+    "W must be divisible by TP·PP·CP; DP = W/(TP·PP·CP)",
+)
 def _dense_grid(s, e):
     if not s.num_gpus:
         return [e.missing("system.num_gpus")]
     d = s.tp * s.pp * s.cp
     if s.num_gpus % d:
-        return [e.error(
-            f"num_gpus ({s.num_gpus}) is not divisible by TP·PP·CP = {s.tp}·{s.pp}·{s.cp} = {d}",
-            f"use {_divisors_hint(s.num_gpus, d)} or change TP/PP/CP so their product divides {s.num_gpus}",
-            "system.num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")]
+        return [
+            e.error(
+                f"num_gpus ({s.num_gpus}) is not divisible by TP·PP·CP = {s.tp}·{s.pp}·{s.cp} = {d}",
+                f"use {_divisors_hint(s.num_gpus, d)} or change TP/PP/CP so their product divides {s.num_gpus}",
+                "system.num_gpus",
+                "tensor_model_parallel_size",
+                "pipeline_model_parallel_size",
+                "context_parallel_size",
+            )
+        ]
 
 
-@rule("world.expert_grid_divides_world", "[PS] parallel_state.initialize_model_parallel (MoE parallel folding)",
-      "W must be divisible by ETP·EP·PP (effective ETP); EDP = W/(ETP·EP·PP)")
+@rule(
+    "world.expert_grid_divides_world",
+    "[PS] parallel_state.initialize_model_parallel (MoE parallel folding)",
+    "W must be divisible by ETP·EP·PP (effective ETP); EDP = W/(ETP·EP·PP)",
+)
 def _expert_grid(s, e):
     if s.ep == 1 and s.etp == 1:
         return None
@@ -33,18 +45,29 @@ def _expert_grid(s, e):
         return [e.missing("system.num_gpus")]
     d = s.etp * s.ep * s.pp
     if s.num_gpus % d:
-        etp_note = "" if "expert_tensor_parallel_size" in s.stated else \
-            f" (ETP was unset and resolves to {s.etp} under {s.framework})"
-        return [e.error(
-            f"num_gpus ({s.num_gpus}) is not divisible by ETP·EP·PP = {s.etp}·{s.ep}·{s.pp} = {d}{etp_note}",
-            f"lower EP or ETP (ETP = 1 folds experts across TP ranks) so ETP·EP·PP divides {s.num_gpus}, "
-            f"or use {_divisors_hint(s.num_gpus, d)}",
-            "system.num_gpus", "expert_model_parallel_size", "expert_tensor_parallel_size",
-            "pipeline_model_parallel_size")]
+        etp_note = (
+            ""
+            if "expert_tensor_parallel_size" in s.stated
+            else f" (ETP was unset and resolves to {s.etp} under {s.framework})"
+        )
+        return [
+            e.error(
+                f"num_gpus ({s.num_gpus}) is not divisible by ETP·EP·PP = {s.etp}·{s.ep}·{s.pp} = {d}{etp_note}",
+                f"lower EP or ETP (ETP = 1 folds experts across TP ranks) so ETP·EP·PP divides {s.num_gpus}, "
+                f"or use {_divisors_hint(s.num_gpus, d)}",
+                "system.num_gpus",
+                "expert_model_parallel_size",
+                "expert_tensor_parallel_size",
+                "pipeline_model_parallel_size",
+            )
+        ]
 
 
-@rule("world.dist_optimizer_instances_divide_dp_cp", "[PS] parallel_state.initialize_model_parallel",
-      "DP·CP must be divisible by num_distributed_optimizer_instances")
+@rule(
+    "world.dist_optimizer_instances_divide_dp_cp",
+    "[PS] parallel_state.initialize_model_parallel",
+    "DP·CP must be divisible by num_distributed_optimizer_instances",
+)
 def _dopt_instances(s, e):
     n = s.layout.num_distributed_optimizer_instances
     if n == 1:
@@ -52,14 +75,20 @@ def _dopt_instances(s, e):
     if s.dp is None:
         return [e.missing("a world size that gives an integer DP")]
     if (s.dp * s.cp) % n:
-        return [e.error(f"DP·CP = {s.dp}·{s.cp} = {s.dp * s.cp} is not divisible by "
-                        f"num_distributed_optimizer_instances ({n})",
-                        "choose num_distributed_optimizer_instances dividing DP·CP",
-                        "num_distributed_optimizer_instances")]
+        return [
+            e.error(
+                f"DP·CP = {s.dp}·{s.cp} = {s.dp * s.cp} is not divisible by num_distributed_optimizer_instances ({n})",
+                "choose num_distributed_optimizer_instances dividing DP·CP",
+                "num_distributed_optimizer_instances",
+            )
+        ]
 
 
-@rule("batch.global_batch_divisible", "[NMC] num_microbatches_calculator.py; [ARGS]",
-      "GBS must be divisible by MBS·DP; microbatches = GBS/(MBS·DP)")
+@rule(
+    "batch.global_batch_divisible",
+    "[NMC] num_microbatches_calculator.py; [ARGS]",
+    "GBS must be divisible by MBS·DP; microbatches = GBS/(MBS·DP)",
+)
 def _gbs(s, e):
     t = s.training
     if t.global_batch_size is None:
@@ -69,15 +98,22 @@ def _gbs(s, e):
     mbs = t.micro_batch_size or 1
     d = mbs * s.dp
     if t.global_batch_size % d:
-        return [e.error(
-            f"global_batch_size ({t.global_batch_size}) is not divisible by micro_batch_size·DP = {mbs}·{s.dp} = {d}",
-            f"use global_batch_size {max(d, t.global_batch_size // d * d)} or "
-            f"{math.ceil(t.global_batch_size / d) * d}",
-            "training.global_batch_size", "training.micro_batch_size")]
+        return [
+            e.error(
+                f"global_batch_size ({t.global_batch_size}) is not divisible by micro_batch_size·DP = {mbs}·{s.dp} = {d}",
+                f"use global_batch_size {max(d, t.global_batch_size // d * d)} or "
+                f"{math.ceil(t.global_batch_size / d) * d}",
+                "training.global_batch_size",
+                "training.micro_batch_size",
+            )
+        ]
 
 
-@rule("batch.interleaved_microbatches", "[SCH] pipeline_parallel/schedules.py (interleaved 1F1B)",
-      "with VPP: PP ≤ microbatch group ≤ microbatches, and microbatches mod group is 0 or ≥ PP")
+@rule(
+    "batch.interleaved_microbatches",
+    "[SCH] pipeline_parallel/schedules.py (interleaved 1F1B)",
+    "with VPP: PP ≤ microbatch group ≤ microbatches, and microbatches mod group is 0 or ≥ PP",
+)
 def _vpp_microbatches(s, e):
     if s.vpp <= 1 or s.pp <= 1:
         return None
@@ -90,27 +126,52 @@ def _vpp_microbatches(s, e):
     n_mb = t.global_batch_size // (mbs * s.dp)
     group = s.layout.microbatch_group_size_per_vp_stage or s.pp
     if n_mb < s.pp:
-        return [e.error(f"the interleaved schedule needs at least PP = {s.pp} microbatches; "
-                        f"GBS/(MBS·DP) = {t.global_batch_size}/({mbs}·{s.dp}) = {n_mb}",
-                        f"raise global_batch_size to at least {s.pp * mbs * s.dp} or drop VPP",
-                        "training.global_batch_size", "virtual_pipeline_model_parallel_size")]
+        return [
+            e.error(
+                f"the interleaved schedule needs at least PP = {s.pp} microbatches; "
+                f"GBS/(MBS·DP) = {t.global_batch_size}/({mbs}·{s.dp}) = {n_mb}",
+                f"raise global_batch_size to at least {s.pp * mbs * s.dp} or drop VPP",
+                "training.global_batch_size",
+                "virtual_pipeline_model_parallel_size",
+            )
+        ]
     if group < s.pp or group > n_mb:
-        return [e.error(f"microbatch_group_size_per_vp_stage ({group}) must lie in [PP, microbatches] = "
-                        f"[{s.pp}, {n_mb}]", f"set it to {s.pp}", "microbatch_group_size_per_vp_stage")]
+        return [
+            e.error(
+                f"microbatch_group_size_per_vp_stage ({group}) must lie in [PP, microbatches] = [{s.pp}, {n_mb}]",
+                f"set it to {s.pp}",
+                "microbatch_group_size_per_vp_stage",
+            )
+        ]
     rem = n_mb % group
     if rem and rem < s.pp:
-        return [e.error(f"microbatches ({n_mb}) mod microbatch group ({group}) = {rem} is neither 0 nor ≥ PP ({s.pp})",
-                        f"make the microbatch count a multiple of {group}", "training.global_batch_size")]
+        return [
+            e.error(
+                f"microbatches ({n_mb}) mod microbatch group ({group}) = {rem} is neither 0 nor ≥ PP ({s.pp})",
+                f"make the microbatch count a multiple of {group}",
+                "training.global_batch_size",
+            )
+        ]
 
 
 @rule("pipeline.vpp_requires_pp", "[PS] parallel_state; [MPC]", "VPP > 1 requires PP > 1")
 def _vpp_pp(s, e):
     v = s.layout.virtual_pipeline_model_parallel_size
     if v is not None and v > 1 and s.pp == 1:
-        return [e.error(f"virtual_pipeline_model_parallel_size ({v}) needs pipeline_model_parallel_size > 1 (PP = 1)",
-                        "unset virtual_pipeline_model_parallel_size or use PP ≥ 2",
-                        "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_size")]
+        return [
+            e.error(
+                f"virtual_pipeline_model_parallel_size ({v}) needs pipeline_model_parallel_size > 1 (PP = 1)",
+                "unset virtual_pipeline_model_parallel_size or use PP ≥ 2",
+                "virtual_pipeline_model_parallel_size",
+                "pipeline_model_parallel_size",
+            )
+        ]
     if v is not None and v > 1 and s.pp == 2 and s.framework == "megatron-core":
-        return [e.warning("Megatron-LM's argument check requires PP > 2 for VPP unless overlap_p2p_comm is on "
-                          "(Bridge turns it on automatically)", "set --overlap-p2p-communication",
-                          "virtual_pipeline_model_parallel_size")]
+        return [
+            e.warning(
+                "Megatron-LM's argument check requires PP > 2 for VPP unless overlap_p2p_comm is on "
+                "(Bridge turns it on automatically)",
+                "set --overlap-p2p-communication",
+                "virtual_pipeline_model_parallel_size",
+            )
+        ]

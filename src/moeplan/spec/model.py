@@ -328,10 +328,7 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         dense_ffn = int(dense_ffn) if dense_ffn else None
 
     moe_layers = _moe_layer_pattern(text, model_type, num_layers, num_experts)
-    if not any(moe_layers):
-        num_experts_eff = None
-    else:
-        num_experts_eff = num_experts
+    num_experts_eff = None if not any(moe_layers) else num_experts
 
     shared = None
     shared_gate = False

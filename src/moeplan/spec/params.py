@@ -56,9 +56,7 @@ class Shard:
 def _require(model: ModelSpec, *names: str) -> None:
     missing = [n for n in names if getattr(model, n) is None]
     if missing:
-        raise InputError(
-            f"model.{missing[0]}", None, "a value: parameter counting needs " + ", ".join(missing)
-        )
+        raise InputError(f"model.{missing[0]}", None, "a value: parameter counting needs " + ", ".join(missing))
 
 
 def _div(n: int, d: int, what: str) -> int:
@@ -81,8 +79,14 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
     """
     h = model.hidden_size
     if kind == "linear":
-        _require(model, "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                 "linear_value_head_dim", "linear_conv_kernel_dim")
+        _require(
+            model,
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+        )
         nk, nv = model.linear_num_key_heads, model.linear_num_value_heads
         dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
         conv_ch = 2 * nk * dk + nv * dv
@@ -155,8 +159,9 @@ def mlp_shard(model: ModelSpec, moe: bool, tp: int = 1, ep: int = 1, etp: int = 
     fs = model.moe_shared_expert_intermediate_size
     if fs:
         n = h * fs * glu + fs * h
-        out["shared_experts"] = Shard(tp=_div(n, tp, "shared expert width vs TP"),
-                                      rep=h if model.moe_shared_expert_gate else 0)
+        out["shared_experts"] = Shard(
+            tp=_div(n, tp, "shared expert width vs TP"), rep=h if model.moe_shared_expert_gate else 0
+        )
     return out
 
 
@@ -239,7 +244,9 @@ class ParamCounts:
     def total_with(self, mtp: bool = False, vision: bool = False) -> int:
         return self.total + (self.mtp if mtp else 0) + (self.vision if vision else 0)
 
-    def active(self, input_embedding: bool = True, mtp: bool = False, vision: bool = False) -> int:
+    def active(
+        self, input_embedding: bool = True, mtp: bool = False, vision: bool = False, output_layer: bool = True
+    ) -> int:
         """Parameters used per token: all but the non-selected routed experts.
 
         ``input_embedding=False`` drops the embedding table (a lookup, not compute), as DeepSeek
@@ -248,6 +255,8 @@ class ParamCounts:
         n = self.total - self.by_kind["routed_experts"] + self.routed_active
         if not input_embedding:
             n -= self.by_kind["embedding"]
+        if not output_layer:
+            n -= self.by_kind["output_layer"]
         return n + (self.mtp if mtp else 0) + (self.vision if vision else 0)
 
     def to_dict(self) -> dict:
@@ -282,8 +291,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
     by["norms"] += h  # final norm
     mtp = model.mtp_num_layers * mtp_shard(model).total if model.mtp_num_layers else 0
     vision = vision_params(model.vision) if model.vision else 0
-    return ParamCounts(by_kind=by, mtp=mtp, vision=vision, routed_active=routed_active,
-                       per_layer_kind=per_layer_kind)
+    return ParamCounts(by_kind=by, mtp=mtp, vision=vision, routed_active=routed_active, per_layer_kind=per_layer_kind)
 
 
 def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:

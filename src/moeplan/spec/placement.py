@@ -23,9 +23,16 @@ class StageParams:
     params: RankParams
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "num_layers": len(self.layers), "first_layer": self.layers[0] if self.layers else None,
-                "last_layer": self.layers[-1] if self.layers else None, "embedding": self.embedding,
-                "output_layer": self.output_layer, "mtp_layers": self.mtp_layers, **self.params.to_dict()}
+        return {
+            "stage": self.stage,
+            "num_layers": len(self.layers),
+            "first_layer": self.layers[0] if self.layers else None,
+            "last_layer": self.layers[-1] if self.layers else None,
+            "embedding": self.embedding,
+            "output_layer": self.output_layer,
+            "mtp_layers": self.mtp_layers,
+            **self.params.to_dict(),
+        }
 
 
 def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[StageParams]:
@@ -40,11 +47,15 @@ def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[S
         raise InputError("model", None, "a model with num_layers to place parameters")
     lay = s.layout
     plan = plan_stages(
-        m.num_layers, s.pp, lay.virtual_pipeline_model_parallel_size,
-        first=lay.num_layers_in_first_pipeline_stage, last=lay.num_layers_in_last_pipeline_stage,
+        m.num_layers,
+        s.pp,
+        lay.virtual_pipeline_model_parallel_size,
+        first=lay.num_layers_in_first_pipeline_stage,
+        last=lay.num_layers_in_last_pipeline_stage,
         account_for_embedding=lay.account_for_embedding_in_pipeline_split,
         account_for_loss=lay.account_for_loss_in_pipeline_split,
-        layout=lay.pipeline_model_parallel_layout, mtp_num_layers=s.mtp_num_layers,
+        layout=lay.pipeline_model_parallel_layout,
+        mtp_num_layers=s.mtp_num_layers,
     )
     if plan is None:
         raise InputError("layout", f"PP={s.pp}", "a legal pipeline split (see `moeplan check`)")
@@ -55,7 +66,8 @@ def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[S
         emb = plan.embedding[0] == r
         outl = plan.loss[0] == r
         mtp = s.mtp_num_layers if any(h[0] == r for h in plan.mtp) else 0
-        rp = rank_params(m, layers, tp=s.tp, ep=s.ep, etp=s.etp, embedding=emb, output_layer=outl,
-                         mtp_layers=mtp, padded_vocab=vpad)
+        rp = rank_params(
+            m, layers, tp=s.tp, ep=s.ep, etp=s.etp, embedding=emb, output_layer=outl, mtp_layers=mtp, padded_vocab=vpad
+        )
         out.append(StageParams(r, layers, emb, outl, mtp, rp))
     return out

@@ -190,7 +190,7 @@ def parse_version(text: str | None, default: str) -> tuple[int, ...]:
     s = (text or default).strip().lower()
     for prefix in ("core_r", "core_v", "v", "r"):
         if s.startswith(prefix):
-            s = s[len(prefix):]
+            s = s[len(prefix) :]
     parts = []
     for p in s.split("."):
         digits = "".join(ch for ch in p if ch.isdigit())
@@ -305,9 +305,17 @@ class Scenario:
             "num_gpus": self.num_gpus,
             "framework": self.framework,
             "megatron_core_version": ".".join(map(str, self.mcore_version)),
-            "parallel": {"TP": self.tp, "PP": self.pp, "VPP": self.layout.virtual_pipeline_model_parallel_size,
-                         "CP": self.cp, "EP": self.ep, "ETP": self.etp, "DP": self.dp, "EDP": self.edp,
-                         "SP": self.sp},
+            "parallel": {
+                "TP": self.tp,
+                "PP": self.pp,
+                "VPP": self.layout.virtual_pipeline_model_parallel_size,
+                "CP": self.cp,
+                "EP": self.ep,
+                "ETP": self.etp,
+                "DP": self.dp,
+                "EDP": self.edp,
+                "SP": self.sp,
+            },
             "resolved_defaults": [{"key": r.key, "value": r.value, "reason": r.reason} for r in self.resolutions],
         }
 
@@ -323,8 +331,9 @@ def _resolve_gpu(system: SystemInput) -> GpuSpec | None:
     if system.gpu_overrides:
         unknown = [k for k in system.gpu_overrides if k not in GpuSpec.model_fields]
         if unknown:
-            raise UnknownNameError(f"system.gpu_overrides.{unknown[0]}", unknown[0], GpuSpec.model_fields,
-                                   "a GPU field:")
+            raise UnknownNameError(
+                f"system.gpu_overrides.{unknown[0]}", unknown[0], GpuSpec.model_fields, "a GPU field:"
+            )
         try:
             gpu = GpuSpec.model_validate({**gpu.model_dump(), **system.gpu_overrides})
         except ValidationError as exc:
@@ -367,8 +376,13 @@ def resolve(inp: ScenarioInput) -> Scenario:
     gpn = inp.system.gpus_per_node
     if gpn is None and gpu is not None:
         gpn = 4 if gpu.is_nvl72 else 8
-        res.append(Resolution("system.gpus_per_node", gpn,
-                              "GB200/GB300 compute trays hold 4 GPUs" if gpu.is_nvl72 else "HGX/DGX nodes hold 8 GPUs"))
+        res.append(
+            Resolution(
+                "system.gpus_per_node",
+                gpn,
+                "GB200/GB300 compute trays hold 4 GPUs" if gpu.is_nvl72 else "HGX/DGX nodes hold 8 GPUs",
+            )
+        )
     lay = inp.layout
     stated = frozenset(lay.model_fields_set)
     bridge = inp.framework == "megatron-bridge"
@@ -381,31 +395,55 @@ def resolve(inp: ScenarioInput) -> Scenario:
             why = "unset: Megatron Bridge resolves ETP to 1 when EP > 1"
         else:
             upd["expert_tensor_parallel_size"] = tp
-            why = ("unset: megatron-core resolves ETP to TP" if not bridge
-                   else "unset: Megatron Bridge keeps ETP = TP when EP = 1")
+            why = (
+                "unset: megatron-core resolves ETP to TP"
+                if not bridge
+                else "unset: Megatron Bridge keeps ETP = TP when EP = 1"
+            )
         res.append(Resolution("expert_tensor_parallel_size", upd["expert_tensor_parallel_size"], why))
     if lay.sequence_parallel is None:
         upd["sequence_parallel"] = tp > 1
-        res.append(Resolution("sequence_parallel", tp > 1,
-                              "unset: on with TP > 1 as Bridge recipes set it" if tp > 1 else "unset: off with TP = 1"))
+        res.append(
+            Resolution(
+                "sequence_parallel",
+                tp > 1,
+                "unset: on with TP > 1 as Bridge recipes set it" if tp > 1 else "unset: off with TP = 1",
+            )
+        )
     moe = model is not None and model.is_moe
     if moe and lay.moe_token_dispatcher_type is None:
         upd["moe_token_dispatcher_type"] = "alltoall" if bridge else "allgather"
-        res.append(Resolution("moe_token_dispatcher_type", upd["moe_token_dispatcher_type"],
-                              "unset: Bridge HF providers use alltoall" if bridge else "unset: megatron-core default"))
+        res.append(
+            Resolution(
+                "moe_token_dispatcher_type",
+                upd["moe_token_dispatcher_type"],
+                "unset: Bridge HF providers use alltoall" if bridge else "unset: megatron-core default",
+            )
+        )
     if lay.moe_token_dispatcher_type is None and lay.moe_flex_dispatcher_backend is not None and not moe:
         upd["moe_token_dispatcher_type"] = "flex"
         res.append(Resolution("moe_token_dispatcher_type", "flex", "unset: a flex backend was given"))
     if lay.moe_grouped_gemm is None and moe:
         upd["moe_grouped_gemm"] = bridge
-        res.append(Resolution("moe_grouped_gemm", bridge,
-                              "unset: Bridge MoE providers enable grouped GEMM" if bridge else "unset: megatron-core default"))
+        res.append(
+            Resolution(
+                "moe_grouped_gemm",
+                bridge,
+                "unset: Bridge MoE providers enable grouped GEMM" if bridge else "unset: megatron-core default",
+            )
+        )
     if lay.use_distributed_optimizer is None:
         val = bridge or lay.use_megatron_fsdp
         upd["use_distributed_optimizer"] = val
-        res.append(Resolution("use_distributed_optimizer", val,
-                              "unset: Bridge recipes use the distributed optimizer" if bridge
-                              else "unset: megatron-core OptimizerConfig default"))
+        res.append(
+            Resolution(
+                "use_distributed_optimizer",
+                val,
+                "unset: Bridge recipes use the distributed optimizer"
+                if bridge
+                else "unset: megatron-core OptimizerConfig default",
+            )
+        )
     if lay.use_precision_aware_optimizer is None:
         upd["use_precision_aware_optimizer"] = False
         res.append(Resolution("use_precision_aware_optimizer", False, "unset: OptimizerConfig default"))
@@ -414,8 +452,13 @@ def resolve(inp: ScenarioInput) -> Scenario:
         scopes = lay.cuda_graph_scope if lay.cuda_graph_modules is None else lay.cuda_graph_modules
         full_it = scopes == "full_iteration" or scopes == ["full_iteration"]
         upd["cuda_graph_impl"] = "full_iteration" if full_it else "transformer_engine"
-        res.append(Resolution("cuda_graph_impl", upd["cuda_graph_impl"],
-                              "unset but a graph scope was given: scoped capture uses transformer_engine"))
+        res.append(
+            Resolution(
+                "cuda_graph_impl",
+                upd["cuda_graph_impl"],
+                "unset but a graph scope was given: scoped capture uses transformer_engine",
+            )
+        )
     graphs = (upd.get("cuda_graph_impl") or lay.cuda_graph_impl or "none") != "none"
     if lay.use_te_rng_tracker is None and graphs:
         upd["use_te_rng_tracker"] = True

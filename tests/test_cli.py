@@ -1,0 +1,151 @@
+"""CLI behaviour in-process: exit codes, JSON shape, clear errors for bad input (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from moeplan.cli.app import app
+
+runner = CliRunner()
+
+DSV3_GB300 = [
+    "--model",
+    "deepseek-ai/DeepSeek-V3",
+    "--gpu",
+    "gb300",
+    "--num-gpus",
+    "256",
+    "--seq-length",
+    "4096",
+    "--mbs",
+    "1",
+    "--gbs",
+    "4096",
+    "--precision",
+    "mxfp8",
+    "--pp",
+    "2",
+    "--vpp",
+    "8",
+    "--ep",
+    "32",
+    "--set",
+    "layout.pipeline_model_parallel_layout=Et*4|(t*4|)*14tmL",
+]
+
+
+def run(args):
+    return runner.invoke(app, args)
+
+
+def test_check_valid_recipe_layout_exit_0():
+    r = run(["check", *DSV3_GB300])
+    assert r.exit_code == 0, r.output
+    assert "verdict: valid" in r.output
+
+
+def test_check_json_contract():
+    r = run(["check", *DSV3_GB300, "--json"])
+    d = json.loads(r.output)
+    assert d["verdict"] == "valid"
+    assert d["scenario"]["parallel"]["DP"] == 128 and d["scenario"]["parallel"]["EDP"] == 4
+    assert {x["key"] for x in d["scenario"]["resolved_defaults"]} >= {"expert_tensor_parallel_size"}
+
+
+def test_check_rule_break_exit_1_with_rule_id_and_fix():
+    r = run(["check", "--model", "deepseek-v3", "--pp", "16", "--json"])
+    assert r.exit_code == 1
+    d = json.loads(r.output)
+    f = [x for x in d["findings"] if x["rule_id"] == "pipeline.num_layers_divisible_by_pp"][0]
+    assert "61" in f["message"] and "16" in f["message"] and f["fix"]
+
+
+def test_check_scenario_file_and_flag_override(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "model: Qwen/Qwen3-30B-A3B\nsystem: {gpu: h100, num_gpus: 16}\n"
+        "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 512}\n"
+        "layout: {expert_model_parallel_size: 8, pipeline_model_parallel_size: 2}\n"
+    )
+    assert run(["check", str(p)]).exit_code == 0
+    r = run(["check", str(p), "--ep", "6", "--json"])  # flag overrides file: 128 experts % 6
+    assert r.exit_code == 1
+    assert "moe.experts_divisible_by_ep" in {f["rule_id"] for f in json.loads(r.output)["findings"]}
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["check", "missing.yaml"], "an existing YAML file"),
+        (["check", "--model", "no-such-model"], "built-in model"),
+        (["check", "--gpu", "h900"], "did you mean 'h200'"),
+        (["check", "--set", "layout.tensor_model_paralel_size=2"], "did you mean 'tensor_model_parallel_size'"),
+        (["check", "--set", "layout.tensor_model_parallel_size=0"], "layout.tensor_model_parallel_size"),
+        (["check", "--set", "layout.tensor_model_parallel_size=two"], "layout.tensor_model_parallel_size"),
+        (["check", "--set", "training.precision=fp9"], "training.precision"),
+        (["check", "--set", "nonsense"], "section.key=value"),
+        (["check", "--model", "mixtral-8x22b"], "matches"),
+        (["params", "--model", "qwen3-30b-a3b", "--set", "model_overrides.num_layerz=2"], "did you mean 'num_layers'"),
+    ],
+)
+def test_bad_input_exit_2_clear_message(args, needle):
+    r = run(args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+    assert "Traceback" not in r.output
+
+
+def test_bad_yaml_and_non_mapping(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    r = run(["check", str(bad)])
+    assert r.exit_code == 2 and "valid YAML" in r.output
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- a\n- b\n")
+    r = run(["check", str(lst)])
+    assert r.exit_code == 2 and "mapping" in r.output
+    unknown = tmp_path / "u.yaml"
+    unknown.write_text("modle: deepseek-v3\n")
+    r = run(["check", str(unknown)])
+    assert r.exit_code == 2 and "did you mean 'model'" in r.output
+
+
+def test_typer_rejects_negative_and_strings_exit_2():
+    assert run(["check", "--tp", "-1"]).exit_code == 2
+    assert run(["check", "--num-gpus", "abc"]).exit_code == 2
+
+
+def test_models_gpus_rules_json():
+    models = json.loads(run(["models", "--json"]).output)
+    assert any(m["id"] == "deepseek-ai/DeepSeek-V3" for m in models)
+    gpus = json.loads(run(["gpus", "--json"]).output)
+    ids = [g["id"] for g in gpus]
+    assert ids[:7] == ["a100", "h100", "h200", "b200", "b300", "gb200", "gb300"]
+    gb200 = gpus[ids.index("gb200")]
+    assert gb200["supports_deepep"] is False and gb200["scaleup_domain_gpus"] == 72
+    mi = gpus[ids.index("mi300x")]
+    assert mi["supports_te_fp8"] is False and mi["supports_deepep"] is False
+    rules = json.loads(run(["rules", "--json"]).output)
+    assert len({r["rule_id"] for r in rules}) == len(rules) >= 40
+
+
+def test_params_per_stage_sum():
+    r = run(["params", "--model", "qwen3-30b-a3b", "--pp", "2", "--ep", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert [s["num_layers"] for s in d["per_rank"]] == [24, 24]
+    assert d["per_rank"][0]["embedding"] and d["per_rank"][1]["output_layer"]
+
+
+def test_tables_render():
+    for cmd in (
+        ["models"],
+        ["gpus"],
+        ["rules"],
+        ["params", "--model", "deepseek-v3", "--pp", "2", "--set", "layout.num_layers_in_first_pipeline_stage=30"],
+    ):
+        r = run(cmd)
+        assert r.exit_code == 0, (cmd, r.output)
