@@ -86,3 +86,24 @@ def _gdn(s, e):
             )
         )
     return out
+
+
+@rule(
+    "attention.vision_heads_divisible_by_tp",
+    "Bridge VLM providers build the vision TransformerConfig with the model's TP; [TC]",
+    "a VLM's vision-tower heads must be divisible by TP (the ViT is tensor-parallel with the decoder's TP)",
+)
+def _vision_heads(s, e):
+    m = s.model
+    if m is None or m.vision is None or s.tp == 1:
+        return None
+    n = m.vision.num_heads
+    if n % s.tp:
+        ok = [t for t in (1, 2, 4, 8, 16) if n % t == 0]
+        return [
+            e.error(
+                f"the vision tower has {n} attention heads, not divisible by TP ({s.tp})",
+                f"use TP in {ok}, or freeze/offload the tower with its own TP in a custom provider",
+                "tensor_model_parallel_size",
+            )
+        ]

@@ -218,6 +218,30 @@ def vision_params(v: VisionSpec) -> int:
     return patch + cls_pos + norms + v.depth * block + adapter + projector
 
 
+def vision_shard(v: VisionSpec, tp: int = 1) -> Shard:
+    """Vision tower on one rank of the first pipeline stage (Megatron Bridge builds it there).
+
+    Megatron-style TP inside the ViT: QKV and FC1 (column-parallel, weights and biases) and the
+    attention projection and FC2 weights (row-parallel) are split by TP; norms, row-parallel biases,
+    patch embedding and position tables are replicated; merger/projector FC1 is column- and FC2
+    row-parallel. Elements; the split of the tower itself is our reading of Megatron's ViT, not
+    checked against a build.
+
+    Raises:
+        InputError: when ViT widths do not divide by TP.
+    """
+    total = vision_params(v)
+    h, f = v.hidden_size, v.intermediate_size
+    col = h * 3 * h + 3 * h + h * f + f  # qkv + fc1 (weights and biases)
+    row = h * h + f * h  # proj + fc2 weights
+    split = v.depth * (col + row)
+    if v.kind == "qwen3_vl":
+        m = v.spatial_merge_size**2
+        merger = (h * m) * (h * m) + h * m + (h * m) * v.out_hidden_size
+        split += merger * (1 + len(v.deepstack_visual_indexes))
+    return Shard(tp=_div(split, tp, "vision tower widths vs TP"), rep=total - split)
+
+
 # ----- whole-model counts ---------------------------------------------------------------------
 
 
@@ -329,10 +353,12 @@ def rank_params(
     output_layer: bool = False,
     mtp_layers: int = 0,
     padded_vocab: int | None = None,
+    vision: bool = False,
 ) -> RankParams:
     """Parameters on one rank that builds decoder ``layers`` (0-based ids), optionally the
     embedding (first stage), the output layer and final norm (last stage) and ``mtp_layers`` MTP
-    blocks (last stage). With tied embeddings and an output layer on a rank without the embedding
+    blocks (last stage), and the vision tower (``vision=True``: first stage of a VLM, see
+    :func:`vision_shard`). With tied embeddings and an output layer on a rank without the embedding
     (PP > 1), Megatron keeps a copy of the word embeddings there, counted here.
 
     ``padded_vocab`` defaults to :func:`padded_vocab_size` (divisible by 128·TP).
@@ -359,6 +385,10 @@ def rank_params(
         if model.untie_embeddings_and_output_weights or not embedding:
             by["output_layer"] += vocab_rank
             dense += vocab_rank
+    if vision and model.vision is not None:
+        vs = vision_shard(model.vision, tp)
+        by["vision"] = vs.total
+        dense += vs.total
     if mtp_layers:
         m = mtp_shard(model, tp, ep, etp)
         by["mtp"] = mtp_layers * m.total

@@ -36,8 +36,8 @@ class StageParams:
 
 
 def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[StageParams]:
-    """Parameters per rank for every PP stage of the scenario's layout (TP/EP/ETP sharding,
-    vocabulary padded to a multiple of ``make_vocab_size_divisible_by``·TP as Megatron-LM pads it).
+    """Parameters per rank for every PP stage of the scenario's layout (TP/EP/ETP sharding; a VLM's
+    vision tower on the stage holding the embedding, as Megatron Bridge places it; vocabulary padded to a multiple of ``make_vocab_size_divisible_by``·TP as Megatron-LM pads it).
 
     Raises:
         InputError: no model, or a split that is not legal (run ``validate`` for the reason).
@@ -67,7 +67,16 @@ def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[S
         outl = plan.loss[0] == r
         mtp = s.mtp_num_layers if any(h[0] == r for h in plan.mtp) else 0
         rp = rank_params(
-            m, layers, tp=s.tp, ep=s.ep, etp=s.etp, embedding=emb, output_layer=outl, mtp_layers=mtp, padded_vocab=vpad
+            m,
+            layers,
+            tp=s.tp,
+            ep=s.ep,
+            etp=s.etp,
+            embedding=emb,
+            output_layer=outl,
+            mtp_layers=mtp,
+            padded_vocab=vpad,
+            vision=emb,
         )
         out.append(StageParams(r, layers, emb, outl, mtp, rp))
     return out
