@@ -163,14 +163,23 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 @app.command()
-def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def gpus(
+    gpu_id: Optional[str] = typer.Argument(None, help="Show one GPU in full, with the source of every figure."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
     """List the built-in GPUs: usable HBM (and its source), dense peaks, NVLink domain, NIC, features."""
-    from moeplan import list_gpus
+    from moeplan import get_gpu, list_gpus
     from moeplan.cli import render
 
-    rows = [g.model_dump() for g in list_gpus()]
+    try:
+        rows = [get_gpu(gpu_id).model_dump()] if gpu_id else [g.model_dump() for g in list_gpus()]
+    except InputError as exc:
+        _fail_input(exc)
+        return
     if as_json:
-        render.print_json(rows)
+        render.print_json(rows[0] if gpu_id else rows)
+    elif gpu_id:
+        render.render_gpu_detail(rows[0])
     else:
         render.render_gpus(rows)
 

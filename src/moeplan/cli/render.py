@@ -143,3 +143,20 @@ def render_rules(rows: list[dict]) -> None:
     for r in rows:
         t.add_row(r["rule_id"], r["kind"], r["source"], r["summary"])
     console().print(t)
+
+
+def render_gpu_detail(row: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{row['id']} ({row['name']})", show_header=False)
+    t.add_column("field")
+    t.add_column("value", overflow="fold")
+    for k, v in row.items():
+        if k == "sources":
+            continue
+        t.add_row(k, "unknown" if v is None else str(v))
+    c = console()
+    c.print(t)
+    c.print("sources:")
+    for src in row["sources"]:
+        c.print(f"  - {src}", markup=False)

@@ -65,14 +65,39 @@ def _gdn(s, e):
     m = s.model
     if m is None or not m.has_linear_attention:
         return None
-    nk, nv, d = m.linear_num_key_heads, m.linear_num_value_heads, s.tp * s.cp
+    nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
+    ver = ".".join(map(str, s.mcore_version))
     out = []
+    if s.cp > 1 and s.mcore_version < (0, 17, 0):
+        # megatron-core 0.16.1 asserts context_parallel_size == 1 for gated delta net (read in the wheel)
+        out.append(
+            e.error(
+                f"Gated DeltaNet layers do not support context parallelism in megatron-core {ver} (CP = {s.cp})",
+                "use CP = 1 (TP for memory) or a newer megatron-core (0.20 supports TP·CP sharding)",
+                "context_parallel_size",
+                kind="unsupported",
+            )
+        )
+        d = s.tp
+    else:
+        if s.cp > 1 and s.mcore_version < (0, 20, 0):
+            out.append(
+                e.warning(
+                    f"CP > 1 with Gated DeltaNet: 0.16.1 rejects it and 0.20 supports it; megatron-core {ver} "
+                    "is unverified",
+                    "check your megatron-core's TransformerConfig before launching",
+                    "context_parallel_size",
+                )
+            )
+        d = s.tp * s.cp
+    what = "TP·CP" if d != s.tp or s.cp > 1 else "TP"
     for name, n in (("linear_num_key_heads", nk), ("linear_num_value_heads", nv)):
         if n is not None and n % d:
+            best = max(x for x in (1, 2, 4, 8, 16) if n % x == 0)
             out.append(
                 e.error(
-                    f"{name} ({n}) is not divisible by TP·CP = {s.tp}·{s.cp} = {d}",
-                    f"choose TP·CP dividing {n} (e.g. {max(x for x in (1, 2, 4, 8, 16) if n % x == 0)})",
+                    f"{name} ({n}) is not divisible by {what} = {d}",
+                    f"choose {what} dividing {n} (at most {best})",
                     "tensor_model_parallel_size",
                     "context_parallel_size",
                 )

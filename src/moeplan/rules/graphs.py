@@ -34,6 +34,22 @@ def _values(s, e):
                 "cuda_graph_scope",
             )
         )
+    if lay.cuda_graph_modules is not None and s.mcore_version < (0, 18, 0):
+        out.append(
+            e.error(
+                f"cuda_graph_modules does not exist in megatron-core {ver} (added in 0.18)",
+                "use cuda_graph_scope on megatron-core ≤ 0.17",
+                "cuda_graph_modules",
+            )
+        )
+    if lay.cuda_graph_scope is not None and s.mcore_version >= (0, 18, 0):
+        out.append(
+            e.info(
+                f"cuda_graph_scope is a deprecated alias of cuda_graph_modules since megatron-core 0.18 "
+                f"(scenario: {ver}); it is migrated automatically",
+                "cuda_graph_scope",
+            )
+        )
     scopes = s.graph_scopes()
     bad = [x for x in scopes if x not in SCOPES and x != "full"]
     if bad:

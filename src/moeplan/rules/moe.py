@@ -130,6 +130,14 @@ def _flex(s, e):
                 "moe_token_dispatcher_type",
             )
         )
+    if lay.moe_enable_deepep:
+        out.append(
+            e.info(
+                "moe_enable_deepep is deprecated: it means moe_token_dispatcher_type=flex with "
+                "moe_flex_dispatcher_backend=deepep",
+                "moe_enable_deepep",
+            )
+        )
     if lay.moe_enable_deepep and lay.moe_flex_dispatcher_backend == "hybridep":
         out.append(
             e.error(

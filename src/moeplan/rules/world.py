@@ -175,3 +175,26 @@ def _vpp_pp(s, e):
                 "virtual_pipeline_model_parallel_size",
             )
         ]
+
+
+@rule(
+    "env.cuda_device_max_connections",
+    "[ARGS] arguments.py (Megatron-LM)",
+    "on Hopper and older with TP > 1 or CP > 1, Megatron-LM requires CUDA_DEVICE_MAX_CONNECTIONS=1 "
+    "(only a warning with FSDP or EP overlap)",
+)
+def _max_connections(s, e):
+    val = s.environment.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if val is None or val == "1" or s.gpu is None or s.gpu.compute_capability is None:
+        return None
+    if s.gpu.compute_capability >= 10.0 or (s.tp == 1 and s.cp == 1):
+        return None
+    msg = (
+        f"CUDA_DEVICE_MAX_CONNECTIONS={val} on {s.gpu.id} with TP = {s.tp}, CP = {s.cp}: kernels of the TP/CP "
+        "communication overlap can be reordered"
+    )
+    fix = "export CUDA_DEVICE_MAX_CONNECTIONS=1"
+    relaxed = s.layout.use_megatron_fsdp or s.layout.overlap_moe_expert_parallel_comm
+    if s.framework == "megatron-core" and not relaxed:
+        return [e.error(msg + " (Megatron-LM asserts it)", fix, "environment")]
+    return [e.warning(msg, fix, "environment")]
