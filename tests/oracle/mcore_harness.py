@@ -67,9 +67,7 @@ def _config_class(kwargs: dict[str, Any]) -> type:
     return MLATransformerConfig if kwargs.get("multi_latent_attention") else TransformerConfig
 
 
-def mcore_config_check(
-    assume_te_version: str | None = "2.10.0", **kwargs: Any
-) -> tuple[bool, str]:
+def mcore_config_check(assume_te_version: str | None = "2.10.0", **kwargs: Any) -> tuple[bool, str]:
     """Construct TransformerConfig(**kwargs); return (accepted, "ExcType: message" or "").
 
     Minimal valid kwargs: num_layers, hidden_size, num_attention_heads (ffn_hidden_size
@@ -210,9 +208,7 @@ def _worker(rank: int, world: int, port: int, arch: dict, par: dict, overrides: 
 
         LanguageModule._is_in_embd_group = lambda self: False  # type: ignore[method-assign]
         pp_rank = ps.get_pipeline_model_parallel_rank()
-        spec = get_gpt_decoder_block_spec(
-            config, use_transformer_engine=False, normalization=config.normalization
-        )
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=config.normalization)
         if config.multi_latent_attention:
             _swap_mla_core_attention(spec)
         with torch.device("meta"):
@@ -223,9 +219,7 @@ def _worker(rank: int, world: int, port: int, arch: dict, par: dict, overrides: 
                 max_sequence_length=4096,
                 pre_process=ps.is_pipeline_first_stage(),
                 post_process=ps.is_pipeline_last_stage(),
-                share_embeddings_and_output_weights=not arch.get(
-                    "untie_embeddings_and_output_weights", True
-                ),
+                share_embeddings_and_output_weights=not arch.get("untie_embeddings_and_output_weights", True),
                 position_embedding_type="rope",
             )
         counts = {c: 0 for c in CATEGORIES}
@@ -288,10 +282,7 @@ def mcore_param_counts(
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
     port = _free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, world, port, arch, par, overrides, q))
-        for r in range(world)
-    ]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, arch, par, overrides, q)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, dict] = {}

@@ -130,9 +130,15 @@ def test_per_rank_params_match_mcore(case_id, built):
         layers = [n - 1 for n in mc["layers"]]  # megatron layer_number is 1-based
         assert layers == plan.rank_layers(pp_rank), f"rank {rank}: layer assignment differs"
         rp = rank_params(
-            model, layers, tp=tp, ep=ep, etp=etp,
-            embedding=pp_rank == 0, output_layer=pp_rank == pp - 1,
-            mtp_layers=0, padded_vocab=vocab,
+            model,
+            layers,
+            tp=tp,
+            ep=ep,
+            etp=etp,
+            embedding=pp_rank == 0,
+            output_layer=pp_rank == pp - 1,
+            mtp_layers=0,
+            padded_vocab=vocab,
         )
         where = f"{case_id} rank {rank} (pp_rank {pp_rank}, tp {mc['tp_rank']}, ep {mc['ep_rank']})"
         assert rp.total == mc["total"], f"{where}: total moeplan {rp.total} != mcore {mc['total']}"

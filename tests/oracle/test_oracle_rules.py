@@ -30,9 +30,10 @@ recompute_num_layers 1 (the 1..L/PP range is Megatron-LM's argument check), no
 recompute_method with selective (Megatron-LM's argument check), distribute_saved_activations off,
 ``full_iteration`` scope only alone.
 
-Known disagreements (``KNOWN_DISAGREEMENTS``) are not compared inside the hypothesis test (they are
-counted); each has a strict xfail in ``test_known_disagreement`` that turns into a failure once
-moeplan is fixed.
+The twelve disagreements this test first found were fixed in moeplan and are kept as regression
+cases (``FIXED_CASES``). One remains (``KNOWN_DISAGREEMENTS``, counted not compared, strict xfail in
+``test_known_disagreement``): uneven first/last stage counts with PP = 1, which mcore 0.16's config
+lets through and moeplan rejects on purpose.
 """
 
 from __future__ import annotations
@@ -58,22 +59,24 @@ from moeplan.errors import InputError  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-ALWAYS_COMPARED = frozenset({
-    "attention.heads_divisible_by_tp",
-    "attention.query_groups_vs_tp",
-    "attention.gdn_heads_vs_tp_cp",
-    "sequence.sp_requires_tp",
-    "moe.experts_divisible_by_ep",
-    "moe.capacity_settings",
-    "moe.ep_overlap_requirements",
-    "recompute.granularity_fields",
-    "recompute.module_labels",
-    "graphs.impl_and_scope_values",
-    "graphs.moe_scopes",
-    "graphs.recompute_compatibility",
-    "pipeline.uneven_stages_cover_layers",
-    "pipeline.layout_valid",
-})
+ALWAYS_COMPARED = frozenset(
+    {
+        "attention.heads_divisible_by_tp",
+        "attention.query_groups_vs_tp",
+        "attention.gdn_heads_vs_tp_cp",
+        "sequence.sp_requires_tp",
+        "moe.experts_divisible_by_ep",
+        "moe.capacity_settings",
+        "moe.ep_overlap_requirements",
+        "recompute.granularity_fields",
+        "recompute.module_labels",
+        "graphs.impl_and_scope_values",
+        "graphs.moe_scopes",
+        "graphs.recompute_compatibility",
+        "pipeline.uneven_stages_cover_layers",
+        "pipeline.layout_valid",
+    }
+)
 #: Checked by megatron-core's config only when account_for_*_in_pipeline_split is set.
 ACCOUNT_FOR_RULES = frozenset({"pipeline.num_layers_divisible_by_pp", "pipeline.layers_per_stage_divisible_by_vpp"})
 INPUT_IMPL = "input.cuda_graph_impl"
@@ -90,20 +93,44 @@ N_GENERATED = collections.Counter()  # hypothesis examples: generated / compared
 # generation
 # ----------------------------------------------------------------------------------------------
 
-MODULE_CHOICES = [None, ["core_attn"], ["moe"], ["mlp", "layernorm"], ["moe_act"], ["mla_up_proj"],
-                  ["shared_experts"], ["bogus"], ["up_proj"], ["gdn_norm_out"]]
-SCOPE_CHOICES = [None, [], ["attn"], ["mlp"], ["attn", "mlp"], ["moe"], ["moe_router"],
-                 ["moe_router", "moe_preprocess"], ["moe_preprocess"], ["moe", "moe_router"],
-                 ["attn", "moe_router", "moe_preprocess"], ["full"], ["full", "attn"], ["full_iteration"],
-                 ["bogus"]]
+MODULE_CHOICES = [
+    None,
+    ["core_attn"],
+    ["moe"],
+    ["mlp", "layernorm"],
+    ["moe_act"],
+    ["mla_up_proj"],
+    ["shared_experts"],
+    ["bogus"],
+    ["up_proj"],
+    ["gdn_norm_out"],
+]
+SCOPE_CHOICES = [
+    None,
+    [],
+    ["attn"],
+    ["mlp"],
+    ["attn", "mlp"],
+    ["moe"],
+    ["moe_router"],
+    ["moe_router", "moe_preprocess"],
+    ["moe_preprocess"],
+    ["moe", "moe_router"],
+    ["attn", "moe_router", "moe_preprocess"],
+    ["full"],
+    ["full", "attn"],
+    ["full_iteration"],
+    ["bogus"],
+]
 
 
 def _layout_string(draw, n_layers: int, pp: int, mtp: int | None) -> str:
     """A layout string, mostly valid, sometimes with one deliberate mistake."""
     n_stages = draw(st.sampled_from([pp, pp, 2 * pp, pp + 1]))
     t_total = draw(st.sampled_from([n_layers, n_layers, n_layers - 1]))
-    mistake = draw(st.sampled_from(["none", "none", "none", "no_E", "no_L", "double_L", "E_late",
-                                    "m_first", "m_missing"]))
+    mistake = draw(
+        st.sampled_from(["none", "none", "none", "no_E", "no_L", "double_L", "E_late", "m_first", "m_missing"])
+    )
     base, rest = divmod(t_total, n_stages)
     stages = [["t"] * (base + (1 if i < rest else 0)) for i in range(n_stages)]
     if mistake != "no_E":
@@ -141,8 +168,7 @@ def layouts(draw) -> dict:
     c["gdn"] = draw(st.sampled_from([(2, 4), (4, 8), (4, 6), (8, 16), (16, 32)])) if "gdn" in fam else None
     moe_fams = {"moe", "capacity", "overlap"}
     c["E"] = None if c["gdn"] else draw(st.sampled_from([None, 4, 8, 8] if fam & moe_fams else [None, 8]))
-    c["ep"] = draw(st.sampled_from(([1, 2, 4] if c["E"] else [1, 1, 2]) if "moe" in fam or "overlap" in fam
-                                   else [1]))
+    c["ep"] = draw(st.sampled_from(([1, 2, 4] if c["E"] else [1, 1, 2]) if "moe" in fam or "overlap" in fam else [1]))
     c["first_dense"] = bool(c["E"]) and draw(st.booleans())
     c["shared"] = bool(c["E"]) and draw(st.booleans())
     c["dispatcher"] = draw(st.sampled_from(["allgather", "alltoall"]))
@@ -184,8 +210,20 @@ def layouts(draw) -> dict:
     # cuda graphs
     c["impl"], c["scope"] = "none", None
     if "graphs" in fam:
-        c["impl"] = draw(st.sampled_from(["none", "local", "local", "transformer_engine", "transformer_engine",
-                                          "transformer_engine", "full_iteration", "bogus"]))
+        c["impl"] = draw(
+            st.sampled_from(
+                [
+                    "none",
+                    "local",
+                    "local",
+                    "transformer_engine",
+                    "transformer_engine",
+                    "transformer_engine",
+                    "full_iteration",
+                    "bogus",
+                ]
+            )
+        )
         c["scope"] = draw(st.sampled_from(SCOPE_CHOICES))
     # EP overlap
     c["overlap"] = c["delay_wgrad"] = False
@@ -208,20 +246,36 @@ def _moe_layers(c) -> list[bool]:
 
 
 def mcore_kwargs(c: dict) -> dict:
-    kw = dict(num_layers=c["L"], hidden_size=c["H"], num_attention_heads=c["NH"], num_query_groups=c["G"],
-              kv_channels=c["H"] // c["NH"], ffn_hidden_size=4 * c["H"],
-              tensor_model_parallel_size=c["tp"], pipeline_model_parallel_size=c["pp"],
-              expert_model_parallel_size=c["ep"], sequence_parallel=c["sp"], bf16=True,
-              attention_dropout=0.0, hidden_dropout=0.0, add_bias_linear=False,
-              moe_token_dispatcher_type=c["dispatcher"], moe_expert_capacity_factor=c["cf"],
-              moe_pad_expert_input_to_capacity=c["pad"], moe_shared_expert_overlap=c["shared_overlap"],
-              moe_grouped_gemm=c["grouped_gemm"],
-              overlap_moe_expert_parallel_comm=c["overlap"], delay_wgrad_compute=c["delay_wgrad"],
-              recompute_granularity=c["gran"], recompute_method=c["method"], recompute_num_layers=c["rnl"],
-              recompute_modules=None if c["modules"] is None else list(c["modules"]),
-              cuda_graph_impl=c["impl"],
-              account_for_embedding_in_pipeline_split=c["acc_emb"],
-              account_for_loss_in_pipeline_split=c["acc_loss"])
+    kw = dict(
+        num_layers=c["L"],
+        hidden_size=c["H"],
+        num_attention_heads=c["NH"],
+        num_query_groups=c["G"],
+        kv_channels=c["H"] // c["NH"],
+        ffn_hidden_size=4 * c["H"],
+        tensor_model_parallel_size=c["tp"],
+        pipeline_model_parallel_size=c["pp"],
+        expert_model_parallel_size=c["ep"],
+        sequence_parallel=c["sp"],
+        bf16=True,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        add_bias_linear=False,
+        moe_token_dispatcher_type=c["dispatcher"],
+        moe_expert_capacity_factor=c["cf"],
+        moe_pad_expert_input_to_capacity=c["pad"],
+        moe_shared_expert_overlap=c["shared_overlap"],
+        moe_grouped_gemm=c["grouped_gemm"],
+        overlap_moe_expert_parallel_comm=c["overlap"],
+        delay_wgrad_compute=c["delay_wgrad"],
+        recompute_granularity=c["gran"],
+        recompute_method=c["method"],
+        recompute_num_layers=c["rnl"],
+        recompute_modules=None if c["modules"] is None else list(c["modules"]),
+        cuda_graph_impl=c["impl"],
+        account_for_embedding_in_pipeline_split=c["acc_emb"],
+        account_for_loss_in_pipeline_split=c["acc_loss"],
+    )
     if c["pp"] > 1:
         kw["pipeline_dtype"] = torch.bfloat16
     if c["vpp"] is not None:
@@ -230,9 +284,11 @@ def mcore_kwargs(c: dict) -> dict:
         kw["mtp_num_layers"] = c["mtp"]
     if c["lb"] is not None:
         kw["moe_router_load_balancing_type"] = c["lb"]
-    for key, val in (("num_layers_in_first_pipeline_stage", c["first"]),
-                     ("num_layers_in_last_pipeline_stage", c["last"]),
-                     ("pipeline_model_parallel_layout", c["layout"])):
+    for key, val in (
+        ("num_layers_in_first_pipeline_stage", c["first"]),
+        ("num_layers_in_last_pipeline_stage", c["last"]),
+        ("pipeline_model_parallel_layout", c["layout"]),
+    ):
         if val is not None:
             kw[key] = val
     if c["scope"] is not None:
@@ -245,40 +301,80 @@ def mcore_kwargs(c: dict) -> dict:
             kw["moe_shared_expert_intermediate_size"] = 2 * c["H"]
     if c["gdn"]:
         nk, nv = c["gdn"]
-        kw.update(experimental_attention_variant="gated_delta_net", linear_attention_freq=4,
-                  linear_conv_kernel_dim=4, linear_key_head_dim=64, linear_value_head_dim=64,
-                  linear_num_key_heads=nk, linear_num_value_heads=nv)
+        kw.update(
+            experimental_attention_variant="gated_delta_net",
+            linear_attention_freq=4,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=64,
+            linear_value_head_dim=64,
+            linear_num_key_heads=nk,
+            linear_num_value_heads=nv,
+        )
     return kw
 
 
 def moeplan_scenario(c: dict) -> dict:
-    mo = {"num_layers": c["L"], "hidden_size": c["H"], "num_attention_heads": c["NH"], "num_query_groups": c["G"],
-          "kv_channels": c["H"] // c["NH"], "vocab_size": 1024, "ffn_hidden_size": 4 * c["H"]}
+    mo = {
+        "num_layers": c["L"],
+        "hidden_size": c["H"],
+        "num_attention_heads": c["NH"],
+        "num_query_groups": c["G"],
+        "kv_channels": c["H"] // c["NH"],
+        "vocab_size": 1024,
+        "ffn_hidden_size": 4 * c["H"],
+    }
     if c["E"]:
         mo.update(num_moe_experts=c["E"], moe_router_topk=2, moe_ffn_hidden_size=c["H"], moe_layers=_moe_layers(c))
         if c["shared"]:
             mo["moe_shared_expert_intermediate_size"] = 2 * c["H"]
     if c["gdn"]:
         nk, nv = c["gdn"]
-        mo.update(attention_kinds=["linear", "linear", "linear", "full"] * (c["L"] // 4) + ["linear"] * (c["L"] % 4),
-                  linear_num_key_heads=nk, linear_num_value_heads=nv, linear_key_head_dim=64,
-                  linear_value_head_dim=64, linear_conv_kernel_dim=4)
-    lay = {"tensor_model_parallel_size": c["tp"], "pipeline_model_parallel_size": c["pp"],
-           "expert_model_parallel_size": c["ep"], "sequence_parallel": c["sp"],
-           "attention_dropout": 0.0, "hidden_dropout": 0.0,
-           "moe_token_dispatcher_type": c["dispatcher"], "moe_expert_capacity_factor": c["cf"],
-           "moe_pad_expert_input_to_capacity": c["pad"], "moe_shared_expert_overlap": c["shared_overlap"],
-           "moe_grouped_gemm": c["grouped_gemm"], "moe_router_load_balancing_type": c["lb"],
-           "overlap_moe_expert_parallel_comm": c["overlap"], "delay_wgrad_compute": c["delay_wgrad"],
-           "recompute_granularity": c["gran"], "recompute_method": c["method"], "recompute_num_layers": c["rnl"],
-           "recompute_modules": c["modules"], "cuda_graph_impl": c["impl"], "cuda_graph_scope": c["scope"],
-           "account_for_embedding_in_pipeline_split": c["acc_emb"],
-           "account_for_loss_in_pipeline_split": c["acc_loss"],
-           "virtual_pipeline_model_parallel_size": c["vpp"], "mtp_num_layers": c["mtp"],
-           "num_layers_in_first_pipeline_stage": c["first"], "num_layers_in_last_pipeline_stage": c["last"],
-           "pipeline_model_parallel_layout": c["layout"]}
-    return {"model": None, "model_overrides": mo, "system": {}, "training": {}, "framework": "megatron-core",
-            "versions": {"megatron_core": "0.16.1"}, "layout": lay}
+        mo.update(
+            attention_kinds=["linear", "linear", "linear", "full"] * (c["L"] // 4) + ["linear"] * (c["L"] % 4),
+            linear_num_key_heads=nk,
+            linear_num_value_heads=nv,
+            linear_key_head_dim=64,
+            linear_value_head_dim=64,
+            linear_conv_kernel_dim=4,
+        )
+    lay = {
+        "tensor_model_parallel_size": c["tp"],
+        "pipeline_model_parallel_size": c["pp"],
+        "expert_model_parallel_size": c["ep"],
+        "sequence_parallel": c["sp"],
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "moe_token_dispatcher_type": c["dispatcher"],
+        "moe_expert_capacity_factor": c["cf"],
+        "moe_pad_expert_input_to_capacity": c["pad"],
+        "moe_shared_expert_overlap": c["shared_overlap"],
+        "moe_grouped_gemm": c["grouped_gemm"],
+        "moe_router_load_balancing_type": c["lb"],
+        "overlap_moe_expert_parallel_comm": c["overlap"],
+        "delay_wgrad_compute": c["delay_wgrad"],
+        "recompute_granularity": c["gran"],
+        "recompute_method": c["method"],
+        "recompute_num_layers": c["rnl"],
+        "recompute_modules": c["modules"],
+        "cuda_graph_impl": c["impl"],
+        "cuda_graph_scope": c["scope"],
+        "account_for_embedding_in_pipeline_split": c["acc_emb"],
+        "account_for_loss_in_pipeline_split": c["acc_loss"],
+        "virtual_pipeline_model_parallel_size": c["vpp"],
+        "mtp_num_layers": c["mtp"],
+        "num_layers_in_first_pipeline_stage": c["first"],
+        "num_layers_in_last_pipeline_stage": c["last"],
+        "pipeline_model_parallel_layout": c["layout"],
+    }
+    return {
+        "model": None,
+        "model_overrides": mo,
+        "system": {},
+        "training": {},
+        "framework": "megatron-core",
+        "versions": {"megatron_core": "0.16.1"},
+        "layout": lay,
+    }
 
 
 def moeplan_errors(c: dict) -> tuple[set[str], list[str]]:
@@ -308,10 +404,13 @@ RELEVANT = {
     "moe.ep_overlap_requirements": lambda c: c["overlap"] or c["delay_wgrad"],
     "recompute.granularity_fields": lambda c: c["gran"] is not None,
     "recompute.module_labels": lambda c: c["gran"] == "selective" and c["modules"] is not None,
-    "graphs.impl_and_scope_values": lambda c: c["impl"] in ("local", "transformer_engine", "full_iteration")
-    or bool(c["scope"]),
-    "graphs.moe_scopes": lambda c: c["impl"] in ("local", "transformer_engine")
-    and bool({"moe", "moe_router", "moe_preprocess", "mlp"} & set(c["scope"] or [])),
+    "graphs.impl_and_scope_values": lambda c: (
+        c["impl"] in ("local", "transformer_engine", "full_iteration") or bool(c["scope"])
+    ),
+    "graphs.moe_scopes": lambda c: (
+        c["impl"] in ("local", "transformer_engine")
+        and bool({"moe", "moe_router", "moe_preprocess", "mlp"} & set(c["scope"] or []))
+    ),
     "graphs.recompute_compatibility": lambda c: c["impl"] in ("local", "transformer_engine") and c["gran"] is not None,
     "pipeline.uneven_stages_cover_layers": lambda c: c["first"] is not None or c["last"] is not None,
     "pipeline.layout_valid": lambda c: c["layout"] is not None,
@@ -329,38 +428,11 @@ def _sc(c) -> set:
 #: hypothesis test does not compare (it counts); the exact cases are strict xfails below.
 #: Fixes suggested for src/moeplan are in tests/oracle/README.md.
 KNOWN_DISAGREEMENTS: dict[str, tuple] = {
-    "recompute_modules_outside_selective": (
-        lambda c: c["modules"] is not None and (c["gran"] != "selective" or (
-            not c["E"] and bool({"moe", "moe_act"} & set(c["modules"])))),
-        "mcore validates recompute_modules only with selective granularity and does not reject moe/moe_act "
-        "on a dense model; moeplan errors in both cases"),
-    "local_graph_router_preprocess_autoadd": (
-        lambda c: c["impl"] == "local" and bool(c["E"]) and (("moe_router" in _sc(c)) != ("moe_preprocess" in _sc(c))),
-        "the local impl adds moe_router/moe_preprocess to each other before the scope checks; moeplan does not"),
-    "full_recompute_with_full_iteration_scope_0_16": (
-        lambda c: c["gran"] == "full" and c["impl"] == "local" and c["scope"] == ["full_iteration"],
-        "0.16 allows full recompute with cuda_graph_scope [full_iteration] (impl local); moeplan requires "
-        "cuda_graph_impl full_iteration, which it rejects itself below 0.18"),
-    "ep_overlap_graphs_need_te_impl": (
-        lambda c: c["overlap"] and c["impl"] == "local",
-        "with EP overlap, mcore requires cuda_graph_impl transformer_engine; moeplan accepts local"),
-    "ep_overlap_mtp_needs_pp": (
-        lambda c: c["overlap"] and c["mtp"] == 1 and c["pp"] == 1,
-        "with EP overlap and one MTP layer mcore requires PP > 1; moeplan does not check it"),
-    "full_scope_mixed": (
-        lambda c: "full" in _sc(c) and len(c["scope"]) > 1,
-        "mcore rejects the deprecated 'full' scope mixed with other scopes; moeplan accepts it"),
-    "shared_expert_overlap_without_shared_experts": (
-        lambda c: c["shared_overlap"] and not c["shared"],
-        "mcore checks moe_shared_expert_overlap vs dispatcher only when the model has shared experts"),
     "uneven_stages_with_pp1": (
         lambda c: c["pp"] == 1 and (c["first"] is not None or c["last"] is not None) and c["layout"] is None,
         "mcore 0.16's config has no PP > 1 check for uneven counts (its middle-stage arithmetic goes "
-        "negative and passes); moeplan rejects: moeplan is stricter, no fix proposed"),
-    "ep_overlap_moe_recompute": (
-        lambda c: c["overlap"] and "moe" in (c["modules"] or []),
-        "mcore 0.16.1's config accepts 'moe' in recompute_modules with EP overlap (a Megatron Bridge "
-        "comm_overlap check); moeplan rejects it for framework megatron-core too"),
+        "negative and passes); moeplan rejects: moeplan is stricter, no fix proposed",
+    ),
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -395,8 +467,13 @@ def compare(c: dict) -> None:
             REJECTED[rule_id] += 1
 
 
-@settings(max_examples=250, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(layouts())
 def test_rules_agree_with_mcore_config(c):
     N_GENERATED["generated"] += 1
@@ -406,26 +483,67 @@ def test_rules_agree_with_mcore_config(c):
 
 # Deterministic cases making sure every covered rule is seen accepting and rejecting even if the
 # generator's draws change; they go through the same comparison.
-BASE = dict(L=4, NH=8, H=512, G=8, tp=1, sp=False, gdn=None, E=8, ep=1, first_dense=False, shared=False,
-            dispatcher="alltoall", cf=None, pad=False, lb=None, shared_overlap=False, grouped_gemm=True,
-            pp=1, vpp=None, mtp=None, first=None, last=None, layout=None, acc_emb=False, acc_loss=False,
-            gran=None, method=None, rnl=None, modules=None, impl="none", scope=None, overlap=False,
-            delay_wgrad=False)
+BASE = dict(
+    L=4,
+    NH=8,
+    H=512,
+    G=8,
+    tp=1,
+    sp=False,
+    gdn=None,
+    E=8,
+    ep=1,
+    first_dense=False,
+    shared=False,
+    dispatcher="alltoall",
+    cf=None,
+    pad=False,
+    lb=None,
+    shared_overlap=False,
+    grouped_gemm=True,
+    pp=1,
+    vpp=None,
+    mtp=None,
+    first=None,
+    last=None,
+    layout=None,
+    acc_emb=False,
+    acc_loss=False,
+    gran=None,
+    method=None,
+    rnl=None,
+    modules=None,
+    impl="none",
+    scope=None,
+    overlap=False,
+    delay_wgrad=False,
+)
 EXPLICIT = {
-    "heads_ok": dict(tp=2, sp=True), "heads_bad": dict(tp=3, G=1),
-    "groups_divisor": dict(tp=4, G=2, sp=True), "groups_bad": dict(tp=4, NH=12, H=768, G=6, sp=True),
-    "gdn_ok": dict(E=None, gdn=(4, 8), tp=2, sp=True), "gdn_bad": dict(E=None, gdn=(2, 4), tp=4, sp=True),
-    "sp_ok": dict(tp=2, sp=True), "sp_bad": dict(sp=True),
-    "ep_ok": dict(ep=4), "ep_dense_bad": dict(E=None, ep=2),
-    "pad_ok": dict(cf=1.0, pad=True), "pad_bad": dict(pad=True), "cf_sinkhorn_bad": dict(cf=1.0, lb="sinkhorn"),
+    "heads_ok": dict(tp=2, sp=True),
+    "heads_bad": dict(tp=3, G=1),
+    "groups_divisor": dict(tp=4, G=2, sp=True),
+    "groups_bad": dict(tp=4, NH=12, H=768, G=6, sp=True),
+    "gdn_ok": dict(E=None, gdn=(4, 8), tp=2, sp=True),
+    "gdn_bad": dict(E=None, gdn=(2, 4), tp=4, sp=True),
+    "sp_ok": dict(tp=2, sp=True),
+    "sp_bad": dict(sp=True),
+    "ep_ok": dict(ep=4),
+    "ep_dense_bad": dict(E=None, ep=2),
+    "pad_ok": dict(cf=1.0, pad=True),
+    "pad_bad": dict(pad=True),
+    "cf_sinkhorn_bad": dict(cf=1.0, lb="sinkhorn"),
     "shared_overlap_ok": dict(shared=True, shared_overlap=True),
     "shared_overlap_bad": dict(shared=True, shared_overlap=True, dispatcher="allgather"),
-    "overlap_ok": dict(overlap=True, ep=2), "overlap_no_ep": dict(overlap=True),
-    "overlap_pp_no_vpp": dict(overlap=True, ep=2, pp=2), "overlap_pp_vpp": dict(overlap=True, ep=2, pp=2, vpp=2),
+    "overlap_ok": dict(overlap=True, ep=2),
+    "overlap_no_ep": dict(overlap=True),
+    "overlap_pp_no_vpp": dict(overlap=True, ep=2, pp=2),
+    "overlap_pp_vpp": dict(overlap=True, ep=2, pp=2, vpp=2),
     "overlap_full_recompute": dict(overlap=True, ep=2, gran="full", method="uniform", rnl=1),
     "delay_wgrad_bad": dict(delay_wgrad=True),
-    "full_ok": dict(gran="full", method="block", rnl=1), "full_no_method": dict(gran="full", rnl=1),
-    "full_no_num_layers": dict(gran="full", method="uniform"), "selective_ok": dict(gran="selective"),
+    "full_ok": dict(gran="full", method="block", rnl=1),
+    "full_no_method": dict(gran="full", rnl=1),
+    "full_no_num_layers": dict(gran="full", method="uniform"),
+    "selective_ok": dict(gran="selective"),
     "labels_ok": dict(gran="selective", modules=["moe", "layernorm"]),
     "labels_bad": dict(gran="selective", modules=["bogus"]),
     "labels_0_19_only": dict(gran="selective", modules=["gdn_norm_out"]),
@@ -433,28 +551,38 @@ EXPLICIT = {
     "graphs_te_attn": dict(impl="transformer_engine", scope=["attn"]),
     "graphs_bogus_scope": dict(impl="transformer_engine", scope=["bogus"]),
     "graphs_te_full_iteration": dict(impl="transformer_engine", scope=["full_iteration"]),
-    "graphs_impl_full_iteration_0_16": dict(impl="full_iteration"), "graphs_impl_bogus": dict(impl="bogus"),
+    "graphs_impl_full_iteration_0_16": dict(impl="full_iteration"),
+    "graphs_impl_bogus": dict(impl="bogus"),
     "moe_scope_dropless_bad": dict(impl="transformer_engine", scope=["moe"]),
     "moe_scope_drop_pad_ok": dict(impl="transformer_engine", scope=["moe"], cf=1.0, pad=True),
     "moe_and_router_bad": dict(impl="transformer_engine", scope=["moe", "moe_router"], cf=1.0, pad=True),
     "preprocess_te_alone_bad": dict(impl="transformer_engine", scope=["moe_preprocess"]),
     "router_preprocess_ok": dict(impl="transformer_engine", scope=["moe_router", "moe_preprocess"]),
-    "router_preprocess_alltoall_cf_bad": dict(impl="transformer_engine", scope=["moe_router", "moe_preprocess"],
-                                               cf=1.0),
+    "router_preprocess_alltoall_cf_bad": dict(
+        impl="transformer_engine", scope=["moe_router", "moe_preprocess"], cf=1.0
+    ),
     "mlp_scope_all_moe_bad": dict(impl="transformer_engine", scope=["mlp"]),
     "mlp_scope_first_dense_ok": dict(impl="transformer_engine", scope=["mlp"], first_dense=True),
-    "graphs_full_recompute_te_bad": dict(impl="transformer_engine", scope=["attn"], gran="full", method="uniform",
-                                         rnl=1),
+    "graphs_full_recompute_te_bad": dict(
+        impl="transformer_engine", scope=["attn"], gran="full", method="uniform", rnl=1
+    ),
     "graphs_selective_ok": dict(impl="transformer_engine", scope=["attn"], gran="selective"),
-    "graphs_moe_recompute_router_bad": dict(impl="transformer_engine", scope=["moe_router"], gran="selective",
-                                            modules=["moe"]),
-    "uneven_ok": dict(pp=2, L=5, first=2), "uneven_bad": dict(pp=4, L=8, first=3, last=3),
-    "uneven_zero_bad": dict(pp=2, first=0), "uneven_vpp_bad": dict(pp=2, vpp=2, first=1, last=3),
-    "layout_ok": dict(pp=2, layout="Ett|ttL"), "layout_vpp_ok": dict(pp=2, layout="Et|t|t|tL"),
-    "layout_t_count_bad": dict(pp=2, layout="Et|tL"), "layout_stages_bad": dict(pp=2, layout="Et|t|ttL"),
-    "layout_vpp_conflict_bad": dict(pp=2, vpp=2, layout="Ett|ttL"), "layout_no_E_bad": dict(pp=2, layout="tt|ttL"),
+    "graphs_moe_recompute_router_bad": dict(
+        impl="transformer_engine", scope=["moe_router"], gran="selective", modules=["moe"]
+    ),
+    "uneven_ok": dict(pp=2, L=5, first=2),
+    "uneven_bad": dict(pp=4, L=8, first=3, last=3),
+    "uneven_zero_bad": dict(pp=2, first=0),
+    "uneven_vpp_bad": dict(pp=2, vpp=2, first=1, last=3),
+    "layout_ok": dict(pp=2, layout="Ett|ttL"),
+    "layout_vpp_ok": dict(pp=2, layout="Et|t|t|tL"),
+    "layout_t_count_bad": dict(pp=2, layout="Et|tL"),
+    "layout_stages_bad": dict(pp=2, layout="Et|t|ttL"),
+    "layout_vpp_conflict_bad": dict(pp=2, vpp=2, layout="Ett|ttL"),
+    "layout_no_E_bad": dict(pp=2, layout="tt|ttL"),
     "layout_with_uneven_bad": dict(pp=2, layout="Ett|ttL", first=2),
-    "account_ok": dict(pp=2, L=5, acc_emb=True), "account_bad": dict(pp=2, L=4, acc_emb=True),
+    "account_ok": dict(pp=2, L=5, acc_emb=True),
+    "account_bad": dict(pp=2, L=4, acc_emb=True),
     "account_vpp_ok": dict(pp=2, L=6, vpp=2, acc_emb=True, acc_loss=True),
     "account_vpp_bad": dict(pp=2, L=4, vpp=2, acc_emb=True, acc_loss=True),
 }
@@ -467,42 +595,39 @@ def test_explicit_case(name):
 
 # Exact cases where moeplan and megatron-core 0.16.1 disagree (see module docstring / README).
 KNOWN_CASES: dict[str, tuple[dict, str]] = {
-    "labels_ignored_without_selective": (dict(modules=["bogus"]), KNOWN_DISAGREEMENTS[
-        "recompute_modules_outside_selective"][1]),
-    "moe_recompute_on_dense_model": (dict(E=None, gran="selective", modules=["moe"]), KNOWN_DISAGREEMENTS[
-        "recompute_modules_outside_selective"][1]),
-    "te_moe_router_with_moe_modules_not_selective": (
-        dict(impl="transformer_engine", scope=["moe_router"], modules=["moe"]),
-        "graphs.recompute_compatibility: mcore checks 'moe' recompute vs the moe_router TE scope only with "
-        "selective granularity"),
-    "local_moe_preprocess_alone": (dict(impl="local", scope=["moe_preprocess"]),
-                                   KNOWN_DISAGREEMENTS["local_graph_router_preprocess_autoadd"][1]),
-    "local_moe_router_alone_alltoall_cf": (dict(impl="local", scope=["moe_router"], cf=1.0),
-                                           KNOWN_DISAGREEMENTS["local_graph_router_preprocess_autoadd"][1]),
-    "full_recompute_local_full_iteration_scope": (
-        dict(impl="local", scope=["full_iteration"], gran="full", method="uniform", rnl=1),
-        KNOWN_DISAGREEMENTS["full_recompute_with_full_iteration_scope_0_16"][1]),
-    "ep_overlap_local_graphs": (dict(overlap=True, ep=2, impl="local", scope=["attn"]),
-                                KNOWN_DISAGREEMENTS["ep_overlap_graphs_need_te_impl"][1]),
-    "ep_overlap_mtp1_pp1": (dict(overlap=True, ep=2, mtp=1), KNOWN_DISAGREEMENTS["ep_overlap_mtp_needs_pp"][1]),
-    "full_scope_with_attn": (dict(impl="transformer_engine", scope=["full", "attn"]),
-                             KNOWN_DISAGREEMENTS["full_scope_mixed"][1]),
-    "shared_overlap_allgather_no_shared_experts": (
-        dict(shared_overlap=True, dispatcher="allgather"),
-        KNOWN_DISAGREEMENTS["shared_expert_overlap_without_shared_experts"][1]),
     "uneven_pp1_first_equals_L": (dict(pp=1, L=4, first=4), KNOWN_DISAGREEMENTS["uneven_stages_with_pp1"][1]),
-    "ep_overlap_selective_moe_recompute": (dict(overlap=True, ep=2, gran="selective", modules=["moe"]),
-                                           KNOWN_DISAGREEMENTS["ep_overlap_moe_recompute"][1]),
-    "layout_empty_first_stage": (
-        dict(pp=2, layout="|Ett|tt|L"),
-        "mcore only needs the flattened layout to start with E and end with L (empty stages allowed); "
-        "moeplan requires E first in the FIRST stage"),
+}
+
+# Cases where moeplan first disagreed with megatron-core 0.16.1 and was fixed to agree (each a
+# regression test now, compared like every other case).
+FIXED_CASES = {
+    "labels_ignored_without_selective": dict(modules=["bogus"]),
+    "moe_recompute_on_dense_model": dict(E=None, gran="selective", modules=["moe"]),
+    "te_moe_router_with_moe_modules_not_selective": dict(
+        impl="transformer_engine", scope=["moe_router"], modules=["moe"]
+    ),
+    "local_moe_preprocess_alone": dict(impl="local", scope=["moe_preprocess"]),
+    "local_moe_router_alone_alltoall_cf": dict(impl="local", scope=["moe_router"], cf=1.0),
+    "full_recompute_local_full_iteration_scope": dict(
+        impl="local", scope=["full_iteration"], gran="full", method="uniform", rnl=1
+    ),
+    "ep_overlap_local_graphs": dict(overlap=True, ep=2, impl="local", scope=["attn"]),
+    "ep_overlap_mtp1_pp1": dict(overlap=True, ep=2, mtp=1),
+    "full_scope_with_attn": dict(impl="transformer_engine", scope=["full", "attn"]),
+    "shared_overlap_allgather_no_shared_experts": dict(shared_overlap=True, dispatcher="allgather"),
+    "ep_overlap_selective_moe_recompute": dict(overlap=True, ep=2, gran="selective", modules=["moe"]),
+    "layout_empty_first_stage": dict(pp=2, layout="|Ett|tt|L"),
 }
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_CASES[n][1])) for n in KNOWN_CASES
-])
+@pytest.mark.parametrize("name", list(FIXED_CASES))
+def test_fixed_disagreement(name):
+    compare({**BASE, **FIXED_CASES[name]})
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_CASES[n][1])) for n in KNOWN_CASES]
+)
 def test_known_disagreement(name):
     c = {**BASE, **KNOWN_CASES[name][0]}
     ok, msg = mcore_config_check(**mcore_kwargs(c))

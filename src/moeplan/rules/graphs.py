@@ -62,6 +62,14 @@ def _values(s, e):
                 "cuda_graph_scope",
             )
         )
+    if "full" in scopes and len(scopes) > 1:
+        out.append(
+            e.error(
+                "the deprecated 'full' scope (whole layer) cannot be combined with other scopes",
+                "use an empty scope for whole layers, or list the parts",
+                "cuda_graph_scope",
+            )
+        )
     if "full_iteration" in scopes and len(scopes) > 1:
         out.append(
             e.error(
@@ -110,6 +118,9 @@ def _moe_scopes(s, e):
     sc = set(s.graph_scopes())
     lay = s.layout
     out = []
+    if lay.cuda_graph_impl == "local" and sc & {"moe_router", "moe_preprocess"}:
+        # the local impl captures router and preprocess together (megatron-core adds the missing one)
+        sc |= {"moe_router", "moe_preprocess"}
     if {"moe", "moe_router"} <= sc:
         out.append(
             e.error("the moe and moe_router graph scopes cannot both be set", "keep moe_router", "cuda_graph_scope")
@@ -177,7 +188,10 @@ def _recompute(s, e):
         return None
     lay = s.layout
     out = []
-    if lay.recompute_granularity == "full" and lay.cuda_graph_impl != "full_iteration":
+    legacy_full_iteration = (
+        s.mcore_version < (0, 18, 0) and lay.cuda_graph_impl == "local" and s.graph_scopes() == ["full_iteration"]
+    )
+    if lay.recompute_granularity == "full" and lay.cuda_graph_impl != "full_iteration" and not legacy_full_iteration:
         out.append(
             e.error(
                 f"full recompute is only allowed with full_iteration graphs (impl is {lay.cuda_graph_impl})",
@@ -188,6 +202,7 @@ def _recompute(s, e):
         )
     if (
         lay.cuda_graph_impl == "transformer_engine"
+        and lay.recompute_granularity == "selective"
         and "moe" in (lay.recompute_modules or [])
         and "moe_router" in s.graph_scopes()
     ):

@@ -217,7 +217,10 @@ def _capacity(s, e):
                 "moe_token_dispatcher_type",
             )
         )
-    if lay.moe_shared_expert_overlap and lay.moe_token_dispatcher_type not in ("alltoall", "flex"):
+    no_shared = (
+        s.model is not None and s.model.num_layers is not None and not s.model.moe_shared_expert_intermediate_size
+    )
+    if lay.moe_shared_expert_overlap and not no_shared and lay.moe_token_dispatcher_type not in ("alltoall", "flex"):
         out.append(
             e.error(
                 "moe_shared_expert_overlap needs the alltoall or flex dispatcher",
@@ -257,14 +260,21 @@ def _ep_overlap(s, e):
         problems.append(f"VPP when PP > 1 (PP = {s.pp}, no VPP)")
     if lay.recompute_granularity == "full" or lay.recompute_method or lay.recompute_num_layers:
         problems.append("no full recompute (recompute_method/num_layers unset)")
-    if "moe" in (lay.recompute_modules or []):
+    # 'moe' recompute vs EP overlap: a Megatron Bridge comm_overlap check, in TransformerConfig at the
+    # pinned 0.20 (megatron_facts rule 36); megatron-core 0.16.1's config accepts it (oracle).
+    moe_rc_checked = s.framework == "megatron-bridge" or s.mcore_version >= (0, 20, 0)
+    if moe_rc_checked and lay.recompute_granularity == "selective" and "moe" in (lay.recompute_modules or []):
         problems.append("no 'moe' in recompute_modules")
     if lay.moe_shared_expert_overlap:
         problems.append("moe_shared_expert_overlap off")
     if s.mtp_num_layers > 1:
         problems.append(f"mtp_num_layers ≤ 1 (is {s.mtp_num_layers})")
+    if s.mtp_num_layers == 1 and s.pp == 1:
+        problems.append("PP > 1 when an MTP layer is built")
     if lay.cuda_graph_impl == "transformer_engine" and {"moe", "mlp"} & set(s.graph_scopes()):
         problems.append("no 'moe' or 'mlp' TE graph scope")
+    if lay.cuda_graph_impl == "local" and s.graph_scopes() != ["full_iteration"]:
+        problems.append("transformer_engine (not local) for per-layer CUDA graphs")
     if not problems:
         return None
     return [

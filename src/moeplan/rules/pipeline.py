@@ -208,18 +208,19 @@ def _layout(s, e):
                 )
             )
     flat = [sym for st in stages for sym in st]
-    if flat.count("E") != 1 or not stages[0] or stages[0][0] != "E":
+    # megatron-core checks the flattened layout: one E first, one L last (empty stages allowed)
+    if flat.count("E") != 1 or not flat or flat[0] != "E":
         out.append(
             e.error(
-                "the layout must hold exactly one E, first in the first stage",
+                "the layout must hold exactly one E, before every other symbol",
                 "start the layout with E",
                 "pipeline_model_parallel_layout",
             )
         )
-    if flat.count("L") != 1 or not stages[-1] or stages[-1][-1] != "L":
+    if flat.count("L") != 1 or not flat or flat[-1] != "L":
         out.append(
             e.error(
-                "the layout must hold exactly one L, last in the last stage",
+                "the layout must hold exactly one L, after every other symbol",
                 "end the layout with L",
                 "pipeline_model_parallel_layout",
             )

@@ -110,13 +110,14 @@ def _labels(s, e):
         return None
     out = []
     if lay.recompute_granularity != "selective":
-        out.append(
+        # megatron-core validates recompute_modules only for selective granularity (0.16.1, oracle)
+        return [
             e.warning(
                 f"recompute_modules {mods} are ignored unless recompute_granularity is selective",
                 "set recompute_granularity: selective",
                 "recompute_modules",
             )
-        )
+        ]
     allowed = allowed_modules(s.mcore_version)
     ver = ".".join(map(str, s.mcore_version))
     for mod in mods:
@@ -160,7 +161,11 @@ def _labels(s, e):
             )
         if ({"moe", "moe_act"} & set(mods)) and not m.is_moe:
             out.append(
-                e.error("moe / moe_act recompute on a model without routed experts", "drop them", "recompute_modules")
+                e.warning(
+                    "moe / moe_act recompute on a model without routed experts has no effect",
+                    "drop them",
+                    "recompute_modules",
+                )
             )
         if "shared_experts" in mods and not m.moe_shared_expert_intermediate_size:
             out.append(

@@ -76,9 +76,10 @@ def _sp_tp(s, e):
 def _moe_sp(s, e):
     if s.tp <= 1 or s.sp:
         return None
-    is_moe = s.model.is_moe if s.model is not None and s.model.num_moe_experts is not None else None
-    if is_moe is None:
-        is_moe = s.ep > 1 or s.layout.moe_token_dispatcher_type is not None
+    if s.model is not None and s.model.num_layers is not None:
+        is_moe = s.model.is_moe
+    else:  # no model: judge by the MoE knobs the layout states
+        is_moe = s.ep > 1 or "moe_token_dispatcher_type" in s.stated
     if is_moe:
         return [
             e.error(
