@@ -5,12 +5,14 @@ Public API (the CLI uses only these):
 - :func:`load_scenario` — YAML path or mapping (+ CLI overrides) → resolved :class:`Scenario`
 - :func:`validate` — every Megatron-Core rule → :class:`CheckResult`
 - :func:`get_model`, :func:`list_models`, :func:`count_params`, :func:`stage_params`
+- :func:`estimate_memory` — per-stage peak memory per GPU → :class:`MemoryEstimate`
 - :func:`get_gpu`, :func:`list_gpus`
 - :class:`InputError` — every user mistake (CLI exit code 2)
 """
 
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
+from moeplan.model.memory import MemoryEstimate, StageMemory, estimate_memory
 from moeplan.rules import RULES, CheckResult, Finding, validate
 from moeplan.spec.model import ModelSpec, VisionSpec
 from moeplan.spec.params import ParamCounts, RankParams, count_params, rank_params
@@ -27,15 +29,18 @@ __all__ = [
     "Finding",
     "GpuSpec",
     "InputError",
+    "MemoryEstimate",
     "ModelSpec",
     "MoeplanError",
     "ParamCounts",
     "RankParams",
     "Scenario",
+    "StageMemory",
     "StageParams",
     "UnknownNameError",
     "VisionSpec",
     "count_params",
+    "estimate_memory",
     "get_gpu",
     "get_model",
     "list_gpus",

@@ -126,6 +126,49 @@ def check(
 
 
 @app.command()
+def estimate(
+    scenario: Optional[Path] = typer.Argument(None, help="Scenario YAML (model, system, training, layout)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id, short name or config.json path."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="a100, h100, h200, b200, b300, gb200, gb300."),
+    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", "-n", min=1, help="World size."),
+    seq_length: Optional[int] = typer.Option(None, "--seq-length", "-s", min=1, help="Tokens per sequence."),
+    mbs: Optional[int] = typer.Option(None, "--mbs", min=1, help="micro_batch_size (sequences)."),
+    gbs: Optional[int] = typer.Option(None, "--gbs", min=1, help="global_batch_size (sequences)."),
+    precision: Optional[str] = typer.Option(
+        None, "--precision", help="bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4."
+    ),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor_model_parallel_size"),
+    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline_model_parallel_size"),
+    vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="virtual_pipeline_model_parallel_size"),
+    cp: Optional[int] = typer.Option(None, "--cp", min=1, help="context_parallel_size"),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert_model_parallel_size"),
+    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert_tensor_parallel_size"),
+    sets: list[str] = typer.Option([], "--set", help="Any other key: section.key=value (YAML value). Repeatable."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM.
+
+    Exit code 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input."""
+    from moeplan import estimate_memory, load_scenario
+
+    try:
+        ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        scn = load_scenario(scenario, ov)
+        mem = estimate_memory(scn)
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    from moeplan.cli import render
+
+    out = {"scenario": scn.summary(), "memory": mem.to_dict()}
+    if as_json:
+        render.print_json(out)
+    else:
+        render.render_memory(out["scenario"], out["memory"])
+    raise typer.Exit(EXIT_RULE if mem.verdict == "does-not-fit" else EXIT_OK)
+
+
+@app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the built-in models with exact parameter counts (total / active) and published figures."""
     from moeplan import count_params, get_model, list_models

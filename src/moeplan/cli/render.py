@@ -160,3 +160,74 @@ def render_gpu_detail(row: dict) -> None:
     c.print("sources:")
     for src in row["sources"]:
         c.print(f"  - {src}", markup=False)
+
+
+def render_memory(scn_summary: dict, mem: dict) -> None:
+    from rich.table import Table
+
+    from moeplan.units import GIB_BYTES
+
+    def g(x):
+        return "–" if x is None else f"{x / GIB_BYTES:.2f}"
+
+    c = console()
+    p = scn_summary["parallel"]
+    c.print(
+        f"[bold]{scn_summary['model']}[/] on {scn_summary['num_gpus']} × {scn_summary['gpu'] or '?'}   "
+        + "  ".join(f"{k}={v}" for k, v in p.items())
+    )
+    t = Table(title="peak memory per GPU (GiB)")
+    for col in (
+        "stage",
+        "layers",
+        "in-flight µbatches",
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "other",
+        "total",
+    ):
+        t.add_column(col, justify="right")
+    for st in mem["stages"]:
+        t.add_row(
+            str(st["stage"]),
+            str(st["num_layers"]),
+            f"{st['inflight_microbatches']:.2f}",
+            g(st["weights_bytes"]),
+            g(st["grads_bytes"]),
+            g(st["optimizer_bytes"]),
+            g(st["activations_bytes"]),
+            g(st["other_bytes"]),
+            f"[bold]{g(st['total_bytes'])}[/]",
+        )
+    c.print(t)
+    peak = next(st for st in mem["stages"] if st["stage"] == mem["peak_stage"])
+    d = Table(title=f"stage {peak['stage']} (the peak), itemised (GiB)")
+    d.add_column("category")
+    d.add_column("part")
+    d.add_column("GiB", justify="right")
+    for cat, items in peak["items"].items():
+        for name, v in sorted(items.items(), key=lambda kv: -kv[1]):
+            if v > 0:
+                d.add_row(cat, name, g(v))
+    c.print(d)
+    if mem["assumptions"]:
+        c.print("[dim]assumed: " + "; ".join(mem["assumptions"]) + "[/]")
+    if mem["host_bytes_per_node"]:
+        cap = mem["host_capacity_bytes_per_node"]
+        c.print(
+            f"host memory per node for offloaded optimizer state: {g(mem['host_bytes_per_node'])} GiB"
+            + (
+                f" of {cap / 1e9:.0f} GB"
+                if cap
+                else " (host memory unknown: set system.gpu_overrides.host_mem_per_gpu_gb)"
+            )
+        )
+    style = {"fits": "bold green", "tight": "yellow", "does-not-fit": "bold red", "unknown": "dim"}[mem["verdict"]]
+    head = mem["headroom_fraction"]
+    c.print(
+        f"peak {g(mem['peak_bytes'])} GiB on stage {mem['peak_stage']} of {g(mem['capacity_bytes'])} GiB usable"
+        + (f" ({head * 100:+.1f} % headroom)" if head is not None else "")
+        + f" → [{style}]{mem['verdict']}[/]"
+    )

@@ -84,6 +84,12 @@ class LayoutSpec(BaseModel):
     # optimizer / DDP / FSDP
     use_distributed_optimizer: bool | None = None
     use_precision_aware_optimizer: bool | None = None
+    grad_reduce_in_fp32: bool | None = None
+    main_grads_dtype: Literal["fp32", "bf16"] | None = None
+    main_params_dtype: Literal["fp32", "fp16"] | None = None
+    exp_avg_dtype: Literal["fp32", "bf16", "fp16", "fp8"] | None = None
+    exp_avg_sq_dtype: Literal["fp32", "bf16", "fp16", "fp8"] | None = None
+    store_param_remainders: bool | None = None
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     overlap_grad_reduce: bool | None = None
@@ -106,6 +112,7 @@ class LayoutSpec(BaseModel):
     tp_comm_overlap: bool = False
     calculate_per_token_loss: bool | None = None
     cross_entropy_loss_fusion: bool | None = None
+    attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] | None = None
     attention_dropout: float | None = Field(default=None, ge=0.0, le=1.0)
     hidden_dropout: float | None = Field(default=None, ge=0.0, le=1.0)
 

@@ -153,3 +153,19 @@ def plan_stages(
     if min(counts) < 0:
         return None
     return StagePlan(_assign(counts, pp, v), (0, 0), last_vs, mtp_at)
+
+
+def balanced_stages(num_layers: int, pp: int, vpp: int | None = None, mtp_num_layers: int = 0) -> StagePlan:
+    """A near-even split for layers that do not divide by PP·VPP: virtual stages get ``⌊L/n⌋`` or
+    ``⌈L/n⌉`` layers, the extra ones in the middle stages (first and last stages also hold the
+    embedding and the loss, as Megatron Bridge's recipe layouts arrange them). Used only to estimate
+    a layout whose split is not given; the pipeline rules still report it."""
+    v = vpp or 1
+    n = pp * v
+    base, extra = divmod(num_layers, n)
+    counts = [base] * n
+    order = sorted(range(n), key=lambda i: (i in (0, n - 1), abs(i - (n - 1) / 2)))
+    for i in order[:extra]:
+        counts[i] += 1
+    mtp_at = [(pp - 1, v - 1)] * (1 if mtp_num_layers else 0)
+    return StagePlan(_assign(counts, pp, v), (0, 0), (pp - 1, v - 1), mtp_at)

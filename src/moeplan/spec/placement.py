@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from moeplan.errors import InputError
 from moeplan.spec.params import RankParams, padded_vocab_size, rank_params
-from moeplan.spec.pipeline import plan_stages
+from moeplan.spec.pipeline import StagePlan, balanced_stages, plan_stages
 from moeplan.spec.scenario import Scenario
 
 
@@ -35,16 +35,10 @@ class StageParams:
         }
 
 
-def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[StageParams]:
-    """Parameters per rank for every PP stage of the scenario's layout (TP/EP/ETP sharding; a VLM's
-    vision tower on the stage holding the embedding, as Megatron Bridge places it; vocabulary padded to a multiple of ``make_vocab_size_divisible_by``·TP as Megatron-LM pads it).
-
-    Raises:
-        InputError: no model, or a split that is not legal (run ``validate`` for the reason).
-    """
+def stage_plan(s: Scenario, allow_balanced: bool = False) -> StagePlan | None:
+    """The scenario's :class:`StagePlan` (``None`` when its split is illegal), or with
+    ``allow_balanced`` a near-even split for layers that do not divide (see ``balanced_stages``)."""
     m = s.model
-    if m is None or m.num_layers is None:
-        raise InputError("model", None, "a model with num_layers to place parameters")
     lay = s.layout
     plan = plan_stages(
         m.num_layers,
@@ -57,6 +51,26 @@ def stage_params(s: Scenario, make_vocab_size_divisible_by: int = 128) -> list[S
         layout=lay.pipeline_model_parallel_layout,
         mtp_num_layers=s.mtp_num_layers,
     )
+    if plan is None and allow_balanced and lay.pipeline_model_parallel_layout is None:
+        plan = balanced_stages(m.num_layers, s.pp, lay.virtual_pipeline_model_parallel_size, s.mtp_num_layers)
+    return plan
+
+
+def stage_params(
+    s: Scenario, make_vocab_size_divisible_by: int = 128, allow_balanced: bool = False
+) -> list[StageParams]:
+    """Parameters per rank for every PP stage of the scenario's layout (TP/EP/ETP sharding; a VLM's
+    vision tower on the stage holding the embedding, as Megatron Bridge places it; vocabulary padded
+    to a multiple of ``make_vocab_size_divisible_by``·TP as Megatron-LM pads it). ``allow_balanced``
+    estimates a split that is not legal as given with a near-even one.
+
+    Raises:
+        InputError: no model, or a split that is not legal (run ``validate`` for the reason).
+    """
+    m = s.model
+    if m is None or m.num_layers is None:
+        raise InputError("model", None, "a model with num_layers to place parameters")
+    plan = stage_plan(s, allow_balanced)
     if plan is None:
         raise InputError("layout", f"PP={s.pp}", "a legal pipeline split (see `moeplan check`)")
     vpad = padded_vocab_size(m.vocab_size, s.tp, make_vocab_size_divisible_by)

@@ -66,6 +66,27 @@ class VersionsInput(BaseModel):
     container: str | None = None
 
 
+class OverheadsInput(BaseModel):
+    """``overheads:`` memory outside PyTorch tensors, in GiB per GPU; each replaces moeplan's default
+    (see ``moeplan.model.overheads`` for the defaults and their sources)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    cuda_context_gib: float | None = Field(default=None, ge=0)
+    nccl_buffers_gib: float | None = Field(default=None, ge=0)
+    deepep_buffers_gib: float | None = Field(default=None, ge=0)
+    hybridep_buffers_gib: float | None = Field(default=None, ge=0)
+    workspaces_gib: float | None = Field(default=None, ge=0)
+    cuda_graph_pool_fraction: float | None = Field(default=None, ge=0, le=1)
+    fragmentation_fraction: float | None = Field(default=None, ge=0, le=1)
+
+
+class AssumptionsInput(BaseModel):
+    """``assumptions:`` modelling inputs that are not Megatron keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    routing_imbalance_factor: float | None = Field(default=None, ge=1.0)
+
+
 class ScenarioInput(BaseModel):
     """A whole scenario as written by the user (before resolution)."""
 
@@ -77,9 +98,12 @@ class ScenarioInput(BaseModel):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     layout: LayoutSpec = Field(default_factory=LayoutSpec)
     framework: Literal["megatron-bridge", "megatron-core"] = "megatron-bridge"
+    recipe_defaults: Literal["none", "mbridge-perf"] = "none"
     versions: VersionsInput = Field(default_factory=VersionsInput)
     environment: dict[str, str] = Field(default_factory=dict)
     reported: ReportedInput = Field(default_factory=ReportedInput)
+    overheads: OverheadsInput = Field(default_factory=OverheadsInput)
+    assumptions: AssumptionsInput = Field(default_factory=AssumptionsInput)
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -88,6 +112,8 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "layout": LayoutSpec,
     "versions": VersionsInput,
     "reported": ReportedInput,
+    "overheads": OverheadsInput,
+    "assumptions": AssumptionsInput,
 }
 
 
@@ -285,6 +311,11 @@ class Scenario:
             return self.layout.mtp_num_layers
         return self.model.mtp_num_layers if self.model else 0
 
+    @property
+    def is_moe_sharded(self) -> bool:
+        """True when routed experts exist and are sharded over an expert grid (EDP matters)."""
+        return self.model is not None and self.model.is_moe
+
     def graphs_on(self) -> bool:
         """True when any CUDA graph capture is configured."""
         return (self.layout.cuda_graph_impl or "none") != "none"
@@ -387,6 +418,21 @@ def resolve(inp: ScenarioInput) -> Scenario:
     stated = frozenset(lay.model_fields_set)
     bridge = inp.framework == "megatron-bridge"
     upd: dict[str, Any] = {}
+    from moeplan.spec.recipes import recipe_fills
+
+    for key, value, why in recipe_fills(
+        inp.recipe_defaults,
+        model,
+        inp.training.precision,
+        lay.pipeline_model_parallel_size,
+        lay.virtual_pipeline_model_parallel_size,
+    ):
+        if key not in stated and key not in upd:
+            upd[key] = value
+            res.append(Resolution(key, value, f"recipe fill: {why}"))
+    if upd:
+        lay = lay.model_copy(update=upd)
+        upd = {}
     tp, ep = lay.tensor_model_parallel_size, lay.expert_model_parallel_size
 
     if lay.expert_tensor_parallel_size is None:

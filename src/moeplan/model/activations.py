@@ -1,0 +1,213 @@
+"""Activation memory saved for backward, per decoder layer and per microbatch, on one GPU.
+
+Method: list every tensor a layer keeps for its backward pass (Korthikanti et al., "Reducing
+Activation Recomputation in Large Transformer Models", arXiv 2205.05198, §4 and Table 2), with
+flash/fused attention (no s² term unless ``attention_backend: unfused``), GQA/MLA/Gated DeltaNet
+attention, SwiGLU or GeLU MLPs and MoE layers (router, top-k expanded tokens on the expert side,
+shared experts). Each tensor is tagged with the recompute module whose checkpoint drops it
+(``megatron_facts.md`` §3.4: ``core_attn``, ``mla_up_proj``, ``layernorm``, ``moe_act``, ``mlp``,
+``moe``, ``shared_experts``, ``gdn_norm_out``).
+
+Sharding: ``tokens`` are the tokens of one microbatch on this CP rank (MBS·seq/CP). Tensors of the
+residual-stream width (norm inputs/outputs, dropout masks) are split by TP only with sequence
+parallelism; head- and FFN-width tensors are split by TP always (Korthikanti Table 2:
+``sbh(10 + 24/t + 5as/(ht))`` without SP, ``sbh·34/t`` with SP and selective recompute).
+
+Units: bytes. Linear-layer inputs are stored at 1 byte per element under FP8 recipes (Transformer
+Engine keeps the quantized input for the weight-gradient GEMM), 2 bytes (bf16) otherwise.
+Verified against the paper's own figures in ``tests/test_memory_reference.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.spec.model import ModelSpec
+
+#: label of tensors no selective recompute drops
+KEEP = ""
+
+
+@dataclass(frozen=True)
+class ActContext:
+    """Per-microbatch, per-rank sizes the activation formulas need.
+
+    Attributes:
+        tokens: tokens of one microbatch on this CP rank (MBS · seq_length / CP).
+        seq_local: sequence length per CP rank (seq_length / CP), for s² and chunk-state terms.
+        kv_len: keys per query for unfused attention (seq_length, or the sliding window).
+        routing_factor: routed tokens per expert rank relative to perfect balance (imbalance or
+            capacity factor).
+    """
+
+    tokens: float
+    seq_local: float
+    micro_batch_size: int
+    tp: int
+    sp: bool
+    etp: int
+    act_bytes: float = 2.0
+    lin_in_bytes: float = 2.0
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    unfused_attention: bool = False
+    routing_factor: float = 1.0
+
+    @property
+    def seq_tokens(self) -> float:
+        """Tokens of residual-stream tensors on this rank (split by TP only with SP)."""
+        return self.tokens / self.tp if (self.sp and self.tp > 1) else self.tokens
+
+
+def _add(d: dict[str, dict[str, float]], tag: str, name: str, nbytes: float) -> None:
+    d.setdefault(tag, {})[name] = d.get(tag, {}).get(name, 0.0) + nbytes
+
+
+def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
+    t, n, a, li = c.tp, c.tokens, c.act_bytes, c.lin_in_bytes
+    h = m.hidden_size
+    _add(out, KEEP, "attn_norm_input", c.seq_tokens * h * a)
+    _add(out, "layernorm", "attn_norm_output", c.seq_tokens * h * li)
+    if kind == "linear":
+        nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
+        dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+        conv_ch = 2 * nk * dk + nv * dv
+        # conv input and SiLU output (the q/k/v fed to the delta-rule kernel), z gate, beta/g (fp32)
+        _add(out, KEEP, "gdn_conv_in_out", n * 2 * conv_ch / t * a)
+        _add(out, KEEP, "gdn_gate_z", n * nv * dv / t * a)
+        _add(out, KEEP, "gdn_beta_g", n * 2 * nv / t * 4)
+        # chunked delta rule (64-token chunks) keeps one dk×dv state per head per chunk
+        chunks = c.micro_batch_size * max(1.0, c.seq_local / 64)
+        _add(out, KEEP, "gdn_chunk_states", chunks * nv / t * dk * dv * a)
+        _add(out, KEEP, "gdn_core_out", n * nv * dv / t * a)
+        _add(out, "gdn_norm_out", "gdn_norm_out", n * nv * dv / t * li)
+        return
+    nh = m.num_attention_heads
+    if m.multi_latent_attention:
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        lat = (m.q_lora_rank or 0) * (a + li) + m.kv_lora_rank * (a + li) + (m.kv_lora_rank + m.qk_pos_emb_head_dim) * a
+        _add(out, KEEP, "mla_latents", c.seq_tokens * lat)
+        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + m.v_head_dim) / t * a)
+        o_width = nh * m.v_head_dim
+    else:
+        d, g = m.kv_channels, m.num_query_groups
+        _add(out, KEEP, "qkv", n * (nh * d + 2 * g * d) / t * a)
+        o_width = nh * d
+        if m.attention_output_gate:
+            _add(out, KEEP, "attn_output_gate", n * nh * d / t * a)
+    # flash attention keeps its output (also the input of the output projection) and the
+    # log-sum-exp per head (fp32); FP8 keeps the projection's quantized input too.
+    _add(out, KEEP, "attn_out", n * o_width / t * (a + (li if li < a else 0)))
+    if not c.unfused_attention:
+        _add(out, "core_attn", "softmax_lse", n * nh / t * 4)
+    else:
+        s2 = c.micro_batch_size * nh / t * c.seq_local * c.seq_local
+        per = 2 + (1 + 2 if c.attention_dropout > 0 else 0)  # softmax out, dropout mask and output
+        _add(out, "core_attn", "attention_scores", s2 * per)
+    if c.hidden_dropout > 0:
+        _add(out, KEEP, "attn_dropout_mask", c.seq_tokens * h * 1)
+
+
+def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
+    t, n, a, li = c.tp, c.tokens, c.act_bytes, c.lin_in_bytes
+    h = m.hidden_size
+    glu = 2 if m.gated_linear_unit else 1
+    _add(out, KEEP, "mlp_norm_input", c.seq_tokens * h * a)
+    _add(out, "layernorm", "mlp_norm_output", c.seq_tokens * h * li)
+    if c.hidden_dropout > 0:
+        _add(out, KEEP, "mlp_dropout_mask", c.seq_tokens * h * 1)
+    if not moe:
+        f = m.ffn_hidden_size
+        _add(out, "mlp", "fc1_out", n * glu * f / t * a)
+        _add(out, "mlp", "fc2_in", n * f / t * li)
+        return
+    e, k, fe = m.num_moe_experts, m.moe_router_topk, m.moe_ffn_hidden_size
+    local_tokens = c.seq_tokens  # the router sees SP-local tokens
+    # router: logits (bf16), scores (fp32) and the boolean routing map, per local token
+    _add(out, "moe", "router", local_tokens * e * (a + 4 + 1))
+    # expert side: each rank of the ETP·EP group receives ETP·k·(local tokens) (balanced),
+    # scaled by the routing imbalance / capacity factor.
+    routed = local_tokens * k * c.etp * c.routing_factor
+    _add(out, "moe", "expert_fc1_in", routed * h * li)
+    _add(out, "moe", "expert_fc1_out", routed * glu * fe / c.etp * a)
+    _add(out, "moe_act", "expert_fc2_in", routed * fe / c.etp * li)
+    # routing probabilities are applied inside the expert activation (weighted SwiGLU), which keeps
+    # them (fp32) beside its input; permutation keeps only int indices
+    _add(out, "moe", "routed_probs", routed * 4)
+    _add(out, "moe", "permute_indices", routed * 8)
+    fs = m.moe_shared_expert_intermediate_size
+    if fs:
+        _add(out, "shared_experts", "shared_fc1_out", n * glu * fs / t * a)
+        _add(out, "shared_experts", "shared_fc2_in", n * fs / t * li)
+
+
+#: selective labels that, besides their own tensors, also drop the tensors of a wider module
+_WIDER = {"moe": ("moe", "moe_act", "shared_experts")}
+
+
+def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozenset[str]) -> tuple[dict, dict]:
+    """Saved tensors of decoder layer ``layer`` for one microbatch on one rank.
+
+    Returns:
+        ``(kept, recomputed)``: name → bytes kept until backward, and name → bytes that the selected
+        recompute ``modules`` drop (re-materialized one layer at a time during backward).
+    """
+    kinds = m.attention_kinds or ("full",) * m.num_layers
+    moe_flags = m.moe_layers or (False,) * m.num_layers
+    raw: dict[str, dict[str, float]] = {}
+    _attention(m, kinds[layer], c, raw)
+    _mlp(m, moe_flags[layer], c, raw)
+    dropped_tags = set()
+    for mod in modules:
+        dropped_tags.update(_WIDER.get(mod, (mod,)))
+    kept: dict[str, float] = {}
+    rec: dict[str, float] = {}
+    for tag, items in raw.items():
+        target = rec if tag and tag in dropped_tags else kept
+        for name, v in items.items():
+            target[name] = target.get(name, 0.0) + v
+    return kept, rec
+
+
+def layer_input_bytes(m: ModelSpec, c: ActContext, distribute: bool = False) -> float:
+    """What full recompute keeps per layer: the layer input (residual stream), split by TP with SP
+    or with ``distribute_saved_activations``."""
+    tok = c.tokens / c.tp if ((c.sp or distribute) and c.tp > 1) else c.tokens
+    return tok * m.hidden_size * c.act_bytes
+
+
+def output_layer_activations(m: ModelSpec, c: ActContext, padded_vocab: int, fused_ce: bool) -> dict[str, float]:
+    """Final norm, output projection and loss of one microbatch on the last stage.
+
+    Logits are vocab-parallel (V/TP per token, bf16); Megatron's unfused vocab-parallel cross entropy
+    also keeps an fp32 softmax of the same shape (``tensor_parallel/cross_entropy.py``); the fused
+    kernels (``cross_entropy_loss_fusion``) keep only the bf16 logits.
+    """
+    h, a, li = m.hidden_size, c.act_bytes, c.lin_in_bytes
+    out = {
+        "final_norm_input": c.seq_tokens * h * a,
+        "output_layer_input": c.seq_tokens * h * li,
+        "logits": c.tokens * padded_vocab / c.tp * a,
+    }
+    if not fused_ce:
+        out["ce_fp32_softmax"] = c.tokens * padded_vocab / c.tp * 4
+    return out
+
+
+def mtp_activations(m: ModelSpec, c: ActContext, padded_vocab: int, fused_ce: bool, modules: frozenset[str]) -> dict:
+    """One MTP block: embedding/hidden norms and the 2h→h projection input, one decoder layer (MoE if
+    the model's last layer is) and its own output layer and loss."""
+    h, a, li = m.hidden_size, c.act_bytes, c.lin_in_bytes
+    out = {"mtp_norms_in": c.seq_tokens * 2 * h * a, "mtp_eh_proj_in": c.seq_tokens * 2 * h * li}
+    kinds = list(m.attention_kinds or ("full",) * m.num_layers)
+    proxy = m
+    if kinds and kinds[-1] != "full":
+        import dataclasses
+
+        proxy = dataclasses.replace(m, attention_kinds=tuple(kinds[:-1]) + ("full",))
+    kept, _ = layer_activations(proxy, m.num_layers - 1, c, modules)
+    for k, v in kept.items():
+        out["mtp_" + k] = out.get("mtp_" + k, 0.0) + v
+    for k, v in output_layer_activations(m, c, padded_vocab, fused_ce).items():
+        out["mtp_" + k] = v
+    return out

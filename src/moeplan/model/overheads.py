@@ -1,0 +1,60 @@
+"""Memory outside PyTorch's tensors, as named constants with their sources, overridable per scenario
+(``overheads:`` section, GiB).
+
+None of these is fitted to a run; they are planning figures with the reasoning below. The estimate
+lists which values were used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+#: CUDA context, cuBLAS/cuDNN handles and the kernels PyTorch, TE and NCCL load: not visible to the
+#: caching allocator. About 0.5–0.8 GiB on Hopper/Blackwell with CUDA 12 lazy loading (nvidia-smi
+#: "used" minus torch.cuda.memory_reserved on an idle initialised process). Planning value.
+CUDA_CONTEXT_GIB = 0.75
+#: NCCL communicator buffers: NCCL_BUFFSIZE (4 MiB) per channel per peer for each communicator
+#: (TP, CP, EP, PP, DP, EDP groups and their combinations); with NVLS/SHARP registration more.
+#: Planning value for a 3D+EP layout.
+NCCL_BUFFERS_GIB = 1.0
+#: DeepEP's ``Buffer`` (NVLink + RDMA bytes) as Megatron's flex dispatcher sizes it for training
+#: (hundreds of MB to ~2 GB each, scaling with hidden size and tokens per rank). Planning value.
+DEEPEP_BUFFERS_GIB = 2.0
+#: HybridEP's registered NVLink buffers (smaller than DeepEP's RDMA buffers). Planning value.
+HYBRIDEP_BUFFERS_GIB = 1.0
+#: cuBLASLt/TE workspaces (32 MiB per stream and handle) and TE's FP8 scaling state.
+WORKSPACES_GIB = 0.25
+#: Extra of CUDA graph memory pools beyond the tensors they hold (static inputs/outputs are counted
+#: separately), as a fraction of activations; graphs also pin pools so they cannot be reused.
+CUDA_GRAPH_POOL_FRACTION = 0.05
+#: Caching-allocator fragmentation (reserved minus allocated) as a fraction of the dynamic memory
+#: (activations and transients): 5–15 % is what PyTorch memory snapshots of Megatron runs typically
+#: show; ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` lowers it (we take half).
+FRAGMENTATION_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Effective non-tensor memory settings (GiB or fractions) and where each came from."""
+
+    cuda_context_gib: float = CUDA_CONTEXT_GIB
+    nccl_buffers_gib: float = NCCL_BUFFERS_GIB
+    deepep_buffers_gib: float = DEEPEP_BUFFERS_GIB
+    hybridep_buffers_gib: float = HYBRIDEP_BUFFERS_GIB
+    workspaces_gib: float = WORKSPACES_GIB
+    cuda_graph_pool_fraction: float = CUDA_GRAPH_POOL_FRACTION
+    fragmentation_fraction: float = FRAGMENTATION_FRACTION
+    overridden: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_overheads(user: dict | None, expandable_segments: bool = False) -> Overheads:
+    """Defaults overlaid with the scenario's ``overheads:`` values (None = keep the default)."""
+    vals = {k: v for k, v in (user or {}).items() if v is not None}
+    base = Overheads()
+    if expandable_segments and "fragmentation_fraction" not in vals:
+        vals["fragmentation_fraction"] = FRAGMENTATION_FRACTION / 2
+    fields = {k: vals.get(k, getattr(base, k)) for k in asdict(base) if k != "overridden"}
+    return Overheads(**fields, overridden=tuple(sorted(k for k in (user or {}) if (user or {})[k] is not None)))
