@@ -1,5 +1,5 @@
-"""Benchmark (not a test): `moeplan check` cold-start time (goal ≤ 1 s) and `validate()` time per
-layout (goal ≤ 0.2 ms). Prints the figures; never fails on speed.
+"""Benchmark (not a test): `moeplan check` cold-start time (goal ≤ 1 s), `validate()` time per
+layout (goal ≤ 0.2 ms) and one full memory estimate (goal ≤ 2 ms). Prints the figures; never fails on speed.
 
 Usage: python benchmarks/bench_check.py [--quick]
 """
@@ -65,6 +65,17 @@ def validate_per_layout(n: int) -> tuple[float, float]:
     return v, r
 
 
+def memory_estimate(n: int) -> float:
+    from moeplan import estimate_memory, load_scenario
+
+    scn = load_scenario(str(ROOT / "examples/deepseek_v3_gb300.yaml"))
+    estimate_memory(scn)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        estimate_memory(scn)
+    return (time.perf_counter() - t0) / n
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     cs = cold_start(2 if quick else 5)
@@ -72,6 +83,8 @@ def main() -> None:
     print(f"moeplan check cold start: median {statistics.median(cs):.3f} s over {len(cs)} runs (goal ≤ 1 s)")
     print(f"validate() per layout:    {v * 1e3:.3f} ms (goal ≤ 0.2 ms)")
     print(f"load_scenario() per call: {r * 1e3:.3f} ms")
+    mem = memory_estimate(20 if quick else 200)
+    print(f"estimate_memory() (DeepSeek-V3, 2 stages × 8 virtual): {mem * 1e3:.2f} ms (goal ≤ 2 ms)")
 
 
 if __name__ == "__main__":

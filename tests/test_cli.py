@@ -149,3 +149,74 @@ def test_tables_render():
     ):
         r = run(cmd)
         assert r.exit_code == 0, (cmd, r.output)
+
+
+def test_estimate_json_contract():
+    r = run(["estimate", "examples/deepseek_v3_gb300.yaml", "--set", "recipe_defaults=mbridge-perf", "--json"])
+    assert r.exit_code == 0, r.output
+    mem = json.loads(r.output)["memory"]
+    for key in ("peak_bytes", "capacity_bytes", "fits", "verdict", "stages", "host_bytes_per_node"):
+        assert key in mem
+    assert mem["verdict"] in ("fits", "tight") and mem["fits"] is True
+    assert isinstance(mem["fits"], bool)
+    for st in mem["stages"]:
+        parts = ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "other_bytes")
+        assert st["total_bytes"] == sum(st[p] for p in parts)
+        assert {"stage", "total_bytes"} <= set(st)
+    assert mem["peak_bytes"] == max(st["total_bytes"] for st in mem["stages"])
+
+
+def test_estimate_does_not_fit_exit_1_and_table():
+    r = run(
+        [
+            "estimate",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "32",
+            "--seq-length",
+            "131072",
+            "--tp",
+            "4",
+        ]
+    )
+    assert r.exit_code == 1, r.output
+    assert "does-not-fit" in r.output and "activations" in r.output
+
+
+def test_estimate_missing_inputs_exit_2():
+    r = run(["estimate", "--model", "qwen3-30b-a3b", "--gpu", "h100"])
+    assert r.exit_code == 2
+    assert "training.seq_length" in r.output and "system.num_gpus" in r.output
+
+
+def test_estimate_offload_reports_host_memory():
+    r = run(
+        [
+            "estimate",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--seq-length",
+            "4096",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--ep",
+            "4",
+            "--set",
+            "layout.optimizer_cpu_offload=true",
+            "--set",
+            "layout.optimizer_offload_fraction=1.0",
+            "--set",
+            "layout.use_precision_aware_optimizer=true",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert "host memory per node" in r.output

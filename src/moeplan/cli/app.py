@@ -26,15 +26,26 @@ def _fail_input(exc: Exception) -> None:
     raise typer.Exit(EXIT_INPUT)
 
 
-def _parse_set(items: list[str]) -> dict[str, dict]:
-    """``section.key=value`` pairs (value parsed as YAML) → section → key → value."""
+TOP_LEVEL_SET = ("framework", "recipe_defaults", "name")
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    """``section.key=value`` pairs (value parsed as YAML) → section → key → value; the top-level
+    keys ``framework``, ``recipe_defaults`` and ``name`` are taken as ``key=value``."""
     import yaml
 
-    out: dict[str, dict] = {}
+    out: dict[str, Any] = {}
     for item in items:
-        if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise InputError("--set", item, "section.key=value, e.g. layout.recompute_granularity=selective")
-        key, raw = item.split("=", 1)
+        key, sep, raw = item.partition("=")
+        if sep and key in TOP_LEVEL_SET:
+            out[key] = raw
+            continue
+        if not sep or "." not in key:
+            raise InputError(
+                "--set",
+                item,
+                "section.key=value, e.g. layout.recompute_granularity=selective, or framework=..., recipe_defaults=...",
+            )
         sec, k = key.split(".", 1)
         try:
             val = yaml.safe_load(raw)
@@ -70,11 +81,12 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
     layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp), strict=False) if v is not None}
     ov.update({"system": system, "training": training, "layout": layout})
     for sec, vals in _parse_set(sets).items():
-        if sec in ("model", "framework", "name"):
-            raise InputError(
-                "--set", sec, "system, training, layout, versions, environment, reported or model_overrides"
-            )
-        ov.setdefault(sec, {}).update(vals)
+        if sec in TOP_LEVEL_SET:
+            ov[sec] = vals
+        elif sec == "model":
+            raise InputError("--set", sec, "--model NAME for the model; model_overrides.KEY=VALUE for its fields")
+        else:
+            ov.setdefault(sec, {}).update(vals)
     return ov
 
 

@@ -198,7 +198,7 @@ def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
     for sec, vals in overrides.items():
         if not vals:
             continue
-        if sec in ("model", "framework", "name"):
+        if sec in ("model", "framework", "name", "recipe_defaults"):
             out[sec] = vals
             continue
         base = dict(out.get(sec) or {})
