@@ -214,6 +214,14 @@ def render_memory(scn_summary: dict, mem: dict) -> None:
     c.print(d)
     if mem["assumptions"]:
         c.print("[dim]assumed: " + "; ".join(mem["assumptions"]) + "[/]")
+    if len(peak.get("virtual_chunks", [])) > 1:
+        c.print(
+            "virtual chunks of the peak stage (layers, activations per microbatch GiB): "
+            + ", ".join(
+                f"{ch['vp_stage']}: {ch['num_layers']} / {g(ch['activations_per_microbatch_bytes'])}"
+                for ch in peak["virtual_chunks"]
+            )
+        )
     if mem["host_bytes_per_node"]:
         cap = mem["host_capacity_bytes_per_node"]
         c.print(

@@ -64,6 +64,7 @@ class StageMemory:
     inflight_microbatches: float
     items: dict[str, dict[str, float]]
     host_bytes: float = 0.0
+    chunks: tuple[tuple[int, int, float], ...] = ()
 
     def category(self, name: str) -> int:
         return int(round(sum(self.items.get(name, {}).values())))
@@ -104,6 +105,10 @@ class StageMemory:
             "activations_bytes": self.activations_bytes,
             "other_bytes": self.other_bytes,
             "host_bytes": int(self.host_bytes),
+            "virtual_chunks": [
+                {"vp_stage": v, "num_layers": n, "activations_per_microbatch_bytes": int(round(b))}
+                for v, n, b in self.chunks
+            ],
             "items": {k: {n: int(round(v)) for n, v in d.items()} for k, d in self.items.items()},
         }
 
@@ -158,6 +163,13 @@ class MemoryEstimate:
             return None
         return int(per_gpu * (self.gpus_per_node or 1))
 
+    @property
+    def host_fits(self) -> bool | None:
+        """Offloaded optimizer state vs the node's host memory (None when unknown or not offloading)."""
+        if self.host_bytes_per_node is None or self.host_capacity_bytes_per_node is None:
+            return None
+        return self.host_bytes_per_node <= self.host_capacity_bytes_per_node
+
     def to_dict(self) -> dict:
         return {
             "peak_bytes": self.peak_bytes,
@@ -168,6 +180,7 @@ class MemoryEstimate:
             "verdict": self.verdict,
             "host_bytes_per_node": self.host_bytes_per_node,
             "host_capacity_bytes_per_node": self.host_capacity_bytes_per_node,
+            "host_fits": self.host_fits,
             "stages": [st.to_dict() for st in self.stages],
             "overheads": self.overheads.to_dict(),
             "assumptions": list(self.assumptions),
@@ -419,7 +432,9 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
     gran = lay.recompute_granularity
     n_rc = lay.recompute_num_layers or 1
     rank_chunks = plan.layers[sp_.stage]
-    for chunk in rank_chunks:
+    chunk_info = []
+    for vp, chunk in enumerate(rank_chunks):
+        before = per_mb_layers
         for pos, li in enumerate(chunk):
             kept, rec = layer_activations(m, li, ctx, modules)
             full = sum(kept.values()) + sum(rec.values())
@@ -433,6 +448,7 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
                 per_mb_layers += full
             else:
                 per_mb_layers += sum(kept.values())
+        chunk_info.append((vp, len(chunk), per_mb_layers - before))
     inflight = inflight_microbatches(s.pp, sp_.stage, s.vpp, n_mb, lay.microbatch_group_size_per_vp_stage, ep_overlap)
     A["decoder_layers"] = per_mb_layers * inflight
     if sp_.output_layer:
@@ -472,7 +488,7 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
             X["cuda_graph_static_buffers"] = static * len(layers) * max(1.0, inflight)
     dynamic = sum(A.values()) + working
     X["allocator_fragmentation"] = ov.fragmentation_fraction * dynamic
-    return StageMemory(sp_.stage, len(layers), inflight, items, host_bytes=host)
+    return StageMemory(sp_.stage, len(layers), inflight, items, host_bytes=host, chunks=tuple(chunk_info))
 
 
 def headroom_gib(est: MemoryEstimate) -> float | None:
