@@ -24,7 +24,8 @@ class InputError(MoeplanError, ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        msg = f"{field}: {value!r} is not valid; allowed: {allowed}"
+        shown = "missing" if value is None else f"{value!r} is not valid"
+        msg = f"{field}: {shown}; allowed: {allowed}"
         if hint:
             msg += f" ({hint})"
         super().__init__(msg)

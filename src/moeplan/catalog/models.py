@@ -121,7 +121,9 @@ def load_config_file(path: str | Path) -> dict:
     if not p.is_file():
         raise InputError("model", str(path), "a built-in model name or an existing config.json path")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, OSError) as exc:
+        raise InputError("model", str(path), f"a readable UTF-8 config.json ({type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
         raise InputError("model", str(path), f"a valid JSON file ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict):

@@ -46,12 +46,19 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
                 item,
                 "section.key=value, e.g. layout.recompute_granularity=selective, or framework=..., recipe_defaults=...",
             )
-        sec, k = key.split(".", 1)
+        sec, *path = key.split(".")
         try:
             val = yaml.safe_load(raw)
         except yaml.YAMLError:
             val = raw
-        out.setdefault(sec, {})[k] = val
+        node = out.setdefault(sec, {})
+        if not isinstance(node, dict):
+            raise InputError("--set", item, f"a key under {sec!r}, which was already given a value")
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise InputError("--set", item, "keys that do not overlap")
+        node[path[-1]] = val
     return out
 
 
@@ -79,7 +86,7 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
         "expert_tensor_parallel_size",
     )
     layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp), strict=False) if v is not None}
-    ov.update({"system": system, "training": training, "layout": layout})
+    # --set first, then the dedicated flags on top: a flag wins over --set, both over the file
     for sec, vals in _parse_set(sets).items():
         if sec in TOP_LEVEL_SET:
             ov[sec] = vals
@@ -87,6 +94,8 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
             raise InputError("--set", sec, "--model NAME for the model; model_overrides.KEY=VALUE for its fields")
         else:
             ov.setdefault(sec, {}).update(vals)
+    for sec, vals in (("system", system), ("training", training), ("layout", layout)):
+        ov.setdefault(sec, {}).update(vals)
     return ov
 
 
@@ -112,7 +121,7 @@ def check(
         [],
         "--set",
         help="Any other key: section.key=value (YAML value), "
-        "e.g. layout.recompute_modules=[moe_act,layernorm]. Repeatable.",
+        "e.g. layout.recompute_modules=\\[moe_act,layernorm]. Repeatable.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -161,35 +170,39 @@ def estimate(
     """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM.
 
     Exit code 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input."""
-    from moeplan import estimate_memory, load_scenario
+    from moeplan import estimate_memory, load_scenario, validate
 
     try:
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
         scn = load_scenario(scenario, ov)
         mem = estimate_memory(scn)
+        checked = validate(scn)
     except InputError as exc:
         _fail_input(exc)
         return
     from moeplan.cli import render
 
-    out = {"scenario": scn.summary(), "memory": mem.to_dict()}
+    errors = [f.to_dict() for f in checked.errors]
+    out = {"scenario": scn.summary(), "check": {"verdict": checked.verdict, "errors": errors}, "memory": mem.to_dict()}
     if as_json:
         render.print_json(out)
     else:
-        render.render_memory(out["scenario"], out["memory"])
-    raise typer.Exit(EXIT_RULE if mem.verdict == "does-not-fit" else EXIT_OK)
+        render.render_memory(out["scenario"], out["memory"], errors)
+    broken = checked.verdict in ("invalid", "unsupported")
+    raise typer.Exit(EXIT_RULE if (mem.verdict == "does-not-fit" or broken) else EXIT_OK)
 
 
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the built-in models with exact parameter counts (total / active) and published figures."""
-    from moeplan import count_params, get_model, list_models
+    from moeplan import COUNTING_CONVENTIONS, count_params, get_model, list_models
     from moeplan.cli import render
 
     rows = []
     for hf_id in list_models():
         m = get_model(hf_id)
         c = count_params(m)
+        conv = COUNTING_CONVENTIONS.get(hf_id)
         pub = m.published_params
         kind = (
             ("VLM " if m.is_vlm else "")
@@ -202,13 +215,18 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                 "id": hf_id,
                 "kind": kind,
                 "num_layers": m.num_layers,
-                "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else "–",
+                "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else None,
                 "total_params": c.total,
                 "active_params": c.active(),
+                "total_params_as_published": c.total_with(vision=conv.total_includes_vision if conv else True),
+                "active_params_as_published": c.active(
+                    input_embedding=conv.active_includes_input_embedding if conv else True,
+                    output_layer=conv.active_includes_output_layer if conv else True,
+                ),
                 "mtp_params": c.mtp,
                 "vision_params": c.vision,
-                "published": (f"{pub.get('total', '?')} / {pub.get('active', '?')}" if "total" in pub else "–")
-                + (" (reconstructed config)" if m.reconstructed else ""),
+                "published": f"{pub['total']} / {pub['active']}" if "total" in pub else None,
+                "reconstructed_config": m.reconstructed,
             }
         )
     if as_json:

@@ -11,11 +11,13 @@ _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
 def console(stderr: bool = False):
+    import os
+
     from rich.console import Console
 
     c = Console(stderr=stderr, highlight=False, soft_wrap=False)
-    if not c.is_terminal:
-        c = Console(stderr=stderr, highlight=False, soft_wrap=False, width=120)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(stderr=stderr, highlight=False, soft_wrap=False, width=140)
     return c
 
 
@@ -50,18 +52,19 @@ def render_check(result) -> None:
 def render_models(rows: list[dict]) -> None:
     from rich.table import Table
 
-    t = Table(title="built-in models")
-    for col in ("model", "kind", "layers", "experts", "total", "active", "published"):
-        t.add_column(col)
+    t = Table(title="built-in models (counts as each publisher counts them; `moeplan params` for every part)")
+    for col in ("model", "kind", "layers", "experts", "total", "active", "published total / active"):
+        t.add_column(col, overflow="fold")
     for r in rows:
+        pub = (r["published"] or "–") + (" (reconstructed config)" if r["reconstructed_config"] else "")
         t.add_row(
             r["id"],
             r["kind"],
             str(r["num_layers"]),
-            r["experts"],
-            format_count(r["total_params"]),
-            format_count(r["active_params"]),
-            r["published"],
+            r["experts"] or "–",
+            format_count(r["total_params_as_published"]),
+            format_count(r["active_params_as_published"]),
+            pub,
         )
     console().print(t)
 
@@ -154,6 +157,8 @@ def render_gpu_detail(row: dict) -> None:
     for k, v in row.items():
         if k == "sources":
             continue
+        if isinstance(v, dict):
+            v = ", ".join(f"{kk} {vv:g}" for kk, vv in v.items())
         t.add_row(k, "unknown" if v is None else str(v))
     c = console()
     c.print(t)
@@ -162,7 +167,7 @@ def render_gpu_detail(row: dict) -> None:
         c.print(f"  - {src}", markup=False)
 
 
-def render_memory(scn_summary: dict, mem: dict) -> None:
+def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None) -> None:
     from rich.table import Table
 
     from moeplan.units import GIB_BYTES
@@ -212,8 +217,21 @@ def render_memory(scn_summary: dict, mem: dict) -> None:
             if v > 0:
                 d.add_row(cat, name, g(v))
     c.print(d)
+    if scn_summary["resolved_defaults"]:
+        c.print(
+            "[dim]defaults used: "
+            + "; ".join(f"{r['key']}={r['value']} ({r['reason']})" for r in scn_summary["resolved_defaults"])
+            + "[/]",
+            markup=True,
+        )
     if mem["assumptions"]:
         c.print("[dim]assumed: " + "; ".join(mem["assumptions"]) + "[/]")
+    if errors:
+        c.print(
+            f"[bold red]the layout breaks {len(errors)} rule(s)[/] (details: moeplan check): "
+            + "; ".join(f"{e['rule_id']}: {e['message']}" for e in errors),
+            markup=True,
+        )
     if len(peak.get("virtual_chunks", [])) > 1:
         c.print(
             "virtual chunks of the peak stage (layers, activations per microbatch GiB): "

@@ -48,7 +48,7 @@ TIGHT_HEADROOM = 0.05
 DEFAULT_ROUTING_IMBALANCE = 1.2
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 #: parameter kinds whose weights feed GEMMs (FP8 casts and caches apply to them)
-_GEMM_KINDS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "mtp", "output_layer")
+_GEMM_KINDS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "mtp")  # output layer stays bf16
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,10 @@ class MemoryEstimate:
 
     @property
     def verdict(self) -> str:
+        """``does-not-fit`` also when offloaded optimizer state overflows the node's host memory."""
         h = self.headroom_fraction
+        if self.host_fits is False:
+            return "does-not-fit"
         if h is None:
             return "unknown"
         if h < 0:
@@ -153,6 +156,8 @@ class MemoryEstimate:
 
     @property
     def fits(self) -> bool | None:
+        if self.host_fits is False:
+            return False
         h = self.headroom_fraction
         return None if h is None else h >= 0
 
@@ -252,6 +257,14 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
             "pipeline_model_parallel_layout",
             lay.pipeline_model_parallel_layout,
             "a layout that parses and matches the model (run `moeplan check`)",
+        )
+    if min(len(plan.rank_layers(r)) for r in range(s.pp)) == 0 and stage_plan(s) is None:
+        raise InputError(
+            "pipeline_model_parallel_size",
+            s.pp,
+            f"a pipeline that gives every rank layers: "
+            f"{m.num_layers} layers over PP {s.pp}{' × VPP ' + str(s.vpp) if s.vpp > 1 else ''} "
+            "leaves ranks empty",
         )
     if stage_plan(s) is None:
         assumptions.append(

@@ -43,14 +43,20 @@ def _groups(s, e):
                 "tensor_model_parallel_size",
             )
         ]
-    allowed = [t for t in (1, 2, 4, 8, 16, 32) if g % t == 0]
+    heads = m.num_attention_heads or g
+    cands = (1, 2, 4, 8, 16, 32, 64)
+    allowed = [t for t in cands if heads % t == 0 and (g % t == 0 or (relaxed and t % g == 0))]
+    ver = ".".join(map(str, s.mcore_version))
+    rule_txt = "a multiple or a divisor of" if relaxed else "divisible by"
     why = (
-        "" if relaxed else f" (megatron-core {'.'.join(map(str, s.mcore_version))} requires num_query_groups % TP == 0)"
+        ""
+        if relaxed
+        else f" (megatron-core {ver} requires num_query_groups % TP == 0; 0.16+ also accepts TP % groups == 0)"
     )
     return [
         e.error(
-            f"num_query_groups ({g}) is not divisible by TP ({tp}){why}",
-            f"use TP in {allowed}" + ("" if relaxed else " or megatron-core ≥ 0.16"),
+            f"num_query_groups ({g}) is not {rule_txt} TP ({tp}){why}",
+            f"use TP in {allowed}",
             "tensor_model_parallel_size",
         )
     ]

@@ -89,7 +89,7 @@ def _backend_gpu(s, e):
                 f"DeepEP is not supported on {s.gpu.id} ({s.gpu.name})",
                 f"use {alt}"
                 + (
-                    f" with NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={s.gpu.scaleup_domain_gpus}"
+                    f" with NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={min(s.gpu.scaleup_domain_gpus, s.ep * s.etp)}"
                     if s.gpu.is_nvl72
                     else ""
                 ),

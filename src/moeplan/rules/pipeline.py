@@ -21,19 +21,28 @@ def _even_options(n_layers: int, pp: int, vpp: int) -> str:
 
 
 def _uneven_hint(n_layers: int, pp: int) -> str:
-    """A legal uneven split: k layers on each middle stage, the rest shared by first and last."""
+    """A legal uneven split: k = ⌈L/PP⌉ layers on each middle stage, the rest shared by the first and
+    last stages (which also hold the embedding and the loss, so they get fewer)."""
     if pp < 2:
         return "PP = 1"
-    k = n_layers // pp
+    if n_layers < pp:
+        return f"PP ≤ {n_layers} (every stage needs at least one layer)"
+    k = -(-n_layers // pp)
     while k > 0 and n_layers - (pp - 2) * k < 2:
         k -= 1
+    if k == 0:
+        return f"PP ≤ {n_layers}"
     ends = n_layers - (pp - 2) * k
     first, last = ends // 2, ends - ends // 2
     if pp == 2:
         return f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
+    middle = "middle stage" if pp == 3 else f"{pp - 2} middle stages"
     return (
         f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last} "
-        f"({k} on each of the {pp - 2} middle stages)"
+        f"({k} on each of the {middle})"
+        if pp > 3
+        else f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last} "
+        f"({k} on the {middle})"
     )
 
 

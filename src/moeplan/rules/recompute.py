@@ -124,10 +124,18 @@ def _labels(s, e):
         if mod in allowed:
             continue
         if mod in SHORTHAND:
+            real = SHORTHAND[mod]
+            m = s.model
+            fix = f"use {real!r}"
+            if m is not None and m.num_layers is not None:
+                if real == "mla_up_proj" and not m.multi_latent_attention:
+                    fix = f"drop {mod!r}: {m.name} has no MLA up-projections (for GQA use 'core_attn' or 'layernorm')"
+                elif real == "gdn_norm_out" and not m.has_linear_attention:
+                    fix = f"drop {mod!r}: {m.name} has no Gated DeltaNet layers"
             out.append(
                 e.error(
-                    f"recompute module {mod!r} is shorthand, not a Megatron-Core label",
-                    f"use {SHORTHAND[mod]!r}",
+                    f"recompute module {mod!r} is shorthand, not a Megatron-Core label (it means {real!r})",
+                    fix,
                     "recompute_modules",
                 )
             )

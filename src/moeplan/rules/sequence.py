@@ -45,8 +45,13 @@ def _align(s, e):
             up = math.ceil(n / unit) * unit
             out.append(
                 e.error(
-                    f"{key.split('.')[-1]} {n} is not a multiple of {' and '.join(parts)} (unit CP·lcm(2,TP) = {unit})",
-                    f"pad to {up} tokens (or to seq_length), e.g. pad_to_max_length / pad_cu_seqlens for packed data",
+                    f"{key.split('.')[-1]} {n} is not a multiple of {unit} (needed: {' and '.join(parts)})",
+                    (
+                        f"use seq_length {up}" + (f" or {up - unit}" if up - unit > 0 else "")
+                        if key == "training.seq_length"
+                        else f"pad microbatches to a multiple of {unit} (e.g. {up} tokens, or to seq_length); "
+                        "for packed data set pad_to_max_length / pad_cu_seqlens"
+                    ),
                     key,
                     "context_parallel_size",
                     "tensor_model_parallel_size",
@@ -132,7 +137,11 @@ def _hcp_needed(s, e):
     ct = s.layout.cp_comm_type
     uses = ct == "a2a+p2p" or (isinstance(ct, list) and "a2a+p2p" in ct)
     if uses and not s.layout.hierarchical_context_parallel_sizes:
-        inner = 8 if s.cp % 8 == 0 else 2
+        domain = s.gpu.scaleup_domain_gpus if s.gpu is not None else (s.gpus_per_node or 8)
+        room = max(1, domain // s.tp)
+        inner = max(d for d in range(1, s.cp + 1) if s.cp % d == 0 and d <= room)
+        if inner == s.cp and s.cp > 1:
+            inner = max(d for d in range(1, s.cp) if s.cp % d == 0)
         return [
             e.error(
                 f"cp_comm_type 'a2a+p2p' with CP = {s.cp} but no hierarchical_context_parallel_sizes: "

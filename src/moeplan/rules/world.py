@@ -198,3 +198,22 @@ def _max_connections(s, e):
     if s.framework == "megatron-core" and not relaxed:
         return [e.error(msg + " (Megatron-LM asserts it)", fix, "environment")]
     return [e.warning(msg, fix, "environment")]
+
+
+@rule(
+    "scenario.inputs_missing",
+    "moeplan",
+    "names the scenario inputs that are missing, since every rule needing them is skipped",
+)
+def _inputs(s, e):
+    missing = []
+    if s.model is None:
+        missing.append("model (every model-dependent rule: heads, layers, experts, pipeline split)")
+    if s.gpu is None:
+        missing.append("system.gpu (GPU-dependent rules: precision, dispatcher backend)")
+    if not s.num_gpus:
+        missing.append("system.num_gpus (world-size and batch rules)")
+    if s.training.seq_length is None:
+        missing.append("training.seq_length (sequence alignment rules)")
+    if missing:
+        return [e.info("not checked for lack of input: " + "; ".join(missing))]

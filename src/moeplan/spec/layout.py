@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 #: Parallel dimension names, defined once.
 PARALLEL_DIMS = {
@@ -31,7 +31,7 @@ CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 class LayoutSpec(BaseModel):
     """A training layout with Megatron key names. See module docstring for defaults."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     # parallel sizes
     tensor_model_parallel_size: int = Field(default=1, ge=1)
@@ -50,7 +50,7 @@ class LayoutSpec(BaseModel):
     microbatch_group_size_per_vp_stage: int | None = Field(default=None, ge=1)
     # context parallel
     cp_comm_type: str | list[str] | None = None
-    hierarchical_context_parallel_sizes: list[int] | None = None
+    hierarchical_context_parallel_sizes: list[PositiveInt] | None = None
     hybrid_context_parallel: bool = False
     # recompute
     recompute_granularity: Literal["full", "selective"] | None = None

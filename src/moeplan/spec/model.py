@@ -299,7 +299,25 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         v = _get(text, *keys)
         if v is None:
             raise InputError(f"config.json:{'/'.join(keys)}", None, "a value (required field missing)")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"config.json:{'/'.join(keys)}", v, "a positive integer")
         return v
+
+    for key in (
+        "num_key_value_heads",
+        "head_dim",
+        "n_routed_experts",
+        "num_experts",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "intermediate_size",
+        "kv_lora_rank",
+        "q_lora_rank",
+    ):
+        val = text.get(key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+            raise InputError(f"config.json:{key}", val, "a non-negative integer")
 
     hidden = int(need("hidden_size", "d_model"))
     num_layers = int(need("num_hidden_layers", "num_layers", "n_layer"))

@@ -72,7 +72,16 @@ def stage_params(
         raise InputError("model", None, "a model with num_layers to place parameters")
     plan = stage_plan(s, allow_balanced)
     if plan is None:
-        raise InputError("layout", f"PP={s.pp}", "a legal pipeline split (see `moeplan check`)")
+        lay = s.layout
+        what = f"{m.num_layers} layers over PP {s.pp}" + (f" × VPP {s.vpp}" if s.vpp > 1 else "")
+        raise InputError(
+            "pipeline_model_parallel_size",
+            s.pp,
+            f"a split Megatron accepts ({what} does not split"
+            + (" as the layout string says" if lay.pipeline_model_parallel_layout is not None else " evenly")
+            + "); set num_layers_in_first/last_pipeline_stage or pipeline_model_parallel_layout — "
+            "`moeplan check` proposes one",
+        )
     vpad = padded_vocab_size(m.vocab_size, s.tp, make_vocab_size_divisible_by)
     out = []
     for r in range(s.pp):

@@ -40,7 +40,7 @@ FRAMEWORKS = ("megatron-bridge", "megatron-core")
 class SystemInput(BaseModel):
     """``system:`` section. ``gpu`` is a catalog id or a full custom GPU mapping (GpuSpec keys)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     gpu: str | GpuSpec | None = None
     num_gpus: int | None = Field(default=None, ge=1)
     gpus_per_node: int | None = Field(default=None, ge=1)
@@ -50,7 +50,7 @@ class SystemInput(BaseModel):
 class ReportedInput(BaseModel):
     """``reported:`` measured figures of a run, checked for plausibility."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     model_tflops_per_gpu: float | None = Field(default=None, gt=0)
     tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
 
@@ -58,7 +58,7 @@ class ReportedInput(BaseModel):
 class VersionsInput(BaseModel):
     """``versions:`` software versions (strings such as ``"0.16.1"``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     megatron_core: str | None = None
     megatron_bridge: str | None = None
     transformer_engine: str | None = None
@@ -70,7 +70,7 @@ class OverheadsInput(BaseModel):
     """``overheads:`` memory outside PyTorch tensors, in GiB per GPU; each replaces moeplan's default
     (see ``moeplan.model.overheads`` for the defaults and their sources)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     cuda_context_gib: float | None = Field(default=None, ge=0)
     nccl_buffers_gib: float | None = Field(default=None, ge=0)
     deepep_buffers_gib: float | None = Field(default=None, ge=0)
@@ -83,14 +83,14 @@ class OverheadsInput(BaseModel):
 class AssumptionsInput(BaseModel):
     """``assumptions:`` modelling inputs that are not Megatron keys."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     routing_imbalance_factor: float | None = Field(default=None, ge=1.0)
 
 
 class ScenarioInput(BaseModel):
     """A whole scenario as written by the user (before resolution)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     name: str | None = None
     model: str | None = None
     model_overrides: dict[str, Any] = Field(default_factory=dict)
@@ -130,7 +130,7 @@ def _check_unknown_keys(data: dict) -> None:
             raise InputError(sec, val, "a mapping of keys to values")
         for key in val:
             if key not in cls.model_fields:
-                raise UnknownNameError(f"{sec}.{key}", str(key), cls.model_fields, f"a {sec} key:")
+                raise UnknownNameError(f"{sec}.{key}", str(key), cls.model_fields, f"one of the {sec} keys:")
 
 
 def _pydantic_to_input_error(exc: ValidationError) -> InputError:
@@ -159,6 +159,16 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
     if not isinstance(data, dict):
         raise InputError("scenario", data, "a YAML mapping with model, system, training, layout")
     _check_unknown_keys(data)
+    gpu = (data.get("system") or {}).get("gpu") if isinstance(data.get("system"), dict) else None
+    if isinstance(gpu, dict):
+        unknown = [k for k in gpu if k not in GpuSpec.model_fields]
+        if unknown:
+            raise UnknownNameError(f"system.gpu.{unknown[0]}", unknown[0], GpuSpec.model_fields, "a GPU field:")
+        try:
+            GpuSpec.model_validate(gpu)
+        except ValidationError as exc:
+            err = _pydantic_to_input_error(exc)
+            raise InputError("system.gpu." + err.field, err.value, err.allowed) from None
     clean = {k: v for k, v in data.items() if not (k in _SECTIONS and v is None)}
     if clean.get("model_overrides") is None:
         clean.pop("model_overrides", None)
@@ -168,6 +178,23 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
         return ScenarioInput.model_validate(clean, strict=False)
     except ValidationError as exc:
         raise _pydantic_to_input_error(exc) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (YAML would silently keep the last one)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def load_scenario_file(path: str | Path) -> dict:
@@ -180,16 +207,31 @@ def load_scenario_file(path: str | Path) -> dict:
     if not p.is_file():
         raise InputError("scenario", str(path), "an existing YAML file")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise InputError("scenario", str(path), f"a readable UTF-8 YAML file ({type(exc).__name__})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError("scenario", str(path), f"valid YAML (parse error{where})") from None
+        problem = getattr(exc, "problem", None)
+        detail = f": {problem}" if problem and "duplicate" in str(problem) else ""
+        raise InputError("scenario", str(path), f"valid YAML (parse error{where}{detail})") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError("scenario", str(path), "a YAML mapping with model, system, training, layout")
     return data
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = _deep_merge(dict(base[k]), v)
+        else:
+            base[k] = v
+    return base
 
 
 def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
@@ -201,9 +243,7 @@ def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
         if sec in ("model", "framework", "name", "recipe_defaults"):
             out[sec] = vals
             continue
-        base = dict(out.get(sec) or {})
-        base.update(vals)
-        out[sec] = base
+        out[sec] = _deep_merge(dict(out.get(sec) or {}), vals) if isinstance(vals, dict) else vals
     return out
 
 
@@ -397,6 +437,8 @@ def resolve(inp: ScenarioInput) -> Scenario:
 
     res: list[Resolution] = []
     model: ModelSpec | None
+    if inp.model is not None and not inp.model.strip():
+        raise InputError("model", inp.model, "a built-in model name, a config.json path, or null")
     if inp.model:
         model = get_model(inp.model).with_overrides(inp.model_overrides)
     elif inp.model_overrides:

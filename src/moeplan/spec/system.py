@@ -27,7 +27,7 @@ class GpuSpec(BaseModel):
             None when unknown.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     id: str
     name: str = ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 Precision = Literal["bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4")
@@ -29,7 +29,7 @@ class TrainingSpec(BaseModel):
             (e.g. an unpadded SFT sample, a packed length); each is checked by the alignment rules.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     seq_length: int | None = Field(default=None, ge=1)
     micro_batch_size: int | None = Field(default=None, ge=1)
@@ -40,7 +40,7 @@ class TrainingSpec(BaseModel):
     variable_length: bool = False
     pad_to_max_length: bool | None = None
     pad_cu_seqlens: bool | None = None
-    microbatch_seq_lengths: list[int] | None = None
+    microbatch_seq_lengths: list[PositiveInt] | None = None
 
     @property
     def is_fp8(self) -> bool:
