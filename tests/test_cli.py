@@ -220,3 +220,156 @@ def test_estimate_offload_reports_host_memory():
     )
     assert r.exit_code == 0, r.output
     assert "host memory per node" in r.output
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            [
+                "estimate",
+                "--model",
+                "qwen3-30b-a3b",
+                "--gpu",
+                "h100",
+                "--num-gpus",
+                "8",
+                "--seq-length",
+                "4096",
+                "--set",
+                "assumptions.routing_imbalance_factor=.inf",
+            ],
+            "assumptions.routing_imbalance_factor",
+        ),
+        (["check", "--set", "system.num_gpus=true"], "system.num_gpus"),
+        (["check", "--set", "layout.sequence_parallel='false'"], "layout.sequence_parallel"),
+        (["check", "--set", "training.microbatch_seq_lengths=[0]"], "training.microbatch_seq_lengths"),
+        (["check", "--model", ""], "model"),
+        (["check", "--set", "system.gpu={id: x}"], "system.gpu.usable_hbm_gib"),
+        (["check", "--set", "system.gpu={id: x, usable_hbm_gib: 80, hbm_gib: 3}"], "did you mean"),
+        (
+            [
+                "estimate",
+                "--model",
+                "qwen3-30b-a3b",
+                "--gpu",
+                "h100",
+                "--num-gpus",
+                "64",
+                "--seq-length",
+                "4096",
+                "--pp",
+                "64",
+            ],
+            "leaves ranks empty",
+        ),
+        (["params", "--model", "deepseek-v3", "--pp", "4"], "61 layers over PP 4"),
+    ],
+)
+def test_more_bad_input_exit_2(args, needle):
+    r = run(args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def test_binary_and_duplicate_key_files(tmp_path):
+    b = tmp_path / "bin.yaml"
+    b.write_bytes(bytes(range(256)))
+    r = run(["check", str(b)])
+    assert r.exit_code == 2 and "UTF-8" in r.output
+    j = tmp_path / "bin.json"
+    j.write_bytes(bytes(range(256)))
+    r = run(["check", "--model", str(j)])
+    assert r.exit_code == 2 and "UTF-8" in r.output
+    d = tmp_path / "dup.yaml"
+    d.write_text("layout:\n  tensor_model_parallel_size: 2\n  tensor_model_parallel_size: 4\n")
+    r = run(["check", str(d)])
+    assert r.exit_code == 2 and "duplicate key" in r.output
+
+
+def test_flags_override_set_and_nested_set():
+    r = run(
+        ["check", "--model", "qwen3-30b-a3b", "--tp", "4", "--set", "layout.tensor_model_parallel_size=2", "--json"]
+    )
+    assert json.loads(r.output)["scenario"]["parallel"]["TP"] == 4
+    r = run(
+        [
+            "estimate",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "8",
+            "--seq-length",
+            "4096",
+            "--ep",
+            "8",
+            "--set",
+            "system.gpu_overrides.usable_hbm_gib=70",
+            "--json",
+        ]
+    )
+    assert json.loads(r.output)["memory"]["capacity_bytes"] == 70 * 2**30
+
+
+def test_host_memory_overflow_does_not_fit():
+    r = run(
+        [
+            "estimate",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "8",
+            "--seq-length",
+            "4096",
+            "--ep",
+            "8",
+            "--set",
+            "layout.optimizer_cpu_offload=true",
+            "--set",
+            "layout.optimizer_offload_fraction=1.0",
+            "--set",
+            "layout.use_precision_aware_optimizer=true",
+            "--set",
+            "system.gpu_overrides={host_mem_per_gpu_gb: 4}",
+            "--json",
+        ]
+    )
+    mem = json.loads(r.output)["memory"]
+    assert r.exit_code == 1 and mem["host_fits"] is False and mem["verdict"] == "does-not-fit"
+
+
+def test_estimate_reports_rule_errors_and_exit_1():
+    r = run(
+        [
+            "estimate",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--seq-length",
+            "4096",
+            "--ep",
+            "8",
+            "--set",
+            "layout.recompute_granularity=full",
+            "--json",
+        ]
+    )
+    d = json.loads(r.output)
+    assert r.exit_code == 1 and d["check"]["verdict"] == "invalid"
+    assert any(e["rule_id"] == "recompute.granularity_fields" for e in d["check"]["errors"])
+
+
+def test_empty_scenario_says_what_was_not_checked(tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text("")
+    r = run(["check", str(p), "--json"])
+    d = json.loads(r.output)
+    assert r.exit_code == 0
+    assert any(f["rule_id"] == "scenario.inputs_missing" for f in d["findings"])

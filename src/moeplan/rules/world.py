@@ -217,3 +217,22 @@ def _inputs(s, e):
         missing.append("training.seq_length (sequence alignment rules)")
     if missing:
         return [e.info("not checked for lack of input: " + "; ".join(missing))]
+
+
+@rule(
+    "scenario.versions",
+    "moeplan version table",
+    "versions newer than the newest moeplan knows are checked as the newest",
+)
+def _versions(s, e):
+    from moeplan.spec.scenario import NEWEST_MCORE, parse_version
+
+    newest = parse_version(NEWEST_MCORE, NEWEST_MCORE)
+    if s.mcore_version > newest:
+        return [
+            e.info(
+                f"megatron-core {'.'.join(map(str, s.mcore_version))} is newer than the newest moeplan knows "
+                f"({NEWEST_MCORE}); its rules are checked as {NEWEST_MCORE}'s",
+                "versions.megatron_core",
+            )
+        ]

@@ -175,7 +175,7 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
     if clean.get("environment") is not None:
         clean["environment"] = {str(k): str(v) for k, v in dict(clean["environment"]).items()}
     try:
-        return ScenarioInput.model_validate(clean, strict=False)
+        return ScenarioInput.model_validate(clean)
     except ValidationError as exc:
         raise _pydantic_to_input_error(exc) from None
 
@@ -238,10 +238,10 @@ def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
     """Overlay CLI values (section → key → value) on a scenario mapping; CLI wins."""
     out = dict(data)
     for sec, vals in overrides.items():
-        if not vals:
-            continue
         if sec in ("model", "framework", "name", "recipe_defaults"):
             out[sec] = vals
+            continue
+        if not vals:
             continue
         out[sec] = _deep_merge(dict(out.get(sec) or {}), vals) if isinstance(vals, dict) else vals
     return out
