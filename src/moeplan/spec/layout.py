@@ -73,6 +73,7 @@ class LayoutSpec(BaseModel):
     moe_router_load_balancing_type: str | None = None
     moe_router_force_load_balancing: bool = False
     moe_router_padding_for_fp8: bool = False
+    moe_paged_stash: bool = False
     mtp_num_layers: int | None = Field(default=None, ge=0)
     # CUDA graphs
     cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] | None = None
@@ -95,11 +96,14 @@ class LayoutSpec(BaseModel):
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     num_distributed_optimizer_instances: int = Field(default=1, ge=1)
+    overlap_param_gather_with_optimizer_step: bool | None = None
     use_megatron_fsdp: bool = False
+    outer_dp_sharding_strategy: Literal["no_shard", "optim"] | None = None
     data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] | None = None
     use_torch_fsdp2: bool = False
     # precision details
     fp8_param_gather: bool = False
+    fp8_dot_product_attention: bool = False
     first_last_layers_bf16: bool = False
     num_layers_at_start_in_bf16: int | None = Field(default=None, ge=0)
     num_layers_at_end_in_bf16: int | None = Field(default=None, ge=0)
