@@ -52,6 +52,7 @@ class ActContext:
     attention_dropout: float = 0.0
     unfused_attention: bool = False
     routing_factor: float = 1.0
+    fp8_attention: bool = False
 
     @property
     def seq_tokens(self) -> float:
@@ -87,17 +88,22 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
         lat = (m.q_lora_rank or 0) * (a + li) + m.kv_lora_rank * (a + li) + (m.kv_lora_rank + m.qk_pos_emb_head_dim) * a
         _add(out, KEEP, "mla_latents", c.seq_tokens * lat)
-        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + m.v_head_dim) / t * a)
+        qa = 1.0 if c.fp8_attention else a  # fp8_dot_product_attention keeps Q/K/V in FP8
+        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + m.v_head_dim) / t * qa)
         o_width = nh * m.v_head_dim
     else:
         d, g = m.kv_channels, m.num_query_groups
-        _add(out, KEEP, "qkv", n * (nh * d + 2 * g * d) / t * a)
+        qa = 1.0 if c.fp8_attention else a
+        _add(out, KEEP, "qkv", n * (nh * d + 2 * g * d) / t * qa)
         o_width = nh * d
         if m.attention_output_gate:
             _add(out, KEEP, "attn_output_gate", n * nh * d / t * a)
     # flash attention keeps its output (also the input of the output projection) and the
     # log-sum-exp per head (fp32); FP8 keeps the projection's quantized input too.
-    _add(out, KEEP, "attn_out", n * o_width / t * (a + (li if li < a else 0)))
+    if c.fp8_attention:  # FP8 attention output, which is also the projection's FP8 input
+        _add(out, KEEP, "attn_out", n * o_width / t * 1.0)
+    else:
+        _add(out, KEEP, "attn_out", n * o_width / t * (a + (li if li < a else 0)))
     if not c.unfused_attention:
         _add(out, "core_attn", "softmax_lse", n * nh / t * 4)
     else:
@@ -140,6 +146,19 @@ def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
         _add(out, "shared_experts", "shared_fc1_out", n * glu * fs / t * a)
         _add(out, "shared_experts", "shared_fc2_in", n * fs / t * li)
 
+
+#: fine-grained activation offloading (``offload_modules``) → the saved tensors each moves to host
+#: memory (megatron_facts.md §3.8; names as in this module)
+OFFLOAD_ITEMS = {
+    "core_attn": ("qkv", "mla_qkv", "softmax_lse", "attn_output_gate"),
+    "attn_proj": ("attn_out",),
+    "attn_norm": ("attn_norm_input",),
+    "qkv_linear": ("attn_norm_output",),
+    "mlp_norm": ("mlp_norm_input",),
+    "expert_fc1": ("expert_fc1_in",),
+    "moe_act": ("expert_fc1_out",),
+    "fused_group_mlp": ("expert_fc1_in", "expert_fc1_out", "expert_fc2_in"),
+}
 
 #: selective labels that, besides their own tensors, also drop the tensors of a wider module
 _WIDER = {"moe": ("moe", "moe_act", "shared_experts")}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from moeplan.errors import InputError
 from moeplan.model.activations import (
+    OFFLOAD_ITEMS,
     ActContext,
     layer_activations,
     layer_input_bytes,
@@ -334,6 +335,9 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
                 f"dropless routing without forced balance: busiest expert rank gets {route}× the "
                 "mean tokens (assumptions.routing_imbalance_factor)"
             )
+    if lay.moe_expert_rank_capacity_factor is not None and m.is_moe:
+        # HybridEP / NCCL-EP drop the tokens over the per-rank budget: the busiest rank holds at most this
+        route = min(route, lay.moe_expert_rank_capacity_factor)
     seq_local = t.seq_length / s.cp
     ctx = ActContext(
         tokens=mbs * seq_local,
@@ -348,6 +352,7 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
         attention_dropout=ad,
         unfused_attention=backend == "unfused",
         routing_factor=route,
+        fp8_attention=lay.fp8_dot_product_attention and is_fp8,
     )
     gran = lay.recompute_granularity
     modules = (
@@ -441,6 +446,14 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
     # activations
     layers = sp_.layers
     per_mb_layers = 0.0
+    offloaded_per_mb = 0.0
+    worst_offloaded = 0.0
+    off_items: set[str] = set()
+    if lay.fine_grained_activation_offloading:
+        for mod in lay.offload_modules or []:
+            off_items.update(OFFLOAD_ITEMS.get(mod, ()))
+    layer_offload = lay.cpu_offloading and s.pp == 1
+    n_layer_off = lay.cpu_offloading_num_layers or 0
     worst_layer_full = 0.0
     gran = lay.recompute_granularity
     n_rc = lay.recompute_num_layers or 1
@@ -460,10 +473,19 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
                     continue
                 per_mb_layers += full
             else:
-                per_mb_layers += sum(kept.values())
+                moved = sum(v for k, v in kept.items() if k in off_items)
+                if layer_offload and li < n_layer_off:
+                    moved = sum(kept.values())
+                per_mb_layers += sum(kept.values()) - moved
+                offloaded_per_mb += moved
+                worst_offloaded = max(worst_offloaded, moved)
         chunk_info.append((vp, len(chunk), per_mb_layers - before))
     inflight = inflight_microbatches(s.pp, sp_.stage, s.vpp, n_mb, lay.microbatch_group_size_per_vp_stage, ep_overlap)
     A["decoder_layers"] = per_mb_layers * inflight
+    if offloaded_per_mb:
+        # offloaded tensors live on the host; two layers' worth are in flight (being copied out or back)
+        A["offload_staging"] = 2 * worst_offloaded
+        host += offloaded_per_mb * inflight
     if sp_.output_layer:
         for k, v in output_layer_activations(m, ctx, vpad, fused_ce).items():
             A[k] = v
