@@ -106,13 +106,23 @@ def test_all_single_modules_reduce_or_keep():
 
 
 def _est(model="deepseek-v3", **lay):
-    base = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4, "expert_model_parallel_size": 32,
-            "moe_router_force_load_balancing": True}
+    base = {
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 4,
+        "expert_model_parallel_size": 32,
+        "moe_router_force_load_balancing": True,
+    }
     base.update(lay)
-    return estimate_memory(load_scenario({
-        "model": model, "system": {"gpu": "gb200", "num_gpus": 256},
-        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 512, "precision": "mxfp8"},
-        "layout": base})).stages[0]
+    return estimate_memory(
+        load_scenario(
+            {
+                "model": model,
+                "system": {"gpu": "gb200", "num_gpus": 256},
+                "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 512, "precision": "mxfp8"},
+                "layout": base,
+            }
+        )
+    ).stages[0]
 
 
 def test_fp8_attention_halves_attention_tensors():
@@ -130,6 +140,10 @@ def test_fine_grained_offload_moves_activations_to_host():
 
 def test_rank_capacity_factor_caps_imbalance():
     free = _est(moe_router_force_load_balancing=False)
-    capped = _est(moe_router_force_load_balancing=False, moe_token_dispatcher_type="flex",
-                  moe_flex_dispatcher_backend="hybridep", moe_expert_rank_capacity_factor=1.0)
+    capped = _est(
+        moe_router_force_load_balancing=False,
+        moe_token_dispatcher_type="flex",
+        moe_flex_dispatcher_backend="hybridep",
+        moe_expert_rank_capacity_factor=1.0,
+    )
     assert capped.activations_bytes < free.activations_bytes

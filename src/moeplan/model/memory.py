@@ -480,8 +480,12 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
                 offloaded_per_mb += moved
                 worst_offloaded = max(worst_offloaded, moved)
         chunk_info.append((vp, len(chunk), per_mb_layers - before))
-    inflight = inflight_microbatches(s.pp, sp_.stage, s.vpp, n_mb, lay.microbatch_group_size_per_vp_stage, ep_overlap)
+    inflight = inflight_microbatches(s.pp, sp_.stage, s.vpp, n_mb, lay.microbatch_group_size_per_vp_stage)
     A["decoder_layers"] = per_mb_layers * inflight
+    if ep_overlap and layers:
+        # combined 1F1B (megatron/core/pipeline_parallel/combined_1f1b.py) interleaves the forward of
+        # one microbatch with the backward of another layer by layer: about one more layer is alive
+        A["ep_overlap_extra_layer"] = per_mb_layers / len(layers)
     if offloaded_per_mb:
         # offloaded tensors live on the host; two layers' worth are in flight (being copied out or back)
         A["offload_staging"] = 2 * worst_offloaded
@@ -498,7 +502,9 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
     chunk_layers = n_rc if (gran == "full" and lay.recompute_method != "block") else 1
     working = worst_layer_full * chunk_layers
     if sp_.output_layer:
-        logits_grad = ctx.tokens * vpad / ctx.tp * (ctx.act_bytes + (0 if fused_ce else 4))
+        # fused cross entropy writes the gradient into the logits buffer; the unfused one makes a new
+        # bf16 gradient from its fp32 softmax
+        logits_grad = 0.0 if fused_ce else ctx.tokens * vpad / ctx.tp * ctx.act_bytes
         working = max(working, logits_grad)
     X["backward_working_set"] = working
     if s.cp > 1 and not m.multi_latent_attention and m.kv_channels:
@@ -522,7 +528,10 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
             static = 2 * ctx.seq_tokens * m.hidden_size * ctx.act_bytes  # captured input + output per layer
             X["cuda_graph_static_buffers"] = static * len(layers) * max(1.0, inflight)
     dynamic = sum(A.values()) + working
-    X["allocator_fragmentation"] = ov.fragmentation_fraction * dynamic
+    # a full-iteration CUDA graph allocates the whole step from its private pool, laid out once at
+    # capture: its pool overhead stands in for fragmentation
+    frag = 0.0 if lay.cuda_graph_impl == "full_iteration" else ov.fragmentation_fraction
+    X["allocator_fragmentation"] = frag * dynamic
     return StageMemory(sp_.stage, len(layers), inflight, items, host_bytes=host, chunks=tuple(chunk_info))
 
 

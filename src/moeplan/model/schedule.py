@@ -9,8 +9,9 @@ Megatron-Core schedules (``megatron/core/pipeline_parallel/schedules.py``):
   (``get_num_warmup_microbatches`` with microbatch group ``g``, default ``p``) plus the current one,
   at most ``m·v`` chunks; each chunk holds ``1/v`` of the rank's layers. For the first rank this is
   Korthikanti et al.'s factor ``L·(1 + (p − 1)/(p·v))`` (arXiv 2205.05198, §4.2.3);
-- EP all-to-all overlap (``overlap_moe_expert_parallel_comm``) keeps one more chunk alive while it
-  overlaps a forward with a backward (``combined_1f1b``).
+- EP all-to-all overlap (``overlap_moe_expert_parallel_comm``) pairs the forward of one microbatch
+  with the backward of another layer by layer (``combined_1f1b``); the memory model adds about one
+  layer for it rather than a microbatch.
 """
 
 from __future__ import annotations

@@ -25,12 +25,32 @@ RECIPE_DEFAULTS = ("none", "mbridge-perf")
 _DSV3_LAYOUTS = {16: "Et*4|(t*4|)*14tmL", 32: "Et|(tt|)*30mL"}
 
 
-def recipe_fills(name: str, model, precision: str, pp: int, vpp: int | None) -> list[tuple[str, Any, str]]:
-    """(layout key, value, reason) fills of recipe defaults ``name`` for this model and layout."""
+def recipe_fills(
+    name: str,
+    model,
+    precision: str,
+    pp: int,
+    vpp: int | None,
+    gpu_id: str | None = None,
+    layout: dict | None = None,
+    micro_batch_size: int | None = None,
+) -> list[tuple[str, Any, str]]:
+    """(layout key, value, reason) fills of recipe defaults ``name`` for this model and layout: first
+    the matching recipe row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP), then the
+    helpers every perf recipe shares. Earlier fills win."""
     if name != "mbridge-perf":
         return []
     src = "Megatron Bridge perf recipes"
-    out: list[tuple[str, Any, str]] = [
+    out: list[tuple[str, Any, str]] = []
+    if model is not None and layout is not None:
+        from moeplan.catalog.recipes import match_perf_recipe
+
+        row = match_perf_recipe(model.name, gpu_id, precision, layout, micro_batch_size)
+        if row is not None:
+            table = "Table A @067f987" if row["table"] == "A" else "Table B @v0.5.1"
+            for key, value in row["layout"].items():
+                out.append((key, value, f"recipe {row['id']} ({table})"))
+    out += [
         ("grad_reduce_in_fp32", False, f"{src}: _benchmark_common"),
         ("cross_entropy_loss_fusion", True, f"{src}: TE fused cross entropy"),
         ("check_for_nan_in_loss", False, f"{src}: _benchmark_common"),

@@ -462,12 +462,16 @@ def resolve(inp: ScenarioInput) -> Scenario:
     upd: dict[str, Any] = {}
     from moeplan.spec.recipes import recipe_fills
 
+    gpu_id = inp.system.gpu if isinstance(inp.system.gpu, str) else None
     for key, value, why in recipe_fills(
         inp.recipe_defaults,
         model,
         inp.training.precision,
         lay.pipeline_model_parallel_size,
         lay.virtual_pipeline_model_parallel_size,
+        gpu_id=gpu_id.lower() if gpu_id else None,
+        layout=lay.model_dump(),
+        micro_batch_size=inp.training.micro_batch_size,
     ):
         if key not in stated and key not in upd:
             upd[key] = value
