@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -87,7 +87,7 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
     )
     layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp), strict=False) if v is not None}
     # --set first, then the dedicated flags on top: a flag wins over --set, both over the file
-    for sec, vals in _parse_set(sets).items():
+    for sec, vals in _parse_set(sets or []).items():
         if sec in TOP_LEVEL_SET:
             ov[sec] = vals
         elif sec == "model":
@@ -99,31 +99,53 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
     return ov
 
 
+# Shared options, defined once (typer reads the Annotated metadata).
+ScenarioArg = Annotated[Optional[Path], typer.Argument(help="Scenario YAML (model, system, training, layout).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="HF id, short name or config.json path.")]
+GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="a100, h100, h200, b200, b300, gb200, gb300.")]
+NumGpusOpt = Annotated[Optional[int], typer.Option("--num-gpus", "-n", min=1, help="World size.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq-length", "-s", min=1, help="Tokens per sequence.")]
+MbsOpt = Annotated[Optional[int], typer.Option("--mbs", min=1, help="micro_batch_size (sequences).")]
+GbsOpt = Annotated[Optional[int], typer.Option("--gbs", min=1, help="global_batch_size (sequences).")]
+PrecisionOpt = Annotated[
+    Optional[str],
+    typer.Option("--precision", help="bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4."),
+]
+TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, help="tensor_model_parallel_size")]
+PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, help="pipeline_model_parallel_size")]
+VppOpt = Annotated[Optional[int], typer.Option("--vpp", min=1, help="virtual_pipeline_model_parallel_size")]
+CpOpt = Annotated[Optional[int], typer.Option("--cp", min=1, help="context_parallel_size")]
+EpOpt = Annotated[Optional[int], typer.Option("--ep", min=1, help="expert_model_parallel_size")]
+EtpOpt = Annotated[Optional[int], typer.Option("--etp", min=1, help="expert_tensor_parallel_size")]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="Any other key: section.key=value (YAML value), e.g. layout.recompute_modules=\\[moe_act,layernorm]; "
+        "nested: system.gpu_overrides.usable_hbm_gib=75; top-level: recipe_defaults=mbridge-perf. Repeatable.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
 @app.command()
 def check(
-    scenario: Optional[Path] = typer.Argument(None, help="Scenario YAML (model, system, training, layout)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id, short name or config.json path."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="a100, h100, h200, b200, b300, gb200, gb300."),
-    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", "-n", min=1, help="World size."),
-    seq_length: Optional[int] = typer.Option(None, "--seq-length", "-s", min=1, help="Tokens per sequence."),
-    mbs: Optional[int] = typer.Option(None, "--mbs", min=1, help="micro_batch_size (sequences)."),
-    gbs: Optional[int] = typer.Option(None, "--gbs", min=1, help="global_batch_size (sequences)."),
-    precision: Optional[str] = typer.Option(
-        None, "--precision", help="bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4."
-    ),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor_model_parallel_size"),
-    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline_model_parallel_size"),
-    vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="virtual_pipeline_model_parallel_size"),
-    cp: Optional[int] = typer.Option(None, "--cp", min=1, help="context_parallel_size"),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert_model_parallel_size"),
-    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert_tensor_parallel_size"),
-    sets: list[str] = typer.Option(
-        [],
-        "--set",
-        help="Any other key: section.key=value (YAML value), "
-        "e.g. layout.recompute_modules=\\[moe_act,layernorm]. Repeatable.",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    scenario: ScenarioArg = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    seq_length: SeqOpt = None,
+    mbs: MbsOpt = None,
+    gbs: GbsOpt = None,
+    precision: PrecisionOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    etp: EtpOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Check a layout against every Megatron-Core rule; each finding has a rule id and a fix.
 
@@ -148,24 +170,22 @@ def check(
 
 @app.command()
 def estimate(
-    scenario: Optional[Path] = typer.Argument(None, help="Scenario YAML (model, system, training, layout)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id, short name or config.json path."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="a100, h100, h200, b200, b300, gb200, gb300."),
-    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", "-n", min=1, help="World size."),
-    seq_length: Optional[int] = typer.Option(None, "--seq-length", "-s", min=1, help="Tokens per sequence."),
-    mbs: Optional[int] = typer.Option(None, "--mbs", min=1, help="micro_batch_size (sequences)."),
-    gbs: Optional[int] = typer.Option(None, "--gbs", min=1, help="global_batch_size (sequences)."),
-    precision: Optional[str] = typer.Option(
-        None, "--precision", help="bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4."
-    ),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor_model_parallel_size"),
-    pp: Optional[int] = typer.Option(None, "--pp", min=1, help="pipeline_model_parallel_size"),
-    vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="virtual_pipeline_model_parallel_size"),
-    cp: Optional[int] = typer.Option(None, "--cp", min=1, help="context_parallel_size"),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="expert_model_parallel_size"),
-    etp: Optional[int] = typer.Option(None, "--etp", min=1, help="expert_tensor_parallel_size"),
-    sets: list[str] = typer.Option([], "--set", help="Any other key: section.key=value (YAML value). Repeatable."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    scenario: ScenarioArg = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    seq_length: SeqOpt = None,
+    mbs: MbsOpt = None,
+    gbs: GbsOpt = None,
+    precision: PrecisionOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    etp: EtpOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM.
 
@@ -259,15 +279,15 @@ def gpus(
 
 @app.command()
 def params(
-    scenario: Optional[Path] = typer.Argument(None, help="Scenario YAML (optional)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="HF id, short name or config.json path."),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1),
-    pp: Optional[int] = typer.Option(None, "--pp", min=1),
-    vpp: Optional[int] = typer.Option(None, "--vpp", min=1),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1),
-    etp: Optional[int] = typer.Option(None, "--etp", min=1),
-    sets: list[str] = typer.Option([], "--set", help="section.key=value, repeatable."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    scenario: ScenarioArg = None,
+    model: ModelOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    ep: EpOpt = None,
+    etp: EtpOpt = None,
+    sets: SetOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Exact parameter counts of a model: by kind, total, active, and per rank for each PP stage."""
     from moeplan import count_params, load_scenario, stage_params
