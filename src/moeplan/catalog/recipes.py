@@ -14,7 +14,8 @@ import yaml
 def perf_recipes() -> list[dict]:
     """Every recipe row: id, table, model (HF id), gpu, num_gpus, precisions, training, layout, extra."""
     text = resources.files("moeplan.catalog").joinpath("data", "mbridge_perf_recipes.yaml").read_text()
-    return yaml.safe_load(text)["recipes"]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~20x faster
+    return yaml.load(text, Loader=loader)["recipes"]  # noqa: S506 - a safe loader
 
 
 _CORE = (
