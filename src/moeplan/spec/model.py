@@ -81,6 +81,7 @@ class ModelSpec:
     max_position_embeddings: int | None = None
     untie_embeddings_and_output_weights: bool = True
     gated_linear_unit: bool = True
+    clamped_glu: bool = False
     normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
     add_bias_linear: bool = False
     add_qkv_bias: bool = False
@@ -389,6 +390,8 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         max_position_embeddings=_get(text, "max_position_embeddings"),
         untie_embeddings_and_output_weights=not bool(tie),
         gated_linear_unit=str(_get(text, "hidden_act", default="silu")) in ("silu", "swiglu", "gelu_glu"),
+        # gpt-oss: clamped SwiGLU with x·σ(1.702x) (Megatron's GPT-OSS provider: quick-GELU gate)
+        clamped_glu=_get(text, "swiglu_limit") is not None,
         normalization="RMSNorm",
         add_bias_linear=bool(_get(text, "attention_bias", default=False)) and "gpt_oss" in top_type,
         add_qkv_bias=bool(_get(text, "attention_bias", default=False)),

@@ -1,0 +1,131 @@
+"""Model FLOPs per training step, counted exactly as Megatron Bridge counts "model TFLOP/s/GPU".
+
+Source: Megatron Bridge ``training/utils/flop_utils.py::num_floating_point_operations`` (the
+``transformer_flops`` path used by the GPT/MoE providers; Megatron-LM's
+``training.py::num_floating_point_operations`` has the same terms). Forward + backward = 3 × forward,
+2 FLOPs per multiply-add. Per token (``seqlen_sum``) and per squared sequence (``seqlen_squared_sum``):
+
+- attention (GQA/MHA, with an output gate when the model has one): ``6·[h·(q + k + v + gate) + q·h]``
+  per token and ``6·q`` per squared sequence (no causal halving in this path); sliding-window layers
+  replace the quadratic term by ``6·q·min(window + 1, s)`` per token;
+- MLA: q/kv LoRA projections, their norms (+1), the rope key projection and the output projection per
+  token, and ``6·nh·(qk + rope + v)/2`` per squared sequence (causal);
+- Gated DeltaNet layers (``linear_attention_freq``): in/conv/out projections and ``4·nv·dv²`` per token;
+- MLP: ``6·h·f·g`` per dense layer (g = 3 with SwiGLU, else 2); MoE layers: top-k routed experts plus
+  shared experts; MTP layers count as the last layer's type plus ``6·(3h + 2h²)``;
+- logits: ``6·h·V_pad·(1 + mtp_num_layers)`` with the vocabulary padded to 128·TP.
+
+Units: FLOPs (not TFLOPs). The per-token form makes the tokens/s ↔ TFLOP/s conversion exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.spec.model import ModelSpec
+from moeplan.spec.params import padded_vocab_size
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """Training FLOPs (forward + backward) of one sequence, split into named parts (FLOPs)."""
+
+    parts: dict[str, float]
+    seq_length: int
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
+
+    @property
+    def per_token(self) -> float:
+        return self.total / self.seq_length
+
+
+def model_flops(
+    m: ModelSpec,
+    seq_length: int,
+    tp: int = 1,
+    mtp_num_layers: int | None = None,
+    seqlen_squared: float | None = None,
+    make_vocab_size_divisible_by: int = 128,
+    sliding_window_term: bool = False,
+) -> FlopCount:
+    """Megatron Bridge's model FLOPs of one sequence of ``seq_length`` tokens (fwd + bwd).
+
+    ``seqlen_squared`` overrides ``seq_length²`` for packed sequences (sum of squared lengths).
+    ``sliding_window_term``: the newest ``flop_utils`` bounds sliding-window layers' core attention by
+    the window; the published performance tables (25.09–26.06) count every layer as full attention,
+    which is the default here so that our TFLOP/s compare one to one with them.
+    SwiGLU counts 3 projections only with the SiLU gate (``activation_func == F.silu``); gpt-oss's
+    clamped gate (Megatron: quick-GELU) counts 2, as Bridge does.
+    """
+    s = float(seq_length)
+    s2 = float(seqlen_squared) if seqlen_squared is not None else s * s
+    h = m.hidden_size
+    mtp = m.mtp_num_layers if mtp_num_layers is None else mtp_num_layers
+    L = m.num_layers + mtp
+    moe_flags = list(m.moe_layers or [False] * m.num_layers)
+    last_moe = bool(moe_flags[-1]) if moe_flags else False
+    n_moe = sum(moe_flags) + (mtp if last_moe else 0)
+    n_dense = L - n_moe
+    gated = 3 if (m.gated_linear_unit and not m.clamped_glu) else 2
+    parts: dict[str, float] = {}
+
+    kinds = list(m.attention_kinds or ["full"] * m.num_layers)
+    if m.has_linear_attention:
+        # Bridge's pattern over num_layers + MTP: layer i is GDN unless (i + 1) % freq == 0
+        n_full = sum(1 for k in kinds if k != "linear")
+        freq = round(len(kinds) / max(1, n_full))
+        pattern = [0 if (i + 1) % freq == 0 else 1 for i in range(L)]
+        n_gdn = sum(pattern)
+        n_std = L - n_gdn
+    else:
+        n_gdn, n_std = 0, L
+
+    if m.multi_latent_attention:
+        nh = m.num_attention_heads
+        qk, rope, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+        q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope) + 1)
+        lin = q_term + m.kv_lora_rank * (h + nh * (qk + v) + 1) + h * rope + nh * v * h
+        quad = nh * (qk + rope) / 2 + nh * v / 2
+    else:
+        q = m.kv_channels * m.num_attention_heads
+        kv = m.kv_channels * m.num_query_groups
+        gate = q if m.attention_output_gate else 0
+        lin = h * (q + 2 * kv + gate) + q * h
+        quad = q
+    window = m.sliding_window if (sliding_window_term and "sliding" in kinds and m.sliding_window) else None
+    if window:
+        n_swa = sum(1 for k in kinds if k == "sliding")
+        n_full_attn = n_std - n_swa
+        ctx = min(window + 1, seq_length)  # Bridge: window (left, right=0) + 1
+        parts["attention_linear"] = 6 * n_std * s * lin
+        parts["attention_quadratic"] = 6 * (n_full_attn * s2 * quad + n_swa * s * q * ctx)
+    else:
+        parts["attention_linear"] = 6 * n_std * s * lin
+        parts["attention_quadratic"] = 6 * n_std * s2 * quad
+    if n_gdn:
+        qk_dim = m.linear_key_head_dim * m.linear_num_key_heads
+        v_dim = m.linear_value_head_dim * m.linear_num_value_heads
+        nv, dv = m.linear_num_value_heads, m.linear_value_head_dim
+        gdn = (
+            h * (2 * qk_dim + 2 * v_dim + 2 * nv)
+            + m.linear_conv_kernel_dim * (2 * qk_dim + v_dim)
+            + nv * dv * dv * 4
+            + h * v_dim
+        )
+        parts["gated_deltanet"] = 6 * n_gdn * s * gdn
+    mlp = 0.0
+    if n_dense:
+        f = m.ffn_hidden_size or 0
+        mlp += f * gated * n_dense
+    if n_moe:
+        mlp += m.moe_ffn_hidden_size * m.moe_router_topk * gated * n_moe
+        parts["shared_experts"] = 6 * s * h * (m.moe_shared_expert_intermediate_size or 0) * gated * n_moe
+    parts["mlp"] = 6 * s * h * mlp
+    if mtp:
+        parts["mtp_proj"] = 6 * s * mtp * (3 * h + 2 * h * h)
+    vpad = padded_vocab_size(m.vocab_size, tp, make_vocab_size_divisible_by)
+    parts["logits"] = 6 * s * h * vpad * (1 + mtp)
+    return FlopCount(parts, seq_length)
