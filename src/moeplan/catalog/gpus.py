@@ -99,3 +99,20 @@ def get_gpu(gpu_id: str) -> GpuSpec:
 def list_gpus() -> list[GpuSpec]:
     """Every catalog GPU, in catalog order."""
     return [get_gpu(k) for k in GPU_IDS]
+
+
+def measured_gemm_fractions(gpu_id: str) -> dict[str, float]:
+    """Best-shape GEMM throughput as a fraction of the dense peak, per precision (``bf16``, ``fp8``),
+    from the catalog's measured MAMF figures (ml-engineering, torch.matmul); empty for unknown GPUs."""
+    key = GPU_IDS.get(str(gpu_id).lower())
+    if key is None:
+        return {}
+    e = _raw()["systems"][key]
+    out = {}
+    for prec in ("bf16", "fp8"):
+        meas, peak = e.get(f"measured_{prec}_gemm_tflops"), e.get(f"{prec}_dense_tflops")
+        if meas and peak:
+            out[prec] = meas / peak
+    if "fp8" not in out and "bf16" in out:
+        out["fp8"] = out["bf16"] * 0.95
+    return out

@@ -1,0 +1,44 @@
+"""Fit the shared time-model constants on every published Megatron Bridge run whose precision is
+published, and write ``src/moeplan/catalog/data/time_constants.json`` with provenance.
+
+Usage: python benchmarks/calibrate_time.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timefit import ROOT, constants_to_json, fit, load_runs  # noqa: E402
+
+
+def main() -> None:
+    t0 = time.time()
+    runs = load_runs()
+    c, info = fit(runs)
+    from timefit import PARAMS, constants_values
+
+    vals = constants_values(c)
+    info["at_bounds"] = sorted(
+        name for name, lo, hi, _ in PARAMS if abs(vals[name] - lo) <= 1e-6 * lo or abs(vals[name] - hi) <= 1e-6 * hi
+    )
+    info.update(
+        {
+            "fitted_on": "shared/reference/published_runs.yaml (Megatron Bridge performance summary, releases "
+            "25.11–26.06, runs with a published precision), recipe knobs filled from the packaged "
+            "perf recipes (recipe_defaults: mbridge-perf)",
+            "method": "least squares on log(predicted/measured tokens/s/GPU), benchmarks/timefit.py",
+            "seconds": round(time.time() - t0, 1),
+        }
+    )
+    out = ROOT / "src" / "moeplan" / "catalog" / "data" / "time_constants.json"
+    out.write_text(json.dumps(constants_to_json(c, info), indent=2) + "\n")
+    print(json.dumps(info, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Fitting the shared time-model constants to measured runs (used by calibrate_time.py and
+accuracy.py). Needs numpy and scipy (``pip install -e '.[calibrate]'``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from moeplan import load_scenario
+from moeplan.model.constants import TimeConstants
+from moeplan.model.step import estimate_step
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT.parent / "shared" / "reference"
+RELEASES = ["25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"]
+NEWEST = "26.06"
+
+# name, lower, upper, start (log-space fit for the positive ones)
+# physically plausible ranges (a fit that runs into a bound is reported by calibrate_time.py)
+PARAMS = [
+    ("grouped_gemm_half_tokens", 32.0, 4096.0, 256.0),
+    ("attention_efficiency", 0.2, 0.8, 0.45),
+    ("memory_bound_bytes_per_activation_byte", 1.0, 20.0, 3.0),
+    ("nvlink_efficiency", 0.4, 0.95, 0.75),
+    ("nic_efficiency", 0.3, 0.95, 0.6),
+    ("a2a_alltoall", 0.1, 0.9, 0.4),
+    ("a2a_deepep", 0.1, 0.9, 0.5),
+    ("a2a_hybridep", 0.1, 0.9, 0.6),
+    ("launch_overhead_s_per_layer", 1e-5, 2e-3, 2e-4),
+    ("moe_sync_s_per_layer", 1e-5, 3e-3, 2e-4),
+    ("dp_exposed_fraction", 0.01, 1.0, 0.1),
+    ("overlap_hidden_fraction", 0.01, 0.95, 0.6),
+] + [(f"release_{r}", 0.6, 1.4, 1.0) for r in RELEASES if r != NEWEST]
+
+
+def load_runs() -> list[dict]:
+    runs = yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]
+    out = []
+    for r in runs:
+        sc = dict(r["scenario"])
+        sc["recipe_defaults"] = "mbridge-perf"
+        sc["versions"] = {"container": r["release"]}
+        if r.get("mtp_included") is False:
+            sc["layout"] = {**sc["layout"], "mtp_num_layers": 0}
+        out.append(
+            {
+                "id": r["id"],
+                "release": r["release"],
+                "gpu": sc["system"]["gpu"],
+                "model": sc["model"],
+                "precision_known": "precision" in r["scenario"]["training"],
+                "precision": r["scenario"]["training"].get("precision", "bf16"),
+                "measured": r["measured"]["tokens_per_s_per_gpu"],
+                "measured_tflops": r["measured"]["model_tflops_per_gpu"],
+                "scenario": load_scenario(sc),
+            }
+        )
+    return out
+
+
+def constants_from(x: np.ndarray) -> TimeConstants:
+    v = dict(zip([p[0] for p in PARAMS], x, strict=True))
+    rel = {r: float(v.get(f"release_{r}", 1.0)) for r in RELEASES}
+    rel[NEWEST] = 1.0
+    return TimeConstants(
+        grouped_gemm_half_tokens=float(v["grouped_gemm_half_tokens"]),
+        attention_efficiency=float(v["attention_efficiency"]),
+        memory_bound_bytes_per_activation_byte=float(v["memory_bound_bytes_per_activation_byte"]),
+        nvlink_efficiency=float(v["nvlink_efficiency"]),
+        nic_efficiency=float(v["nic_efficiency"]),
+        a2a_efficiency={
+            "alltoall": float(v["a2a_alltoall"]),
+            "deepep": float(v["a2a_deepep"]),
+            "hybridep": float(v["a2a_hybridep"]),
+        },
+        launch_overhead_s_per_layer=float(v["launch_overhead_s_per_layer"]),
+        moe_sync_s_per_layer=float(v["moe_sync_s_per_layer"]),
+        dp_exposed_fraction=float(v["dp_exposed_fraction"]),
+        overlap_hidden_fraction=float(v["overlap_hidden_fraction"]),
+        release_factor=rel,
+        newest_release=NEWEST,
+    )
+
+
+def constants_values(c: TimeConstants) -> dict[str, float]:
+    """The fitted parameters of ``c`` by PARAMS name."""
+    out = {
+        "grouped_gemm_half_tokens": c.grouped_gemm_half_tokens,
+        "attention_efficiency": c.attention_efficiency,
+        "memory_bound_bytes_per_activation_byte": c.memory_bound_bytes_per_activation_byte,
+        "nvlink_efficiency": c.nvlink_efficiency,
+        "nic_efficiency": c.nic_efficiency,
+        "launch_overhead_s_per_layer": c.launch_overhead_s_per_layer,
+        "moe_sync_s_per_layer": c.moe_sync_s_per_layer,
+        "dp_exposed_fraction": c.dp_exposed_fraction,
+        "overlap_hidden_fraction": c.overlap_hidden_fraction,
+    }
+    out.update({f"a2a_{k}": v for k, v in c.a2a_efficiency.items()})
+    out.update({f"release_{k}": v for k, v in c.release_factor.items()})
+    return out
+
+
+def predict(runs: list[dict], c: TimeConstants) -> np.ndarray:
+    return np.array([estimate_step(r["scenario"], c).tokens_per_s_per_gpu for r in runs])
+
+
+def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
+    """Least squares on log(predicted/measured) over ``runs`` (precision known only)."""
+    used = [r for r in runs if r["precision_known"]]
+    meas = np.array([r["measured"] for r in used])
+    lo = np.log([p[1] for p in PARAMS])
+    hi = np.log([p[2] for p in PARAMS])
+    x0 = np.log([p[3] for p in PARAMS])
+    fitted_releases = {r["release"] for r in used}
+
+    def resid(z):
+        c = constants_from(np.exp(z))
+        res = np.log(predict(used, c) / meas)
+        # keep releases absent from the fit at 1.0 (weak prior)
+        prior = [
+            0.1 * z[i] for i, p in enumerate(PARAMS) if p[0].startswith("release_") and p[0][8:] not in fitted_releases
+        ]
+        return np.concatenate([res, prior]) if prior else res
+
+    before = resid(x0)[: len(used)]
+    sol = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0)
+    c = constants_from(np.exp(sol.x))
+    after = sol.fun[: len(used)]
+    info = {
+        "runs": len(used),
+        "median_abs_pct_error_before": float(np.median(np.abs(np.expm1(before))) * 100),
+        "median_abs_pct_error_after": float(np.median(np.abs(np.expm1(after))) * 100),
+        "cost": float(sol.cost),
+    }
+    return c, info
+
+
+def constants_to_json(c: TimeConstants, provenance: dict) -> dict:
+    d = dataclasses.asdict(c)
+    d["provenance"] = provenance
+    for k, v in list(d.items()):
+        if isinstance(v, float):
+            d[k] = float(f"{v:.6g}")
+    d["release_factor"] = {k: float(f"{v:.6g}") for k, v in c.release_factor.items()}
+    d["a2a_efficiency"] = {k: float(f"{v:.6g}") for k, v in c.a2a_efficiency.items()}
+    return d
+
+
+def pct_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return (pred / meas - 1) * 100
+
+
+def spearman(a, b) -> float:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+__all__ = ["fit", "load_runs", "predict", "constants_to_json", "pct_errors", "spearman", "math"]

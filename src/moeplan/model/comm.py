@@ -1,0 +1,93 @@
+"""Communication volumes and times per microbatch / per step on one GPU.
+
+Volumes follow the collectives Megatron-Core issues (``megatron/core/tensor_parallel/mappings.py``,
+``transformer/moe/token_dispatcher.py``, TE context parallelism, ``distributed/`` DDP buckets):
+
+- TP with SP: per layer 2 all-gathers + 2 reduce-scatters forward and the same backward, each of the
+  layer input (tokens·h bf16); ring volume per rank ``(t−1)/t`` of it;
+- CP ring (p2p): per attention layer ``(cp−1)`` K/V block exchanges forward, twice that backward,
+  overlapped with the attention kernel (only the excess is exposed); a2a CP: 4 all-to-alls per pass;
+- EP: per MoE layer dispatch + combine forward and backward, routed tokens·h bf16, ``(EP−1)/EP``
+  leaving the rank; inside the NVLink domain at NVLink speed, across it limited by one NIC per GPU
+  (nccl-tests #267/#290);
+- PP: activations and their gradients at each stage boundary;
+- DP: reduce-scatter of gradients and all-gather of parameters over DP·CP (dense) and EDP (experts).
+
+Link speeds from the catalog (decimal GB/s, one direction), times the fitted NCCL efficiencies.
+Group placement follows Megatron's default rank order (tp-cp-ep-dp-pp): a group fits in one NVLink
+domain when the product of the inner sizes does.
+"""
+
+from __future__ import annotations
+
+from moeplan.model.constants import TimeConstants
+from moeplan.spec.system import GpuSpec
+
+
+def link_bw(gpu: GpuSpec, span_gpus: int, c: TimeConstants) -> float:
+    """Bytes/s one GPU achieves in a collective whose group spans ``span_gpus`` consecutive ranks."""
+    nvlink = (gpu.scaleup_unidir_gb_per_s or 100) * 1e9 * c.nvlink_efficiency
+    nic = (gpu.nic_gbit_per_s_per_gpu or 200) / 8 * 1e9 * c.nic_efficiency
+    return nvlink if span_gpus <= gpu.scaleup_domain_gpus else nic
+
+
+def tp_time(tokens: float, h: int, tp: int, gpu: GpuSpec, c: TimeConstants, overlap: bool) -> float:
+    """SP all-gather / reduce-scatter time of one layer, forward + backward."""
+    if tp == 1:
+        return 0.0
+    vol = 8 * tokens * h * 2 * (tp - 1) / tp
+    t = vol / link_bw(gpu, tp, c)
+    return t * (1 - c.overlap_hidden_fraction) if overlap else t
+
+
+def cp_time(tokens: float, kv_width: int, cp: int, tp: int, comm_type: str, gpu: GpuSpec, c: TimeConstants) -> float:
+    """Context-parallel exchange of one attention layer, forward + backward (before overlap)."""
+    if cp == 1:
+        return 0.0
+    span = tp * cp
+    if comm_type == "a2a":
+        vol = 4 * 2 * tokens * kv_width * 2 * (cp - 1) / cp
+    else:  # p2p ring (also the intra part of a2a+p2p, approximated)
+        vol = 3 * 2 * tokens * kv_width / tp * 2 * (cp - 1)
+    return vol / link_bw(gpu, span, c)
+
+
+def ep_time(routed_tokens: float, h: int, ep: int, etp: int, dispatcher: str, gpu: GpuSpec, c: TimeConstants) -> float:
+    """Token dispatch + combine of one MoE layer, forward + backward."""
+    group = ep * etp
+    if group == 1:
+        return 0.0
+    vol = 4 * routed_tokens * h * 2 * (ep - 1) / ep
+    eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
+    nvlink = (gpu.scaleup_unidir_gb_per_s or 100) * 1e9 * eff
+    if group <= gpu.scaleup_domain_gpus:
+        return vol / nvlink
+    nic = (gpu.nic_gbit_per_s_per_gpu or 200) / 8 * 1e9 * eff
+    cross = 1 - gpu.scaleup_domain_gpus / group
+    return max(vol * cross / nic, vol * (1 - cross) / nvlink)
+
+
+def pp_time(tokens: float, h: int, tp: int, sp: bool, gpu: GpuSpec, c: TimeConstants) -> float:
+    """Send of one microbatch's activations and receive of their gradients at a stage boundary."""
+    vol = 2 * (tokens / tp if sp else tokens) * h * 2
+    return vol / link_bw(gpu, 10**9, c)
+
+
+def dp_time(
+    dense_params: float,
+    expert_params: float,
+    grad_bytes: float,
+    d_dense: int,
+    d_exp: int,
+    span_dense: int,
+    span_exp: int,
+    gpu: GpuSpec,
+    c: TimeConstants,
+) -> float:
+    """Gradient reduce-scatter + parameter all-gather of one step (before overlap)."""
+    t = 0.0
+    for n, d, span in ((dense_params, d_dense, span_dense), (expert_params, d_exp, span_exp)):
+        if d > 1:
+            vol = n * (grad_bytes + 2) * (d - 1) / d
+            t += vol / link_bw(gpu, span, c)
+    return t

@@ -1,0 +1,127 @@
+"""Compute time of one decoder layer for one microbatch on one GPU (forward + backward).
+
+Executed FLOPs per rank (not the model-FLOP convention of :mod:`moeplan.model.flops`): projections
+and MLPs split by TP, tokens split by CP, causal attention does half of the s² work (flash kernels skip
+the masked blocks), sliding-window layers are bounded by the window, routed experts process
+``k·tokens·imbalance`` tokens. Time = FLOPs / achieved throughput, where the achieved throughput is
+the dense peak × the GPU's measured best-shape GEMM fraction (``gpus.json`` MAMF, ml-engineering) ×
+a grouped-GEMM occupancy term for few tokens per expert × the release factor; attention uses the
+fitted attention efficiency; element-wise work is memory-bound (HBM bandwidth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.model.constants import TimeConstants
+from moeplan.spec.model import ModelSpec
+from moeplan.spec.system import GpuSpec
+
+#: best-shape GEMM fraction of peak when the catalog has no measurement for a GPU / precision:
+#: the median of the measured ones (ml-engineering MAMF: 0.71–0.87).
+DEFAULT_GEMM_FRACTION = 0.75
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """Achieved throughputs of one GPU for one scenario (FLOP/s, bytes/s)."""
+
+    gemm_flops_per_s: float
+    attention_flops_per_s: float
+    hbm_bytes_per_s: float
+
+
+def speeds(
+    gpu: GpuSpec,
+    precision: str,
+    fp8_attention: bool,
+    release_factor: float,
+    c: TimeConstants,
+    measured: dict[str, float] | None = None,
+) -> Speeds:
+    """Peak × measured GEMM fraction × release factor for GEMMs (FP8/FP4 recipes use their peak);
+    attention in bf16 unless ``fp8_dot_product_attention``."""
+    key = "bf16" if precision == "bf16" else ("fp4" if precision == "nvfp4" else "fp8")
+    peak = gpu.peak_dense_tflops.get(key) or gpu.peak_dense_tflops.get("bf16")
+    frac = (measured or {}).get(key if key != "fp4" else "fp8", DEFAULT_GEMM_FRACTION)
+    bf16 = gpu.peak_dense_tflops.get("bf16")
+    attn_peak = gpu.peak_dense_tflops.get("fp8", bf16) if fp8_attention else bf16
+    return Speeds(
+        gemm_flops_per_s=peak * 1e12 * frac * release_factor,
+        attention_flops_per_s=attn_peak * 1e12 * c.attention_efficiency * release_factor,
+        hbm_bytes_per_s=(gpu.hbm_bandwidth_gb_per_s or 3000) * 1e9,
+    )
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """Executed forward FLOPs of one layer for one microbatch on one rank, by kind."""
+
+    dense_gemm: float = 0.0
+    attention_core: float = 0.0
+    expert_gemm: float = 0.0
+    tokens_per_local_expert: float = 0.0
+
+
+def layer_flops(
+    m: ModelSpec,
+    layer: int,
+    tokens: float,
+    seq_local: float,
+    seq_full: int,
+    tp: int,
+    cp: int,
+    ep: int,
+    routing_factor: float,
+) -> LayerFlops:
+    """Forward FLOPs (2 per multiply-add) of decoder layer ``layer`` on one rank."""
+    h = m.hidden_size
+    kinds = m.attention_kinds or ("full",) * m.num_layers
+    kind = kinds[layer]
+    moe = bool(m.moe_layers and m.moe_layers[layer])
+    g = 3 if m.gated_linear_unit else 2
+    dense = 0.0
+    core = 0.0
+    if kind == "linear":
+        qk = m.linear_key_head_dim * m.linear_num_key_heads
+        v = m.linear_value_head_dim * m.linear_num_value_heads
+        nv, dv = m.linear_num_value_heads, m.linear_value_head_dim
+        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * nv) + h * v) / tp
+        core += 2 * tokens * (m.linear_conv_kernel_dim * (2 * qk + v) + 4 * nv * dv * dv) / tp
+    elif m.multi_latent_attention:
+        nh = m.num_attention_heads
+        qk, rope, vd = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+        q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope))
+        lin = q_term + m.kv_lora_rank * (h + nh * (qk + vd)) + h * rope + nh * vd * h
+        dense += 2 * tokens * lin / tp
+        # causal: each of the seq_local queries on this CP rank sees on average half the keys
+        core += 2 * tokens * seq_full * nh * (qk + rope + vd) / 2 / tp
+    else:
+        q = m.kv_channels * m.num_attention_heads
+        kv = m.kv_channels * m.num_query_groups
+        gate = q if m.attention_output_gate else 0
+        dense += 2 * tokens * (h * (q + 2 * kv + gate) + q * h) / tp
+        span = seq_full / 2
+        if kind in ("sliding", "chunked"):
+            window = m.sliding_window or m.attention_chunk_size or seq_full
+            span = min(window, seq_full / 2)
+        core += 2 * tokens * span * 2 * q / tp  # QK^T and PV
+    expert = 0.0
+    per_expert = 0.0
+    if moe:
+        expert = 2 * tokens * h * m.moe_ffn_hidden_size * g * m.moe_router_topk * routing_factor / tp
+        routed_rank = tokens / tp * m.moe_router_topk * routing_factor  # routed tokens arriving on this rank
+        per_expert = routed_rank / max(1, m.num_moe_experts // ep) if m.num_moe_experts else 0.0
+        if m.moe_shared_expert_intermediate_size:
+            dense += 2 * tokens * h * m.moe_shared_expert_intermediate_size * g / tp
+        dense += 2 * tokens * h * m.num_moe_experts / tp  # router
+    else:
+        dense += 2 * tokens * h * (m.ffn_hidden_size or 0) * g / tp
+    return LayerFlops(dense, core, expert, per_expert)
+
+
+def grouped_efficiency(tokens_per_expert: float, c: TimeConstants) -> float:
+    """Occupancy of a grouped GEMM relative to a large dense one: t / (t + t½)."""
+    if tokens_per_expert <= 0:
+        return 1.0
+    return tokens_per_expert / (tokens_per_expert + c.grouped_gemm_half_tokens)

@@ -1,0 +1,68 @@
+"""Fitted constants of the step-time model, with provenance, read from
+``catalog/data/time_constants.json`` (written by ``benchmarks/calibrate_time.py``).
+
+No constant is fitted per model or per run: they are shared across every model and GPU, and one
+software-efficiency factor per Megatron Bridge container release scales achieved compute throughput
+(the same layout gains 20–25 % between releases). A scenario without a release uses the newest.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class TimeConstants:
+    """Shared efficiency constants (dimensionless unless the name says a unit).
+
+    Attributes:
+        grouped_gemm_half_tokens: tokens per local expert at which a grouped GEMM reaches half of its
+            dense ceiling (few tokens per expert run far below peak).
+        attention_efficiency: fraction of the dense peak that flash attention (fwd + bwd) reaches.
+        memory_bound_bytes_per_activation_byte: HBM traffic of element-wise work (norms,
+            activations, permutation, residuals) per byte of saved activations, forward + backward.
+        nvlink_efficiency / nic_efficiency: achieved fraction of NVLink / NIC bandwidth by NCCL.
+        a2a_efficiency: achieved fraction for the EP token exchange, per dispatcher backend.
+        launch_overhead_s_per_layer: CPU launch cost of one layer's forward + backward of one
+            microbatch in eager mode (removed by CUDA graphs in proportion to what they capture).
+        moe_sync_s_per_layer: host synchronisation of a dropless MoE layer (token counts copied to
+            the host to size the expert GEMMs, forward + backward), absent with static shapes
+            (full-iteration graphs, drop-and-pad).
+        dp_exposed_fraction: share of the data-parallel gradient/parameter traffic not hidden by overlap.
+        overlap_hidden_fraction: share of TP / EP communication hidden by the overlap features.
+        release_factor: per container release, scales achieved compute throughput.
+    """
+
+    grouped_gemm_half_tokens: float = 256.0
+    attention_efficiency: float = 0.45
+    memory_bound_bytes_per_activation_byte: float = 3.0
+    nvlink_efficiency: float = 0.75
+    nic_efficiency: float = 0.75
+    a2a_efficiency: dict[str, float] = field(default_factory=lambda: {"alltoall": 0.5, "deepep": 0.6, "hybridep": 0.7})
+    launch_overhead_s_per_layer: float = 2e-4
+    moe_sync_s_per_layer: float = 2e-4
+    dp_exposed_fraction: float = 0.1
+    overlap_hidden_fraction: float = 0.7
+    release_factor: dict[str, float] = field(default_factory=lambda: {"26.06": 1.0})
+    newest_release: str = "26.06"
+    provenance: dict = field(default_factory=dict)
+
+    def release(self, name: str | None) -> tuple[str, float]:
+        """(release used, its factor): unknown or missing → the newest fitted release."""
+        if name and name in self.release_factor:
+            return name, self.release_factor[name]
+        return self.newest_release, self.release_factor.get(self.newest_release, 1.0)
+
+
+@functools.lru_cache(maxsize=1)
+def load_constants() -> TimeConstants:
+    """The packaged fitted constants (defaults when the data file is absent)."""
+    path = resources.files("moeplan.catalog").joinpath("data", "time_constants.json")
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return TimeConstants()
+    return TimeConstants(**data)

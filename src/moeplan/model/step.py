@@ -1,0 +1,261 @@
+"""Step time, tokens/s/GPU, model TFLOP/s/GPU and MFU of a layout, with a breakdown that sums to
+the step time.
+
+Per pipeline stage and microbatch: compute (dense GEMMs, grouped expert GEMMs, attention), element-
+wise memory traffic, kernel-launch overhead (reduced by CUDA graphs), recompute, exposed TP / CP / EP
+communication. The pipeline runs ``m`` microbatches on the slowest stage plus the bubble
+``(p − 1)/v`` stage-times (Narayanan et al. 2021, interleaved schedule); then exposed data-parallel
+communication and the optimizer step. Model TFLOP/s uses :mod:`moeplan.model.flops` (Megatron
+Bridge's count); MFU divides it by the dense BF16 peak (say so in reports).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from moeplan.errors import InputError
+from moeplan.model.activations import ActContext, layer_activations
+from moeplan.model.comm import cp_time, dp_time, ep_time, pp_time, tp_time
+from moeplan.model.compute import grouped_efficiency, layer_flops, speeds
+from moeplan.model.constants import TimeConstants, load_constants
+from moeplan.model.flops import model_flops
+from moeplan.model.memory import DEFAULT_ROUTING_IMBALANCE
+from moeplan.spec.params import padded_vocab_size
+from moeplan.spec.placement import stage_params, stage_plan
+from moeplan.spec.scenario import Scenario
+
+#: graph scopes and the share of a layer's launch overhead they remove (attention and router/
+#: preprocess are the launch-heavy parts of an MoE layer; ``full_iteration`` removes all)
+_GRAPH_SHARE = {"attn": 0.4, "moe_router": 0.2, "moe_preprocess": 0.15, "mlp": 0.3, "moe": 0.3}
+#: CPU Adam throughput for offloaded optimizer state, parameters per second per GPU's share of host
+#: cores (HybridDeviceOptimizer; a planning value)
+CPU_ADAM_PARAMS_PER_S = 1.0e9
+
+
+@dataclass(frozen=True)
+class ThroughputEstimate:
+    """Predicted performance of one training step.
+
+    Attributes:
+        step_time_s: seconds per optimizer step.
+        tokens_per_s_per_gpu: GBS·seq / (step · W).
+        model_tflops_per_gpu: Megatron Bridge model FLOPs per token × tokens/s/GPU / 1e12.
+        mfu: model TFLOP/s / dense BF16 peak (fraction); ``mfu_precision_peak`` against the
+            training precision's peak.
+        breakdown_s: named parts that add up to ``step_time_s``.
+    """
+
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    mfu_precision_peak: float
+    breakdown_s: dict[str, float]
+    num_microbatches: int
+    release: str
+    assumptions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "mfu_peak": "dense BF16",
+            "mfu_precision_peak": self.mfu_precision_peak,
+            "breakdown_s": dict(self.breakdown_s),
+            "num_microbatches": self.num_microbatches,
+            "release": self.release,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def release_of(s: Scenario) -> str | None:
+    """The container release (``26.04.01``) named in ``versions.container``, if any."""
+    text = s.input.versions.container or ""
+    mt = re.search(r"(\d\d\.\d\d(?:\.\d\d)?)", text)
+    return mt.group(1) if mt else None
+
+
+def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEstimate:
+    """Predict step time and throughput of a resolved scenario.
+
+    Raises:
+        InputError: missing model, GPU, world size, sequence length or global batch size, or a world
+            size that does not divide (run ``moeplan check``).
+    """
+    c = c or load_constants()
+    m, lay, t, gpu = s.model, s.layout, s.training, s.gpu
+    missing = [
+        n
+        for n, v in (
+            ("model", m),
+            ("system.gpu", gpu),
+            ("system.num_gpus", s.num_gpus),
+            ("training.seq_length", t.seq_length),
+            ("training.global_batch_size", t.global_batch_size),
+        )
+        if v is None
+    ]
+    if missing:
+        raise InputError(missing[0], None, "a value: the step-time estimate needs " + ", ".join(missing))
+    if s.dp is None or (m.is_moe and s.edp is None):
+        raise InputError("system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
+    assumptions: list[str] = []
+    mbs = t.micro_batch_size or 1
+    n_mb = max(1, t.global_batch_size // (mbs * s.dp))
+    rel_name, rel = c.release(release_of(s))
+    if release_of(s) is None:
+        assumptions.append(f"no container release given (versions.container): software efficiency of {rel_name}")
+    from moeplan.catalog.gpus import measured_gemm_fractions
+
+    sp = speeds(
+        gpu,
+        t.precision,
+        lay.fp8_dot_product_attention and t.precision != "bf16",
+        rel,
+        c,
+        measured_gemm_fractions(gpu.id),
+    )
+    if lay.moe_router_force_load_balancing or not m.is_moe:
+        route = 1.0
+    else:
+        route = s.input.assumptions.routing_imbalance_factor or DEFAULT_ROUTING_IMBALANCE
+    seq_local = t.seq_length / s.cp
+    tokens = mbs * seq_local
+    ctx = ActContext(
+        tokens=tokens,
+        seq_local=seq_local,
+        micro_batch_size=mbs,
+        tp=s.tp,
+        sp=s.sp,
+        etp=s.etp,
+        lin_in_bytes=1.0 if t.precision != "bf16" else 2.0,
+        routing_factor=route,
+    )
+    stages = stage_params(s, allow_balanced=True)
+    gran = lay.recompute_granularity
+    modules = (
+        set(lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"])
+        if gran == "selective"
+        else set()
+    )
+    graphs = lay.cuda_graph_impl or "none"
+    if graphs == "full_iteration":
+        graph_share = 1.0
+    elif graphs in ("transformer_engine", "local"):
+        graph_share = min(1.0, sum(_GRAPH_SHARE.get(x, 0.0) for x in s.graph_scopes()) or 1.0)
+    else:
+        graph_share = 0.0
+    dispatcher = lay.moe_flex_dispatcher_backend if lay.moe_token_dispatcher_type == "flex" else "alltoall"
+    kv_width = (m.kv_channels or 128) * (m.num_query_groups or m.num_attention_heads)
+    cp_type = lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p"
+    vpad = padded_vocab_size(m.vocab_size, s.tp)
+
+    per_stage: list[dict[str, float]] = []
+    for st in stages:
+        parts = dict.fromkeys(
+            (
+                "dense_gemm",
+                "expert_gemm",
+                "attention",
+                "memory_bound",
+                "launch_overhead",
+                "recompute",
+                "tp_comm",
+                "cp_comm_exposed",
+                "ep_comm_exposed",
+            ),
+            0.0,
+        )
+        for li in st.layers:
+            f = layer_flops(m, li, tokens, seq_local, t.seq_length, s.tp, s.cp, s.ep, route)
+            t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
+            eff = grouped_efficiency(f.tokens_per_local_expert, c)
+            t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
+            t_core = 3 * f.attention_core / sp.attention_flops_per_s
+            kept, rec = layer_activations(m, li, ctx, frozenset(modules))
+            act = sum(kept.values()) + sum(rec.values())
+            t_mem = c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
+            parts["dense_gemm"] += t_dense
+            parts["expert_gemm"] += t_exp
+            parts["attention"] += t_core
+            parts["memory_bound"] += t_mem
+            parts["launch_overhead"] += c.launch_overhead_s_per_layer * (1 - graph_share)
+            moe_layer = bool(m.moe_layers and m.moe_layers[li])
+            t_ep = 0.0
+            if moe_layer:
+                routed = tokens / s.tp * m.moe_router_topk * route * s.etp
+                t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c)
+                if lay.overlap_moe_expert_parallel_comm:
+                    t_ep *= 1 - c.overlap_hidden_fraction
+            parts["ep_comm_exposed"] += t_ep
+            if moe_layer and graphs != "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
+                parts["launch_overhead"] += c.moe_sync_s_per_layer
+            parts["tp_comm"] += tp_time(tokens, m.hidden_size, s.tp, gpu, c, lay.tp_comm_overlap) if s.sp else 0.0
+            kind = (m.attention_kinds or ("full",) * m.num_layers)[li]
+            if kind != "linear":
+                t_cp = cp_time(tokens, kv_width, s.cp, s.tp, cp_type, gpu, c)
+                parts["cp_comm_exposed"] += max(0.0, t_cp - (t_core if cp_type != "a2a" else 0.0))
+            # recompute: one more forward of what was dropped
+            if gran == "full":
+                parts["recompute"] += (t_dense + t_exp + t_core + t_mem) / 3 + t_ep / 2
+            elif modules:
+                extra = 0.0
+                if "core_attn" in modules:
+                    extra += t_core / 3
+                if "mlp" in modules and not moe_layer:
+                    extra += t_dense / 3 * 0.6
+                if "moe" in modules and moe_layer:
+                    extra += t_exp / 3 + t_ep / 2
+                if "mla_up_proj" in modules and m.multi_latent_attention:
+                    extra += t_dense / 3 * 0.3
+                if "shared_experts" in modules and moe_layer:
+                    extra += t_dense / 3 * 0.3
+                extra += t_mem / 3 * len(modules & {"layernorm", "moe_act", "gdn_norm_out"}) * 0.2
+                parts["recompute"] += extra
+        if st.output_layer:
+            logits = 2 * tokens * m.hidden_size * vpad / s.tp * (1 + st.mtp_layers)
+            parts["dense_gemm"] += 3 * logits / sp.gemm_flops_per_s
+        per_stage.append(parts)
+
+    totals = [sum(p.values()) for p in per_stage]
+    crit = max(range(len(totals)), key=lambda i: totals[i])
+    t_mb = totals[crit]
+    v = s.vpp
+    breakdown = {k: val * n_mb for k, val in per_stage[crit].items()}
+    breakdown["pipeline_bubble"] = (s.pp - 1) / v * t_mb if s.pp > 1 else 0.0
+    breakdown["pp_comm"] = (
+        (2 * (s.pp - 1) / v * pp_time(tokens, m.hidden_size, s.tp, s.sp, gpu, c)) if s.pp > 1 else 0.0
+    )
+    # data parallel gradient / parameter traffic (largest stage), mostly overlapped
+    stp = stages[crit].params
+    grad_b = 2.0 if lay.grad_reduce_in_fp32 is False else 4.0
+    dense_span = s.tp * s.cp * s.dp
+    exp_span = s.etp * s.ep * (s.edp or 1)
+    t_dp = dp_time(stp.dense, stp.expert, grad_b, s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
+    overlapped = lay.overlap_grad_reduce is not False and bool(lay.use_distributed_optimizer)
+    breakdown["dp_comm_exposed"] = t_dp * (c.dp_exposed_fraction if overlapped else 1.0)
+    # optimizer: read/write master, moments, grads and params of the local shard
+    d_dense = s.dp * s.cp if lay.use_distributed_optimizer else 1
+    d_exp = (s.edp or 1) if lay.use_distributed_optimizer else 1
+    shard = stp.dense / d_dense + stp.expert / d_exp
+    frac = (lay.optimizer_offload_fraction or 0.0) if lay.optimizer_cpu_offload else 0.0
+    t_opt = (1 - frac) * shard * 32 / sp.hbm_bytes_per_s
+    if frac:
+        host = (gpu.host_link_unidir_gb_per_s or 25) * 1e9
+        t_opt += frac * shard * (4 + 2) / host + frac * shard / CPU_ADAM_PARAMS_PER_S
+    breakdown["optimizer"] = t_opt
+    step = sum(breakdown.values())
+    tokens_step = t.global_batch_size * t.seq_length
+    tps = tokens_step / (step * s.num_gpus)
+    fl = model_flops(m, t.seq_length, s.tp, s.mtp_num_layers).per_token
+    tflops = fl * tps / 1e12
+    bf16 = gpu.peak_dense_tflops.get("bf16") or 1.0
+    prec_peak = gpu.peak_tflops(t.precision) or bf16
+    if stage_plan(s) is None:
+        assumptions.append("layers do not split as given: estimated with a near-even split")
+    return ThroughputEstimate(
+        step, tps, tflops, tflops / bf16, tflops / prec_peak, breakdown, n_mb, rel_name, assumptions
+    )
