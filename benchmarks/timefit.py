@@ -33,6 +33,7 @@ PARAMS = [
     ("a2a_hybridep", 0.1, 0.9, 0.6),
     ("launch_overhead_s_per_layer", 1e-5, 2e-3, 2e-4),
     ("moe_sync_s_per_layer", 1e-5, 3e-3, 2e-4),
+    ("p2p_latency_s", 5e-6, 1e-3, 5e-5),
     ("dp_exposed_fraction", 0.01, 1.0, 0.1),
     ("overlap_hidden_fraction", 0.01, 0.95, 0.6),
 ] + [(f"release_{r}", 0.6, 1.4, 1.0) for r in RELEASES if r != NEWEST]
@@ -80,6 +81,7 @@ def constants_from(x: np.ndarray) -> TimeConstants:
         },
         launch_overhead_s_per_layer=float(v["launch_overhead_s_per_layer"]),
         moe_sync_s_per_layer=float(v["moe_sync_s_per_layer"]),
+        p2p_latency_s=float(v["p2p_latency_s"]),
         dp_exposed_fraction=float(v["dp_exposed_fraction"]),
         overlap_hidden_fraction=float(v["overlap_hidden_fraction"]),
         release_factor=rel,
@@ -97,6 +99,7 @@ def constants_values(c: TimeConstants) -> dict[str, float]:
         "nic_efficiency": c.nic_efficiency,
         "launch_overhead_s_per_layer": c.launch_overhead_s_per_layer,
         "moe_sync_s_per_layer": c.moe_sync_s_per_layer,
+        "p2p_latency_s": c.p2p_latency_s,
         "dp_exposed_fraction": c.dp_exposed_fraction,
         "overlap_hidden_fraction": c.overlap_hidden_fraction,
     }

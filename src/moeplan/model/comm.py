@@ -52,12 +52,23 @@ def cp_time(tokens: float, kv_width: int, cp: int, tp: int, comm_type: str, gpu:
     return vol / link_bw(gpu, span, c)
 
 
-def ep_time(routed_tokens: float, h: int, ep: int, etp: int, dispatcher: str, gpu: GpuSpec, c: TimeConstants) -> float:
-    """Token dispatch + combine of one MoE layer, forward + backward."""
+def ep_time(
+    routed_tokens: float,
+    h: int,
+    ep: int,
+    etp: int,
+    dispatcher: str,
+    gpu: GpuSpec,
+    c: TimeConstants,
+    fp8_dispatch: bool = False,
+) -> float:
+    """Token dispatch + combine of one MoE layer, forward + backward. DeepEP / HybridEP dispatch in
+    FP8 (1 byte + 1/128 scale) under FP8 recipes; combine and the backward exchanges are bf16."""
     group = ep * etp
     if group == 1:
         return 0.0
-    vol = 4 * routed_tokens * h * 2 * (ep - 1) / ep
+    d_bytes = (1 + 1 / 128) if fp8_dispatch else 2
+    vol = routed_tokens * h * (d_bytes + 2 + 2 + 2) * (ep - 1) / ep
     eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
     nvlink = (gpu.scaleup_unidir_gb_per_s or 100) * 1e9 * eff
     if group <= gpu.scaleup_domain_gpus:
@@ -68,9 +79,10 @@ def ep_time(routed_tokens: float, h: int, ep: int, etp: int, dispatcher: str, gp
 
 
 def pp_time(tokens: float, h: int, tp: int, sp: bool, gpu: GpuSpec, c: TimeConstants) -> float:
-    """Send of one microbatch's activations and receive of their gradients at a stage boundary."""
+    """Send of one microbatch's activations and receive of their gradients at a stage boundary,
+    including the fixed latency of the two p2p operations."""
     vol = 2 * (tokens / tp if sp else tokens) * h * 2
-    return vol / link_bw(gpu, 10**9, c)
+    return vol / link_bw(gpu, 10**9, c) + 2 * c.p2p_latency_s
 
 
 def dp_time(

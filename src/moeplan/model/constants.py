@@ -31,8 +31,10 @@ class TimeConstants:
         moe_sync_s_per_layer: host synchronisation of a dropless MoE layer (token counts copied to
             the host to size the expert GEMMs, forward + backward), absent with static shapes
             (full-iteration graphs, drop-and-pad).
+        p2p_latency_s: fixed cost of one pipeline send or receive (launch, synchronisation, NIC).
         dp_exposed_fraction: share of the data-parallel gradient/parameter traffic not hidden by overlap.
-        overlap_hidden_fraction: share of TP / EP communication hidden by the overlap features.
+        overlap_hidden_fraction: share of TP communication hidden by TP comm overlap, and of a
+            layer's compute that can hide the EP exchange of the microbatch it is paired with.
         release_factor: per container release, scales achieved compute throughput.
     """
 
@@ -44,6 +46,7 @@ class TimeConstants:
     a2a_efficiency: dict[str, float] = field(default_factory=lambda: {"alltoall": 0.5, "deepep": 0.6, "hybridep": 0.7})
     launch_overhead_s_per_layer: float = 2e-4
     moe_sync_s_per_layer: float = 2e-4
+    p2p_latency_s: float = 5e-5
     dp_exposed_fraction: float = 0.1
     overlap_hidden_fraction: float = 0.7
     release_factor: dict[str, float] = field(default_factory=lambda: {"26.06": 1.0})

@@ -187,9 +187,11 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
             t_ep = 0.0
             if moe_layer:
                 routed = tokens / s.tp * m.moe_router_topk * route * s.etp
-                t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c)
+                fp8_disp = t.precision != "bf16" and dispatcher in ("deepep", "hybridep")
+                t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c, fp8_disp)
                 if lay.overlap_moe_expert_parallel_comm:
-                    t_ep *= 1 - c.overlap_hidden_fraction
+                    # combined 1F1B: the paired microbatch's compute of this layer hides the exchange
+                    t_ep = max(0.0, t_ep - c.overlap_hidden_fraction * (t_dense + t_exp + t_core))
             parts["ep_comm_exposed"] += t_ep
             if moe_layer and graphs != "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
                 parts["launch_overhead"] += c.moe_sync_s_per_layer
