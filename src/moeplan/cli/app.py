@@ -146,23 +146,47 @@ def check(
     etp: EtpOpt = None,
     sets: SetOpt = None,
     as_json: JsonOpt = False,
+    from_: Annotated[
+        Optional[str],
+        typer.Option(
+            "--from",
+            help="Read SCENARIO as mbridge-yaml, mbridge-overrides, "
+            "megatron-lm-args or megatron-log (the argument dump).",
+        ),
+    ] = None,
 ) -> None:
     """Check a layout against every Megatron-Core rule; each finding has a rule id and a fix.
 
     Exit code 0 when no rule is broken (warnings allowed), 1 when one is, 2 on bad input."""
     from moeplan import load_scenario, validate
 
+    import_notes: list[str] = []
     try:
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
-        scn = load_scenario(scenario, ov)
+        source: Any = scenario
+        if from_ is not None:
+            from moeplan.io.imports import import_config
+
+            if scenario is None or not scenario.is_file():
+                raise InputError("scenario", str(scenario), f"an existing {from_} file")
+            try:
+                text = scenario.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError) as exc:
+                raise InputError("scenario", str(scenario), f"a readable text file ({type(exc).__name__})") from None
+            source, import_notes = import_config(text, from_)
+        scn = load_scenario(source, ov)
         result = validate(scn)
     except InputError as exc:
         _fail_input(exc)
         return
     from moeplan.cli import render
 
+    for note in import_notes:
+        import sys
+
+        sys.stderr.write(f"note: {note}\n")
     if as_json:
-        render.print_json(result.to_dict())
+        render.print_json({**result.to_dict(), "import_notes": import_notes} if from_ else result.to_dict())
     else:
         render.render_check(result)
     raise typer.Exit(EXIT_RULE if result.verdict in ("invalid", "unsupported") else EXIT_OK)
@@ -210,6 +234,82 @@ def estimate(
         render.render_memory(out["scenario"], out["memory"], errors)
     broken = checked.verdict in ("invalid", "unsupported")
     raise typer.Exit(EXIT_RULE if (mem.verdict == "does-not-fit" or broken) else EXIT_OK)
+
+
+@app.command("export")
+def export_cmd(
+    scenario: ScenarioArg = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", "-f", help="mbridge-overrides, mbridge-yaml, mbridge-python, megatron-lm-args, slurm."
+        ),
+    ] = "mbridge-overrides",
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write here (atomically) instead of stdout.")
+    ] = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    seq_length: SeqOpt = None,
+    mbs: MbsOpt = None,
+    gbs: GbsOpt = None,
+    precision: PrecisionOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    etp: EtpOpt = None,
+    sets: SetOpt = None,
+    megatron_core_version: Annotated[
+        Optional[str],
+        typer.Option("--megatron-core-version", help="Key spellings for this version (default: newest known)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Export even when the layout breaks a rule.")] = False,
+) -> None:
+    """Write what Megatron Bridge / Megatron-LM runs for a scenario (nothing is launched).
+
+    Exit code 0 on success, 1 when the layout breaks a rule (use --force to export anyway), 2 on bad input."""
+    import os
+    import sys
+    import tempfile
+
+    from moeplan import load_scenario, validate
+    from moeplan.io.export import export
+
+    try:
+        ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        if megatron_core_version:
+            ov.setdefault("versions", {})["megatron_core"] = megatron_core_version
+        scn = load_scenario(scenario, ov)
+        result = validate(scn)
+        text, notes = export(scn, fmt)
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    if result.verdict in ("invalid", "unsupported") and not force:
+        sys.stderr.write(
+            "error: the layout breaks rules (moeplan check for details): "
+            + "; ".join(f.rule_id for f in result.errors)
+            + " — use --force to export anyway\n"
+        )
+        raise typer.Exit(EXIT_RULE)
+    for note in notes:
+        sys.stderr.write(f"note: {note}\n")
+    if output is None:
+        sys.stdout.write(text)
+        return
+    out_dir = output.resolve().parent
+    if not out_dir.is_dir():
+        _fail_input(InputError("--output", str(output), "a path in an existing directory"))
+        return
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{output.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    if fmt == "slurm":
+        os.chmod(tmp, 0o755)
+    os.replace(tmp, output)
 
 
 @app.command()

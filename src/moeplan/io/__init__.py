@@ -1,0 +1,1 @@
+"""Export to and import from what Megatron Bridge and Megatron-LM run."""

@@ -1,0 +1,249 @@
+"""Export a resolved scenario to what Megatron Bridge and Megatron-LM run.
+
+Formats: ``mbridge-overrides`` (Hydra ``section.key=value`` lines for Bridge's training and perf
+scripts), ``mbridge-yaml`` (a partial ``ConfigContainer``), ``mbridge-python`` (a recipe function
+applying the layout), ``megatron-lm-args`` (``pretrain_gpt.py`` flags) and ``slurm`` (an sbatch script
+with the environment the layout needs). Every export starts with a ``# moeplan:`` header line that
+carries the model, system, framework and versions, so that :mod:`moeplan.io.imports` can read the
+file back into the same scenario. Nothing is submitted or launched.
+
+Which keys are written: every layout key the user stated or moeplan resolved (defaults it filled,
+recipe fills), always both ``moe_token_dispatcher_type`` and ``moe_flex_dispatcher_backend`` for MoE
+models (``megatron_facts.md`` §6.1), with the spelling of the target megatron-core version (§3.13).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import yaml
+
+from moeplan.errors import InputError
+from moeplan.io.keys import (
+    BRIDGE_PATHS,
+    MIXED_PRECISION,
+    MLM_UNSUPPORTED,
+    PRECISION_FIELDS,
+    TRAINING_PATHS,
+    bridge_key_for_version,
+    mlm_flag,
+)
+from moeplan.spec.scenario import Scenario
+
+FORMATS = ("mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm")
+HEADER = "# moeplan: "
+
+
+def exported_layout(s: Scenario) -> dict[str, Any]:
+    """Effective values of the layout keys to export (stated or resolved), in LayoutSpec order."""
+    resolved = {r.key for r in s.resolutions}
+    keep = set(s.stated) | resolved
+    if s.model is not None and s.model.is_moe:
+        keep |= {"moe_token_dispatcher_type", "moe_flex_dispatcher_backend"}
+    values = s.layout.model_dump()
+    return {k: values[k] for k in type(s.layout).model_fields if k in keep}
+
+
+def header(s: Scenario) -> str:
+    """The ``# moeplan:`` line: what a ConfigContainer does not hold."""
+    inp = s.input
+    meta = {
+        "model": inp.model,
+        "model_overrides": inp.model_overrides or None,
+        "system": inp.system.model_dump(exclude_none=True, exclude_defaults=True) or None,
+        "framework": inp.framework,
+        "versions": inp.versions.model_dump(exclude_none=True) or None,
+        "precision": s.training.precision,
+        "training": {
+            k: v
+            for k, v in s.training.model_dump().items()
+            if k not in ("seq_length", "micro_batch_size", "global_batch_size", "precision")
+            and k in s.training.model_fields_set
+        }
+        or None,
+        "stated": sorted(s.stated),
+    }
+    if isinstance(inp.system.gpu, str) or inp.system.gpu is None:
+        pass
+    else:  # a custom GPU mapping
+        meta["system"]["gpu"] = inp.system.gpu.model_dump()
+    return HEADER + json.dumps({k: v for k, v in meta.items() if v is not None}, separators=(",", ":"))
+
+
+def bridge_sections(s: Scenario) -> dict[str, dict[str, Any]]:
+    """Nested ``{section: {field: value}}`` of the Bridge ConfigContainer for the scenario."""
+    out: dict[str, dict[str, Any]] = {"mixed_precision": dict(PRECISION_FIELDS[s.training.precision])}
+    lay = exported_layout(s)
+    for key, value in lay.items():
+        for path in BRIDGE_PATHS[key]:
+            sec, field = path.split(".", 1)
+            field = bridge_key_for_version(field, s.mcore_version)
+            out.setdefault(sec, {})[field] = value
+    t = s.training
+    for key, paths in TRAINING_PATHS.items():
+        v = getattr(t, key)
+        if v is not None:
+            for path in paths:
+                sec, field = path.split(".", 1)
+                out.setdefault(sec, {})[field] = v
+    return out
+
+
+def _hydra_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    text = str(v)
+    if any(ch in text for ch in " |*()[]{},=:'\"") or text in ("null", "true", "false"):
+        return "'" + text.replace("'", "\\'") + "'"
+    return text
+
+
+def to_overrides(s: Scenario) -> str:
+    lines = [header(s), f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}"]
+    for sec, fields in bridge_sections(s).items():
+        for field, v in fields.items():
+            lines.append(f"{sec}.{field}={_hydra_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def to_yaml(s: Scenario) -> str:
+    body = bridge_sections(s)
+    return header(s) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
+
+
+def to_python(s: Scenario, recipe: str | None = None) -> str:
+    name = recipe or "pretrain_config"
+    lines = [
+        header(s),
+        '"""Apply a moeplan layout to a Megatron Bridge recipe (generated by moeplan export)."""',
+        "",
+        "",
+        "def moeplan_config(cfg):",
+        f'    """Set the layout on a ConfigContainer from a Bridge recipe (e.g. ``{name}()``) and return it."""',
+        f"    cfg.mixed_precision = {MIXED_PRECISION[s.training.precision]!r}",
+    ]
+    for sec, fields in bridge_sections(s).items():
+        for field, v in fields.items():
+            lines.append(f"    cfg.{sec}.{field} = {v!r}")
+    lines.append("    return cfg")
+    return "\n".join(lines) + "\n"
+
+
+def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
+    """``pretrain_gpt.py`` flags (one per line) and notes on what cannot be carried."""
+    notes = []
+    args: list[str] = []
+    lay = exported_layout(s)
+    for key, v in lay.items():
+        if key in MLM_UNSUPPORTED:
+            notes.append(f"{key}={v!r} has no Megatron-LM flag (Bridge only)")
+            continue
+        flag = mlm_flag(key)
+        if isinstance(v, bool):
+            if v:
+                args.append(flag)
+            else:
+                notes.append(f"{key}=false is the Megatron-LM default or has no --no- flag: not written")
+        elif v is None:
+            notes.append(f"{key} unset: not written (Megatron-LM cannot express 'unset' vs its default)")
+        elif isinstance(v, list):
+            if not v:
+                notes.append(f"{key}=[] (empty list) cannot be written as a Megatron-LM flag")
+                continue
+            args.append(flag + " " + " ".join(shlex.quote(str(x)) for x in v))
+        else:
+            args.append(f"{flag} {shlex.quote(str(v))}")
+    t = s.training
+    for key, flag in (
+        ("seq_length", "--seq-length"),
+        ("micro_batch_size", "--micro-batch-size"),
+        ("global_batch_size", "--global-batch-size"),
+    ):
+        if getattr(t, key) is not None:
+            args.append(f"{flag} {getattr(t, key)}")
+    prec = t.precision
+    args.append("--bf16")
+    if prec != "bf16":
+        recipe = {
+            "fp8-tensorwise": "tensorwise",
+            "fp8-delayed": "delayed",
+            "fp8-blockwise": "blockwise",
+            "mxfp8": "mxfp8",
+            "nvfp4": None,
+        }[prec]
+        if recipe:
+            args += ["--fp8-format e4m3" if prec == "mxfp8" else "--fp8-format hybrid", f"--fp8-recipe {recipe}"]
+        else:
+            args += ["--fp4-format e2m1", "--fp4-recipe nvfp4"]
+    return "\n".join([header(s), *args]) + "\n", notes
+
+
+def to_slurm(s: Scenario) -> str:
+    """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
+    the environment the layout needs, and the Bridge overrides."""
+    if s.gpu is None or not s.num_gpus:
+        raise InputError("system", None, "system.gpu and system.num_gpus to write a Slurm script")
+    gpn = s.gpus_per_node or 8
+    nodes = -(-s.num_gpus // gpn)
+    env = {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1"
+        if (s.gpu.compute_capability or 0) < 10 and not s.layout.use_megatron_fsdp
+        else "32"
+    }
+    lay = s.layout
+    if lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend == "hybridep" and s.gpu.is_nvl72:
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(s.gpu.scaleup_domain_gpus, s.ep * s.etp))
+    if s.graphs_on() and lay.cuda_graph_impl == "transformer_engine":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        env["NCCL_GRAPH_REGISTER"] = "0"
+    else:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    env.update({k: v for k, v in s.environment.items()})
+    overrides = [line for line in to_overrides(s).splitlines() if not line.startswith("#")]
+    lines = [
+        "#!/bin/bash",
+        header(s),
+        f"#SBATCH --nodes={nodes}",
+        f"#SBATCH --ntasks-per-node={gpn}",
+        f"#SBATCH --gpus-per-node={gpn}",
+        "#SBATCH --exclusive",
+        "#SBATCH --job-name=moeplan",
+        "set -euo pipefail",
+        'CONTAINER="${CONTAINER:?set CONTAINER to a NeMo / Megatron Bridge image}"',
+        'MOUNTS="${MOUNTS:-}"',
+        'RECIPE="${RECIPE:?set RECIPE to a Megatron Bridge recipe, e.g. a perf recipe name}"',
+    ]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines.append("OVERRIDES=(")
+    lines += [f"  {shlex.quote(o)}" for o in overrides]
+    lines.append(")")
+    lines.append('srun --container-image="$CONTAINER" --container-mounts="$MOUNTS" \\')
+    lines.append('  python scripts/training/run_recipe.py --recipe "$RECIPE" "${OVERRIDES[@]}"')
+    return "\n".join(lines) + "\n"
+
+
+def export(s: Scenario, fmt: str) -> tuple[str, list[str]]:
+    """Render ``s`` in ``fmt``; returns (text, notes).
+
+    Raises:
+        InputError: unknown format, or a format that needs a value the scenario lacks.
+    """
+    if fmt == "mbridge-overrides":
+        return to_overrides(s), []
+    if fmt == "mbridge-yaml":
+        return to_yaml(s), []
+    if fmt == "mbridge-python":
+        return to_python(s), []
+    if fmt == "megatron-lm-args":
+        return to_megatron_lm(s)
+    if fmt == "slurm":
+        return to_slurm(s), []
+    raise InputError("--format", fmt, ", ".join(FORMATS))

@@ -1,0 +1,171 @@
+"""Where each moeplan layout / training key lives in Megatron Bridge's ``ConfigContainer`` and in
+Megatron-LM's ``pretrain_gpt.py`` arguments.
+
+Sources: ``megatron_facts.md`` §3.1–3.13 (Bridge ``training/config.py`` @067f987, mcore
+``TransformerConfig`` / ``OptimizerConfig`` / ``DistributedDataParallelConfig`` @2a75ac1) and
+Megatron-LM ``megatron/training/arguments.py`` flag spellings. A key listed under several Bridge
+sections is written to each (Bridge keeps e.g. ``ddp`` and ``optimizer`` in sync).
+"""
+
+from __future__ import annotations
+
+#: layout key → Bridge ConfigContainer paths (``section.field``); first is the canonical one
+BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
+    # model (GPTModelProvider / TransformerConfig)
+    **{
+        k: (f"model.{k}",)
+        for k in (
+            "tensor_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "virtual_pipeline_model_parallel_size",
+            "context_parallel_size",
+            "expert_model_parallel_size",
+            "expert_tensor_parallel_size",
+            "sequence_parallel",
+            "pipeline_model_parallel_layout",
+            "num_layers_in_first_pipeline_stage",
+            "num_layers_in_last_pipeline_stage",
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
+            "microbatch_group_size_per_vp_stage",
+            "cp_comm_type",
+            "hierarchical_context_parallel_sizes",
+            "hybrid_context_parallel",
+            "recompute_granularity",
+            "recompute_method",
+            "recompute_num_layers",
+            "recompute_modules",
+            "distribute_saved_activations",
+            "moe_token_dispatcher_type",
+            "moe_flex_dispatcher_backend",
+            "moe_enable_deepep",
+            "moe_shared_expert_overlap",
+            "moe_grouped_gemm",
+            "moe_permute_fusion",
+            "moe_expert_capacity_factor",
+            "moe_pad_expert_input_to_capacity",
+            "moe_expert_rank_capacity_factor",
+            "moe_router_load_balancing_type",
+            "moe_router_force_load_balancing",
+            "moe_router_padding_for_fp8",
+            "moe_paged_stash",
+            "mtp_num_layers",
+            "cuda_graph_impl",
+            "cuda_graph_scope",
+            "cuda_graph_modules",
+            "cuda_graph_warmup_steps",
+            "cpu_offloading",
+            "cpu_offloading_num_layers",
+            "fine_grained_activation_offloading",
+            "offload_modules",
+            "calculate_per_token_loss",
+            "cross_entropy_loss_fusion",
+            "attention_backend",
+            "attention_dropout",
+            "hidden_dropout",
+        )
+    },
+    "use_te_rng_tracker": ("model.use_te_rng_tracker", "rng.te_rng_tracker"),
+    # communication overlap
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap",),
+    "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm",),
+    "delay_wgrad_compute": ("comm_overlap.delay_wgrad_compute",),
+    "overlap_grad_reduce": ("ddp.overlap_grad_reduce",),
+    "overlap_param_gather": ("ddp.overlap_param_gather", "optimizer.overlap_param_gather"),
+    "overlap_param_gather_with_optimizer_step": ("optimizer.overlap_param_gather_with_optimizer_step",),
+    # optimizer
+    "use_distributed_optimizer": ("optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer"),
+    "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer",),
+    "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload",),
+    "optimizer_offload_fraction": ("optimizer.optimizer_offload_fraction",),
+    "main_grads_dtype": ("optimizer.main_grads_dtype",),
+    "main_params_dtype": ("optimizer.main_params_dtype",),
+    "exp_avg_dtype": ("optimizer.exp_avg_dtype",),
+    "exp_avg_sq_dtype": ("optimizer.exp_avg_sq_dtype",),
+    "store_param_remainders": ("optimizer.store_param_remainders",),
+    # DDP / FSDP
+    "use_megatron_fsdp": ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp"),
+    "data_parallel_sharding_strategy": ("ddp.data_parallel_sharding_strategy",),
+    "outer_dp_sharding_strategy": ("ddp.outer_dp_sharding_strategy",),
+    "num_distributed_optimizer_instances": ("ddp.num_distributed_optimizer_instances",),
+    "grad_reduce_in_fp32": ("ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32"),
+    "use_torch_fsdp2": ("dist.use_torch_fsdp2",),
+    # precision
+    "fp8_param_gather": ("mixed_precision.fp8_param_gather",),
+    "fp8_dot_product_attention": ("mixed_precision.fp8_dot_product_attention",),
+    "first_last_layers_bf16": ("mixed_precision.first_last_layers_bf16",),
+    "num_layers_at_start_in_bf16": ("mixed_precision.num_layers_at_start_in_bf16",),
+    "num_layers_at_end_in_bf16": ("mixed_precision.num_layers_at_end_in_bf16",),
+    "check_for_nan_in_loss": ("rerun_state_machine.check_for_nan_in_loss",),
+}
+
+#: training key → Bridge paths
+TRAINING_PATHS: dict[str, tuple[str, ...]] = {
+    "seq_length": ("model.seq_length", "dataset.seq_length"),
+    "micro_batch_size": ("train.micro_batch_size",),
+    "global_batch_size": ("train.global_batch_size",),
+}
+
+#: moeplan precision → the ``MixedPrecisionConfig`` fields of Bridge's matching recipe
+#: (``training/mixed_precision.py``: bf16_mixed, bf16_with_fp8_current_scaling_mixed,
+#: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_subchannel_scaling_mixed, bf16_with_mxfp8_mixed,
+#: bf16_with_nvfp4_mixed)
+PRECISION_FIELDS: dict[str, dict] = {
+    "bf16": {"bf16": True},
+    "fp8-tensorwise": {"bf16": True, "fp8": "hybrid", "fp8_recipe": "tensorwise"},
+    "fp8-delayed": {"bf16": True, "fp8": "hybrid", "fp8_recipe": "delayed"},
+    "fp8-blockwise": {"bf16": True, "fp8": "e4m3", "fp8_recipe": "blockwise"},
+    "mxfp8": {"bf16": True, "fp8": "e4m3", "fp8_recipe": "mxfp8"},
+    "nvfp4": {"bf16": True, "fp4": "e2m1", "fp4_recipe": "nvfp4"},
+}
+
+#: moeplan precision → Bridge mixed-precision recipe name (``training/mixed_precision.py``)
+MIXED_PRECISION = {
+    "bf16": "bf16_mixed",
+    "fp8-tensorwise": "bf16_with_fp8_current_scaling_mixed",
+    "fp8-delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
+
+#: Megatron-LM flags whose spelling is not ``--`` + key with ``_`` → ``-``
+MLM_FLAG_EXCEPTIONS: dict[str, str] = {
+    "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
+    "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
+    "use_te_rng_tracker": "--te-rng-tracker",
+    "optimizer_cpu_offload": "--optimizer-cpu-offload",
+    "check_for_nan_in_loss": "--check-for-nan-in-loss-and-grad",
+    "use_precision_aware_optimizer": "--use-precision-aware-optimizer",
+    "grad_reduce_in_fp32": "--accumulate-allreduce-grads-in-fp32",
+}
+
+#: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
+MLM_UNSUPPORTED = frozenset(
+    {
+        "moe_paged_stash",
+        "data_parallel_sharding_strategy",
+        "outer_dp_sharding_strategy",
+        "use_torch_fsdp2",
+        "first_last_layers_bf16",
+        "fp8_dot_product_attention",
+        "offload_modules",
+        "fine_grained_activation_offloading",
+        "cuda_graph_modules",
+    }
+)
+
+
+def mlm_flag(key: str) -> str:
+    """The Megatron-LM argparse flag of a layout key."""
+    return MLM_FLAG_EXCEPTIONS.get(key, "--" + key.replace("_", "-"))
+
+
+def bridge_key_for_version(key: str, mcore_version: tuple[int, ...]) -> str:
+    """Version-aware spelling: megatron-core ≥ 0.18 reads ``cuda_graph_modules`` (``cuda_graph_scope``
+    is its deprecated alias); earlier versions only know ``cuda_graph_scope`` (§3.13)."""
+    if key == "cuda_graph_scope" and mcore_version >= (0, 18, 0):
+        return "cuda_graph_modules"
+    if key == "cuda_graph_modules" and mcore_version < (0, 18, 0):
+        return "cuda_graph_scope"
+    return key

@@ -1,0 +1,61 @@
+#!/bin/bash
+# moeplan: {"model":"deepseek-ai/DeepSeek-V3","system":{"gpu":"gb300","num_gpus":256},"framework":"megatron-bridge","precision":"mxfp8","stated":["context_parallel_size","expert_model_parallel_size","moe_flex_dispatcher_backend","moe_router_force_load_balancing","moe_token_dispatcher_type","pipeline_model_parallel_layout","pipeline_model_parallel_size","recompute_granularity","recompute_modules","tensor_model_parallel_size","virtual_pipeline_model_parallel_size"]}
+#SBATCH --nodes=64
+#SBATCH --ntasks-per-node=4
+#SBATCH --gpus-per-node=4
+#SBATCH --exclusive
+#SBATCH --job-name=moeplan
+set -euo pipefail
+CONTAINER="${CONTAINER:?set CONTAINER to a NeMo / Megatron Bridge image}"
+MOUNTS="${MOUNTS:-}"
+RECIPE="${RECIPE:?set RECIPE to a Megatron Bridge recipe, e.g. a perf recipe name}"
+export CUDA_DEVICE_MAX_CONNECTIONS=32
+export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+OVERRIDES=(
+  mixed_precision.bf16=true
+  mixed_precision.fp8=e4m3
+  mixed_precision.fp8_recipe=mxfp8
+  mixed_precision.grad_reduce_in_fp32=false
+  mixed_precision.fp8_param_gather=true
+  mixed_precision.fp8_dot_product_attention=true
+  model.tensor_model_parallel_size=1
+  model.pipeline_model_parallel_size=2
+  model.virtual_pipeline_model_parallel_size=8
+  model.context_parallel_size=1
+  model.expert_model_parallel_size=32
+  model.expert_tensor_parallel_size=1
+  model.sequence_parallel=false
+  'model.pipeline_model_parallel_layout='"'"'Et*4|(t*4|)*14tmL'"'"''
+  model.recompute_granularity=selective
+  'model.recompute_modules=[]'
+  model.moe_token_dispatcher_type=flex
+  model.moe_flex_dispatcher_backend=hybridep
+  model.moe_grouped_gemm=true
+  model.moe_expert_rank_capacity_factor=1.5
+  model.moe_router_force_load_balancing=true
+  model.moe_paged_stash=true
+  model.mtp_num_layers=1
+  model.cuda_graph_impl=full_iteration
+  'model.cuda_graph_modules=[]'
+  model.use_te_rng_tracker=true
+  model.cross_entropy_loss_fusion=true
+  model.seq_length=4096
+  comm_overlap.overlap_moe_expert_parallel_comm=true
+  comm_overlap.delay_wgrad_compute=true
+  rng.te_rng_tracker=true
+  rerun_state_machine.check_for_nan_in_loss=false
+  optimizer.use_distributed_optimizer=true
+  optimizer.use_precision_aware_optimizer=true
+  optimizer.main_grads_dtype=bf16
+  optimizer.exp_avg_dtype=bf16
+  optimizer.exp_avg_sq_dtype=bf16
+  ddp.use_distributed_optimizer=true
+  ddp.grad_reduce_in_fp32=false
+  ddp.overlap_grad_reduce=true
+  dataset.seq_length=4096
+  train.micro_batch_size=1
+  train.global_batch_size=4096
+)
+srun --container-image="$CONTAINER" --container-mounts="$MOUNTS" \
+  python scripts/training/run_recipe.py --recipe "$RECIPE" "${OVERRIDES[@]}"

@@ -1,0 +1,134 @@
+"""Export → import round trip for every scenario of ../shared/reference (published runs, skill
+recipes, cases): lossless for the Bridge formats; for Megatron-LM flags, equal on the keys the format
+can carry, with a note for each key it cannot."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from moeplan import load_scenario
+from moeplan.io.export import export
+from moeplan.io.imports import import_config
+from moeplan.io.keys import MLM_UNSUPPORTED
+from tests.conftest import REF, load_cases
+
+pytestmark = pytest.mark.skipif(not REF.is_dir(), reason="../shared/reference not present")
+
+
+def _reference_scenarios():
+    if not REF.is_dir():
+        return []
+    out = []
+    for r in yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]:
+        out.append((r["id"], r["scenario"]))
+    for r in yaml.safe_load((REF / "skill_recipes.yaml").read_text())["recipes"]:
+        out.append((r["id"], r["scenario"]))
+    for c in load_cases():
+        for i, e in enumerate([c] + list(c.get("more_checks") or [])):
+            if e.get("scenario"):
+                out.append((f"{c['id']}-{i}", e["scenario"]))
+    return out
+
+
+def _effective(s):
+    lay = s.layout.model_dump()
+    scopes = s.graph_scopes()
+    lay.pop("cuda_graph_scope")
+    lay.pop("cuda_graph_modules")
+    lay["graph_scopes"] = scopes
+    return {
+        "model": s.model.name if s.model else None,
+        "gpu": s.gpu.id if s.gpu else None,
+        "num_gpus": s.num_gpus,
+        "framework": s.framework,
+        "training": s.training.model_dump(),
+        "layout": lay,
+    }
+
+
+SCENARIOS = _reference_scenarios()
+
+
+@pytest.mark.parametrize("fmt", ["mbridge-yaml", "mbridge-overrides"])
+def test_bridge_round_trip_is_lossless(fmt):
+    assert len(SCENARIOS) >= 150
+    for sid, sc in SCENARIOS:
+        s = load_scenario(sc)
+        text, _ = export(s, fmt)
+        back, _notes = import_config(text, fmt)
+        assert _effective(load_scenario(back)) == _effective(s), sid
+
+
+def test_megatron_lm_round_trip_on_carried_keys():
+    for sid, sc in SCENARIOS:
+        s = load_scenario(sc)
+        text, notes = export(s, "megatron-lm-args")
+        back = load_scenario(import_config(text, "megatron-lm-args")[0])
+        a, b = _effective(s), _effective(back)
+        assert a["training"] == b["training"], sid
+        for key, val in a["layout"].items():
+            if key in MLM_UNSUPPORTED or key == "graph_scopes":
+                continue
+            if val != b["layout"][key]:
+                assert any(note.startswith(key) for note in notes), (sid, key, val, b["layout"][key])
+
+
+def test_slurm_script_is_valid_bash(tmp_path):
+    s = load_scenario(
+        {
+            "model": "deepseek-ai/DeepSeek-V3",
+            "system": {"gpu": "gb200", "num_gpus": 256},
+            "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 512},
+            "layout": {
+                "pipeline_model_parallel_size": 4,
+                "expert_model_parallel_size": 64,
+                "moe_token_dispatcher_type": "flex",
+                "moe_flex_dispatcher_backend": "hybridep",
+                "pipeline_model_parallel_layout": "Et*4|(t*4|)*14tmL",
+                "virtual_pipeline_model_parallel_size": 4,
+            },
+        }
+    )
+    text, _ = export(s, "slurm")
+    path = tmp_path / "run.sh"
+    path.write_text(text)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64" in text
+    assert "#SBATCH --nodes=64" in text  # GB200 trays hold 4 GPUs
+    shellcheck = subprocess.run(["which", "shellcheck"], capture_output=True).returncode == 0
+    if shellcheck:
+        res = subprocess.run(["shellcheck", "-S", "warning", str(path)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout
+
+
+def test_log_argument_dump_import():
+    log = """\
+[rank0]: ------------------------ arguments ------------------------
+[rank0]:   tensor_model_parallel_size ...................... 4
+[rank0]:   pipeline_model_parallel_size .................... 2
+[rank0]:   expert_model_parallel_size ...................... 8
+[rank0]:   sequence_parallel ............................... True
+[rank0]:   recompute_granularity ........................... selective
+[rank0]:   recompute_modules ............................... ['moe_act', 'layernorm']
+[rank0]:   seq_length ...................................... 4096
+[rank0]:   micro_batch_size ................................ 1
+[rank0]:   global_batch_size ............................... 512
+[rank0]:   fp8 ............................................. None
+[rank0]: -------------------- end of arguments ---------------------
+iteration 1/ 100 | elapsed time per iteration (ms): 1234.5
+"""
+    sc, _ = import_config(log, "megatron-log")
+    s = load_scenario(sc)
+    assert (s.tp, s.pp, s.ep, s.sp) == (4, 2, 8, True)
+    assert s.layout.recompute_modules == ["moe_act", "layernorm"]
+    assert s.training.seq_length == 4096 and s.training.precision == "bf16"
+
+
+def test_recipe_quirk_moe_a2a_overlap_is_reported():
+    text = "model:\n  tensor_model_parallel_size: 2\n  moe_a2a_overlap: true\n"
+    sc, notes = import_config(text, "mbridge-yaml")
+    assert any("moe_a2a_overlap" in n and "overlap_moe_expert_parallel_comm" in n for n in notes)
+    assert "overlap_moe_expert_parallel_comm" not in sc["layout"]
