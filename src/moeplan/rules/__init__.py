@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.rules import attention, graphs, moe, optimizer, pipeline, precision, recompute, sequence, world  # noqa: F401
+from moeplan.rules import (  # noqa: F401
+    attention,
+    graphs,
+    known_issues,
+    moe,
+    optimizer,
+    pipeline,
+    precision,
+    recompute,
+    sequence,
+    world,
+)
 from moeplan.rules.base import RULES, Finding, Rule, overall_verdict
 from moeplan.spec.scenario import Scenario
 
