@@ -23,6 +23,7 @@ import yaml
 from moeplan.errors import InputError
 from moeplan.io.keys import (
     BRIDGE_PATHS,
+    KEY_MIN_MCORE,
     MIXED_PRECISION,
     MLM_UNSUPPORTED,
     PRECISION_FIELDS,
@@ -72,14 +73,21 @@ def header(s: Scenario) -> str:
     return HEADER + json.dumps({k: v for k, v in meta.items() if v is not None}, separators=(",", ":"))
 
 
-def bridge_sections(s: Scenario) -> dict[str, dict[str, Any]]:
-    """Nested ``{section: {field: value}}`` of the Bridge ConfigContainer for the scenario."""
+def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Nested ``{section: {field: value}}`` of the Bridge ConfigContainer for the scenario; keys the
+    target megatron-core version does not have are left out (and noted)."""
     out: dict[str, dict[str, Any]] = {"mixed_precision": dict(PRECISION_FIELDS[s.training.precision])}
     lay = exported_layout(s)
     for key, value in lay.items():
         for path in BRIDGE_PATHS[key]:
             sec, field = path.split(".", 1)
             field = bridge_key_for_version(field, s.mcore_version)
+            if s.mcore_version < KEY_MIN_MCORE.get(field, (0, 0, 0)):
+                if notes is not None:
+                    notes.append(
+                        f"{field}={value!r} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
+                    )
+                continue
             out.setdefault(sec, {})[field] = value
     t = s.training
     for key, paths in TRAINING_PATHS.items():

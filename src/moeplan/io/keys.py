@@ -156,6 +156,14 @@ MLM_UNSUPPORTED = frozenset(
 )
 
 
+#: keys that appear in a later megatron-core than 0.16 (§3.13): not exported for older versions
+KEY_MIN_MCORE: dict[str, tuple[int, int, int]] = {
+    "moe_expert_rank_capacity_factor": (0, 18, 0),
+    "moe_paged_stash": (0, 18, 0),
+    "cuda_graph_modules": (0, 18, 0),
+}
+
+
 def mlm_flag(key: str) -> str:
     """The Megatron-LM argparse flag of a layout key."""
     return MLM_FLAG_EXCEPTIONS.get(key, "--" + key.replace("_", "-"))
