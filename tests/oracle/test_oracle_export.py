@@ -121,9 +121,11 @@ def test_valid_exported_layout_constructs_transformer_config(layout):
     mcu._te_version = saved or Version("2.10.0")  # the optimizer's TE-gated checks, as the harness does
     try:
         OptimizerConfig(
-            **{k: v for k, v in sections.get("optimizer", {}).items() if k in FIELDS["optimizer"] and not k.endswith("_dtype")}
+            **{
+                k: v
+                for k, v in sections.get("optimizer", {}).items()
+                if k in FIELDS["optimizer"] and not k.endswith("_dtype")
+            }
         )
     finally:
         mcu._te_version = saved
-        }
-    )
