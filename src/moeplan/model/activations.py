@@ -77,9 +77,9 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         _add(out, KEEP, "gdn_conv_in_out", n * 2 * conv_ch / t * a)
         _add(out, KEEP, "gdn_gate_z", n * nv * dv / t * a)
         _add(out, KEEP, "gdn_beta_g", n * 2 * nv / t * 4)
-        # chunked delta rule (64-token chunks) keeps one dk×dv state per head per chunk
-        chunks = c.micro_batch_size * max(1.0, c.seq_local / 64)
-        _add(out, KEEP, "gdn_chunk_states", chunks * nv / t * dk * dv * a)
+        # FLA's chunked delta rule keeps the intra-chunk matrix A (64 per token per head, fp32) and
+        # recomputes the per-chunk states in backward
+        _add(out, KEEP, "gdn_chunk_matrix", n * nv / t * 64 * 4)
         _add(out, KEEP, "gdn_core_out", n * nv * dv / t * a)
         _add(out, "gdn_norm_out", "gdn_norm_out", n * nv * dv / t * li)
         return

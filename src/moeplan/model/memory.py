@@ -277,7 +277,11 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
 
     # ---- bytes per parameter ----------------------------------------------------------------
     pao = bool(lay.use_precision_aware_optimizer)
-    dist = bool(lay.use_distributed_optimizer) or lay.use_megatron_fsdp
+    if lay.use_megatron_fsdp:
+        strategy_ = lay.data_parallel_sharding_strategy or "optim_grads_params"
+        dist = strategy_ != "no_shard"
+    else:
+        dist = bool(lay.use_distributed_optimizer)
     g32 = lay.grad_reduce_in_fp32 if lay.grad_reduce_in_fp32 is not None else True
     if lay.grad_reduce_in_fp32 is None:
         assumptions.append("grad_reduce_in_fp32 unset: true (fp32 main grads, Bridge bf16_mixed / Megatron-LM bf16)")
@@ -427,7 +431,13 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
     else:
         W["params"] = w_total
     if b["cache_b"]:
-        W["fp8_weight_copies"] = gemm * b["cache_b"]
+        if b["shard_params"]:
+            # Megatron-FSDP shards the FP8 weights too; full copies exist only for the gathered layers
+            W["fp8_weight_copies"] = (
+                gemm * b["cache_b"] / b["d_dense"] + 2 * gemm / max(1, len(sp_.layers)) * b["cache_b"]
+            )
+        else:
+            W["fp8_weight_copies"] = gemm * b["cache_b"]
     if b["shard_grads"]:
         G["main_grads_sharded"] = dense * b["grad_b"] / b["d_dense"] + expert * b["grad_b"] / b["d_exp"]
         G["fsdp_reduce_buffer"] = p.total * b["grad_b"] / max(1, len(sp_.layers))
@@ -507,9 +517,13 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
         logits_grad = 0.0 if fused_ce else ctx.tokens * vpad / ctx.tp * ctx.act_bytes
         working = max(working, logits_grad)
     X["backward_working_set"] = working
-    if s.cp > 1 and not m.multi_latent_attention and m.kv_channels:
+    if s.cp > 1:
         # p2p ring: K/V blocks in flight (send + receive) per attention layer, bf16
-        X["cp_kv_buffers"] = 2 * ctx.tokens * 2 * m.num_query_groups * m.kv_channels / s.tp * ctx.act_bytes
+        if m.multi_latent_attention:
+            kv_width = m.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
+        else:
+            kv_width = 2 * (m.num_query_groups or 0) * (m.kv_channels or 0)
+        X["cp_kv_buffers"] = 2 * ctx.tokens * kv_width / s.tp * ctx.act_bytes
     # non-tensor memory
     X["cuda_context"] = ov.cuda_context_gib * GIB_BYTES
     X["nccl_buffers"] = ov.nccl_buffers_gib * GIB_BYTES

@@ -50,17 +50,14 @@ def _fields(s, e):
                     "recompute_num_layers",
                 )
             )
-        elif s.model is not None and s.model.num_layers:
-            per = s.model.num_layers // s.pp
-            n = lay.recompute_num_layers
-            if n < 1 or n > max(per, 1):
-                out.append(
-                    e.error(
-                        f"recompute_num_layers ({n}) must lie in 1..layers per PP stage ({per})",
-                        f"use 1..{per}",
-                        "recompute_num_layers",
-                    )
+        elif lay.recompute_num_layers < 1:
+            out.append(
+                e.error(
+                    f"recompute_num_layers ({lay.recompute_num_layers}) must be ≥ 1",
+                    "use 1 (uniform: layers per checkpoint chunk)",
+                    "recompute_num_layers",
                 )
+            )
     elif g == "selective":
         if lay.recompute_num_layers is not None:
             out.append(

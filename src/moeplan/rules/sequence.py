@@ -233,3 +233,70 @@ def _hybrid_cp(s, e):
                 "hybrid_context_parallel",
             )
         ]
+
+
+@rule(
+    "sequence.cp_attention_support",
+    "Transformer Engine context-parallel attention (tests/pytorch/attention/test_attention_with_cp.py)",
+    "CP communication type vs attention variant: attention sinks need a2a; sliding windows do not run with "
+    "p2p / a2a+p2p; MLA needs a p2p type; a2a needs the per-rank heads divisible by CP",
+    kind="unsupported",
+)
+def _cp_attention(s, e):
+    m = s.model
+    if s.cp <= 1 or m is None or m.num_layers is None:
+        return None
+    ct = s.layout.cp_comm_type
+    ctype = ct if isinstance(ct, str) else ("p2p" if ct is None else None)
+    types = set(ct) if ctype is None else {ctype}  # a per-layer list: every distinct type
+    out = []
+    kinds = set(m.attention_kinds or ("full",))
+    for typ in sorted(types):
+        if m.attention_sinks and typ != "a2a":
+            out.append(
+                e.error(
+                    f"attention sinks (softmax with learnable offsets, {m.name}) with CP = {s.cp} run only "
+                    f"with cp_comm_type a2a in Transformer Engine (got {typ})",
+                    "set cp_comm_type: a2a (or CP = 1)",
+                    "cp_comm_type",
+                )
+            )
+        if "sliding" in kinds and typ in ("p2p", "a2a+p2p"):
+            out.append(
+                e.error(
+                    f"sliding-window attention with CP = {s.cp} is not supported by the {typ} exchange",
+                    "use cp_comm_type: a2a or all_gather",
+                    "cp_comm_type",
+                )
+            )
+        if m.multi_latent_attention and "p2p" not in typ:
+            out.append(
+                e.warning(
+                    f"MLA (different Q/K and V head dims) with CP = {s.cp} is tested only with p2p "
+                    f"exchanges in Transformer Engine (got {typ})",
+                    "use cp_comm_type: p2p",
+                    "cp_comm_type",
+                )
+            )
+        if typ == "a2a" and not m.multi_latent_attention and m.num_attention_heads and m.num_query_groups:
+            heads = m.num_attention_heads // s.tp
+            groups = max(1, m.num_query_groups // s.tp)
+            if heads % s.cp or groups % s.cp:
+                out.append(
+                    e.error(
+                        f"a2a context parallelism splits heads over CP: {heads} query heads and {groups} "
+                        f"KV head(s) per TP rank are not divisible by CP ({s.cp})",
+                        "use cp_comm_type: p2p (ring), or lower TP/CP so heads per rank divide by CP",
+                        "cp_comm_type",
+                        "context_parallel_size",
+                    )
+                )
+    if m.multi_latent_attention and s.layout.fp8_dot_product_attention and s.training.precision != "bf16":
+        out.append(
+            e.warning(
+                "FP8 attention with MLA and CP > 1 is not covered by Transformer Engine's CP tests",
+                "turn fp8_dot_product_attention off with CP",
+                "fp8_dot_product_attention",
+            )
+        )
+    return out

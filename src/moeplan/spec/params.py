@@ -357,7 +357,8 @@ def rank_params(
 ) -> RankParams:
     """Parameters on one rank that builds decoder ``layers`` (0-based ids), optionally the
     embedding (first stage), the output layer and final norm (last stage) and ``mtp_layers`` MTP
-    blocks (last stage), and the vision tower (``vision=True``: first stage of a VLM, see
+    blocks (last stage, which then also holds a copy of the word embeddings, as Megatron's GPTModel
+    builds them for ``mtp_process``), and the vision tower (``vision=True``: first stage of a VLM, see
     :func:`vision_shard`). With tied embeddings and an output layer on a rank without the embedding
     (PP > 1), Megatron keeps a copy of the word embeddings there, counted here.
 
@@ -389,6 +390,11 @@ def rank_params(
         vs = vision_shard(model.vision, tp)
         by["vision"] = vs.total
         dense += vs.total
+    if mtp_layers and not embedding:
+        # GPTModel builds the word embeddings when pre_process or mtp_process: the MTP stage keeps a
+        # copy (kept in sync like tied embeddings)
+        by["embedding"] += vocab_rank
+        dense += vocab_rank
     if mtp_layers:
         m = mtp_shard(model, tp, ep, etp)
         by["mtp"] = mtp_layers * m.total

@@ -1,0 +1,120 @@
+"""Rules added from expert review: CP vs attention variants, recompute_num_layers, FSDP strategies."""
+
+from __future__ import annotations
+
+from moeplan import estimate_memory, load_scenario, rank_params, validate
+
+
+def _check(model, **layout):
+    lay = {"sequence_parallel": True, **layout}
+    return validate(
+        load_scenario(
+            {
+                "model": model,
+                "system": {"gpu": "h100", "num_gpus": 512},
+                "training": {"seq_length": 131072, "micro_batch_size": 1, "global_batch_size": 64},
+                "layout": lay,
+            }
+        )
+    )
+
+
+def test_attention_sinks_and_sliding_window_need_a2a_cp():
+    r = _check(
+        "openai/gpt-oss-120b", tensor_model_parallel_size=2, context_parallel_size=4, expert_model_parallel_size=8
+    )
+    assert "sequence.cp_attention_support" in r.rule_ids("error")
+    ok = _check(
+        "openai/gpt-oss-120b",
+        tensor_model_parallel_size=2,
+        context_parallel_size=4,
+        expert_model_parallel_size=8,
+        cp_comm_type="a2a",
+    )
+    assert "sequence.cp_attention_support" not in ok.rule_ids("error")
+
+
+def test_a2a_cp_needs_heads_divisible_by_cp():
+    r = _check(
+        "Qwen/Qwen3-235B-A22B",
+        tensor_model_parallel_size=4,
+        context_parallel_size=16,
+        expert_model_parallel_size=32,
+        cp_comm_type="a2a",
+    )
+    msgs = [f.message for f in r.errors if f.rule_id == "sequence.cp_attention_support"]
+    assert msgs and "1 KV head(s)" in msgs[0]
+
+
+def test_mla_cp_without_p2p_warns():
+    r = _check(
+        "deepseek-ai/DeepSeek-V3",
+        tensor_model_parallel_size=2,
+        context_parallel_size=8,
+        pipeline_model_parallel_size=8,
+        expert_model_parallel_size=32,
+        cp_comm_type="all_gather",
+    )
+    assert "sequence.cp_attention_support" in r.rule_ids("warning")
+
+
+def test_recompute_num_layers_has_no_upper_bound_error():
+    r = validate(
+        load_scenario(
+            {
+                "model": "qwen3-30b-a3b",
+                "layout": {
+                    "pipeline_model_parallel_size": 8,
+                    "recompute_granularity": "full",
+                    "recompute_method": "block",
+                    "recompute_num_layers": 8,
+                },
+            }
+        )
+    )
+    assert "recompute.granularity_fields" not in r.rule_ids("error")
+
+
+def test_mtp_stage_holds_an_embedding_copy():
+    from moeplan import get_model
+
+    m = get_model("deepseek-v3").with_overrides({"num_layers": 2})
+    last = rank_params(m, [1], output_layer=True, mtp_layers=1, padded_vocab=129280)
+    assert last.by_kind["embedding"] == 129280 * 7168
+
+
+def _fsdp(strategy, precision="bf16"):
+    return estimate_memory(
+        load_scenario(
+            {
+                "model": "Qwen/Qwen3-VL-30B-A3B-Instruct",
+                "system": {"gpu": "h100", "num_gpus": 64},
+                "training": {
+                    "seq_length": 8192,
+                    "micro_batch_size": 1,
+                    "global_batch_size": 64,
+                    "precision": precision,
+                },
+                "layout": {
+                    "expert_model_parallel_size": 8,
+                    "use_megatron_fsdp": True,
+                    "data_parallel_sharding_strategy": strategy,
+                    "recompute_granularity": "full",
+                    "recompute_method": "uniform",
+                    "recompute_num_layers": 1,
+                },
+            }
+        )
+    ).stages[0]
+
+
+def test_fsdp_strategies_shard_what_they_say():
+    none, optim, full = _fsdp("no_shard"), _fsdp("optim"), _fsdp("optim_grads_params")
+    assert none.optimizer_bytes > optim.optimizer_bytes
+    assert optim.optimizer_bytes == full.optimizer_bytes
+    assert full.weights_bytes < optim.weights_bytes and full.grads_bytes < optim.grads_bytes
+
+
+def test_fsdp_fp8_weight_copies_are_sharded():
+    st = _fsdp("optim_grads_params", precision="fp8-blockwise")
+    assert st.items["weights"]["fp8_weight_copies"] < 0.2 * st.items["weights"]["params_sharded"] * 64
