@@ -132,3 +132,13 @@ def test_recipe_quirk_moe_a2a_overlap_is_reported():
     sc, notes = import_config(text, "mbridge-yaml")
     assert any("moe_a2a_overlap" in n and "overlap_moe_expert_parallel_comm" in n for n in notes)
     assert "overlap_moe_expert_parallel_comm" not in sc["layout"]
+
+
+def test_version_aware_spellings():
+    base = {"model": "qwen3-30b-a3b", "layout": {"cuda_graph_impl": "full_iteration", "cuda_graph_scope": []}}
+    new = export(load_scenario(base), "mbridge-yaml")[0]
+    assert "cuda_graph_impl: full_iteration" in new and "cuda_graph_modules: []" in new
+    old = export(load_scenario({**base, "versions": {"megatron_core": "0.16.1"}}), "mbridge-yaml")[0]
+    assert "cuda_graph_impl: local" in old and "cuda_graph_scope: [full_iteration]" in old
+    paged = {"model": "qwen3-30b-a3b", "layout": {"moe_paged_stash": True}, "versions": {"megatron_core": "0.16.1"}}
+    assert "moe_paged_stash" not in export(load_scenario(paged), "mbridge-yaml")[0]

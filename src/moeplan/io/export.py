@@ -78,6 +78,16 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
     target megatron-core version does not have are left out (and noted)."""
     out: dict[str, dict[str, Any]] = {"mixed_precision": dict(PRECISION_FIELDS[s.training.precision])}
     lay = exported_layout(s)
+    if lay.get("cuda_graph_impl") == "full_iteration" and s.mcore_version < (0, 18, 0):
+        # megatron-core ≤ 0.17 has no full_iteration impl: the path is impl local + scope full_iteration
+        lay["cuda_graph_impl"] = "local"
+        lay["cuda_graph_scope"] = ["full_iteration"]
+        lay.pop("cuda_graph_modules", None)
+        if notes is not None:
+            notes.append(
+                "cuda_graph_impl full_iteration written as local + cuda_graph_scope [full_iteration] "
+                "for megatron-core < 0.18"
+            )
     for key, value in lay.items():
         for path in BRIDGE_PATHS[key]:
             sec, field = path.split(".", 1)
