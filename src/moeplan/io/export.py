@@ -124,16 +124,16 @@ def _hydra_value(v: Any) -> str:
     return text
 
 
-def to_overrides(s: Scenario) -> str:
+def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
     lines = [header(s), f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}"]
-    for sec, fields in bridge_sections(s).items():
+    for sec, fields in bridge_sections(s, notes).items():
         for field, v in fields.items():
             lines.append(f"{sec}.{field}={_hydra_value(v)}")
     return "\n".join(lines) + "\n"
 
 
-def to_yaml(s: Scenario) -> str:
-    body = bridge_sections(s)
+def to_yaml(s: Scenario, notes: list[str] | None = None) -> str:
+    body = bridge_sections(s, notes)
     return header(s) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 
@@ -153,7 +153,7 @@ def matched_recipe(s: Scenario) -> str | None:
     return None
 
 
-def to_python(s: Scenario) -> str:
+def to_python(s: Scenario, notes: list[str] | None = None) -> str:
     recipe = matched_recipe(s)
     lines = [
         header(s),
@@ -174,7 +174,7 @@ def to_python(s: Scenario) -> str:
         "        cfg = getattr(import_module(module), func)()",
         f"    # mixed precision as Bridge's {MIXED_PRECISION[s.training.precision]} recipe sets it",
     ]
-    for sec, fields in bridge_sections(s).items():
+    for sec, fields in bridge_sections(s, notes).items():
         for field, v in fields.items():
             lines.append(f"    cfg.{sec}.{field} = {v!r}")
     lines.append("    return cfg")
@@ -280,12 +280,13 @@ def export(s: Scenario, fmt: str) -> tuple[str, list[str]]:
     Raises:
         InputError: unknown format, or a format that needs a value the scenario lacks.
     """
+    notes: list[str] = []
     if fmt == "mbridge-overrides":
-        return to_overrides(s), []
+        return to_overrides(s, notes), notes
     if fmt == "mbridge-yaml":
-        return to_yaml(s), []
+        return to_yaml(s, notes), notes
     if fmt == "mbridge-python":
-        return to_python(s), []
+        return to_python(s, notes), notes
     if fmt == "megatron-lm-args":
         return to_megatron_lm(s)
     if fmt == "slurm":
