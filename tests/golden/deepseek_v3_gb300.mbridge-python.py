@@ -3,6 +3,8 @@
 
 from importlib import import_module
 
+import torch
+
 #: the Megatron Bridge recipe to start from ('module:function'); None: pass your own ConfigContainer
 RECIPE = 'megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3:deepseek_v3_pretrain_256gpu_gb300_fp8mx_config'
 
@@ -49,13 +51,13 @@ def moeplan_config(cfg=None):
     cfg.rerun_state_machine.check_for_nan_in_loss = False
     cfg.optimizer.use_distributed_optimizer = True
     cfg.optimizer.use_precision_aware_optimizer = True
-    cfg.optimizer.main_grads_dtype = 'bf16'
-    cfg.optimizer.exp_avg_dtype = 'bf16'
-    cfg.optimizer.exp_avg_sq_dtype = 'bf16'
+    cfg.optimizer.main_grads_dtype = torch.bfloat16
+    cfg.optimizer.exp_avg_dtype = torch.bfloat16
+    cfg.optimizer.exp_avg_sq_dtype = torch.bfloat16
     cfg.ddp.use_distributed_optimizer = True
     cfg.ddp.grad_reduce_in_fp32 = False
     cfg.ddp.overlap_grad_reduce = True
-    cfg.dataset.seq_length = 4096
+    cfg.dataset.sequence_length = 4096
     cfg.train.micro_batch_size = 1
     cfg.train.global_batch_size = 4096
     return cfg

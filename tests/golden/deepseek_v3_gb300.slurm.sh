@@ -47,13 +47,13 @@ OVERRIDES=(
   rerun_state_machine.check_for_nan_in_loss=false
   optimizer.use_distributed_optimizer=true
   optimizer.use_precision_aware_optimizer=true
-  optimizer.main_grads_dtype=bf16
-  optimizer.exp_avg_dtype=bf16
-  optimizer.exp_avg_sq_dtype=bf16
+  optimizer.main_grads_dtype=bfloat16
+  optimizer.exp_avg_dtype=bfloat16
+  optimizer.exp_avg_sq_dtype=bfloat16
   ddp.use_distributed_optimizer=true
   ddp.grad_reduce_in_fp32=false
   ddp.overlap_grad_reduce=true
-  dataset.seq_length=4096
+  dataset.sequence_length=4096
   train.micro_batch_size=1
   train.global_batch_size=4096
 )

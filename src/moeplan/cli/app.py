@@ -271,9 +271,7 @@ def export_cmd(
     """Write what Megatron Bridge / Megatron-LM runs for a scenario (nothing is launched).
 
     Exit code 0 on success, 1 when the layout breaks a rule (use --force to export anyway), 2 on bad input."""
-    import os
     import sys
-    import tempfile
 
     from moeplan import load_scenario, validate
     from moeplan.io.export import export
@@ -297,19 +295,51 @@ def export_cmd(
         raise typer.Exit(EXIT_RULE)
     for note in notes:
         sys.stderr.write(f"note: {note}\n")
-    if output is None:
+    if output is None or str(output) == "-":
         sys.stdout.write(text)
         return
-    out_dir = output.resolve().parent
-    if not out_dir.is_dir():
-        _fail_input(InputError("--output", str(output), "a path in an existing directory"))
-        return
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{output.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    if fmt == "slurm":
-        os.chmod(tmp, 0o755)
-    os.replace(tmp, output)
+    try:
+        _write_atomically(output, text, executable=fmt == "slurm")
+    except InputError as exc:
+        _fail_input(exc)
+
+
+def _write_atomically(output: Path, text: str, executable: bool = False) -> None:
+    """Write ``text`` to ``output`` through a temporary file in the same directory and a rename:
+    readers never see half a file. A symlink is followed (its target is replaced); an existing file
+    keeps its permissions; a new one gets the umask's (0644 with the usual 022).
+
+    Raises:
+        InputError: an empty path, a directory, a missing directory, or an unwritable location.
+    """
+    import os
+    import tempfile
+
+    if not str(output).strip():
+        raise InputError("--output", str(output), "a file path, or - for standard output")
+    target = Path(os.path.realpath(output))
+    if target.is_dir():
+        raise InputError("--output", str(output), "a file path (it is a directory)")
+    if not target.parent.is_dir():
+        raise InputError("--output", str(output), "a path in an existing directory")
+    if target.exists() and not target.is_file():
+        raise InputError("--output", str(output), "a regular file (use - for standard output)")
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = target.stat().st_mode & 0o777 if target.exists() else (0o777 if executable else 0o666) & ~umask
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as exc:
+        raise InputError("--output", str(output), f"a writable directory ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise InputError("--output", str(output), f"a writable file ({exc.strerror})") from None
 
 
 @app.command()
@@ -423,8 +453,17 @@ def rules_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readab
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Unexpected errors (moeplan bugs) exit with code 3 and one line,
+    so that scripts can tell them from a broken rule (1) or bad input (2)."""
+    import sys
+
+    try:
+        app(standalone_mode=True)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - last resort: never a traceback for the user
+        sys.stderr.write(f"internal error (a moeplan bug, please report): {type(exc).__name__}: {exc}\n")
+        raise SystemExit(3) from None
 
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ import yaml
 from moeplan.errors import InputError
 from moeplan.io.keys import (
     BRIDGE_PATHS,
+    DTYPE_KEYS,
     KEY_MIN_MCORE,
     MIXED_PRECISION,
     MLM_UNSUPPORTED,
     PRECISION_FIELDS,
+    TORCH_DTYPE,
     TRAINING_PATHS,
     bridge_key_for_version,
     mlm_flag,
@@ -88,7 +90,13 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 "cuda_graph_impl full_iteration written as local + cuda_graph_scope [full_iteration] "
                 "for megatron-core < 0.18"
             )
+    legacy_scope = lay.get("cuda_graph_scope") in ("full_iteration", ["full_iteration"])
+    if lay.get("cuda_graph_impl") == "local" and legacy_scope and s.mcore_version >= (0, 18, 0):
+        lay["cuda_graph_impl"] = "full_iteration"  # 0.18+: the full-iteration impl with an empty scope
+        lay["cuda_graph_scope"] = []
     for key, value in lay.items():
+        if key in DTYPE_KEYS and value is not None:
+            value = TORCH_DTYPE.get(value, value)
         for path in BRIDGE_PATHS[key]:
             sec, field = path.split(".", 1)
             field = bridge_key_for_version(field, s.mcore_version)
@@ -161,6 +169,8 @@ def to_python(s: Scenario, notes: list[str] | None = None) -> str:
         "",
         "from importlib import import_module",
         "",
+        "import torch",
+        "",
         "#: the Megatron Bridge recipe to start from ('module:function'); None: pass your own ConfigContainer",
         f"RECIPE = {recipe!r}",
         "",
@@ -176,7 +186,10 @@ def to_python(s: Scenario, notes: list[str] | None = None) -> str:
     ]
     for sec, fields in bridge_sections(s, notes).items():
         for field, v in fields.items():
-            lines.append(f"    cfg.{sec}.{field} = {v!r}")
+            if field in DTYPE_KEYS and isinstance(v, str):
+                lines.append(f"    cfg.{sec}.{field} = torch.{v}")
+            else:
+                lines.append(f"    cfg.{sec}.{field} = {v!r}")
     lines.append("    return cfg")
     return "\n".join(lines) + "\n"
 
@@ -191,6 +204,10 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             notes.append(f"{key}={v!r} has no Megatron-LM flag (Bridge only)")
             continue
         flag = mlm_flag(key)
+        if key == "check_for_nan_in_loss":
+            if v is False:
+                args.append(flag)
+            continue
         if isinstance(v, bool):
             if v:
                 args.append(flag)
@@ -199,10 +216,7 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
         elif v is None:
             notes.append(f"{key} unset: not written (Megatron-LM cannot express 'unset' vs its default)")
         elif isinstance(v, list):
-            if not v:
-                notes.append(f"{key}=[] (empty list) cannot be written as a Megatron-LM flag")
-                continue
-            args.append(flag + " " + " ".join(shlex.quote(str(x)) for x in v))
+            args.append((flag + " " + " ".join(shlex.quote(str(x)) for x in v)).rstrip())
         else:
             args.append(f"{flag} {shlex.quote(str(v))}")
     t = s.training
@@ -224,7 +238,8 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             "nvfp4": None,
         }[prec]
         if recipe:
-            args += ["--fp8-format e4m3" if prec == "mxfp8" else "--fp8-format hybrid", f"--fp8-recipe {recipe}"]
+            fmt = "e4m3" if prec in ("mxfp8", "fp8-blockwise") else "hybrid"  # as Bridge's recipes set it
+            args += [f"--fp8-format {fmt}", f"--fp8-recipe {recipe}"]
         else:
             args += ["--fp4-format e2m1", "--fp4-recipe nvfp4"]
     return "\n".join([header(s), *args]) + "\n", notes
@@ -252,12 +267,15 @@ def to_slurm(s: Scenario) -> str:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     env.update({k: v for k, v in s.environment.items()})
     overrides = [line for line in to_overrides(s).splitlines() if not line.startswith("#")]
+    if s.num_gpus % gpn:
+        tasks = [f"#SBATCH --ntasks={s.num_gpus}", f"#SBATCH --gpus-per-node={gpn}"]
+    else:
+        tasks = [f"#SBATCH --ntasks-per-node={gpn}", f"#SBATCH --gpus-per-node={gpn}"]
     lines = [
         "#!/bin/bash",
         header(s),
         f"#SBATCH --nodes={nodes}",
-        f"#SBATCH --ntasks-per-node={gpn}",
-        f"#SBATCH --gpus-per-node={gpn}",
+        *tasks,
         "#SBATCH --exclusive",
         "#SBATCH --job-name=moeplan",
         "set -euo pipefail",

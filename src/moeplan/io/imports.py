@@ -20,7 +20,7 @@ import yaml
 
 from moeplan.errors import InputError
 from moeplan.io.export import HEADER
-from moeplan.io.keys import BRIDGE_PATHS, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
+from moeplan.io.keys import BRIDGE_PATHS, MIXED_PRECISION, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
 from moeplan.spec.layout import LayoutSpec
 
 SOURCES = ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args", "megatron-log")
@@ -28,23 +28,88 @@ SOURCES = ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args", "megatron-lo
 _PATH_TO_KEY = {path: key for key, paths in BRIDGE_PATHS.items() for path in paths}
 _PATH_TO_KEY["model.cuda_graph_modules"] = "cuda_graph_modules"
 _TRAIN_PATH_TO_KEY = {path: key for key, paths in TRAINING_PATHS.items() for path in paths}
+_TRAIN_PATH_TO_KEY["dataset.seq_length"] = "seq_length"
+_PRESET_TO_PRECISION = {v: k for k, v in MIXED_PRECISION.items()}
+#: Megatron-LM flags that take a list (argparse nargs='*' / '+'): a bare flag means an empty list
+_LIST_FLAGS = {
+    "recompute_modules",
+    "hierarchical_context_parallel_sizes",
+    "offload_modules",
+    "cuda_graph_scope",
+    "cuda_graph_modules",
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: Python / torch reprs of a Megatron argument dump → our values
+_REPR = {
+    "None": None,
+    "True": True,
+    "False": False,
+    "torch.float32": "fp32",
+    "torch.bfloat16": "bf16",
+    "torch.float16": "fp16",
+    "torch.float8_e4m3fn": "fp8",
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+}
 _FLAG_TO_KEY = {v: k for k, v in MLM_FLAG_EXCEPTIONS.items()}
 
 
 def _precision_from(mp: dict) -> str | None:
     for name, fields in PRECISION_FIELDS.items():
-        if name != "bf16" and all(mp.get(k) == v for k, v in fields.items() if k != "bf16"):
+        if (
+            name != "bf16"
+            and all(mp.get(k) == v for k, v in fields.items() if k not in ("bf16", "fp8"))
+            and (mp.get("fp8_recipe") or mp.get("fp4_recipe"))
+        ):
             return name
     if mp.get("bf16") or mp:
         return "bf16"
     return None
 
 
-def _header(text: str) -> dict:
+def _header(text: str, notes: list[str]) -> dict:
     for line in text.splitlines():
         if line.startswith(HEADER):
-            return json.loads(line[len(HEADER) :])
+            try:
+                meta = json.loads(line[len(HEADER) :])
+            except json.JSONDecodeError:
+                notes.append("the '# moeplan:' header is not valid JSON: ignored")
+                return {}
+            if not isinstance(meta, dict):
+                notes.append("the '# moeplan:' header is not a JSON object: ignored")
+                return {}
+            return meta
     return {}
+
+
+def _value(key: str, v: Any) -> Any:
+    """Normalise a value read from Bridge / Megatron-LM (torch dtypes, enums, one-entry lists)."""
+    if isinstance(v, str):
+        v = _REPR.get(v, v)
+        if (
+            isinstance(v, str) and re.fullmatch(r"[A-Za-z]+\.[A-Za-z_0-9]+", v) and "." in v
+        ):  # enum repr: AttnBackend.auto
+            v = v.split(".", 1)[1]
+    if key == "cp_comm_type" and isinstance(v, list) and len(set(v)) == 1:
+        v = v[0]  # Megatron-LM stores one entry per layer or a single-entry list
+    return v
+
+
+def _keep_valid(layout: dict, notes: list[str]) -> dict:
+    """Drop (with a note) values LayoutSpec rejects, so one odd value does not void the import."""
+    from pydantic import ValidationError
+
+    out = {}
+    for key, v in layout.items():
+        v = _value(key, v)
+        try:
+            LayoutSpec.model_validate({key: v})
+        except ValidationError as exc:
+            notes.append(f"{key}={v!r} dropped: {exc.errors()[0]['msg']}")
+            continue
+        out[key] = v
+    return out
 
 
 def _scenario(meta: dict, layout: dict, training: dict, notes: list[str]) -> dict:
@@ -61,8 +126,11 @@ def _scenario(meta: dict, layout: dict, training: dict, notes: list[str]) -> dic
     tr.update(training)
     if meta.get("precision") and "precision" not in tr:
         tr["precision"] = meta["precision"]
+    world = tr.pop("world_size", None)
+    if world and "system" not in sc:
+        sc["system"] = {"num_gpus": world}
     sc["training"] = tr
-    sc["layout"] = layout
+    sc["layout"] = _keep_valid(layout, notes)
     return sc
 
 
@@ -72,7 +140,13 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
     training: dict[str, Any] = {}
     for sec, fields in sections.items():
         if sec == "mixed_precision":
-            if isinstance(fields, dict):
+            if isinstance(fields, str):
+                prec = _PRESET_TO_PRECISION.get(fields)
+                if prec is None:
+                    notes.append(f"mixed_precision={fields!r} is not a preset moeplan knows: precision left bf16")
+                else:
+                    training["precision"] = prec
+            elif isinstance(fields, dict):
                 prec = _precision_from(fields)
                 if prec:
                     training["precision"] = prec
@@ -96,6 +170,7 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
                 training[_TRAIN_PATH_TO_KEY[path]] = v
             elif path in _PATH_TO_KEY:
                 key = _PATH_TO_KEY[path]
+                v = _value(key, v)
                 if key in layout and layout[key] != v:
                     notes.append(
                         f"{path}={v!r} disagrees with {key}={layout[key]!r} from another section; kept the first"
@@ -107,47 +182,123 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
     return layout, training
 
 
+def _split_top(text: str) -> list[str]:
+    """Split a Hydra list body on commas outside quotes and brackets."""
+    parts, depth, quote, cur = [], 0, None, ""
+    for ch in text:
+        if quote:
+            cur += ch
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+            cur += ch
+        elif ch in "[{":
+            depth += 1
+            cur += ch
+        elif ch in "]}":
+            depth -= 1
+            cur += ch
+        elif ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def hydra_value(text: str) -> Any:
+    """A Hydra override value (its grammar, not YAML 1.1): quoted strings, lists, null/true/false,
+    decimal ints (no octal), floats; anything else is a plain string."""
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        return t[1:-1].replace("\\'", "'")
+    if t.startswith("[") and t.endswith("]"):
+        return [hydra_value(p) for p in _split_top(t[1:-1])]
+    low = t.lower()
+    if low == "null":
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    if re.fullmatch(r"[+-]?\d+", t):
+        return int(t)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", t):
+        return float(t)
+    return t
+
+
 def parse_overrides(text: str) -> dict:
-    sections: dict[str, dict] = {}
+    sections: dict[str, Any] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        for tok in shlex.split(line):
+        try:
+            tokens = shlex.split(line, posix=False)
+        except ValueError:
+            raise InputError("override", line, "key=value tokens with balanced quotes") from None
+        for tok in tokens:
             key, sep, val = tok.partition("=")
-            if not sep or "." not in key:
+            key = key.lstrip("+~")
+            if not sep:
+                raise InputError("override", tok, "section.key=value")
+            if key == "mixed_precision":
+                sections["mixed_precision"] = hydra_value(val)
+                continue
+            if "." not in key:
                 raise InputError("override", tok, "section.key=value")
             sec, field = key.split(".", 1)
-            sections.setdefault(sec, {})[field] = yaml.safe_load(val) if val else None
+            node = sections.setdefault(sec, {})
+            if isinstance(node, dict):
+                node[field] = hydra_value(val)
     return sections
 
 
-def _mlm_tokens(text: str) -> dict[str, Any]:
-    toks = shlex.split("\n".join(line for line in text.splitlines() if not line.strip().startswith("#")))
-    out: dict[str, Any] = {}
+def _mlm_tokens(text: str, notes: list[str]) -> dict[str, list[str]]:
+    lines = []
+    for line in text.splitlines():
+        if line.strip().startswith("#"):
+            continue
+        line = re.sub(r"\s#.*$", "", line)  # trailing comments
+        lines.append(line[:-1] if line.rstrip().endswith("\\") else line)
+    try:
+        toks = shlex.split(" ".join(ln.rstrip().rstrip("\\") for ln in lines))
+    except ValueError:
+        raise InputError("megatron-lm-args", "(file)", "flags with balanced quotes") from None
+    # drop a launcher prefix such as `torchrun ... pretrain_gpt.py`
+    for i, tok in enumerate(toks):
+        if tok.endswith(".py"):
+            toks = toks[i + 1 :]
+            break
+    out: dict[str, list[str]] = {}
     i = 0
     while i < len(toks):
         tok = toks[i]
         if not tok.startswith("--"):
-            raise InputError("megatron-lm-args", tok, "--flag [value ...] tokens")
-        vals = []
+            notes.append(f"{tok!r} is not a flag (ignored)")
+            i += 1
+            continue
+        flag, eq, inline = tok.partition("=")
+        vals = [inline] if eq else []
         i += 1
-        while i < len(toks) and not toks[i].startswith("--"):
+        while not eq and i < len(toks) and not toks[i].startswith("--"):
             vals.append(toks[i])
             i += 1
-        out[tok] = vals
+        out[flag] = vals
     return out
 
 
 def _scalar(v: str) -> Any:
-    if v == "None":
-        return None
+    if v in _REPR:
+        return _REPR[v]
     if re.fullmatch(r"-?\d+", v):
         return int(v)
-    if re.fullmatch(r"-?\d*\.\d+(e-?\d+)?", v):
+    if re.fullmatch(r"-?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", v):
         return float(v)
-    if v in ("True", "true", "False", "false"):
-        return v in ("True", "true")
+    if v in ("true", "false"):
+        return v == "true"
     return v
 
 
@@ -164,7 +315,7 @@ def _accepts(key: str, value: Any) -> bool:
 def _typed(key: str, vals: list[str]) -> Any:
     """A flag's values typed as the LayoutSpec field takes them (scalar if it accepts one, else a list)."""
     if not vals:
-        return True
+        return [] if key in _LIST_FLAGS else True
     if len(vals) == 1:
         v = _scalar(vals[0])
         if _accepts(key, v):
@@ -174,47 +325,66 @@ def _typed(key: str, vals: list[str]) -> Any:
     return [_scalar(x) for x in vals]
 
 
+_FP8_RECIPES = {
+    "tensorwise": "fp8-tensorwise",
+    "delayed": "fp8-delayed",
+    "blockwise": "fp8-blockwise",
+    "mxfp8": "mxfp8",
+}
+
+
 def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
-    flags = _mlm_tokens(text)
+    flags = _mlm_tokens(text, notes)
     layout: dict[str, Any] = {}
     training: dict[str, Any] = {}
     fp8 = None
     for flag, vals in flags.items():
+        if flag == "--no-check-for-nan-in-loss-and-grad":
+            layout["check_for_nan_in_loss"] = False
+            continue
         key = _FLAG_TO_KEY.get(flag) or flag[2:].replace("-", "_")
-        if key in ("seq_length", "micro_batch_size", "global_batch_size"):
-            training[key] = int(vals[0])
+        if key in ("seq_length", "micro_batch_size", "global_batch_size", "world_size"):
+            try:
+                training[key] = int(vals[0])
+            except (IndexError, ValueError):
+                notes.append(f"{flag} {' '.join(vals)}: not an integer (ignored)")
         elif key == "fp8_recipe":
-            fp8 = vals[0]
+            fp8 = vals[0] if vals else None
         elif key == "fp4_recipe":
             training["precision"] = "nvfp4"
         elif key in ("bf16", "fp8_format", "fp4_format"):
             continue
+        elif key == "num_layers_per_virtual_pipeline_stage":
+            notes.append(
+                f"{flag} {' '.join(vals)}: VPP depends on the model's layers; give "
+                "virtual_pipeline_model_parallel_size instead (ignored)"
+            )
         elif key in LayoutSpec.model_fields:
             layout[key] = _typed(key, vals)
         else:
             notes.append(f"{flag} is not modelled by moeplan (ignored)")
     if fp8:
-        training["precision"] = {
-            "tensorwise": "fp8-tensorwise",
-            "delayed": "fp8-delayed",
-            "blockwise": "fp8-blockwise",
-            "mxfp8": "mxfp8",
-        }.get(fp8, "bf16")
-    elif "precision" not in training:
-        training["precision"] = "bf16"
+        training["precision"] = _FP8_RECIPES.get(fp8, "bf16")
+    training.setdefault("precision", "bf16")
     return layout, training
 
 
-_ARG_LINE = re.compile(r"^\s*\[?.*?\]?\s*([a-z_][a-z0-9_]*)\s*\.{2,}\s*(.*?)\s*$")
+_ARG_LINE = re.compile(r"^\s*(?:\S*\]:|\d+:)?\s*([a-z_][a-z0-9_]*)\s*\.{2,}\s*(.*?)\s*$")
 
 
 def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
     """The argument dump of a Megatron-LM log (``name ....... value`` lines between the banners)."""
     args: dict[str, str] = {}
     inside = False
-    for line in text.splitlines():
+    ended = False
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
         if "arguments" in line and "---" in line:
-            inside = "end of arguments" not in line
+            if "end of arguments" in line:
+                inside, ended = False, True
+            else:
+                inside, ended = True, False
+                args = {}  # the last dump wins
             continue
         if inside:
             mt = _ARG_LINE.match(line)
@@ -222,19 +392,22 @@ def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
                 args[mt.group(1)] = mt.group(2)
     if not args:
         raise InputError("log", "(no argument dump)", "a Megatron-LM log with its '-- arguments --' block")
+    if not ended:
+        notes.append("the argument dump is cut off (no 'end of arguments'): later arguments are missing")
     layout: dict[str, Any] = {}
     training: dict[str, Any] = {}
     for name, raw in args.items():
-        if name in ("seq_length", "micro_batch_size", "global_batch_size") and raw.isdigit():
-            training[name] = int(raw)
+        if name in ("seq_length", "micro_batch_size", "global_batch_size", "world_size"):
+            if raw.isdigit():
+                training[name] = int(raw)
         elif name == "fp8_recipe" and args.get("fp8") not in (None, "None"):
-            training["precision"] = {
-                "tensorwise": "fp8-tensorwise",
-                "delayed": "fp8-delayed",
-                "blockwise": "fp8-blockwise",
-                "mxfp8": "mxfp8",
-            }.get(raw, "bf16")
+            training["precision"] = _FP8_RECIPES.get(raw, "bf16")
+        elif name == "fp4_recipe" and args.get("fp4") not in (None, "None"):
+            training["precision"] = "nvfp4"
         elif name in LayoutSpec.model_fields:
+            if raw in _REPR:
+                layout[name] = _REPR[raw]
+                continue
             try:
                 val = yaml.safe_load(raw)
             except yaml.YAMLError:
@@ -251,7 +424,7 @@ def import_config(text: str, source: str) -> tuple[dict, list[str]]:
         InputError: unknown source or unreadable text.
     """
     notes: list[str] = []
-    meta = _header(text)
+    meta = _header(text, notes)
     if source == "mbridge-yaml":
         try:
             data = yaml.safe_load(text) or {}
@@ -264,8 +437,10 @@ def import_config(text: str, source: str) -> tuple[dict, list[str]]:
         layout, training = from_sections(parse_overrides(text), notes)
     elif source == "megatron-lm-args":
         layout, training = from_megatron_lm(text, notes)
+        meta.setdefault("framework", "megatron-core")
     elif source == "megatron-log":
         layout, training = from_log(text, notes)
+        meta.setdefault("framework", "megatron-core")
     else:
         raise InputError("--from", source, ", ".join(SOURCES))
     return _scenario(meta, layout, training, notes), notes

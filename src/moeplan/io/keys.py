@@ -101,7 +101,7 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
 
 #: training key → Bridge paths
 TRAINING_PATHS: dict[str, tuple[str, ...]] = {
-    "seq_length": ("model.seq_length", "dataset.seq_length"),
+    "seq_length": ("model.seq_length", "dataset.sequence_length"),  # GPTDatasetConfig.sequence_length
     "micro_batch_size": ("train.micro_batch_size",),
     "global_batch_size": ("train.global_batch_size",),
 }
@@ -135,25 +135,17 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
     "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
     "use_te_rng_tracker": "--te-rng-tracker",
     "optimizer_cpu_offload": "--optimizer-cpu-offload",
-    "check_for_nan_in_loss": "--check-for-nan-in-loss-and-grad",
+    "check_for_nan_in_loss": "--no-check-for-nan-in-loss-and-grad",  # store_false; default True
     "use_precision_aware_optimizer": "--use-precision-aware-optimizer",
     "grad_reduce_in_fp32": "--accumulate-allreduce-grads-in-fp32",
 }
 
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
-MLM_UNSUPPORTED = frozenset(
-    {
-        "moe_paged_stash",
-        "data_parallel_sharding_strategy",
-        "outer_dp_sharding_strategy",
-        "use_torch_fsdp2",
-        "first_last_layers_bf16",
-        "fp8_dot_product_attention",
-        "offload_modules",
-        "fine_grained_activation_offloading",
-        "cuda_graph_modules",
-    }
-)
+MLM_UNSUPPORTED = frozenset({"moe_paged_stash", "fp8_dot_product_attention", "cuda_graph_modules"})
+
+#: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)
+TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}
+DTYPE_KEYS = frozenset({"main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"})
 
 
 #: keys that appear in a later megatron-core than 0.16 (§3.13): not exported for older versions

@@ -302,7 +302,8 @@ def _expandable(s, e):
     "per-layer graphs keep static buffers per in-flight microbatch: memory grows with PP",
 )
 def _inflight(s, e):
-    if not s.graphs_on() or s.layout.cuda_graph_impl == "full_iteration" or s.pp <= 1:
+    full_iter = s.layout.cuda_graph_impl == "full_iteration" or s.graph_scopes() == ["full_iteration"]
+    if not s.graphs_on() or full_iter or s.pp <= 1:
         return None
     inflight = s.pp if s.vpp <= 1 else s.pp * s.vpp
     return [

@@ -236,3 +236,29 @@ def _versions(s, e):
                 "versions.megatron_core",
             )
         ]
+
+
+@rule(
+    "scenario.keys_vs_version",
+    "megatron_facts.md §3.13 (version deltas)",
+    "layout keys that the scenario's megatron-core version does not have",
+)
+def _keys_version(s, e):
+    from moeplan.io.keys import KEY_MIN_MCORE
+
+    lay = s.layout
+    out = []
+    for key, first in KEY_MIN_MCORE.items():
+        if key == "cuda_graph_modules":
+            continue  # reported by graphs.impl_and_scope_values
+        val = getattr(lay, key, None)
+        if val not in (None, False) and s.mcore_version < first:
+            out.append(
+                e.error(
+                    f"{key} needs megatron-core ≥ {'.'.join(map(str, first))} "
+                    f"(scenario: {'.'.join(map(str, s.mcore_version))})",
+                    f"drop {key} or use megatron-core ≥ {'.'.join(map(str, first))}",
+                    key,
+                )
+            )
+    return out

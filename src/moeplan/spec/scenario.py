@@ -19,6 +19,7 @@ reported: {model_tflops_per_gpu: 1937}
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -173,6 +174,13 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
     if clean.get("model_overrides") is None:
         clean.pop("model_overrides", None)
     if clean.get("environment") is not None:
+        if not isinstance(clean["environment"], dict):
+            raise InputError("environment", clean["environment"], "a mapping of variable names to values")
+        for k in clean["environment"]:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(k)):
+                raise InputError(
+                    f"environment.{k}", k, "a variable name of letters, digits and _ (not starting with a digit)"
+                )
         clean["environment"] = {str(k): str(v) for k, v in dict(clean["environment"]).items()}
     try:
         return ScenarioInput.model_validate(clean)
