@@ -342,6 +342,89 @@ def _write_atomically(output: Path, text: str, executable: bool = False) -> None
         raise InputError("--output", str(output), f"a writable file ({exc.strerror})") from None
 
 
+@app.command("log")
+def log_cmd(
+    logs: Annotated[list[Path], typer.Argument(help="Megatron-LM / Megatron Bridge training log(s).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Steady-state statistics of training logs (iteration time, TFLOP/s, tokens/s, loss, grad norm,
+    skipped/NaN iterations, memory) and the configuration read from the argument dump."""
+    from moeplan.cli import render
+    from moeplan.diagnose.logs import parse_log
+    from moeplan.io.imports import import_config
+
+    out = []
+    for path in logs:
+        try:
+            if not path.is_file():
+                raise InputError("log", str(path), "an existing log file")
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            _fail_input(InputError("log", str(path), f"a readable log file ({exc.strerror})"))
+            return
+        except InputError as exc:
+            _fail_input(exc)
+            return
+        st = parse_log(text)
+        entry = {"log": str(path), **st.summary()}
+        try:
+            sc, notes = import_config(text, "megatron-log")
+            entry["config"] = sc
+            entry["config_notes"] = notes
+        except InputError:
+            entry["config"] = None
+        out.append(entry)
+    if as_json:
+        render.print_json(out if len(out) > 1 else out[0])
+    else:
+        render.render_logs(out)
+
+
+@app.command("oom")
+def oom_cmd(
+    source: Annotated[str, typer.Argument(help="A log file holding a CUDA OOM message, or the message itself.")],
+    scenario: Annotated[
+        Optional[Path],
+        typer.Option("--scenario", help="The run's scenario: blame a stage and a term with the memory model."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read a CUDA out-of-memory message: fragmentation or real demand, and what to change."""
+    from moeplan import estimate_memory, load_scenario
+    from moeplan.cli import render
+    from moeplan.diagnose.oom import parse_oom
+
+    try:
+        text = source
+        try:
+            path = Path(source)
+            if "\n" not in source and len(source) < 4096 and path.is_file():
+                text = path.read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            pass  # not a readable path (too long, NUL byte, ...): treat the argument as the message
+        rep = parse_oom(text)
+        blame = None
+        if scenario is not None:
+            mem = estimate_memory(load_scenario(scenario))
+            peak = mem.peak_stage
+            terms = sorted(
+                ((cat, name, v) for cat, items in peak.items.items() for name, v in items.items()), key=lambda x: -x[2]
+            )[:3]
+            blame = {
+                "stage": peak.stage,
+                "predicted_peak_bytes": peak.total_bytes,
+                "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
+            }
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    out = {**rep.to_dict(), "blame": blame}
+    if as_json:
+        render.print_json(out)
+    else:
+        render.render_oom(out)
+
+
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the built-in models with exact parameter counts (total / active) and published figures."""

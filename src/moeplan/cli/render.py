@@ -257,3 +257,66 @@ def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None
         + (f" ({head * 100:+.1f} % headroom)" if head is not None else "")
         + f" → [{style}]{mem['verdict']}[/]"
     )
+
+
+def render_logs(entries: list[dict]) -> None:
+    from rich.table import Table
+
+    t = Table(title="training logs (steady state: median [IQR])")
+    for col in (
+        "log",
+        "iterations",
+        "warm-up skipped",
+        "iteration s",
+        "TFLOP/s/GPU",
+        "tokens/s/GPU",
+        "loss",
+        "skipped / NaN",
+        "max alloc / reserved GiB",
+        "unreadable lines",
+    ):
+        t.add_column(col, overflow="fold")
+
+    def stat(e, k, scale=1.0, fmt=".4g"):
+        v = e.get(k)
+        return f"{v['median'] * scale:{fmt}} [{v['iqr'] * scale:.2g}]" if v else "–"
+
+    for e in entries:
+        mem = e.get("memory_mb")
+        t.add_row(
+            e["log"],
+            str(e["iterations"]),
+            str(e["warmup_skipped"]),
+            stat(e, "iteration_time_ms", 1e-3, ".3f"),
+            stat(e, "tflops_per_gpu"),
+            stat(e, "tokens_per_s_per_gpu"),
+            stat(e, "loss"),
+            f"{e.get('skipped_iterations', 0):g} / {e.get('nan_iterations', 0):g}",
+            f"{mem['max_allocated'] / 1024:.1f} / {mem['max_reserved'] / 1024:.1f}" if mem else "–",
+            str(e["unreadable_lines"]),
+        )
+    console().print(t)
+
+
+def render_oom(rep: dict) -> None:
+    c = console()
+
+    def g(x):
+        return "?" if x is None else f"{x / 2**30:.2f} GiB"
+
+    c.print(
+        f"requested {g(rep['requested_bytes'])} on GPU {rep['gpu_index']}: total {g(rep['total_bytes'])}, "
+        f"free {g(rep['free_bytes'])}, allocated by PyTorch {g(rep['allocated_bytes'])}, reserved but "
+        f"unallocated {g(rep['reserved_unallocated_bytes'])}",
+        markup=False,
+    )
+    c.print(("[yellow]" if rep["fragmentation"] else "[bold red]") + rep["diagnosis"] + "[/]")
+    if rep.get("blame"):
+        b = rep["blame"]
+        c.print(
+            f"memory model: stage {b['stage']} peaks at {g(b['predicted_peak_bytes'])}; largest: "
+            + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
+            markup=False,
+        )
+    for f in rep["fixes"]:
+        c.print(f"  fix: {f}", markup=False)

@@ -1,0 +1,1 @@
+"""Diagnostics of real runs: training logs and out-of-memory messages."""

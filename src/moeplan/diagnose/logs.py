@@ -1,0 +1,116 @@
+"""Parse Megatron-LM / Megatron Bridge training logs into steady-state statistics.
+
+Recognised lines (Megatron's ``training.py`` ``training_log`` and memory report formats):
+
+- ``iteration  123/ 250000 | consumed samples: ... | elapsed time per iteration (ms): 86545.2 |
+  throughput per GPU (TFLOP/s/GPU): 456.7 | ... | lm loss: 2.50E+00 | ... | grad norm: 0.231 |
+  number of skipped iterations: 0 | number of nan iterations: 0 |`` (field order free, any subset);
+- ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... |
+  max reserved: ...``;
+- the argument dump (read by :mod:`moeplan.io.imports`).
+
+Lines may carry rank prefixes (``[rank3]:``, ``3:``), timestamps and ANSI colours; interleaved ranks
+report the same iteration more than once (the first report of each iteration is kept). Unreadable
+lines are counted, never fatal. Warm-up: iterations before the elapsed time settles are skipped (the
+first 10 % of iterations, at least 2, at most 20), and the statistics are median and spread.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)")
+_FIELD = re.compile(r"\|\s*([A-Za-z][A-Za-z /()\-_]*?)\s*:\s*([-+0-9.eE]+|nan|inf)")
+_MEM = re.compile(
+    r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]+)\s*\|\s*max allocated:\s*([0-9.]+)\s*\|\s*reserved:\s*([0-9.]+)"
+    r"\s*\|\s*max reserved:\s*([0-9.]+)"
+)
+_NAMES = {
+    "elapsed time per iteration (ms)": "iteration_time_ms",
+    "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
+    "tokens per sec per gpu": "tokens_per_s_per_gpu",
+    "lm loss": "loss",
+    "grad norm": "grad_norm",
+    "number of skipped iterations": "skipped",
+    "number of nan iterations": "nan",
+    "global batch size": "global_batch_size",
+}
+
+
+@dataclass
+class LogStats:
+    """Steady-state statistics of one log (times in seconds, memory in MiB as Megatron prints it)."""
+
+    iterations: dict[int, dict[str, float]] = field(default_factory=dict)
+    memory_mb: dict[str, float] = field(default_factory=dict)
+    lines: int = 0
+    unreadable_lines: int = 0
+    warmup_skipped: int = 0
+    text: str = ""
+
+    def series(self, key: str, steady: bool = True) -> list[float]:
+        its = sorted(self.iterations)
+        if steady:
+            its = its[self.warmup_skipped :]
+        return [self.iterations[i][key] for i in its if key in self.iterations[i]]
+
+    def summary(self) -> dict:
+        out: dict = {
+            "iterations": len(self.iterations),
+            "warmup_skipped": self.warmup_skipped,
+            "lines": self.lines,
+            "unreadable_lines": self.unreadable_lines,
+        }
+        for key in ("iteration_time_ms", "tflops_per_gpu", "tokens_per_s_per_gpu", "loss", "grad_norm"):
+            vals = [v for v in self.series(key) if v == v]  # drop NaN
+            if vals:
+                med = statistics.median(vals)
+                quart = statistics.quantiles(vals, n=4) if len(vals) >= 4 else None
+                spread = quart[2] - quart[0] if quart else 0.0
+                out[key] = {"median": med, "iqr": spread, "min": min(vals), "max": max(vals), "n": len(vals)}
+        last = max(self.iterations) if self.iterations else None
+        if last is not None:
+            out["skipped_iterations"] = self.iterations[last].get("skipped", 0.0)
+            out["nan_iterations"] = self.iterations[last].get("nan", 0.0)
+        if self.memory_mb:
+            out["memory_mb"] = dict(self.memory_mb)
+        return out
+
+
+def parse_log(text: str) -> LogStats:
+    """Parse a training log (any number of ranks interleaved). Never raises on content."""
+    st = LogStats(text=text)
+    for raw in text.splitlines():
+        st.lines += 1
+        line = _ANSI.sub("", raw)
+        mm = _MEM.search(line)  # checked first: the memory report also says "(after N iterations) ... |"
+        if mm:
+            a, ma, r, mr = (float(x) for x in mm.groups())
+            for k, v in (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr)):
+                st.memory_mb[k] = max(st.memory_mb.get(k, 0.0), v)
+            continue
+        if "iteration" in line and "|" in line:
+            mt = _ITER.search(line)
+            if not mt:
+                st.unreadable_lines += 1
+                continue
+            it = int(mt.group(1))
+            vals: dict[str, float] = {}
+            for name, val in _FIELD.findall(line[mt.end() :]):
+                key = _NAMES.get(name.strip().lower())
+                if key:
+                    try:
+                        vals[key] = float(val)
+                    except ValueError:
+                        continue
+            if not vals:
+                st.unreadable_lines += 1
+                continue
+            st.iterations.setdefault(it, vals)  # first report of an iteration wins
+            continue
+    n = len(st.iterations)
+    st.warmup_skipped = min(20, max(2, n // 10)) if n > 3 else 0
+    return st

@@ -1,0 +1,108 @@
+"""Read a CUDA out-of-memory message and say whether it is fragmentation or real demand.
+
+PyTorch prints (``c10/cuda/CUDACachingAllocator.cpp``), in its current form: "Tried to allocate X. GPU 0
+has a total capacity of T of which F is free. Including non-PyTorch memory, this process has U memory in
+use. Of the allocated memory A is allocated by PyTorch, and R is reserved by PyTorch but unallocated.";
+and in the older form: "Tried to allocate X (GPU 0; T total capacity; A already allocated; F free; R'
+reserved in total by PyTorch)". Sizes in GiB / MiB / KiB / B as printed.
+
+Fragmentation: the request would fit in the reserved-but-unallocated memory (or that memory is a large
+share of the total) → set ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``. Otherwise the demand is
+real and the fixes are the memory model's (recompute, CP, PP, EP, offload).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from moeplan.errors import InputError
+
+_UNIT = {"B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 2**10, "MB": 2**20, "GB": 2**30}
+_SIZE = r"([0-9.]+)\s*(TiB|GiB|MiB|KiB|B|GB|MB|KB)"
+
+
+def _bytes(num: str, unit: str) -> int:
+    return int(float(num) * _UNIT[unit.upper()])
+
+
+@dataclass(frozen=True)
+class OomReport:
+    """Figures of one OOM message (bytes; None when the message does not give them) and the diagnosis."""
+
+    requested_bytes: int
+    total_bytes: int | None
+    free_bytes: int | None
+    allocated_bytes: int | None
+    reserved_unallocated_bytes: int | None
+    process_in_use_bytes: int | None
+    gpu_index: int | None
+    fragmentation: bool
+    diagnosis: str
+    fixes: list[str]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_oom(text: str) -> OomReport:
+    """Parse the (last) CUDA OOM message in ``text``.
+
+    Raises:
+        InputError: no OOM message found.
+    """
+    idx = text.rfind("Tried to allocate")
+    if idx < 0:
+        raise InputError(
+            "oom",
+            text[:60] + ("…" if len(text) > 60 else ""),
+            "a CUDA out-of-memory message ('CUDA out of memory. Tried to allocate …')",
+        )
+    msg = re.sub(r"\s+", " ", text[idx : idx + 1200])
+
+    def grab(pattern: str) -> int | None:
+        mt = re.search(pattern, msg, re.IGNORECASE)
+        return _bytes(mt.group(1), mt.group(2)) if mt else None
+
+    requested = grab(r"Tried to allocate " + _SIZE)
+    total = grab(r"total capacity of " + _SIZE) or grab(_SIZE + r" total capacity")
+    free = grab(r"of which " + _SIZE + r" is free") or grab(_SIZE + r" free")
+    allocated = grab(_SIZE + r" is allocated by PyTorch") or grab(_SIZE + r" already allocated")
+    unalloc = grab(_SIZE + r" is reserved by PyTorch but unallocated")
+    if unalloc is None:
+        reserved_total = grab(_SIZE + r" reserved in total by PyTorch")
+        if reserved_total is not None and allocated is not None:
+            unalloc = max(0, reserved_total - allocated)
+    in_use = grab(r"this process has " + _SIZE + r" memory in use")
+    gpu = re.search(r"GPU (\d+)", msg)
+    frag = bool(
+        unalloc is not None and requested is not None and (unalloc >= requested or (total and unalloc > 0.1 * total))
+    )
+    if frag:
+        diagnosis = (
+            f"fragmentation: {unalloc / 2**30:.2f} GiB is reserved by PyTorch but unallocated, "
+            f"more than the {requested / 2**30:.2f} GiB request could use in one piece"
+        )
+        fixes = [
+            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (with TE CUDA graphs also NCCL_GRAPH_REGISTER=0)",
+            "then re-check the peak with `moeplan estimate`",
+        ]
+    else:
+        diagnosis = "real demand: the allocator has no large idle reserve; the layout needs less memory per GPU"
+        fixes = [
+            "run `moeplan estimate SCENARIO` to see which stage and term is largest",
+            "selective recompute (moe_act, layernorm, mla_up_proj), then full recompute",
+            "more CP or PP, or EP for expert weights; optimizer CPU offload",
+        ]
+    return OomReport(
+        requested or 0,
+        total,
+        free,
+        allocated,
+        unalloc,
+        in_use,
+        int(gpu.group(1)) if gpu else None,
+        frag,
+        diagnosis,
+        fixes,
+    )

@@ -1,0 +1,175 @@
+"""Log and OOM diagnosis: exact statistics on synthetic Megatron-format logs, both PyTorch OOM message
+formats, fuzzing (never a traceback), and the `log` / `oom` CLI commands in-process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from moeplan.cli.app import app
+from moeplan.diagnose.logs import parse_log
+from moeplan.diagnose.oom import parse_oom
+from moeplan.errors import InputError
+
+runner = CliRunner()
+
+# Megatron training.py training_log line; rank 0 prints it, interleaved copies come from other ranks.
+_LINE = (
+    "[2026-11-30 05:00:{it:02d}] iteration {it:>8d}/     100 | consumed samples: {cs:>10d} | "
+    "elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | "
+    "learning rate: 1.000000E-04 | global batch size:    64 | lm loss: {loss:.6E} | loss scale: 1.0 | "
+    "grad norm: {gn:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |"
+)
+TIMES_MS = [5000.0, 3000.0, 1000.0, 1010.0, 990.0, 1000.0, 1020.0, 980.0, 1000.0, 1005.0]
+
+
+def _log_text() -> str:
+    lines = ["using world size: 8, data-parallel size: 8", "iteration | this line is garbage"]
+    for i, ms in enumerate(TIMES_MS, start=1):
+        line = _LINE.format(it=i, cs=64 * i, ms=ms, tf=400.0 * 1000.0 / ms, loss=10.0 - i * 0.5, gn=1.0 / i)
+        if i == 4:
+            line = "\x1b[32m" + line + "\x1b[0m"  # ANSI colour
+        lines.append(line)
+        if i == 5:  # another rank reports iteration 5 later with a different time: first report wins
+            lines.append("[rank7]: " + _LINE.format(it=5, cs=320, ms=9999.0, tf=1.0, loss=1.0, gn=1.0))
+        if i == 3:
+            lines.append(
+                "[Rank 0] (after 3 iterations) memory (MB) | allocated: 1000.0 | max allocated: 5000.0 "
+                "| reserved: 6000.0 | max reserved: 6000.0"
+            )
+            lines.append(
+                "[Rank 4] (after 3 iterations) memory (MB) | allocated: 900.0 | max allocated: 5500.0 "
+                "| reserved: 5800.0 | max reserved: 7000.0"
+            )
+    lines.append("\x00\xff binary junk")
+    return "\n".join(lines) + "\n"
+
+
+def test_log_statistics_exact():
+    s = parse_log(_log_text()).summary()
+    # 10 distinct iterations; warm-up = min(20, max(2, 10 // 10)) = 2 iterations skipped.
+    assert s["iterations"] == 10 and s["warmup_skipped"] == 2
+    t = s["iteration_time_ms"]
+    # steady times (iters 3..10) sorted: 980 990 1000 1000 1000 1005 1010 1020 -> median 1000;
+    # the rank-7 copy of iteration 5 (9999 ms) is ignored.
+    assert t["n"] == 8 and t["median"] == 1000.0 and t["min"] == 980.0 and t["max"] == 1020.0
+    # exclusive quartiles over 8 points at positions 9/4 and 27/4: 990 + 0.25*10 = 992.5 and
+    # 1005 + 0.75*5 = 1008.75 -> IQR 16.25
+    assert t["iqr"] == pytest.approx(16.25)
+    # loss at iteration i is 10 - i/2; steady iterations 3..10 -> median of 8.5..5.0 = 6.75
+    assert s["loss"]["median"] == pytest.approx(6.75)
+    assert s["skipped_iterations"] == 0 and s["nan_iterations"] == 0
+    # memory: maximum over ranks of each figure
+    assert s["memory_mb"] == {"allocated": 1000.0, "max_allocated": 5500.0, "reserved": 6000.0, "max_reserved": 7000.0}
+    assert s["unreadable_lines"] == 1
+    assert s["lines"] == len(_log_text().splitlines())
+
+
+def test_short_log_has_no_warmup_and_empty_log_is_empty():
+    text = "\n".join(_LINE.format(it=i, cs=i, ms=100.0 * i, tf=1.0, loss=1.0, gn=1.0) for i in (1, 2, 3))
+    s = parse_log(text).summary()
+    assert s["warmup_skipped"] == 0 and s["iteration_time_ms"]["median"] == 200.0
+    e = parse_log("").summary()
+    assert e["iterations"] == 0 and "iteration_time_ms" not in e
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("iteration |:0123456789.eE-+/()\n\x1bmMB[]alocdx")), max_size=400))
+def test_parse_log_never_raises(text):
+    s = parse_log(text).summary()
+    assert s["iterations"] >= 0 and s["unreadable_lines"] <= s["lines"]
+
+
+NEW_FRAG = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of "
+    "139.81 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 138.30 GiB memory in "
+    "use. Of the allocated memory 120.00 GiB is allocated by PyTorch, and 16.00 GiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+NEW_REAL = NEW_FRAG.replace("16.00 GiB is reserved", "512.00 MiB is reserved").replace("GPU 3", "GPU 0")
+OLD_FRAG = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 79.35 GiB total capacity; "
+    "70.00 GiB already allocated; 1.20 GiB free; 76.00 GiB reserved in total by PyTorch)"
+)
+
+
+def test_oom_new_format_fragmentation():
+    r = parse_oom(NEW_FRAG)
+    assert r.requested_bytes == 2 * 2**30 and r.gpu_index == 3
+    assert r.total_bytes == int(139.81 * 2**30) and r.free_bytes == int(1.5 * 2**30)
+    assert r.allocated_bytes == 120 * 2**30 and r.reserved_unallocated_bytes == 16 * 2**30
+    assert r.process_in_use_bytes == int(138.30 * 2**30)
+    assert r.fragmentation and "expandable_segments:True" in r.fixes[0]
+
+
+def test_oom_new_format_real_demand():
+    # 0.5 GiB idle reserve < 2 GiB request and < 10 % of 139.81 GiB -> real demand
+    r = parse_oom(NEW_REAL)
+    assert r.reserved_unallocated_bytes == 512 * 2**20 and not r.fragmentation and r.gpu_index == 0
+    assert "real demand" in r.diagnosis
+
+
+def test_oom_old_format_and_last_message_wins():
+    r = parse_oom(OLD_FRAG)
+    # reserved in total 76 - already allocated 70 = 6 GiB idle >= 1.5 GiB request
+    assert r.reserved_unallocated_bytes == 6 * 2**30 and r.fragmentation
+    assert r.process_in_use_bytes is None and r.total_bytes == int(79.35 * 2**30)
+    both = "[rank0]: " + OLD_FRAG + "\n[rank3]: " + NEW_REAL
+    assert parse_oom(both).requested_bytes == 2 * 2**30 and not parse_oom(both).fragmentation
+
+
+def test_oom_without_message_is_input_error():
+    with pytest.raises(InputError, match="oom"):
+        parse_oom("Segmentation fault (core dumped)")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_parse_oom_only_raises_input_error(text):
+    for t in (text, "Tried to allocate " + text):
+        with contextlib.suppress(InputError):
+            parse_oom(t)
+
+
+def test_cli_log_json(tmp_path):
+    p = tmp_path / "train.log"
+    p.write_text(_log_text())
+    res = runner.invoke(app, ["log", str(p), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["iteration_time_ms"]["median"] == 1000.0 and data["log"] == str(p)
+    res = runner.invoke(app, ["log", str(p)])
+    assert res.exit_code == 0 and "1.000" in res.stdout and "400" in res.stdout
+
+
+def test_cli_log_missing_file_exit_2(tmp_path):
+    res = runner.invoke(app, ["log", str(tmp_path / "nope.log")])
+    assert res.exit_code == 2 and "nope.log" in res.stderr and "Traceback" not in res.output
+
+
+def test_cli_oom_message_file_and_scenario(tmp_path):
+    res = runner.invoke(app, ["oom", NEW_FRAG, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["fragmentation"] is True
+    f = tmp_path / "crash.log"
+    f.write_text("step 1\n" + NEW_REAL + "\n")
+    res = runner.invoke(app, ["oom", str(f), "--scenario", "examples/deepseek_v3_gb300.yaml", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["fragmentation"] is False and data["blame"]["predicted_peak_bytes"] > 0
+    assert len(data["blame"]["largest_terms"]) == 3
+    res = runner.invoke(app, ["oom", str(f)])
+    assert res.exit_code == 0 and "real demand" in res.stdout
+
+
+def test_cli_oom_bad_input_exit_2():
+    res = runner.invoke(app, ["oom", "x" * 5000])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    res = runner.invoke(app, ["oom", "a\x00b"])
+    assert res.exit_code == 2
