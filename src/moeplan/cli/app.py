@@ -380,6 +380,69 @@ def log_cmd(
         render.render_logs(out)
 
 
+def _read_log(path: Path) -> str:
+    try:
+        if not path.is_file():
+            raise InputError("log", str(path), "an existing log file")
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError("log", str(path), f"a readable log file ({exc.strerror})") from None
+
+
+@app.command("compare")
+def compare_cmd(
+    log_a: Annotated[Path, typer.Argument(help="Baseline run's training log (A).")],
+    log_b: Annotated[Path, typer.Argument(help="Run to judge (B).")],
+    scenario: Annotated[
+        Optional[Path],
+        typer.Option("--scenario", help="Model/GPU/world size the logs lack; needed to rank causes."),
+    ] = None,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the test.", min=1e-6, max=0.5)] = 0.01,
+    min_effect: Annotated[
+        float, typer.Option("--min-effect", help="Smallest relative change reported (0.005 = 0.5 %).", min=0.0, max=1.0)
+    ] = 0.005,
+    plot: Annotated[
+        Optional[Path], typer.Option("--plot", help="Write iteration time and memory over steps (.png, .svg, .pdf).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Is run B slower or heavier than run A beyond noise (Mann-Whitney U), what changed between their
+    configurations, and which change our models blame. Exit 1 when B is slower."""
+    from moeplan.cli import render
+    from moeplan.diagnose.compare import compare_runs
+    from moeplan.diagnose.logs import parse_log
+    from moeplan.io.imports import import_config
+    from moeplan.spec.scenario import load_scenario_file
+
+    try:
+        if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise InputError("--plot", str(plot), "a file ending in .png, .svg or .pdf")
+        texts = [_read_log(log_a), _read_log(log_b)]
+        stats = [parse_log(t) for t in texts]
+        configs = []
+        for t in texts:
+            try:
+                configs.append(import_config(t, "megatron-log")[0])
+            except InputError:
+                configs.append(None)
+        base = load_scenario_file(scenario) if scenario is not None else None
+        cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect)
+        if plot is not None:
+            from moeplan.diagnose.plot import plot_runs
+
+            plot_runs(stats[0], stats[1], plot, labels=(str(log_a), str(log_b)))
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    out = {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
+    if as_json:
+        render.print_json(out)
+    else:
+        render.render_compare(out)
+    if cmp.time.verdict == "higher":
+        raise typer.Exit(1)
+
+
 @app.command("oom")
 def oom_cmd(
     source: Annotated[str, typer.Argument(help="A log file holding a CUDA OOM message, or the message itself.")],

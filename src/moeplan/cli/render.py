@@ -320,3 +320,44 @@ def render_oom(rep: dict) -> None:
         )
     for f in rep["fixes"]:
         c.print(f"  fix: {f}", markup=False)
+
+
+def render_compare(d: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    t = d["iteration_time_ms"]
+    style = {"slower": "red", "faster": "green"}.get(t["verdict"], "bold")
+    c.print(
+        f"iteration time: A {t['a_median'] / 1e3:.3f} s (n={t['n_a']}) → B {t['b_median'] / 1e3:.3f} s "
+        f"(n={t['n_b']}); shift {t['shift_rel'] * 100:+.2f} % (Hodges–Lehmann), "
+        f"p = {t['p_value']:.2g} ({t['test']}) → [{style}]{t['verdict']}[/]"
+    )
+    for k, v in d["memory_mb"].items():
+        ch = f" ({v['change_rel'] * 100:+.1f} %)" if v["change_rel"] is not None else ""
+        c.print(f"{k.replace('_', ' ')}: A {v['a'] / 1024:.2f} GiB → B {v['b'] / 1024:.2f} GiB{ch}")
+    if d["causes"]:
+        tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)")
+        for col in ("key", "A", "B", "Δ step time", "Δ peak memory"):
+            tab.add_column(col, overflow="fold")
+        for cz in d["causes"]:
+            st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]
+            tab.add_row(
+                cz["key"],
+                str(cz["a"]),
+                str(cz["b"]),
+                f"{st * 100:+.1f} %" if st is not None else "n/a (" + cz.get("why_not", "")[:60] + ")",
+                f"{mm * 100:+.1f} %" if mm is not None else "–",
+            )
+        c.print(tab)
+    elif d["config_diff"]:
+        tab = Table(title="changed keys")
+        for col in ("key", "A", "B"):
+            tab.add_column(col, overflow="fold")
+        for cz in d["config_diff"]:
+            tab.add_row(cz["key"], str(cz["a"]), str(cz["b"]))
+        c.print(tab)
+    for n in d["notes"]:
+        c.print(f"[yellow]note:[/] {n}")
+    if d.get("plot"):
+        c.print(f"plot written to {d['plot']}")

@@ -28,6 +28,7 @@ _MEM = re.compile(
     r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]+)\s*\|\s*max allocated:\s*([0-9.]+)\s*\|\s*reserved:\s*([0-9.]+)"
     r"\s*\|\s*max reserved:\s*([0-9.]+)"
 )
+_AFTER = re.compile(r"after (\d+) iterations")
 _NAMES = {
     "elapsed time per iteration (ms)": "iteration_time_ms",
     "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
@@ -46,6 +47,7 @@ class LogStats:
 
     iterations: dict[int, dict[str, float]] = field(default_factory=dict)
     memory_mb: dict[str, float] = field(default_factory=dict)
+    memory_reports: list[tuple[int, float]] = field(default_factory=list)  # (iteration, max allocated MiB)
     lines: int = 0
     unreadable_lines: int = 0
     warmup_skipped: int = 0
@@ -91,6 +93,9 @@ def parse_log(text: str) -> LogStats:
             a, ma, r, mr = (float(x) for x in mm.groups())
             for k, v in (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr)):
                 st.memory_mb[k] = max(st.memory_mb.get(k, 0.0), v)
+            after = _AFTER.search(line)
+            if after:
+                st.memory_reports.append((int(after.group(1)), ma))
             continue
         if "iteration" in line and "|" in line:
             mt = _ITER.search(line)

@@ -1,0 +1,236 @@
+"""Compare two training runs: is B slower (or heavier) than A beyond run-to-run noise, and why.
+
+Statistics: the steady-state iteration times of each log (warm-up skipped, see
+:mod:`moeplan.diagnose.logs`) are compared with the two-sided Mann–Whitney U test (Mann & Whitney 1947;
+normal approximation with tie correction and continuity correction 0.5, as
+``scipy.stats.mannwhitneyu(method="asymptotic")``), which does not assume normal noise and is robust to
+the odd slow iteration (checkpointing, GC). The size of the change is the Hodges–Lehmann shift (median
+of all pairwise differences B−A) relative to A's median. A change is reported when p < ``alpha``
+(default 0.01) **and** the shift is at least ``min_effect`` (default 0.5 %), so that a statistically
+detectable but irrelevant change on a long log is not called a regression.
+
+Causes: the keys that differ between the two argument dumps, each applied alone to run A's scenario and
+ranked by how much our step-time and memory models say it moves the step time and the peak memory.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from moeplan.diagnose.logs import LogStats
+from moeplan.errors import InputError, MoeplanError
+
+
+@dataclass(frozen=True)
+class ShiftTest:
+    """Result of the Mann–Whitney comparison of two samples (B against A).
+
+    Attributes:
+        n_a, n_b: sample sizes; median_a, median_b: sample medians (input units);
+        shift: Hodges–Lehmann estimate of B−A (input units); shift_rel: ``shift / median_a``;
+        u_b: Mann–Whitney U of B; z: standardised statistic (positive when B is larger);
+        p_two_sided: two-sided p-value; verdict: ``"higher"``, ``"lower"`` or ``"no change"``.
+    """
+
+    n_a: int
+    n_b: int
+    median_a: float
+    median_b: float
+    shift: float
+    shift_rel: float
+    u_b: float
+    z: float
+    p_two_sided: float
+    verdict: str
+
+
+def _ranks(values: list[float]) -> tuple[list[float], float]:
+    """Average ranks (1-based) and the tie term Σ(t³−t)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties = 0.0
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        avg = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = avg
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    return ranks, ties
+
+
+def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: float = 0.005) -> ShiftTest:
+    """Two-sided Mann–Whitney U test of B against A with a Hodges–Lehmann shift estimate.
+
+    Args:
+        a, b: samples (e.g. iteration times in ms), at least 3 values each.
+        alpha: significance level; min_effect: smallest relative shift reported as a change.
+
+    Raises:
+        InputError: a sample with fewer than 3 values.
+    """
+    for name, x in (("A", a), ("B", b)):
+        if len(x) < 3:
+            raise InputError(f"log {name}", f"{len(x)} steady-state iterations", "at least 3 to compare")
+    na, nb = len(a), len(b)
+    n = na + nb
+    ranks, ties = _ranks(list(a) + list(b))
+    u_b = sum(ranks[na:]) - nb * (nb + 1) / 2
+    mean = na * nb / 2
+    var = na * nb / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        z = 0.0
+    else:
+        d = u_b - mean
+        z = (d - math.copysign(0.5, d)) / math.sqrt(var) if abs(d) > 0.5 else 0.0
+    p = min(1.0, math.erfc(abs(z) / math.sqrt(2)))
+    med_a, med_b = statistics.median(a), statistics.median(b)
+    shift = statistics.median([y - x for x in a for y in b])
+    rel = shift / med_a if med_a else 0.0
+    verdict = "no change"
+    if p < alpha and abs(rel) >= min_effect:
+        verdict = "higher" if shift > 0 else "lower"
+    return ShiftTest(na, nb, med_a, med_b, shift, rel, u_b, z, p, verdict)
+
+
+@dataclass
+class Comparison:
+    """Run B against run A: iteration-time test, memory change, config diff and ranked causes."""
+
+    time: ShiftTest
+    memory_mb: dict[str, tuple[float, float]] = field(default_factory=dict)
+    config_diff: list[dict] = field(default_factory=list)
+    causes: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        t = self.time
+        return {
+            "iteration_time_ms": {
+                "a_median": t.median_a,
+                "b_median": t.median_b,
+                "shift_ms": t.shift,
+                "shift_rel": t.shift_rel,
+                "n_a": t.n_a,
+                "n_b": t.n_b,
+                "test": "Mann-Whitney U, two-sided, normal approximation",
+                "z": t.z,
+                "p_value": t.p_two_sided,
+                "verdict": {"higher": "slower", "lower": "faster"}.get(t.verdict, "no change beyond noise"),
+            },
+            "memory_mb": {
+                k: {"a": a, "b": b, "change_rel": (b - a) / a if a else None} for k, (a, b) in self.memory_mb.items()
+            },
+            "config_diff": self.config_diff,
+            "causes": self.causes,
+            "notes": self.notes,
+        }
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k != "model":
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _set(d: dict, dotted: str, value: object) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    if value is None:
+        d.pop(parts[-1], None)
+    else:
+        d[parts[-1]] = value
+
+
+def _predict(data: dict) -> tuple[float, float]:
+    """(step time s, peak memory bytes) of a scenario mapping; raises on anything unusable."""
+    from moeplan import estimate_memory, load_scenario
+    from moeplan.model.step import estimate_step
+
+    s = load_scenario(data)
+    return estimate_step(s).step_time_s, float(estimate_memory(s).peak_stage.total_bytes)
+
+
+def rank_causes(
+    config_a: dict, config_b: dict, base: dict | None = None, direction: int = 1
+) -> tuple[list[dict], list[dict], list[str]]:
+    """Diff two scenario mappings and rank each changed key by its modelled effect.
+
+    Args:
+        config_a, config_b: scenario mappings read from the two runs (``import_config``).
+        base: a scenario mapping supplying what the logs lack (model, GPU, world size); the run's
+            config is laid over it.
+
+    Returns:
+        (config_diff, causes, notes): every changed key with both values; the changed keys applied
+        alone to A, sorted by Δ step time in the observed ``direction`` (+1: B slower, so the keys the
+        model says slow the step most come first; -1: B faster), with ``step_time_change_rel`` and ``peak_memory_change_rel``
+        (None where the change alone is not a valid layout); notes on what could not be evaluated.
+    """
+    from moeplan.spec.scenario import _deep_merge
+
+    fa, fb = _flatten(config_a), _flatten(config_b)
+    diff = [
+        {"key": k, "a": fa.get(k), "b": fb.get(k)}
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k) != fb.get(k) and k not in ("name", "notes")
+    ]
+    notes: list[str] = []
+    full_a = _deep_merge(base or {}, config_a)
+    try:
+        t0, m0 = _predict(full_a)
+    except MoeplanError as exc:
+        notes.append(f"causes not ranked: run A's configuration is not a complete scenario ({exc}); pass --scenario")
+        return diff, [], notes
+    causes = []
+    for d in diff:
+        trial = _deep_merge({}, full_a)
+        _set(trial, d["key"], d["b"])
+        try:
+            t1, m1 = _predict(trial)
+            causes.append(
+                {**d, "step_time_change_rel": (t1 - t0) / t0, "peak_memory_change_rel": (m1 - m0) / m0 if m0 else None}
+            )
+        except MoeplanError as exc:  # a change that is only valid together with others
+            causes.append({**d, "step_time_change_rel": None, "peak_memory_change_rel": None, "why_not": str(exc)})
+    causes.sort(key=lambda c: -direction * c["step_time_change_rel"] if c["step_time_change_rel"] is not None else 1e9)
+    return diff, causes, notes
+
+
+def compare_runs(
+    a: LogStats,
+    b: LogStats,
+    config_a: dict | None = None,
+    config_b: dict | None = None,
+    base: dict | None = None,
+    alpha: float = 0.01,
+    min_effect: float = 0.005,
+) -> Comparison:
+    """Compare run B against run A (see the module docstring for the test and the ranking).
+
+    Raises:
+        InputError: fewer than 3 steady-state iterations with an elapsed time in either log.
+    """
+    t = shift_test(a.series("iteration_time_ms"), b.series("iteration_time_ms"), alpha, min_effect)
+    cmp = Comparison(time=t)
+    for k in ("max_allocated", "max_reserved"):
+        if k in a.memory_mb and k in b.memory_mb:
+            cmp.memory_mb[k] = (a.memory_mb[k], b.memory_mb[k])
+    if config_a is not None and config_b is not None:
+        direction = -1 if t.shift < 0 else 1
+        cmp.config_diff, cmp.causes, cmp.notes = rank_causes(config_a, config_b, base, direction)
+    else:
+        cmp.notes.append("no argument dump in one of the logs: no config diff")
+    return cmp

@@ -1,0 +1,55 @@
+"""Plot two runs side by side: iteration time over steps and max-allocated memory over steps.
+
+Needs matplotlib (``pip install 'moeplan[plot]'``); the figure is written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from moeplan.diagnose.logs import LogStats
+from moeplan.errors import InputError
+
+
+def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("A", "B")) -> None:
+    """Write a two-panel figure (iteration time in s; max allocated memory in GiB) to ``path``.
+
+    Raises:
+        InputError: matplotlib is not installed, or ``path`` cannot be written.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot", str(path), "matplotlib installed (pip install 'moeplan[plot]')") from None
+    fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for st, label in ((a, labels[0]), (b, labels[1])):
+        its = sorted(i for i in st.iterations if "iteration_time_ms" in st.iterations[i])
+        ax_t.plot(its, [st.iterations[i]["iteration_time_ms"] / 1e3 for i in its], label=label, lw=1)
+        if its and st.warmup_skipped:
+            ax_t.axvline(its[min(st.warmup_skipped, len(its) - 1)], color="grey", ls=":", lw=0.8)
+        if st.memory_reports:
+            pts = sorted(st.memory_reports)
+            ax_m.plot([p[0] for p in pts], [p[1] / 1024 for p in pts], marker="o", label=label)
+    ax_t.set_ylabel("iteration time (s)")
+    ax_t.legend(fontsize=8)
+    ax_m.set_ylabel("max allocated (GiB)")
+    ax_m.set_xlabel("iteration")
+    ax_t.set_title("iteration time (dotted: end of warm-up) and memory")
+    fig.tight_layout()
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", suffix=path.suffix)
+        os.close(fd)
+        fig.savefig(tmp, format=path.suffix.lstrip(".").lower())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError("--plot", str(path), f"a writable file ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+        if "tmp" in locals() and os.path.exists(tmp):
+            os.unlink(tmp)
