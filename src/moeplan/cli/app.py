@@ -488,6 +488,40 @@ def oom_cmd(
         render.render_oom(out)
 
 
+@app.command("doctor")
+def doctor_cmd(
+    scenario: Annotated[
+        Optional[Path], typer.Option("--scenario", help="Check this machine against the scenario's needs.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """This machine's GPUs, driver, CUDA, NCCL, torch / Transformer Engine / megatron-core / bridge /
+    DeepEP versions, NVLink topology and environment; with --scenario, whether it can run it.
+    Exit 1 when something the scenario needs is missing."""
+    from moeplan import load_scenario
+    from moeplan.cli import render
+    from moeplan.diagnose.doctor import check_environment, collect_environment, known_issue_findings
+    from moeplan.spec.scenario import load_scenario_file
+
+    try:
+        data = load_scenario_file(scenario) if scenario is not None else None
+        s = load_scenario(data) if data is not None else None
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    rep = collect_environment()
+    findings = check_environment(rep, s)
+    if data is not None:
+        findings += known_issue_findings(rep, data)
+    out = {**rep.to_dict(), "findings": findings}
+    if as_json:
+        render.print_json(out)
+    else:
+        render.render_doctor(out)
+    if any(f["severity"] == "error" for f in findings):
+        raise typer.Exit(1)
+
+
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the built-in models with exact parameter counts (total / active) and published figures."""

@@ -361,3 +361,38 @@ def render_compare(d: dict) -> None:
         c.print(f"[yellow]note:[/] {n}")
     if d.get("plot"):
         c.print(f"plot written to {d['plot']}")
+
+
+def render_doctor(d: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = console()
+    tab = Table(title="environment")
+    tab.add_column("item")
+    tab.add_column("value", overflow="fold")
+    gpus = d["gpus"]
+    tab.add_row(
+        "GPUs",
+        ", ".join(f"{g['name']} ({g['memory_bytes'] / 2**30:.1f} GiB, sm {g['compute_capability']})" for g in gpus)
+        if gpus
+        else escape(f"none visible ({d['gpu_error'] or 'no GPU found'})"),
+    )
+    for k, label in (
+        ("driver", "driver"),
+        ("cuda_driver", "CUDA (driver)"),
+        ("torch_cuda", "CUDA (torch build)"),
+        ("nccl", "NCCL (torch)"),
+    ):
+        tab.add_row(label, d[k] or "–")
+    for k, v in d["packages"].items():
+        tab.add_row(k, v or ("importable, version unknown" if d["modules"].get(k) else "not installed"))
+    for k, v in sorted(d["environment"].items()):
+        tab.add_row(escape(f"${k}"), escape(v))
+    c.print(tab)
+    if d["topology"]:
+        c.print(d["topology"], markup=False)
+    for f in d["findings"]:
+        style = {"error": "red", "warning": "yellow"}.get(f["severity"], "cyan")
+        text = f"{f['rule']}: {f['message']}" + (f" → {f['fix']}" if f["fix"] else "")
+        c.print(f"[{style}]{f['severity']}[/] " + escape(text))

@@ -245,13 +245,22 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
     return "\n".join([header(s), *args]) + "\n", notes
 
 
-def to_slurm(s: Scenario) -> str:
-    """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
-    the environment the layout needs, and the Bridge overrides."""
-    if s.gpu is None or not s.num_gpus:
-        raise InputError("system", None, "system.gpu and system.num_gpus to write a Slurm script")
-    gpn = s.gpus_per_node or 8
-    nodes = -(-s.num_gpus // gpn)
+def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]:
+    """Environment variables the layout needs at launch (name → value).
+
+    - ``CUDA_DEVICE_MAX_CONNECTIONS``: 1 before Blackwell for TP/SP comm-compute overlap ordering, 32 on
+      Blackwell or with Megatron-FSDP (Megatron Bridge perf scripts);
+    - ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``: HybridEP on NVL72, the NVLink domain seen by EP
+      (guidance, dispatcher section);
+    - ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, plus ``NCCL_GRAPH_REGISTER=0`` with TE CUDA
+      graphs (NCCL buffer registration is not compatible with expandable segments under capture);
+    - the scenario's own ``environment:`` entries last (they win) when ``include_user``.
+
+    Raises:
+        InputError: no GPU in the scenario.
+    """
+    if s.gpu is None:
+        raise InputError("system.gpu", None, "a GPU to derive the launch environment")
     env = {
         "CUDA_DEVICE_MAX_CONNECTIONS": "1"
         if (s.gpu.compute_capability or 0) < 10 and not s.layout.use_megatron_fsdp
@@ -265,7 +274,19 @@ def to_slurm(s: Scenario) -> str:
         env["NCCL_GRAPH_REGISTER"] = "0"
     else:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    env.update({k: v for k, v in s.environment.items()})
+    if include_user:
+        env.update({k: v for k, v in s.environment.items()})
+    return env
+
+
+def to_slurm(s: Scenario) -> str:
+    """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
+    the environment the layout needs, and the Bridge overrides."""
+    if s.gpu is None or not s.num_gpus:
+        raise InputError("system", None, "system.gpu and system.num_gpus to write a Slurm script")
+    gpn = s.gpus_per_node or 8
+    nodes = -(-s.num_gpus // gpn)
+    env = layout_environment(s)
     overrides = [line for line in to_overrides(s).splitlines() if not line.startswith("#")]
     if s.num_gpus % gpn:
         tasks = [f"#SBATCH --ntasks={s.num_gpus}", f"#SBATCH --gpus-per-node={gpn}"]

@@ -1,0 +1,316 @@
+"""Environment doctor: what this machine has (GPUs, driver, CUDA, NCCL, packages, topology, environment
+variables) and whether it can run a scenario.
+
+Collection (:func:`collect_environment`) and judgement (:func:`check_environment`) are separate so the
+checks are testable with a hand-made :class:`EnvironmentReport`. GPU facts come from NVML
+(``nvidia-ml-py``, optional extra ``gpu``), else ``nvidia-smi --query-gpu``; versions from package
+metadata (no heavy import) except torch's CUDA/NCCL build, which needs ``import torch``.
+
+Rules (id → severity):
+
+- ``doctor.gpu_present``: no visible GPU — error with a scenario, info without;
+- ``doctor.gpu_model``: the visible GPU is not the scenario's (warning: planning for another cluster is
+  legitimate, but the estimates are for the scenario's GPU);
+- ``doctor.precision_arch``: MXFP8/NVFP4 need compute capability ≥ 10.0 (Blackwell); FP8 needs ≥ 8.9
+  (Transformer Engine requirements) — error;
+- ``doctor.package``: torch, Transformer Engine, megatron-core (and megatron-bridge for a Bridge
+  scenario) must be installed — error; a flex dispatcher backend (DeepEP / HybridEP, both in the
+  ``deep_ep`` package) must be importable, since a missing backend fails at model construction — error;
+- ``doctor.version``: installed megatron-core / bridge / TE / torch differ from the scenario's
+  ``versions:`` — warning; known issues of the installed versions are reported as ``known_issue.*``;
+- ``doctor.environment``: each variable the layout needs (:func:`moeplan.io.export.layout_environment`)
+  unset or different — warning, except ``NCCL_GRAPH_REGISTER`` (TE CUDA graphs with expandable
+  segments) and ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` (HybridEP on NVL72), which are errors.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "transformer_engine": ("transformer_engine", "transformer-engine", "transformer_engine_torch"),
+    "megatron_core": ("megatron-core", "megatron_core"),
+    "megatron_bridge": ("megatron-bridge", "megatron_bridge"),
+    "deep_ep": ("deep_ep", "deep-ep"),
+    "nvidia_ml_py": ("nvidia-ml-py",),
+}
+MODULES = {
+    "torch": "torch",
+    "transformer_engine": "transformer_engine",
+    "megatron_core": "megatron.core",
+    "megatron_bridge": "megatron.bridge",
+    "deep_ep": "deep_ep",
+}
+ENV_PREFIXES = ("NCCL_", "NVTE_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "NUM_OF_HYBRID_EP", "NVSHMEM_", "UB_")
+
+
+@dataclass
+class EnvironmentReport:
+    """Facts of one machine. ``gpus``: one dict per GPU (``name``, ``memory_bytes``,
+    ``compute_capability``); versions as strings or None when absent."""
+
+    gpus: list[dict] = field(default_factory=list)
+    gpu_source: str = "none"
+    gpu_error: str | None = None
+    driver: str | None = None
+    cuda_driver: str | None = None
+    torch_cuda: str | None = None
+    nccl: str | None = None
+    packages: dict[str, str | None] = field(default_factory=dict)
+    modules: dict[str, bool] = field(default_factory=dict)
+    topology: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _version(dists: tuple[str, ...]) -> str | None:
+    for d in dists:
+        try:
+            return md.version(d)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _gpus_nvml(rep: EnvironmentReport) -> bool:
+    try:
+        import pynvml
+    except ImportError:
+        return False
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVML raises its own error classes; any failure = no GPU
+        rep.gpu_error = f"NVML: {exc}"
+        return False
+    try:
+        rep.driver = pynvml.nvmlSystemGetDriverVersion()
+        cv = pynvml.nvmlSystemGetCudaDriverVersion()
+        rep.cuda_driver = f"{cv // 1000}.{cv % 1000 // 10}"
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            name = pynvml.nvmlDeviceGetName(h)
+            rep.gpus.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                    "compute_capability": major + minor / 10,
+                }
+            )
+        rep.gpu_source = "nvml"
+        return True
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _gpus_smi(rep: EnvironmentReport) -> None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        rep.gpu_error = rep.gpu_error or "no NVML (pip install 'moeplan[gpu]') and no nvidia-smi on PATH"
+        return
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,memory.total,driver_version,compute_cap", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        rep.gpu_error = f"nvidia-smi: {exc}"
+        return
+    if out.returncode != 0:
+        rep.gpu_error = f"nvidia-smi: {out.stderr.strip() or out.stdout.strip()}"
+        return
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4:
+            try:
+                rep.gpus.append(
+                    {
+                        "name": parts[0],
+                        "memory_bytes": int(float(parts[1]) * 2**20),
+                        "compute_capability": float(parts[3]),
+                    }
+                )
+                rep.driver = parts[2]
+            except ValueError:
+                continue
+    rep.gpu_source = "nvidia-smi" if rep.gpus else "none"
+
+
+def collect_environment(with_torch: bool = True, with_topology: bool = True) -> EnvironmentReport:
+    """Collect this machine's facts. Never raises: what cannot be read is None / empty with a reason."""
+    rep = EnvironmentReport()
+    rep.packages = {k: _version(v) for k, v in PACKAGES.items()}
+    rep.modules = {k: _has_module(m) for k, m in MODULES.items()}
+    if not _gpus_nvml(rep):
+        _gpus_smi(rep)
+    if with_torch and rep.modules.get("torch"):
+        try:
+            import torch
+
+            rep.torch_cuda = torch.version.cuda
+            if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+                rep.nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as exc:  # noqa: BLE001 - a broken torch install is a finding, not a crash
+            rep.torch_cuda = f"import failed: {type(exc).__name__}"
+    if with_topology and rep.gpus and shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+            rep.topology = out.stdout.strip() or None
+        except (OSError, subprocess.TimeoutExpired):
+            rep.topology = None
+    rep.environment = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+    return rep
+
+
+def _finding(rule: str, severity: str, message: str, fix: str = "") -> dict:
+    return {"rule": rule, "severity": severity, "message": message, "fix": fix}
+
+
+def _norm(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    nums = re.findall(r"\d+", v.split("+")[0])
+    return tuple(int(x) for x in nums[:3]) if nums else None
+
+
+def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
+    """Judge an :class:`EnvironmentReport`, against a resolved scenario when given.
+
+    Returns:
+        findings: dicts with ``rule``, ``severity`` (error / warning / info), ``message``, ``fix``.
+    """
+    out: list[dict] = []
+    s = scenario
+    if not rep.gpus:
+        out.append(
+            _finding(
+                "doctor.gpu_present",
+                "error" if s is not None else "info",
+                f"no GPU visible ({rep.gpu_error or 'none found'}); software versions are still reported",
+                "run `moeplan doctor` on a training node (inside the container)" if s is not None else "",
+            )
+        )
+    else:
+        names = sorted({g["name"] for g in rep.gpus})
+        out.append(_finding("doctor.gpu_present", "info", f"{len(rep.gpus)} × {', '.join(names)} ({rep.gpu_source})"))
+    if s is None:
+        return out
+    gpu = s.gpu
+    if rep.gpus and gpu is not None:
+        tag = gpu.id.lower().replace("-", "")
+        seen = rep.gpus[0]["name"].lower().replace("-", "").replace(" ", "")
+        if tag not in seen:
+            out.append(
+                _finding(
+                    "doctor.gpu_model",
+                    "warning",
+                    f"the scenario is for {gpu.id} but this machine has {rep.gpus[0]['name']}",
+                    "estimates hold for the scenario's GPU; set system.gpu to this machine's to plan here",
+                )
+            )
+        cc = min(g["compute_capability"] for g in rep.gpus)
+        prec = s.training.precision
+        need = 10.0 if prec in ("mxfp8", "nvfp4") else 8.9 if prec.startswith("fp8") else None
+        if need is not None and cc < need:
+            out.append(
+                _finding(
+                    "doctor.precision_arch",
+                    "error",
+                    f"precision {prec} needs compute capability ≥ {need} but the GPU has {cc}",
+                    "use bf16 or an FP8 recipe this GPU supports (fp8 on Hopper: fp8-tensorwise / fp8-blockwise)",
+                )
+            )
+    required = ["torch", "transformer_engine", "megatron_core"]
+    if s.framework == "megatron-bridge":
+        required.append("megatron_bridge")
+    for pkg in required:
+        if not rep.packages.get(pkg) and not rep.modules.get(pkg):
+            out.append(
+                _finding(
+                    "doctor.package", "error", f"{pkg} is not installed", "use the NeMo / Megatron Bridge container"
+                )
+            )
+    lay = s.layout
+    flex = lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend in ("deepep", "hybridep")
+    if flex and not rep.modules.get("deep_ep"):
+        out.append(
+            _finding(
+                "doctor.package",
+                "error",
+                f"moe_flex_dispatcher_backend={lay.moe_flex_dispatcher_backend} needs the deep_ep package "
+                "(DeepEP / HybridEP); without it model construction fails",
+                "install DeepEP (hybrid-ep branch for HybridEP) or use moe_token_dispatcher_type=alltoall",
+            )
+        )
+    for key, pkg in (
+        ("megatron_core", "megatron_core"),
+        ("megatron_bridge", "megatron_bridge"),
+        ("transformer_engine", "transformer_engine"),
+        ("torch", "torch"),
+    ):
+        want, have = _norm(getattr(s.input.versions, key)), _norm(rep.packages.get(pkg))
+        if want and have and want != have[: len(want)]:
+            out.append(
+                _finding(
+                    "doctor.version",
+                    "warning",
+                    f"versions.{key} is {getattr(s.input.versions, key)} but {rep.packages.get(pkg)} is installed",
+                    f"set versions.{key}: '{rep.packages.get(pkg)}' so the rules check the installed version",
+                )
+            )
+    if gpu is not None:
+        from moeplan.io.export import layout_environment
+
+        strict = {"NCCL_GRAPH_REGISTER", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"}
+        for name, value in layout_environment(s).items():
+            have = rep.environment.get(name)
+            if have != value:
+                out.append(
+                    _finding(
+                        "doctor.environment",
+                        "error" if name in strict else "warning",
+                        f"{name} is {'unset' if have is None else repr(have)}; the layout needs {value!r}",
+                        f"export {name}={value}",
+                    )
+                )
+    return out
+
+
+def known_issue_findings(rep: EnvironmentReport, data: dict) -> list[dict]:
+    """Known issues of the *installed* megatron-core / bridge / TE / torch versions for a scenario
+    mapping (as read from YAML); the installed versions replace its ``versions:``."""
+    from moeplan import load_scenario, validate
+    from moeplan.errors import MoeplanError
+
+    versions = {k: rep.packages.get(k) for k in ("megatron_core", "megatron_bridge", "transformer_engine", "torch")}
+    versions = {k: v for k, v in versions.items() if v}
+    if not versions:
+        return []
+    data = {**data, "versions": {**(data.get("versions") or {}), **versions}}
+    try:
+        res = validate(load_scenario(data))
+    except MoeplanError:  # e.g. a version string the rules cannot parse: no known-issue lookup
+        return []
+    return [
+        _finding(f.rule_id, "warning", f.message, f.fix or "")
+        for f in res.findings
+        if f.rule_id.startswith("known_issue")
+    ]
