@@ -173,3 +173,43 @@ def test_cli_oom_bad_input_exit_2():
     assert res.exit_code == 2 and "Traceback" not in res.output
     res = runner.invoke(app, ["oom", "a\x00b"])
     assert res.exit_code == 2
+
+
+QWEN_TIGHT = {
+    "model": "Qwen/Qwen3-30B-A3B",
+    "system": {"gpu": "h100", "num_gpus": 8},
+    "training": {"seq_length": 16384, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+    "layout": {"expert_model_parallel_size": 8, "recompute_granularity": "selective", "recompute_modules": ["moe_act"]},
+}
+
+
+def test_memory_fixes_are_legal_sorted_and_exact():
+    from moeplan import estimate_memory, load_scenario, validate
+    from moeplan.diagnose.fixes import rank_memory_fixes
+
+    fixes, rejected = rank_memory_fixes(QWEN_TIGHT)
+    assert fixes, rejected
+    savings = [f["saving_bytes"] for f in fixes]
+    assert savings == sorted(savings, reverse=True) and min(savings) > 0
+    peak0 = estimate_memory(load_scenario(QWEN_TIGHT)).peak_stage.total_bytes
+    by = {f["change"]: f for f in fixes}
+    # the recompute candidate is exactly the scenario with layernorm added, re-estimated
+    sel = {**QWEN_TIGHT, "layout": {**QWEN_TIGHT["layout"], "recompute_modules": ["moe_act", "layernorm"]}}
+    peak_sel = estimate_memory(load_scenario(sel)).peak_stage.total_bytes
+    assert not validate(load_scenario(sel)).errors
+    assert by["selective recompute + layernorm"]["saving_bytes"] == int(peak0 - peak_sel)
+    # CP 1 -> 2 halves the sequence per rank: it must save memory (more CP never raises activations)
+    assert by["CP 1 → 2"]["saving_bytes"] > 0
+    for r in rejected:
+        assert r["message"]
+
+
+def test_cli_oom_lists_fixes(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(json.dumps(QWEN_TIGHT))
+    res = runner.invoke(app, ["oom", NEW_REAL, "--scenario", str(sc), "--json"])
+    assert res.exit_code == 0, res.output
+    blame = json.loads(res.stdout)["blame"]
+    assert blame["fixes"] and blame["fixes"][0]["saving_bytes"] >= blame["fixes"][-1]["saving_bytes"]
+    res = runner.invoke(app, ["oom", NEW_FRAG, "--scenario", str(sc), "--json"])
+    assert "fixes" not in json.loads(res.stdout)["blame"]  # fragmentation: the allocator fix, not the layout

@@ -468,7 +468,11 @@ def oom_cmd(
         rep = parse_oom(text)
         blame = None
         if scenario is not None:
-            mem = estimate_memory(load_scenario(scenario))
+            from moeplan.diagnose.fixes import rank_memory_fixes
+            from moeplan.spec.scenario import load_scenario_file
+
+            data = load_scenario_file(scenario)
+            mem = estimate_memory(load_scenario(data))
             peak = mem.peak_stage
             terms = sorted(
                 ((cat, name, v) for cat, items in peak.items.items() for name, v in items.items()), key=lambda x: -x[2]
@@ -477,7 +481,10 @@ def oom_cmd(
                 "stage": peak.stage,
                 "predicted_peak_bytes": peak.total_bytes,
                 "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
+                "capacity_bytes": mem.capacity_bytes,
             }
+            if not rep.fragmentation:
+                blame["fixes"], blame["rejected_fixes"] = rank_memory_fixes(data)
     except InputError as exc:
         _fail_input(exc)
         return

@@ -318,6 +318,24 @@ def render_oom(rep: dict) -> None:
             + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
             markup=False,
         )
+        if b.get("fixes"):
+            from rich.table import Table
+
+            tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
+            for col in ("change", "peak after", "saving", "fits", "Δ step time"):
+                tab.add_column(col, overflow="fold")
+            for f in b["fixes"]:
+                st = f["step_time_change_rel"]
+                tab.add_row(
+                    f["change"],
+                    g(f["peak_bytes"]),
+                    g(f["saving_bytes"]),
+                    "yes" if f["fits"] else "no",
+                    f"{st * 100:+.1f} %" if st is not None else "–",
+                )
+            c.print(tab)
+        for r in b.get("rejected_fixes", []):
+            c.print(f"  rejected: {r['change']} — {r['rule'] or 'input'}: {r['message']}", markup=False)
     for f in rep["fixes"]:
         c.print(f"  fix: {f}", markup=False)
 
