@@ -213,3 +213,26 @@ def test_cli_oom_lists_fixes(tmp_path):
     assert blame["fixes"] and blame["fixes"][0]["saving_bytes"] >= blame["fixes"][-1]["saving_bytes"]
     res = runner.invoke(app, ["oom", NEW_FRAG, "--scenario", str(sc), "--json"])
     assert "fixes" not in json.loads(res.stdout)["blame"]  # fragmentation: the allocator fix, not the layout
+
+
+def test_environment_banner_and_rank_params():
+    text = (
+        "== PyTorch ==\nNVIDIA Release 25.09 (build 201234567)\nPyTorch Version 2.9.0a0+50eac811a6\n"
+        "using world size: 16, data-parallel size: 2, context-parallel size: 2, hierarchical context-parallel "
+        "sizes: None, tensor-model-parallel size: 2, encoder-tensor-model-parallel size: 0, "
+        "pipeline-model-parallel size: 2, encoder-pipeline-model-parallel size: 0\n"
+        " > number of parameters on (tensor, pipeline) model parallel rank (1, 0): 1234567\n"
+        " > number of parameters on (tensor, pipeline) model parallel rank (0, 1): 7654321\n"
+        " > number of parameters on (tensor, pipeline) model parallel rank (1, 0): 999\n"
+    )
+    s = parse_log(text).summary()
+    assert s["environment"] == {
+        "container_release": "25.09",
+        "torch": "2.9.0a0+50eac811a6",
+        "world_size": 16,
+        "data_parallel_size": 2,
+        "context_parallel_size": 2,
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 2,
+    }
+    assert s["rank_params"] == {"1,0": 1234567, "0,1": 7654321}  # the first report of a rank wins

@@ -295,7 +295,19 @@ def render_logs(entries: list[dict]) -> None:
             f"{mem['max_allocated'] / 1024:.1f} / {mem['max_reserved'] / 1024:.1f}" if mem else "–",
             str(e["unreadable_lines"]),
         )
-    console().print(t)
+    c = console()
+    c.print(t)
+    for e in entries:
+        extra = []
+        if e.get("environment"):
+            extra.append("environment: " + ", ".join(f"{k}={v}" for k, v in e["environment"].items()))
+        if e.get("rank_params"):
+            extra.append("params per (tp, pp) rank: " + ", ".join(f"({k}) {v:,}" for k, v in e["rank_params"].items()))
+        if e.get("config"):
+            lay = e["config"].get("layout", {})
+            extra.append("layout from the argument dump: " + ", ".join(f"{k}={v}" for k, v in lay.items()))
+        for x in extra:
+            c.print(f"{e['log']}: {x}", markup=False)
 
 
 def render_oom(rep: dict) -> None:

@@ -7,7 +7,11 @@ Recognised lines (Megatron's ``training.py`` ``training_log`` and memory report 
   number of skipped iterations: 0 | number of nan iterations: 0 |`` (field order free, any subset);
 - ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... |
   max reserved: ...``;
-- the argument dump (read by :mod:`moeplan.io.imports`).
+- the argument dump (read by :mod:`moeplan.io.imports`);
+- the environment banner: container release (``NVIDIA Release 25.09``), ``PyTorch Version``, Megatron's
+  ``using world size: W, data-parallel size: D, context-parallel size: C, ... tensor-model-parallel size:
+  T, ... pipeline-model-parallel size: P`` line, and ``number of parameters on (tensor, pipeline) model
+  parallel rank (t, p): N`` (compare with ``moeplan params``).
 
 Lines may carry rank prefixes (``[rank3]:``, ``3:``), timestamps and ANSI colours; interleaved ranks
 report the same iteration more than once (the first report of each iteration is kept). Unreadable
@@ -28,6 +32,16 @@ _MEM = re.compile(
     r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]+)\s*\|\s*max allocated:\s*([0-9.]+)\s*\|\s*reserved:\s*([0-9.]+)"
     r"\s*\|\s*max reserved:\s*([0-9.]+)"
 )
+_BANNER = [
+    ("container_release", re.compile(r"NVIDIA Release (\d\d\.\d\d(?:\.\d\d)?)")),
+    ("torch", re.compile(r"PyTorch Version\s+(\S+)")),
+    ("world_size", re.compile(r"using world size:\s*(\d+)")),
+    ("data_parallel_size", re.compile(r"data-parallel size:\s*(\d+)")),
+    ("context_parallel_size", re.compile(r"context-parallel size:\s*(\d+)")),
+    ("tensor_model_parallel_size", re.compile(r"tensor-model-parallel size:\s*(\d+)")),
+    ("pipeline_model_parallel_size", re.compile(r"pipeline-model-parallel size:\s*(\d+)")),
+]
+_RANK_PARAMS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)")
 _AFTER = re.compile(r"after (\d+) iterations")
 _NAMES = {
     "elapsed time per iteration (ms)": "iteration_time_ms",
@@ -48,6 +62,8 @@ class LogStats:
     iterations: dict[int, dict[str, float]] = field(default_factory=dict)
     memory_mb: dict[str, float] = field(default_factory=dict)
     memory_reports: list[tuple[int, float]] = field(default_factory=list)  # (iteration, max allocated MiB)
+    environment: dict[str, str | int] = field(default_factory=dict)  # banner facts (first seen wins)
+    rank_params: dict[str, int] = field(default_factory=dict)  # "tp,pp" -> parameters on that rank
     lines: int = 0
     unreadable_lines: int = 0
     warmup_skipped: int = 0
@@ -79,6 +95,10 @@ class LogStats:
             out["nan_iterations"] = self.iterations[last].get("nan", 0.0)
         if self.memory_mb:
             out["memory_mb"] = dict(self.memory_mb)
+        if self.environment:
+            out["environment"] = dict(self.environment)
+        if self.rank_params:
+            out["rank_params"] = dict(self.rank_params)
         return out
 
 
@@ -88,6 +108,16 @@ def parse_log(text: str) -> LogStats:
     for raw in text.splitlines():
         st.lines += 1
         line = _ANSI.sub("", raw)
+        if "iteration" not in line or "|" not in line:
+            rp = _RANK_PARAMS.search(line)
+            if rp:
+                st.rank_params.setdefault(f"{rp.group(1)},{rp.group(2)}", int(rp.group(3)))
+                continue
+            for key, rx in _BANNER:
+                mb = rx.search(line)
+                if mb and key not in st.environment:
+                    v = mb.group(1)
+                    st.environment[key] = int(v) if v.isdigit() else v
         mm = _MEM.search(line)  # checked first: the memory report also says "(after N iterations) ... |"
         if mm:
             a, ma, r, mr = (float(x) for x in mm.groups())
