@@ -52,7 +52,7 @@ def _log_text() -> str:
 
 def test_log_statistics_exact():
     s = parse_log(_log_text()).summary()
-    # 10 distinct iterations; warm-up = min(20, max(2, 10 // 10)) = 2 iterations skipped.
+    # 10 distinct iterations; second-half median 1000 ms: 5000 and 3000 exceed 1.1 x 1000 -> 2 skipped
     assert s["iterations"] == 10 and s["warmup_skipped"] == 2
     t = s["iteration_time_ms"]
     # steady times (iters 3..10) sorted: 980 990 1000 1000 1000 1005 1010 1020 -> median 1000;

@@ -15,8 +15,8 @@ Recognised lines (Megatron's ``training.py`` ``training_log`` and memory report 
 
 Lines may carry rank prefixes (``[rank3]:``, ``3:``), timestamps and ANSI colours; interleaved ranks
 report the same iteration more than once (the first report of each iteration is kept). Unreadable
-lines are counted, never fatal. Warm-up: iterations before the elapsed time settles are skipped (the
-first 10 % of iterations, at least 2, at most 20), and the statistics are median and spread.
+lines are counted, never fatal. Warm-up: the leading iterations slower than 1.1 × the median of the
+second half are skipped (at most 20, at most half), and the statistics are median and spread.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ _BANNER = [
     ("container_release", re.compile(r"NVIDIA Release (\d\d\.\d\d(?:\.\d\d)?)")),
     ("torch", re.compile(r"PyTorch Version\s+(\S+)")),
     ("world_size", re.compile(r"using world size:\s*(\d+)")),
-    ("data_parallel_size", re.compile(r"data-parallel size:\s*(\d+)")),
-    ("context_parallel_size", re.compile(r"context-parallel size:\s*(\d+)")),
-    ("tensor_model_parallel_size", re.compile(r"tensor-model-parallel size:\s*(\d+)")),
-    ("pipeline_model_parallel_size", re.compile(r"pipeline-model-parallel size:\s*(\d+)")),
+    ("data_parallel_size", re.compile(r"data-parallel[- ]size:\s*(\d+)")),
+    ("context_parallel_size", re.compile(r"(?<!hierarchical )context-parallel[- ]size:\s*(\d+)")),
+    ("tensor_model_parallel_size", re.compile(r"(?<!encoder-)tensor-model-parallel[- ]size:\s*(\d+)")),
+    ("pipeline_model_parallel_size", re.compile(r"(?<!encoder-)pipeline-model-parallel[- ]size:\s*(\d+)")),
 ]
 _RANK_PARAMS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)")
 _AFTER = re.compile(r"after (\d+) iterations")
-_NAMES = {
+_NAMES_SPACED = {
     "elapsed time per iteration (ms)": "iteration_time_ms",
     "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
     "tokens per sec per gpu": "tokens_per_s_per_gpu",
@@ -53,6 +53,7 @@ _NAMES = {
     "number of nan iterations": "nan",
     "global batch size": "global_batch_size",
 }
+_NAMES = {re.sub(r"\s+", "", k): v for k, v in _NAMES_SPACED.items()}
 
 
 @dataclass
@@ -102,12 +103,43 @@ class LogStats:
         return out
 
 
-def parse_log(text: str) -> LogStats:
-    """Parse a training log (any number of ranks interleaved). Never raises on content."""
-    st = LogStats(text=text)
+_RECORD_START = re.compile(r"iteration\s+\d+\s*/\s*\d+|memory \(MB\)")
+
+
+def _logical_lines(text: str) -> tuple[list[str], int]:
+    """ANSI-free lines, with hard-wrapped continuations of an iteration or memory record joined back
+    (as when a log is pasted at a fixed width: ``... | number of s`` / ``kipped iterations: 0 |``).
+
+    A continuation starts with neither white space nor ``[`` (timestamps and rank prefixes do), holds
+    a ``|`` and starts no record itself; it is appended without a separator (wraps fall mid-word, and
+    field names are matched with white space removed)."""
+    out: list[str] = []
+    in_record = False
+    physical = 0
     for raw in text.splitlines():
-        st.lines += 1
+        physical += 1
         line = _ANSI.sub("", raw)
+        cont = (
+            in_record
+            and line[:1] not in ("", " ", "\t", "[")
+            and "|" in line
+            and not _RECORD_START.search(line)
+            and not re.match(r"\d+:", line)
+        )
+        if cont:
+            out[-1] += line.rstrip()
+            continue
+        in_record = bool(_RECORD_START.search(line))
+        out.append(line)
+    return out, physical
+
+
+def parse_log(text: str) -> LogStats:
+    """Parse a training log (any number of ranks interleaved, hard-wrapped records rejoined).
+    Never raises on content."""
+    st = LogStats(text=text)
+    lines, st.lines = _logical_lines(text)
+    for line in lines:
         if "iteration" not in line or "|" not in line:
             rp = _RANK_PARAMS.search(line)
             if rp:
@@ -135,7 +167,7 @@ def parse_log(text: str) -> LogStats:
             it = int(mt.group(1))
             vals: dict[str, float] = {}
             for name, val in _FIELD.findall(line[mt.end() :]):
-                key = _NAMES.get(name.strip().lower())
+                key = _NAMES.get(re.sub(r"\s+", "", name).lower())
                 if key:
                     try:
                         vals[key] = float(val)
@@ -146,6 +178,24 @@ def parse_log(text: str) -> LogStats:
                 continue
             st.iterations.setdefault(it, vals)  # first report of an iteration wins
             continue
-    n = len(st.iterations)
-    st.warmup_skipped = min(20, max(2, n // 10)) if n > 3 else 0
+    st.warmup_skipped = _warmup(st)
     return st
+
+
+def _warmup(st: LogStats) -> int:
+    """Leading iterations slower than 1.1 × the median time of the second half (at most 20, at most
+    half of the iterations; none with 3 or fewer). A log excerpt that starts in steady state skips
+    nothing; a run start or a resume (compilation, allocator growth, NCCL setup) is skipped."""
+    its = sorted(st.iterations)
+    n = len(its)
+    if n <= 3:
+        return 0
+    times = [st.iterations[i].get("iteration_time_ms", float("nan")) for i in its]
+    tail = [t for t in times[n // 2 :] if t == t]
+    if not tail:
+        return 0
+    ref = statistics.median(tail)
+    k = 0
+    while k < min(20, n // 2) and times[k] == times[k] and times[k] > 1.1 * ref:
+        k += 1
+    return k

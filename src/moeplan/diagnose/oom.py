@@ -18,8 +18,18 @@ from dataclasses import asdict, dataclass
 
 from moeplan.errors import InputError
 
-_UNIT = {"B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 2**10, "MB": 2**20, "GB": 2**30}
-_SIZE = r"([0-9.]+)\s*(TiB|GiB|MiB|KiB|B|GB|MB|KB)"
+_UNIT = {
+    "BYTES": 1,
+    "B": 1,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+    "KB": 2**10,
+    "MB": 2**20,
+    "GB": 2**30,
+}
+_SIZE = r"([0-9.]+)\s*(TiB|GiB|MiB|KiB|bytes|B|GB|MB|KB)\b"
 
 
 def _bytes(num: str, unit: str) -> int:
@@ -65,15 +75,17 @@ def parse_oom(text: str) -> OomReport:
         return _bytes(mt.group(1), mt.group(2)) if mt else None
 
     requested = grab(r"Tried to allocate " + _SIZE)
-    total = grab(r"total capacity of " + _SIZE) or grab(_SIZE + r" total capacity")
+    total = grab(r"total capac\w* of " + _SIZE) or grab(_SIZE + r" total capac")  # PyTorch 2.1 spelt "capacty"
     free = grab(r"of which " + _SIZE + r" is free") or grab(_SIZE + r" free")
     allocated = grab(_SIZE + r" is allocated by PyTorch") or grab(_SIZE + r" already allocated")
     unalloc = grab(_SIZE + r" is reserved by PyTorch but unallocated")
+    if unalloc is None:  # PyTorch <= 1.3: "N cached" is the cached-but-unallocated memory
+        unalloc = grab(r"free; " + _SIZE + r" cached")
     if unalloc is None:
         reserved_total = grab(_SIZE + r" reserved in total by PyTorch")
         if reserved_total is not None and allocated is not None:
             unalloc = max(0, reserved_total - allocated)
-    in_use = grab(r"this process has " + _SIZE + r" memory in use")
+    in_use = grab(r"(?:this process|Process \d+) has " + _SIZE + r" memory in use")
     gpu = re.search(r"GPU (\d+)", msg)
     frag = bool(
         unalloc is not None and requested is not None and (unalloc >= requested or (total and unalloc > 0.1 * total))

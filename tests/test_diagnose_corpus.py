@@ -1,0 +1,179 @@
+"""Golden tests on excerpts of real logs and OOM messages posted in public issue threads
+(tests/data/diagnose, sources and edits in SOURCES.md). Expected values are read off the files by hand;
+tolerance: exact (times and sizes are parsed, not computed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moeplan.diagnose.logs import parse_log
+from moeplan.diagnose.oom import parse_oom
+
+DATA = Path(__file__).parent / "data" / "diagnose"
+GIB, MIB, KIB = 2**30, 2**20, 2**10
+
+
+def _log(name):
+    return parse_log((DATA / name).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("name", "times"),
+    [
+        ("log_epfllm_iter122_slow.txt", {122: 86545.2, 123: 87871.6, 124: 89474.8, 125: 89075.2}),
+        ("log_gpt2_v100_after5_memory.txt", {5: 16491.5, 10: 1993.9}),
+        ("log_mixtral8x7b_h100_rank1_mem_iter2.txt", {2: 5630.1, 3: 5410.6}),
+        ("log_bridge_pr841_wrapped_iter10.txt", {10: 13212.7, 20: 14260.3}),
+        ("log_megatron_deepspeed_gradnorm_nan.txt", {5426: 4247.9, 5427: 4225.8, 5428: 4229.2}),
+        ("log_megatron_pr5662_rank0_mem_iter20.txt", {20: 744.0}),
+        ("log_bert_nccl_stuck_iter10.txt", {10: 356.2}),
+    ],
+)
+def test_iteration_times(name, times):
+    st = _log(name)
+    assert {i: v["iteration_time_ms"] for i, v in st.iterations.items()} == times
+
+
+def test_excerpt_in_steady_state_skips_no_warmup():
+    # 86545.2 is not above 1.1 x median(89474.8, 89075.2) = 98202.5 -> nothing skipped;
+    # median of the four = (87871.6 + 89075.2) / 2
+    s = _log("log_epfllm_iter122_slow.txt").summary()
+    assert s["warmup_skipped"] == 0 and s["iteration_time_ms"]["median"] == pytest.approx(88473.4)
+
+
+def test_memory_reports_all_formats():
+    assert _log("log_gpt2_v100_after5_memory.txt").memory_mb == {  # no [Rank] prefix (2020 format)
+        "allocated": 10250.5693359375,
+        "max_allocated": 12606.06201171875,
+        "reserved": 17482.0,
+        "max_reserved": 17482.0,
+    }
+    assert _log("log_mixtral8x7b_h100_rank1_mem_iter2.txt").memory_reports == [(1, 54250.98583984375)]
+    assert _log("log_megatron_pr5662_rank0_mem_iter20.txt").memory_mb["max_allocated"] == 5670.39
+    # hard-wrapped at ~85 columns in the post ("max alloca" / "ted:"), rejoined
+    st = _log("log_bridge_pr841_wrapped_iter10.txt")
+    assert st.memory_mb["max_allocated"] == 12712.43603515625 and st.unreadable_lines == 0
+    assert st.iterations[10]["loss"] == 4.474437 and st.iterations[20]["skipped"] == 0.0
+
+
+def test_nan_grad_norm_and_partial_line():
+    st = _log("log_megatron_deepspeed_gradnorm_nan.txt")
+    assert st.unreadable_lines == 1  # the excerpt starts mid-line ("d norm: nan | ...")
+    assert all(v["grad_norm"] != v["grad_norm"] for v in st.iterations.values())  # nan kept as nan
+    assert "grad_norm" not in st.summary()  # nothing but NaN: no statistic
+
+
+def test_skipped_iterations_and_banner():
+    s = _log("log_gpt2_v100_after5_memory.txt").summary()
+    assert s["skipped_iterations"] == 5
+    env = _log("log_megatron_args_issue511.txt").environment
+    assert env == {
+        "world_size": 1,
+        "data_parallel_size": 1,
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 1,
+    }
+
+
+# (file, requested, total, free, allocated, reserved-but-unallocated, process in use, GPU, fragmentation)
+OOMS = [
+    (
+        "oom_megatron_vocab_parallel_ce_old.txt",
+        int(9.33 * GIB),
+        int(10.76 * GIB),
+        int(4.48 * GIB),
+        int(5.17 * GIB),
+        int(5.28 * GIB) - int(5.17 * GIB),
+        None,
+        0,
+        False,
+    ),
+    (
+        "oom_megatron_gpt2_v100_old.txt",
+        786 * MIB,
+        int(31.74 * GIB),
+        int(577.12 * MIB),
+        int(28.82 * GIB),
+        int(29.97 * GIB) - int(28.82 * GIB),
+        None,
+        0,
+        True,
+    ),
+    (
+        "oom_llava_v100_gpu3_old.txt",
+        270 * MIB,
+        int(31.74 * GIB),
+        int(97.38 * MIB),
+        int(31.21 * GIB),
+        int(31.23 * GIB) - int(31.21 * GIB),
+        None,
+        3,
+        False,
+    ),
+    (
+        "oom_pytorch_cached_variant_old.txt",
+        1024 * MIB,
+        int(15.90 * GIB),
+        int(991.56 * MIB),
+        int(14.25 * GIB),
+        607 * KIB,
+        None,
+        0,
+        False,
+    ),
+    (
+        "oom_msswift_glm5_moe_h200_new.txt",
+        48 * MIB,
+        int(139.81 * GIB),
+        int(22.44 * MIB),
+        int(138.20 * GIB),
+        int(40.42 * MIB),
+        int(139.78 * GIB),
+        1,
+        False,
+    ),
+    (
+        "oom_msswift_gemma3_private_pools_new.txt",
+        int(2.63 * GIB),
+        int(79.11 * GIB),
+        int(2.61 * GIB),
+        int(48.15 * GIB),
+        int(3.49 * GIB),
+        0,
+        7,
+        True,
+    ),
+    (
+        "oom_trtllm_mixtral_process_has_new.txt",
+        int(1.5 * GIB),
+        int(79.33 * GIB),
+        int(367.81 * MIB),
+        int(77.73 * GIB),
+        int(768.35 * MIB),
+        int(78.96 * GIB),
+        0,
+        False,
+    ),
+    (
+        "oom_sglang_qwen3next_moe_h20_new.txt",
+        2 * GIB,
+        int(95.08 * GIB),
+        int(1.27 * GIB),
+        int(92.83 * GIB),
+        int(5.54 * MIB),
+        int(93.27 * GIB),
+        0,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", OOMS, ids=[c[0] for c in OOMS])
+def test_oom_corpus(case):
+    name, req, total, free, alloc, unalloc, in_use, gpu, frag = case
+    r = parse_oom((DATA / name).read_text(encoding="utf-8"))
+    assert (r.requested_bytes, r.total_bytes, r.free_bytes, r.allocated_bytes) == (req, total, free, alloc)
+    assert (r.reserved_unallocated_bytes, r.process_in_use_bytes, r.gpu_index) == (unalloc, in_use, gpu)
+    assert r.fragmentation is frag
