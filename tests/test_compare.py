@@ -62,13 +62,17 @@ def test_shift_test_by_hand():
     assert t.p_two_sided == pytest.approx(0.0809, abs=5e-4)
     # pairwise differences 3,2,1 / 4,3,2 / 5,4,3 -> median 3; relative to median(A) = 2
     assert t.shift == 3.0 and t.shift_rel == 1.5 and t.verdict == "higher"
-    assert shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]).verdict == "no change"  # p 0.08 > alpha 0.01
+    # at alpha 0.01, 3 vs 3 values can never be significant (complete separation gives p 0.081 above):
+    assert shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]).verdict == "inconclusive"
 
 
 def test_shift_test_ties_and_identical():
     # all values equal: tie term = n^3 - n makes the variance 0 -> z 0, p 1
-    t = shift_test([5.0] * 4, [5.0] * 4)
+    t = shift_test([5.0] * 10, [5.0] * 10)
     assert t.z == 0.0 and t.p_two_sided == 1.0 and t.verdict == "no change"
+    # non-finite values are dropped before the test
+    t = shift_test([5.0] * 10 + [float("nan"), float("inf")], [5.0] * 10)
+    assert t.n_a == 10 and t.verdict == "no change"
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -160,3 +164,39 @@ def test_cli_compare_bad_inputs(tmp_path):
         res = runner.invoke(app, ["compare", *args])
         assert res.exit_code == 2 and field in res.stderr and "Traceback" not in res.output, res.output
     assert not (tmp_path / "x.gif").exists()
+
+
+def test_each_cause_is_applied_alone():
+    """Regression: trials once shared nested sections, so each carried the earlier changes."""
+    from moeplan.diagnose.compare import _predict
+    from moeplan.io.imports import import_config
+
+    b = dict(DUMP_A, recompute_modules="['moe_act', 'layernorm']", micro_batch_size=2)
+    ca = import_config(make_log(1, 0, dump=DUMP_A), "megatron-log")[0]
+    cb = import_config(make_log(2, 0, dump=b), "megatron-log")[0]
+    _, causes, _ = rank_causes(ca, cb, BASE)
+    full_a = {**BASE, **{k: {**BASE.get(k, {}), **v} if isinstance(v, dict) else v for k, v in ca.items()}}
+    t0, m0 = _predict(full_a)
+    mbs_alone = {**full_a, "training": {**full_a["training"], "micro_batch_size": 2}}
+    t1, m1 = _predict(mbs_alone)
+    got = next(c for c in causes if c["key"] == "training.micro_batch_size")
+    assert got["step_time_change_rel"] == pytest.approx((t1 - t0) / t0, rel=1e-12)
+    assert got["peak_memory_change_rel"] == pytest.approx((m1 - m0) / m0, rel=1e-12)
+
+
+def test_cli_compare_inconclusive_and_scenario_errors(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(make_log(1, 0.0, n=6))
+    b.write_text(make_log(2, 1.0, n=6))  # twice as slow, but 4 steady iterations each
+    res = runner.invoke(app, ["compare", str(a), str(b)])
+    assert res.exit_code == 0 and "inconclusive" in res.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: no-such-model\n")
+    res = runner.invoke(app, ["compare", str(a), str(b), "--scenario", str(bad)])
+    assert res.exit_code == 2 and "no-such-model" in res.stderr
+    res = runner.invoke(app, ["compare", str(a), str(b), "--plot", str(a).replace(".log", ".png")])
+    assert res.exit_code in (0, 2)
+    a_png = tmp_path / "a.png"
+    a_png.write_text(make_log(1, 0.0))
+    res = runner.invoke(app, ["compare", str(a_png), str(b), "--plot", str(a_png)])
+    assert res.exit_code == 2 and "input logs" in res.stderr and a_png.read_text().startswith(" iteration")

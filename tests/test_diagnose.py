@@ -142,7 +142,7 @@ def test_cli_log_json(tmp_path):
     p.write_text(_log_text())
     res = runner.invoke(app, ["log", str(p), "--json"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.stdout)
+    (data,) = json.loads(res.stdout)  # always a list, one entry per log
     assert data["iteration_time_ms"]["median"] == 1000.0 and data["log"] == str(p)
     res = runner.invoke(app, ["log", str(p)])
     assert res.exit_code == 0 and "1.000" in res.stdout and "400" in res.stdout
@@ -236,3 +236,55 @@ def test_environment_banner_and_rank_params():
         "pipeline_model_parallel_size": 2,
     }
     assert s["rank_params"] == {"1,0": 1234567, "0,1": 7654321}  # the first report of a rank wins
+
+
+FULL_GPU = (
+    "CUDA out of memory. Tried to allocate 512.00 KiB. GPU 0 has a total capacity of 79.10 GiB of which "
+    "0 bytes is free. Of the allocated memory 78.00 GiB is allocated by PyTorch, and 1.00 MiB is reserved "
+    "by PyTorch but unallocated."
+)
+
+
+def test_oom_edge_cases():
+    r = parse_oom(FULL_GPU)
+    assert r.free_bytes == 0  # "0 bytes is free" is a value, not a missing figure
+    # 1 MiB idle >= 512 KiB request, but below 0.5 % of 79.10 GiB: a crumb, not fragmentation
+    assert r.fragmentation is False
+    r = parse_oom("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB")
+    assert r.fragmentation is None and "cannot tell" in r.diagnosis
+    for bad in ("Tried to allocate lots of memory", "Tried to allocate 1.2.3 GiB.", "Tried to allocate . GiB"):
+        with pytest.raises(InputError, match="requested size"):
+            parse_oom(bad)
+
+
+def test_log_counters_truncation_bad_values_and_encodings(tmp_path):
+    lines = [
+        _LINE.format(it=i, cs=i, ms=1000.0, tf=1.0, loss=1.0, gn=1.0).replace(
+            "skipped iterations:   0", f"skipped iterations:   {1 if i in (3, 7) else 0}"
+        )
+        for i in range(1, 11)
+    ]
+    text = "\n".join(lines) + "\n[Rank 0] (after 5 iterations) memory (MB) | allocated: 1.2.3 | max allocated: 1 "
+    text += "| reserved: 1 | max reserved: 1\n" + lines[0].replace("iteration        1/", "iteration       11/")[:120]
+    st = parse_log(text)
+    s = st.summary()
+    assert s["skipped_iterations"] == 2  # summed over iterations: Megatron resets it every interval
+    assert st.truncated and 11 not in st.iterations  # the cut-off last record is dropped
+    assert s["unreadable_lines"] == 2 and "memory_mb" not in s  # the "1.2.3" memory line and the cut line
+    p = tmp_path / "u16.log"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-16")
+    res = runner.invoke(app, ["log", str(p), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["iterations"] == 10
+    e = tmp_path / "empty.log"
+    e.write_text("")
+    res = runner.invoke(app, ["log", str(e)])
+    assert res.exit_code == 0 and "no Megatron iteration lines" in res.stdout
+
+
+def test_oom_cli_unreadable_path_and_no_size(tmp_path):
+    d = tmp_path / "adir"
+    d.mkdir()
+    res = runner.invoke(app, ["oom", str(d)])
+    assert res.exit_code == 2 and "adir" in res.stderr
+    res = runner.invoke(app, ["oom", "Tried to allocate lots"])
+    assert res.exit_code == 2 and "requested size" in res.stderr

@@ -127,3 +127,12 @@ def test_cli_doctor():
         assert res.exit_code == 1 and errors[0]["rule"] == "doctor.gpu_present"
     res = runner.invoke(app, ["doctor", "--scenario", "nope.yaml"])
     assert res.exit_code == 2 and "nope.yaml" in res.stderr
+
+
+def test_alloc_conf_option_list_is_accepted():
+    s = load_scenario(GB300)
+    env = dict(GOOD_ENV, PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:512, expandable_segments:True")
+    assert [x["severity"] for x in check_environment(_report("NVIDIA GB300", 10.3, env), s)] == ["info"]
+    env["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:512"
+    f = _by_rule(check_environment(_report("NVIDIA GB300", 10.3, env), s))
+    assert f["doctor.environment"][0]["severity"] == "warning"

@@ -350,18 +350,14 @@ def log_cmd(
     """Steady-state statistics of training logs (iteration time, TFLOP/s, tokens/s, loss, grad norm,
     skipped/NaN iterations, memory) and the configuration read from the argument dump."""
     from moeplan.cli import render
+    from moeplan.diagnose import read_text_file
     from moeplan.diagnose.logs import parse_log
     from moeplan.io.imports import import_config
 
     out = []
     for path in logs:
         try:
-            if not path.is_file():
-                raise InputError("log", str(path), "an existing log file")
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            _fail_input(InputError("log", str(path), f"a readable log file ({exc.strerror})"))
-            return
+            text = read_text_file(path)
         except InputError as exc:
             _fail_input(exc)
             return
@@ -375,18 +371,15 @@ def log_cmd(
             entry["config"] = None
         out.append(entry)
     if as_json:
-        render.print_json(out if len(out) > 1 else out[0])
+        render.print_json(out)  # always a list, one entry per log
     else:
         render.render_logs(out)
 
 
 def _read_log(path: Path) -> str:
-    try:
-        if not path.is_file():
-            raise InputError("log", str(path), "an existing log file")
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError("log", str(path), f"a readable log file ({exc.strerror})") from None
+    from moeplan.diagnose import read_text_file
+
+    return read_text_file(path)
 
 
 @app.command("compare")
@@ -408,6 +401,7 @@ def compare_cmd(
 ) -> None:
     """Is run B slower or heavier than run A beyond noise (Mann-Whitney U), what changed between their
     configurations, and which change our models blame. Exit 1 when B is slower."""
+    from moeplan import load_scenario
     from moeplan.cli import render
     from moeplan.diagnose.compare import compare_runs
     from moeplan.diagnose.logs import parse_log
@@ -417,6 +411,8 @@ def compare_cmd(
     try:
         if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
             raise InputError("--plot", str(plot), "a file ending in .png, .svg or .pdf")
+        if plot is not None and plot.resolve() in (log_a.resolve(), log_b.resolve()):
+            raise InputError("--plot", str(plot), "a path other than the input logs")
         texts = [_read_log(log_a), _read_log(log_b)]
         stats = [parse_log(t) for t in texts]
         configs = []
@@ -426,6 +422,8 @@ def compare_cmd(
             except InputError:
                 configs.append(None)
         base = load_scenario_file(scenario) if scenario is not None else None
+        if base is not None:
+            load_scenario(base)  # a broken --scenario is the user's mistake: exit 2 here, not a note later
         cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect)
         if plot is not None:
             from moeplan.diagnose.plot import plot_runs
@@ -458,13 +456,15 @@ def oom_cmd(
     from moeplan.diagnose.oom import parse_oom
 
     try:
+        from moeplan.diagnose import read_text_file
+
         text = source
         try:
-            path = Path(source)
-            if "\n" not in source and len(source) < 4096 and path.is_file():
-                text = path.read_text(encoding="utf-8", errors="replace")
+            is_path = "\n" not in source and len(source) < 4096 and Path(source).exists()
         except (OSError, ValueError):
-            pass  # not a readable path (too long, NUL byte, ...): treat the argument as the message
+            is_path = False  # too long for a path, NUL byte, ...: the argument is the message
+        if is_path:
+            text = read_text_file(Path(source), "oom")
         rep = parse_oom(text)
         blame = None
         if scenario is not None:
@@ -483,7 +483,7 @@ def oom_cmd(
                 "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
                 "capacity_bytes": mem.capacity_bytes,
             }
-            if not rep.fragmentation:
+            if rep.fragmentation is not True:
                 blame["fixes"], blame["rejected_fixes"] = rank_memory_fixes(data)
     except InputError as exc:
         _fail_input(exc)

@@ -260,6 +260,7 @@ def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None
 
 
 def render_logs(entries: list[dict]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="training logs (steady state: median [IQR])")
@@ -279,12 +280,15 @@ def render_logs(entries: list[dict]) -> None:
 
     def stat(e, k, scale=1.0, fmt=".4g"):
         v = e.get(k)
-        return f"{v['median'] * scale:{fmt}} [{v['iqr'] * scale:.2g}]" if v else "–"
+        if not v:
+            return "–"
+        iqr = f"{v['iqr'] * scale:.2g}" if v["iqr"] is not None else "n<4"
+        return escape(f"{v['median'] * scale:{fmt}} [{iqr}]")
 
     for e in entries:
         mem = e.get("memory_mb")
         t.add_row(
-            e["log"],
+            escape(e["log"]),
             str(e["iterations"]),
             str(e["warmup_skipped"]),
             stat(e, "iteration_time_ms", 1e-3, ".3f"),
@@ -306,6 +310,10 @@ def render_logs(entries: list[dict]) -> None:
         if e.get("config"):
             lay = e["config"].get("layout", {})
             extra.append("layout from the argument dump: " + ", ".join(f"{k}={v}" for k, v in lay.items()))
+        if not e["iterations"]:
+            extra.append("WARNING: no Megatron iteration lines found (is this a training log?)")
+        if e.get("truncated"):
+            extra.append("the file ends inside an iteration line (truncated); that line was dropped")
         for x in extra:
             c.print(f"{e['log']}: {x}", markup=False)
 
@@ -313,8 +321,7 @@ def render_logs(entries: list[dict]) -> None:
 def render_oom(rep: dict) -> None:
     c = console()
 
-    def g(x):
-        return "?" if x is None else f"{x / 2**30:.2f} GiB"
+    from moeplan.diagnose.oom import human_bytes as g
 
     c.print(
         f"requested {g(rep['requested_bytes'])} on GPU {rep['gpu_index']}: total {g(rep['total_bytes'])}, "
@@ -322,7 +329,7 @@ def render_oom(rep: dict) -> None:
         f"unallocated {g(rep['reserved_unallocated_bytes'])}",
         markup=False,
     )
-    c.print(("[yellow]" if rep["fragmentation"] else "[bold red]") + rep["diagnosis"] + "[/]")
+    c.print(rep["diagnosis"], style="yellow" if rep["fragmentation"] is not False else "bold red", markup=False)
     if rep.get("blame"):
         b = rep["blame"]
         c.print(
@@ -353,11 +360,14 @@ def render_oom(rep: dict) -> None:
 
 
 def render_compare(d: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     c = console()
     t = d["iteration_time_ms"]
-    style = {"slower": "red", "faster": "green"}.get(t["verdict"], "bold")
+    style = {"slower": "red", "faster": "green"}.get(
+        t["verdict"], "yellow" if "inconclusive" in t["verdict"] else "bold"
+    )
     c.print(
         f"iteration time: A {t['a_median'] / 1e3:.3f} s (n={t['n_a']}) → B {t['b_median'] / 1e3:.3f} s "
         f"(n={t['n_b']}); shift {t['shift_rel'] * 100:+.2f} % (Hodges–Lehmann), "
@@ -388,9 +398,9 @@ def render_compare(d: dict) -> None:
             tab.add_row(cz["key"], str(cz["a"]), str(cz["b"]))
         c.print(tab)
     for n in d["notes"]:
-        c.print(f"[yellow]note:[/] {n}")
+        c.print("[yellow]note:[/] " + escape(n))
     if d.get("plot"):
-        c.print(f"plot written to {d['plot']}")
+        c.print(f"plot written to {d['plot']}", markup=False)
 
 
 def render_doctor(d: dict) -> None:

@@ -1,1 +1,24 @@
-"""Diagnostics of real runs: training logs and out-of-memory messages."""
+"""Run diagnostics: training logs, OOM messages, run comparison, memory fixes, environment doctor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moeplan.errors import InputError
+
+
+def read_text_file(path: Path, field: str = "log") -> str:
+    """Read a log-like text file: UTF-8 (undecodable bytes replaced) or UTF-16 with a BOM.
+
+    Raises:
+        InputError: the path is not an existing, readable regular file.
+    """
+    try:
+        if not path.is_file():
+            raise InputError(field, str(path), "an existing file")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(field, str(path), f"a readable file ({exc.strerror or type(exc).__name__})") from None
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")

@@ -15,6 +15,7 @@ ranked by how much our step-time and memory models say it moves the step time an
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ class ShiftTest:
         n_a, n_b: sample sizes; median_a, median_b: sample medians (input units);
         shift: Hodges–Lehmann estimate of B−A (input units); shift_rel: ``shift / median_a``;
         u_b: Mann–Whitney U of B; z: standardised statistic (positive when B is larger);
-        p_two_sided: two-sided p-value; verdict: ``"higher"``, ``"lower"`` or ``"no change"``.
+        p_two_sided: two-sided p-value; verdict: ``"higher"``, ``"lower"``, ``"no change"``, or
+        ``"inconclusive"`` when even complete separation of samples this small could not reach ``alpha``.
     """
 
     n_a: int
@@ -69,12 +71,15 @@ def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: 
     """Two-sided Mann–Whitney U test of B against A with a Hodges–Lehmann shift estimate.
 
     Args:
-        a, b: samples (e.g. iteration times in ms), at least 3 values each.
+        a, b: samples (e.g. iteration times in ms), at least 3 finite values each (non-finite values
+            are dropped).
         alpha: significance level; min_effect: smallest relative shift reported as a change.
 
     Raises:
         InputError: a sample with fewer than 3 values.
     """
+    a = [x for x in a if math.isfinite(x)]
+    b = [x for x in b if math.isfinite(x)]
     for name, x in (("A", a), ("B", b)):
         if len(x) < 3:
             raise InputError(f"log {name}", f"{len(x)} steady-state iterations", "at least 3 to compare")
@@ -94,8 +99,13 @@ def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: 
     shift = statistics.median([y - x for x in a for y in b])
     rel = shift / med_a if med_a else 0.0
     verdict = "no change"
+    # the smallest p these sample sizes can reach (complete separation, no ties)
+    var0 = na * nb * (n + 1) / 12
+    p_min = math.erfc((na * nb / 2 - 0.5) / math.sqrt(var0) / math.sqrt(2))
     if p < alpha and abs(rel) >= min_effect:
         verdict = "higher" if shift > 0 else "lower"
+    elif p_min >= alpha:
+        verdict = "inconclusive"
     return ShiftTest(na, nb, med_a, med_b, shift, rel, u_b, z, p, verdict)
 
 
@@ -122,7 +132,11 @@ class Comparison:
                 "test": "Mann-Whitney U, two-sided, normal approximation",
                 "z": t.z,
                 "p_value": t.p_two_sided,
-                "verdict": {"higher": "slower", "lower": "faster"}.get(t.verdict, "no change beyond noise"),
+                "verdict": {
+                    "higher": "slower",
+                    "lower": "faster",
+                    "inconclusive": "inconclusive: too few steady-state iterations for this alpha",
+                }.get(t.verdict, "no change beyond noise"),
             },
             "memory_mb": {
                 k: {"a": a, "b": b, "change_rel": (b - a) / a if a else None} for k, (a, b) in self.memory_mb.items()
@@ -188,7 +202,7 @@ def rank_causes(
         if fa.get(k) != fb.get(k) and k not in ("name", "notes")
     ]
     notes: list[str] = []
-    full_a = _deep_merge(base or {}, config_a)
+    full_a = copy.deepcopy(_deep_merge(copy.deepcopy(base or {}), config_a))
     try:
         t0, m0 = _predict(full_a)
     except MoeplanError as exc:
@@ -196,7 +210,7 @@ def rank_causes(
         return diff, [], notes
     causes = []
     for d in diff:
-        trial = _deep_merge({}, full_a)
+        trial = copy.deepcopy(full_a)  # each key applied alone: never share nested sections
         _set(trial, d["key"], d["b"])
         try:
             t1, m1 = _predict(trial)

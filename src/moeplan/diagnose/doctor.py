@@ -128,7 +128,8 @@ def _gpus_smi(rep: EnvironmentReport) -> None:
         out = subprocess.run(
             [exe, "--query-gpu=name,memory.total,driver_version,compute_cap", "--format=csv,noheader,nounits"],
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=20,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -172,7 +173,9 @@ def collect_environment(with_torch: bool = True, with_topology: bool = True) -> 
             rep.torch_cuda = f"import failed: {type(exc).__name__}"
     if with_topology and rep.gpus and shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+            out = subprocess.run(
+                ["nvidia-smi", "topo", "-m"], capture_output=True, encoding="utf-8", errors="replace", timeout=20
+            )
             rep.topology = out.stdout.strip() or None
         except (OSError, subprocess.TimeoutExpired):
             rep.topology = None
@@ -282,6 +285,13 @@ def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
         strict = {"NCCL_GRAPH_REGISTER", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"}
         for name, value in layout_environment(s).items():
             have = rep.environment.get(name)
+            # PYTORCH_CUDA_ALLOC_CONF is a comma-separated option list: the needed ones must be among them
+            if (
+                name == "PYTORCH_CUDA_ALLOC_CONF"
+                and have is not None
+                and set(value.split(",")) <= {o.strip() for o in have.split(",")}
+            ):
+                continue
             if have != value:
                 out.append(
                     _finding(

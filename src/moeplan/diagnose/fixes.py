@@ -122,4 +122,13 @@ def rank_memory_fixes(data: dict) -> tuple[list[dict], list[dict]]:
             }
         )
     out.sort(key=lambda f: -f["saving_bytes"])
+    for f in out:
+        if f["saving_bytes"] <= 0:
+            rejected.append(
+                {
+                    "change": f["change"],
+                    "rule": None,
+                    "message": f"does not lower the peak ({f['saving_bytes'] / 2**30:+.2f} GiB saved)",
+                }
+            )
     return [f for f in out if f["saving_bytes"] > 0], rejected

@@ -21,6 +21,7 @@ second half are skipped (at most 20, at most half), and the statistics are media
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -65,16 +66,18 @@ class LogStats:
     memory_reports: list[tuple[int, float]] = field(default_factory=list)  # (iteration, max allocated MiB)
     environment: dict[str, str | int] = field(default_factory=dict)  # banner facts (first seen wins)
     rank_params: dict[str, int] = field(default_factory=dict)  # "tp,pp" -> parameters on that rank
+    truncated: bool = False  # the file ends inside a record (dropped)
     lines: int = 0
     unreadable_lines: int = 0
     warmup_skipped: int = 0
     text: str = ""
 
     def series(self, key: str, steady: bool = True) -> list[float]:
+        """Finite values of ``key`` in iteration order (after the warm-up when ``steady``)."""
         its = sorted(self.iterations)
         if steady:
             its = its[self.warmup_skipped :]
-        return [self.iterations[i][key] for i in its if key in self.iterations[i]]
+        return [v for i in its if math.isfinite(v := self.iterations[i].get(key, math.nan))]
 
     def summary(self) -> dict:
         out: dict = {
@@ -82,18 +85,19 @@ class LogStats:
             "warmup_skipped": self.warmup_skipped,
             "lines": self.lines,
             "unreadable_lines": self.unreadable_lines,
+            "truncated": self.truncated,
         }
         for key in ("iteration_time_ms", "tflops_per_gpu", "tokens_per_s_per_gpu", "loss", "grad_norm"):
-            vals = [v for v in self.series(key) if v == v]  # drop NaN
+            vals = self.series(key)  # finite values only: NaN / inf never reach the statistics or JSON
             if vals:
                 med = statistics.median(vals)
                 quart = statistics.quantiles(vals, n=4) if len(vals) >= 4 else None
-                spread = quart[2] - quart[0] if quart else 0.0
+                spread = quart[2] - quart[0] if quart else None
                 out[key] = {"median": med, "iqr": spread, "min": min(vals), "max": max(vals), "n": len(vals)}
-        last = max(self.iterations) if self.iterations else None
-        if last is not None:
-            out["skipped_iterations"] = self.iterations[last].get("skipped", 0.0)
-            out["nan_iterations"] = self.iterations[last].get("nan", 0.0)
+        if self.iterations:
+            # Megatron resets both counters every log interval (training_log): the run's totals are sums
+            for key, name in (("skipped", "skipped_iterations"), ("nan", "nan_iterations")):
+                out[name] = sum(v.get(key, 0.0) for v in self.iterations.values() if math.isfinite(v.get(key, 0.0)))
         if self.memory_mb:
             out["memory_mb"] = dict(self.memory_mb)
         if self.environment:
@@ -139,6 +143,11 @@ def parse_log(text: str) -> LogStats:
     Never raises on content."""
     st = LogStats(text=text)
     lines, st.lines = _logical_lines(text)
+    last = lines[-1].rstrip() if lines else ""
+    if text and not text.endswith(("\n", "\r")) and _ITER.search(last) and not last.endswith("|"):
+        lines.pop()  # an iteration record (which ends in '|') cut off by truncation ("...(ms): 99" of 994.2) is not trusted
+        st.unreadable_lines += 1
+        st.truncated = True
     for line in lines:
         if "iteration" not in line or "|" not in line:
             rp = _RANK_PARAMS.search(line)
@@ -152,7 +161,11 @@ def parse_log(text: str) -> LogStats:
                     st.environment[key] = int(v) if v.isdigit() else v
         mm = _MEM.search(line)  # checked first: the memory report also says "(after N iterations) ... |"
         if mm:
-            a, ma, r, mr = (float(x) for x in mm.groups())
+            try:
+                a, ma, r, mr = (float(x) for x in mm.groups())
+            except ValueError:  # "1.2.3"
+                st.unreadable_lines += 1
+                continue
             for k, v in (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr)):
                 st.memory_mb[k] = max(st.memory_mb.get(k, 0.0), v)
             after = _AFTER.search(line)
@@ -184,18 +197,18 @@ def parse_log(text: str) -> LogStats:
 
 def _warmup(st: LogStats) -> int:
     """Leading iterations slower than 1.1 × the median time of the second half (at most 20, at most
-    half of the iterations; none with 3 or fewer). A log excerpt that starts in steady state skips
+    half of the iterations, at least one may go). A log excerpt that starts in steady state skips
     nothing; a run start or a resume (compilation, allocator growth, NCCL setup) is skipped."""
     its = sorted(st.iterations)
     n = len(its)
-    if n <= 3:
+    if n < 2:
         return 0
-    times = [st.iterations[i].get("iteration_time_ms", float("nan")) for i in its]
-    tail = [t for t in times[n // 2 :] if t == t]
+    times = [st.iterations[i].get("iteration_time_ms", math.nan) for i in its]
+    tail = [t for t in times[n // 2 :] if math.isfinite(t)]
     if not tail:
         return 0
     ref = statistics.median(tail)
     k = 0
-    while k < min(20, n // 2) and times[k] == times[k] and times[k] > 1.1 * ref:
+    while k < min(20, max(1, n // 2)) and math.isfinite(times[k]) and times[k] > 1.1 * ref:
         k += 1
     return k

@@ -32,8 +32,25 @@ _UNIT = {
 _SIZE = r"([0-9.]+)\s*(TiB|GiB|MiB|KiB|bytes|B|GB|MB|KB)\b"
 
 
-def _bytes(num: str, unit: str) -> int:
-    return int(float(num) * _UNIT[unit.upper()])
+def _bytes(num: str, unit: str) -> int | None:
+    try:
+        return int(float(num) * _UNIT[unit.upper()])
+    except (ValueError, OverflowError):  # "1.2.3 GiB", ". GiB"
+        return None
+
+
+def _first(*values: int | None) -> int | None:
+    return next((v for v in values if v is not None), None)
+
+
+def human_bytes(n: int | None) -> str:
+    """Bytes as GiB / MiB / KiB / B, whichever reads best ("?" for None)."""
+    if n is None:
+        return "?"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
 
 
 @dataclass(frozen=True)
@@ -47,7 +64,7 @@ class OomReport:
     reserved_unallocated_bytes: int | None
     process_in_use_bytes: int | None
     gpu_index: int | None
-    fragmentation: bool
+    fragmentation: bool | None
     diagnosis: str
     fixes: list[str]
 
@@ -75,9 +92,11 @@ def parse_oom(text: str) -> OomReport:
         return _bytes(mt.group(1), mt.group(2)) if mt else None
 
     requested = grab(r"Tried to allocate " + _SIZE)
-    total = grab(r"total capac\w* of " + _SIZE) or grab(_SIZE + r" total capac")  # PyTorch 2.1 spelt "capacty"
-    free = grab(r"of which " + _SIZE + r" is free") or grab(_SIZE + r" free")
-    allocated = grab(_SIZE + r" is allocated by PyTorch") or grab(_SIZE + r" already allocated")
+    if requested is None:
+        raise InputError("oom", msg[:60], "a message with the requested size ('Tried to allocate 2.00 GiB')")
+    total = _first(grab(r"total capac\w* of " + _SIZE), grab(_SIZE + r" total capac"))  # 2.1 spelt "capacty"
+    free = _first(grab(r"of which " + _SIZE + r" is free"), grab(_SIZE + r" free"))
+    allocated = _first(grab(_SIZE + r" is allocated by PyTorch"), grab(_SIZE + r" already allocated"))
     unalloc = grab(_SIZE + r" is reserved by PyTorch but unallocated")
     if unalloc is None:  # PyTorch <= 1.3: "N cached" is the cached-but-unallocated memory
         unalloc = grab(r"free; " + _SIZE + r" cached")
@@ -87,13 +106,22 @@ def parse_oom(text: str) -> OomReport:
             unalloc = max(0, reserved_total - allocated)
     in_use = grab(r"(?:this process|Process \d+) has " + _SIZE + r" memory in use")
     gpu = re.search(r"GPU (\d+)", msg)
-    frag = bool(
-        unalloc is not None and requested is not None and (unalloc >= requested or (total and unalloc > 0.1 * total))
-    )
-    if frag:
+    # fragmentation: the idle reserve could hold the request (or is a tenth of the GPU) and is not a
+    # rounding-size crumb (at least 0.5 % of the GPU, or 64 MiB when the total is not given)
+    floor = 0.005 * total if total else 64 * 2**20
+    frag: bool | None = None
+    if unalloc is not None:
+        frag = unalloc >= floor and (unalloc >= requested or bool(total and unalloc > 0.1 * total))
+    if frag is None:
+        diagnosis = "cannot tell fragmentation from real demand: the message gives no reserved-but-unallocated figure"
+        fixes = [
+            "find the full message (every rank prints one) or rerun with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "run `moeplan estimate SCENARIO` to compare the predicted peak with the GPU's usable memory",
+        ]
+    elif frag:
         diagnosis = (
-            f"fragmentation: {unalloc / 2**30:.2f} GiB is reserved by PyTorch but unallocated, "
-            f"more than the {requested / 2**30:.2f} GiB request could use in one piece"
+            f"fragmentation: {human_bytes(unalloc)} is reserved by PyTorch but unallocated, "
+            f"more than the {human_bytes(requested)} request could use in one piece"
         )
         fixes = [
             "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (with TE CUDA graphs also NCCL_GRAPH_REGISTER=0)",
@@ -107,7 +135,7 @@ def parse_oom(text: str) -> OomReport:
             "more CP or PP, or EP for expert weights; optimizer CPU offload",
         ]
     return OomReport(
-        requested or 0,
+        requested,
         total,
         free,
         allocated,
