@@ -397,6 +397,9 @@ def compare_cmd(
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="Write iteration time and memory over steps (.png, .svg, .pdf).")
     ] = None,
+    calibration: Annotated[
+        Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Is run B slower or heavier than run A beyond noise (Mann-Whitney U), what changed between their
@@ -424,7 +427,12 @@ def compare_cmd(
         base = load_scenario_file(scenario) if scenario is not None else None
         if base is not None:
             load_scenario(base)  # a broken --scenario is the user's mistake: exit 2 here, not a note later
-        cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect)
+        consts = None
+        if calibration is not None:
+            from moeplan.model.calibrate import load_profile
+
+            consts = load_profile(calibration)
+        cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect, consts)
         if plot is not None:
             from moeplan.diagnose.plot import plot_runs
 
@@ -447,6 +455,9 @@ def oom_cmd(
     scenario: Annotated[
         Optional[Path],
         typer.Option("--scenario", help="The run's scenario: blame a stage and a term with the memory model."),
+    ] = None,
+    calibration: Annotated[
+        Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -484,7 +495,12 @@ def oom_cmd(
                 "capacity_bytes": mem.capacity_bytes,
             }
             if rep.fragmentation is not True:
-                blame["fixes"], blame["rejected_fixes"] = rank_memory_fixes(data)
+                consts = None
+                if calibration is not None:
+                    from moeplan.model.calibrate import load_profile
+
+                    consts = load_profile(calibration)
+                blame["fixes"], blame["rejected_fixes"] = rank_memory_fixes(data, consts)
     except InputError as exc:
         _fail_input(exc)
         return
@@ -493,6 +509,111 @@ def oom_cmd(
         render.print_json(out)
     else:
         render.render_oom(out)
+
+
+def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
+    """Measured runs from training logs laid over a scenario (tokens/s/GPU as printed, else
+    GBS · seq / (median steady iteration time · world size))."""
+    from moeplan import load_scenario
+    from moeplan.diagnose import read_text_file
+    from moeplan.diagnose.logs import parse_log
+    from moeplan.io.imports import import_config
+    from moeplan.model.calibrate import Run
+    from moeplan.model.step import release_of
+    from moeplan.spec.scenario import _deep_merge, load_scenario_file
+
+    if scenario is None:
+        raise InputError("--scenario", None, "a scenario (model, GPU, world size) for calibrating from logs")
+    base = load_scenario_file(scenario)
+    runs = []
+    for path in logs:
+        text = read_text_file(path)
+        st = parse_log(text)
+        try:
+            cfg = import_config(text, "megatron-log")[0]
+        except InputError:
+            cfg = {}
+        s = load_scenario(_deep_merge(base, cfg))
+        summ = st.summary()
+        if "tokens_per_s_per_gpu" in summ:
+            meas = summ["tokens_per_s_per_gpu"]["median"]
+        elif "iteration_time_ms" in summ and s.training.global_batch_size and s.training.seq_length and s.num_gpus:
+            tokens = s.training.global_batch_size * s.training.seq_length
+            meas = tokens / (summ["iteration_time_ms"]["median"] / 1e3) / s.num_gpus
+        else:
+            raise InputError("log", str(path), "iteration times and a scenario with GBS, seq_length and num_gpus")
+        runs.append(Run(str(path), s, meas, release_of(s)))
+    return runs
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    sources: Annotated[list[Path], typer.Argument(help="A runs YAML (as published_runs.yaml) or training logs.")],
+    scenario: Annotated[
+        Optional[Path], typer.Option("--scenario", help="Model/GPU/world size for logs (their dumps laid over it).")
+    ] = None,
+    constants: Annotated[
+        str, typer.Option("--constants", help="scale: one factor per release; all: every shared constant too.")
+    ] = "scale",
+    holdout_by: Annotated[
+        Optional[str], typer.Option("--holdout", help="Also fit leaving out each release (or gpu) and test on it.")
+    ] = None,
+    start: Annotated[
+        str, typer.Option("--start", help="packaged: the built-in fitted constants; defaults: the physical priors.")
+    ] = "packaged",
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the profile (JSON) here.")] = None,
+    max_nfev: Annotated[int, typer.Option("--max-evaluations", min=5, max=5000, help="Fit budget.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the step-time model's efficiency constants to measured runs and write a calibration profile
+    (`compare` and `oom` take it with --calibration). Refuses to over-fit."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from moeplan.cli import render
+    from moeplan.model.calibrate import fit, holdout, load_runs_yaml, profile_json
+    from moeplan.model.constants import TimeConstants, load_constants
+
+    try:
+        if len(sources) == 1 and sources[0].suffix.lower() in (".yaml", ".yml", ".json"):
+            runs = load_runs_yaml(load_scenario_file_any(sources[0]))
+        else:
+            runs = _runs_from_logs(sources, scenario)
+        if start not in ("packaged", "defaults"):
+            raise InputError("--start", start, "packaged or defaults")
+        base = load_constants() if start == "packaged" else TimeConstants()
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), transient=True, console=render.console(True)
+        ) as prog:
+            task = prog.add_task("fitting", total=None)
+
+            def tick(n: int) -> None:
+                prog.update(task, description=f"fitting: {n} model evaluations over {len(runs)} runs")
+
+            c, info = fit(runs, base, constants, max_nfev, tick)
+            folds = holdout(runs, base, holdout_by, constants, max_nfev, tick) if holdout_by else None
+        if output is not None:
+            _write_atomically(output, profile_json(c))
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    out = {"fit": info, "holdout": folds, "profile": str(output) if output else None}
+    if as_json:
+        render.print_json(out)
+    else:
+        render.render_calibration(out)
+
+
+def load_scenario_file_any(path: Path) -> object:
+    """A YAML/JSON document of any shape (runs files are lists or mappings)."""
+    import yaml
+
+    from moeplan.diagnose import read_text_file
+
+    text = read_text_file(path, "runs")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError("runs", str(path), f"valid YAML ({type(exc).__name__})") from None
 
 
 @app.command("doctor")

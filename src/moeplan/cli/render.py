@@ -436,3 +436,33 @@ def render_doctor(d: dict) -> None:
         style = {"error": "red", "warning": "yellow"}.get(f["severity"], "cyan")
         text = f"{f['rule']}: {f['message']}" + (f" → {f['fix']}" if f["fix"] else "")
         c.print(f"[{style}]{f['severity']}[/] " + escape(text))
+
+
+def render_calibration(d: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    f = d["fit"]
+    c.print(
+        f"fitted {f['free_constants']} constant(s) ({f['mode']}) on {f['runs']} runs, releases "
+        f"{', '.join(f['releases'])}: median abs error {f['median_abs_pct_error_before']:.1f} % → "
+        f"{f['median_abs_pct_error_after']:.1f} %, worst {f['worst_abs_pct_error_before']:.1f} % → "
+        f"{f['worst_abs_pct_error_after']:.1f} %",
+        markup=False,
+    )
+    if f["at_bounds"]:
+        c.print("[yellow]at a bound (the data push past the plausible range):[/] " + ", ".join(f["at_bounds"]))
+    if d.get("holdout"):
+        t = Table(title="held out (fit on the others, median abs % error on the group)")
+        for col in ("group", "runs", "uncalibrated", "calibrated"):
+            t.add_column(col)
+        for g, v in d["holdout"].items():
+            t.add_row(
+                g,
+                str(v["runs"]),
+                f"{v['median_abs_pct_error_uncalibrated']:.1f}",
+                f"{v['median_abs_pct_error_calibrated']:.1f}",
+            )
+        c.print(t)
+    if d.get("profile"):
+        c.print(f"profile written to {d['profile']}", markup=False)

@@ -168,17 +168,17 @@ def _set(d: dict, dotted: str, value: object) -> None:
         d[parts[-1]] = value
 
 
-def _predict(data: dict) -> tuple[float, float]:
+def _predict(data: dict, constants=None) -> tuple[float, float]:
     """(step time s, peak memory bytes) of a scenario mapping; raises on anything unusable."""
     from moeplan import estimate_memory, load_scenario
     from moeplan.model.step import estimate_step
 
     s = load_scenario(data)
-    return estimate_step(s).step_time_s, float(estimate_memory(s).peak_stage.total_bytes)
+    return estimate_step(s, constants).step_time_s, float(estimate_memory(s).peak_stage.total_bytes)
 
 
 def rank_causes(
-    config_a: dict, config_b: dict, base: dict | None = None, direction: int = 1
+    config_a: dict, config_b: dict, base: dict | None = None, direction: int = 1, constants=None
 ) -> tuple[list[dict], list[dict], list[str]]:
     """Diff two scenario mappings and rank each changed key by its modelled effect.
 
@@ -186,6 +186,7 @@ def rank_causes(
         config_a, config_b: scenario mappings read from the two runs (``import_config``).
         base: a scenario mapping supplying what the logs lack (model, GPU, world size); the run's
             config is laid over it.
+        constants: step-time constants (a calibration profile); None = the packaged ones.
 
     Returns:
         (config_diff, causes, notes): every changed key with both values; the changed keys applied
@@ -204,7 +205,7 @@ def rank_causes(
     notes: list[str] = []
     full_a = copy.deepcopy(_deep_merge(copy.deepcopy(base or {}), config_a))
     try:
-        t0, m0 = _predict(full_a)
+        t0, m0 = _predict(full_a, constants)
     except MoeplanError as exc:
         notes.append(f"causes not ranked: run A's configuration is not a complete scenario ({exc}); pass --scenario")
         return diff, [], notes
@@ -213,7 +214,7 @@ def rank_causes(
         trial = copy.deepcopy(full_a)  # each key applied alone: never share nested sections
         _set(trial, d["key"], d["b"])
         try:
-            t1, m1 = _predict(trial)
+            t1, m1 = _predict(trial, constants)
             causes.append(
                 {**d, "step_time_change_rel": (t1 - t0) / t0, "peak_memory_change_rel": (m1 - m0) / m0 if m0 else None}
             )
@@ -231,6 +232,7 @@ def compare_runs(
     base: dict | None = None,
     alpha: float = 0.01,
     min_effect: float = 0.005,
+    constants=None,
 ) -> Comparison:
     """Compare run B against run A (see the module docstring for the test and the ranking).
 
@@ -244,7 +246,7 @@ def compare_runs(
             cmp.memory_mb[k] = (a.memory_mb[k], b.memory_mb[k])
     if config_a is not None and config_b is not None:
         direction = -1 if t.shift < 0 else 1
-        cmp.config_diff, cmp.causes, cmp.notes = rank_causes(config_a, config_b, base, direction)
+        cmp.config_diff, cmp.causes, cmp.notes = rank_causes(config_a, config_b, base, direction, constants)
     else:
         cmp.notes.append("no argument dump in one of the logs: no config diff")
     return cmp

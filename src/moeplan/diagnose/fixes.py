@@ -76,7 +76,7 @@ def _candidates(data: dict, s) -> list[tuple[str, dict]]:
     return out
 
 
-def rank_memory_fixes(data: dict) -> tuple[list[dict], list[dict]]:
+def rank_memory_fixes(data: dict, constants=None) -> tuple[list[dict], list[dict]]:
     """Try each candidate on a scenario mapping.
 
     Returns:
@@ -94,7 +94,7 @@ def rank_memory_fixes(data: dict) -> tuple[list[dict], list[dict]]:
     s0 = load_scenario(data)
     peak0 = estimate_memory(s0).peak_stage.total_bytes
     try:
-        t0 = estimate_step(s0).step_time_s
+        t0 = estimate_step(s0, constants).step_time_s
     except MoeplanError:
         t0 = None
     out: list[dict] = []
@@ -107,7 +107,7 @@ def rank_memory_fixes(data: dict) -> tuple[list[dict], list[dict]]:
                 rejected.append({"change": label, "rule": errors[0].rule_id, "message": errors[0].message})
                 continue
             mem = estimate_memory(s)
-            t = estimate_step(s).step_time_s if t0 else None
+            t = estimate_step(s, constants).step_time_s if t0 else None
         except MoeplanError as exc:
             rejected.append({"change": label, "rule": None, "message": str(exc)})
             continue

@@ -1,0 +1,290 @@
+"""Fit the step-time model's efficiency constants to measured runs (a calibration profile).
+
+Method: bounded least squares (``scipy.optimize.least_squares``, trust-region reflective) on
+log(predicted / measured tokens/s/GPU), in log space of the constants, bounds = the physically plausible
+ranges below. Two sets of free constants:
+
+- ``scale``: one software/cluster efficiency factor per container release present in the runs (the
+  ``release_factor`` of :class:`~moeplan.model.constants.TimeConstants`), the shared constants kept;
+  for a few runs on one's own cluster. Needs at least as many runs as releases.
+- ``all``: the 13 shared constants and the release factors (the newest release present keeps its
+  starting factor so the fit is identifiable). Needs more runs than free constants.
+
+A release the profile has not seen (an upgrade) is predicted with the newest calibrated release's factor.
+
+Fewer runs than free constants is refused (:class:`~moeplan.errors.InputError`): the fit would
+interpolate, not calibrate. Needs numpy and scipy (``pip install 'moeplan[calibrate]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from moeplan.errors import InputError, MoeplanError
+from moeplan.model.constants import TimeConstants
+from moeplan.spec.scenario import Scenario
+
+# name, lower, upper (physically plausible ranges; a fit that ends at a bound is reported)
+SHARED: list[tuple[str, float, float]] = [
+    ("grouped_gemm_half_tokens", 32.0, 4096.0),
+    ("attention_efficiency", 0.2, 0.8),
+    ("memory_bound_bytes_per_activation_byte", 1.0, 20.0),
+    ("nvlink_efficiency", 0.4, 0.95),
+    ("nic_efficiency", 0.3, 0.95),
+    ("a2a_alltoall", 0.1, 0.9),
+    ("a2a_deepep", 0.1, 0.9),
+    ("a2a_hybridep", 0.1, 0.9),
+    ("launch_overhead_s_per_layer", 1e-5, 2e-3),
+    ("moe_sync_s_per_layer", 1e-5, 3e-3),
+    ("p2p_latency_s", 5e-6, 1e-3),
+    ("dp_exposed_fraction", 0.01, 1.0),
+    ("overlap_hidden_fraction", 0.01, 0.95),
+]
+RELEASE_BOUNDS = (0.3, 2.0)
+MODES = ("scale", "all")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: a resolved scenario, its measured tokens/s/GPU and its release (or None)."""
+
+    id: str
+    scenario: Scenario
+    measured_tokens_per_s_per_gpu: float
+    release: str | None
+
+
+def values_of(c: TimeConstants) -> dict[str, float]:
+    """The shared constants of ``c`` by name (``a2a_<backend>`` for the dispatcher efficiencies)."""
+    d = {n: getattr(c, n) for n, *_ in SHARED if not n.startswith("a2a_")}
+    d.update({f"a2a_{k}": v for k, v in c.a2a_efficiency.items()})
+    return d
+
+
+def with_values(c: TimeConstants, shared: dict[str, float], releases: dict[str, float]) -> TimeConstants:
+    """``c`` with some shared constants and release factors replaced."""
+    plain = {k: v for k, v in shared.items() if not k.startswith("a2a_")}
+    a2a = dict(c.a2a_efficiency)
+    a2a.update({k[4:]: v for k, v in shared.items() if k.startswith("a2a_")})
+    rel = dict(c.release_factor)
+    rel.update(releases)
+    return dataclasses.replace(c, **plain, a2a_efficiency=a2a, release_factor=rel)
+
+
+def predict(runs: list[Run], c: TimeConstants) -> list[float]:
+    """Predicted tokens/s/GPU of each run under constants ``c``."""
+    from moeplan.model.step import estimate_step
+
+    return [estimate_step(r.scenario, c).tokens_per_s_per_gpu for r in runs]
+
+
+def abs_pct_errors(runs: list[Run], c: TimeConstants) -> list[float]:
+    """|predicted / measured − 1| · 100 per run."""
+    return [abs(p / r.measured_tokens_per_s_per_gpu - 1) * 100 for p, r in zip(predict(runs, c), runs, strict=True)]
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2) if n else math.nan
+
+
+def fit(
+    runs: list[Run],
+    base: TimeConstants,
+    mode: str = "scale",
+    max_nfev: int = 200,
+    on_eval: Callable[[int], None] | None = None,
+) -> tuple[TimeConstants, dict]:
+    """Fit constants to ``runs`` starting from ``base``.
+
+    Returns:
+        (constants, info): info has ``free_constants``, ``runs``, median/worst abs % error before and
+        after, and ``at_bounds`` (constants that ended on a bound).
+
+    Raises:
+        InputError: unknown mode, no runs, fewer runs than free constants, or numpy/scipy missing.
+    """
+    if mode not in MODES:
+        raise InputError("--constants", mode, " or ".join(MODES))
+    try:
+        import numpy as np
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise InputError("calibrate", "numpy/scipy", "installed: pip install 'moeplan[calibrate]'") from None
+    releases = sorted({r.release or base.newest_release for r in runs})
+    runs = [dataclasses.replace(r, release=r.release or base.newest_release) for r in runs]
+    free_rel = releases if mode == "scale" else [x for x in releases if x != max(releases, key=_release_key)]
+    names = [n for n, *_ in SHARED] if mode == "all" else []
+    bounds = [(lo, hi) for n, lo, hi in SHARED if n in names] + [RELEASE_BOUNDS] * len(free_rel)
+    k = len(names) + len(free_rel)
+    if len(runs) < max(1, k) or (mode == "all" and len(runs) <= k):
+        raise InputError(
+            "runs",
+            len(runs),
+            f"more runs than the {k} free constants of --constants {mode} "
+            + ("(add runs or use --constants scale)" if mode == "all" else "(one per release at least)"),
+        )
+    start = values_of(base)
+    x0 = [start[n] for n in names] + [base.release(x)[1] for x in free_rel]
+    x0 = [min(max(v, lo * 1.0001), hi / 1.0001) for v, (lo, hi) in zip(x0, bounds, strict=True)]
+    meas = np.array([r.measured_tokens_per_s_per_gpu for r in runs])
+    count = [0]
+
+    def build(z) -> TimeConstants:
+        v = np.exp(z)
+        return with_values(
+            base, dict(zip(names, v[: len(names)], strict=True)), dict(zip(free_rel, v[len(names) :], strict=True))
+        )
+
+    def resid(z):
+        count[0] += 1
+        if on_eval:
+            on_eval(count[0])
+        return np.log(np.array(predict(runs, build(z))) / meas)
+
+    z0 = np.log(x0)
+    before = np.abs(np.expm1(resid(z0))) * 100
+    lo = np.log([b[0] for b in bounds])
+    hi = np.log([b[1] for b in bounds])
+    sol = least_squares(resid, z0, bounds=(lo, hi), max_nfev=max_nfev)
+    c = build(sol.x)
+    after = np.abs(np.expm1(sol.fun)) * 100
+    fitted = dict(zip(names + [f"release_{x}" for x in free_rel], np.exp(sol.x), strict=True))
+    at_bounds = sorted(
+        n for (n, v), (lo_, hi_) in zip(fitted.items(), bounds, strict=True) if v <= lo_ * 1.001 or v >= hi_ / 1.001
+    )
+    info = {
+        "mode": mode,
+        "free_constants": k,
+        "runs": len(runs),
+        "releases": releases,
+        "median_abs_pct_error_before": float(np.median(before)),
+        "worst_abs_pct_error_before": float(before.max()),
+        "median_abs_pct_error_after": float(np.median(after)),
+        "worst_abs_pct_error_after": float(after.max()),
+        "model_evaluations": count[0],
+        "at_bounds": at_bounds,
+    }
+    # a release the profile has not seen gets the newest calibrated release's factor
+    newest = max(releases, key=_release_key)
+    kept = {x: c.release(x)[1] for x in releases}  # only what these runs calibrate
+    c = dataclasses.replace(
+        c, release_factor=kept, newest_release=newest, provenance={**info, "run_ids": [r.id for r in runs]}
+    )
+    return c, info
+
+
+def _release_key(r: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in r.split(".") if x.isdigit())
+
+
+def holdout(
+    runs: list[Run], base: TimeConstants, by: str, mode: str = "scale", max_nfev: int = 200, on_eval=None
+) -> dict[str, dict]:
+    """Leave-one-group-out: for each group (``release`` or ``gpu``), fit on the others and report the
+    median abs % error on the held-out group, calibrated and uncalibrated (``base``).
+
+    Raises:
+        InputError: unknown grouping, or a fold with too few runs for the mode.
+    """
+    if by not in ("release", "gpu"):
+        raise InputError("--holdout", by, "release or gpu")
+
+    def key(r: Run) -> str:
+        return (r.release or base.newest_release) if by == "release" else r.scenario.gpu.id
+
+    out = {}
+    for g in sorted({key(r) for r in runs}):
+        train = [r for r in runs if key(r) != g]
+        test = [r for r in runs if key(r) == g]
+        c, _ = fit(train, base, mode, max_nfev, on_eval)
+        out[g] = {
+            "runs": len(test),
+            "median_abs_pct_error_uncalibrated": median(abs_pct_errors(test, base)),
+            "median_abs_pct_error_calibrated": median(abs_pct_errors(test, c)),
+        }
+    return out
+
+
+def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
+    """Runs from a mapping with ``runs:`` (or a list): each ``{id, release?, scenario, measured:
+    {tokens_per_s_per_gpu}}``, as ``shared/reference/published_runs.yaml``. A top-level ``defaults:``
+    mapping (and ``defaults``) is laid under every scenario; ``release`` sets ``versions.container``.
+
+    Raises:
+        InputError: a malformed entry (named by its index and field).
+    """
+    from moeplan import load_scenario
+    from moeplan.spec.scenario import _deep_merge
+
+    if isinstance(data, dict):
+        defaults = _deep_merge(defaults or {}, data.get("defaults") or {})
+        data = data.get("runs")
+    if not isinstance(data, list) or not data:
+        raise InputError("runs", type(data).__name__, "a non-empty list of runs (or a mapping with runs:)")
+    out = []
+    for i, r in enumerate(data):
+        if not isinstance(r, dict) or not isinstance(r.get("scenario"), dict):
+            raise InputError(f"runs[{i}].scenario", None, "a scenario mapping")
+        meas = (r.get("measured") or {}).get("tokens_per_s_per_gpu") if isinstance(r.get("measured"), dict) else None
+        if not isinstance(meas, (int, float)) or isinstance(meas, bool) or not meas > 0 or not math.isfinite(meas):
+            raise InputError(f"runs[{i}].measured.tokens_per_s_per_gpu", meas, "a positive number")
+        release = r.get("release")
+        sc = _deep_merge(defaults or {}, r["scenario"])
+        if release is not None:
+            sc = _deep_merge(sc, {"versions": {"container": str(release)}})
+        if r.get("mtp_included") is False:
+            sc = _deep_merge(sc, {"layout": {"mtp_num_layers": 0}})
+        try:
+            s = load_scenario(sc)
+        except MoeplanError as exc:
+            raise InputError(f"runs[{i}] ({r.get('id', i)})", None, f"a valid scenario: {exc}") from None
+        out.append(Run(str(r.get("id", i)), s, float(meas), str(release) if release is not None else None))
+    return out
+
+
+def profile_json(c: TimeConstants) -> str:
+    """The calibration profile as JSON (the :class:`TimeConstants` fields, 6 significant digits)."""
+    d = dataclasses.asdict(c)
+
+    def r6(v):
+        if isinstance(v, float):
+            return float(f"{v:.6g}")
+        if isinstance(v, dict):
+            return {k: r6(x) for k, x in v.items()}
+        return v
+
+    return json.dumps({k: r6(v) for k, v in d.items()}, indent=2) + "\n"
+
+
+def load_profile(path) -> TimeConstants:
+    """Read a calibration profile written by ``moeplan calibrate``.
+
+    Raises:
+        InputError: missing, unreadable or malformed file (field named).
+    """
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError("--calibration", str(path), f"a readable calibration profile ({type(exc).__name__})") from None
+    fields = {f.name for f in dataclasses.fields(TimeConstants)}
+    if not isinstance(data, dict) or set(data) - fields:
+        extra = sorted(set(data) - fields) if isinstance(data, dict) else []
+        raise InputError("--calibration", str(path), f"a moeplan calibration profile (unknown keys {extra})")
+    try:
+        c = TimeConstants(**data)
+        for n, *_ in SHARED:
+            v = values_of(c).get(n)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise InputError("--calibration", f"{n}={v}", "a positive number")
+    except TypeError as exc:
+        raise InputError("--calibration", str(path), f"a moeplan calibration profile ({exc})") from None
+    return c

@@ -1,0 +1,122 @@
+"""`calibrate`: exact recovery of a planted factor, over-fit refusal, the leave-one-release-out
+acceptance on the published Megatron Bridge runs, profiles, and the CLI in-process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from moeplan import load_scenario
+from moeplan.cli.app import app
+from moeplan.errors import InputError
+from moeplan.model.calibrate import Run, fit, holdout, load_profile, load_runs_yaml, predict, profile_json
+from moeplan.model.constants import TimeConstants, load_constants
+
+pytest.importorskip("scipy")
+runner = CliRunner()
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_runs.yaml"
+
+
+def _scenario(gbs: int, ep: int, release: str) -> dict:
+    return {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 16},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": gbs, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": ep},
+        "versions": {"container": release},
+    }
+
+
+def _planted_runs(factor: float, base: TimeConstants | None = None) -> list[Run]:
+    """Runs whose 'measurement' is the model under a known release factor."""
+    truth = dataclasses.replace(base or TimeConstants(), release_factor={"26.02": factor}, newest_release="26.02")
+    runs = []
+    for i, (gbs, ep) in enumerate([(256, 8), (512, 8), (256, 16), (1024, 16)]):
+        s = load_scenario(_scenario(gbs, ep, "26.02"))
+        (meas,) = predict([Run("x", s, 1.0, "26.02")], truth)
+        runs.append(Run(f"r{i}", s, meas, "26.02"))
+    return runs
+
+
+def test_scale_fit_recovers_a_planted_factor():
+    # the release factor scales achieved compute only, so the fit must find 0.8 itself, not a ratio
+    c, info = fit(_planted_runs(0.8), TimeConstants(), "scale")
+    assert c.release_factor == {"26.02": pytest.approx(0.8, rel=1e-4)}
+    assert info["free_constants"] == 1 and info["median_abs_pct_error_after"] < 1e-3
+    assert info["median_abs_pct_error_before"] > 1.0  # the starting factor 1.0 was wrong
+    assert c.release("99.99") == ("26.02", pytest.approx(0.8, rel=1e-4))  # unseen release -> newest calibrated
+
+
+def test_overfit_is_refused():
+    runs = _planted_runs(0.9)
+    with pytest.raises(InputError, match="more runs than the 13 free constants"):
+        fit(runs, TimeConstants(), "all")
+    with pytest.raises(InputError, match="scale or all"):
+        fit(runs, TimeConstants(), "everything")
+
+
+def test_profile_round_trip(tmp_path):
+    c, _ = fit(_planted_runs(0.8), TimeConstants(), "scale")
+    p = tmp_path / "prof.json"
+    p.write_text(profile_json(c))
+    back = load_profile(p)
+    assert back.release_factor["26.02"] == pytest.approx(0.8, rel=1e-4)
+    assert dataclasses.replace(back, provenance={}) == dataclasses.replace(load_profile(p), provenance={})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"nvlink_efficiency": 0.5, "warp_speed": 9}))
+    with pytest.raises(InputError, match="warp_speed"):
+        load_profile(bad)
+
+
+@pytest.mark.skipif(not PUBLISHED.is_file(), reason="shared/reference not checked out beside the repo")
+def test_leave_one_release_out_beats_uncalibrated():
+    """Acceptance: fitted on all releases but one (per-release factors from the built-in defaults),
+    the held-out release is predicted better than by the uncalibrated model, for every release."""
+    data = yaml.safe_load(PUBLISHED.read_text())
+    data["runs"] = [r for r in data["runs"] if "precision" in r["scenario"]["training"]]
+    runs = load_runs_yaml(data, {"recipe_defaults": "mbridge-perf"})
+    folds = holdout(runs, TimeConstants(), "release", "scale", max_nfev=30)
+    assert len(folds) == 6
+    for release, f in folds.items():
+        assert f["median_abs_pct_error_calibrated"] < f["median_abs_pct_error_uncalibrated"], release
+
+
+def test_cli_calibrate(tmp_path):
+    runs = {
+        "runs": [
+            {
+                "id": r.id,
+                "release": "26.02",
+                "scenario": _scenario(g, e, "26.02"),
+                "measured": {"tokens_per_s_per_gpu": r.measured_tokens_per_s_per_gpu},
+            }
+            for r, (g, e) in zip(
+                _planted_runs(0.8, load_constants()), [(256, 8), (512, 8), (256, 16), (1024, 16)], strict=True
+            )
+        ]
+    }
+    f = tmp_path / "runs.yaml"
+    f.write_text(yaml.safe_dump(runs))
+    prof = tmp_path / "p.json"
+    res = runner.invoke(app, ["calibrate", str(f), "-o", str(prof), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["fit"]["median_abs_pct_error_after"] < 1e-3
+    assert load_profile(prof).release_factor["26.02"] == pytest.approx(0.8, rel=1e-4)
+    res = runner.invoke(app, ["calibrate", str(f), "--start", "defaults", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["fit"]["median_abs_pct_error_after"] > 1.0  # other shared
+    res = runner.invoke(app, ["calibrate", str(f), "--constants", "all"])
+    assert res.exit_code == 2 and "free constants" in res.stderr
+    runs["runs"][0]["measured"]["tokens_per_s_per_gpu"] = -5
+    f.write_text(yaml.safe_dump(runs))
+    res = runner.invoke(app, ["calibrate", str(f), "-o", str(tmp_path / "q.json")])
+    assert res.exit_code == 2 and "runs[0].measured.tokens_per_s_per_gpu" in res.stderr
+    assert not (tmp_path / "q.json").exists()
+    log = tmp_path / "a.log"
+    log.write_text(" iteration 1/ 10 | elapsed time per iteration (ms): 1000.0 |\n")
+    res = runner.invoke(app, ["calibrate", str(log)])
+    assert res.exit_code == 2 and "--scenario" in res.stderr
