@@ -120,3 +120,23 @@ def test_cli_calibrate(tmp_path):
     log.write_text(" iteration 1/ 10 | elapsed time per iteration (ms): 1000.0 |\n")
     res = runner.invoke(app, ["calibrate", str(log)])
     assert res.exit_code == 2 and "--scenario" in res.stderr
+
+
+def test_cli_calibration_profile_is_used_and_checked(tmp_path):
+    """A slower release factor in the profile makes every step slower: the relative effects of a
+    change stay comparable, and a missing profile is exit 2."""
+    from test_compare import BASE, DUMP_A, make_log
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(make_log(1, 0.0, dump=DUMP_A))
+    b.write_text(make_log(2, 0.05, dump=dict(DUMP_A, micro_batch_size=2)))
+    base = tmp_path / "base.yaml"
+    base.write_text(json.dumps(BASE))
+    prof = tmp_path / "p.json"
+    prof.write_text(profile_json(dataclasses.replace(load_constants(), release_factor={"26.06": 0.5})))
+    args = ["compare", str(a), str(b), "--scenario", str(base), "--json"]
+    plain = json.loads(runner.invoke(app, args).stdout)["causes"][0]["step_time_change_rel"]
+    cal = json.loads(runner.invoke(app, [*args, "--calibration", str(prof)]).stdout)["causes"][0]
+    assert cal["step_time_change_rel"] != plain  # the profile reached the step-time model
+    res = runner.invoke(app, [*args, "--calibration", str(tmp_path / "none.json")])
+    assert res.exit_code == 2 and "--calibration" in res.stderr

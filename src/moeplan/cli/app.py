@@ -126,6 +126,18 @@ SetOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+CalibrationOpt = Annotated[
+    Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
+]
+
+
+def _step_constants(calibration: Path | None):
+    """The step-time constants: a calibration profile, or None for the packaged ones (InputError)."""
+    if calibration is None:
+        return None
+    from moeplan.model.calibrate import load_profile
+
+    return load_profile(calibration)
 
 
 @app.command()
@@ -397,9 +409,7 @@ def compare_cmd(
     plot: Annotated[
         Optional[Path], typer.Option("--plot", help="Write iteration time and memory over steps (.png, .svg, .pdf).")
     ] = None,
-    calibration: Annotated[
-        Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
-    ] = None,
+    calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Is run B slower or heavier than run A beyond noise (Mann-Whitney U), what changed between their
@@ -427,11 +437,7 @@ def compare_cmd(
         base = load_scenario_file(scenario) if scenario is not None else None
         if base is not None:
             load_scenario(base)  # a broken --scenario is the user's mistake: exit 2 here, not a note later
-        consts = None
-        if calibration is not None:
-            from moeplan.model.calibrate import load_profile
-
-            consts = load_profile(calibration)
+        consts = _step_constants(calibration)
         cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect, consts)
         if plot is not None:
             from moeplan.diagnose.plot import plot_runs
@@ -456,9 +462,7 @@ def oom_cmd(
         Optional[Path],
         typer.Option("--scenario", help="The run's scenario: blame a stage and a term with the memory model."),
     ] = None,
-    calibration: Annotated[
-        Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
-    ] = None,
+    calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Read a CUDA out-of-memory message: fragmentation or real demand, and what to change."""
@@ -495,11 +499,7 @@ def oom_cmd(
                 "capacity_bytes": mem.capacity_bytes,
             }
             if rep.fragmentation is not True:
-                consts = None
-                if calibration is not None:
-                    from moeplan.model.calibrate import load_profile
-
-                    consts = load_profile(calibration)
+                consts = _step_constants(calibration)
                 blame["fixes"], blame["rejected_fixes"] = rank_memory_fixes(data, consts)
     except InputError as exc:
         _fail_input(exc)
