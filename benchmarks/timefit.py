@@ -12,6 +12,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from moeplan import load_scenario
+from moeplan.model.calibrate import SHARED
 from moeplan.model.constants import TimeConstants
 from moeplan.model.step import estimate_step
 
@@ -20,23 +21,26 @@ REF = ROOT.parent / "shared" / "reference"
 RELEASES = ["25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"]
 NEWEST = "26.06"
 
-# name, lower, upper, start (log-space fit for the positive ones)
-# physically plausible ranges (a fit that runs into a bound is reported by calibrate_time.py)
-PARAMS = [
-    ("grouped_gemm_half_tokens", 32.0, 4096.0, 256.0),
-    ("attention_efficiency", 0.2, 0.8, 0.45),
-    ("memory_bound_bytes_per_activation_byte", 1.0, 20.0, 3.0),
-    ("nvlink_efficiency", 0.4, 0.95, 0.75),
-    ("nic_efficiency", 0.3, 0.95, 0.6),
-    ("a2a_alltoall", 0.1, 0.9, 0.4),
-    ("a2a_deepep", 0.1, 0.9, 0.5),
-    ("a2a_hybridep", 0.1, 0.9, 0.6),
-    ("launch_overhead_s_per_layer", 1e-5, 2e-3, 2e-4),
-    ("moe_sync_s_per_layer", 1e-5, 3e-3, 2e-4),
-    ("p2p_latency_s", 5e-6, 1e-3, 5e-5),
-    ("dp_exposed_fraction", 0.01, 1.0, 0.1),
-    ("overlap_hidden_fraction", 0.01, 0.95, 0.6),
-] + [(f"release_{r}", 0.6, 1.4, 1.0) for r in RELEASES if r != NEWEST]
+# starting values of the published fit; the bounds are the package's (moeplan.model.calibrate.SHARED),
+# so `moeplan calibrate` and this script search the same physically plausible ranges
+START = {
+    "grouped_gemm_half_tokens": 256.0,
+    "attention_efficiency": 0.45,
+    "memory_bound_bytes_per_activation_byte": 3.0,
+    "nvlink_efficiency": 0.75,
+    "nic_efficiency": 0.6,
+    "a2a_alltoall": 0.4,
+    "a2a_deepep": 0.5,
+    "a2a_hybridep": 0.6,
+    "launch_overhead_s_per_layer": 2e-4,
+    "moe_sync_s_per_layer": 2e-4,
+    "p2p_latency_s": 5e-5,
+    "dp_exposed_fraction": 0.1,
+    "overlap_hidden_fraction": 0.6,
+}
+PARAMS = [(n, lo, hi, START[n]) for n, lo, hi in SHARED] + [
+    (f"release_{r}", 0.6, 1.4, 1.0) for r in RELEASES if r != NEWEST
+]
 
 
 def load_runs() -> list[dict]:
