@@ -200,3 +200,21 @@ def test_cli_compare_inconclusive_and_scenario_errors(tmp_path):
     a_png.write_text(make_log(1, 0.0))
     res = runner.invoke(app, ["compare", str(a_png), str(b), "--plot", str(a_png)])
     assert res.exit_code == 2 and "input logs" in res.stderr and a_png.read_text().startswith(" iteration")
+
+
+def test_cli_compare_warns_when_the_scenario_model_is_not_the_runs(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    dump = dict(DUMP_A, num_layers=48, hidden_size=2048)  # Qwen3-30B-A3B's shape
+    a.write_text(make_log(1, 0.0, dump=dump))
+    b.write_text(make_log(2, 0.05, dump=dump))
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(json.dumps(BASE))
+    res = runner.invoke(app, ["compare", str(a), str(b), "--scenario", str(ok), "--json"])
+    assert not any("disagrees" in n for n in json.loads(res.stdout)["notes"])
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(
+        json.dumps({**BASE, "model": "deepseek-ai/DeepSeek-V3", "system": {"gpu": "h100", "num_gpus": 64}})
+    )
+    res = runner.invoke(app, ["compare", str(a), str(b), "--scenario", str(wrong), "--json"])
+    notes = json.loads(res.stdout)["notes"]
+    assert any("num_layers: log 48" in n and "61" in n and "hidden_size: log 2048" in n for n in notes), notes

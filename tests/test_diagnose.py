@@ -288,3 +288,22 @@ def test_oom_cli_unreadable_path_and_no_size(tmp_path):
     assert res.exit_code == 2 and "adir" in res.stderr
     res = runner.invoke(app, ["oom", "Tried to allocate lots"])
     assert res.exit_code == 2 and "requested size" in res.stderr
+
+
+def test_cli_oom_says_when_the_model_underestimates(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(json.dumps(QWEN_TIGHT))
+    from moeplan import estimate_memory, load_scenario
+
+    peak = estimate_memory(load_scenario(QWEN_TIGHT)).peak_stage.total_bytes
+    held_gib = peak / 2**30 + 10  # the process held 10 GiB more than the model's whole peak
+    msg = (
+        f"CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 500.00 GiB of which "
+        f"1.00 GiB is free. Including non-PyTorch memory, this process has {held_gib:.2f} GiB memory in use. "
+        "Of the allocated memory 1.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated."
+    )
+    data = json.loads(runner.invoke(app, ["oom", msg, "--scenario", str(sc), "--json"]).stdout)
+    import re
+
+    gaps = [float(m.group(1)) for n in data["blame"]["notes"] if (m := re.search(r"at least ([0-9.]+) GiB", n))]
+    assert gaps and gaps[0] == pytest.approx(12.0, abs=0.01)  # 10 GiB over the peak + the 2 GiB request

@@ -131,6 +131,10 @@ CalibrationOpt = Annotated[
 ]
 
 
+def _first_not_none(*values):
+    return next((v for v in values if v is not None), None)
+
+
 def _step_constants(calibration: Path | None):
     """The step-time constants: a calibration profile, or None for the packaged ones (InputError)."""
     if calibration is None:
@@ -439,6 +443,21 @@ def compare_cmd(
             load_scenario(base)  # a broken --scenario is the user's mistake: exit 2 here, not a note later
         consts = _step_constants(calibration)
         cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect, consts)
+        if base is not None:
+            from moeplan.diagnose.compare import model_mismatch
+
+            m = load_scenario(base).model
+            for name, t in (("A", texts[0]), ("B", texts[1])):
+                diff = model_mismatch(t, m) if m is not None else []
+                if diff:
+                    cmp.notes.insert(
+                        0,
+                        f"WARNING: log {name}'s argument dump disagrees with the --scenario model ("
+                        + "; ".join(diff)
+                        + "): the causes are ranked for the scenario's model, not the run's",
+                    )
+        if consts is not None:
+            cmp.notes.append(f"step times from the calibration profile {calibration}")
         if plot is not None:
             from moeplan.diagnose.plot import plot_runs
 
@@ -480,15 +499,41 @@ def oom_cmd(
             is_path = False  # too long for a path, NUL byte, ...: the argument is the message
         if is_path:
             text = read_text_file(Path(source), "oom")
+        elif "Tried to allocate" not in source and not any(ch.isspace() for ch in source):
+            raise InputError("oom", source, "an existing log file, or the text of a CUDA out-of-memory message")
         rep = parse_oom(text)
         blame = None
         if scenario is not None:
+            from moeplan.diagnose.compare import model_mismatch
             from moeplan.diagnose.fixes import rank_memory_fixes
-            from moeplan.spec.scenario import load_scenario_file
+            from moeplan.io.imports import import_config
+            from moeplan.spec.scenario import _deep_merge, load_scenario_file
 
             data = load_scenario_file(scenario)
-            mem = estimate_memory(load_scenario(data))
+            notes: list[str] = []
+            try:  # the run's own argument dump, when the OOM log holds one, is laid over --scenario
+                data = _deep_merge(data, import_config(text, "megatron-log")[0])
+                notes.append("layout and training from the log's argument dump, over --scenario")
+            except InputError:
+                pass
+            s_run = load_scenario(data)
+            if s_run.model is not None and (diff := model_mismatch(text, s_run.model)):
+                notes.append(
+                    "WARNING: the log's argument dump disagrees with the --scenario model (" + "; ".join(diff) + ")"
+                )
+            mem = estimate_memory(s_run)
             peak = mem.peak_stage
+            held = _first_not_none(
+                rep.process_in_use_bytes,
+                (rep.allocated_bytes or 0) + (rep.reserved_unallocated_bytes or 0) if rep.allocated_bytes else None,
+            )
+            if held is not None and held + rep.requested_bytes > peak.total_bytes * 1.05:
+                gap = held + rep.requested_bytes - peak.total_bytes
+                notes.append(
+                    f"the memory model predicts a {peak.total_bytes / 2**30:.2f} GiB peak, but the process held "
+                    f"{held / 2**30:.2f} GiB and asked for {rep.requested_bytes / 2**30:.2f} GiB more: the model "
+                    f"underestimates this run by at least {gap / 2**30:.2f} GiB, so 'fits' below is the model's view"
+                )
             terms = sorted(
                 ((cat, name, v) for cat, items in peak.items.items() for name, v in items.items()), key=lambda x: -x[2]
             )[:3]
@@ -497,10 +542,13 @@ def oom_cmd(
                 "predicted_peak_bytes": peak.total_bytes,
                 "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
                 "capacity_bytes": mem.capacity_bytes,
+                "notes": notes,
             }
             if rep.fragmentation is not True:
                 consts = _step_constants(calibration)
                 blame["fixes"], blame["rejected_fixes"] = rank_memory_fixes(data, consts)
+                if consts is not None:
+                    notes.append(f"step times from the calibration profile {calibration}")
     except InputError as exc:
         _fail_input(exc)
         return

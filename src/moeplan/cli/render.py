@@ -337,11 +337,13 @@ def render_oom(rep: dict) -> None:
             + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
             markup=False,
         )
+        for n in b.get("notes", []):
+            c.print(n, style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
         if b.get("fixes"):
             from rich.table import Table
 
             tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
-            for col in ("change", "peak after", "saving", "fits", "Δ step time"):
+            for col in ("change", "peak after", "saving", "fits", "Δ step time (unreleased model)"):
                 tab.add_column(col, overflow="fold")
             for f in b["fixes"]:
                 st = f["step_time_change_rel"]
@@ -378,7 +380,7 @@ def render_compare(d: dict) -> None:
         c.print(f"{k.replace('_', ' ')}: A {v['a'] / 1024:.2f} GiB → B {v['b'] / 1024:.2f} GiB{ch}")
     if d["causes"]:
         tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)")
-        for col in ("key", "A", "B", "Δ step time", "Δ peak memory"):
+        for col in ("key", "A", "B", "Δ step time (unreleased model)", "Δ peak memory"):
             tab.add_column(col, overflow="fold")
         for cz in d["causes"]:
             st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]
@@ -452,6 +454,12 @@ def render_calibration(d: dict) -> None:
     )
     if f["at_bounds"]:
         c.print("[yellow]at a bound (the data push past the plausible range):[/] " + ", ".join(f["at_bounds"]))
+    if f["median_abs_pct_error_after"] > 25:
+        c.print(
+            "[yellow]WARNING: after fitting the median error is still "
+            f"{f['median_abs_pct_error_after']:.0f} %: these constants do not explain the runs; "
+            "check the runs' scenarios (layout, precision, release) before using the profile[/]"
+        )
     if d.get("holdout"):
         t = Table(title="held out (fit on the others, median abs % error on the group)")
         for col in ("group", "runs", "uncalibrated", "calibrated"):

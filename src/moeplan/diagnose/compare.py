@@ -147,6 +147,30 @@ class Comparison:
         }
 
 
+ARCH_KEYS = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_moe_experts",
+    "moe_ffn_hidden_size",
+)
+
+
+def model_mismatch(text: str, model) -> list[str]:
+    """Architecture values in a log's argument dump that differ from ``model`` (a ModelSpec): the
+    scenario names another model than the run trained. Empty when they agree or the dump lacks them."""
+    from moeplan.io.imports import dump_args
+
+    args, _ = dump_args(text)
+    out = []
+    for k in ARCH_KEYS:
+        raw, ours = args.get(k), getattr(model, k, None)
+        if raw is not None and raw.isdigit() and ours is not None and int(raw) != int(ours):
+            out.append(f"{k}: log {raw}, {getattr(model, 'name', 'model')} {ours}")
+    return out
+
+
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in d.items():

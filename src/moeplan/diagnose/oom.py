@@ -131,7 +131,7 @@ def parse_oom(text: str) -> OomReport:
         diagnosis = "real demand: the allocator has no large idle reserve; the layout needs less memory per GPU"
         fixes = [
             "run `moeplan estimate SCENARIO` to see which stage and term is largest",
-            "selective recompute (moe_act, layernorm, mla_up_proj), then full recompute",
+            "selective recompute (moe_act, layernorm; mla_up_proj on MLA models), then full recompute",
             "more CP or PP, or EP for expert weights; optimizer CPU offload",
         ]
     return OomReport(

@@ -372,8 +372,8 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
 _ARG_LINE = re.compile(r"^\s*(?:\S*\]:|\d+:)?\s*([a-z_][a-z0-9_]*)\s*\.{2,}\s*(.*?)\s*$")
 
 
-def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
-    """The argument dump of a Megatron-LM log (``name ....... value`` lines between the banners)."""
+def dump_args(text: str) -> tuple[dict[str, str], bool]:
+    """The last argument dump of a Megatron-LM log as raw strings, and whether it is complete."""
     args: dict[str, str] = {}
     inside = False
     ended = False
@@ -390,6 +390,12 @@ def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
             mt = _ARG_LINE.match(line)
             if mt:
                 args[mt.group(1)] = mt.group(2)
+    return args, ended
+
+
+def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
+    """The argument dump of a Megatron-LM log (``name ....... value`` lines between the banners)."""
+    args, ended = dump_args(text)
     if not args:
         raise InputError("log", "(no argument dump)", "a Megatron-LM log with its '-- arguments --' block")
     if not ended:

@@ -198,8 +198,11 @@ def holdout(
     def key(r: Run) -> str:
         return (r.release or base.newest_release) if by == "release" else r.scenario.gpu.id
 
+    groups = sorted({key(r) for r in runs})
+    if len(groups) < 2:
+        raise InputError("--holdout", by, f"runs from at least two {by}s (these runs have only {groups})")
     out = {}
-    for g in sorted({key(r) for r in runs}):
+    for g in groups:
         train = [r for r in runs if key(r) != g]
         test = [r for r in runs if key(r) == g]
         c, _ = fit(train, base, mode, max_nfev, on_eval)
