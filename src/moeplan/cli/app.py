@@ -77,15 +77,10 @@ def _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vp
         )
         if v is not None
     }
-    names = (
-        "tensor_model_parallel_size",
-        "pipeline_model_parallel_size",
-        "virtual_pipeline_model_parallel_size",
-        "context_parallel_size",
-        "expert_model_parallel_size",
-        "expert_tensor_parallel_size",
-    )
-    layout = {k: v for k, v in zip(names, (tp, pp, vpp, cp, ep, etp), strict=False) if v is not None}
+    from moeplan.spec.layout import PARALLEL_DIMS
+
+    flags = {"TP": tp, "PP": pp, "VPP": vpp, "CP": cp, "EP": ep, "ETP": etp}
+    layout = {PARALLEL_DIMS[d]: v for d, v in flags.items() if v is not None}
     # --set first, then the dedicated flags on top: a flag wins over --set, both over the file
     for sec, vals in _parse_set(sets or []).items():
         if sec in TOP_LEVEL_SET:
@@ -129,10 +124,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output."
 CalibrationOpt = Annotated[
     Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
 ]
-
-
-def _first_not_none(*values):
-    return next((v for v in values if v is not None), None)
 
 
 def _step_constants(calibration: Path | None):
@@ -366,9 +357,8 @@ def log_cmd(
     """Steady-state statistics of training logs (iteration time, TFLOP/s, tokens/s, loss, grad norm,
     skipped/NaN iterations, memory) and the configuration read from the argument dump."""
     from moeplan.cli import render
-    from moeplan.diagnose import read_text_file
+    from moeplan.diagnose import log_config, read_text_file
     from moeplan.diagnose.logs import parse_log
-    from moeplan.io.imports import import_config
 
     out = []
     for path in logs:
@@ -379,23 +369,14 @@ def log_cmd(
             return
         st = parse_log(text)
         entry = {"log": str(path), **st.summary()}
-        try:
-            sc, notes = import_config(text, "megatron-log")
-            entry["config"] = sc
+        entry["config"], notes = log_config(text)
+        if entry["config"] is not None:
             entry["config_notes"] = notes
-        except InputError:
-            entry["config"] = None
         out.append(entry)
     if as_json:
         render.print_json(out)  # always a list, one entry per log
     else:
         render.render_logs(out)
-
-
-def _read_log(path: Path) -> str:
-    from moeplan.diagnose import read_text_file
-
-    return read_text_file(path)
 
 
 @app.command("compare")
@@ -420,9 +401,9 @@ def compare_cmd(
     configurations, and which change our models blame. Exit 1 when B is slower."""
     from moeplan import load_scenario
     from moeplan.cli import render
+    from moeplan.diagnose import log_config, read_text_file
     from moeplan.diagnose.compare import compare_runs
     from moeplan.diagnose.logs import parse_log
-    from moeplan.io.imports import import_config
     from moeplan.spec.scenario import load_scenario_file
 
     try:
@@ -430,14 +411,9 @@ def compare_cmd(
             raise InputError("--plot", str(plot), "a file ending in .png, .svg or .pdf")
         if plot is not None and plot.resolve() in (log_a.resolve(), log_b.resolve()):
             raise InputError("--plot", str(plot), "a path other than the input logs")
-        texts = [_read_log(log_a), _read_log(log_b)]
+        texts = [read_text_file(log_a), read_text_file(log_b)]
         stats = [parse_log(t) for t in texts]
-        configs = []
-        for t in texts:
-            try:
-                configs.append(import_config(t, "megatron-log")[0])
-            except InputError:
-                configs.append(None)
+        configs = [log_config(t)[0] for t in texts]
         base = load_scenario_file(scenario) if scenario is not None else None
         if base is not None:
             load_scenario(base)  # a broken --scenario is the user's mistake: exit 2 here, not a note later
@@ -504,18 +480,17 @@ def oom_cmd(
         rep = parse_oom(text)
         blame = None
         if scenario is not None:
+            from moeplan.diagnose import log_config
             from moeplan.diagnose.compare import model_mismatch
             from moeplan.diagnose.fixes import rank_memory_fixes
-            from moeplan.io.imports import import_config
             from moeplan.spec.scenario import _deep_merge, load_scenario_file
 
             data = load_scenario_file(scenario)
             notes: list[str] = []
-            try:  # the run's own argument dump, when the OOM log holds one, is laid over --scenario
-                data = _deep_merge(data, import_config(text, "megatron-log")[0])
+            cfg, _ = log_config(text)  # the run's own argument dump, when the OOM log holds one
+            if cfg is not None:
+                data = _deep_merge(data, cfg)
                 notes.append("layout and training from the log's argument dump, over --scenario")
-            except InputError:
-                pass
             s_run = load_scenario(data)
             if s_run.model is not None and (diff := model_mismatch(text, s_run.model)):
                 notes.append(
@@ -523,10 +498,7 @@ def oom_cmd(
                 )
             mem = estimate_memory(s_run)
             peak = mem.peak_stage
-            held = _first_not_none(
-                rep.process_in_use_bytes,
-                (rep.allocated_bytes or 0) + (rep.reserved_unallocated_bytes or 0) if rep.allocated_bytes else None,
-            )
+            held = rep.held_bytes
             if held is not None and held + rep.requested_bytes > peak.total_bytes * 1.05:
                 gap = held + rep.requested_bytes - peak.total_bytes
                 notes.append(
@@ -563,9 +535,8 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     """Measured runs from training logs laid over a scenario (tokens/s/GPU as printed, else
     GBS · seq / (median steady iteration time · world size))."""
     from moeplan import load_scenario
-    from moeplan.diagnose import read_text_file
+    from moeplan.diagnose import log_config, read_text_file
     from moeplan.diagnose.logs import parse_log
-    from moeplan.io.imports import import_config
     from moeplan.model.calibrate import Run
     from moeplan.model.step import release_of
     from moeplan.spec.scenario import _deep_merge, load_scenario_file
@@ -577,11 +548,7 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     for path in logs:
         text = read_text_file(path)
         st = parse_log(text)
-        try:
-            cfg = import_config(text, "megatron-log")[0]
-        except InputError:
-            cfg = {}
-        s = load_scenario(_deep_merge(base, cfg))
+        s = load_scenario(_deep_merge(base, log_config(text)[0] or {}))
         summ = st.summary()
         if "tokens_per_s_per_gpu" in summ:
             meas = summ["tokens_per_s_per_gpu"]["median"]

@@ -22,3 +22,14 @@ def read_text_file(path: Path, field: str = "log") -> str:
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return data.decode("utf-16", errors="replace")
     return data.decode("utf-8-sig", errors="replace")
+
+
+def log_config(text: str) -> tuple[dict | None, list[str]]:
+    """The scenario mapping read from a log's argument dump (and the import notes), or (None, [])
+    when the log has no dump."""
+    from moeplan.io.imports import import_config
+
+    try:
+        return import_config(text, "megatron-log")
+    except InputError:
+        return None, []

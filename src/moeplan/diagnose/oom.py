@@ -68,6 +68,16 @@ class OomReport:
     diagnosis: str
     fixes: list[str]
 
+    @property
+    def held_bytes(self) -> int | None:
+        """Memory the process held when it failed: "this process has N in use", else allocated +
+        reserved-but-unallocated, else None."""
+        if self.process_in_use_bytes is not None:
+            return self.process_in_use_bytes
+        if self.allocated_bytes is None:
+            return None
+        return self.allocated_bytes + (self.reserved_unallocated_bytes or 0)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -9,18 +9,15 @@ sections is written to each (Bridge keeps e.g. ``ddp`` and ``optimizer`` in sync
 
 from __future__ import annotations
 
+from moeplan.spec.layout import PARALLEL_DIMS
+
 #: layout key → Bridge ConfigContainer paths (``section.field``); first is the canonical one
 BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
     # model (GPTModelProvider / TransformerConfig)
     **{
         k: (f"model.{k}",)
         for k in (
-            "tensor_model_parallel_size",
-            "pipeline_model_parallel_size",
-            "virtual_pipeline_model_parallel_size",
-            "context_parallel_size",
-            "expert_model_parallel_size",
-            "expert_tensor_parallel_size",
+            *PARALLEL_DIMS.values(),
             "sequence_parallel",
             "pipeline_model_parallel_layout",
             "num_layers_in_first_pipeline_stage",

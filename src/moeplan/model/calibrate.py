@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -85,12 +86,6 @@ def predict(runs: list[Run], c: TimeConstants) -> list[float]:
 def abs_pct_errors(runs: list[Run], c: TimeConstants) -> list[float]:
     """|predicted / measured − 1| · 100 per run."""
     return [abs(p / r.measured_tokens_per_s_per_gpu - 1) * 100 for p, r in zip(predict(runs, c), runs, strict=True)]
-
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2) if n else math.nan
 
 
 def fit(
@@ -208,8 +203,8 @@ def holdout(
         c, _ = fit(train, base, mode, max_nfev, on_eval)
         out[g] = {
             "runs": len(test),
-            "median_abs_pct_error_uncalibrated": median(abs_pct_errors(test, base)),
-            "median_abs_pct_error_calibrated": median(abs_pct_errors(test, c)),
+            "median_abs_pct_error_uncalibrated": statistics.median(abs_pct_errors(test, base)),
+            "median_abs_pct_error_calibrated": statistics.median(abs_pct_errors(test, c)),
         }
     return out
 
