@@ -25,7 +25,6 @@ NEWEST = "26.06"
 # so `moeplan calibrate` and this script search the same physically plausible ranges
 START = {
     "grouped_gemm_half_tokens": 256.0,
-    "attention_efficiency": 0.45,
     "memory_bound_bytes_per_activation_byte": 3.0,
     "nvlink_efficiency": 0.75,
     "nic_efficiency": 0.6,
@@ -74,7 +73,6 @@ def constants_from(x: np.ndarray) -> TimeConstants:
     rel[NEWEST] = 1.0
     return TimeConstants(
         grouped_gemm_half_tokens=float(v["grouped_gemm_half_tokens"]),
-        attention_efficiency=float(v["attention_efficiency"]),
         memory_bound_bytes_per_activation_byte=float(v["memory_bound_bytes_per_activation_byte"]),
         nvlink_efficiency=float(v["nvlink_efficiency"]),
         nic_efficiency=float(v["nic_efficiency"]),
@@ -97,7 +95,6 @@ def constants_values(c: TimeConstants) -> dict[str, float]:
     """The fitted parameters of ``c`` by PARAMS name."""
     out = {
         "grouped_gemm_half_tokens": c.grouped_gemm_half_tokens,
-        "attention_efficiency": c.attention_efficiency,
         "memory_bound_bytes_per_activation_byte": c.memory_bound_bytes_per_activation_byte,
         "nvlink_efficiency": c.nvlink_efficiency,
         "nic_efficiency": c.nic_efficiency,

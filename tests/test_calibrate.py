@@ -54,7 +54,7 @@ def test_scale_fit_recovers_a_planted_factor():
 
 def test_overfit_is_refused():
     runs = _planted_runs(0.9)
-    with pytest.raises(InputError, match="more runs than the 13 free constants"):
+    with pytest.raises(InputError, match="more runs than the 12 free constants"):
         fit(runs, TimeConstants(), "all")
     with pytest.raises(InputError, match="scale or all"):
         fit(runs, TimeConstants(), "everything")

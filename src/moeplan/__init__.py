@@ -6,6 +6,7 @@ Public API (the CLI uses only these):
 - :func:`validate` — every Megatron-Core rule → :class:`CheckResult`
 - :func:`get_model`, :func:`list_models`, :func:`count_params`, :func:`stage_params`
 - :func:`estimate_memory` — per-stage peak memory per GPU → :class:`MemoryEstimate`
+- :func:`estimate_step` — step time, tokens/s/GPU, model TFLOP/s/GPU, MFU → :class:`ThroughputEstimate`
 - :func:`get_gpu`, :func:`list_gpus`
 - :class:`InputError` — every user mistake (CLI exit code 2)
 """
@@ -13,6 +14,7 @@ Public API (the CLI uses only these):
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
 from moeplan.model.memory import MemoryEstimate, StageMemory, estimate_memory
+from moeplan.model.step import ThroughputEstimate, estimate_step
 from moeplan.rules import RULES, CheckResult, Finding, validate
 from moeplan.spec.model import ModelSpec, VisionSpec
 from moeplan.spec.params import ParamCounts, RankParams, count_params, rank_params
@@ -37,10 +39,12 @@ __all__ = [
     "Scenario",
     "StageMemory",
     "StageParams",
+    "ThroughputEstimate",
     "UnknownNameError",
     "VisionSpec",
     "count_params",
     "estimate_memory",
+    "estimate_step",
     "get_gpu",
     "get_model",
     "list_gpus",

@@ -216,30 +216,44 @@ def estimate(
     ep: EpOpt = None,
     etp: EtpOpt = None,
     sets: SetOpt = None,
+    calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM.
+    """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM,
+    and (with a global batch size) step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
 
     Exit code 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input."""
-    from moeplan import estimate_memory, load_scenario, validate
+    from moeplan import estimate_memory, estimate_step, load_scenario, validate
 
     try:
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
         scn = load_scenario(scenario, ov)
         mem = estimate_memory(scn)
         checked = validate(scn)
+        consts = _step_constants(calibration)
+        broken = checked.verdict in ("invalid", "unsupported")
+        throughput = None
+        if scn.training.global_batch_size is not None and not broken:
+            throughput = estimate_step(scn, consts).to_dict()
+            if calibration is not None:
+                throughput["assumptions"].append(f"step time from the calibration profile {calibration}")
     except InputError as exc:
         _fail_input(exc)
         return
     from moeplan.cli import render
 
     errors = [f.to_dict() for f in checked.errors]
-    out = {"scenario": scn.summary(), "check": {"verdict": checked.verdict, "errors": errors}, "memory": mem.to_dict()}
+    out = {
+        "scenario": scn.summary(),
+        "check": {"verdict": checked.verdict, "errors": errors},
+        "memory": mem.to_dict(),
+        "throughput": throughput,
+    }
     if as_json:
         render.print_json(out)
     else:
         render.render_memory(out["scenario"], out["memory"], errors)
-    broken = checked.verdict in ("invalid", "unsupported")
+        render.render_throughput(throughput, broken)
     raise typer.Exit(EXIT_RULE if (mem.verdict == "does-not-fit" or broken) else EXIT_OK)
 
 
@@ -773,6 +787,9 @@ def rules_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readab
         render.print_json(rows)
     else:
         render.render_rules(rows)
+
+
+from moeplan.cli import plan_cmds  # noqa: E402,F401 - registers plan, fit, recipes
 
 
 def main() -> None:

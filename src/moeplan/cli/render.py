@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -19,6 +20,40 @@ def console(stderr: bool = False):
     if not c.is_terminal and "COLUMNS" not in os.environ:
         c = Console(stderr=stderr, highlight=False, soft_wrap=False, width=140)
     return c
+
+
+@contextlib.contextmanager
+def progress_bar(description: str):
+    """A transient progress bar on stderr, shown only once the work has taken more than a second;
+    yields ``tick(done, total)``."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    t0 = time.perf_counter()
+    prog = Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        console=console(True),
+    )
+    state: dict = {}
+
+    def tick(done: int, total: int) -> None:
+        if "task" not in state:
+            if time.perf_counter() - t0 < 1.0:
+                return
+            prog.start()
+            state["task"] = prog.add_task(description, total=total)
+        prog.update(state["task"], completed=done, total=total)
+
+    try:
+        yield tick
+    finally:
+        if "task" in state:
+            prog.stop()
 
 
 def print_json(obj: Any) -> None:
@@ -257,6 +292,46 @@ def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None
         + (f" ({head * 100:+.1f} % headroom)" if head is not None else "")
         + f" → [{style}]{mem['verdict']}[/]"
     )
+
+
+def render_throughput(th: dict | None, broken: bool = False) -> None:
+    """Step time, tokens/s/GPU, TFLOP/s/GPU, MFU and the breakdown (seconds and % of the step)."""
+    from rich.table import Table
+
+    c = console()
+    if th is None:
+        c.print(
+            "[dim]step time: not estimated ("
+            + ("the layout breaks a rule" if broken else "needs training.global_batch_size, e.g. --gbs 1024")
+            + ")[/]"
+        )
+        return
+    step = th["step_time_s"]
+    t = Table(title=f"step time {step:.3f} s  ({th['num_microbatches']} microbatches per step)")
+    t.add_column("part")
+    t.add_column("s", justify="right")
+    t.add_column("% of step", justify="right")
+    for name, v in th["breakdown_s"].items():
+        if v > 0:
+            t.add_row(name, f"{v:.4f}", f"{100 * v / step:.1f}")
+    c.print(t)
+    v = th["validity"]
+    band = f"±{v['error_band_pct']:.0f} %" if v.get("error_band_pct") == v.get("error_band_pct") else "unknown"
+    c.print(
+        f"[bold]{th['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU[/], {th['model_tflops_per_gpu']:.0f} model "
+        f"TFLOP/s/GPU, MFU {100 * th['mfu']:.1f} % of the dense BF16 peak "
+        f"({100 * th['mfu_precision_peak']:.1f} % of the training precision's peak); "
+        f"software efficiency of container {th['release']}"
+    )
+    if v.get("validated"):
+        c.print(f"validated ground: within the measured runs' coverage, expected error {band} ({v['band_source']})")
+    else:
+        c.print(
+            f"[yellow]extrapolated[/]: expected error {band} or worse ({v.get('band_source', '')}); "
+            + "; ".join(v.get("outside", []))
+        )
+    if th["assumptions"]:
+        c.print("[dim]assumed: " + "; ".join(th["assumptions"]) + "[/]")
 
 
 def render_logs(entries: list[dict]) -> None:

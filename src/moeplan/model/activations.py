@@ -173,9 +173,24 @@ def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozense
     """
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe_flags = m.moe_layers or (False,) * m.num_layers
+    key = (id(m), kinds[layer], moe_flags[layer], c, modules)
+    hit = _ACT_CACHE.get(key)
+    if hit is not None and hit[0] is m:
+        return dict(hit[1]), dict(hit[2])
+    if len(_ACT_CACHE) > 20000:
+        _ACT_CACHE.clear()
+    kept, rec = _layer_activations(m, kinds[layer], moe_flags[layer], c, modules)
+    _ACT_CACHE[key] = (m, kept, rec)
+    return dict(kept), dict(rec)
+
+
+_ACT_CACHE: dict[tuple, tuple] = {}
+
+
+def _layer_activations(m: ModelSpec, kind: str, moe: bool, c: ActContext, modules: frozenset[str]) -> tuple[dict, dict]:
     raw: dict[str, dict[str, float]] = {}
-    _attention(m, kinds[layer], c, raw)
-    _mlp(m, moe_flags[layer], c, raw)
+    _attention(m, kind, c, raw)
+    _mlp(m, moe, c, raw)
     dropped_tags = set()
     for mod in modules:
         dropped_tags.update(_WIDER.get(mod, (mod,)))

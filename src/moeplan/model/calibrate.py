@@ -7,7 +7,7 @@ ranges below. Two sets of free constants:
 - ``scale``: one software/cluster efficiency factor per container release present in the runs (the
   ``release_factor`` of :class:`~moeplan.model.constants.TimeConstants`), the shared constants kept;
   for a few runs on one's own cluster. Needs at least as many runs as releases.
-- ``all``: the 13 shared constants and the release factors (the newest release present keeps its
+- ``all``: the 12 shared constants and the release factors (the newest release present keeps its
   starting factor so the fit is identifiable). Needs more runs than free constants.
 
 A release the profile has not seen (an upgrade) is predicted with the newest calibrated release's factor.
@@ -32,18 +32,17 @@ from moeplan.spec.scenario import Scenario
 # name, lower, upper (physically plausible ranges; a fit that ends at a bound is reported)
 SHARED: list[tuple[str, float, float]] = [
     ("grouped_gemm_half_tokens", 32.0, 4096.0),
-    ("attention_efficiency", 0.2, 0.8),
-    ("memory_bound_bytes_per_activation_byte", 1.0, 20.0),
-    ("nvlink_efficiency", 0.4, 0.95),
-    ("nic_efficiency", 0.3, 0.95),
-    ("a2a_alltoall", 0.1, 0.9),
-    ("a2a_deepep", 0.1, 0.9),
-    ("a2a_hybridep", 0.1, 0.9),
-    ("launch_overhead_s_per_layer", 1e-5, 2e-3),
-    ("moe_sync_s_per_layer", 1e-5, 3e-3),
-    ("p2p_latency_s", 5e-6, 1e-3),
-    ("dp_exposed_fraction", 0.01, 1.0),
-    ("overlap_hidden_fraction", 0.01, 0.95),
+    ("memory_bound_bytes_per_activation_byte", 1.0, 12.0),
+    ("nvlink_efficiency", 0.5, 0.95),
+    ("nic_efficiency", 0.4, 0.95),
+    ("a2a_alltoall", 0.15, 0.9),
+    ("a2a_deepep", 0.15, 0.9),
+    ("a2a_hybridep", 0.15, 0.9),
+    ("launch_overhead_s_per_layer", 1e-5, 1.5e-3),
+    ("moe_sync_s_per_layer", 1e-5, 1e-3),
+    ("p2p_latency_s", 5e-6, 2e-4),
+    ("dp_exposed_fraction", 0.02, 0.5),
+    ("overlap_hidden_fraction", 0.2, 0.95),
 ]
 RELEASE_BOUNDS = (0.3, 2.0)
 MODES = ("scale", "all")

@@ -5,8 +5,8 @@ and MLPs split by TP, tokens split by CP, causal attention does half of the s² 
 the masked blocks), sliding-window layers are bounded by the window, routed experts process
 ``k·tokens·imbalance`` tokens. Time = FLOPs / achieved throughput, where the achieved throughput is
 the dense peak × the GPU's measured best-shape GEMM fraction (``gpus.json`` MAMF, ml-engineering) ×
-a grouped-GEMM occupancy term for few tokens per expert × the release factor; attention uses the
-fitted attention efficiency; element-wise work is memory-bound (HBM bandwidth).
+a grouped-GEMM occupancy term for few tokens per expert × the release factor; attention is first-
+principles, not fitted (:func:`attention_fraction`); element-wise work is memory-bound (HBM bandwidth).
 """
 
 from __future__ import annotations
@@ -16,6 +16,40 @@ from dataclasses import dataclass
 from moeplan.model.constants import TimeConstants
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
+
+#: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak, by
+#: architecture: Hopper 0.75 (FlashAttention-3, arXiv 2407.08608: 740 TFLOP/s on H100); Blackwell
+#: 0.71 / 1.3 = 0.546 (FlashAttention-4, arXiv 2603.05451: 1613 TFLOP/s = 71 % on B200, "up to 1.3×
+#: over cuDNN 9.13", the kernel Transformer Engine uses); Ampere 0.70 (FlashAttention-2, arXiv
+#: 2307.08691: up to 73 % on A100); others 0.55.
+ATTENTION_FWD_FRACTION = {"Hopper": 0.75, "Blackwell": 0.546, "Ampere": 0.70}
+ATTENTION_FWD_FRACTION_DEFAULT = 0.55
+#: backward / forward FLOP-rate ratio of flash attention (FlashAttention-2, arXiv 2307.08691: backward
+#: up to 63 % vs forward up to 73 % of A100 peak → 0.86; FA3 reports a similar gap) — planning value 0.8
+ATTENTION_BWD_RATE = 0.8
+#: query length per kernel call at which attention reaches half its long-sequence throughput (tiles of
+#: 128 queries fill the SMs only with thousands of queries per head; FA3 Fig. 5 rises from ~0.4 of its
+#: peak at 512 to ~0.95 at 16K)
+ATTENTION_HALF_QUERY_TOKENS = 768.0
+#: FP8 attention (fp8_dot_product_attention) reaches this share of the FP8 peak relative to BF16's share
+#: of the BF16 peak (FA3: ~1200 of 1979 TFLOP/s FP8 = 0.61 vs 0.75 → 0.81)
+ATTENTION_FP8_RELATIVE = 0.81
+
+
+def attention_fraction(gpu: GpuSpec, query_tokens: float) -> float:
+    """Forward + backward attention throughput as a fraction of the attention peak (BF16 unless FP8
+    attention), for kernels over ``query_tokens`` queries (the tokens of one CP rank).
+
+    Megatron counts attention as 3 × forward FLOPs; flash backward executes 2.5 × forward (it recomputes
+    QKᵀ), so the effective fraction is 3 / (1/f + 2.5/(0.8 f)) of the forward fraction f, scaled by the
+    length term q / (q + 768). Sources in the module constants; nothing here is fitted.
+    """
+    arch = (gpu.arch or "").split()[0] if gpu.arch else ""
+    f = ATTENTION_FWD_FRACTION.get(arch, ATTENTION_FWD_FRACTION_DEFAULT)
+    combined = 3.0 / (1.0 / f + 2.5 / (ATTENTION_BWD_RATE * f))
+    q = max(1.0, query_tokens)
+    return combined * q / (q + ATTENTION_HALF_QUERY_TOKENS)
+
 
 #: best-shape GEMM fraction of peak when the catalog has no measurement for a GPU / precision:
 #: the median of the measured ones (ml-engineering MAMF: 0.71–0.87).
@@ -40,15 +74,16 @@ def speeds(
     measured: dict[str, float] | None = None,
 ) -> Speeds:
     """Peak × measured GEMM fraction × release factor for GEMMs (FP8/FP4 recipes use their peak);
-    attention in bf16 unless ``fp8_dot_product_attention``."""
+    ``attention_flops_per_s`` is the attention peak × release factor (BF16 unless
+    ``fp8_dot_product_attention``): multiply by :func:`attention_fraction` for a kernel length."""
     key = "bf16" if precision == "bf16" else ("fp4" if precision == "nvfp4" else "fp8")
     peak = gpu.peak_dense_tflops.get(key) or gpu.peak_dense_tflops.get("bf16")
     frac = (measured or {}).get(key if key != "fp4" else "fp8", DEFAULT_GEMM_FRACTION)
     bf16 = gpu.peak_dense_tflops.get("bf16")
-    attn_peak = gpu.peak_dense_tflops.get("fp8", bf16) if fp8_attention else bf16
+    attn_peak = gpu.peak_dense_tflops.get("fp8", bf16) * ATTENTION_FP8_RELATIVE if fp8_attention else bf16
     return Speeds(
         gemm_flops_per_s=peak * 1e12 * frac * release_factor,
-        attention_flops_per_s=attn_peak * 1e12 * c.attention_efficiency * release_factor,
+        attention_flops_per_s=attn_peak * 1e12 * release_factor,
         hbm_bytes_per_s=(gpu.hbm_bandwidth_gb_per_s or 3000) * 1e9,
     )
 

@@ -21,7 +21,6 @@ class TimeConstants:
     Attributes:
         grouped_gemm_half_tokens: tokens per local expert at which a grouped GEMM reaches half of its
             dense ceiling (few tokens per expert run far below peak).
-        attention_efficiency: fraction of the dense peak that flash attention (fwd + bwd) reaches.
         memory_bound_bytes_per_activation_byte: HBM traffic of element-wise work (norms,
             activations, permutation, residuals) per byte of saved activations, forward + backward.
         nvlink_efficiency / nic_efficiency: achieved fraction of NVLink / NIC bandwidth by NCCL.
@@ -39,7 +38,6 @@ class TimeConstants:
     """
 
     grouped_gemm_half_tokens: float = 256.0
-    attention_efficiency: float = 0.45
     memory_bound_bytes_per_activation_byte: float = 3.0
     nvlink_efficiency: float = 0.75
     nic_efficiency: float = 0.75

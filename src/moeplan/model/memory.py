@@ -23,6 +23,7 @@ allocator fragmentation (:mod:`moeplan.model.overheads`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from moeplan.errors import InputError
@@ -90,7 +91,7 @@ class StageMemory:
     def other_bytes(self) -> int:
         return self.category("other")
 
-    @property
+    @functools.cached_property
     def total_bytes(self) -> int:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
 

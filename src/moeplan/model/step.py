@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from moeplan.errors import InputError
 from moeplan.model.activations import ActContext, layer_activations
 from moeplan.model.comm import cp_time, dp_time, ep_time, pp_time, tp_time
-from moeplan.model.compute import grouped_efficiency, layer_flops, speeds
+from moeplan.model.compute import attention_fraction, grouped_efficiency, layer_flops, speeds
 from moeplan.model.constants import TimeConstants, load_constants
 from moeplan.model.flops import model_flops
 from moeplan.model.memory import DEFAULT_ROUTING_IMBALANCE
@@ -44,6 +44,8 @@ class ThroughputEstimate:
         mfu: model TFLOP/s / dense BF16 peak (fraction); ``mfu_precision_peak`` against the
             training precision's peak.
         breakdown_s: named parts that add up to ``step_time_s``.
+        validity: :meth:`moeplan.model.validity.Validity.to_dict` — whether the case lies inside
+            the measured runs the constants were fitted on, and its error band.
     """
 
     step_time_s: float
@@ -55,6 +57,7 @@ class ThroughputEstimate:
     num_microbatches: int
     release: str
     assumptions: list[str] = field(default_factory=list)
+    validity: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -68,6 +71,7 @@ class ThroughputEstimate:
             "num_microbatches": self.num_microbatches,
             "release": self.release,
             "assumptions": list(self.assumptions),
+            "validity": dict(self.validity),
         }
 
 
@@ -124,6 +128,7 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
         route = s.input.assumptions.routing_imbalance_factor or DEFAULT_ROUTING_IMBALANCE
     seq_local = t.seq_length / s.cp
     tokens = mbs * seq_local
+    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local)
     ctx = ActContext(
         tokens=tokens,
         seq_local=seq_local,
@@ -169,12 +174,20 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
             ),
             0.0,
         )
+        kinds_all = m.attention_kinds or ("full",) * m.num_layers
+        moe_all = m.moe_layers or (False,) * m.num_layers
+        groups: dict[tuple, list[int]] = {}
         for li in st.layers:
+            groups.setdefault((kinds_all[li], bool(moe_all[li])), []).append(li)
+        for members in groups.values():
+            # layers of one kind cost the same: evaluate the first, count it len(members) times
+            li = members[0]
+            before = dict(parts)
             f = layer_flops(m, li, tokens, seq_local, t.seq_length, s.tp, s.cp, s.ep, route)
             t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
             eff = grouped_efficiency(f.tokens_per_local_expert, c)
             t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
-            t_core = 3 * f.attention_core / sp.attention_flops_per_s
+            t_core = 3 * f.attention_core / attn_rate
             kept, rec = layer_activations(m, li, ctx, frozenset(modules))
             act = sum(kept.values()) + sum(rec.values())
             t_mem = c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
@@ -217,6 +230,9 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
                     extra += t_dense / 3 * 0.3
                 extra += t_mem / 3 * len(modules & {"layernorm", "moe_act", "gdn_norm_out"}) * 0.2
                 parts["recompute"] += extra
+            if len(members) > 1:
+                for k in parts:
+                    parts[k] = before[k] + (parts[k] - before[k]) * len(members)
         if st.output_layer:
             logits = 2 * tokens * m.hidden_size * vpad / s.tp * (1 + st.mtp_layers)
             parts["dense_gemm"] += 3 * logits / sp.gemm_flops_per_s
@@ -258,6 +274,17 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
     prec_peak = gpu.peak_tflops(t.precision) or bf16
     if stage_plan(s) is None:
         assumptions.append("layers do not split as given: estimated with a near-even split")
+    from moeplan.model.validity import assess
+
     return ThroughputEstimate(
-        step, tps, tflops, tflops / bf16, tflops / prec_peak, breakdown, n_mb, rel_name, assumptions
+        step,
+        tps,
+        tflops,
+        tflops / bf16,
+        tflops / prec_peak,
+        breakdown,
+        n_mb,
+        rel_name,
+        assumptions,
+        assess(s).to_dict(),
     )

@@ -165,13 +165,29 @@ def mlp_shard(model: ModelSpec, moe: bool, tp: int = 1, ep: int = 1, etp: int = 
     return out
 
 
+_SHARD_CACHE: dict[tuple, tuple[ModelSpec, dict]] = {}
+
+
 def layer_shard(model: ModelSpec, layer: int, tp: int = 1, ep: int = 1, etp: int = 1) -> dict[str, Shard]:
-    """All parameters of decoder layer ``layer`` (0-based) on one rank, by kind."""
+    """All parameters of decoder layer ``layer`` (0-based) on one rank, by kind (memoised per layer
+    kind: the planner asks for the same shards thousands of times)."""
     _require(model, "hidden_size", "num_layers")
     kinds = model.attention_kinds or ("full",) * model.num_layers
     moe_layers = model.moe_layers or (False,) * model.num_layers
-    out = dict(attention_shard(model, kinds[layer], tp))
-    out.update(mlp_shard(model, moe_layers[layer], tp, ep, etp))
+    key = (id(model), kinds[layer], moe_layers[layer], tp, ep, etp)
+    hit = _SHARD_CACHE.get(key)
+    if hit is not None and hit[0] is model:
+        return dict(hit[1])
+    if len(_SHARD_CACHE) > 20000:
+        _SHARD_CACHE.clear()
+    out = _layer_shard(model, kinds[layer], moe_layers[layer], tp, ep, etp)
+    _SHARD_CACHE[key] = (model, out)
+    return dict(out)
+
+
+def _layer_shard(model: ModelSpec, kind: str, moe: bool, tp: int, ep: int, etp: int) -> dict[str, Shard]:
+    out = dict(attention_shard(model, kind, tp))
+    out.update(mlp_shard(model, moe, tp, ep, etp))
     out["norms"] = Shard(rep=2 * model.hidden_size)  # input_layernorm + pre_mlp_layernorm
     return out
 

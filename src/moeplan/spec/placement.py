@@ -70,6 +70,38 @@ def stage_params(
     m = s.model
     if m is None or m.num_layers is None:
         raise InputError("model", None, "a model with num_layers to place parameters")
+    lay = s.layout
+    key = (
+        id(m),
+        s.tp,
+        s.ep,
+        s.etp,
+        s.pp,
+        lay.virtual_pipeline_model_parallel_size,
+        lay.num_layers_in_first_pipeline_stage,
+        lay.num_layers_in_last_pipeline_stage,
+        lay.account_for_embedding_in_pipeline_split,
+        lay.account_for_loss_in_pipeline_split,
+        str(lay.pipeline_model_parallel_layout),
+        s.mtp_num_layers,
+        make_vocab_size_divisible_by,
+        allow_balanced,
+    )
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is m:
+        return list(hit[1])
+    out = _stage_params(s, make_vocab_size_divisible_by, allow_balanced)
+    if len(_CACHE) > 5000:
+        _CACHE.clear()
+    _CACHE[key] = (m, out)
+    return list(out)
+
+
+_CACHE: dict[tuple, tuple] = {}
+
+
+def _stage_params(s: Scenario, make_vocab_size_divisible_by: int, allow_balanced: bool) -> list[StageParams]:
+    m = s.model
     plan = stage_plan(s, allow_balanced)
     if plan is None:
         lay = s.layout

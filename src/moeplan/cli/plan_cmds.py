@@ -1,0 +1,228 @@
+"""``moeplan plan``, ``moeplan fit`` and ``moeplan recipes`` (thin layer over :mod:`moeplan.plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moeplan.cli.app import (
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_RULE,
+    CalibrationOpt,
+    CpOpt,
+    EpOpt,
+    EtpOpt,
+    GbsOpt,
+    GpuOpt,
+    JsonOpt,
+    MbsOpt,
+    ModelOpt,
+    NumGpusOpt,
+    PpOpt,
+    PrecisionOpt,
+    ScenarioArg,
+    SeqOpt,
+    SetOpt,
+    TpOpt,
+    VppOpt,
+    _fail_input,
+    _overrides,
+    _step_constants,
+    _write_atomically,
+    app,
+)
+from moeplan.errors import InputError
+
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=50, help="Candidates to show.")]
+HeadroomOpt = Annotated[
+    Optional[float], typer.Option("--headroom-gib", min=0.0, help="GiB kept free per GPU (default 5 % of HBM).")
+]
+
+
+def _request(scenario: Path | None, ov: dict) -> dict:
+    from moeplan.spec.scenario import load_scenario_file, merge_overrides
+
+    data = load_scenario_file(scenario) if scenario is not None else {}
+    return merge_overrides(data, ov)
+
+
+@app.command("plan")
+def plan_cmd(
+    scenario: ScenarioArg = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    seq_length: SeqOpt = None,
+    mbs: MbsOpt = None,
+    gbs: Annotated[
+        Optional[int], typer.Option("--global-batch-size", "--gbs", min=1, help="Sequences per step.")
+    ] = None,
+    tokens_per_step: Annotated[
+        Optional[int], typer.Option("--tokens-per-step", min=1, help="Tokens per step (GBS = this / seq length).")
+    ] = None,
+    precision: PrecisionOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    etp: EtpOpt = None,
+    sets: SetOpt = None,
+    top: TopOpt = 5,
+    min_dp: Annotated[int, typer.Option("--min-dp", min=1, help="Smallest data-parallel size accepted.")] = 1,
+    headroom_gib: HeadroomOpt = None,
+    objective: Annotated[
+        str, typer.Option("--objective", help="throughput (tokens/s/GPU) or time-to-train (needs --train-tokens).")
+    ] = "throughput",
+    train_tokens: Annotated[
+        Optional[float], typer.Option("--train-tokens", min=1, help="Tokens to train, for time-to-train.")
+    ] = None,
+    report: Annotated[
+        Optional[Path], typer.Option("--report", help="Write a self-contained HTML report with plots here.")
+    ] = None,
+    calibration: CalibrationOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search the layout space (TP, PP, VPP, CP, EP, ETP, MBS, recompute, dispatcher, CUDA graphs,
+    CP comm, optimizer offload) and rank what fits by predicted tokens/s/GPU, with why the winner wins,
+    the rule-of-thumb baseline and a tally of what was rejected. Every layout key given is held fixed.
+
+    Exit code 0 when something fits, 1 when nothing does, 2 on bad input."""
+    from moeplan.cli import render
+    from moeplan.plan import plan
+
+    try:
+        if objective not in ("throughput", "time-to-train"):
+            raise InputError("--objective", objective, "throughput or time-to-train")
+        if objective == "time-to-train" and not train_tokens:
+            raise InputError("--train-tokens", None, "a token count with --objective time-to-train")
+        if gbs is not None and tokens_per_step is not None:
+            raise InputError("--tokens-per-step", tokens_per_step, "either --global-batch-size or --tokens-per-step")
+        ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        data = _request(scenario, ov)
+        if tokens_per_step is not None:
+            seq = (data.get("training") or {}).get("seq_length")
+            if not isinstance(seq, int):
+                raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
+            data.setdefault("training", {})["global_batch_size"] = max(1, tokens_per_step // seq)
+        consts = _step_constants(calibration)
+        with render.progress_bar("searching layouts") as tick:
+            res = plan(
+                data,
+                top=top,
+                min_dp=min_dp,
+                headroom_gib=headroom_gib,
+                train_tokens=train_tokens,
+                constants=consts,
+                progress=tick,
+            )
+        out = res.to_dict()
+        if report is not None:
+            from moeplan.plan.report import write_report
+
+            write_report(res, report)
+            out["report"] = str(report)
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    if as_json:
+        render.print_json(out)
+    else:
+        from moeplan.cli.render_plan import render_plan
+
+        render_plan(out)
+    raise typer.Exit(EXIT_OK if out["candidates"] else EXIT_RULE)
+
+
+@app.command("fit")
+def fit_cmd(
+    scenario: ScenarioArg = None,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    seq_length: SeqOpt = None,
+    mbs: MbsOpt = None,
+    gbs: GbsOpt = None,
+    precision: PrecisionOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    vpp: VppOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    etp: EtpOpt = None,
+    sets: SetOpt = None,
+    headroom_gib: HeadroomOpt = None,
+    top: TopOpt = 8,
+    calibration: CalibrationOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Propose the smallest changes that make a layout fit (or that OOMed): one change at a time,
+    then pairs, each checked by every rule, with the GiB it saves and the step time it costs, the
+    cheapest in time first.
+
+    Exit code 0 when the layout fits already or a fix is found, 1 when none is, 2 on bad input."""
+    from moeplan.cli import render
+    from moeplan.plan.fit import fit_layout
+
+    try:
+        ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        data = _request(scenario, ov)
+        out = fit_layout(data, headroom_gib=headroom_gib, top=top, constants=_step_constants(calibration))
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    if as_json:
+        render.print_json(out)
+    else:
+        from moeplan.cli.render_plan import render_fit
+
+        render_fit(out)
+    raise typer.Exit(EXIT_OK if out["fits_already"] or out["fixes"] else EXIT_RULE)
+
+
+@app.command("recipes")
+def recipes_cmd(
+    kind: Annotated[
+        str, typer.Option("--kind", help="all, guidance (skill layout families) or published (Bridge perf recipes).")
+    ] = "all",
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Only this model (HF id or name).")] = None,
+    output_dir: Annotated[
+        Optional[Path], typer.Option("--write", help="Also write each recipe as a scenario YAML into this folder.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Built-in starting points — the layout families of the long-context and VLM guidance and the
+    published Megatron Bridge layouts — each checked by the rules (what they break as written) and
+    estimated (memory; throughput where a batch size is known)."""
+    from moeplan.cli import render
+    from moeplan.plan.recipes import list_recipes
+
+    try:
+        if kind not in ("all", "guidance", "published"):
+            raise InputError("--kind", kind, "all, guidance or published")
+        rows = list_recipes(kind, model)
+        if output_dir is not None:
+            import yaml
+
+            output_dir.mkdir(parents=True, exist_ok=True)
+            for r in rows:
+                _write_atomically(output_dir / f"{r['id']}.yaml", yaml.safe_dump(r["scenario"], sort_keys=False))
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    except OSError as exc:
+        _fail_input(InputError("--write", str(output_dir), f"a writable folder ({exc.strerror})"))
+        return
+    if as_json:
+        render.print_json(rows)
+    else:
+        from moeplan.cli.render_plan import render_recipes
+
+        render_recipes(rows)
+    raise typer.Exit(EXIT_OK)
+
+
+__all__ = ["plan_cmd", "fit_cmd", "recipes_cmd", "EXIT_INPUT"]

@@ -1,0 +1,188 @@
+"""Tables for ``plan``, ``fit`` and ``recipes`` (readable at 100 columns)."""
+
+from __future__ import annotations
+
+from moeplan.cli.render import console
+
+
+def _short_layout(c: dict) -> str:
+    lay = c["layout"]
+    bits = []
+    rc = c.get("recompute")
+    if rc:
+        bits.append(f"rc={rc}")
+    k = c.get("knobs") or {}
+    if k.get("dispatcher") and k["dispatcher"] != "alltoall":
+        bits.append(k["dispatcher"])
+    if k.get("graphs") and k["graphs"] != "eager":
+        bits.append(k["graphs"])
+    if k.get("cp_comm") and k["cp_comm"] != "p2p":
+        bits.append("cp:" + k["cp_comm"])
+    if lay.get("pipeline_model_parallel_layout"):
+        bits.append("pp-layout")
+    elif lay.get("account_for_embedding_in_pipeline_split"):
+        bits.append("acct-emb" + ("+loss" if lay.get("account_for_loss_in_pipeline_split") else ""))
+    return ", ".join(bits)
+
+
+def render_plan(d: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    r = d["request"]
+    c.print(
+        f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {r['seq_length']:,}, GBS "
+        f"{r['global_batch_size']}, {r['precision']}"
+        + (f"; held fixed: {', '.join(f'{k}={v}' for k, v in r['fixed'].items())}" if r["fixed"] else "")
+    )
+    t = Table(title=f"top {len(d['candidates'])} of {d['fitting_layouts']} fitting layouts", width=100)
+    for col, just in (
+        ("#", "right"),
+        ("layout", "left"),
+        ("DP", "right"),
+        ("MBS", "right"),
+        ("knobs", "left"),
+        ("GiB", "right"),
+        ("tok/s/GPU", "right"),
+        ("MFU", "right"),
+    ):
+        t.add_column(col, justify=just, overflow="fold")
+    for cand in d["candidates"]:
+        m = cand["memory"]
+        th = cand["throughput"]
+        t.add_row(
+            str(cand["rank"]),
+            cand["label"],
+            str(cand["dp"]),
+            str(cand["training"]["micro_batch_size"]),
+            _short_layout(cand),
+            f"{m['peak_gib']:.1f}/{m['capacity_gib']:.0f}",
+            f"{th['tokens_per_s_per_gpu']:,.0f}",
+            f"{100 * th['mfu']:.1f}%",
+        )
+    c.print(t)
+    if d["candidates"]:
+        w = d["candidates"][0]
+        c.print("[bold]why #1[/]")
+        for line in w["explanation"]:
+            c.print(f"  • {line}", highlight=False)
+        for cand in d["candidates"][1:3]:
+            for line in cand["explanation"]:
+                c.print(f"  {line}", highlight=False)
+        v = w["throughput"]["validity"]
+        if not v.get("validated"):
+            c.print(
+                f"[yellow]extrapolated[/]: expected error ±{v['error_band_pct']:.0f} % or worse — "
+                + "; ".join(v.get("outside", [])),
+                highlight=False,
+            )
+        if "time_to_train_s" in w:
+            c.print(f"time to train: {w['time_to_train_s'] / 86400:.2f} days")
+    b = d["baseline"]
+    rot = b["rule_of_thumb"]
+    if rot.get("candidate"):
+        rc = rot["candidate"]
+        c.print(
+            f"[bold]baseline[/] {rot['rule']}: best such layout {rc['label']} "
+            f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {rc['memory']['peak_gib']:.1f} GiB "
+            f"(rank {rc['rank']}); the search gains {rot['search_gain_pct']:+.1f} %",
+            highlight=False,
+        )
+    else:
+        c.print(f"[bold]baseline[/] {rot['rule']}: {rot.get('why_not')}", highlight=False)
+    fam = b.get("family")
+    if fam:
+        errs = fam["check"]["errors"]
+        th = fam.get("throughput")
+        c.print(
+            f"[bold]guidance family[/] {fam['recipe']} at this size: "
+            + (f"breaks {len(errs)} rule(s): " + "; ".join(errs[:3]) if errs else "legal")
+            + (f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
+            + (f", {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
+            + (f"; the search gains {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
+            highlight=False,
+        )
+    if d["rejected"]:
+        c.print(
+            f"rejected ({d['evaluated_layouts']} layouts evaluated): "
+            + ", ".join(f"{r['reason']} {r['count']}" for r in d["rejected"]),
+            highlight=False,
+        )
+    for a in d["assumptions"]:
+        c.print(f"[dim]assumed: {a}[/]", highlight=False)
+    if d.get("report"):
+        c.print(f"report written to {d['report']}")
+
+
+def render_fit(d: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    c.print(
+        f"current layout: peak {d['peak_gib']:.1f} GiB of {d['capacity_gib']:.1f} GiB usable "
+        f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
+        highlight=False,
+    )
+    if d["fixes"]:
+        t = Table(title="changes that make it fit, least step-time cost first", width=100)
+        for col in ("#", "change", "peak GiB", "saves GiB", "step time", "tok/s/GPU"):
+            t.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
+        for i, f in enumerate(d["fixes"], start=1):
+            t.add_row(
+                str(i),
+                f["change"],
+                f"{f['peak_gib']:.1f}",
+                f"{f['saved_gib']:.1f}",
+                "–" if f["step_time_change_pct"] is None else f"{f['step_time_change_pct']:+.1f}%",
+                "–" if f["tokens_per_s_per_gpu"] is None else f"{f['tokens_per_s_per_gpu']:,.0f}",
+            )
+        c.print(t)
+    elif not d["fits_already"]:
+        c.print("[bold red]no single change or pair of changes makes it fit[/]: try `moeplan plan` with more GPUs")
+    if d["not_enough"]:
+        c.print(
+            "legal but not enough alone: "
+            + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in d["not_enough"][:6]),
+            highlight=False,
+        )
+    if d["rejected"]:
+        c.print(
+            "[dim]rejected by a rule: "
+            + "; ".join(f"{r['change']} ({r['rule_id']})" for r in d["rejected"][:6])
+            + "[/]",
+            highlight=False,
+        )
+
+
+def render_recipes(rows: list[dict]) -> None:
+    c = console()
+    c.print(f"[bold]{len(rows)} built-in starting points[/] (checked by every rule; memory per GPU at their size)")
+    for r in rows:
+        sc = r["scenario"]
+        lay = sc.get("layout", {})
+        short = " ".join(
+            f"{k}{lay[key]}"
+            for k, key in (
+                ("TP", "tensor_model_parallel_size"),
+                ("PP", "pipeline_model_parallel_size"),
+                ("VPP", "virtual_pipeline_model_parallel_size"),
+                ("CP", "context_parallel_size"),
+                ("EP", "expert_model_parallel_size"),
+            )
+            if lay.get(key) is not None
+        )
+        chk = r["check"]
+        style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
+        mem = r.get("memory")
+        mem_s = f"{mem['peak_gib']:.1f} GiB {mem['verdict']}" if mem else "memory: needs seq_length / GPU count"
+        n = sc["system"].get("num_gpus")
+        c.print(
+            f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "
+            f"{n or '?'} × {sc['system'].get('gpu')}, seq {sc.get('training', {}).get('seq_length', '?')}: {short}",
+            highlight=False,
+        )
+        line = f"    [{style}]{chk['verdict']}[/]" + (
+            f" — breaks {', '.join(chk['rule_ids'])}" if chk["rule_ids"] else ""
+        )
+        c.print(line + f"; {mem_s}", highlight=False)
+    c.print("[dim]messages and fixes: --json; each as a scenario YAML: --write DIR[/]")

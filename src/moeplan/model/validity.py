@@ -1,0 +1,102 @@
+"""How far a step-time estimate stands from validated ground.
+
+The time model's constants were fitted on measured runs (``benchmarks/calibrate_time.py``); the
+accuracy benchmark (``benchmarks/accuracy.py``) writes ``catalog/data/time_validity.json`` with what
+those runs covered (GPU types, models, precisions, sequence lengths, layout kinds) and the error bands
+it measured: the in-sample 90th-percentile absolute error for covered cases, and the worst
+leave-one-GPU-type-out median error for cases outside them. An estimate outside that ground is marked
+``extrapolated`` and names each way in which it is outside.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+from moeplan.spec.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Validity:
+    """Attributes:
+    validated: every aspect of the case lies inside the fitted runs' coverage.
+    outside: one line per aspect outside it (empty when ``validated``).
+    error_band_pct: expected absolute % error of tokens/s/GPU for a case of this kind.
+    band_source: where the band comes from (accuracy benchmark figure).
+    """
+
+    validated: bool
+    outside: list[str]
+    error_band_pct: float
+    band_source: str
+
+    def to_dict(self) -> dict:
+        return {
+            "validated": self.validated,
+            "outside": list(self.outside),
+            "error_band_pct": self.error_band_pct,
+            "band_source": self.band_source,
+        }
+
+
+@functools.lru_cache(maxsize=1)
+def coverage() -> dict:
+    """The packaged coverage and error bands (empty coverage when the data file is absent)."""
+    path = resources.files("moeplan.catalog").joinpath("data", "time_validity.json")
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def layout_kind(s: Scenario) -> list[str]:
+    """Labels of the layout features that matter for coverage (e.g. ``cp>1``, ``vpp``, ``offload``)."""
+    lay = s.layout
+    kinds = []
+    if s.cp > 1:
+        kinds.append("cp>1")
+    if (lay.virtual_pipeline_model_parallel_size or 1) > 1:
+        kinds.append("vpp")
+    if s.pp > 1:
+        kinds.append("pp>1")
+    if s.etp > 1:
+        kinds.append("etp>1")
+    if lay.recompute_granularity == "full":
+        kinds.append("full recompute")
+    if lay.optimizer_cpu_offload:
+        kinds.append("optimizer offload")
+    if lay.use_megatron_fsdp:
+        kinds.append("megatron-fsdp")
+    return kinds
+
+
+def assess(s: Scenario) -> Validity:
+    """Compare a resolved scenario with the coverage of the fitted runs."""
+    cov = coverage()
+    if not cov:
+        return Validity(False, ["no coverage data packaged"], float("nan"), "none")
+    out = []
+    gpu = s.gpu.id if s.gpu else None
+    if gpu not in cov["gpus"]:
+        out.append(f"GPU {gpu} was not measured (measured: {', '.join(cov['gpus'])})")
+    name = s.model.name if s.model else None
+    if name not in cov["models"]:
+        out.append(f"model {name} was not measured (measured: {', '.join(m.split('/')[-1] for m in cov['models'])})")
+    prec = s.training.precision
+    if prec not in cov["precisions"]:
+        out.append(f"precision {prec} was not measured (measured: {', '.join(cov['precisions'])})")
+    lo, hi = cov["seq_length_range"]
+    seq = s.training.seq_length or 0
+    if not lo <= seq <= hi:
+        out.append(
+            f"seq_length {seq} outside the measured {lo}–{hi}: attention and CP costs are first-principles, "
+            "not validated"
+        )
+    for k in layout_kind(s):
+        if k not in cov["layout_kinds"]:
+            out.append(f"layout feature '{k}' never appears in the measured runs")
+    if out:
+        return Validity(False, out, cov["extrapolation_band_pct"], cov["extrapolation_band_source"])
+    return Validity(True, [], cov["in_sample_band_pct"], cov["in_sample_band_source"])

@@ -1,0 +1,191 @@
+"""Layout planner: search, rank and explain (``moeplan plan``), make a layout fit (``moeplan fit``),
+and the built-in starting points (``moeplan recipes``).
+
+Public API:
+
+- :func:`plan` — request mapping → :class:`PlanResult` (top candidates, explanation, baseline,
+  rejected tally); ``to_dict()`` is the ``--json`` contract.
+- :func:`rule_of_thumb_cp` — CP ≈ seq_len / 4096 rounded to a power of two (the guidance's first guess).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+
+from moeplan.errors import InputError
+from moeplan.plan.explain import explain_winner, runner_up_diff
+from moeplan.plan.search import Candidate, SearchResult, search, time_to_train_s
+
+
+def rule_of_thumb_cp(seq_length: int) -> int:
+    """CP ≈ seq_len / 4096, rounded to the nearest power of two (≥ 1). Source: the long-context
+    guidance (``guidance.md``: "First guess CP ≈ seq_len / 4096, rounded to a power of two")."""
+    x = max(1.0, seq_length / 4096)
+    return 2 ** round(math.log2(x))
+
+
+def _cand_dict(c: Candidate, rank: int, train_tokens: float | None) -> dict:
+    d = c.summary()
+    d["rank"] = rank
+    d["memory"] = {
+        "peak_gib": c.peak_gib,
+        "capacity_gib": c.capacity_gib,
+        "peak_stage": c.memory["peak_stage"],
+        "verdict": c.memory["verdict"],
+        "stages": c.memory["stages"],
+        "peak_bytes": c.memory["peak_bytes"],
+    }
+    if train_tokens:
+        d["time_to_train_s"] = time_to_train_s(c, train_tokens)
+    return d
+
+
+@dataclass
+class PlanResult:
+    """Outcome of :func:`plan`; ``to_dict()`` is the JSON contract (``candidates[]`` each with
+    ``layout``, ``memory``, ``throughput`` (as ``estimate``), ``explanation``; ``baseline``;
+    ``rejected``)."""
+
+    search: SearchResult
+    top: int
+    explanation: list[str]
+    runner_up: list[str]
+    baseline: dict
+    seconds: float
+    train_tokens: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return self.search.candidates[: self.top]
+
+    def to_dict(self) -> dict:
+        cands = []
+        for i, c in enumerate(self.candidates, start=1):
+            d = _cand_dict(c, i, self.train_tokens)
+            if i == 1:
+                d["explanation"] = list(self.explanation)
+            else:
+                d["explanation"] = [line for line in self.runner_up if line.startswith(f"#{i} ")] or [
+                    f"{100 * (c.tokens_per_s_per_gpu / self.candidates[0].tokens_per_s_per_gpu - 1):+.1f} % vs #1"
+                ]
+            cands.append(d)
+        return {
+            "request": self.search.request,
+            "assumptions": list(self.search.assumptions) + list(self.notes),
+            "evaluated_layouts": self.search.evaluated,
+            "fitting_layouts": len(self.search.candidates),
+            "seconds": self.seconds,
+            "candidates": cands,
+            "baseline": self.baseline,
+            "rejected": self.search.rejected.to_list(),
+        }
+
+
+def _baseline(res: SearchResult) -> dict:
+    """The rule-of-thumb CP (best layout the search found with that CP) and the guidance's layout
+    family for this model and GPU, evaluated as written at the request's size."""
+    seq = res.request["seq_length"]
+    cp = rule_of_thumb_cp(seq)
+    out: dict = {"rule_of_thumb": {"rule": f"CP ≈ seq_len/4096 → CP {cp}", "context_parallel_size": cp}}
+    win = res.candidates[0] if res.candidates else None
+    match = next((c for c in res.candidates if c.parallel.cp == cp), None)
+    if match is not None:
+        out["rule_of_thumb"]["candidate"] = _cand_dict(match, res.candidates.index(match) + 1, None)
+        if win is not None:
+            out["rule_of_thumb"]["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / match.tokens_per_s_per_gpu - 1)
+    else:
+        out["rule_of_thumb"]["candidate"] = None
+        out["rule_of_thumb"]["why_not"] = f"no legal layout with CP {cp} fits at this size"
+    fam = family_baseline(res)
+    if fam is not None:
+        out["family"] = fam
+        if win is not None and fam.get("throughput"):
+            fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)
+    return out
+
+
+def family_baseline(res: SearchResult) -> dict | None:
+    """The guidance layout family (packaged ``skill_recipes.yaml``) of the same model and GPU with the
+    nearest sequence length, its layout applied at the request's GPU count, sequence and batch."""
+    from moeplan import estimate_memory, estimate_step, load_scenario, validate
+    from moeplan.plan.recipes import skill_recipes
+
+    req = res.request
+    same = [
+        r
+        for r in skill_recipes()
+        if r["scenario"].get("model") == req["model"] and r["scenario"]["system"].get("gpu") == req["gpu"]
+    ]
+    if not same:
+        return None
+    rec = min(
+        same,
+        key=lambda r: (abs(math.log2(r["scenario"]["training"].get("seq_length", 4096) / req["seq_length"])), r["id"]),
+    )
+    data = copy.deepcopy(rec["scenario"])
+    data["system"]["num_gpus"] = req["num_gpus"]
+    data["training"].update(
+        seq_length=req["seq_length"], global_batch_size=req["global_batch_size"], precision=req["precision"]
+    )
+    data["training"].setdefault("micro_batch_size", 1)
+    out = {"recipe": rec["id"], "family": rec["family"], "layout": dict(data["layout"])}
+    try:
+        s = load_scenario(data)
+        chk = validate(s)
+        out["check"] = {"verdict": chk.verdict, "errors": [f"{f.rule_id}: {f.message}" for f in chk.errors]}
+        mem = estimate_memory(s)
+        out["memory"] = {"peak_gib": mem.peak_bytes / 2**30, "verdict": mem.verdict}
+        out["throughput"] = estimate_step(s).to_dict() if not chk.errors else None
+    except InputError as exc:
+        out["check"] = {"verdict": "invalid", "errors": [str(exc)]}
+        out["throughput"] = None
+    return out
+
+
+def plan(
+    base: dict,
+    *,
+    top: int = 5,
+    min_dp: int = 1,
+    headroom_gib: float | None = None,
+    train_tokens: float | None = None,
+    refine: int = 16,
+    constants=None,
+    progress=None,
+) -> PlanResult:
+    """Search, rank and explain layouts for a request.
+
+    Args:
+        base: scenario mapping (``model``, ``system.gpu``, ``system.num_gpus``,
+            ``training.seq_length``; optional ``global_batch_size``, ``micro_batch_size``, ``precision``;
+            every ``layout`` key given is held fixed).
+        top: candidates to keep (≥ 1).
+        min_dp / headroom_gib: see :func:`moeplan.plan.search.search`.
+        train_tokens: report the time to train this many tokens (the ranking is the same: the GPU
+            count is fixed, so time to train falls as tokens/s/GPU rises).
+
+    Raises:
+        InputError: bad request (field named).
+    """
+    if top < 1:
+        raise InputError("--top", top, "an integer ≥ 1")
+    t0 = time.perf_counter()
+    res = search(
+        base, min_dp=min_dp, headroom_gib=headroom_gib, refine=max(refine, top), constants=constants, progress=progress
+    )
+    expl = explain_winner(res)
+    runner = runner_up_diff(res)
+    base_d = _baseline(res)
+    notes = []
+    if not res.candidates:
+        notes.append(
+            "no layout fits: see the rejected tally (try more GPUs, a shorter sequence, FP8, or --headroom-gib 0)"
+        )
+    return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes)
+
+
+__all__ = ["PlanResult", "plan", "rule_of_thumb_cp"]

@@ -1,0 +1,127 @@
+"""Why the winner wins: one short paragraph per decision, from the candidates the search evaluated
+(best layout per value of each parallel size, the recompute rungs it tried, the knob variants of the
+refinement), the runner-up's differences, and the rule-of-thumb baseline.
+"""
+
+from __future__ import annotations
+
+from moeplan.plan.search import Candidate, SearchResult
+
+_DIMS = (
+    ("cp", "CP", "context_parallel_size"),
+    ("tp", "TP", "tensor_model_parallel_size"),
+    ("pp", "PP", "pipeline_model_parallel_size"),
+    ("ep", "EP", "expert_model_parallel_size"),
+)
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a / b - 1):+.1f} %"
+
+
+def best_by(res: SearchResult, attr: str) -> dict[int, Candidate]:
+    """The best candidate for each value of a parallel size (``cp``, ``tp``, ``pp``, ``ep``)."""
+    out: dict[int, Candidate] = {}
+    for c in res.candidates:  # sorted best first
+        out.setdefault(getattr(c.parallel, attr), c)
+    return out
+
+
+def explain_winner(res: SearchResult) -> list[str]:
+    """Plain-language lines: each parallel size, recompute, dispatcher, graphs, offload, CP comm."""
+    if not res.candidates:
+        return []
+    w = res.candidates[0]
+    tps = w.tokens_per_s_per_gpu
+    seq = res.request["seq_length"]
+    lines = []
+    fixed = res.request.get("fixed") or {}
+    for attr, name, key in _DIMS:
+        if key in fixed:
+            lines.append(f"{name} {getattr(w.parallel, attr)}: held fixed by the request.")
+            continue
+        per = best_by(res, attr)
+        v = getattr(w.parallel, attr)
+        others = []
+        for alt in sorted(per):
+            if alt == v:
+                continue
+            others.append(
+                f"{name}{alt} {per[alt].tokens_per_s_per_gpu:,.0f} ({_pct(per[alt].tokens_per_s_per_gpu, tps)})"
+            )
+        missing = [x for x in (v // 2, v * 2) if x >= 1 and x != v and x not in per]
+        text = f"{name} {v}"
+        if attr == "cp":
+            text += f" ({seq // v:,} tokens per CP rank)"
+        text += f": best of each {name} — " + (", ".join(others) if others else "no other value fits or is legal")
+        if missing:
+            text += f"; {name}{'/'.join(map(str, missing))}: nothing legal fits"
+        lines.append(text + ".")
+    # recompute
+    tried = dict(w.ladder_tried)
+    cheaper = [(n, g) for n, g in tried.items() if n != w.recompute]
+    not_fit = [
+        f"{n} {g:.1f} GiB" if g is not None else f"{n} (breaks a rule)"
+        for n, g in cheaper
+        if g is None or g > w.peak_gib
+    ]
+    rc = f"recompute {w.recompute}: the cheapest rung of the ladder (none → selective modules → full → full + offload) that fits with headroom ({w.peak_gib:.1f} of {w.capacity_gib:.1f} GiB)"
+    if not_fit:
+        rc += "; cheaper rungs tried: " + ", ".join(not_fit)
+    bd = w.throughput["breakdown_s"]
+    if bd.get("recompute"):
+        rc += f"; it costs {100 * bd['recompute'] / w.throughput['step_time_s']:.1f} % of the step"
+    lines.append(rc + ".")
+    for fam, title in (("dispatcher", "dispatcher"), ("graphs", "CUDA graphs"), ("cp_comm", "CP comm"), ("vpp", "VPP")):
+        t = w.tried.get(fam)
+        if not t:
+            continue
+        chosen = w.knobs.get(fam) if fam != "vpp" else f"VPP{w.parallel.vpp}"
+        parts = []
+        for name, val in t.items():
+            if name == chosen:
+                continue
+            parts.append(
+                f"{name} "
+                + (
+                    "rejected by a rule or does not fit"
+                    if val is None
+                    else f"{_pct(val, t[chosen])}"
+                    if t.get(chosen)
+                    else f"{val:,.0f}"
+                )
+            )
+        same = [
+            n
+            for n, val in t.items()
+            if n != chosen and val is not None and t.get(chosen) and abs(val / t[chosen] - 1) < 1e-3
+        ]
+        note = " (no predicted difference: the simpler one is kept)" if same else ""
+        lines.append(f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + ".")
+    if w.scenario.layout.optimizer_cpu_offload:
+        lines.append(
+            f"optimizer offload {w.scenario.layout.optimizer_offload_fraction}: needed to fit; the host-side "
+            f"optimizer step costs {bd.get('optimizer', 0):.3f} s per step."
+        )
+    return lines
+
+
+def runner_up_diff(res: SearchResult) -> list[str]:
+    """What differs between the winner and the next candidates, and by how much they trail."""
+    if len(res.candidates) < 2:
+        return []
+    w = res.candidates[0]
+    out = []
+    for i, c in enumerate(res.candidates[1:3], start=2):
+        lw, lc = w.data["layout"], c.data["layout"]
+        keys = sorted(set(lw) | set(lc))
+        diff = [f"{k}: {lw.get(k)} → {lc.get(k)}" for k in keys if lw.get(k) != lc.get(k)]
+        if w.data["training"]["micro_batch_size"] != c.data["training"]["micro_batch_size"]:
+            diff.append(
+                f"micro_batch_size: {w.data['training']['micro_batch_size']} → {c.data['training']['micro_batch_size']}"
+            )
+        out.append(
+            f"#{i} {c.parallel.label()}: {_pct(c.tokens_per_s_per_gpu, w.tokens_per_s_per_gpu)}, "
+            f"{c.peak_gib:.1f} GiB; differs in " + "; ".join(diff)
+        )
+    return out

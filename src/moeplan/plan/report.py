@@ -1,0 +1,116 @@
+"""Self-contained HTML report of a plan: the ranked table, the explanation, the baseline, the
+rejected tally and three plots (memory per stage of the top candidates; tokens/s/GPU against CP and
+against the recompute choice), PNGs embedded as base64. Needs matplotlib (``pip install 'moeplan[plot]'``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from moeplan.errors import InputError
+from moeplan.units import GIB_BYTES
+
+_CATS = ("weights", "grads", "optimizer", "activations", "other")
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plots(res) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    top = res.candidates[:3]
+    if top:
+        fig, axes = plt.subplots(1, len(top), figsize=(4.2 * len(top), 3.4), squeeze=False)
+        for ax, c in zip(axes[0], top, strict=False):
+            stages = c.memory["stages"]
+            bottom = [0.0] * len(stages)
+            for cat in _CATS:
+                vals = [st[f"{cat}_bytes"] / GIB_BYTES for st in stages]
+                ax.bar([str(st["stage"]) for st in stages], vals, bottom=bottom, label=cat)
+                bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+            ax.axhline(c.capacity_gib, color="k", lw=1, ls="--")
+            ax.set_title(c.parallel.label(), fontsize=8)
+            ax.set_xlabel("pipeline stage")
+            ax.set_ylabel("GiB per GPU")
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle("memory per stage of the top candidates (dashed: usable HBM)", fontsize=9)
+        out.append(("memory per stage", _png(fig)))
+        plt.close(fig)
+    for attr, title in (("cp", "context_parallel_size"), ("recompute", "recompute choice")):
+        best: dict = {}
+        for c in res.search.candidates:
+            key = c.parallel.cp if attr == "cp" else c.recompute
+            best.setdefault(key, c.tokens_per_s_per_gpu)
+        if not best:
+            continue
+        keys = sorted(best) if attr == "cp" else [k for k in res.search.ladder if k in best]
+        fig, ax = plt.subplots(figsize=(6.5, 3.2))
+        ax.bar([str(k) for k in keys], [best[k] for k in keys], color="tab:blue")
+        ax.set_ylabel("best tokens/s/GPU")
+        ax.set_xlabel(title)
+        ax.tick_params(axis="x", labelrotation=20 if attr == "recompute" else 0, labelsize=7)
+        ax.set_title(f"best predicted throughput per {title}", fontsize=9)
+        out.append((f"tokens/s/GPU vs {title}", _png(fig)))
+        plt.close(fig)
+    return out
+
+
+def write_report(res, path: Path) -> None:
+    """Write the HTML report of a :class:`~moeplan.plan.PlanResult` to ``path`` (atomically).
+
+    Raises:
+        InputError: matplotlib missing, or the path cannot be written.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError("--report", str(path), "matplotlib installed: pip install 'moeplan[plot]'") from None
+    d = res.to_dict()
+    e = html.escape
+    r = d["request"]
+    rows = "".join(
+        f"<tr><td>{c['rank']}</td><td>{e(c['label'])}</td><td>{c['dp']}</td>"
+        f"<td>{c['training']['micro_batch_size']}</td><td>{e(c['recompute'])}</td>"
+        f"<td>{e(', '.join(f'{k}={v}' for k, v in c['knobs'].items()))}</td>"
+        f"<td>{c['memory']['peak_gib']:.1f}</td><td>{c['throughput']['tokens_per_s_per_gpu']:,.0f}</td>"
+        f"<td>{100 * c['throughput']['mfu']:.1f} %</td></tr>"
+        for c in d["candidates"]
+    )
+    expl = "".join(f"<li>{e(x)}</li>" for x in (d["candidates"][0]["explanation"] if d["candidates"] else []))
+    rej = "".join(f"<li>{e(x['reason'])}: {x['count']} (e.g. {e(x['example'])})</li>" for x in d["rejected"])
+    rot = d["baseline"]["rule_of_thumb"]
+    base = e(rot["rule"]) + (
+        f": {e(rot['candidate']['label'])}, {rot['candidate']['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU; "
+        f"search gain {rot['search_gain_pct']:+.1f} %"
+        if rot.get("candidate")
+        else f": {e(rot.get('why_not', ''))}"
+    )
+    imgs = "".join(f"<h3>{e(t)}</h3><img alt='{e(t)}' src='data:image/png;base64,{b}'/>" for t, b in _plots(res))
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>moeplan plan</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}</style></head><body>
+<h1>moeplan plan: {e(str(r["model"]))}</h1>
+<p>{r["num_gpus"]} × {e(r["gpu"])}, seq {r["seq_length"]:,}, GBS {r["global_batch_size"]}, {e(r["precision"])};
+{d["evaluated_layouts"]} layouts evaluated, {d["fitting_layouts"]} fit.</p>
+<table><tr><th>#</th><th>layout</th><th>DP</th><th>MBS</th><th>recompute</th><th>knobs</th><th>peak GiB</th>
+<th>tokens/s/GPU</th><th>MFU</th></tr>{rows}</table>
+<h2>Why #1</h2><ul>{expl}</ul><h2>Baseline</h2><p>{base}</p><h2>Rejected</h2><ul>{rej}</ul>
+<h2>Plots</h2>{imgs}</body></html>
+"""
+    from moeplan.cli.app import _write_atomically
+
+    try:
+        _write_atomically(Path(path), doc)
+    except OSError as exc:
+        raise InputError("--report", str(path), f"a writable path ({exc.strerror})") from None

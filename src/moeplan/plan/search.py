@@ -1,0 +1,445 @@
+"""Layout search: enumerate, reject cheaply, fit memory with the least costly recompute, time what
+fits, refine the best, rank.
+
+Order of work per parallel layout (cheap first): folding arithmetic → GBS divisibility → every
+Megatron-Core rule (:func:`moeplan.validate`) → memory: the most memory-saving rung of the recompute
+ladder first (does anything fit?), then a binary search for the cheapest rung that fits with the
+requested headroom → the step-time model. The best ``refine`` layouts are then refined one knob family
+at a time (VPP, token dispatcher, CUDA graph scope, CP communication type), each variant re-checked
+by the rules and re-fitted. Ties break on the layout tuple, so results are identical across runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from moeplan.errors import InputError
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.plan.space import (
+    Parallel,
+    cp_comm_options,
+    dispatcher_options,
+    graph_options,
+    parallel_candidates,
+    pipeline_split,
+    recompute_ladder,
+    vpp_options,
+)
+from moeplan.rules import validate
+from moeplan.spec.layout import PARALLEL_DIMS
+from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.units import GIB_BYTES
+
+#: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
+#: tokens, the usual pretraining step of the published Megatron Bridge recipes at 4K × 1024)
+DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
+#: headroom kept free on every GPU unless ``headroom_gib`` says otherwise (allocator spikes, NCCL
+#: growth; ``estimate`` calls < 5 % "tight")
+DEFAULT_HEADROOM_FRACTION = 0.05
+OBJECTIVES = ("throughput", "time-to-train")
+_KNOB_KEYS = {
+    "recompute": (
+        "recompute_granularity",
+        "recompute_modules",
+        "recompute_method",
+        "recompute_num_layers",
+        "optimizer_cpu_offload",
+        "optimizer_offload_fraction",
+    ),
+    "dispatcher": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend"),
+    "graphs": ("cuda_graph_impl", "cuda_graph_scope"),
+    "cp_comm": ("cp_comm_type",),
+    "vpp": ("virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout"),
+}
+
+
+@dataclass
+class Candidate:
+    """One evaluated layout.
+
+    Attributes:
+        parallel: the sizes.
+        data: the full scenario mapping (what ``moeplan check``/``export`` take).
+        scenario: resolved scenario.
+        memory / throughput: :meth:`to_dict` of the memory and step-time estimates.
+        recompute: the ladder rung chosen (label); dispatcher / graphs / cp_comm labels likewise.
+        tried: per knob family, label → tokens/s/GPU (None: rejected or does not fit) of the variants
+            tried in refinement (for the explanation).
+    """
+
+    parallel: Parallel
+    data: dict
+    scenario: Scenario
+    memory: dict
+    throughput: dict
+    recompute: str
+    knobs: dict[str, str]
+    ladder_tried: list[tuple[str, float | None]] = field(default_factory=list)
+    capacity_gib: float = 0.0
+    tried: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.throughput["tokens_per_s_per_gpu"]
+
+    @property
+    def peak_gib(self) -> float:
+        return self.memory["peak_bytes"] / GIB_BYTES
+
+    def key(self) -> tuple:
+        return (-round(self.tokens_per_s_per_gpu, 6), self.parallel, self.recompute, tuple(sorted(self.knobs.items())))
+
+    def summary(self) -> dict:
+        s = self.scenario
+        lay = {k: v for k, v in self.data["layout"].items() if v is not None}
+        return {
+            "label": self.parallel.label(),
+            "layout": lay,
+            "training": dict(self.data["training"]),
+            "dp": s.dp,
+            "edp": s.edp,
+            "num_microbatches": self.throughput["num_microbatches"],
+            "recompute": self.recompute,
+            "knobs": dict(self.knobs),
+            "memory": self.memory,
+            "throughput": self.throughput,
+        }
+
+
+@dataclass
+class Rejections:
+    """Tally of rejected layouts by reason (rule id, ``does-not-fit``, ``dp-budget``,
+    ``gbs-divisibility``) with one example each."""
+
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def add(self, reason: str, example: str) -> None:
+        self.counts[reason] += 1
+        self.examples.setdefault(reason, example)
+
+    def to_list(self) -> list[dict]:
+        return [
+            {"reason": r, "count": n, "example": self.examples[r]}
+            for r, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
+
+
+@dataclass
+class SearchResult:
+    candidates: list[Candidate]
+    rejected: Rejections
+    evaluated: int
+    assumptions: list[str]
+    request: dict
+    ladder: list[str] = field(default_factory=list)
+    evaluator: object = None
+
+
+class _Evaluator:
+    """Holds the request and evaluates layouts (rules → memory ladder → time)."""
+
+    def __init__(self, base: dict, capacity_margin_bytes: int | None, constants=None):
+        self.base = base
+        self.constants = constants
+        self.margin = capacity_margin_bytes
+        self.evaluated = 0
+
+    def scenario(self, data: dict) -> Scenario:
+        return load_scenario(data)
+
+    def fits(self, s: Scenario) -> tuple[bool, dict]:
+        mem = estimate_memory(s)
+        cap = mem.capacity_bytes or 0
+        margin = self.margin if self.margin is not None else int(cap * DEFAULT_HEADROOM_FRACTION)
+        ok = mem.peak_bytes <= cap - margin and mem.verdict != "does-not-fit"
+        return ok, mem
+
+    def evaluate(
+        self, data: dict, ladder: list[tuple[str, dict]], rej: Rejections, label: str
+    ) -> tuple[str, dict, Scenario, object] | None:
+        """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory)."""
+
+        def rung(i: int) -> tuple[dict, Scenario | None, str | None]:
+            d = copy.deepcopy(data)
+            for k in _KNOB_KEYS["recompute"]:
+                if k not in self.base.get("layout", {}):
+                    d["layout"].pop(k, None)
+            d["layout"].update({k: v for k, v in ladder[i][1].items() if k not in self.base.get("layout", {})})
+            if d["layout"].get("recompute_granularity") is None:
+                d["layout"].pop("recompute_granularity", None)
+            try:
+                s = self.scenario(d)
+            except InputError as exc:
+                return d, None, f"input: {exc.field}"
+            res = validate(s)
+            if res.errors:
+                return d, None, res.errors[0].rule_id
+            return d, s, None
+
+        self.evaluated += 1
+        # does anything fit? (most memory-saving rung)
+        last = len(ladder) - 1
+        d, s, why = rung(last)
+        while s is None and last > 0:
+            # a rung may break a rule (e.g. offload without the precision-aware optimizer): step down
+            last -= 1
+            d, s, why = rung(last)
+        if s is None:
+            rej.add(why or "rules", label)
+            return None
+        ok, mem = self.fits(s)
+        if not ok:
+            rej.add("does-not-fit", f"{label}: {mem.peak_bytes / GIB_BYTES:.1f} GiB with {ladder[last][0]}")
+            return None
+        seen = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
+        best = (ladder[last][0], d, s, mem, seen)
+        lo, hi = 0, last - 1
+        # binary search for the cheapest fitting rung (memory falls along the ladder)
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            d2, s2, _ = rung(mid)
+            ok2, mem2 = self.fits(s2) if s2 is not None else (False, None)
+            seen[ladder[mid][0]] = mem2.peak_bytes / GIB_BYTES if mem2 is not None else None
+            if ok2:
+                best = (ladder[mid][0], d2, s2, mem2, seen)
+                hi = mid - 1
+            else:
+                lo = mid + 1
+        return best
+
+    def timed(self, found, parallel: Parallel, knobs: dict[str, str]) -> Candidate:
+        rung_label, d, s, mem, seen = found
+        th = estimate_step(s, self.constants)
+        c = Candidate(parallel, d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
+        c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
+        c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
+        return c
+
+
+def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
+    """Complete the request: GBS from tokens_per_step or the default; check what the search needs."""
+    data = copy.deepcopy(base)
+    data.setdefault("layout", {})
+    data.setdefault("training", {})
+    assumptions: list[str] = []
+    s0 = load_scenario(data)
+    for name, v in (
+        ("model", s0.model),
+        ("system.gpu", s0.gpu),
+        ("system.num_gpus", s0.num_gpus),
+        ("training.seq_length", s0.training.seq_length),
+    ):
+        if v is None:
+            raise InputError(name, None, "a value: the planner needs model, GPU, GPU count and sequence length")
+    if s0.training.global_batch_size is None:
+        gbs = max(1, DEFAULT_TOKENS_PER_STEP // s0.training.seq_length)
+        data["training"]["global_batch_size"] = gbs
+        assumptions.append(
+            f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
+            "--tokens-per-step)"
+        )
+    return data, load_scenario(data), assumptions
+
+
+def _apply(data: dict, keys: dict, base_layout: dict) -> dict:
+    d = copy.deepcopy(data)
+    for k, v in keys.items():
+        if k not in base_layout:
+            if v is None:
+                d["layout"].pop(k, None)
+            else:
+                d["layout"][k] = v
+    return d
+
+
+def search(
+    base: dict,
+    *,
+    min_dp: int = 1,
+    headroom_gib: float | None = None,
+    refine: int = 16,
+    constants=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
+    """Search the layout space of a request.
+
+    Args:
+        base: scenario mapping with ``model``, ``system.gpu``, ``system.num_gpus``,
+            ``training.seq_length`` (and optionally ``global_batch_size``, ``micro_batch_size``,
+            ``precision``); every ``layout`` key given is held fixed.
+        min_dp: smallest data-parallel size accepted.
+        headroom_gib: GiB kept free per GPU (default 5 % of usable HBM).
+        refine: how many of the best layouts are refined over VPP, dispatcher, graphs and CP comm.
+        progress: called with (done, total) over the enumeration.
+
+    Returns:
+        :class:`SearchResult`, candidates sorted by tokens/s/GPU (best first).
+
+    Raises:
+        InputError: incomplete or malformed request (field named).
+    """
+    data, s0, assumptions = _request(base)
+    m, gpu, world = s0.model, s0.gpu, s0.num_gpus
+    seq = s0.training.seq_length
+    gbs = s0.training.global_batch_size
+    fixed_layout = dict(base.get("layout") or {})
+    fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS and isinstance(v, int)}
+    margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
+    ev = _Evaluator(data, margin, constants)
+    rej = Rejections()
+    ladder = recompute_ladder(m)
+    if "micro_batch_size" in (base.get("training") or {}):
+        mbss = [s0.training.micro_batch_size]
+    else:
+        mbss = [1] if seq >= 16384 else [1, 2, 4]
+    mtp = s0.mtp_num_layers
+    layers = m.num_layers
+    combos = list(parallel_candidates(m, gpu, world, seq, fixed_sizes, min_dp))
+    if not combos:
+        raise InputError(
+            "system.num_gpus",
+            world,
+            f"a world size that TP·CP·PP and EP·ETP·PP can divide with DP ≥ {min_dp} (and the fixed sizes "
+            f"{fixed_sizes or 'none'})",
+        )
+    default_disp = {}
+    if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
+        default_disp = {"moe_token_dispatcher_type": "alltoall"}
+    from moeplan.spec.params import count_params
+
+    counts = count_params(m)
+    expert_params = counts.by_kind.get("routed_experts", 0)
+    dense_params = counts.total_with(mtp=True, vision=True) - expert_params
+    cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
+    found: list[Candidate] = []
+    for i, p in enumerate(combos):
+        if progress:
+            progress(i, len(combos))
+        if p.vpp == 1 and "virtual_pipeline_model_parallel_size" in fixed_layout:
+            p = Parallel(p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1)
+        split = pipeline_split(layers, p.pp, p.vpp, mtp) if "pipeline_model_parallel_layout" not in fixed_layout else {}
+        if split is None:
+            rej.add("pipeline.too_few_layers", p.label())
+            continue
+        dp = p.dp(world)
+        # lower bound before any model evaluation: bf16 weights + bf16 grads of a perfectly balanced
+        # stage (optimizer fully offloaded, activations zero) must fit
+        floor = 4.0 * (dense_params / (p.tp * p.pp) + expert_params / (p.ep * p.etp * p.pp))
+        if floor > cap:
+            rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
+            continue
+        for mbs in mbss:
+            if gbs % (mbs * dp):
+                rej.add("gbs-divisibility", f"{p.label()}: GBS {gbs} % (MBS {mbs} · DP {dp}) ≠ 0")
+                continue
+            d = copy.deepcopy(data)
+            d["training"]["micro_batch_size"] = mbs
+            d["layout"] = {**p.keys(), **split, **default_disp, **fixed_layout}
+            got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}")
+            if got is None:
+                continue
+            found.append(ev.timed(got, p, {"dispatcher": _disp_label(got[2]), "graphs": "eager", "cp_comm": "p2p"}))
+    if progress:
+        progress(len(combos), len(combos))
+    found.sort(key=Candidate.key)
+    refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in found[:refine]]
+    everything = {(_sig(c)): c for c in refined + found}
+    out = sorted(everything.values(), key=Candidate.key)
+    req = {
+        "model": m.name,
+        "gpu": gpu.id,
+        "num_gpus": world,
+        "seq_length": seq,
+        "global_batch_size": gbs,
+        "precision": s0.training.precision,
+        "fixed": fixed_layout,
+        "min_dp": min_dp,
+        "headroom_gib": headroom_gib,
+    }
+    return SearchResult(out, rej, ev.evaluated, assumptions, req, [n for n, _ in ladder], ev)
+
+
+def _sig(c: Candidate) -> tuple:
+    lay = c.data["layout"]
+    return (c.parallel, c.data["training"]["micro_batch_size"], tuple(sorted((k, str(v)) for k, v in lay.items())))
+
+
+def _disp_label(s: Scenario) -> str:
+    lay = s.layout
+    if lay.moe_token_dispatcher_type == "flex":
+        return lay.moe_flex_dispatcher_backend or "flex"
+    return lay.moe_token_dispatcher_type or "alltoall"
+
+
+def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejections) -> Candidate:
+    """Coordinate descent over VPP, dispatcher, graphs and CP comm type; keeps the best variant and
+    records what each option gave."""
+    m = c.scenario.model
+    gpu = c.scenario.gpu
+    best = c
+    families: list[tuple[str, list[tuple[str, dict]]]] = []
+    if (
+        "virtual_pipeline_model_parallel_size" not in fixed_layout
+        and "pipeline_model_parallel_layout" not in fixed_layout
+    ):
+        vopts = []
+        for v in vpp_options(m.num_layers, c.parallel.pp):
+            split = pipeline_split(m.num_layers, c.parallel.pp, v, c.scenario.mtp_num_layers)
+            if split is None:
+                continue
+            keys = {
+                "virtual_pipeline_model_parallel_size": v if v > 1 else None,
+                "pipeline_model_parallel_layout": None,
+                "account_for_embedding_in_pipeline_split": None,
+                "account_for_loss_in_pipeline_split": None,
+                **split,
+            }
+            vopts.append((f"VPP{v}", keys))
+        families.append(("vpp", vopts))
+    if "moe_token_dispatcher_type" not in fixed_layout:
+        families.append(
+            (
+                "dispatcher",
+                [(n, {"moe_flex_dispatcher_backend": None, **k}) for n, k in dispatcher_options(m, gpu, c.parallel.ep)],
+            )
+        )
+    if "cuda_graph_impl" not in fixed_layout:
+        families.append(("graphs", [(n, {"cuda_graph_scope": None, **k}) for n, k in graph_options(m)]))
+    if "cp_comm_type" not in fixed_layout:
+        families.append(("cp_comm", [(n, {"cp_comm_type": n}) for n in cp_comm_options(c.parallel.cp)]))
+    for fam, opts in families:
+        if len(opts) < 2:
+            continue
+        tried: dict[str, float | None] = {}
+        for name, keys in opts:
+            d = _apply(best.data, keys, fixed_layout)
+            sub = Rejections()
+            got = ev.evaluate(d, ladder, sub, name)
+            if got is None:
+                tried[name] = None
+                continue
+            par = best.parallel
+            if fam == "vpp":
+                par = Parallel(par.tp, par.pp, par.cp, par.ep, par.etp, int(name[3:]))
+            knobs = dict(best.knobs)
+            if fam != "vpp":
+                knobs[fam] = name
+            cand = ev.timed(got, par, knobs)
+            cand.tried = dict(best.tried)
+            tried[name] = cand.tokens_per_s_per_gpu
+            if cand.key() < best.key():
+                best = cand
+        best.tried[fam] = tried
+    return best
+
+
+def time_to_train_s(c: Candidate, train_tokens: float) -> float:
+    """Seconds to train ``train_tokens`` tokens at the candidate's predicted throughput."""
+    tps = c.tokens_per_s_per_gpu * c.scenario.num_gpus
+    return math.inf if tps <= 0 else train_tokens / tps

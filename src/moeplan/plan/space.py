@@ -1,0 +1,241 @@
+"""The layout search space of the planner: parallel sizes, pipeline splits, recompute ladder and the
+per-candidate knobs (dispatcher, CUDA graph scope, CP communication type).
+
+Everything here is cheap integer arithmetic; legality beyond divisibility is left to the rules
+(:func:`moeplan.validate`), so the planner and ``moeplan check`` can never disagree.
+Sources: world-size folding ``PP·max(TP·CP, EP·ETP)`` and the pipeline split options follow
+``megatron_facts.md`` §4.3–4.4 (Megatron-Core ``parallel_state.initialize_model_parallel``,
+``transformer_block.get_num_layers_to_build``, ``PipelineParallelLayerLayout``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from moeplan.spec.model import ModelSpec
+from moeplan.spec.system import GpuSpec
+
+POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: tokens per CP rank below which more CP is not searched (attention kernels fall far below peak and
+#: the ring exchange cannot hide behind them; the guidance's floor is ~4K tokens per CP rank, we go
+#: one power of two lower so the search can show why)
+MIN_TOKENS_PER_CP_RANK = 2048
+#: longest pipeline searched: deeper pipelines only add bubble once memory fits
+MAX_PP = 32
+
+
+@dataclass(frozen=True, order=True)
+class Parallel:
+    """One parallel layout (sizes only)."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    vpp: int = 1
+
+    def dp(self, world: int) -> int:
+        return world // (self.tp * self.pp * self.cp)
+
+    def edp(self, world: int) -> int:
+        return world // (self.ep * self.etp * self.pp)
+
+    def keys(self) -> dict:
+        """Megatron key names of these sizes (VPP omitted when 1, SP on with TP > 1)."""
+        d = {
+            "tensor_model_parallel_size": self.tp,
+            "pipeline_model_parallel_size": self.pp,
+            "context_parallel_size": self.cp,
+            "expert_model_parallel_size": self.ep,
+            "expert_tensor_parallel_size": self.etp,
+            "sequence_parallel": self.tp > 1,
+        }
+        if self.vpp > 1:
+            d["virtual_pipeline_model_parallel_size"] = self.vpp
+        return d
+
+    def label(self) -> str:
+        v = f" VPP{self.vpp}" if self.vpp > 1 else ""
+        return f"TP{self.tp} PP{self.pp}{v} CP{self.cp} EP{self.ep} ETP{self.etp}"
+
+
+def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0) -> dict | None:
+    """Keys that make ``num_layers`` decoder layers split over ``pp × vpp`` virtual stages.
+
+    Even split when it divides; else counting the embedding and/or the loss as a layer
+    (``account_for_*_in_pipeline_split``, as Megatron Bridge's DeepSeek recipes do); else an explicit
+    ``pipeline_model_parallel_layout`` with the extra layers on the middle stages and fewer on the first
+    (embedding) and last (loss, MTP) stages. None when a virtual stage would be empty.
+
+    Returns:
+        a mapping of Megatron layout keys ({} for the even split).
+    """
+    n = pp * vpp
+    if pp == 1 and vpp == 1:
+        return {}
+    if num_layers < n:
+        return None
+    if num_layers % n == 0:
+        return {}
+    if (num_layers + 1) % n == 0:
+        return {"account_for_embedding_in_pipeline_split": True}
+    if (num_layers + 2) % n == 0:
+        return {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    base, extra = divmod(num_layers, n)
+    counts = [base] * n
+    order = sorted(range(n), key=lambda i: (i in (0, n - 1), abs(i - (n - 1) / 2)))
+    for i in order[:extra]:
+        counts[i] += 1
+    stages = []
+    for i, c in enumerate(counts):
+        syms = ("E" if i == 0 else "") + "t" * c + ("m" * mtp_layers + "L" if i == n - 1 else "")
+        stages.append(syms)
+    return {"pipeline_model_parallel_layout": "|".join(_compress(s) for s in stages)}
+
+
+def _compress(stage: str) -> str:
+    """``Ettt`` → ``E,t*3`` in the layout grammar."""
+    out, i = [], 0
+    while i < len(stage):
+        j = i
+        while j < len(stage) and stage[j] == stage[i]:
+            j += 1
+        out.append(stage[i] if j - i == 1 else f"{stage[i]}*{j - i}")
+        i = j
+    return ",".join(out)
+
+
+def _divisors_pow2(n: int, limit: int) -> list[int]:
+    return [p for p in POW2 if p <= limit and n % p == 0]
+
+
+def parallel_candidates(
+    m: ModelSpec, gpu: GpuSpec, world: int, seq_length: int, fixed: dict[str, int], min_dp: int = 1
+) -> Iterator[Parallel]:
+    """Every (TP, PP, CP, EP, ETP) whose sizes fold into ``world`` (VPP = 1; the refinement step adds
+    VPP), honouring ``fixed`` Megatron keys. Deterministic order.
+
+    TP: powers of two within the NVLink domain (≤ 8: TP crosses every layer's GEMMs twice). CP: powers
+    of two down to :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank. PP: 1..32 and ≤ layers. EP: powers of
+    two dividing the expert count. ETP: 1, or TP when TP > 1 (Megatron Bridge's two usual choices).
+    Folding: TP·CP·PP and EP·ETP·PP both divide the world.
+    """
+    tp_max = min(8, gpu.scaleup_domain_gpus)
+    tps = [fixed["tensor_model_parallel_size"]] if "tensor_model_parallel_size" in fixed else POW2_upto(tp_max)
+    cps = (
+        [fixed["context_parallel_size"]]
+        if "context_parallel_size" in fixed
+        else [c for c in POW2 if c == 1 or seq_length / c >= MIN_TOKENS_PER_CP_RANK]
+    )
+    layers = m.num_layers or 1
+    pps = (
+        [fixed["pipeline_model_parallel_size"]]
+        if "pipeline_model_parallel_size" in fixed
+        else [p for p in range(1, min(MAX_PP, layers) + 1) if world % p == 0]
+    )
+    experts = m.num_moe_experts or 0
+    if "expert_model_parallel_size" in fixed:
+        eps = [fixed["expert_model_parallel_size"]]
+    elif experts:
+        eps = _divisors_pow2(experts, experts)
+    else:
+        eps = [1]
+    for tp in tps:
+        etps = (
+            [fixed["expert_tensor_parallel_size"]]
+            if "expert_tensor_parallel_size" in fixed
+            else ([1, tp] if tp > 1 and experts else [1])
+        )
+        for pp in pps:
+            for cp in cps:
+                if world % (tp * cp * pp) or world // (tp * cp * pp) < min_dp:
+                    continue
+                for ep in eps:
+                    for etp in etps:
+                        if world % (ep * etp * pp):
+                            continue
+                        yield Parallel(tp, pp, cp, ep, etp)
+
+
+def POW2_upto(n: int) -> list[int]:  # noqa: N802 - reads as a constant
+    return [p for p in POW2 if p <= n]
+
+
+def recompute_ladder(m: ModelSpec) -> list[tuple[str, dict]]:
+    """Memory-saving steps in order of increasing time cost, each a full set of layout keys.
+
+    Selective modules first, cheapest recompute per GiB saved first (``moe_act`` and ``layernorm``
+    recompute element-wise work only; ``mla_up_proj`` one small GEMM on MLA models; whole ``moe`` the
+    expert GEMMs and exchange), then full recompute of every layer, then full recompute with the
+    optimizer state offloaded to host (half, then all). Attention core recompute is not offered:
+    flash attention keeps no score matrix, so it saves little at much cost (guidance: long context).
+    """
+    out: list[tuple[str, dict]] = [("none", {"recompute_granularity": None})]
+    mods: list[str] = []
+    steps = ["moe_act", "layernorm"] if m.is_moe else ["layernorm"]
+    if m.multi_latent_attention:
+        steps.append("mla_up_proj")
+    steps.append("moe" if m.is_moe else "mlp")
+    for mod in steps:
+        mods = mods + [mod]
+        out.append(
+            (
+                "selective " + ",".join(mods),
+                {"recompute_granularity": "selective", "recompute_modules": list(mods)},
+            )
+        )
+    full = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    out.append(("full", full))
+    for frac in (0.5, 1.0):
+        out.append(
+            (
+                f"full + optimizer offload {frac:g}",
+                {
+                    **full,
+                    "optimizer_cpu_offload": True,
+                    "optimizer_offload_fraction": frac,
+                    "use_precision_aware_optimizer": True,
+                },
+            )
+        )
+    return out
+
+
+def dispatcher_options(m: ModelSpec, gpu: GpuSpec, ep: int) -> list[tuple[str, dict]]:
+    """Token dispatchers to try for EP > 1: all-to-all always; DeepEP and HybridEP where the GPU
+    supports them (flex dispatcher)."""
+    if not m.is_moe or ep == 1:
+        return [("alltoall", {"moe_token_dispatcher_type": "alltoall"})]
+    out = [("alltoall", {"moe_token_dispatcher_type": "alltoall"})]
+    if gpu.supports_deepep:
+        out.append(("deepep", {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}))
+    if gpu.supports_hybridep:
+        out.append(("hybridep", {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}))
+    return out
+
+
+def graph_options(m: ModelSpec) -> list[tuple[str, dict]]:
+    """CUDA graph choices: eager, or Transformer Engine graphs of attention and the MoE router /
+    preprocess (the perf recipes' scope), or attention alone (what whole-``moe`` recompute allows); the
+    rules drop the ones a layout cannot use."""
+    out = [("eager", {"cuda_graph_impl": "none"})]
+    scopes = [["attn", "moe_router", "moe_preprocess"], ["attn"]] if m.is_moe else [["attn"]]
+    for scope in scopes:
+        out.append(("te:" + "+".join(scope), {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}))
+    return out
+
+
+def vpp_options(num_layers: int, pp: int) -> list[int]:
+    """Virtual stages per PP rank to try: 1, and powers of two leaving ≥ 2 layers per virtual stage."""
+    if pp == 1:
+        return [1]
+    return [v for v in (1, 2, 4, 8) if num_layers / (pp * v) >= 2]
+
+
+def cp_comm_options(cp: int) -> list[str]:
+    """CP exchange types to try: ``p2p`` (ring, overlapped with attention) and ``a2a`` (Ulysses,
+    exposed but with less volume; needs heads per TP rank divisible by CP — the rules say when).
+    The hierarchical ``a2a+p2p`` is not searched: the time model has no separate cost for it."""
+    return ["p2p"] if cp == 1 else ["p2p", "a2a"]
