@@ -34,7 +34,7 @@ def explain_winner(res: SearchResult) -> list[str]:
     w = res.candidates[0]
     tps = w.tokens_per_s_per_gpu
     seq = res.request["seq_length"]
-    lines = []
+    lines = [res.tie_note + "."] if res.tie_note else []
     fixed = res.request.get("fixed") or {}
     for attr, name, key in _DIMS:
         if key in fixed:

@@ -42,6 +42,9 @@ DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 #: growth; ``estimate`` calls < 5 % "tight")
 DEFAULT_HEADROOM_FRACTION = 0.05
 OBJECTIVES = ("throughput", "time-to-train")
+#: predicted throughputs closer than this fraction are treated as a tie, broken toward the simpler
+#: layout (the step-time model's in-sample error is far larger, docs/accuracy.md)
+TIE_FRACTION = 0.02
 _KNOB_KEYS = {
     "recompute": (
         "recompute_granularity",
@@ -139,6 +142,7 @@ class SearchResult:
     request: dict
     ladder: list[str] = field(default_factory=list)
     evaluator: object = None
+    tie_note: str | None = None
 
 
 class _Evaluator:
@@ -289,11 +293,11 @@ def search(
     seq = s0.training.seq_length
     gbs = s0.training.global_batch_size
     fixed_layout = dict(base.get("layout") or {})
-    fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS and isinstance(v, int)}
+    fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS.values() and isinstance(v, int)}
     margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
     ev = _Evaluator(data, margin, constants)
     rej = Rejections()
-    ladder = recompute_ladder(m)
+    ladder = _ladder(m, fixed_layout)
     if "micro_batch_size" in (base.get("training") or {}):
         mbss = [s0.training.micro_batch_size]
     else:
@@ -351,6 +355,24 @@ def search(
     refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in found[:refine]]
     everything = {(_sig(c)): c for c in refined + found}
     out = sorted(everything.values(), key=Candidate.key)
+    tie_note = None
+    if out:
+        # within TIE_FRACTION of the fastest the model cannot tell layouts apart (its error is larger):
+        # the simplest such layout leads — least CP, then PP, TP, VPP, ETP
+        top_tps = out[0].tokens_per_s_per_gpu
+        pool = [c for c in out if c.tokens_per_s_per_gpu >= (1 - TIE_FRACTION) * top_tps]
+        lead = min(
+            pool,
+            key=lambda c: (c.parallel.cp, c.parallel.pp, c.parallel.tp, c.parallel.vpp, c.parallel.etp, out.index(c)),
+        )
+        if lead is not out[0]:
+            tie_note = (
+                f"{lead.parallel.label()} leads although {out[0].parallel.label()} is predicted "
+                f"{100 * (top_tps / lead.tokens_per_s_per_gpu - 1):.1f} % faster: within {100 * TIE_FRACTION:.0f} % "
+                "(below the model's resolution) the simpler layout wins (least CP, then PP, TP, VPP, ETP)"
+            )
+            out.remove(lead)
+            out.insert(0, lead)
     req = {
         "model": m.name,
         "gpu": gpu.id,
@@ -362,7 +384,37 @@ def search(
         "min_dp": min_dp,
         "headroom_gib": headroom_gib,
     }
-    return SearchResult(out, rej, ev.evaluated, assumptions, req, [n for n, _ in ladder], ev)
+    return SearchResult(out, rej, ev.evaluated, assumptions, req, [n for n, _ in ladder], ev, tie_note)
+
+
+_REC_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
+_OFF_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+
+
+def _ladder(m, fixed: dict) -> list[tuple[str, dict]]:
+    """The recompute ladder without the rungs that would change a key the request holds fixed."""
+    full = recompute_ladder(m)
+    rec_fixed = any(k in fixed for k in _REC_KEYS)
+    off_fixed = any(k in fixed for k in _OFF_KEYS)
+    if not rec_fixed:
+        return [r for r in full if not (off_fixed and any(k in r[1] for k in _OFF_KEYS))]
+    gran = fixed.get("recompute_granularity")
+    given = (
+        f"{gran} (given)"
+        if gran != "selective"
+        else "selective " + ",".join(fixed.get("recompute_modules") or ["core_attn"]) + " (given)"
+    )
+    out = [(given, {})]
+    if not off_fixed:
+        for _name, keys in full:
+            if any(k in keys for k in _OFF_KEYS):
+                out.append(
+                    (
+                        f"{given} + optimizer offload {keys['optimizer_offload_fraction']:g}",
+                        {k: v for k, v in keys.items() if k not in _REC_KEYS},
+                    )
+                )
+    return out
 
 
 def _sig(c: Candidate) -> tuple:

@@ -1,0 +1,422 @@
+"""Planner: search space arithmetic (hand-derived), every candidate legal and fitting, determinism,
+fixed keys held, the CP choice coming from the search (properties), long-context feasibility,
+``fit`` and ``recipes``, and the CLI contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from moeplan import estimate_memory, load_scenario, validate
+from moeplan.cli.app import app
+from moeplan.plan import plan, rule_of_thumb_cp
+from moeplan.plan.fit import fit_layout
+from moeplan.plan.recipes import list_recipes
+from moeplan.plan.space import Parallel, parallel_candidates, pipeline_split, recompute_ladder
+from moeplan.units import GIB_BYTES
+
+runner = CliRunner()
+QWEN30 = "Qwen/Qwen3-30B-A3B"
+
+
+def _req(model=QWEN30, gpu="h100", n=16, seq=32768, gbs=32, layout=None, **training):
+    return {
+        "model": model,
+        "system": {"gpu": gpu, "num_gpus": n},
+        "training": {"seq_length": seq, "global_batch_size": gbs, **training},
+        "layout": dict(layout or {}),
+    }
+
+
+# --- space arithmetic --------------------------------------------------------------------------
+
+
+def test_pipeline_split_even_and_accounting():
+    assert pipeline_split(48, 4, 1) == {}  # 48 / 4 = 12
+    assert pipeline_split(48, 4, 3) == {}  # 48 / 12 = 4
+    # Qwen3-235B: 94 layers over PP 4: 95 % 4 = 3, 96 % 4 = 0 → count embedding and loss as layers
+    assert pipeline_split(94, 4, 1) == {
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    }
+    # 63 layers over PP 8: 64 % 8 = 0 → embedding only
+    assert pipeline_split(63, 8, 1) == {"account_for_embedding_in_pipeline_split": True}
+    assert pipeline_split(3, 2, 2) is None  # 4 virtual stages, 3 layers
+
+
+def test_pipeline_split_explicit_layout_for_deepseek_v3():
+    # 61 layers over 8 stages: neither 61, 62 nor 63 divides by 8. 61 = 8·7 + 5: the 5 extra layers
+    # go to the middle stages first (3, 4, then 2, 5, then 1): [7, 8, 8, 8, 8, 8, 7, 7]
+    got = pipeline_split(61, 8, 1, mtp_layers=1)
+    assert got == {"pipeline_model_parallel_layout": "E,t*7|t*8|t*8|t*8|t*8|t*8|t*7|t*7,m,L"}
+    data = _req("deepseek-ai/DeepSeek-V3", n=256, seq=4096, gbs=512)
+    data["layout"] = {"pipeline_model_parallel_size": 8, "expert_model_parallel_size": 32, **got}
+    res = validate(load_scenario(data))
+    assert not [f for f in res.errors if f.rule_id.startswith("pipeline.")]
+
+
+def test_rule_of_thumb_cp():
+    # seq/4096 rounded to the nearest power of two in log space
+    assert rule_of_thumb_cp(4096) == 1
+    assert rule_of_thumb_cp(131072) == 32
+    assert rule_of_thumb_cp(262144) == 64
+    assert rule_of_thumb_cp(5000) == 1  # 1.22 → 2^0
+    assert rule_of_thumb_cp(6000) == 2  # 1.46 → 2^1 (log2 1.46 = 0.55)
+    assert rule_of_thumb_cp(1024) == 1
+
+
+def test_parallel_candidates_fold_into_the_world():
+    from moeplan import get_gpu, get_model
+
+    m, g = get_model(QWEN30), get_gpu("h100")
+    got = list(parallel_candidates(m, g, 16, 32768, {}))
+    assert got, "some layout folds"
+    for p in got:
+        assert 16 % (p.tp * p.cp * p.pp) == 0 and 16 % (p.ep * p.etp * p.pp) == 0
+        assert p.tp <= 8 and 128 % p.ep == 0
+        assert 32768 // p.cp >= 2048
+    # TP 2, CP 1, PP 1: EP ∈ {1, 2, 4, 8, 16} with ETP 1, and EP ∈ {1, 2, 4, 8} with ETP 2
+    sub = [(p.ep, p.etp) for p in got if (p.tp, p.cp, p.pp) == (2, 1, 1)]
+    assert sub == [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2), (16, 1)]
+    fixed = list(parallel_candidates(m, g, 16, 32768, {"tensor_model_parallel_size": 4}))
+    assert {p.tp for p in fixed} == {4}
+
+
+def test_recompute_ladder_order():
+    from moeplan import get_model
+
+    names = [n for n, _ in recompute_ladder(get_model("deepseek-ai/DeepSeek-V3"))]
+    assert names == [
+        "none",
+        "selective moe_act",
+        "selective moe_act,layernorm",
+        "selective moe_act,layernorm,mla_up_proj",
+        "selective moe_act,layernorm,mla_up_proj,moe",
+        "full",
+        "full + optimizer offload 0.5",
+        "full + optimizer offload 1",
+    ]
+
+
+def test_parallel_label_and_keys():
+    p = Parallel(2, 4, 8, 16, 1, 2)
+    assert p.label() == "TP2 PP4 VPP2 CP8 EP16 ETP1"
+    assert p.dp(1024) == 16 and p.edp(1024) == 16
+    assert p.keys()["sequence_parallel"] is True
+
+
+# --- the search ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen_plan():
+    return plan(_req(n=16, seq=32768, gbs=32), top=5)
+
+
+def test_every_candidate_is_legal_fits_and_ranked(qwen_plan):
+    cands = qwen_plan.search.candidates
+    assert len(qwen_plan.candidates) == 5
+    tps = [c.tokens_per_s_per_gpu for c in cands]
+    # best first, except that the simplest layout within 2 % of the fastest leads (tie rule)
+    assert tps[1:] == sorted(tps[1:], reverse=True)
+    assert tps[0] >= 0.98 * max(tps)
+    if tps[0] < max(tps):
+        assert cands[0].parallel.cp <= cands[1].parallel.cp and qwen_plan.search.tie_note
+    for c in cands[:25]:
+        s = load_scenario(c.data)
+        assert not validate(s).errors, c.parallel.label()
+        mem = estimate_memory(s)
+        assert mem.peak_bytes <= 0.95 * mem.capacity_bytes + 1
+        assert mem.peak_bytes / GIB_BYTES == pytest.approx(c.peak_gib)
+        mbs = c.data["training"]["micro_batch_size"]
+        assert 32 % (mbs * s.dp) == 0
+        # the label matches the layout that is checked
+        lay = c.data["layout"]
+        assert (lay["tensor_model_parallel_size"], lay["context_parallel_size"]) == (c.parallel.tp, c.parallel.cp)
+
+
+def test_plan_is_deterministic(qwen_plan):
+    again = plan(_req(n=16, seq=32768, gbs=32), top=5)
+    assert [c.summary() for c in again.candidates] == [c.summary() for c in qwen_plan.candidates]
+
+
+def test_json_contract(qwen_plan):
+    d = qwen_plan.to_dict()
+    assert {"candidates", "baseline", "rejected", "request"} <= set(d)
+    c = d["candidates"][0]
+    assert {"layout", "memory", "throughput", "explanation"} <= set(c)
+    th = c["throughput"]
+    assert {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "breakdown_s"} <= set(th)
+    assert sum(th["breakdown_s"].values()) == pytest.approx(th["step_time_s"])
+    assert 0 < th["mfu"] < 1
+    assert c["explanation"] and any(line.startswith("CP ") for line in c["explanation"])
+    assert d["baseline"]["rule_of_thumb"]["context_parallel_size"] == 8  # 32768 / 4096
+    json.dumps(d)  # serialisable
+
+
+def test_fixed_keys_are_held():
+    res = plan(
+        _req(
+            n=16,
+            seq=32768,
+            gbs=32,
+            layout={
+                "tensor_model_parallel_size": 2,
+                "recompute_granularity": "full",
+                "recompute_method": "uniform",
+                "recompute_num_layers": 1,
+            },
+        ),
+        top=3,
+    )
+    assert res.candidates
+    for c in res.search.candidates:
+        assert c.parallel.tp == 2 and c.data["layout"]["tensor_model_parallel_size"] == 2
+        assert c.data["layout"]["recompute_granularity"] == "full"
+        assert c.recompute.startswith("full (given)")
+
+
+def test_nothing_fits_gives_empty_plan_with_reasons():
+    res = plan(_req("deepseek-ai/DeepSeek-V3", n=8, seq=4096, gbs=64), top=3)
+    assert res.candidates == []
+    reasons = {r["reason"] for r in res.to_dict()["rejected"]}
+    assert "does-not-fit" in reasons
+
+
+def _chosen_cp(
+    gpu_overrides: dict, fixed: dict, seq: int = 131072, model: str = "deepseek-ai/DeepSeek-V3", n: int = 256
+):
+    data = _req(model, n=n, seq=seq, gbs=64, layout=fixed)
+    data["system"]["gpu_overrides"] = gpu_overrides
+    res = plan(data, top=1)
+    return res.candidates[0].parallel.cp if res.candidates else None
+
+
+_HELD = {
+    "tensor_model_parallel_size": 8,
+    "pipeline_model_parallel_size": 8,
+    "expert_model_parallel_size": 32,
+    "recompute_granularity": "full",
+    "recompute_method": "uniform",
+    "recompute_num_layers": 1,
+}
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slow=st.sampled_from([0.5, 0.25, 0.1]), seq=st.sampled_from([32768, 131072]))
+def test_costlier_cp_links_never_raise_the_chosen_cp(slow, seq):
+    """With TP, PP, EP and recompute held, slower NVLink and NIC make the CP exchange costlier (the
+    other exchanges do not depend on CP), so the chosen CP must not rise. (Left free, slower links
+    also make TP and the recomputed EP exchange costlier, which can legitimately move CP the other way.)"""
+    fast = {"scaleup_unidir_gb_per_s": 450.0, "nic_gbit_per_s_per_gpu": 400.0}
+    slower = {k: v * slow for k, v in fast.items()}
+    a, b = _chosen_cp(fast, _HELD, seq), _chosen_cp(slower, _HELD, seq)
+    assert a is not None and b is not None
+    assert b <= a
+
+
+def test_costlier_cp_links_lower_the_chosen_cp_somewhere():
+    fast = {"scaleup_unidir_gb_per_s": 450.0, "nic_gbit_per_s_per_gpu": 400.0}
+    slower = {k: v * 0.1 for k, v in fast.items()}
+    assert _chosen_cp(slower, _HELD) < _chosen_cp(fast, _HELD)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(
+        [
+            (QWEN30, "h100", 32, 131072),
+            ("Qwen/Qwen3-235B-A22B", "gb200", 128, 131072),
+            ("deepseek-ai/DeepSeek-V3", "h100", 256, 32768),
+        ]
+    ),
+    extra=st.sampled_from([1.25, 1.5, 2.0]),
+)
+def test_more_hbm_never_raises_the_chosen_cp(case, extra):
+    model, gpu, n, seq = case
+    from moeplan import get_gpu
+
+    hbm = get_gpu(gpu).usable_hbm_gib
+    a = _chosen_cp({"usable_hbm_gib": hbm}, {}, seq, model, n)
+    b = _chosen_cp({"usable_hbm_gib": hbm * extra}, {}, seq, model, n)
+    assert a is not None and b is not None
+    assert b <= a
+
+
+# --- long context: feasible where the guidance says so, every candidate legal ---------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "n", "seq", "precision"),
+    [
+        ("deepseek-ai/DeepSeek-V3", "h100", 256, 4096, "fp8-blockwise"),
+        ("deepseek-ai/DeepSeek-V3", "h100", 256, 16384, "fp8-blockwise"),
+        ("deepseek-ai/DeepSeek-V3", "h100", 256, 32768, "fp8-blockwise"),
+        ("deepseek-ai/DeepSeek-V3", "h100", 256, 65536, "fp8-blockwise"),
+        ("deepseek-ai/DeepSeek-V3", "h100", 256, 131072, "fp8-blockwise"),
+        ("deepseek-ai/DeepSeek-V3", "h100", 512, 262144, "fp8-blockwise"),
+        ("Qwen/Qwen3-235B-A22B", "gb200", 128, 4096, "bf16"),
+        ("Qwen/Qwen3-235B-A22B", "gb200", 128, 32768, "bf16"),
+        ("Qwen/Qwen3-235B-A22B", "gb200", 128, 131072, "bf16"),
+        ("Qwen/Qwen3-235B-A22B", "gb200", 128, 131072, "mxfp8"),
+        ("Qwen/Qwen3-235B-A22B", "gb200", 256, 262144, "bf16"),
+    ],
+)
+def test_long_context_plans_are_feasible_and_legal(model, gpu, n, seq, precision):
+    """The guidance's long-context families (skill_recipes.yaml) run these sizes: DeepSeek-V3 on 256
+    H100 up to 128K and on 512 H100 at 256K; Qwen3-235B-A22B on 128 GB200 at 128K (BF16 or MXFP8)."""
+    res = plan(
+        {
+            "model": model,
+            "system": {"gpu": gpu, "num_gpus": n},
+            "training": {"seq_length": seq, "precision": precision},
+        },
+        top=5,
+    )
+    assert res.candidates, res.to_dict()["rejected"]
+    for c in res.candidates:
+        assert not validate(load_scenario(c.data)).errors
+        assert c.data["training"]["seq_length"] == seq
+
+
+# --- fit -----------------------------------------------------------------------------------------
+
+
+def test_fit_proposes_legal_fitting_changes_cheapest_first():
+    data = _req(
+        n=32,
+        seq=65536,
+        gbs=64,
+        micro_batch_size=1,
+        layout={
+            "tensor_model_parallel_size": 2,
+            "context_parallel_size": 2,
+            "expert_model_parallel_size": 8,
+            "sequence_parallel": True,
+        },
+    )
+    out = fit_layout(data)
+    assert not out["fits_already"] and out["fixes"]
+    costs = [f["step_time_change_pct"] for f in out["fixes"]]
+    assert costs == sorted(costs)
+    for f in out["fixes"]:
+        s = load_scenario(f["scenario"])
+        assert not validate(s).errors
+        assert estimate_memory(s).peak_bytes / GIB_BYTES <= out["limit_gib"] + 1e-6
+        assert f["saved_gib"] == pytest.approx(out["peak_gib"] - f["peak_gib"])
+    for f in out["not_enough"]:
+        assert f["peak_gib"] > out["limit_gib"]
+
+
+def test_fit_already_fitting():
+    out = fit_layout(_req(n=16, seq=4096, gbs=64, micro_batch_size=1, layout={"expert_model_parallel_size": 8, "pipeline_model_parallel_size": 2}))
+    assert out["fits_already"]
+
+
+# --- recipes -------------------------------------------------------------------------------------
+
+
+def test_recipes_checked_and_shorthand_found():
+    rows = list_recipes("guidance")
+    by_id = {r["id"]: r for r in rows}
+    # DeepSeek-V3 PP8 with 61 layers needs a pipeline layout; CPU offload needs the precision-aware optimizer
+    fam = by_id["lc-family-dsv3-h100-128k"]["check"]["rule_ids"]
+    assert "pipeline.num_layers_divisible_by_pp" in fam
+    assert "offload.optimizer_requires_precision_aware_optimizer" in fam
+    pub = list_recipes("published", "qwen3-30b-a3b")
+    assert pub and all(r["scenario"]["model"] == QWEN30 for r in pub)
+    assert any(r["check"]["verdict"] != "invalid" and r.get("throughput") for r in pub)
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+
+def _run(args):
+    return runner.invoke(app, args)
+
+
+def test_cli_plan_json_and_table(tmp_path):
+    args = ["plan", "--model", QWEN30, "--gpu", "h100", "--num-gpus", "16", "--seq-length", "32768", "--gbs", "32"]
+    r = _run(args + ["--json", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert len(d["candidates"]) == 3 and d["request"]["global_batch_size"] == 32
+    r = _run(args + ["--report", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    assert "why #1" in r.output and "baseline" in r.output
+    html = (tmp_path / "r.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+
+
+def test_cli_plan_bad_input_and_nothing_fits():
+    r = _run(
+        ["plan", "--model", QWEN30, "--gpu", "h100", "--num-gpus", "16", "--seq-length", "4096", "--objective", "speed"]
+    )
+    assert r.exit_code == 2 and "--objective" in r.output
+    r = _run(["plan", "--model", QWEN30, "--gpu", "h100", "--seq-length", "4096"])
+    assert r.exit_code == 2 and "num_gpus" in r.output
+    r = _run(["plan", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h100", "--num-gpus", "8", "--seq-length", "4096"])
+    assert r.exit_code == 1
+    r = _run(
+        [
+            "plan",
+            "--model",
+            QWEN30,
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--seq-length",
+            "4096",
+            "--gbs",
+            "64",
+            "--tokens-per-step",
+            "4096",
+        ]
+    )
+    assert r.exit_code == 2
+
+
+def test_cli_tokens_per_step_sets_gbs():
+    r = _run(
+        [
+            "plan",
+            "--model",
+            QWEN30,
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--seq-length",
+            "8192",
+            "--tokens-per-step",
+            "262144",
+            "--json",
+            "--top",
+            "1",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["request"]["global_batch_size"] == 32  # 262144 / 8192
+
+
+def test_cli_fit_and_recipes(tmp_path):
+    scn = tmp_path / "s.yaml"
+    scn.write_text(
+        "model: Qwen/Qwen3-30B-A3B\nsystem: {gpu: h100, num_gpus: 32}\n"
+        "training: {seq_length: 65536, global_batch_size: 64, micro_batch_size: 1}\n"
+        "layout: {tensor_model_parallel_size: 2, context_parallel_size: 2, expert_model_parallel_size: 8, sequence_parallel: true}\n"
+    )
+    r = _run(["fit", str(scn)])
+    assert r.exit_code == 0 and "least step-time cost first" in r.output
+    r = _run(["fit", str(scn), "--json"])
+    assert json.loads(r.output)["fixes"]
+    r = _run(["recipes", "--kind", "guidance", "--write", str(tmp_path / "rec")])
+    assert r.exit_code == 0
+    assert (tmp_path / "rec" / "lc-family-dsv3-h100-128k.yaml").exists()
+    r = _run(["recipes", "--kind", "nope"])
+    assert r.exit_code == 2
