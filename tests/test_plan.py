@@ -313,7 +313,15 @@ def test_fit_proposes_legal_fitting_changes_cheapest_first():
 
 
 def test_fit_already_fitting():
-    out = fit_layout(_req(n=16, seq=4096, gbs=64, micro_batch_size=1, layout={"expert_model_parallel_size": 8, "pipeline_model_parallel_size": 2}))
+    out = fit_layout(
+        _req(
+            n=16,
+            seq=4096,
+            gbs=64,
+            micro_batch_size=1,
+            layout={"expert_model_parallel_size": 8, "pipeline_model_parallel_size": 2},
+        )
+    )
     assert out["fits_already"]
 
 

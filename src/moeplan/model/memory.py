@@ -470,11 +470,18 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
     n_rc = lay.recompute_num_layers or 1
     rank_chunks = plan.layers[sp_.stage]
     chunk_info = []
+    kinds_all = m.attention_kinds or ("full",) * m.num_layers
+    moe_all = m.moe_layers or (False,) * m.num_layers
+    by_kind: dict[tuple, tuple[dict, float, float]] = {}
     for vp, chunk in enumerate(rank_chunks):
         before = per_mb_layers
         for pos, li in enumerate(chunk):
-            kept, rec = layer_activations(m, li, ctx, modules)
-            full = sum(kept.values()) + sum(rec.values())
+            lk = (kinds_all[li], bool(moe_all[li]))
+            if lk not in by_kind:
+                k_, r_ = layer_activations(m, li, ctx, modules)
+                ks = sum(k_.values())
+                by_kind[lk] = (k_, ks, ks + sum(r_.values()))
+            kept, kept_sum, full = by_kind[lk]
             worst_layer_full = max(worst_layer_full, full)
             if gran == "full":
                 recomputed = pos < n_rc if lay.recompute_method == "block" else True
@@ -484,10 +491,10 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
                     continue
                 per_mb_layers += full
             else:
-                moved = sum(v for k, v in kept.items() if k in off_items)
+                moved = sum(v for k, v in kept.items() if k in off_items) if off_items else 0.0
                 if layer_offload and li < n_layer_off:
-                    moved = sum(kept.values())
-                per_mb_layers += sum(kept.values()) - moved
+                    moved = kept_sum
+                per_mb_layers += kept_sum - moved
                 offloaded_per_mb += moved
                 worst_offloaded = max(worst_offloaded, moved)
         chunk_info.append((vp, len(chunk), per_mb_layers - before))

@@ -45,6 +45,9 @@ OBJECTIVES = ("throughput", "time-to-train")
 #: predicted throughputs closer than this fraction are treated as a tie, broken toward the simpler
 #: layout (the step-time model's in-sample error is far larger, docs/accuracy.md)
 TIE_FRACTION = 0.02
+#: a layout whose throughput without any recompute is below this fraction of the best found so far
+#: is not fitted (branch and bound; tallied as ``dominated``)
+DOMINATED_FRACTION = 0.5
 _KNOB_KEYS = {
     "recompute": (
         "recompute_granularity",
@@ -165,7 +168,7 @@ class _Evaluator:
         return ok, mem
 
     def evaluate(
-        self, data: dict, ladder: list[tuple[str, dict]], rej: Rejections, label: str
+        self, data: dict, ladder: list[tuple[str, dict]], rej: Rejections, label: str, floor_tps: float = 0.0
     ) -> tuple[str, dict, Scenario, object] | None:
         """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory)."""
 
@@ -201,6 +204,15 @@ class _Evaluator:
         if not ok:
             rej.add("does-not-fit", f"{label}: {mem.peak_bytes / GIB_BYTES:.1f} GiB with {ladder[last][0]}")
             return None
+        if floor_tps > 0 and last > 0:
+            # branch and bound: recompute and offload only add time, so the cheapest rung's
+            # throughput bounds every rung's; far below the best so far → not worth fitting
+            _, s0, _ = rung(0)
+            if s0 is not None:
+                bound = estimate_step(s0, self.constants).tokens_per_s_per_gpu
+                if bound < floor_tps:
+                    rej.add("dominated", f"{label}: ≤ {bound:,.0f} tok/s/GPU even without recompute")
+                    return None
         seen = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
         best = (ladder[last][0], d, s, mem, seen)
         lo, hi = 0, last - 1
@@ -322,6 +334,11 @@ def search(
     dense_params = counts.total_with(mtp=True, vision=True) - expert_params
     cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
     found: list[Candidate] = []
+    best_tps = 0.0
+    # a spread-out sample first, so the bound is tight early (the order does not change the result
+    # beyond which dominated layouts get tallied)
+    stride = 7
+    combos = combos[::stride] + [c for i, c in enumerate(combos) if i % stride]
     for i, p in enumerate(combos):
         if progress:
             progress(i, len(combos))
@@ -345,10 +362,11 @@ def search(
             d = copy.deepcopy(data)
             d["training"]["micro_batch_size"] = mbs
             d["layout"] = {**p.keys(), **split, **default_disp, **fixed_layout}
-            got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}")
+            got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * best_tps)
             if got is None:
                 continue
             found.append(ev.timed(got, p, {"dispatcher": _disp_label(got[2]), "graphs": "eager", "cp_comm": "p2p"}))
+            best_tps = max(best_tps, found[-1].tokens_per_s_per_gpu)
     if progress:
         progress(len(combos), len(combos))
     found.sort(key=Candidate.key)
