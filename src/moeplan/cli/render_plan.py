@@ -14,6 +14,8 @@ def _short_layout(c: dict) -> str:
     k = c.get("knobs") or {}
     if k.get("dispatcher") and k["dispatcher"] != "alltoall":
         bits.append(k["dispatcher"])
+    if k.get("ep_overlap") == "on":
+        bits.append("ep-overlap")
     if k.get("graphs") and k["graphs"] != "eager":
         bits.append(k["graphs"])
     if k.get("cp_comm") and k["cp_comm"] != "p2p":

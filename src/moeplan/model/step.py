@@ -244,9 +244,16 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
     v = s.vpp
     breakdown = {k: val * n_mb for k, val in per_stage[crit].items()}
     breakdown["pipeline_bubble"] = (s.pp - 1) / v * t_mb if s.pp > 1 else 0.0
-    breakdown["pp_comm"] = (
-        (2 * (s.pp - 1) / v * pp_time(tokens, m.hidden_size, s.tp, s.sp, gpu, c)) if s.pp > 1 else 0.0
-    )
+    if s.pp > 1:
+        # each microbatch crosses every stage boundary forward and backward: the critical stage sends
+        # and receives once per microbatch (per virtual chunk with VPP). Plain 1F1B waits for these
+        # transfers; the interleaved schedule overlaps them with the next chunk's compute
+        # (overlap_p2p_comm, on by default with VPP): only the non-hidden share remains.
+        per_mb = pp_time(tokens, m.hidden_size, s.tp, s.sp, gpu, c)
+        exposed = (1 - c.overlap_hidden_fraction) * v if v > 1 else 1.0
+        breakdown["pp_comm"] = per_mb * (n_mb * exposed + 2 * (s.pp - 1) / v)
+    else:
+        breakdown["pp_comm"] = 0.0
     # data parallel gradient / parameter traffic (largest stage), mostly overlapped
     stp = stages[crit].params
     grad_b = 2.0 if lay.grad_reduce_in_fp32 is False else 4.0

@@ -72,7 +72,13 @@ def explain_winner(res: SearchResult) -> list[str]:
     if bd.get("recompute"):
         rc += f"; it costs {100 * bd['recompute'] / w.throughput['step_time_s']:.1f} % of the step"
     lines.append(rc + ".")
-    for fam, title in (("dispatcher", "dispatcher"), ("graphs", "CUDA graphs"), ("cp_comm", "CP comm"), ("vpp", "VPP")):
+    for fam, title in (
+        ("dispatcher", "dispatcher"),
+        ("ep_overlap", "EP comm overlap"),
+        ("graphs", "CUDA graphs"),
+        ("cp_comm", "CP comm"),
+        ("vpp", "VPP"),
+    ):
         t = w.tried.get(fam)
         if not t:
             continue

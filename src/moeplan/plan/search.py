@@ -24,6 +24,7 @@ from moeplan.plan.space import (
     Parallel,
     cp_comm_options,
     dispatcher_options,
+    ep_overlap_options,
     graph_options,
     parallel_candidates,
     pipeline_split,
@@ -61,6 +62,7 @@ _KNOB_KEYS = {
     "graphs": ("cuda_graph_impl", "cuda_graph_scope"),
     "cp_comm": ("cp_comm_type",),
     "vpp": ("virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout"),
+    "ep_overlap": ("overlap_moe_expert_parallel_comm",),
 }
 
 
@@ -365,7 +367,13 @@ def search(
             got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * best_tps)
             if got is None:
                 continue
-            found.append(ev.timed(got, p, {"dispatcher": _disp_label(got[2]), "graphs": "eager", "cp_comm": "p2p"}))
+            found.append(
+                ev.timed(
+                    got,
+                    p,
+                    {"dispatcher": _disp_label(got[2]), "ep_overlap": "off", "graphs": "eager", "cp_comm": "p2p"},
+                )
+            )
             best_tps = max(best_tps, found[-1].tokens_per_s_per_gpu)
     if progress:
         progress(len(combos), len(combos))
@@ -479,6 +487,8 @@ def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejec
                 [(n, {"moe_flex_dispatcher_backend": None, **k}) for n, k in dispatcher_options(m, gpu, c.parallel.ep)],
             )
         )
+    if "overlap_moe_expert_parallel_comm" not in fixed_layout:
+        families.append(("ep_overlap", ep_overlap_options(m, c.parallel.ep)))
     if "cuda_graph_impl" not in fixed_layout:
         families.append(("graphs", [(n, {"cuda_graph_scope": None, **k}) for n, k in graph_options(m)]))
     if "cp_comm_type" not in fixed_layout:

@@ -239,3 +239,13 @@ def cp_comm_options(cp: int) -> list[str]:
     exposed but with less volume; needs heads per TP rank divisible by CP — the rules say when).
     The hierarchical ``a2a+p2p`` is not searched: the time model has no separate cost for it."""
     return ["p2p"] if cp == 1 else ["p2p", "a2a"]
+
+
+def ep_overlap_options(m: ModelSpec, ep: int) -> list[tuple[str, dict]]:
+    """EP communication overlap (``overlap_moe_expert_parallel_comm``: the combined 1F1B schedule hides
+    one microbatch's dispatch/combine behind another's compute, as the published MoE recipes run),
+    off or on; the rules reject it where Megatron does (full recompute, whole-``moe`` recompute, PP
+    without VPP, ...)."""
+    if not m.is_moe or ep == 1:
+        return [("off", {"overlap_moe_expert_parallel_comm": None})]
+    return [("off", {"overlap_moe_expert_parallel_comm": None}), ("on", {"overlap_moe_expert_parallel_comm": True})]
