@@ -83,6 +83,9 @@ def plan_cmd(
     report: Annotated[
         Optional[Path], typer.Option("--report", help="Write a self-contained HTML report with plots here.")
     ] = None,
+    save: Annotated[
+        Optional[Path], typer.Option("--save", help="Write the #1 layout as a scenario YAML (for check/export).")
+    ] = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -120,6 +123,11 @@ def plan_cmd(
                 progress=tick,
             )
         out = res.to_dict()
+        if save is not None and res.candidates:
+            import yaml
+
+            _write_atomically(save, yaml.safe_dump(res.candidates[0].data, sort_keys=False))
+            out["saved"] = str(save)
         if report is not None:
             from moeplan.plan.report import write_report
 
@@ -225,4 +233,80 @@ def recipes_cmd(
     raise typer.Exit(EXIT_OK)
 
 
-__all__ = ["plan_cmd", "fit_cmd", "recipes_cmd", "EXIT_INPUT"]
+@app.command("sweep")
+def sweep_cmd(
+    target: Annotated[
+        Optional[str],
+        typer.Argument(help="A scenario YAML (write a sweep), or `collect` / `submit` followed by the sweep DIR."),
+    ] = None,
+    directory: Annotated[Optional[Path], typer.Argument(help="The sweep directory (with collect / submit).")] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="New directory to write the sweep into.")
+    ] = None,
+    top: TopOpt = 4,
+    no_mbs_variants: Annotated[bool, typer.Option("--no-mbs-variants", help="Skip the MBS×2 variants.")] = False,
+    smoke: Annotated[bool, typer.Option("--smoke", help="submit: the smoke scripts instead of the full runs.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="submit: confirm that jobs will be submitted (sbatch).")] = False,
+    model: ModelOpt = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    seq_length: SeqOpt = None,
+    gbs: GbsOpt = None,
+    precision: PrecisionOpt = None,
+    sets: SetOpt = None,
+    calibration: CalibrationOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a directory of launch scripts for the top-K planned layouts (plus MBS×2 variants), a smoke
+    variant of each and your baseline, with a manifest and a README (`moeplan sweep SCENARIO -o DIR`);
+    `moeplan sweep collect DIR` ranks the measured logs against the predictions and writes runs.yaml for
+    `calibrate`; `moeplan sweep submit DIR --yes` submits through sbatch (nothing is submitted otherwise)."""
+    from moeplan.cli import render
+    from moeplan.plan import sweep
+
+    try:
+        if target in ("collect", "submit"):
+            if directory is None:
+                raise InputError("DIR", None, f"the sweep directory: moeplan sweep {target} DIR")
+            if target == "collect":
+                out = sweep.collect(directory)
+            else:
+                out = {"submitted": sweep.submit(directory, smoke=smoke, yes=yes)}
+        else:
+            if output is None:
+                raise InputError("--output", None, "a new directory for the sweep (-o DIR)")
+            if directory is not None:
+                raise InputError("DIR", str(directory), "no second argument when writing a sweep (use -o DIR)")
+            ov = _overrides(
+                model, gpu, num_gpus, seq_length, None, gbs, precision, None, None, None, None, None, None, sets
+            )
+            data = _request(Path(target) if target else None, ov)
+            with render.progress_bar("planning") as tick:
+                man = sweep.write_sweep(
+                    data,
+                    output,
+                    top=top,
+                    mbs_variants=not no_mbs_variants,
+                    constants=_step_constants(calibration),
+                    progress=tick,
+                )
+            out = {
+                "directory": str(output),
+                "entries": [{k: v for k, v in e.items() if k != "scenario"} for e in man["entries"]],
+            }
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    except OSError as exc:
+        _fail_input(InputError("--output", str(output or directory), f"a writable directory ({exc.strerror})"))
+        return
+    if as_json:
+        render.print_json(out)
+    else:
+        from moeplan.cli.render_plan import render_sweep
+
+        render_sweep(target, out)
+    raise typer.Exit(EXIT_OK)
+
+
+__all__ = ["plan_cmd", "fit_cmd", "recipes_cmd", "sweep_cmd", "EXIT_INPUT"]

@@ -114,6 +114,8 @@ def render_plan(d: dict) -> None:
         c.print(f"[dim]assumed: {a}[/]", highlight=False)
     if d.get("report"):
         c.print(f"report written to {d['report']}")
+    if d.get("saved"):
+        c.print(f"#1 saved as {d['saved']}: moeplan check / estimate / export take it")
 
 
 def render_fit(d: dict) -> None:
@@ -188,3 +190,51 @@ def render_recipes(rows: list[dict]) -> None:
         )
         c.print(line + f"; {mem_s}", highlight=False)
     c.print("[dim]messages and fixes: --json; each as a scenario YAML: --write DIR[/]")
+
+
+def render_sweep(target: str | None, d: dict) -> None:
+    c = console()
+    if target == "collect":
+        from rich.table import Table
+
+        t = Table(title="measured vs predicted (tokens/s/GPU)", width=100)
+        for col in ("entry", "logs", "measured", "predicted", "error"):
+            t.add_column(col, justify="left" if col == "entry" else "right", overflow="fold")
+        for r in d["entries"]:
+            m, p = r["measured_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
+            t.add_row(
+                r["id"],
+                str(r["logs"]),
+                "–" if m is None else f"{m:,.0f}",
+                "–" if p is None else f"{p:,.0f}",
+                "–" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%",
+            )
+        c.print(t)
+        if d["measured_ranking"]:
+            c.print("measured ranking: " + " > ".join(d["measured_ranking"]), highlight=False)
+        if d["spearman"] is not None:
+            c.print(f"Spearman (predicted vs measured): {d['spearman']:.2f}")
+        if d["runs_file"]:
+            c.print(f"runs file for calibrate: {d['runs_file']} (moeplan calibrate {d['runs_file']} -o cluster.json)")
+        return
+    if target == "submit":
+        for r in d["submitted"]:
+            c.print(
+                f"{r['id']}: "
+                + (r.get("sbatch", "") if r["submitted"] else f"not submitted ({r.get('why') or r.get('sbatch')})"),
+                highlight=False,
+            )
+        return
+    c.print(f"[bold]sweep written to {d['directory']}[/] (README.md inside says how to run it)")
+    for e in d["entries"]:
+        p = e.get("predicted")
+        c.print(
+            f"  {e['id']}: {e['label']} — "
+            + (
+                f"{p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {p['peak_gib']:.1f} GiB; smoke: {e['smoke']}"
+                if p
+                else e.get("note", "")
+            ),
+            highlight=False,
+        )
+    c.print("nothing was submitted: moeplan sweep submit DIR --smoke --yes (sbatch), or submit the scripts yourself")

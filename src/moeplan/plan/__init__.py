@@ -27,6 +27,21 @@ def rule_of_thumb_cp(seq_length: int) -> int:
     return 2 ** round(math.log2(x))
 
 
+def describe(c: Candidate) -> str:
+    """One line: sizes, MBS, recompute and the knobs that differ from the defaults."""
+    k = c.knobs
+    bits = [f"{c.parallel.label()} MBS{c.data['training']['micro_batch_size']}", f"recompute {c.recompute}"]
+    if k.get("dispatcher", "alltoall") != "alltoall":
+        bits.append(k["dispatcher"])
+    if k.get("ep_overlap") == "on":
+        bits.append("EP overlap")
+    if k.get("graphs", "eager") != "eager":
+        bits.append("graphs " + k["graphs"])
+    if k.get("cp_comm", "p2p") != "p2p":
+        bits.append("CP " + k["cp_comm"])
+    return ", ".join(bits)
+
+
 def _cand_dict(c: Candidate, rank: int, train_tokens: float | None) -> dict:
     d = c.summary()
     d["rank"] = rank
@@ -188,4 +203,4 @@ def plan(
     return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes)
 
 
-__all__ = ["PlanResult", "plan", "rule_of_thumb_cp"]
+__all__ = ["PlanResult", "describe", "plan", "rule_of_thumb_cp"]

@@ -1,0 +1,313 @@
+"""``moeplan sweep``: a directory of launch scripts for the planner's top candidates (plus MBS
+variants), a smoke variant of each (a few steps on a reduced-layer proxy at the smallest world the
+layout folds into), the user's baseline kept beside them, a manifest and a README; ``sweep collect``
+reads the logs that come back, ranks measured against predicted and writes a runs file for
+``moeplan calibrate``. Nothing is submitted unless asked (``--submit --yes``, through ``sbatch``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from moeplan.errors import InputError
+from moeplan.io.export import to_slurm
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.plan import describe, plan
+from moeplan.rules import validate
+from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.units import GIB_BYTES
+
+SMOKE_STEPS = 20
+MANIFEST = "manifest.json"
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()
+
+
+def _predict(s: Scenario, constants=None) -> dict:
+    mem = estimate_memory(s)
+    th = estimate_step(s, constants)
+    return {
+        "tokens_per_s_per_gpu": th.tokens_per_s_per_gpu,
+        "step_time_s": th.step_time_s,
+        "mfu": th.mfu,
+        "peak_gib": mem.peak_bytes / GIB_BYTES,
+        "fits": mem.verdict in ("fits", "tight"),
+        "validated": th.validity.get("validated"),
+    }
+
+
+def smoke_scenario(data: dict, s: Scenario) -> tuple[dict, str]:
+    """A reduced-layer proxy of a layout: the same TP/CP/PP/VPP/EP/ETP at the smallest world the sizes
+    fold into (PP · lcm(TP·CP, EP·ETP)), two layers per virtual stage, a small batch, the same
+    sequence length; falls back to the full layout when the proxy breaks a rule."""
+    d = copy.deepcopy(data)
+    lay = d.setdefault("layout", {})
+    for k in (
+        "pipeline_model_parallel_layout",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+    ):
+        lay.pop(k, None)
+    world = s.pp * math.lcm(s.tp * s.cp, s.ep * s.etp)
+    layers = 2 * s.pp * s.vpp
+    dp = world // (s.tp * s.cp * s.pp)
+    mbs = s.training.micro_batch_size or 1
+    d["system"]["num_gpus"] = world
+    d["training"]["global_batch_size"] = mbs * dp * max(2, 2 * s.pp)
+    d.setdefault("model_overrides", {})["num_layers"] = layers
+    try:
+        proxy = load_scenario(d)
+        if not validate(proxy).errors:
+            return d, f"proxy: {layers} layers on {world} GPUs (DP {dp}), {SMOKE_STEPS} steps"
+    except InputError:
+        pass
+    return copy.deepcopy(data), f"full layout, {SMOKE_STEPS} steps (the reduced proxy breaks a rule)"
+
+
+def _scripts(data: dict, s: Scenario) -> tuple[str, str, str]:
+    launch = to_slurm(s)
+    smoke_data, smoke_note = smoke_scenario(data, s)
+    smoke_s = load_scenario(smoke_data)
+    smoke = to_slurm(smoke_s).replace("OVERRIDES=(", f"OVERRIDES=(\n  train.train_iters={SMOKE_STEPS}", 1)
+    n = (smoke_data.get("model_overrides") or {}).get("num_layers")
+    if n:
+        smoke = smoke.replace("OVERRIDES=(", f"OVERRIDES=(\n  model.num_layers={n}", 1)
+    return launch, smoke, smoke_note
+
+
+def write_sweep(
+    data: dict, out_dir: Path, *, top: int = 4, mbs_variants: bool = True, constants=None, progress=None
+) -> dict:
+    """Write the sweep directory and return its manifest.
+
+    Raises:
+        InputError: bad request, an existing non-empty ``out_dir``, or nothing fits.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise InputError("--output", str(out_dir), "a new or empty directory (a sweep never overwrites one)")
+    res = plan(data, top=top, constants=constants, progress=progress)
+    if not res.candidates:
+        raise InputError("scenario", None, "a request for which some layout fits (moeplan plan shows why none does)")
+    entries: list[dict] = []
+    items: list[tuple[str, str, dict]] = []
+    base_layout = data.get("layout") or {}
+    if base_layout:
+        items.append(("baseline", "your scenario as given", data))
+    for i, c in enumerate(res.candidates, start=1):
+        items.append(
+            (
+                f"{i:02d}-{_slug(c.parallel.label())}-mbs{c.data['training']['micro_batch_size']}",
+                describe(c),
+                c.data,
+            )
+        )
+        if mbs_variants:
+            d2 = copy.deepcopy(c.data)
+            mbs = d2["training"]["micro_batch_size"] * 2
+            d2["training"]["micro_batch_size"] = mbs
+            try:
+                s2 = load_scenario(d2)
+                ok = (
+                    not validate(s2).errors
+                    and d2["training"]["global_batch_size"] % (mbs * s2.dp) == 0
+                    and estimate_memory(s2).verdict in ("fits", "tight")
+                )
+            except InputError:
+                ok = False
+            if ok:
+                items.append(
+                    (
+                        f"{i:02d}b-{_slug(c.parallel.label())}-mbs{mbs}",
+                        describe(c).replace(f"MBS{mbs // 2}", f"MBS{mbs}"),
+                        d2,
+                    )
+                )
+    staged: list[tuple[str, dict, dict[str, str]]] = []
+    for name, label, d in items:
+        s = load_scenario(d)
+        chk = validate(s)
+        entry = {"id": name, "label": label, "kind": "baseline" if name == "baseline" else "candidate", "scenario": d}
+        files: dict[str, str] = {"scenario.yaml": yaml.safe_dump(d, sort_keys=False)}
+        if chk.errors:
+            entry["predicted"] = None
+            entry["note"] = "breaks " + ", ".join(sorted({f.rule_id for f in chk.errors})) + ": no scripts"
+        else:
+            entry["predicted"] = _predict(s, constants)
+            launch, smoke, note = _scripts(d, s)
+            files["launch.sh"], files["smoke.sh"] = launch, smoke
+            entry["smoke"] = note
+        entries.append(entry)
+        staged.append((name, entry, files))
+    manifest = {"request": res.search.request, "entries": entries, "smoke_steps": SMOKE_STEPS}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, _, files in staged:
+        (out_dir / name).mkdir()
+        for fn, text in files.items():
+            p = out_dir / name / fn
+            p.write_text(text)
+            if fn.endswith(".sh"):
+                p.chmod(0o755)
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    (out_dir / "README.md").write_text(_readme(manifest))
+    return manifest
+
+
+def _readme(man: dict) -> str:
+    r = man["request"]
+    rows = "\n".join(
+        f"| `{e['id']}` | {e['label']} | "
+        + (
+            f"{e['predicted']['tokens_per_s_per_gpu']:,.0f} | {e['predicted']['peak_gib']:.1f}"
+            if e.get("predicted")
+            else "– | –"
+        )
+        + f" | {e.get('smoke', e.get('note', ''))} |"
+        for e in man["entries"]
+    )
+    return f"""# moeplan sweep: {r["model"]} on {r["num_gpus"]} × {r["gpu"]}, seq {r["seq_length"]}
+
+| entry | layout | predicted tokens/s/GPU | predicted peak GiB | smoke run |
+|---|---|---|---|---|
+{rows}
+
+Each entry has `scenario.yaml` (check it with `moeplan check`, export it with `moeplan export`),
+`launch.sh` (the full run) and `smoke.sh` (a {man["smoke_steps"]}-step run, on a reduced-layer proxy
+at the smallest world the layout folds into when that is legal). `baseline/` is the scenario you
+started from, so any change can be reverted.
+
+1. Set `CONTAINER` (a NeMo / Megatron Bridge image), `MOUNTS` and `RECIPE` (e.g. the perf recipe
+   of this model), then submit the smoke runs first: `sbatch 01-*/smoke.sh` (or
+   `moeplan sweep submit DIR --smoke --yes`).
+2. If they run, submit the full runs; write each job's log into its entry as `*.log`
+   (e.g. `sbatch -o 01-.../run-%j.log 01-.../launch.sh`).
+3. `moeplan sweep collect DIR` ranks measured against predicted and writes `runs.yaml`, which
+   `moeplan calibrate DIR/runs.yaml -o cluster.json` fits to your cluster.
+"""
+
+
+def submit(out_dir: Path, *, smoke: bool, yes: bool) -> list[dict]:
+    """``sbatch`` every entry's ``smoke.sh`` (or ``launch.sh``); only with ``yes``.
+
+    Raises:
+        InputError: no ``yes``, no manifest, or ``sbatch`` not on PATH.
+    """
+    man = load_manifest(out_dir)
+    if not yes:
+        raise InputError("--yes", None, "--yes to confirm: this submits jobs that cost GPU time")
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise InputError("sbatch", None, "Slurm's sbatch on PATH (nothing was submitted)")
+    out = []
+    for e in man["entries"]:
+        script = Path(out_dir) / e["id"] / ("smoke.sh" if smoke else "launch.sh")
+        if not script.exists():
+            out.append({"id": e["id"], "submitted": False, "why": e.get("note", "no script")})
+            continue
+        log = Path(out_dir) / e["id"] / ("smoke-%j.log" if smoke else "run-%j.log")
+        p = subprocess.run([sbatch, "-o", str(log), str(script)], capture_output=True, text=True, check=False)  # noqa: S603
+        out.append({"id": e["id"], "submitted": p.returncode == 0, "sbatch": (p.stdout or p.stderr).strip()})
+    return out
+
+
+def load_manifest(out_dir: Path) -> dict:
+    p = Path(out_dir) / MANIFEST
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise InputError(
+            "DIR", str(out_dir), f"a sweep directory written by `moeplan sweep` (no readable {MANIFEST})"
+        ) from None
+
+
+def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
+    """Measured tokens/s/GPU of each entry from the ``*.log`` files in it (steady state, median over
+    logs), beside the prediction; Spearman rank correlation; writes ``runs.yaml`` for ``calibrate``.
+
+    Raises:
+        InputError: not a sweep directory.
+    """
+    from moeplan.diagnose import read_text_file
+    from moeplan.diagnose.logs import parse_log
+
+    out_dir = Path(out_dir)
+    man = load_manifest(out_dir)
+    rows, runs = [], []
+    for e in man["entries"]:
+        logs = sorted((out_dir / e["id"]).glob("*.log"))
+        if not include_smoke:
+            logs = [p for p in logs if not p.name.startswith("smoke")]
+        vals, notes = [], []
+        for p in logs:
+            st = parse_log(read_text_file(p))
+            summ = st.summary()
+            tps = (summ.get("tokens_per_s_per_gpu") or {}).get("median")
+            if tps is None and summ.get("iteration_time_ms"):
+                sc = e["scenario"]
+                tokens = sc["training"]["global_batch_size"] * sc["training"]["seq_length"]
+                tps = tokens / (summ["iteration_time_ms"]["median"] / 1000) / sc["system"]["num_gpus"]
+            if tps is None:
+                notes.append(f"{p.name}: no iteration times")
+            else:
+                vals.append(tps)
+        measured = statistics.median(vals) if vals else None
+        pred = (e.get("predicted") or {}).get("tokens_per_s_per_gpu")
+        rows.append(
+            {
+                "id": e["id"],
+                "label": e["label"],
+                "logs": len(logs),
+                "measured_tokens_per_s_per_gpu": measured,
+                "predicted_tokens_per_s_per_gpu": pred,
+                "error_pct": None if (measured is None or pred is None) else 100 * (pred / measured - 1),
+                "notes": notes,
+            }
+        )
+        if measured is not None:
+            runs.append({"id": e["id"], "scenario": e["scenario"], "measured": {"tokens_per_s_per_gpu": measured}})
+    both = [r for r in rows if r["error_pct"] is not None]
+    rho = _spearman(
+        [r["predicted_tokens_per_s_per_gpu"] for r in both], [r["measured_tokens_per_s_per_gpu"] for r in both]
+    )
+    both.sort(key=lambda r: -r["measured_tokens_per_s_per_gpu"])
+    runs_file = None
+    if runs:
+        runs_file = out_dir / "runs.yaml"
+        runs_file.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+    return {
+        "entries": rows,
+        "measured_ranking": [r["id"] for r in both],
+        "spearman": rho,
+        "runs_file": str(runs_file) if runs_file else None,
+    }
+
+
+def _spearman(a: list[float], b: list[float]) -> float | None:
+    if len(a) < 3:
+        return None
+
+    def ranks(x):
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        for pos, i in enumerate(order):
+            r[i] = float(pos)
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb) if va and vb else None

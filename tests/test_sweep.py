@@ -1,0 +1,106 @@
+"""``moeplan sweep``: the directory it writes (scripts, smoke proxies, baseline, manifest), ``collect``
+on synthetic logs with hand-computed throughput, and ``submit`` refusing without --yes / sbatch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from moeplan import load_scenario, validate
+from moeplan.cli.app import app
+from moeplan.errors import InputError
+from moeplan.plan import sweep
+
+runner = CliRunner()
+REQ = {
+    "model": "Qwen/Qwen3-30B-A3B",
+    "system": {"gpu": "h100", "num_gpus": 32},
+    "training": {"seq_length": 16384, "global_batch_size": 64, "micro_batch_size": 1},
+    "layout": {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sw") / "sweep"
+    man = sweep.write_sweep(REQ, out, top=2)
+    return out, man
+
+
+def test_sweep_directory(sweep_dir):
+    out, man = sweep_dir
+    ids = [e["id"] for e in man["entries"]]
+    assert ids[0] == "baseline" and ids[1].startswith("01-") and any(i.startswith("02-") for i in ids)
+    assert (out / "README.md").exists() and (out / "manifest.json").exists()
+    for e in man["entries"]:
+        d = out / e["id"]
+        assert (d / "scenario.yaml").exists()
+        if e["predicted"] is None:
+            continue
+        launch, smoke = (d / "launch.sh").read_text(), (d / "smoke.sh").read_text()
+        assert launch.startswith("#!/bin/bash") and "train.train_iters" not in launch
+        assert "train.train_iters=20" in smoke
+        # the candidate scenario is legal and what the manifest predicts for
+        s = load_scenario(yaml.safe_load((d / "scenario.yaml").read_text()))
+        assert not validate(s).errors
+    cand = man["entries"][1]
+    # TP2 folds with EP·ETP: the smoke proxy runs at PP · lcm(TP·CP, EP·ETP) GPUs with 2 layers per stage
+    s = load_scenario(cand["scenario"])
+    world = s.pp * __import__("math").lcm(s.tp * s.cp, s.ep * s.etp)
+    assert f"on {world} GPUs" in cand["smoke"]
+
+
+def test_sweep_refuses_existing_dir(sweep_dir):
+    out, _ = sweep_dir
+    with pytest.raises(InputError, match="empty directory"):
+        sweep.write_sweep(REQ, out, top=1)
+
+
+def _log(ms: float, n: int = 30) -> str:
+    return "".join(
+        f" iteration {i:>8d}/     100 | consumed samples: {i * 64:>10d} | elapsed time per iteration (ms): "
+        f"{ms * (3 if i <= 2 else 1):.2f} | lm loss: 5.0E+00 |\n"
+        for i in range(1, n + 1)
+    )
+
+
+def test_collect_measured_vs_predicted(sweep_dir):
+    out, man = sweep_dir
+    cands = [e for e in man["entries"] if e["predicted"]][:3]
+    # iteration times 10 s, 20 s, 40 s → tokens/s/GPU = 64 · 16384 / t / 32
+    for e, ms in zip(cands, (10000.0, 20000.0, 40000.0), strict=True):
+        (out / e["id"] / "run-1.log").write_text(_log(ms))
+    (out / cands[0]["id"] / "smoke-2.log").write_text(_log(1.0))  # ignored by default
+    res = sweep.collect(out)
+    got = {r["id"]: r for r in res["entries"]}
+    for e, ms in zip(cands, (10000.0, 20000.0, 40000.0), strict=True):
+        assert got[e["id"]]["measured_tokens_per_s_per_gpu"] == pytest.approx(64 * 16384 / (ms / 1000) / 32)
+    assert res["measured_ranking"] == [e["id"] for e in cands]
+    runs = yaml.safe_load((out / "runs.yaml").read_text())["runs"]
+    assert len(runs) == 3 and runs[0]["measured"]["tokens_per_s_per_gpu"] == pytest.approx(3276.8)
+
+
+def test_submit_needs_yes_and_sbatch(sweep_dir, monkeypatch):
+    out, _ = sweep_dir
+    with pytest.raises(InputError, match="--yes"):
+        sweep.submit(out, smoke=True, yes=False)
+    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)
+    with pytest.raises(InputError, match="sbatch"):
+        sweep.submit(out, smoke=True, yes=True)
+
+
+def test_cli_sweep(tmp_path):
+    scn = tmp_path / "s.yaml"
+    scn.write_text(yaml.safe_dump(REQ))
+    r = runner.invoke(app, ["sweep", str(scn), "-o", str(tmp_path / "d"), "--top", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["entries"][0]["id"] == "baseline"
+    r = runner.invoke(app, ["sweep", "collect", str(tmp_path / "d")])
+    assert r.exit_code == 0
+    r = runner.invoke(app, ["sweep", "collect", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "manifest" in r.output
+    r = runner.invoke(app, ["sweep", str(scn)])
+    assert r.exit_code == 2 and "--output" in r.output
