@@ -126,6 +126,17 @@ CalibrationOpt = Annotated[
 ]
 
 
+def load_workload(path: Path) -> dict:
+    """The ``workload:`` mapping of a YAML written by ``moeplan vlm-stats -o`` (InputError)."""
+    from moeplan.spec.scenario import load_scenario_file
+
+    data = load_scenario_file(path)
+    w = data.get("workload")
+    if not isinstance(w, dict):
+        raise InputError("--workload", str(path), "a YAML file with a workload: mapping (moeplan vlm-stats -o FILE)")
+    return w
+
+
 def _step_constants(calibration: Path | None):
     """The step-time constants: a calibration profile, or None for the packaged ones (InputError)."""
     if calibration is None:
@@ -216,6 +227,9 @@ def estimate(
     ep: EpOpt = None,
     etp: EtpOpt = None,
     sets: SetOpt = None,
+    workload: Annotated[
+        Optional[Path], typer.Option("--workload", help="A workload YAML from `moeplan vlm-stats -o` (VLMs).")
+    ] = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -227,6 +241,8 @@ def estimate(
 
     try:
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        if workload is not None:
+            ov["workload"] = load_workload(workload)
         scn = load_scenario(scenario, ov)
         mem = estimate_memory(scn)
         checked = validate(scn)
@@ -235,6 +251,10 @@ def estimate(
         throughput = None
         if scn.training.global_batch_size is not None and not broken:
             throughput = estimate_step(scn, consts).to_dict()
+            if scn.model is not None and scn.model.vision is not None:
+                mock = estimate_step(scn, consts, vision_patches=0.0)
+                throughput["mock_data_tokens_per_s_per_gpu"] = mock.tokens_per_s_per_gpu
+                throughput["real_data_workload"] = "given" if scn.input.workload is not None else "planning default"
             if calibration is not None:
                 throughput["assumptions"].append(f"step time from the calibration profile {calibration}")
     except InputError as exc:

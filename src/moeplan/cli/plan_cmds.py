@@ -86,6 +86,9 @@ def plan_cmd(
     save: Annotated[
         Optional[Path], typer.Option("--save", help="Write the #1 layout as a scenario YAML (for check/export).")
     ] = None,
+    workload: Annotated[
+        Optional[Path], typer.Option("--workload", help="A workload YAML from `moeplan vlm-stats -o` (VLMs).")
+    ] = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -105,6 +108,10 @@ def plan_cmd(
         if gbs is not None and tokens_per_step is not None:
             raise InputError("--tokens-per-step", tokens_per_step, "either --global-batch-size or --tokens-per-step")
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
+        if workload is not None:
+            from moeplan.cli.app import load_workload
+
+            ov["workload"] = load_workload(workload)
         data = _request(scenario, ov)
         if tokens_per_step is not None:
             seq = (data.get("training") or {}).get("seq_length")
@@ -306,6 +313,60 @@ def sweep_cmd(
         from moeplan.cli.render_plan import render_sweep
 
         render_sweep(target, out)
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command("vlm-stats")
+def vlm_stats_cmd(
+    data: Annotated[Path, typer.Argument(help="A folder of images, or a JSONL / Parquet manifest.")],
+    seq_length: Annotated[int, typer.Option("--seq-length", "-s", min=1, help="Training sequence length (tokens).")],
+    model: ModelOpt = None,
+    packing: Annotated[str, typer.Option("--packing", help="none (one sample per sequence) or greedy.")] = "none",
+    text_tokens: Annotated[
+        int, typer.Option("--text-tokens", min=0, help="Text tokens per sample when the data does not say.")
+    ] = 0,
+    patch_size: Annotated[Optional[int], typer.Option("--patch-size", min=1, help="Default: the model's ViT.")] = None,
+    merge_size: Annotated[Optional[int], typer.Option("--merge-size", min=1, help="Default: the model's ViT.")] = None,
+    min_pixels: Annotated[int, typer.Option("--min-pixels", min=1, help="Processor shortest_edge.")] = 65536,
+    max_pixels: Annotated[int, typer.Option("--max-pixels", min=1, help="Processor longest_edge.")] = 16777216,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write the workload YAML (for a scenario's workload:).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Image tokens per sample of a real dataset (Qwen-VL dynamic resolution from image headers),
+    text and total tokens, padding waste for a sequence length and packing, and the workload that
+    `estimate` / `plan` take to report useful tokens/s. Bad files are reported and skipped."""
+    from moeplan.cli import render
+    from moeplan.vlm.stats import scan, summarize
+
+    try:
+        p, mg = patch_size, merge_size
+        if model is not None:
+            from moeplan import get_model
+
+            v = get_model(model).vision
+            if v is None:
+                raise InputError("--model", model, "a vision-language model (see `moeplan models`)")
+            p = p or v.patch_size
+            mg = mg or max(1, v.spatial_merge_size)
+        with render.progress_bar("reading image headers") as tick:
+            sc = scan(data, text_tokens, progress=tick)
+        out = summarize(sc, seq_length, packing, p or 16, mg or 2, min_pixels, max_pixels)
+        if output is not None:
+            import yaml
+
+            _write_atomically(output, yaml.safe_dump({"workload": out["workload"]}, sort_keys=False))
+            out["written"] = str(output)
+    except InputError as exc:
+        _fail_input(exc)
+        return
+    if as_json:
+        render.print_json(out)
+    else:
+        from moeplan.cli.render_plan import render_vlm_stats
+
+        render_vlm_stats(out)
     raise typer.Exit(EXIT_OK)
 
 

@@ -323,6 +323,23 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         f"({100 * th['mfu_precision_peak']:.1f} % of the training precision's peak); "
         f"software efficiency of container {th['release']}"
     )
+    if (
+        th.get("useful_tokens_per_s_per_gpu") is not None
+        and abs(th["useful_tokens_per_s_per_gpu"] - th["tokens_per_s_per_gpu"]) > 1e-6
+    ):
+        c.print(f"useful (non-padding) tokens/s/GPU: {th['useful_tokens_per_s_per_gpu']:,.0f}")
+    if th.get("mock_data_tokens_per_s_per_gpu") is not None:
+        mock = th["mock_data_tokens_per_s_per_gpu"]
+        c.print(
+            f"[yellow]VLM[/]: with mock (image-free) data the same layout shows {mock:,.0f} tokens/s/GPU "
+            f"({100 * (mock / th['tokens_per_s_per_gpu'] - 1):+.0f} %) — not a real-data figure; the figure above uses "
+            + (
+                "your workload"
+                if th.get("real_data_workload") == "given"
+                else "a planning mix (half the tokens are image tokens): give workload: from `moeplan vlm-stats`"
+            ),
+            highlight=False,
+        )
     if v.get("validated"):
         c.print(f"validated ground: within the measured runs' coverage, expected error {band} ({v['band_source']})")
     else:

@@ -238,3 +238,39 @@ def render_sweep(target: str | None, d: dict) -> None:
             highlight=False,
         )
     c.print("nothing was submitted: moeplan sweep submit DIR --smoke --yes (sbatch), or submit the scripts yourself")
+
+
+def render_vlm_stats(d: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    pr = d["processor"]
+    c.print(
+        f"{d['samples']:,} samples, {d['images']:,} images ({d['unreadable']} unreadable, skipped); patch "
+        f"{pr['patch_size']}, merge {pr['merge_size']}, pixels {pr['min_pixels']:,}–{pr['max_pixels']:,}",
+        highlight=False,
+    )
+    t = Table(title="per sample", width=100)
+    for col in ("", "mean", "p50", "p90", "max"):
+        t.add_column(col, justify="left" if not col else "right")
+    for key, name in (
+        ("image_tokens_per_sample", "image tokens"),
+        ("vit_patches_per_sample", "ViT patches"),
+        ("text_tokens_per_sample", "text tokens"),
+        ("tokens_per_sample", "total tokens"),
+    ):
+        x = d[key]
+        t.add_row(name, f"{x['mean']:,.0f}", f"{x['p50']:,.0f}", f"{x['p90']:,.0f}", f"{x['max']:,.0f}")
+    c.print(t)
+    w = d["workload"]
+    c.print(
+        f"seq {d['seq_length']:,}, packing {d['packing']}: {d['sequences']:,} sequences, padding "
+        f"{100 * d['padding_fraction']:.1f} %, truncated {d['truncated_tokens']:,} tokens; per sequence "
+        f"{w['images_per_sequence']:.2f} images, {w['image_tokens_per_sequence']:,.0f} image tokens, "
+        f"{w['image_patches_per_sequence']:,.0f} ViT patches",
+        highlight=False,
+    )
+    for b in d["bad_files"][:5]:
+        c.print(f"[dim]skipped {b['file']}: {b['reason']}[/]", highlight=False)
+    if d.get("written"):
+        c.print(f"workload written to {d['written']}: put it under workload: in a scenario (or merge the file)")

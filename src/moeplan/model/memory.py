@@ -409,7 +409,14 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     if s.gpu is not None and s.gpu.host_mem_per_gpu_gb and s.gpus_per_node:
         host_cap = int(s.gpu.host_mem_per_gpu_gb * 1e9 * s.gpus_per_node)
     if m.vision is not None:
-        assumptions.append("vision tower: parameters on the first stage are counted; its activations are not yet")
+        from moeplan.model.vision import vision_cost
+
+        vc = vision_cost(s)
+        if vc is not None and vc.assumed:
+            assumptions.append(
+                "no workload: the vision tower is costed for a planning mix (half the sequence image tokens); "
+                "give workload: (moeplan vlm-stats) for your data"
+            )
     return MemoryEstimate(stages, cap, s.gpus_per_node, host_cap, ov, assumptions)
 
 
@@ -419,6 +426,14 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
     kinds = p.by_kind
     gemm = sum(kinds.get(k, 0) for k in _GEMM_KINDS)
     dense, expert = p.dense, p.expert
+    # frozen parts (Bridge freeze_vision_model / freeze_language_model) keep no grads or optimizer
+    vis = kinds.get("vision", 0)
+    t_dense, t_expert = dense, expert
+    if s.training.freeze_vision_model:
+        t_dense -= vis
+    if s.training.freeze_language_model:
+        t_dense, t_expert = (vis if not s.training.freeze_vision_model else 0), 0
+    t_total = t_dense + t_expert
     items: dict[str, dict[str, float]] = {"weights": {}, "grads": {}, "optimizer": {}, "activations": {}, "other": {}}
     W, G, OPT, A, X = (items[k] for k in ("weights", "grads", "optimizer", "activations", "other"))
 
@@ -440,19 +455,19 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
         else:
             W["fp8_weight_copies"] = gemm * b["cache_b"]
     if b["shard_grads"]:
-        G["main_grads_sharded"] = dense * b["grad_b"] / b["d_dense"] + expert * b["grad_b"] / b["d_exp"]
-        G["fsdp_reduce_buffer"] = p.total * b["grad_b"] / max(1, len(sp_.layers))
+        G["main_grads_sharded"] = t_dense * b["grad_b"] / b["d_dense"] + t_expert * b["grad_b"] / b["d_exp"]
+        G["fsdp_reduce_buffer"] = t_total * b["grad_b"] / max(1, len(sp_.layers))
     else:
-        G["main_grads"] = p.total * b["grad_b"]
-    opt_dense = dense * b["opt_b"] / b["d_dense"]
-    opt_exp = expert * b["opt_b"] / b["d_exp"]
+        G["main_grads"] = t_total * b["grad_b"]
+    opt_dense = t_dense * b["opt_b"] / b["d_dense"]
+    opt_exp = t_expert * b["opt_b"] / b["d_exp"]
     keep = 1.0 - b["off"]
     OPT["dense_state"] = opt_dense * keep
     OPT["expert_state"] = opt_exp * keep
     host = (opt_dense + opt_exp) * b["off"]
     if b["off"]:
         # the CPU optimizer also holds fp32 gradients of its shard
-        host += (dense / b["d_dense"] + expert / b["d_exp"]) * 4.0 * b["off"]
+        host += (t_dense / b["d_dense"] + t_expert / b["d_exp"]) * 4.0 * b["off"]
 
     # activations
     layers = sp_.layers
@@ -500,6 +515,16 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
         chunk_info.append((vp, len(chunk), per_mb_layers - before))
     inflight = inflight_microbatches(s.pp, sp_.stage, s.vpp, n_mb, lay.microbatch_group_size_per_vp_stage)
     A["decoder_layers"] = per_mb_layers * inflight
+    if sp_.embedding and m.vision is not None:
+        from moeplan.model.vision import vision_cost
+
+        vc = vision_cost(s)
+        if vc is not None:
+            # ViT activations of every in-flight microbatch on the first stage (none kept when frozen),
+            # and one ViT layer's working set in backward
+            A["vision_tower"] = vc.activation_bytes * inflight
+            per_layer = 2 * (9 * m.vision.hidden_size + 2 * m.vision.intermediate_size) * vc.patches / s.tp
+            X["vision_working_set"] = per_layer
     if ep_overlap and layers:
         # combined 1F1B (megatron/core/pipeline_parallel/combined_1f1b.py) interleaves the forward of
         # one microbatch with the backward of another layer by layer: about one more layer is alive

@@ -46,6 +46,8 @@ class ThroughputEstimate:
         breakdown_s: named parts that add up to ``step_time_s``.
         validity: :meth:`moeplan.model.validity.Validity.to_dict` — whether the case lies inside
             the measured runs the constants were fitted on, and its error band.
+        useful_tokens_per_s_per_gpu: tokens/s/GPU × the workload's non-padding fraction (text +
+            image tokens that carry data).
     """
 
     step_time_s: float
@@ -58,6 +60,7 @@ class ThroughputEstimate:
     release: str
     assumptions: list[str] = field(default_factory=list)
     validity: dict = field(default_factory=dict)
+    useful_tokens_per_s_per_gpu: float | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -72,6 +75,7 @@ class ThroughputEstimate:
             "release": self.release,
             "assumptions": list(self.assumptions),
             "validity": dict(self.validity),
+            "useful_tokens_per_s_per_gpu": self.useful_tokens_per_s_per_gpu,
         }
 
 
@@ -82,8 +86,12 @@ def release_of(s: Scenario) -> str | None:
     return mt.group(1) if mt else None
 
 
-def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEstimate:
+def estimate_step(
+    s: Scenario, c: TimeConstants | None = None, vision_patches: float | None = None
+) -> ThroughputEstimate:
     """Predict step time and throughput of a resolved scenario.
+
+    ``vision_patches`` overrides the ViT patches per sequence of a VLM (0 = mock, image-free data).
 
     Raises:
         InputError: missing model, GPU, world size, sequence length or global batch size, or a world
@@ -159,6 +167,19 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
     vpad = padded_vocab_size(m.vocab_size, s.tp)
 
     per_stage: list[dict[str, float]] = []
+    from moeplan.model.vision import vision_cost
+
+    vc = vision_cost(s, vision_patches) if m.vision is not None else None
+    lm_factor = 1.0
+    if t.freeze_language_model:
+        lm_factor = 2 / 3 if (vc is not None and vc.trainable) else 1 / 3
+        if lm_factor < 2 / 3:
+            assumptions.append("nothing is trainable (language model frozen and no trainable vision tower)")
+    if vc is not None and vc.assumed:
+        assumptions.append(
+            "no workload: vision tower costed for a planning mix (half the sequence image tokens); "
+            "give workload: (moeplan vlm-stats) for your data"
+        )
     for st in stages:
         parts = dict.fromkeys(
             (
@@ -236,6 +257,17 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
         if st.output_layer:
             logits = 2 * tokens * m.hidden_size * vpad / s.tp * (1 + st.mtp_layers)
             parts["dense_gemm"] += 3 * logits / sp.gemm_flops_per_s
+        if lm_factor != 1.0:
+            # frozen language model: no weight-gradient GEMMs (forward + input gradient only)
+            parts["dense_gemm"] *= lm_factor
+            parts["expert_gemm"] *= lm_factor
+        if st.embedding and vc is not None:
+            passes = 3 if vc.trainable else 1  # a frozen tower runs forward only
+            v_rate = sp.attention_flops_per_s * attention_fraction(gpu, vc.patches / max(1, t.micro_batch_size or 1))
+            parts["vision_encoder"] = passes * (
+                vc.gemm_flops_fwd / sp.gemm_flops_per_s + vc.attention_flops_fwd / v_rate
+            )
+            parts["vision_projector"] = passes * vc.merger_flops_fwd / sp.gemm_flops_per_s
         per_stage.append(parts)
 
     totals = [sum(p.values()) for p in per_stage]
@@ -294,4 +326,5 @@ def estimate_step(s: Scenario, c: TimeConstants | None = None) -> ThroughputEsti
         rel_name,
         assumptions,
         assess(s).to_dict(),
+        tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
     )

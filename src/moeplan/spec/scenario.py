@@ -88,6 +88,27 @@ class AssumptionsInput(BaseModel):
     routing_imbalance_factor: float | None = Field(default=None, ge=1.0)
 
 
+class WorkloadInput(BaseModel):
+    """``workload:`` what a VLM's real data looks like per packed sequence (``moeplan vlm-stats``
+    writes it). Absent for a VLM means mock (image-free) data.
+
+    Attributes:
+        image_patches_per_sequence: ViT patches per sequence (before the spatial merge).
+        image_tokens_per_sequence: image tokens the language model sees per sequence.
+        images_per_sequence: images per sequence.
+        useful_fraction: non-padding tokens / sequence tokens (0–1].
+        mean_patches_per_image: ViT attention runs within each image over this many patches.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False, allow_inf_nan=False)
+    image_patches_per_sequence: float = Field(default=0.0, ge=0.0)
+    image_tokens_per_sequence: float = Field(default=0.0, ge=0.0)
+    images_per_sequence: float = Field(default=0.0, ge=0.0)
+    useful_fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    mean_patches_per_image: float = Field(default=0.0, ge=0.0)
+    source: str = "user"
+
+
 class ScenarioInput(BaseModel):
     """A whole scenario as written by the user (before resolution)."""
 
@@ -105,6 +126,7 @@ class ScenarioInput(BaseModel):
     reported: ReportedInput = Field(default_factory=ReportedInput)
     overheads: OverheadsInput = Field(default_factory=OverheadsInput)
     assumptions: AssumptionsInput = Field(default_factory=AssumptionsInput)
+    workload: WorkloadInput | None = None
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -115,6 +137,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "reported": ReportedInput,
     "overheads": OverheadsInput,
     "assumptions": AssumptionsInput,
+    "workload": WorkloadInput,
 }
 
 

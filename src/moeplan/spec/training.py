@@ -27,6 +27,8 @@ class TrainingSpec(BaseModel):
         pad_to_max_length / pad_cu_seqlens: Bridge packed-data padding flags (needed by CUDA graphs).
         microbatch_seq_lengths: actual tokens of microbatches when they differ from ``seq_length``
             (e.g. an unpadded SFT sample, a packed length); each is checked by the alignment rules.
+        freeze_vision_model / freeze_language_model: Megatron Bridge's VLM provider flags: a frozen
+            part keeps no gradients or optimizer state and computes no weight gradients.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
@@ -41,6 +43,8 @@ class TrainingSpec(BaseModel):
     pad_to_max_length: bool | None = None
     pad_cu_seqlens: bool | None = None
     microbatch_seq_lengths: list[PositiveInt] | None = None
+    freeze_vision_model: bool = False
+    freeze_language_model: bool = False
 
     @property
     def is_fp8(self) -> bool:

@@ -1,0 +1,252 @@
+"""``moeplan vlm-stats``: image-token statistics of a real dataset, and the workload it implies.
+
+Inputs: a folder of images (one image per sample; headers only are read, with Pillow), or a JSONL /
+Parquet manifest, one sample per row with ``images`` (paths, relative to the manifest) or ``image``
+(one path) or ``image_sizes`` ([[width, height], ...]) or ``width``/``height``, and optionally
+``text_tokens`` (else ``--text-tokens``). Unreadable, truncated, zero-size or non-image files are
+reported and skipped.
+
+Outputs: per-sample image tokens, text tokens and total length (mean, percentiles, max), the ViT
+patches, and for a sequence length and packing choice the padding waste and the useful fraction of
+sequence tokens; the ``workload`` mapping a scenario takes (``image_patches_per_sequence``,
+``image_tokens_per_sequence``, ``useful_fraction``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moeplan.errors import InputError
+from moeplan.vlm.tokens import image_grid
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+PACKING = ("none", "greedy")
+
+
+@dataclass
+class Sample:
+    image_sizes: list[tuple[int, int]]  # (width, height)
+    text_tokens: int
+
+
+@dataclass
+class Scan:
+    samples: list[Sample] = field(default_factory=list)
+    bad: list[dict] = field(default_factory=list)
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the image header (Pillow; the pixels are not decoded).
+
+    Raises:
+        InputError: missing Pillow, or a file that is empty, truncated or not an image.
+    """
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise InputError("vlm-stats", str(path), "Pillow installed: pip install 'moeplan[vlm]'") from None
+    try:
+        if path.stat().st_size == 0:
+            raise InputError("image", str(path), "a non-empty image file (size 0)")
+        with Image.open(path) as im:
+            w, h = im.size
+            im.verify()  # checks the structure without decoding pixels
+    except InputError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise InputError("image", str(path), f"a readable image ({type(exc).__name__}: {exc})") from None
+    if w <= 0 or h <= 0:
+        raise InputError("image", str(path), "positive width and height")
+    return w, h
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    if path.suffix.lower() == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise InputError(
+                "DATA", str(path), "pyarrow installed to read Parquet (pip install pyarrow), or JSONL"
+            ) from None
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # noqa: BLE001 - any reader failure is a bad input file
+            raise InputError("DATA", str(path), f"a readable Parquet file ({type(exc).__name__})") from None
+        for i, row in enumerate(table.to_pylist(), start=1):
+            yield i, row, None
+        return
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield i, None, f"not JSON ({exc.msg})"
+                    continue
+                yield i, row if isinstance(row, dict) else None, None if isinstance(row, dict) else "not an object"
+    except UnicodeDecodeError:
+        raise InputError("DATA", str(path), "a UTF-8 JSONL manifest (or .parquet, or a folder of images)") from None
+
+
+def scan(
+    data: Path,
+    text_tokens: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Scan:
+    """Read image sizes of every sample of a folder or manifest.
+
+    Raises:
+        InputError: a missing path or an unreadable manifest.
+    """
+    data = Path(data)
+    out = Scan()
+    if data.is_dir():
+        files = sorted(p for p in data.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise InputError("DATA", str(data), f"a folder with image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        for i, p in enumerate(files):
+            if progress and i % 256 == 0:
+                progress(i, len(files))
+            try:
+                out.samples.append(Sample([image_size(p)], text_tokens))
+            except InputError as exc:
+                out.bad.append({"file": str(p), "reason": exc.allowed})
+        if progress:
+            progress(len(files), len(files))
+        return out
+    if not data.is_file():
+        raise InputError("DATA", str(data), "an existing folder of images or a JSONL / Parquet manifest")
+    base = data.parent
+    rows = list(_rows(data))
+    for n, (line, row, err) in enumerate(rows):
+        if progress and n % 256 == 0:
+            progress(n, len(rows))
+        if row is None:
+            out.bad.append({"file": f"{data}:{line}", "reason": err or "not an object"})
+            continue
+        sizes: list[tuple[int, int]] = []
+        problem = None
+        if "image_sizes" in row:
+            try:
+                sizes = [(int(w), int(h)) for w, h in row["image_sizes"]]
+            except (TypeError, ValueError):
+                problem = "image_sizes must be [[width, height], ...]"
+        elif "width" in row and "height" in row:
+            try:
+                sizes = [(int(row["width"]), int(row["height"]))]
+            except (TypeError, ValueError):
+                problem = "width and height must be integers"
+        else:
+            paths = row.get("images", [row["image"]] if "image" in row else [])
+            if isinstance(paths, str):
+                paths = [paths]
+            for p in paths:
+                try:
+                    sizes.append(image_size(base / str(p)))
+                except InputError as exc:
+                    out.bad.append({"file": str(base / str(p)), "reason": exc.allowed})
+        if problem:
+            out.bad.append({"file": f"{data}:{line}", "reason": problem})
+            continue
+        tt = row.get("text_tokens", text_tokens)
+        if not isinstance(tt, int) or isinstance(tt, bool) or tt < 0:
+            out.bad.append({"file": f"{data}:{line}", "reason": "text_tokens must be a non-negative integer"})
+            continue
+        out.samples.append(Sample(sizes, tt))
+    if progress:
+        progress(len(rows), len(rows))
+    return out
+
+
+def _dist(vals: list[float]) -> dict:
+    if not vals:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "max": 0.0}
+    qs = statistics.quantiles(vals, n=10, method="inclusive") if len(vals) > 1 else [vals[0]] * 9
+    return {"mean": statistics.fmean(vals), "p50": statistics.median(vals), "p90": qs[8], "max": max(vals)}
+
+
+def summarize(
+    sc: Scan,
+    seq_length: int,
+    packing: str = "none",
+    patch_size: int = 16,
+    merge_size: int = 2,
+    min_pixels: int = 65536,
+    max_pixels: int = 16777216,
+) -> dict:
+    """Token statistics and the workload for ``seq_length`` and ``packing``.
+
+    ``none``: one sample per sequence, padded to ``seq_length``; longer samples are truncated (their
+    excess counted as ``truncated_tokens``). ``greedy``: samples packed in order into sequences of
+    ``seq_length`` (a sample that does not fit starts a new sequence; one longer than a sequence is
+    truncated). Useful fraction = non-padding tokens / sequence tokens.
+
+    Raises:
+        InputError: unknown packing, a non-positive seq_length, or no readable sample.
+    """
+    if packing not in PACKING:
+        raise InputError("--packing", packing, " or ".join(PACKING))
+    if seq_length < 1:
+        raise InputError("--seq-length", seq_length, "a positive integer")
+    if not sc.samples:
+        raise InputError("DATA", None, f"at least one readable sample ({len(sc.bad)} unreadable)")
+    img_tok, patches, text, total, n_img = [], [], [], [], 0
+    for s in sc.samples:
+        grids = [image_grid(h, w, patch_size, merge_size, min_pixels, max_pixels) for w, h in s.image_sizes]
+        t = sum(g.tokens for g in grids)
+        img_tok.append(t)
+        patches.append(sum(g.patches for g in grids))
+        text.append(s.text_tokens)
+        total.append(t + s.text_tokens)
+        n_img += len(grids)
+    truncated = sum(max(0, x - seq_length) for x in total)
+    kept = [min(x, seq_length) for x in total]
+    if packing == "none":
+        n_seq = len(kept)
+    else:
+        n_seq, fill = 0, seq_length
+        for x in kept:
+            if fill + x > seq_length:
+                n_seq += 1
+                fill = 0
+            fill += x
+    useful = sum(kept) / (n_seq * seq_length)
+    # per sequence: images and patches scale with the kept share of each sample
+    kept_share = [k / t if t else 1.0 for k, t in zip(kept, total, strict=True)]
+    patches_per_seq = sum(p * f for p, f in zip(patches, kept_share, strict=True)) / n_seq
+    img_per_seq = sum(i * f for i, f in zip(img_tok, kept_share, strict=True)) / n_seq
+    return {
+        "samples": len(sc.samples),
+        "images": n_img,
+        "unreadable": len(sc.bad),
+        "bad_files": sc.bad[:50],
+        "image_tokens_per_sample": _dist(img_tok),
+        "vit_patches_per_sample": _dist(patches),
+        "text_tokens_per_sample": _dist(text),
+        "tokens_per_sample": _dist(total),
+        "seq_length": seq_length,
+        "packing": packing,
+        "sequences": n_seq,
+        "truncated_tokens": truncated,
+        "padding_fraction": 1 - useful,
+        "processor": {
+            "patch_size": patch_size,
+            "merge_size": merge_size,
+            "min_pixels": min_pixels,
+            "max_pixels": max_pixels,
+        },
+        "workload": {
+            "image_patches_per_sequence": patches_per_seq,
+            "image_tokens_per_sequence": img_per_seq,
+            "images_per_sequence": n_img / n_seq,
+            "useful_fraction": useful,
+            "mean_patches_per_image": sum(patches) / max(1, n_img),
+            "source": f"vlm-stats: {len(sc.samples)} samples, seq {seq_length}, packing {packing}",
+        },
+    }
