@@ -32,10 +32,10 @@ def main() -> None:
         times.append(time.perf_counter() - t)
     med = statistics.median(times)
     d = res.to_dict()
-    n = d["evaluated_layouts"]
+    n = d["considered_layouts"] + d["refined_variants"]
     print(
         f"plan DeepSeek-V3 / 1024 × H100 / 131072: {med:.2f} s median of {repeat} "
-        f"({n} layouts evaluated, {n / med:,.0f} layouts/s; {d['fitting_layouts']} fit; "
+        f"({n} layouts and variants considered, {n / med:,.0f} per s; {d['fitting_layouts']} fit; "
         f"{sum(r['count'] for r in d['rejected'])} rejected)"
     )
     print(

@@ -428,3 +428,38 @@ def test_cli_fit_and_recipes(tmp_path):
     assert (tmp_path / "rec" / "lc-family-dsv3-h100-128k.yaml").exists()
     r = _run(["recipes", "--kind", "nope"])
     assert r.exit_code == 2
+
+
+def test_plan_searches_mbs_2_up_to_32k_and_reports_counts():
+    res = plan(_req(n=32, seq=32768, gbs=128), top=5)
+    mbs = {c.data["training"]["micro_batch_size"] for c in res.search.candidates}
+    assert mbs == {1, 2}
+    d = res.to_dict()
+    rejected = sum(r["count"] for r in d["rejected"] if r["reason"] != "dominated") + sum(
+        r["count"] for r in d["rejected"] if r["reason"] == "dominated"
+    )
+    # every layout considered either fits (before refinement) or is tallied with a reason; refinement
+    # variants may add rejections of their own, so the tally is at least the difference
+    assert rejected >= d["considered_layouts"] - d["fitting_layouts"]
+
+
+def test_plan_says_which_rule_blocks_everything():
+    res = plan(_req(n=16, seq=4096, gbs=64, layout={"recompute_granularity": "full"}), top=1)
+    assert not res.candidates
+    assert "recompute.granularity_fields" in res.notes[0]
+
+
+def test_cli_recipes_write_published_with_slashes(tmp_path):
+    r = runner.invoke(
+        app, ["recipes", "--kind", "published", "--model", "qwen3-30b-a3b", "--write", str(tmp_path / "w")]
+    )
+    assert r.exit_code == 0, r.output
+    files = list((tmp_path / "w").glob("*.yaml"))
+    assert files and all("__" in f.name for f in files)
+
+
+def test_cli_tokens_per_step_below_one_sequence():
+    r = runner.invoke(
+        app, ["plan", "--model", QWEN30, "--gpu", "h100", "-n", "16", "-s", "8192", "--tokens-per-step", "4096"]
+    )
+    assert r.exit_code == 2 and "--tokens-per-step" in r.output

@@ -212,3 +212,78 @@ def test_vision_params_match_checkpoint_minus_text(hf_id, checkpoint_total):
     our vision count within 2 % of it."""
     c = count_params(get_model(hf_id))
     assert c.vision == pytest.approx(checkpoint_total - c.total, rel=0.02)
+
+
+@pytest.mark.parametrize(("gpu", "n"), [("gb200", 64), ("b200", 128)])
+def test_vlm_plan_fsdp_and_3d_with_real_workload(tmp_path, gpu, n):
+    """Issue acceptance: Qwen3-VL-235B-A22B with a workload measured from real image files whose sides
+    follow the LLaVA-style 336–1344 px spread: `plan` gives an FSDP and a 3D candidate, both legal."""
+    from moeplan.cli.app import load_workload
+
+    rng = random.Random(11)
+    for i in range(40):
+        PIL.new("RGB", (rng.randint(336, 1344), rng.randint(336, 1344))).save(tmp_path / f"{i}.png")
+    wl = tmp_path / "wl.yaml"
+    r = runner.invoke(
+        app,
+        [
+            "vlm-stats",
+            str(tmp_path),
+            "-s",
+            "8192",
+            "--model",
+            "Qwen/Qwen3-VL-235B-A22B-Instruct",
+            "--text-tokens",
+            "400",
+            "--packing",
+            "greedy",
+            "-o",
+            str(wl),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    from moeplan.plan import plan
+
+    req = {
+        "model": "Qwen/Qwen3-VL-235B-A22B-Instruct",
+        "system": {"gpu": gpu, "num_gpus": n},
+        "training": {"seq_length": 8192, "global_batch_size": 256},
+        "workload": load_workload(wl),
+    }
+    res = plan(req, top=5)
+    d = res.to_dict()
+    fv = d["fsdp_vs_3d"]
+    assert fv["fsdp"] is not None and fv["3d"] is not None
+    from moeplan import validate
+
+    for key in ("fsdp", "3d"):
+        lay = fv[key]["layout"]
+        s = load_scenario({**req, "layout": lay, "training": {**req["training"], "micro_batch_size": 1}})
+        assert not validate(s).errors
+    assert fv["fsdp"]["layout"]["use_megatron_fsdp"] is True
+    assert (
+        d["candidates"][0]["throughput"]["useful_tokens_per_s_per_gpu"]
+        < d["candidates"][0]["throughput"]["tokens_per_s_per_gpu"]
+    )
+
+
+def test_vlm_plan_without_workload_is_marked_mock():
+    args = [
+        "plan",
+        "--model",
+        "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        "--gpu",
+        "h100",
+        "-n",
+        "16",
+        "-s",
+        "4096",
+        "--top",
+        "2",
+    ]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "Megatron-FSDP vs 3D" in r.output
+    d = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    assert any("mock (image-free)" in n and "no workload given" in n for n in d["notes"])
+    assert d["fsdp_vs_3d"]["fsdp"] and d["fsdp_vs_3d"]["3d"]

@@ -117,7 +117,9 @@ def plan_cmd(
             seq = (data.get("training") or {}).get("seq_length")
             if not isinstance(seq, int):
                 raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
-            data.setdefault("training", {})["global_batch_size"] = max(1, tokens_per_step // seq)
+            if tokens_per_step < seq:
+                raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
+            data.setdefault("training", {})["global_batch_size"] = tokens_per_step // seq
         consts = _step_constants(calibration)
         with render.progress_bar("searching layouts") as tick:
             res = plan(
@@ -128,6 +130,7 @@ def plan_cmd(
                 train_tokens=train_tokens,
                 constants=consts,
                 progress=tick,
+                objective=objective,
             )
         out = res.to_dict()
         if save is not None and res.candidates:
@@ -205,7 +208,8 @@ def recipes_cmd(
     ] = "all",
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Only this model (HF id or name).")] = None,
     output_dir: Annotated[
-        Optional[Path], typer.Option("--write", help="Also write each recipe as a scenario YAML into this folder.")
+        Optional[Path],
+        typer.Option("--write", help="Also write each recipe as a scenario YAML into this folder ('/' in ids → '__')."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -224,7 +228,8 @@ def recipes_cmd(
 
             output_dir.mkdir(parents=True, exist_ok=True)
             for r in rows:
-                _write_atomically(output_dir / f"{r['id']}.yaml", yaml.safe_dump(r["scenario"], sort_keys=False))
+                name = r["id"].replace("/", "__").replace("\\", "__")
+                _write_atomically(output_dir / f"{name}.yaml", yaml.safe_dump(r["scenario"], sort_keys=False))
     except InputError as exc:
         _fail_input(exc)
         return
@@ -250,8 +255,12 @@ def sweep_cmd(
     output: Annotated[
         Optional[Path], typer.Option("--output", "-o", help="New directory to write the sweep into.")
     ] = None,
-    top: TopOpt = 4,
+    top: Annotated[int, typer.Option("--top", min=1, max=50, help="Candidates to write scripts for.")] = 4,
     no_mbs_variants: Annotated[bool, typer.Option("--no-mbs-variants", help="Skip the MBS×2 variants.")] = False,
+    hold: Annotated[
+        Optional[list[str]],
+        typer.Option("--hold", help="A layout key of the scenario to hold fixed in the search (repeatable)."),
+    ] = None,
     smoke: Annotated[bool, typer.Option("--smoke", help="submit: the smoke scripts instead of the full runs.")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="submit: confirm that jobs will be submitted (sbatch).")] = False,
     model: ModelOpt = None,
@@ -296,6 +305,7 @@ def sweep_cmd(
                     mbs_variants=not no_mbs_variants,
                     constants=_step_constants(calibration),
                     progress=tick,
+                    hold=tuple(hold or ()),
                 )
             out = {
                 "directory": str(output),

@@ -35,8 +35,14 @@ def render_plan(d: dict) -> None:
     c.print(
         f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {r['seq_length']:,}, GBS "
         f"{r['global_batch_size']}, {r['precision']}"
-        + (f"; held fixed: {', '.join(f'{k}={v}' for k, v in r['fixed'].items())}" if r["fixed"] else "")
+        + (
+            f"; held fixed: {', '.join(f'{k}={v}' for k, v in {**r['fixed'], **r.get('fixed_training', {})}.items())}"
+            if r["fixed"] or r.get("fixed_training")
+            else ""
+        )
     )
+    if not d["candidates"]:
+        c.print("[bold red]no layout fits[/]")
     t = Table(title=f"top {len(d['candidates'])} of {d['fitting_layouts']} fitting layouts", width=100)
     for col, just in (
         ("#", "right"),
@@ -62,12 +68,17 @@ def render_plan(d: dict) -> None:
             f"{th['tokens_per_s_per_gpu']:,.0f}",
             f"{100 * th['mfu']:.1f}%",
         )
-    c.print(t)
+    if d["candidates"]:
+        c.print(t)
     if d["candidates"]:
         w = d["candidates"][0]
+        from rich.padding import Padding
+
         c.print("[bold]why #1[/]")
         for line in w["explanation"]:
-            c.print(f"  • {line}", highlight=False)
+            c.print(Padding(f"• {line}", (0, 0, 0, 2)), highlight=False)
+        for line in w.get("warnings", []):
+            c.print(Padding(f"[yellow]check warns[/]: {line}", (0, 0, 0, 2)), highlight=False)
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
                 c.print(f"  {line}", highlight=False)
@@ -106,10 +117,32 @@ def render_plan(d: dict) -> None:
         )
     if d["rejected"]:
         c.print(
-            f"rejected ({d['evaluated_layouts']} layouts evaluated): "
-            + ", ".join(f"{r['reason']} {r['count']}" for r in d["rejected"]),
+            f"{d['considered_layouts']} layouts considered: {d['fitting_layouts']} fit, rejected "
+            + ", ".join(f"{r['reason']} {r['count']}" for r in d["rejected"])
+            + f"; then {d['refined_variants']} refinement variants of the best",
             highlight=False,
         )
+    fv = d.get("fsdp_vs_3d")
+    if fv:
+        c.print("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)")
+        for key, name in (("fsdp", "FSDP"), ("3d", "3D")):
+            x = fv.get(key)
+            if x is None:
+                c.print(f"  {name}: nothing fits", highlight=False)
+                continue
+            c.print(
+                f"  {name}: {x['label']} — {x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
+                f"vision tower {x['vision_share_pct']:.0f} % of the step; needs {x['needs']}",
+                highlight=False,
+            )
+        if "fsdp_vs_3d_pct" in fv:
+            c.print(
+                f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {fv['memory_gib_diff']:+.1f} GiB; "
+                "the guidance: FSDP first for bring-up, 3D once the model is stable and there is time to tune",
+                highlight=False,
+            )
+    for n in d.get("notes", []):
+        c.print(f"[bold yellow]note[/]: {n}", highlight=False)
     for a in d["assumptions"]:
         c.print(f"[dim]assumed: {a}[/]", highlight=False)
     if d.get("report"):
@@ -142,7 +175,7 @@ def render_fit(d: dict) -> None:
             )
         c.print(t)
     elif not d["fits_already"]:
-        c.print("[bold red]no single change or pair of changes makes it fit[/]: try `moeplan plan` with more GPUs")
+        c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
     if d["not_enough"]:
         c.print(
             "legal but not enough alone: "
@@ -179,6 +212,9 @@ def render_recipes(rows: list[dict]) -> None:
         style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
         mem = r.get("memory")
         mem_s = f"{mem['peak_gib']:.1f} GiB {mem['verdict']}" if mem else "memory: needs seq_length / GPU count"
+        th = r.get("throughput")
+        if th:
+            mem_s += f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %"
         n = sc["system"].get("num_gpus")
         c.print(
             f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "

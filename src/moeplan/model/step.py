@@ -294,6 +294,15 @@ def estimate_step(
     t_dp = dp_time(stp.dense, stp.expert, grad_b, s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
     overlapped = lay.overlap_grad_reduce is not False and bool(lay.use_distributed_optimizer)
     breakdown["dp_comm_exposed"] = t_dp * (c.dp_exposed_fraction if overlapped else 1.0)
+    strategy = lay.data_parallel_sharding_strategy or "optim_grads_params"
+    if lay.use_megatron_fsdp and strategy == "optim_grads_params" and (s.dp * s.cp > 1 or (s.edp or 1) > 1):
+        # Megatron-FSDP with sharded parameters: every microbatch all-gathers the stage's parameters for
+        # forward and again for backward, and reduce-scatters its gradients (bf16); prefetching hides it
+        # behind the layer compute up to the overlap share
+        ag = dp_time(stp.dense, stp.expert, 0.0, s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
+        per_mb = 3 * ag
+        compute_mb = t_mb - per_stage[crit].get("ep_comm_exposed", 0.0)
+        breakdown["fsdp_comm_exposed"] = n_mb * max(per_mb - c.overlap_hidden_fraction * compute_mb, 0.0)
     # optimizer: read/write master, moments, grads and params of the local shard
     d_dense = s.dp * s.cp if lay.use_distributed_optimizer else 1
     d_exp = (s.edp or 1) if lay.use_distributed_optimizer else 1

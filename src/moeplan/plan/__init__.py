@@ -43,8 +43,11 @@ def describe(c: Candidate) -> str:
 
 
 def _cand_dict(c: Candidate, rank: int, train_tokens: float | None) -> dict:
+    from moeplan.rules import validate
+
     d = c.summary()
     d["rank"] = rank
+    d["warnings"] = [f"{f.rule_id}: {f.message}" for f in validate(c.scenario).warnings]
     d["memory"] = {
         "peak_gib": c.peak_gib,
         "capacity_gib": c.capacity_gib,
@@ -72,6 +75,7 @@ class PlanResult:
     seconds: float
     train_tokens: float | None = None
     notes: list[str] = field(default_factory=list)
+    objective: str = "throughput"
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -88,16 +92,22 @@ class PlanResult:
                     f"{100 * (c.tokens_per_s_per_gpu / self.candidates[0].tokens_per_s_per_gpu - 1):+.1f} % vs #1"
                 ]
             cands.append(d)
-        return {
-            "request": self.search.request,
-            "assumptions": list(self.search.assumptions) + list(self.notes),
-            "evaluated_layouts": self.search.evaluated,
-            "fitting_layouts": len(self.search.candidates),
+        out = {
+            "request": {**self.search.request, "objective": self.objective},
+            "assumptions": list(self.search.assumptions),
+            "notes": list(self.notes),
+            "considered_layouts": self.search.considered,
+            "fitting_layouts": self.search.fitting_phase1,
+            "refined_variants": self.search.refined_variants,
             "seconds": self.seconds,
             "candidates": cands,
             "baseline": self.baseline,
             "rejected": self.search.rejected.to_list(),
         }
+        fam = fsdp_vs_3d(self.search)
+        if fam is not None:
+            out["fsdp_vs_3d"] = fam
+        return out
 
 
 def _baseline(res: SearchResult) -> dict:
@@ -161,6 +171,47 @@ def family_baseline(res: SearchResult) -> dict | None:
     return out
 
 
+def fsdp_vs_3d(res: SearchResult) -> dict | None:
+    """For a search over both families (VLMs): the best Megatron-FSDP and the best 3D-parallel
+    layout side by side, with what each needs — the guidance's contrast (FSDP: bring-up simplicity and
+    memory first; 3D: higher ceiling after tuning) in numbers."""
+    fsdp = next((c for c in res.candidates if c.parallel.fsdp), None)
+    three = next((c for c in res.candidates if not c.parallel.fsdp), None)
+    if fsdp is None and three is None or res.request.get("families") != ["3d", "fsdp"]:
+        return None
+
+    def side(c: Candidate | None, needs: str) -> dict | None:
+        if c is None:
+            return None
+        bd = c.throughput["breakdown_s"]
+        step = c.throughput["step_time_s"]
+        return {
+            "label": c.parallel.label(),
+            "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+            "peak_gib": c.peak_gib,
+            "vision_share_pct": 100 * (bd.get("vision_encoder", 0) + bd.get("vision_projector", 0)) / step,
+            "needs": needs,
+            "layout": {k: v for k, v in c.data["layout"].items() if v is not None},
+        }
+
+    out = {
+        "fsdp": side(
+            fsdp,
+            "use_megatron_fsdp: true, data_parallel_sharding_strategy: optim_grads_params, EP inside; no "
+            "pipeline layout to place the vision tower, embedding and decoder — the simplest bring-up",
+        ),
+        "3d": side(
+            three,
+            "TP/PP/EP/ETP sizes, a pipeline split that puts the vision tower on stage 0 (it unbalances that "
+            "stage), VPP and recompute tuning — a higher ceiling once tuned",
+        ),
+    }
+    if fsdp is not None and three is not None:
+        out["fsdp_vs_3d_pct"] = 100 * (fsdp.tokens_per_s_per_gpu / three.tokens_per_s_per_gpu - 1)
+        out["memory_gib_diff"] = fsdp.peak_gib - three.peak_gib
+    return out
+
+
 def plan(
     base: dict,
     *,
@@ -171,6 +222,7 @@ def plan(
     refine: int = 16,
     constants=None,
     progress=None,
+    objective: str = "throughput",
 ) -> PlanResult:
     """Search, rank and explain layouts for a request.
 
@@ -196,11 +248,40 @@ def plan(
     runner = runner_up_diff(res)
     base_d = _baseline(res)
     notes = []
-    if not res.candidates:
-        notes.append(
-            "no layout fits: see the rejected tally (try more GPUs, a shorter sequence, FP8, or --headroom-gib 0)"
+    m0 = res.candidates[0].scenario.model if res.candidates else None
+    if m0 is not None and m0.vision is not None:
+        from moeplan.model.step import estimate_step
+
+        w = res.candidates[0]
+        mock = estimate_step(w.scenario, constants, vision_patches=0.0).tokens_per_s_per_gpu
+        src = (
+            "your workload"
+            if w.scenario.input.workload is not None
+            else "no workload given: a planning mix (half the tokens are image tokens); use --workload from `moeplan vlm-stats`"
         )
-    return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes)
+        notes.append(
+            f"VLM: #1 with mock (image-free) data would show {mock:,.0f} tokens/s/GPU "
+            f"({100 * (mock / w.tokens_per_s_per_gpu - 1):+.0f} %) — not a real-data figure; the ranking uses {src}"
+        )
+    if not res.candidates:
+        counts = res.rejected.counts
+        rules = sorted(
+            (r for r in counts if r not in ("does-not-fit", "dominated", "gbs-divisibility", "dp-budget")),
+            key=lambda r: -counts[r],
+        )
+        if rules:
+            top_rule = rules[0]
+            notes.append(
+                f"no layout fits: {counts[top_rule]} of {sum(counts.values())} layouts break {top_rule} "
+                f"(e.g. {res.rejected.examples[top_rule]}) — with the keys you hold fixed; `moeplan check` on "
+                "one of them gives the fix"
+            )
+        else:
+            notes.append(
+                "no layout fits: see the rejected tally (try more GPUs, a shorter sequence, FP8, fewer keys "
+                "held fixed, or --headroom-gib 0)"
+            )
+    return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes, objective)
 
 
-__all__ = ["PlanResult", "describe", "plan", "rule_of_thumb_cp"]
+__all__ = ["PlanResult", "describe", "fsdp_vs_3d", "plan", "rule_of_thumb_cp"]

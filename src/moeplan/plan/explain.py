@@ -83,26 +83,26 @@ def explain_winner(res: SearchResult) -> list[str]:
         if not t:
             continue
         chosen = w.knobs.get(fam) if fam != "vpp" else f"VPP{w.parallel.vpp}"
+        why = w.tried.get("_why", {})
         parts = []
         for name, val in t.items():
             if name == chosen:
                 continue
-            parts.append(
-                f"{name} "
-                + (
-                    "rejected by a rule or does not fit"
-                    if val is None
-                    else f"{_pct(val, t[chosen])}"
-                    if t.get(chosen)
-                    else f"{val:,.0f}"
-                )
-            )
+            if val is None:
+                parts.append(f"{name} rejected ({why.get(f'{fam}:{name}', 'a rule or memory')})")
+            else:
+                parts.append(f"{name} " + (_pct(val, t[chosen]) if t.get(chosen) else f"{val:,.0f}"))
+        first = next(iter(t))
         same = [
             n
             for n, val in t.items()
             if n != chosen and val is not None and t.get(chosen) and abs(val / t[chosen] - 1) < 1e-3
         ]
-        note = " (no predicted difference: the simpler one is kept)" if same else ""
+        note = ""
+        if same and chosen == first:
+            note = " (no predicted difference: the default is kept)"
+        elif same:
+            note = " (within 0.1 %: below the model's resolution)"
         lines.append(f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + ".")
     if w.scenario.layout.optimizer_cpu_offload:
         lines.append(
@@ -121,7 +121,11 @@ def runner_up_diff(res: SearchResult) -> list[str]:
     for i, c in enumerate(res.candidates[1:3], start=2):
         lw, lc = w.data["layout"], c.data["layout"]
         keys = sorted(set(lw) | set(lc))
-        diff = [f"{k}: {lw.get(k)} → {lc.get(k)}" for k in keys if lw.get(k) != lc.get(k)]
+
+        def show(v):
+            return "unset" if v is None else v
+
+        diff = [f"{k}: {show(lw.get(k))} → {show(lc.get(k))}" for k in keys if lw.get(k) != lc.get(k)]
         if w.data["training"]["micro_batch_size"] != c.data["training"]["micro_batch_size"]:
             diff.append(
                 f"micro_batch_size: {w.data['training']['micro_batch_size']} → {c.data['training']['micro_batch_size']}"

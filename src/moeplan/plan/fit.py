@@ -5,7 +5,8 @@ each rung of the recompute ladder beyond the current one (selective modules, che
 then full), optimizer CPU offload at 0.25 / 0.5 / 1.0 of the state, CP×2, PP×2 (with a legal split),
 EP×2, TP×2 (with SP), ETP = TP, MBS/2, and an FP8 recipe the GPU runs (MXFP8 on Blackwell,
 blockwise FP8 on Hopper). Each is checked by every rule, its peak memory estimated and, with a global
-batch size, its step time. When no single change fits, pairs of legal single changes are tried.
+batch size, its step time. When no single change fits, pairs of legal single changes are tried;
+when no pair fits either, the planner's best layout for the same model, GPUs and batch is proposed.
 """
 
 from __future__ import annotations
@@ -194,6 +195,28 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
             row = trial(f"{la} + {lb}", both)
             if row is not None and row["fits"]:
                 base["fixes"].append(row)
+
+    if not base["fixes"] and not base["fits_already"]:
+        # no small change is enough: the planner's best layout at the same size, model and batch
+        from moeplan.plan import plan
+
+        req = {k: v for k, v in data.items() if k != "layout"}
+        req["training"] = {k: v for k, v in (data.get("training") or {}).items() if k != "micro_batch_size"}
+        res = plan(req, top=1, headroom_gib=headroom_gib, constants=constants)
+        if res.candidates:
+            c = res.candidates[0]
+            from moeplan.plan import describe
+
+            row = {
+                "change": "re-plan the layout (moeplan plan): " + describe(c),
+                "peak_gib": c.peak_gib,
+                "saved_gib": (mem0.peak_bytes / GIB_BYTES) - c.peak_gib,
+                "step_time_change_pct": (100 * (c.throughput["step_time_s"] / t0 - 1)) if t0 else None,
+                "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+                "scenario": c.data,
+                "fits": True,
+            }
+            base["fixes"].append(row)
 
     def cost(r: dict) -> tuple:
         t = r["step_time_change_pct"]

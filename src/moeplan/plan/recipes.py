@@ -35,6 +35,8 @@ def _published_scenario(r: dict) -> dict:
         "system": {"gpu": r["gpu"], "num_gpus": r["num_gpus"]},
         "training": training,
         "layout": lay,
+        # a perf recipe runs with its helpers' settings (fused CE, bf16 grads, FP8 param gather, layouts)
+        "recipe_defaults": "mbridge-perf",
     }
 
 

@@ -96,13 +96,32 @@ def write_report(res, path: Path) -> None:
         if rot.get("candidate")
         else f": {e(rot.get('why_not', ''))}"
     )
+    validity = ""
+    if d["candidates"]:
+        v = d["candidates"][0]["throughput"]["validity"]
+        validity = e(
+            "validated ground: expected error ±" + f"{v['error_band_pct']:.0f} %"
+            if v.get("validated")
+            else f"extrapolated: expected error ±{v['error_band_pct']:.0f} % or worse — "
+            + "; ".join(v.get("outside", []))
+        )
+    fam = d["baseline"].get("family")
+    family = ""
+    if fam:
+        errs = fam["check"]["errors"]
+        family = e(
+            f"guidance family {fam['recipe']} at this size: "
+            + (f"breaks {len(errs)} rule(s): " + "; ".join(errs[:3]) if errs else "legal")
+            + (f"; {fam['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if fam.get("throughput") else "")
+        )
     imgs = "".join(f"<h3>{e(t)}</h3><img alt='{e(t)}' src='data:image/png;base64,{b}'/>" for t, b in _plots(res))
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>moeplan plan</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}</style></head><body>
 <h1>moeplan plan: {e(str(r["model"]))}</h1>
 <p>{r["num_gpus"]} × {e(r["gpu"])}, seq {r["seq_length"]:,}, GBS {r["global_batch_size"]}, {e(r["precision"])};
-{d["evaluated_layouts"]} layouts evaluated, {d["fitting_layouts"]} fit.</p>
+{d["considered_layouts"]} layouts considered, {d["fitting_layouts"]} fit (then {d["refined_variants"]} refinement
+variants).</p><p>{validity}</p><p>{family}</p>
 <table><tr><th>#</th><th>layout</th><th>DP</th><th>MBS</th><th>recompute</th><th>knobs</th><th>peak GiB</th>
 <th>tokens/s/GPU</th><th>MFU</th></tr>{rows}</table>
 <h2>Why #1</h2><ul>{expl}</ul><h2>Baseline</h2><p>{base}</p><h2>Rejected</h2><ul>{rej}</ul>

@@ -148,6 +148,9 @@ class SearchResult:
     ladder: list[str] = field(default_factory=list)
     evaluator: object = None
     tie_note: str | None = None
+    considered: int = 0
+    fitting_phase1: int = 0
+    refined_variants: int = 0
 
 
 class _Evaluator:
@@ -315,10 +318,18 @@ def search(
     if "micro_batch_size" in (base.get("training") or {}):
         mbss = [s0.training.micro_batch_size]
     else:
-        mbss = [1] if seq >= 16384 else [1, 2, 4]
+        # larger microbatches only where a sequence leaves room: 1–4 up to 8K tokens, 1–2 up to 32K
+        mbss = [1, 2, 4] if seq <= 8192 else ([1, 2] if seq <= 32768 else [1])
     mtp = s0.mtp_num_layers
     layers = m.num_layers
-    combos = list(parallel_candidates(m, gpu, world, seq, fixed_sizes, min_dp))
+    fam_fixed = fixed_layout.get("use_megatron_fsdp")
+    if fam_fixed is True:
+        families: tuple[str, ...] = ("fsdp",)
+    elif fam_fixed is False or m.vision is None:
+        families = ("3d",)
+    else:
+        families = ("3d", "fsdp")  # VLMs: Megatron-FSDP and 3D parallel, as the guidance contrasts them
+    combos = list(parallel_candidates(m, gpu, world, seq, fixed_sizes, min_dp, families))
     if not combos:
         raise InputError(
             "system.num_gpus",
@@ -337,6 +348,7 @@ def search(
     cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
     found: list[Candidate] = []
     best_tps = 0.0
+    considered = 0
     # a spread-out sample first, so the bound is tight early (the order does not change the result
     # beyond which dominated layouts get tallied)
     stride = 7
@@ -345,17 +357,22 @@ def search(
         if progress:
             progress(i, len(combos))
         if p.vpp == 1 and "virtual_pipeline_model_parallel_size" in fixed_layout:
-            p = Parallel(p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1)
+            p = Parallel(
+                p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1, p.fsdp
+            )
+        considered += len(mbss)
         split = pipeline_split(layers, p.pp, p.vpp, mtp) if "pipeline_model_parallel_layout" not in fixed_layout else {}
         if split is None:
-            rej.add("pipeline.too_few_layers", p.label())
+            for _ in mbss:
+                rej.add("pipeline.too_few_layers", p.label())
             continue
         dp = p.dp(world)
         # lower bound before any model evaluation: bf16 weights + bf16 grads of a perfectly balanced
         # stage (optimizer fully offloaded, activations zero) must fit
         floor = 4.0 * (dense_params / (p.tp * p.pp) + expert_params / (p.ep * p.etp * p.pp))
-        if floor > cap:
-            rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
+        if floor > cap and not p.fsdp:
+            for _ in mbss:
+                rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
             continue
         for mbs in mbss:
             if gbs % (mbs * dp):
@@ -378,7 +395,10 @@ def search(
     if progress:
         progress(len(combos), len(combos))
     found.sort(key=Candidate.key)
+    fitting_phase1 = len(found)
+    before_refine = ev.evaluated
     refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in found[:refine]]
+    refined_variants = ev.evaluated - before_refine
     everything = {(_sig(c)): c for c in refined + found}
     out = sorted(everything.values(), key=Candidate.key)
     tie_note = None
@@ -409,8 +429,22 @@ def search(
         "fixed": fixed_layout,
         "min_dp": min_dp,
         "headroom_gib": headroom_gib,
+        "families": list(families),
+        "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
     }
-    return SearchResult(out, rej, ev.evaluated, assumptions, req, [n for n, _ in ladder], ev, tie_note)
+    return SearchResult(
+        out,
+        rej,
+        ev.evaluated,
+        assumptions,
+        req,
+        [n for n, _ in ladder],
+        ev,
+        tie_note,
+        considered,
+        fitting_phase1,
+        refined_variants,
+    )
 
 
 _REC_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
@@ -503,10 +537,12 @@ def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejec
             got = ev.evaluate(d, ladder, sub, name)
             if got is None:
                 tried[name] = None
+                reasons = sorted(sub.counts)
+                best.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
                 continue
             par = best.parallel
             if fam == "vpp":
-                par = Parallel(par.tp, par.pp, par.cp, par.ep, par.etp, int(name[3:]))
+                par = Parallel(par.tp, par.pp, par.cp, par.ep, par.etp, int(name[3:]), par.fsdp)
             knobs = dict(best.knobs)
             if fam != "vpp":
                 knobs[fam] = name

@@ -35,6 +35,7 @@ class Parallel:
     ep: int
     etp: int
     vpp: int = 1
+    fsdp: bool = False
 
     def dp(self, world: int) -> int:
         return world // (self.tp * self.pp * self.cp)
@@ -54,11 +55,15 @@ class Parallel:
         }
         if self.vpp > 1:
             d["virtual_pipeline_model_parallel_size"] = self.vpp
+        if self.fsdp:
+            d["use_megatron_fsdp"] = True
+            d["data_parallel_sharding_strategy"] = "optim_grads_params"
         return d
 
     def label(self) -> str:
         v = f" VPP{self.vpp}" if self.vpp > 1 else ""
-        return f"TP{self.tp} PP{self.pp}{v} CP{self.cp} EP{self.ep} ETP{self.etp}"
+        f = "FSDP " if self.fsdp else ""
+        return f"{f}TP{self.tp} PP{self.pp}{v} CP{self.cp} EP{self.ep} ETP{self.etp}"
 
 
 def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0) -> dict | None:
@@ -112,7 +117,13 @@ def _divisors_pow2(n: int, limit: int) -> list[int]:
 
 
 def parallel_candidates(
-    m: ModelSpec, gpu: GpuSpec, world: int, seq_length: int, fixed: dict[str, int], min_dp: int = 1
+    m: ModelSpec,
+    gpu: GpuSpec,
+    world: int,
+    seq_length: int,
+    fixed: dict[str, int],
+    min_dp: int = 1,
+    families: tuple[str, ...] = ("3d",),
 ) -> Iterator[Parallel]:
     """Every (TP, PP, CP, EP, ETP) whose sizes fold into ``world`` (VPP = 1; the refinement step adds
     VPP), honouring ``fixed`` Megatron keys. Deterministic order.
@@ -120,7 +131,8 @@ def parallel_candidates(
     TP: powers of two within the NVLink domain (≤ 8: TP crosses every layer's GEMMs twice). CP: powers
     of two down to :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank. PP: 1..32 and ≤ layers. EP: powers of
     two dividing the expert count. ETP: 1, or TP when TP > 1 (Megatron Bridge's two usual choices).
-    Folding: TP·CP·PP and EP·ETP·PP both divide the world.
+    Folding: TP·CP·PP and EP·ETP·PP both divide the world. ``families``: ``3d`` and/or ``fsdp``
+    (Megatron-FSDP with EP inside, TP = PP = 1), searched for VLMs as the guidance contrasts them.
     """
     tp_max = min(8, gpu.scaleup_domain_gpus)
     tps = [fixed["tensor_model_parallel_size"]] if "tensor_model_parallel_size" in fixed else POW2_upto(tp_max)
@@ -142,6 +154,19 @@ def parallel_candidates(
         eps = _divisors_pow2(experts, experts)
     else:
         eps = [1]
+    # Megatron-FSDP (optim_grads_params) with EP inside: TP 1, PP 1, the data-parallel group shards
+    # parameters, gradients and optimizer state
+    fsdp_ok = (tps == [1] or "tensor_model_parallel_size" not in fixed) and (
+        pps == [1] or "pipeline_model_parallel_size" not in fixed
+    )
+    if "fsdp" in families and fsdp_ok:
+        for cp in cps:
+            for ep in eps:
+                if world % cp or world % ep or world // cp < min_dp:
+                    continue
+                yield Parallel(1, 1, cp, ep, 1, 1, True)
+    if "3d" not in families:
+        return
     for tp in tps:
         etps = (
             [fixed["expert_tensor_parallel_size"]]

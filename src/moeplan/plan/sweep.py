@@ -88,7 +88,14 @@ def _scripts(data: dict, s: Scenario) -> tuple[str, str, str]:
 
 
 def write_sweep(
-    data: dict, out_dir: Path, *, top: int = 4, mbs_variants: bool = True, constants=None, progress=None
+    data: dict,
+    out_dir: Path,
+    *,
+    top: int = 4,
+    mbs_variants: bool = True,
+    constants=None,
+    progress=None,
+    hold: tuple[str, ...] = (),
 ) -> dict:
     """Write the sweep directory and return its manifest.
 
@@ -98,7 +105,11 @@ def write_sweep(
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise InputError("--output", str(out_dir), "a new or empty directory (a sweep never overwrites one)")
-    res = plan(data, top=top, constants=constants, progress=progress)
+    # the sweep explores around the scenario: its layout is the baseline, not held fixed (hold keys
+    # with ``hold``)
+    req = {k: v for k, v in data.items() if k != "layout"}
+    req["layout"] = {k: v for k, v in (data.get("layout") or {}).items() if k in hold}
+    res = plan(req, top=top + 1, constants=constants, progress=progress)
     if not res.candidates:
         raise InputError("scenario", None, "a request for which some layout fits (moeplan plan shows why none does)")
     entries: list[dict] = []
@@ -106,7 +117,9 @@ def write_sweep(
     base_layout = data.get("layout") or {}
     if base_layout:
         items.append(("baseline", "your scenario as given", data))
-    for i, c in enumerate(res.candidates, start=1):
+    base_sig = _layout_sig(data)
+    picked = [c for c in res.candidates if _layout_sig(c.data) != base_sig][:top]
+    for i, c in enumerate(picked, start=1):
         items.append(
             (
                 f"{i:02d}-{_slug(c.parallel.label())}-mbs{c.data['training']['micro_batch_size']}",
@@ -163,6 +176,11 @@ def write_sweep(
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     (out_dir / "README.md").write_text(_readme(manifest))
     return manifest
+
+
+def _layout_sig(d: dict) -> tuple:
+    lay = {k: v for k, v in (d.get("layout") or {}).items() if v is not None}
+    return (tuple(sorted((k, str(v)) for k, v in lay.items())), (d.get("training") or {}).get("micro_batch_size"))
 
 
 def _readme(man: dict) -> str:
