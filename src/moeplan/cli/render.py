@@ -280,7 +280,7 @@ def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None
         c.print(
             f"host memory per node for offloaded optimizer state: {g(mem['host_bytes_per_node'])} GiB"
             + (
-                f" of {cap / 1e9:.0f} GB"
+                f" of {cap / GIB_BYTES:.0f} GiB"
                 if cap
                 else " (host memory unknown: set system.gpu_overrides.host_mem_per_gpu_gb)"
             )
@@ -307,7 +307,7 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         )
         return
     step = th["step_time_s"]
-    t = Table(title=f"step time {step:.3f} s  ({th['num_microbatches']} microbatches per step)")
+    t = Table(title=f"step time {step:.3f} s, {th['num_microbatches']} microbatches")
     t.add_column("part")
     t.add_column("s", justify="right")
     t.add_column("% of step", justify="right")
