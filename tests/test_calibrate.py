@@ -140,3 +140,21 @@ def test_cli_calibration_profile_is_used_and_checked(tmp_path):
     assert cal["step_time_change_rel"] != plain  # the profile reached the step-time model
     res = runner.invoke(app, [*args, "--calibration", str(tmp_path / "none.json")])
     assert res.exit_code == 2 and "--calibration" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [
+        {"release_factor": {"26.06": -1}},
+        {"release_factor": {"26.06": 0}},
+        {"release_factor": 5},
+        {"release_factor": {"26.06": 1.0}, "a2a_efficiency": 0.5},
+        {},
+        {"release_factor": {"26.06": 1.0}, "nvlink_efficiency": 1e308},
+    ],
+)
+def test_load_profile_rejects_implausible_values(tmp_path, profile):
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(profile))
+    with pytest.raises(InputError, match="--calibration"):
+        load_profile(p)

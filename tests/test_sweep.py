@@ -104,3 +104,28 @@ def test_cli_sweep(tmp_path):
     assert r.exit_code == 2 and "manifest" in r.output
     r = runner.invoke(app, ["sweep", str(scn)])
     assert r.exit_code == 2 and "--output" in r.output
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    ["[]", "{}", '{"entries": "x"}', '{"entries": [{"id": "../../etc", "scenario": {}}]}', '{"entries": [1, 2]}'],
+)
+def test_collect_rejects_corrupt_manifests(tmp_path, manifest):
+    (tmp_path / "manifest.json").write_text(manifest)
+    with pytest.raises(InputError, match="sweep directory"):
+        sweep.collect(tmp_path)
+
+
+def test_collect_uses_the_logged_batch_size(sweep_dir):
+    out, man = sweep_dir
+    e = [x for x in man["entries"] if x["predicted"]][-1]
+    log = "".join(
+        f" iteration {i:>8d}/     100 | consumed samples: {i * 8:>10d} | elapsed time per iteration (ms): 100.0 | "
+        f"global batch size:     8 | lm loss: 5.0E+00 |\n"
+        for i in range(1, 30)
+    )
+    (out / e["id"] / "run-9.log").write_text(log)
+    got = {r["id"]: r for r in sweep.collect(out)["entries"]}[e["id"]]
+    # 8 sequences · 16384 tokens / 0.1 s / 32 GPUs, with the other log of this entry in the median
+    assert any("global batch size 8" in n for n in got["notes"])
+    (out / e["id"] / "run-9.log").unlink()

@@ -345,7 +345,7 @@ def export_cmd(
         _fail_input(exc)
 
 
-def _write_atomically(output: Path, text: str, executable: bool = False) -> None:
+def _write_atomically(output: Path, text: str, executable: bool = False, field: str = "--output") -> None:
     """Write ``text`` to ``output`` through a temporary file in the same directory and a rename:
     readers never see half a file. A symlink is followed (its target is replaced); an existing file
     keeps its permissions; a new one gets the umask's (0644 with the usual 022).
@@ -357,21 +357,21 @@ def _write_atomically(output: Path, text: str, executable: bool = False) -> None
     import tempfile
 
     if not str(output).strip():
-        raise InputError("--output", str(output), "a file path, or - for standard output")
+        raise InputError(field, str(output), "a file path, or - for standard output")
     target = Path(os.path.realpath(output))
     if target.is_dir():
-        raise InputError("--output", str(output), "a file path (it is a directory)")
+        raise InputError(field, str(output), "a file path (it is a directory)")
     if not target.parent.is_dir():
-        raise InputError("--output", str(output), "a path in an existing directory")
+        raise InputError(field, str(output), "a path in an existing directory")
     if target.exists() and not target.is_file():
-        raise InputError("--output", str(output), "a regular file (use - for standard output)")
+        raise InputError(field, str(output), "a regular file (use - for standard output)")
     umask = os.umask(0)
     os.umask(umask)
     mode = target.stat().st_mode & 0o777 if target.exists() else (0o777 if executable else 0o666) & ~umask
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     except OSError as exc:
-        raise InputError("--output", str(output), f"a writable directory ({exc.strerror})") from None
+        raise InputError(field, str(output), f"a writable directory ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -380,7 +380,7 @@ def _write_atomically(output: Path, text: str, executable: bool = False) -> None
     except OSError as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise InputError("--output", str(output), f"a writable file ({exc.strerror})") from None
+        raise InputError(field, str(output), f"a writable file ({exc.strerror})") from None
 
 
 @app.command("log")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -105,8 +106,15 @@ def plan_cmd(
             raise InputError("--objective", objective, "throughput or time-to-train")
         if objective == "time-to-train" and not train_tokens:
             raise InputError("--train-tokens", None, "a token count with --objective time-to-train")
+        if train_tokens is not None and not math.isfinite(train_tokens):
+            raise InputError("--train-tokens", train_tokens, "a finite token count")
+        if headroom_gib is not None and not math.isfinite(headroom_gib):
+            raise InputError("--headroom-gib", headroom_gib, "a finite number of GiB")
+        if save is not None and report is not None and save.resolve() == report.resolve():
+            raise InputError("--save", str(save), "a different path from --report")
         if gbs is not None and tokens_per_step is not None:
             raise InputError("--tokens-per-step", tokens_per_step, "either --global-batch-size or --tokens-per-step")
+        rounding = None
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
         if workload is not None:
             from moeplan.cli.app import load_workload
@@ -120,6 +128,11 @@ def plan_cmd(
             if tokens_per_step < seq:
                 raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
             data.setdefault("training", {})["global_batch_size"] = tokens_per_step // seq
+            if tokens_per_step % seq:
+                rounding = (
+                    f"--tokens-per-step {tokens_per_step:,} is not a multiple of the sequence length: global "
+                    f"batch {tokens_per_step // seq} ({tokens_per_step // seq * seq:,} tokens per step)"
+                )
         consts = _step_constants(calibration)
         with render.progress_bar("searching layouts") as tick:
             res = plan(
@@ -132,17 +145,21 @@ def plan_cmd(
                 progress=tick,
                 objective=objective,
             )
+        if rounding:
+            res.notes.append(rounding)
         out = res.to_dict()
-        if save is not None and res.candidates:
-            import yaml
-
-            _write_atomically(save, yaml.safe_dump(res.candidates[0].data, sort_keys=False))
-            out["saved"] = str(save)
         if report is not None:
             from moeplan.plan.report import write_report
 
             write_report(res, report)
             out["report"] = str(report)
+        if save is not None and res.candidates:
+            import yaml
+
+            _write_atomically(save, yaml.safe_dump(res.candidates[0].data, sort_keys=False), field="--save")
+            out["saved"] = str(save)
+        elif save is not None:
+            out["notes"].append(f"--save {save}: nothing written, no layout fits")
     except InputError as exc:
         _fail_input(exc)
         return
@@ -226,10 +243,16 @@ def recipes_cmd(
         if output_dir is not None:
             import yaml
 
-            output_dir.mkdir(parents=True, exist_ok=True)
-            for r in rows:
-                name = r["id"].replace("/", "__").replace("\\", "__")
-                _write_atomically(output_dir / f"{name}.yaml", yaml.safe_dump(r["scenario"], sort_keys=False))
+            targets = [(output_dir / (r["id"].replace("/", "__").replace("\\", "__") + ".yaml"), r) for r in rows]
+            for path, _ in targets:  # check every target before writing any: nothing half-written
+                if path.exists() and not path.is_file():
+                    raise InputError(
+                        "--write", str(path), "a folder whose recipe file names are free (this is not a file)"
+                    )
+            if targets:
+                output_dir.mkdir(parents=True, exist_ok=True)
+            for path, r in targets:
+                _write_atomically(path, yaml.safe_dump(r["scenario"], sort_keys=False), field="--write")
     except InputError as exc:
         _fail_input(exc)
         return
@@ -289,6 +312,8 @@ def sweep_cmd(
             else:
                 out = {"submitted": sweep.submit(directory, smoke=smoke, yes=yes)}
         else:
+            if target is not None and not Path(target).is_file():
+                raise InputError("SCENARIO", target, "an existing scenario YAML, or collect DIR / submit DIR")
             if output is None:
                 raise InputError("--output", None, "a new directory for the sweep (-o DIR)")
             if directory is not None:
@@ -323,7 +348,8 @@ def sweep_cmd(
         from moeplan.cli.render_plan import render_sweep
 
         render_sweep(target, out)
-    raise typer.Exit(EXIT_OK)
+    failed = target == "submit" and any(not r["submitted"] for r in out["submitted"])
+    raise typer.Exit(EXIT_RULE if failed else EXIT_OK)
 
 
 @app.command("vlm-stats")

@@ -160,8 +160,15 @@ def render_fit(d: dict) -> None:
         f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
+    for e in d.get("check_errors", []):
+        c.print(f"[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)", highlight=False)
     if d["fixes"]:
-        t = Table(title="changes that make it fit, least step-time cost first", width=100)
+        title = (
+            "changes that save memory, least step-time cost first"
+            if d["fits_already"]
+            else "changes that make it fit, least step-time cost first"
+        )
+        t = Table(title=title, width=100)
         for col in ("#", "change", "peak GiB", "saves GiB", "step time", "tok/s/GPU"):
             t.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
         for i, f in enumerate(d["fixes"], start=1):
@@ -236,6 +243,9 @@ def render_sweep(target: str | None, d: dict) -> None:
         t = Table(title="measured vs predicted (tokens/s/GPU)", width=100)
         for col in ("entry", "logs", "measured", "predicted", "error"):
             t.add_column(col, justify="left" if col == "entry" else "right", overflow="fold")
+        for r in d["entries"]:
+            for n in r.get("notes", []):
+                c.print(f"[dim]{r['id']}: {n}[/]", highlight=False)
         for r in d["entries"]:
             m, p = r["measured_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
             t.add_row(

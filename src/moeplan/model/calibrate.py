@@ -276,12 +276,30 @@ def load_profile(path) -> TimeConstants:
     if not isinstance(data, dict) or set(data) - fields:
         extra = sorted(set(data) - fields) if isinstance(data, dict) else []
         raise InputError("--calibration", str(path), f"a moeplan calibration profile (unknown keys {extra})")
+
+    def finite_pos(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+    for key in ("release_factor", "a2a_efficiency"):
+        if key in data and not (isinstance(data[key], dict) and all(finite_pos(v) for v in data[key].values())):
+            raise InputError("--calibration", f"{key}={data[key]!r}", "a mapping of names to positive finite numbers")
+    if not data.get("release_factor"):
+        raise InputError(
+            "--calibration", str(path), "a profile with a release_factor (moeplan calibrate -o writes one)"
+        )
+    for key, (lo, hi) in (("release_factor", RELEASE_BOUNDS),):
+        for name, v in data[key].items():
+            if not lo / 10 <= v <= hi * 10:
+                raise InputError("--calibration", f"{key}.{name}={v}", f"a factor between {lo / 10:g} and {hi * 10:g}")
     try:
         c = TimeConstants(**data)
-        for n, *_ in SHARED:
-            v = values_of(c).get(n)
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise InputError("--calibration", f"{n}={v}", "a positive number")
     except TypeError as exc:
         raise InputError("--calibration", str(path), f"a moeplan calibration profile ({exc})") from None
+    bounds = {n: (lo, hi) for n, lo, hi in SHARED}
+    for n, v in values_of(c).items():
+        if not finite_pos(v):
+            raise InputError("--calibration", f"{n}={v!r}", "a positive finite number")
+        lo, hi = bounds.get(n, (0, math.inf))
+        if not lo / 10 <= v <= hi * 10:
+            raise InputError("--calibration", f"{n}={v}", f"a value near the plausible range {lo:g}–{hi:g}")
     return c

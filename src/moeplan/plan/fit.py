@@ -131,9 +131,14 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
     Raises:
         InputError: a scenario that cannot be estimated (field named).
     """
+    data = {k: (v if v is not None or k not in ("layout", "training", "system") else {}) for k, v in data.items()}
     s0 = load_scenario(data)
     if s0.gpu is None:
         raise InputError("system.gpu", None, "a GPU: fitting needs its memory")
+    if headroom_gib is not None and not (0 <= headroom_gib < s0.gpu.usable_hbm_gib):
+        raise InputError(
+            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {s0.gpu.usable_hbm_gib:.1f} GiB"
+        )
     mem0 = estimate_memory(s0)
     cap = mem0.capacity_bytes
     margin = headroom_gib * GIB_BYTES if headroom_gib is not None else 0.05 * cap
@@ -148,6 +153,7 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
         "fixes": [],
         "not_enough": [],
         "rejected": [],
+        "check_errors": [f"{f.rule_id}: {f.message}" for f in validate(s0).errors],
     }
 
     def trial(label: str, change: dict) -> dict | None:
@@ -222,6 +228,8 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
         t = r["step_time_change_pct"]
         return (t if t is not None else 0.0, -r["saved_gib"], r["change"])
 
+    if base["fits_already"]:
+        base["fixes"] = [r for r in base["fixes"] if r["saved_gib"] > 0]
     base["fixes"].sort(key=cost)
     base["fixes"] = base["fixes"][:top]
     base["not_enough"].sort(key=lambda r: -r["saved_gib"])

@@ -246,8 +246,9 @@ class _Evaluator:
 def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
     """Complete the request: GBS from tokens_per_step or the default; check what the search needs."""
     data = copy.deepcopy(base)
-    data.setdefault("layout", {})
-    data.setdefault("training", {})
+    for sec in ("layout", "training", "system"):
+        if data.get(sec) is None:
+            data[sec] = {}
     assumptions: list[str] = []
     s0 = load_scenario(data)
     for name, v in (
@@ -305,8 +306,18 @@ def search(
     Raises:
         InputError: incomplete or malformed request (field named).
     """
+    base = {k: (v if v is not None or k not in ("layout", "training", "system") else {}) for k, v in base.items()}
     data, s0, assumptions = _request(base)
     m, gpu, world = s0.model, s0.gpu, s0.num_gpus
+    if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
+        raise InputError(
+            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
+        )
+    mbs_given = (base.get("training") or {}).get("micro_batch_size")
+    if isinstance(mbs_given, int) and mbs_given > s0.training.global_batch_size:
+        raise InputError(
+            "training.micro_batch_size", mbs_given, f"at most the global batch size ({s0.training.global_batch_size})"
+        )
     seq = s0.training.seq_length
     gbs = s0.training.global_batch_size
     fixed_layout = dict(base.get("layout") or {})
@@ -331,11 +342,19 @@ def search(
         families = ("3d", "fsdp")  # VLMs: Megatron-FSDP and 3D parallel, as the guidance contrasts them
     combos = list(parallel_candidates(m, gpu, world, seq, fixed_sizes, min_dp, families))
     if not combos:
+        if fixed_sizes:
+            held = ", ".join(f"{k}={v}" for k, v in fixed_sizes.items())
+            raise InputError(
+                "layout",
+                held,
+                f"sizes that fold into {world} GPUs: TP·CP·PP and EP·ETP·PP must divide the world with DP ≥ "
+                f"{min_dp}, TP ≤ 8 within the NVLink domain, EP dividing the {m.num_moe_experts or 0} experts, "
+                f"PP ≤ {min(32, m.num_layers)}",
+            )
         raise InputError(
             "system.num_gpus",
             world,
-            f"a world size that TP·CP·PP and EP·ETP·PP can divide with DP ≥ {min_dp} (and the fixed sizes "
-            f"{fixed_sizes or 'none'})",
+            f"a world size that TP·CP·PP and EP·ETP·PP can divide with DP ≥ {min_dp}",
         )
     default_disp = {}
     if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:

@@ -111,7 +111,7 @@ def write_sweep(
     req["layout"] = {k: v for k, v in (data.get("layout") or {}).items() if k in hold}
     res = plan(req, top=top + 1, constants=constants, progress=progress)
     if not res.candidates:
-        raise InputError("scenario", None, "a request for which some layout fits (moeplan plan shows why none does)")
+        raise InputError("scenario", "no layout fits", "a request for which some layout fits (moeplan plan shows why)")
     entries: list[dict] = []
     items: list[tuple[str, str, dict]] = []
     base_layout = data.get("layout") or {}
@@ -204,7 +204,7 @@ def _readme(man: dict) -> str:
 Each entry has `scenario.yaml` (check it with `moeplan check`, export it with `moeplan export`),
 `launch.sh` (the full run) and `smoke.sh` (a {man["smoke_steps"]}-step run, on a reduced-layer proxy
 at the smallest world the layout folds into when that is legal). `baseline/` is the scenario you
-started from, so any change can be reverted.
+started from (when the scenario had a layout), so any change can be reverted.
 
 1. Set `CONTAINER` (a NeMo / Megatron Bridge image), `MOUNTS` and `RECIPE` (e.g. the perf recipe
    of this model), then submit the smoke runs first: `sbatch 01-*/smoke.sh` (or
@@ -235,19 +235,38 @@ def submit(out_dir: Path, *, smoke: bool, yes: bool) -> list[dict]:
             out.append({"id": e["id"], "submitted": False, "why": e.get("note", "no script")})
             continue
         log = Path(out_dir) / e["id"] / ("smoke-%j.log" if smoke else "run-%j.log")
-        p = subprocess.run([sbatch, "-o", str(log), str(script)], capture_output=True, text=True, check=False)  # noqa: S603
+        try:
+            p = subprocess.run(  # noqa: S603
+                [sbatch, "-o", str(log), str(script)], capture_output=True, text=True, check=False, timeout=120
+            )
+        except subprocess.TimeoutExpired:
+            out.append({"id": e["id"], "submitted": False, "why": "sbatch did not answer within 120 s"})
+            continue
         out.append({"id": e["id"], "submitted": p.returncode == 0, "sbatch": (p.stdout or p.stderr).strip()})
     return out
 
 
 def load_manifest(out_dir: Path) -> dict:
+    """The manifest of a sweep directory, its structure checked.
+
+    Raises:
+        InputError: no readable manifest, or one that is not what ``moeplan sweep`` writes.
+    """
     p = Path(out_dir) / MANIFEST
+    what = f"a sweep directory written by `moeplan sweep` (a readable {MANIFEST})"
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        raise InputError(
-            "DIR", str(out_dir), f"a sweep directory written by `moeplan sweep` (no readable {MANIFEST})"
-        ) from None
+        man = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError("DIR", str(out_dir), what) from None
+    ok = isinstance(man, dict) and isinstance(man.get("entries"), list)
+    for e in man.get("entries", []) if ok else []:
+        ok = ok and isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("scenario"), dict)
+        ok = ok and re.fullmatch(r"[A-Za-z0-9._-]+", e.get("id", "")) is not None and e["id"] not in (".", "..")
+    if not ok:
+        raise InputError("DIR", str(out_dir), what + ": entries[] each with a plain id and a scenario")
+    for e in man["entries"]:
+        e.setdefault("label", e["id"])
+    return man
 
 
 def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
@@ -269,13 +288,27 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
             logs = [p for p in logs if not p.name.startswith("smoke")]
         vals, notes = [], []
         for p in logs:
-            st = parse_log(read_text_file(p))
+            try:
+                st = parse_log(read_text_file(p))
+            except InputError as exc:
+                notes.append(f"{p.name}: {exc.allowed}")
+                continue
             summ = st.summary()
             tps = (summ.get("tokens_per_s_per_gpu") or {}).get("median")
             if tps is None and summ.get("iteration_time_ms"):
                 sc = e["scenario"]
-                tokens = sc["training"]["global_batch_size"] * sc["training"]["seq_length"]
-                tps = tokens / (summ["iteration_time_ms"]["median"] / 1000) / sc["system"]["num_gpus"]
+                try:
+                    gbs_planned = int(sc["training"]["global_batch_size"])
+                    seq = int(sc["training"]["seq_length"])
+                    world = int(sc["system"]["num_gpus"])
+                except (KeyError, TypeError, ValueError):
+                    notes.append(f"{p.name}: the entry's scenario lacks global_batch_size / seq_length / num_gpus")
+                    continue
+                logged = st.series("global_batch_size")
+                gbs = int(statistics.median(logged)) if logged else gbs_planned
+                if gbs != gbs_planned:
+                    notes.append(f"{p.name}: the log's global batch size {gbs} differs from the entry's {gbs_planned}")
+                tps = gbs * seq / (summ["iteration_time_ms"]["median"] / 1000) / world
             if tps is None:
                 notes.append(f"{p.name}: no iteration times")
             else:
@@ -303,7 +336,10 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
     runs_file = None
     if runs:
         runs_file = out_dir / "runs.yaml"
-        runs_file.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+        try:
+            runs_file.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+        except OSError as exc:
+            raise InputError("runs.yaml", str(runs_file), f"a writable file in the sweep ({exc.strerror})") from None
     return {
         "entries": rows,
         "measured_ranking": [r["id"] for r in both],
