@@ -445,7 +445,10 @@ def _stage(s, sp_: StageParams, plan, ctx, modules, fused_ce, vpad, n_mb, ep_ove
         per_layer = w_total / max(1, len(sp_.layers))
         W["fsdp_gathered_layers"] = 2 * per_layer  # double-buffered all-gather of the next layer
     else:
-        W["params"] = w_total
+        # the vision tower's weights listed apart (bf16; first stage of a VLM)
+        W["params"] = w_total - 2.0 * vis
+        if vis:
+            W["vision_tower_params"] = 2.0 * vis
     if b["cache_b"]:
         if b["shard_params"]:
             # Megatron-FSDP shards the FP8 weights too; full copies exist only for the gathered layers

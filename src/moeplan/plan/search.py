@@ -372,7 +372,19 @@ def search(
     # beyond which dominated layouts get tallied)
     stride = 7
     combos = combos[::stride] + [c for i, c in enumerate(combos) if i % stride]
-    for i, p in enumerate(combos):
+    # ETP > 1 only when EP alone cannot fit the experts (the guidance: expert tensor parallelism is a
+    # last resort); unless ETP is held fixed
+    deferred: list[Parallel] = []
+    if "expert_tensor_parallel_size" not in fixed_layout:
+        deferred = [p for p in combos if p.etp > 1]
+        combos = [p for p in combos if p.etp == 1]
+    todo = list(combos)
+    i = -1
+    while todo:
+        i += 1
+        p = todo.pop(0)
+        if not todo and deferred and not found:
+            todo, deferred = deferred, []
         if progress:
             progress(i, len(combos))
         if p.vpp == 1 and "virtual_pipeline_model_parallel_size" in fixed_layout:
@@ -411,6 +423,9 @@ def search(
                 )
             )
             best_tps = max(best_tps, found[-1].tokens_per_s_per_gpu)
+    if deferred:
+        for p in deferred:
+            rej.add("etp-not-needed", f"{p.label()}: EP alone places the experts (ETP 1 fits)")
     if progress:
         progress(len(combos), len(combos))
     found.sort(key=Candidate.key)
