@@ -287,3 +287,48 @@ def test_vlm_plan_without_workload_is_marked_mock():
     d = json.loads(runner.invoke(app, [*args, "--json"]).output)
     assert any("mock (image-free)" in n and "no workload given" in n for n in d["notes"])
     assert d["fsdp_vs_3d"]["fsdp"] and d["fsdp_vs_3d"]["3d"]
+
+
+def test_vlm_stats_skips_what_it_cannot_use(tmp_path):
+    PIL.new("RGB", (5000, 20)).save(tmp_path / "strip.jpg")  # aspect ratio 250 > 200
+    PIL.new("RGB", (640, 480)).save(tmp_path / "ok.jpg")
+    whole = (tmp_path / "ok.jpg").read_bytes()
+    (tmp_path / "half.jpg").write_bytes(whole[: len(whole) // 2])  # no end-of-image marker
+    sc = scan(tmp_path)
+    out = summarize(sc, seq_length=4096)
+    assert out["samples"] == 1
+    reasons = " ".join(b["reason"] for b in out["bad_files"])
+    assert "truncated JPEG" in reasons and "aspect ratio" in reasons
+    m = tmp_path / "m.jsonl"
+    m.write_text(
+        "\n".join(
+            [
+                json.dumps({"images": 5}),
+                '{"image_sizes": [[Infinity, 100]]}',
+                json.dumps({"width": "800", "height": 600}),
+                json.dumps({"width": 800}),
+                json.dumps({"foo": 1}),
+                json.dumps({"width": 800, "height": 600, "text_tokens": 10}),
+            ]
+        )
+    )
+    sc = scan(m)
+    assert len(sc.samples) == 1 and len(sc.bad) == 5
+
+
+def test_bad_vlm_scenarios_are_input_errors():
+    with pytest.raises(InputError, match="freeze"):
+        load_scenario(_vlm(training={"freeze_vision_model": True, "freeze_language_model": True}))
+    with pytest.raises(InputError):
+        load_scenario(_vlm(workload={"image_patches_per_sequence": "100"}))
+    s = load_scenario(_vlm(workload={"image_patches_per_sequence": 100, "image_tokens_per_sequence": 5000}))
+    with pytest.raises(InputError, match="merge"):
+        estimate_step(s)
+    # only tokens given: patches = tokens × merge² (4)
+    s = load_scenario(_vlm(workload={"image_tokens_per_sequence": 1000}))
+    from moeplan.model.vision import workload_patches
+
+    assert workload_patches(s)[0] == 4000
+    # measured at 4096, used at 8192: per-sequence figures doubled
+    s = load_scenario(_vlm(workload={"image_tokens_per_sequence": 1000, "seq_length": 4096}))
+    assert workload_patches(s)[0] == 8000

@@ -130,7 +130,10 @@ def load_workload(path: Path) -> dict:
     """The ``workload:`` mapping of a YAML written by ``moeplan vlm-stats -o`` (InputError)."""
     from moeplan.spec.scenario import load_scenario_file
 
-    data = load_scenario_file(path)
+    try:
+        data = load_scenario_file(path)
+    except InputError as exc:
+        raise InputError("--workload", str(path), f"a readable workload YAML ({exc.allowed})") from None
     w = data.get("workload")
     if not isinstance(w, dict):
         raise InputError("--workload", str(path), "a YAML file with a workload: mapping (moeplan vlm-stats -o FILE)")

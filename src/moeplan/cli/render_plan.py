@@ -316,7 +316,11 @@ def render_vlm_stats(d: dict) -> None:
         f"{w['image_patches_per_sequence']:,.0f} ViT patches",
         highlight=False,
     )
-    for b in d["bad_files"][:5]:
-        c.print(f"[dim]skipped {b['file']}: {b['reason']}[/]", highlight=False)
+    from rich.markup import escape
+
+    for b in d["bad_files"][:10]:
+        c.print(f"[dim]skipped {escape(b['file'])}: {escape(b['reason'])}[/]", highlight=False)
+    if d["unreadable"] > 10:
+        c.print(f"[dim]... and {d['unreadable'] - 10} more (--json lists up to 50)[/]")
     if d.get("written"):
         c.print(f"workload written to {d['written']}: put it under workload: in a scenario (or merge the file)")

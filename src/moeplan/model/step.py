@@ -175,6 +175,19 @@ def estimate_step(
         lm_factor = 2 / 3 if (vc is not None and vc.trainable) else 1 / 3
         if lm_factor < 2 / 3:
             assumptions.append("nothing is trainable (language model frozen and no trainable vision tower)")
+    if t.freeze_vision_model or t.freeze_language_model:
+        assumptions.append(
+            "MFU and model TFLOP/s count full training FLOPs (Megatron's convention); a frozen part does less work"
+        )
+    w = s.input.workload
+    if w is not None and w.seq_length and w.seq_length != t.seq_length:
+        assumptions.append(
+            f"workload measured at seq {w.seq_length}: per-sequence image figures scaled to {t.seq_length}"
+        )
+    if w is not None and m.vision is None and (w.image_patches_per_sequence or w.image_tokens_per_sequence):
+        assumptions.append(
+            "the model has no vision tower: the workload's image figures are ignored (its padding is not)"
+        )
     if vc is not None and vc.assumed:
         assumptions.append(
             "no workload: vision tower costed for a planning mix (half the sequence image tokens); "
@@ -291,7 +304,13 @@ def estimate_step(
     grad_b = 2.0 if lay.grad_reduce_in_fp32 is False else 4.0
     dense_span = s.tp * s.cp * s.dp
     exp_span = s.etp * s.ep * (s.edp or 1)
-    t_dp = dp_time(stp.dense, stp.expert, grad_b, s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
+    tr_dense, tr_expert = stp.dense, stp.expert
+    vis = stp.by_kind.get("vision", 0)
+    if t.freeze_vision_model:
+        tr_dense -= vis
+    if t.freeze_language_model:
+        tr_dense, tr_expert = vis, 0  # only the tower's gradients are reduced
+    t_dp = dp_time(tr_dense, tr_expert, grad_b, s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
     overlapped = lay.overlap_grad_reduce is not False and bool(lay.use_distributed_optimizer)
     breakdown["dp_comm_exposed"] = t_dp * (c.dp_exposed_fraction if overlapped else 1.0)
     strategy = lay.data_parallel_sharding_strategy or "optim_grads_params"

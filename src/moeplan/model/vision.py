@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.spec.scenario import Scenario
 
 #: ViT patches per sequence assumed when a VLM scenario has no ``workload`` (mock-data guard): half
@@ -52,17 +53,37 @@ class VisionCost:
 
 
 def workload_patches(s: Scenario) -> tuple[float, float, bool]:
-    """(ViT patches per sequence, patches per image, assumed?) from the scenario's workload, or the
-    mock-data default when it has none."""
+    """(ViT patches per sequence, patches per image, assumed?) from the scenario's workload (scaled to
+    the scenario's sequence length when it was measured at another; patches derived from image tokens
+    when only those are given), or the planning default when it has none.
+
+    Raises:
+        InputError: patches and tokens that disagree with the merge factor, or more image tokens than
+            the sequence holds.
+    """
     w = s.input.workload
     v = s.model.vision
     merge = max(1, v.spatial_merge_size if v is not None else 1) ** 2
-    if w is not None:
-        per_image = w.mean_patches_per_image or (
-            w.image_patches_per_sequence / w.images_per_sequence if w.images_per_sequence else DEFAULT_PATCHES_PER_IMAGE
-        )
-        return w.image_patches_per_sequence, per_image, False
     seq = s.training.seq_length or 0
+    if w is not None:
+        patches, tokens = w.image_patches_per_sequence, w.image_tokens_per_sequence
+        if not patches and tokens:
+            patches = tokens * merge  # only tokens given: the ViT saw merge² patches per token
+        elif patches and tokens and abs(patches / (tokens * merge) - 1) > 0.05:
+            raise InputError(
+                "workload.image_patches_per_sequence",
+                patches,
+                f"about image_tokens_per_sequence × merge² = {tokens * merge:,.0f} (merge {int(merge**0.5)})",
+            )
+        scale = seq / w.seq_length if (w.seq_length and seq) else 1.0
+        if tokens * scale > seq > 0:
+            raise InputError(
+                "workload.image_tokens_per_sequence", tokens, f"at most the sequence length ({seq}) after scaling"
+            )
+        per_image = w.mean_patches_per_image or (
+            patches / w.images_per_sequence if w.images_per_sequence else DEFAULT_PATCHES_PER_IMAGE
+        )
+        return patches * scale, per_image, False
     return DEFAULT_IMAGE_TOKEN_SHARE * seq * merge, DEFAULT_PATCHES_PER_IMAGE, True
 
 

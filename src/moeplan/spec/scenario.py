@@ -98,14 +98,17 @@ class WorkloadInput(BaseModel):
         images_per_sequence: images per sequence.
         useful_fraction: non-padding tokens / sequence tokens (0–1].
         mean_patches_per_image: ViT attention runs within each image over this many patches.
+        seq_length: the sequence length the workload was measured for (per-sequence figures are
+            scaled to the scenario's when they differ).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     image_patches_per_sequence: float = Field(default=0.0, ge=0.0)
     image_tokens_per_sequence: float = Field(default=0.0, ge=0.0)
     images_per_sequence: float = Field(default=0.0, ge=0.0)
     useful_fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     mean_patches_per_image: float = Field(default=0.0, ge=0.0)
+    seq_length: int | None = Field(default=None, ge=1)
     source: str = "user"
 
 
@@ -590,6 +593,10 @@ def resolve(inp: ScenarioInput) -> Scenario:
         upd["mtp_num_layers"] = model.mtp_num_layers
         res.append(Resolution("mtp_num_layers", model.mtp_num_layers, "unset: from the model config"))
     layout = lay.model_copy(update=upd) if upd else lay
+    if inp.training.freeze_vision_model and inp.training.freeze_language_model:
+        raise InputError(
+            "training.freeze_language_model", True, "not together with freeze_vision_model (nothing would train)"
+        )
     return Scenario(
         input=inp,
         model=model,

@@ -39,29 +39,49 @@ class Scan:
     bad: list[dict] = field(default_factory=list)
 
 
+class BadImage(ValueError):
+    """A file that cannot be used as an image (the message says why)."""
+
+
 def image_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the image header (Pillow; the pixels are not decoded).
+    """(width, height) from the image header (Pillow; the pixels are not decoded). A JPEG must also
+    end with its end-of-image marker (a cheap truncation check; other formats are checked by
+    Pillow's ``verify``).
 
     Raises:
-        InputError: missing Pillow, or a file that is empty, truncated or not an image.
+        InputError: Pillow is not installed.
+        BadImage: a missing, empty, truncated or non-image file.
     """
     try:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image
     except ImportError:
         raise InputError("vlm-stats", str(path), "Pillow installed: pip install 'moeplan[vlm]'") from None
     try:
         if path.stat().st_size == 0:
-            raise InputError("image", str(path), "a non-empty image file (size 0)")
+            raise BadImage("empty file (0 bytes)")
+        Image.MAX_IMAGE_PIXELS = None  # headers only: no decompression bomb to guard against
         with Image.open(path) as im:
             w, h = im.size
+            fmt = im.format
             im.verify()  # checks the structure without decoding pixels
-    except InputError:
+        if fmt == "JPEG":
+            with path.open("rb") as fh:
+                fh.seek(max(0, path.stat().st_size - 64))
+                if b"\xff\xd9" not in fh.read():
+                    raise BadImage("truncated JPEG (no end-of-image marker)")
+    except BadImage:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise InputError("image", str(path), f"a readable image ({type(exc).__name__}: {exc})") from None
+    except Exception as exc:  # noqa: BLE001 - any reader failure means the file is not a usable image
+        raise BadImage(f"not readable as an image ({type(exc).__name__}: {exc})") from None
     if w <= 0 or h <= 0:
-        raise InputError("image", str(path), "positive width and height")
+        raise BadImage(f"non-positive size {w}x{h}")
     return w, h
+
+
+def _int_size(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise BadImage(f"sizes must be positive integers (got {v!r})")
+    return v
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
@@ -80,7 +100,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
             yield i, row, None
         return
     try:
-        with path.open(encoding="utf-8") as fh:
+        with path.open(encoding="utf-8-sig") as fh:
             for i, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -115,8 +135,8 @@ def scan(
                 progress(i, len(files))
             try:
                 out.samples.append(Sample([image_size(p)], text_tokens))
-            except InputError as exc:
-                out.bad.append({"file": str(p), "reason": exc.allowed})
+            except BadImage as exc:
+                out.bad.append({"file": str(p), "reason": str(exc)})
         if progress:
             progress(len(files), len(files))
         return out
@@ -132,31 +152,37 @@ def scan(
             continue
         sizes: list[tuple[int, int]] = []
         problem = None
-        if "image_sizes" in row:
-            try:
-                sizes = [(int(w), int(h)) for w, h in row["image_sizes"]]
-            except (TypeError, ValueError):
-                problem = "image_sizes must be [[width, height], ...]"
-        elif "width" in row and "height" in row:
-            try:
-                sizes = [(int(row["width"]), int(row["height"]))]
-            except (TypeError, ValueError):
-                problem = "width and height must be integers"
-        else:
-            paths = row.get("images", [row["image"]] if "image" in row else [])
-            if isinstance(paths, str):
-                paths = [paths]
-            for p in paths:
-                try:
-                    sizes.append(image_size(base / str(p)))
-                except InputError as exc:
-                    out.bad.append({"file": str(base / str(p)), "reason": exc.allowed})
+        try:
+            if "image_sizes" in row:
+                pairs = row["image_sizes"]
+                if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 for x in pairs):
+                    raise BadImage("image_sizes must be a list of [width, height] pairs")
+                sizes = [(_int_size(w), _int_size(h)) for w, h in pairs]
+            elif "width" in row or "height" in row:
+                if "width" not in row or "height" not in row:
+                    raise BadImage("width and height must be given together")
+                sizes = [(_int_size(row["width"]), _int_size(row["height"]))]
+            elif "images" in row or "image" in row:
+                paths = row["images"] if "images" in row else [row["image"]]
+                if isinstance(paths, str):
+                    paths = [paths]
+                if not isinstance(paths, list) or not all(isinstance(x, str) for x in paths):
+                    raise BadImage("images must be a path or a list of paths (strings)")
+                for p in paths:
+                    try:
+                        sizes.append(image_size(base / p))
+                    except BadImage as exc:
+                        out.bad.append({"file": str(base / p), "reason": str(exc)})
+            elif "text_tokens" not in row:
+                raise BadImage("no image fields (images, image, image_sizes, width/height) and no text_tokens")
+        except BadImage as exc:
+            problem = str(exc)
         if problem:
             out.bad.append({"file": f"{data}:{line}", "reason": problem})
             continue
         tt = row.get("text_tokens", text_tokens)
-        if not isinstance(tt, int) or isinstance(tt, bool) or tt < 0:
-            out.bad.append({"file": f"{data}:{line}", "reason": "text_tokens must be a non-negative integer"})
+        if not isinstance(tt, int) or isinstance(tt, bool) or not 0 <= tt <= 10**9:
+            out.bad.append({"file": f"{data}:{line}", "reason": "text_tokens must be an integer 0–1e9"})
             continue
         out.samples.append(Sample(sizes, tt))
     if progress:
@@ -194,17 +220,32 @@ def summarize(
         raise InputError("--packing", packing, " or ".join(PACKING))
     if seq_length < 1:
         raise InputError("--seq-length", seq_length, "a positive integer")
+
+    def _no_samples():
+        why = "; ".join(f"{b['file']}: {b['reason']}" for b in sc.bad[:3])
+        return InputError("DATA", None, f"at least one readable sample ({len(sc.bad)} unreadable: {why})")
+
     if not sc.samples:
-        raise InputError("DATA", None, f"at least one readable sample ({len(sc.bad)} unreadable)")
+        raise _no_samples()
     img_tok, patches, text, total, n_img = [], [], [], [], 0
+    kept_samples = []
     for s in sc.samples:
-        grids = [image_grid(h, w, patch_size, merge_size, min_pixels, max_pixels) for w, h in s.image_sizes]
+        try:
+            grids = [image_grid(h, w, patch_size, merge_size, min_pixels, max_pixels) for w, h in s.image_sizes]
+        except InputError as exc:
+            sc.bad.append(
+                {"file": f"sample with image sizes {s.image_sizes[:3]}", "reason": f"{exc.value}: {exc.allowed}"}
+            )
+            continue
+        kept_samples.append(s)
         t = sum(g.tokens for g in grids)
         img_tok.append(t)
         patches.append(sum(g.patches for g in grids))
         text.append(s.text_tokens)
         total.append(t + s.text_tokens)
         n_img += len(grids)
+    if not kept_samples:
+        raise _no_samples()
     truncated = sum(max(0, x - seq_length) for x in total)
     kept = [min(x, seq_length) for x in total]
     if packing == "none":
@@ -217,12 +258,13 @@ def summarize(
                 fill = 0
             fill += x
     useful = sum(kept) / (n_seq * seq_length)
-    # per sequence: images and patches scale with the kept share of each sample
+    # per sequence: the ViT still encodes every patch of a truncated sample's images; the language
+    # model sees only the kept tokens
     kept_share = [k / t if t else 1.0 for k, t in zip(kept, total, strict=True)]
-    patches_per_seq = sum(p * f for p, f in zip(patches, kept_share, strict=True)) / n_seq
+    patches_per_seq = sum(patches) / n_seq
     img_per_seq = sum(i * f for i, f in zip(img_tok, kept_share, strict=True)) / n_seq
     return {
-        "samples": len(sc.samples),
+        "samples": len(kept_samples),
         "images": n_img,
         "unreadable": len(sc.bad),
         "bad_files": sc.bad[:50],
@@ -247,6 +289,7 @@ def summarize(
             "images_per_sequence": n_img / n_seq,
             "useful_fraction": useful,
             "mean_patches_per_image": sum(patches) / max(1, n_img),
-            "source": f"vlm-stats: {len(sc.samples)} samples, seq {seq_length}, packing {packing}",
+            "seq_length": seq_length,
+            "source": f"vlm-stats: {len(kept_samples)} samples, seq {seq_length}, packing {packing}",
         },
     }
