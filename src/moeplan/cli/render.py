@@ -328,6 +328,15 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         and abs(th["useful_tokens_per_s_per_gpu"] - th["tokens_per_s_per_gpu"]) > 1e-6
     ):
         c.print(f"useful (non-padding) tokens/s/GPU: {th['useful_tokens_per_s_per_gpu']:,.0f}")
+    st = th.get("stage_microbatch_s") or []
+    if len(st) > 1 and th["breakdown_s"].get("vision_encoder"):
+        rest = max(st[1:])
+        c.print(
+            f"pipeline balance: stage 0 (with the vision tower) {st[0] * 1e3:,.0f} ms per microbatch vs "
+            f"{rest * 1e3:,.0f} ms on the slowest other stage ({100 * (st[0] / rest - 1):+.0f} %): "
+            "move decoder layers off stage 0 (pipeline_model_parallel_layout) to balance",
+            highlight=False,
+        )
     if th.get("mock_data_tokens_per_s_per_gpu") is not None:
         mock = th["mock_data_tokens_per_s_per_gpu"]
         c.print(

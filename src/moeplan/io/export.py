@@ -114,6 +114,10 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
             for path in paths:
                 sec, field = path.split(".", 1)
                 out.setdefault(sec, {})[field] = v
+    # VLM providers' freeze flags (Megatron Bridge Qwen3-VL / Llama-4 providers), only when set
+    for key in ("freeze_vision_model", "freeze_language_model"):
+        if getattr(t, key):
+            out.setdefault("model", {})[key] = True
     return out
 
 

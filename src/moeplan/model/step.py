@@ -48,6 +48,8 @@ class ThroughputEstimate:
             the measured runs the constants were fitted on, and its error band.
         useful_tokens_per_s_per_gpu: tokens/s/GPU × the workload's non-padding fraction (text +
             image tokens that carry data).
+        stage_microbatch_s: forward + backward time of one microbatch on each pipeline stage (the
+            slowest sets the pace; a VLM's first stage also runs the vision tower).
     """
 
     step_time_s: float
@@ -61,6 +63,7 @@ class ThroughputEstimate:
     assumptions: list[str] = field(default_factory=list)
     validity: dict = field(default_factory=dict)
     useful_tokens_per_s_per_gpu: float | None = None
+    stage_microbatch_s: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +79,7 @@ class ThroughputEstimate:
             "assumptions": list(self.assumptions),
             "validity": dict(self.validity),
             "useful_tokens_per_s_per_gpu": self.useful_tokens_per_s_per_gpu,
+            "stage_microbatch_s": list(self.stage_microbatch_s),
         }
 
 
@@ -355,4 +359,5 @@ def estimate_step(
         assumptions,
         assess(s).to_dict(),
         tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
+        totals,
     )
