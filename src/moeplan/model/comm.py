@@ -61,9 +61,16 @@ def ep_time(
     gpu: GpuSpec,
     c: TimeConstants,
     fp8_dispatch: bool = False,
+    topk: int = 0,
 ) -> float:
     """Token dispatch + combine of one MoE layer, forward + backward. DeepEP / HybridEP dispatch in
-    FP8 (1 byte + 1/128 scale) under FP8 recipes; combine and the backward exchanges are bf16."""
+    FP8 (1 byte + 1/128 scale) under FP8 recipes; combine and the backward exchanges are bf16.
+
+    Across NVLink domains, NCCL all-to-all sends one copy per routed expert, but DeepEP's and
+    HybridEP's internode kernels send a token once per remote domain and fan it out over NVLink there
+    (DeepEP README, "internode" kernels; HybridEP likewise): with ``topk`` experts spread evenly over
+    ``N`` domains a token reaches ``(N−1)·(1 − (1 − 1/N)^k)`` remote domains instead of ``k·(N−1)/N``
+    expert copies."""
     group = ep * etp
     if group == 1:
         return 0.0
@@ -75,7 +82,13 @@ def ep_time(
         return vol / nvlink
     nic = (gpu.nic_gbit_per_s_per_gpu or 200) / 8 * 1e9 * eff
     cross = 1 - gpu.scaleup_domain_gpus / group
-    return max(vol * cross / nic, vol * (1 - cross) / nvlink)
+    cross_vol = vol * cross
+    if dispatcher in ("deepep", "hybridep") and topk > 1:
+        n = group / gpu.scaleup_domain_gpus
+        copies = topk * (n - 1) / n
+        distinct = (n - 1) * (1 - (1 - 1 / n) ** topk)
+        cross_vol *= min(1.0, distinct / copies)
+    return max(cross_vol / nic, vol * (1 - cross) / nvlink)
 
 
 def pp_time(tokens: float, h: int, tp: int, sp: bool, gpu: GpuSpec, c: TimeConstants) -> float:

@@ -239,7 +239,7 @@ def estimate_step(
             if moe_layer:
                 routed = tokens / s.tp * m.moe_router_topk * route * s.etp
                 fp8_disp = t.precision != "bf16" and dispatcher in ("deepep", "hybridep")
-                t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c, fp8_disp)
+                t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c, fp8_disp, m.moe_router_topk or 0)
                 if lay.overlap_moe_expert_parallel_comm:
                     # combined 1F1B: the paired microbatch's compute of this layer hides the exchange
                     t_ep = max(0.0, t_ep - c.overlap_hidden_fraction * (t_dense + t_exp + t_core))
