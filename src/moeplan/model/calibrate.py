@@ -31,7 +31,7 @@ from moeplan.spec.scenario import Scenario
 
 # name, lower, upper (physically plausible ranges; a fit that ends at a bound is reported)
 SHARED: list[tuple[str, float, float]] = [
-    ("grouped_gemm_half_tokens", 32.0, 4096.0),
+    ("grouped_gemm_half_tokens", 32.0, 512.0),
     ("memory_bound_bytes_per_activation_byte", 1.0, 12.0),
     ("nvlink_efficiency", 0.5, 0.95),
     ("nic_efficiency", 0.6, 0.95),
