@@ -171,6 +171,13 @@ def estimate_step(
     vpad = padded_vocab_size(m.vocab_size, s.tp)
 
     per_stage: list[dict[str, float]] = []
+    from moeplan.model.activations import OFFLOAD_ITEMS
+
+    off_items: set[str] = set()
+    if lay.fine_grained_activation_offloading:
+        for mod in lay.offload_modules or []:
+            off_items.update(OFFLOAD_ITEMS.get(mod, ()))
+    host_bw = (gpu.host_link_unidir_gb_per_s or 25) * 1e9
     from moeplan.model.vision import vision_cost
 
     vc = vision_cost(s, vision_patches) if m.vision is not None else None
@@ -209,6 +216,7 @@ def estimate_step(
                 "tp_comm",
                 "cp_comm_exposed",
                 "ep_comm_exposed",
+                "activation_offload",
             ),
             0.0,
         )
@@ -229,6 +237,12 @@ def estimate_step(
             kept, rec = layer_activations(m, li, ctx, frozenset(modules))
             act = sum(kept.values()) + sum(rec.values())
             t_mem = c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
+            if off_items:
+                # fine-grained activation offload: the chosen tensors go to the host after forward and
+                # come back for backward, on the host link, behind the layer's compute where possible
+                moved = sum(v for k, v in kept.items() if k in off_items)
+                t_link = 2 * moved / host_bw
+                parts["activation_offload"] += max(0.0, t_link - c.overlap_hidden_fraction * (t_dense + t_mem))
             parts["dense_gemm"] += t_dense
             parts["expert_gemm"] += t_exp
             parts["attention"] += t_core
