@@ -618,7 +618,7 @@ def calibrate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the step-time model's efficiency constants to measured runs and write a calibration profile
-    (`compare` and `oom` take it with --calibration). Refuses to over-fit."""
+    (`estimate`, `plan`, `fit`, `sweep`, `compare` and `oom` take it with --calibration). Refuses to over-fit."""
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     from moeplan.cli import render
