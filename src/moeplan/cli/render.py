@@ -289,7 +289,11 @@ def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None
     head = mem["headroom_fraction"]
     c.print(
         f"peak {g(mem['peak_bytes'])} GiB on stage {mem['peak_stage']} of {g(mem['capacity_bytes'])} GiB usable"
-        + (f" ({head * 100:+.1f} % headroom)" if head is not None else "")
+        + (
+            (f" ({head * 100:.1f} % headroom)" if head >= 0 else f" (over by {-head * 100:.1f} % of usable HBM)")
+            if head is not None
+            else ""
+        )
         + f" → [{style}]{mem['verdict']}[/]"
     )
 
@@ -415,6 +419,11 @@ def render_logs(entries: list[dict]) -> None:
             extra.append("WARNING: no Megatron iteration lines found (is this a training log?)")
         if e.get("truncated"):
             extra.append("the file ends inside an iteration line (truncated); that line was dropped")
+        gn = e.get("grad_norm")
+        if gn:
+            extra.append(f"grad norm: median {gn['median']:.3g} (min {gn['min']:.3g}, max {gn['max']:.3g})")
+        if e.get("grad_norm_nonfinite_iterations"):
+            extra.append(f"WARNING: grad norm is NaN/inf in {e['grad_norm_nonfinite_iterations']} logged iterations")
         for x in extra:
             c.print(f"{e['log']}: {x}", markup=False)
 
@@ -444,7 +453,7 @@ def render_oom(rep: dict) -> None:
             from rich.table import Table
 
             tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
-            for col in ("change", "peak after", "saving", "fits", "Δ step time (unreleased model)"):
+            for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
                 tab.add_column(col, overflow="fold")
             for f in b["fixes"]:
                 st = f["step_time_change_rel"]
@@ -481,7 +490,7 @@ def render_compare(d: dict) -> None:
         c.print(f"{k.replace('_', ' ')}: A {v['a'] / 1024:.2f} GiB → B {v['b'] / 1024:.2f} GiB{ch}")
     if d["causes"]:
         tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)")
-        for col in ("key", "A", "B", "Δ step time (unreleased model)", "Δ peak memory"):
+        for col in ("key", "A", "B", "Δ step time (model)", "Δ peak memory"):
             tab.add_column(col, overflow="fold")
         for cz in d["causes"]:
             st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]

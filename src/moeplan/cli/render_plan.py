@@ -82,6 +82,9 @@ def render_plan(d: dict) -> None:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
                 c.print(f"  {line}", highlight=False)
+        u = w["throughput"].get("useful_tokens_per_s_per_gpu")
+        if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
+            c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
         v = w["throughput"]["validity"]
         if not v.get("validated"):
             c.print(
@@ -109,7 +112,7 @@ def render_plan(d: dict) -> None:
         th = fam.get("throughput")
         c.print(
             f"[bold]guidance family[/] {fam['recipe']} at this size: "
-            + (f"breaks {len(errs)} rule(s): " + "; ".join(errs[:3]) if errs else "legal")
+            + (f"breaks {len(errs)} rule(s): " + "; ".join(errs) if errs else "legal")
             + (f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
             + (f", {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
             + (f"; the search gains {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
@@ -186,7 +189,7 @@ def render_fit(d: dict) -> None:
     if d["not_enough"]:
         c.print(
             "legal but not enough alone: "
-            + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in d["not_enough"][:6]),
+            + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in d["not_enough"]),
             highlight=False,
         )
     if d["rejected"]:
@@ -228,9 +231,14 @@ def render_recipes(rows: list[dict]) -> None:
             f"{n or '?'} × {sc['system'].get('gpu')}, seq {sc.get('training', {}).get('seq_length', '?')}: {short}",
             highlight=False,
         )
-        line = f"    [{style}]{chk['verdict']}[/]" + (
-            f" — breaks {', '.join(chk['rule_ids'])}" if chk["rule_ids"] else ""
-        )
+        if chk["rule_ids"] == ["input"]:
+            from rich.markup import escape
+
+            line = f"    [{style}]not evaluated[/] — {escape(chk['errors'][0]['message'])}"
+        else:
+            line = f"    [{style}]{chk['verdict']}[/]" + (
+                f" — breaks {', '.join(chk['rule_ids'])}" if chk["rule_ids"] else ""
+            )
         c.print(line + f"; {mem_s}", highlight=False)
     c.print("[dim]messages and fixes: --json; each as a scenario YAML: --write DIR[/]")
 

@@ -35,6 +35,13 @@ def _candidates(data: dict, s) -> list[tuple[str, dict]]:
         _layout(d).pop("recompute_method", None)
         _layout(d).pop("recompute_num_layers", None)
         out.append((f"selective recompute + {', '.join(extra)}", d))
+    if s.model.is_moe and lay.recompute_granularity != "full" and "moe" not in mods:
+        d = copy.deepcopy(data)
+        whole = [m for m in mods + extra if m != "moe_act"] + ["moe"]
+        _layout(d).update(recompute_granularity="selective", recompute_modules=whole)
+        _layout(d).pop("recompute_method", None)
+        _layout(d).pop("recompute_num_layers", None)
+        out.append((f"selective recompute + whole moe ({', '.join(whole)})", d))
     if lay.recompute_granularity != "full":
         d = copy.deepcopy(data)
         _layout(d).update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)

@@ -46,6 +46,9 @@ def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("
         fd, tmp = tempfile.mkstemp(dir=path.parent or ".", suffix=path.suffix)
         os.close(fd)
         fig.savefig(tmp, format=path.suffix.lstrip(".").lower())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plot is an ordinary file
         os.replace(tmp, path)
     except OSError as exc:
         raise InputError("--plot", str(path), f"a writable file ({exc.strerror})") from None

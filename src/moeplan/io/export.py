@@ -208,6 +208,10 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             notes.append(f"{key}={v!r} has no Megatron-LM flag (Bridge only)")
             continue
         flag = mlm_flag(key)
+        if key == "grad_reduce_in_fp32":
+            # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16
+            args.append(flag if v else "--grad-reduce-in-bf16")
+            continue
         if key == "check_for_nan_in_loss":
             if v is False:
                 args.append(flag)

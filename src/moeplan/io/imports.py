@@ -342,6 +342,9 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
         if flag == "--no-check-for-nan-in-loss-and-grad":
             layout["check_for_nan_in_loss"] = False
             continue
+        if flag == "--grad-reduce-in-bf16":
+            layout["grad_reduce_in_fp32"] = False
+            continue
         key = _FLAG_TO_KEY.get(flag) or flag[2:].replace("-", "_")
         if key in ("seq_length", "micro_batch_size", "global_batch_size", "world_size"):
             try:

@@ -138,7 +138,7 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
 }
 
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
-MLM_UNSUPPORTED = frozenset({"moe_paged_stash", "fp8_dot_product_attention", "cuda_graph_modules"})
+MLM_UNSUPPORTED = frozenset({"moe_paged_stash", "cuda_graph_modules"})
 
 #: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}

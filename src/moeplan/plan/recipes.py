@@ -28,6 +28,7 @@ def published_recipes() -> list[dict]:
 def _published_scenario(r: dict) -> dict:
     lay = {k: v for k, v in r["layout"].items() if v is not None and v != []}
     training = dict(r.get("training") or {})
+    training.setdefault("seq_length", 4096)  # the perf recipes' default (rows that inherit it leave it out)
     if r.get("precisions"):
         training["precision"] = r["precisions"][0]
     return {

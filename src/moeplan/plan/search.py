@@ -425,6 +425,7 @@ def search(
             best_tps = max(best_tps, found[-1].tokens_per_s_per_gpu)
     if deferred:
         for p in deferred:
+            considered += 1
             rej.add("etp-not-needed", f"{p.label()}: EP alone places the experts (ETP 1 fits)")
     if progress:
         progress(len(combos), len(combos))
