@@ -332,3 +332,17 @@ def test_bad_vlm_scenarios_are_input_errors():
     # measured at 4096, used at 8192: per-sequence figures doubled
     s = load_scenario(_vlm(workload={"image_tokens_per_sequence": 1000, "seq_length": 4096}))
     assert workload_patches(s)[0] == 8000
+
+
+def test_vlm_stats_parquet_manifest(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"image_sizes": [[[400, 300]], [[100, 100], [400, 300]]], "text_tokens": [10, 20]})
+    p = tmp_path / "m.parquet"
+    pq.write_table(table, p)
+    out = summarize(scan(p), seq_length=4096)
+    # 108 + 10 and 64 + 108 + 20 tokens (see test_smart_resize_by_hand)
+    assert out["tokens_per_sample"]["max"] == 192 and out["tokens_per_sample"]["mean"] == pytest.approx((118 + 192) / 2)
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputError, match="Parquet"):
+        scan(tmp_path / "bad.parquet")
