@@ -24,8 +24,8 @@ def console(stderr: bool = False):
 
 @contextlib.contextmanager
 def progress_bar(description: str):
-    """A transient progress bar on stderr, shown only once the work has taken more than a second;
-    yields ``tick(done, total)``."""
+    """A transient progress bar on stderr, shown only on a terminal and once the work has taken more
+    than a second (so piped and captured output never contains it); yields ``tick(done, total)``."""
     import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -41,9 +41,11 @@ def progress_bar(description: str):
     )
     state: dict = {}
 
+    interactive = prog.console.is_terminal
+
     def tick(done: int, total: int) -> None:
         if "task" not in state:
-            if time.perf_counter() - t0 < 1.0:
+            if not interactive or time.perf_counter() - t0 < 1.0:
                 return
             prog.start()
             state["task"] = prog.add_task(description, total=total)

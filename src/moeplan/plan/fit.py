@@ -17,12 +17,10 @@ import itertools
 from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan.space import pipeline_split, recompute_ladder
+from moeplan.plan.space import RECOMPUTE_KEYS, pipeline_split, recompute_ladder, with_sections
 from moeplan.rules import validate
 from moeplan.spec.scenario import load_scenario
 from moeplan.units import GIB_BYTES
-
-_RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 
 
 def _changes(data: dict, s) -> list[tuple[str, dict]]:
@@ -44,7 +42,7 @@ def _changes(data: dict, s) -> list[tuple[str, dict]]:
         if keys.get("recompute_granularity") == "selective" and lay.recompute_granularity == "selective":
             extra = [x for x in keys["recompute_modules"] if x not in (lay.recompute_modules or [])]
             keys = {**keys, "recompute_modules": list(lay.recompute_modules or []) + extra}
-        ch = {k: None for k in _RECOMPUTE_KEYS}
+        ch = {k: None for k in RECOMPUTE_KEYS}
         ch.update(keys)
         out.append((f"recompute {name}", {"layout": ch}))
     if not lay.optimizer_cpu_offload:
@@ -131,7 +129,7 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
     Raises:
         InputError: a scenario that cannot be estimated (field named).
     """
-    data = {k: (v if v is not None or k not in ("layout", "training", "system") else {}) for k, v in data.items()}
+    data = with_sections(data)
     s0 = load_scenario(data)
     if s0.gpu is None:
         raise InputError("system.gpu", None, "a GPU: fitting needs its memory")

@@ -21,6 +21,8 @@ from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.space import (
+    OPTIMIZER_OFFLOAD_KEYS,
+    RECOMPUTE_KEYS,
     Parallel,
     cp_comm_options,
     dispatcher_options,
@@ -30,6 +32,7 @@ from moeplan.plan.space import (
     pipeline_split,
     recompute_ladder,
     vpp_options,
+    with_sections,
 )
 from moeplan.rules import validate
 from moeplan.spec.layout import PARALLEL_DIMS
@@ -50,14 +53,7 @@ TIE_FRACTION = 0.02
 #: is not fitted (branch and bound; tallied as ``dominated``)
 DOMINATED_FRACTION = 0.5
 _KNOB_KEYS = {
-    "recompute": (
-        "recompute_granularity",
-        "recompute_modules",
-        "recompute_method",
-        "recompute_num_layers",
-        "optimizer_cpu_offload",
-        "optimizer_offload_fraction",
-    ),
+    "recompute": RECOMPUTE_KEYS + OPTIMIZER_OFFLOAD_KEYS,
     "dispatcher": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend"),
     "graphs": ("cuda_graph_impl", "cuda_graph_scope"),
     "cp_comm": ("cp_comm_type",),
@@ -246,9 +242,6 @@ class _Evaluator:
 def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
     """Complete the request: GBS from tokens_per_step or the default; check what the search needs."""
     data = copy.deepcopy(base)
-    for sec in ("layout", "training", "system"):
-        if data.get(sec) is None:
-            data[sec] = {}
     assumptions: list[str] = []
     s0 = load_scenario(data)
     for name, v in (
@@ -306,7 +299,7 @@ def search(
     Raises:
         InputError: incomplete or malformed request (field named).
     """
-    base = {k: (v if v is not None or k not in ("layout", "training", "system") else {}) for k, v in base.items()}
+    base = with_sections(base)
     data, s0, assumptions = _request(base)
     m, gpu, world = s0.model, s0.gpu, s0.num_gpus
     if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
@@ -482,17 +475,13 @@ def search(
     )
 
 
-_REC_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
-_OFF_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
-
-
 def _ladder(m, fixed: dict) -> list[tuple[str, dict]]:
     """The recompute ladder without the rungs that would change a key the request holds fixed."""
     full = recompute_ladder(m)
-    rec_fixed = any(k in fixed for k in _REC_KEYS)
-    off_fixed = any(k in fixed for k in _OFF_KEYS)
+    rec_fixed = any(k in fixed for k in RECOMPUTE_KEYS)
+    off_fixed = any(k in fixed for k in OPTIMIZER_OFFLOAD_KEYS)
     if not rec_fixed:
-        return [r for r in full if not (off_fixed and any(k in r[1] for k in _OFF_KEYS))]
+        return [r for r in full if not (off_fixed and any(k in r[1] for k in OPTIMIZER_OFFLOAD_KEYS))]
     gran = fixed.get("recompute_granularity")
     given = (
         f"{gran} (given)"
@@ -502,11 +491,11 @@ def _ladder(m, fixed: dict) -> list[tuple[str, dict]]:
     out = [(given, {})]
     if not off_fixed:
         for _name, keys in full:
-            if any(k in keys for k in _OFF_KEYS):
+            if any(k in keys for k in OPTIMIZER_OFFLOAD_KEYS):
                 out.append(
                     (
                         f"{given} + optimizer offload {keys['optimizer_offload_fraction']:g}",
-                        {k: v for k, v in keys.items() if k not in _REC_KEYS},
+                        {k: v for k, v in keys.items() if k not in RECOMPUTE_KEYS},
                     )
                 )
     return out

@@ -17,6 +17,21 @@ from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: the layout keys a recompute-ladder rung sets
+RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
+OPTIMIZER_OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+
+
+def with_sections(data: dict) -> dict:
+    """A copy of a scenario mapping whose ``layout`` / ``training`` / ``system`` are mappings (a
+    section written as ``null`` counts as empty)."""
+    out = dict(data)
+    for sec in ("layout", "training", "system"):
+        if out.get(sec) is None:
+            out[sec] = {}
+    return out
+
+
 #: tokens per CP rank below which more CP is not searched (attention kernels fall far below peak and
 #: the ring exchange cannot hide behind them; the guidance's floor is ~4K tokens per CP rank, we go
 #: one power of two lower so the search can show why)
