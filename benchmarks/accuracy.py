@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timefit import ROOT, fit, load_runs, predict, spearman  # noqa: E402
+from timefit import ROOT, fit, load_runs, predict, release_anomalies, spearman  # noqa: E402
 
 from moeplan.model.constants import load_constants  # noqa: E402
 from moeplan.model.flops import model_flops  # noqa: E402
@@ -93,6 +93,7 @@ def write_validity(known, ours, meas, logo) -> None:
 
 def main() -> None:
     runs = load_runs()
+    anomalies = release_anomalies(runs)
     known = [r for r in runs if r["precision_known"]]
     unknown = [r for r in runs if not r["precision_known"]]
     c = load_constants()
@@ -105,6 +106,19 @@ def main() -> None:
             _baseline(known, lambda r: (r["gpu"], r["precision"], SIZE.get(r["model"], "?"))), meas
         ),
     }
+    clean = np.array([r["id"] not in anomalies for r in known])
+    clean_res = {
+        "moeplan": metrics(ours[clean], meas[clean]),
+        "constant MFU per (GPU, precision)": metrics(
+            _baseline(known, lambda r: (r["gpu"], r["precision"]), set(np.flatnonzero(clean)))[clean], meas[clean]
+        ),
+        "MFU lookup (GPU, precision, size)": metrics(
+            _baseline(
+                known, lambda r: (r["gpu"], r["precision"], SIZE.get(r["model"], "?")), set(np.flatnonzero(clean))
+            )[clean],
+            meas[clean],
+        ),
+    }
     groups = collections.defaultdict(list)
     for i, r in enumerate(known):
         groups[(r["model"], r["gpu"])].append(i)
@@ -113,7 +127,7 @@ def main() -> None:
     if "--no-logo" not in sys.argv:
         for gpu in ("h100", "b200", "gb200", "gb300"):
             train = [r for r in known if r["gpu"] != gpu]
-            test = [r for r in known if r["gpu"] == gpu]
+            test = [r for r in known if r["gpu"] == gpu and r["id"] not in anomalies]
             c_g, _ = fit(train, max_nfev=150)
             p = predict(test, c_g)
             m = np.array([r["measured"] for r in test])
@@ -133,6 +147,24 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     for name, m in res.items():
+        lines.append(f"| {name} | {m['median_pct']:.1f} | {m['worst_pct']:.1f} | {m['spearman']:.3f} |")
+    lines += [
+        "",
+        f"Release anomalies ({len([a for a in anomalies if any(r['id'] == a for r in known)])} runs, decided from the "
+        "measurements alone by `timefit.release_anomalies`: a run measured at most 1/1.5 of the same model, "
+        "GPU, GPU count, layout, MBS and GBS in an earlier release or in another release of the same line). "
+        "They are left out of the fit and of the leave-one-GPU-out test sets, and counted in the table above:",
+        "",
+    ]
+    lines += [f"- {k}: {v}" for k, v in sorted(anomalies.items())]
+    lines += [
+        "",
+        "Without the release anomalies:",
+        "",
+        "| predictor | median abs % error | worst % | Spearman |",
+        "|---|---|---|---|",
+    ]
+    for name, m in clean_res.items():
         lines.append(f"| {name} | {m['median_pct']:.1f} | {m['worst_pct']:.1f} | {m['spearman']:.3f} |")
     if unk:
         lines += [
@@ -155,6 +187,8 @@ def main() -> None:
         print(
             f"{name:38s} median {m['median_pct']:5.1f} %  worst {m['worst_pct']:6.1f} %  Spearman {m['spearman']:.3f}"
         )
+    m = clean_res["moeplan"]
+    print(f"moeplan without release anomalies        median {m['median_pct']:5.1f} %  worst {m['worst_pct']:6.1f} %")
     if logo:
         print("leave-one-GPU-out:", {k: round(v, 1) for k, v in logo.items()})
 

@@ -123,8 +123,8 @@ def test_cli_calibrate(tmp_path):
 
 
 def test_cli_calibration_profile_is_used_and_checked(tmp_path):
-    """A slower release factor in the profile makes every step slower: the relative effects of a
-    change stay comparable, and a missing profile is exit 2."""
+    """A profile with other shared constants changes the predicted effect of a change (the release
+    factor alone would not: it divides the whole step), and a missing profile is exit 2."""
     from test_compare import BASE, DUMP_A, make_log
 
     a, b = tmp_path / "a.log", tmp_path / "b.log"
@@ -133,7 +133,9 @@ def test_cli_calibration_profile_is_used_and_checked(tmp_path):
     base = tmp_path / "base.yaml"
     base.write_text(json.dumps(BASE))
     prof = tmp_path / "p.json"
-    prof.write_text(profile_json(dataclasses.replace(load_constants(), release_factor={"26.06": 0.5})))
+    prof.write_text(
+        profile_json(dataclasses.replace(load_constants(), release_factor={"26.06": 0.5}, grouped_gemm_half_tokens=64.0))
+    )
     args = ["compare", str(a), str(b), "--scenario", str(base), "--json"]
     plain = json.loads(runner.invoke(app, args).stdout)["causes"][0]["step_time_change_rel"]
     cal = json.loads(runner.invoke(app, [*args, "--calibration", str(prof)]).stdout)["causes"][0]

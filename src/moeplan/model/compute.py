@@ -5,7 +5,7 @@ and MLPs split by TP, tokens split by CP, causal attention does half of the s² 
 the masked blocks), sliding-window layers are bounded by the window, routed experts process
 ``k·tokens·imbalance`` tokens. Time = FLOPs / achieved throughput, where the achieved throughput is
 the dense peak × the GPU's measured best-shape GEMM fraction (``gpus.json`` MAMF, ml-engineering) ×
-a grouped-GEMM occupancy term for few tokens per expert × the release factor; attention is first-
+a grouped-GEMM occupancy term for few tokens per expert; attention is first-
 principles, not fitted (:func:`attention_fraction`); element-wise work is memory-bound (HBM bandwidth).
 """
 
@@ -69,21 +69,21 @@ def speeds(
     gpu: GpuSpec,
     precision: str,
     fp8_attention: bool,
-    release_factor: float,
     c: TimeConstants,
     measured: dict[str, float] | None = None,
 ) -> Speeds:
-    """Peak × measured GEMM fraction × release factor for GEMMs (FP8/FP4 recipes use their peak);
-    ``attention_flops_per_s`` is the attention peak × release factor (BF16 unless
-    ``fp8_dot_product_attention``): multiply by :func:`attention_fraction` for a kernel length."""
+    """Peak × measured GEMM fraction for GEMMs (FP8/FP4 recipes use their peak);
+    ``attention_flops_per_s`` is the attention peak (BF16 unless ``fp8_dot_product_attention``):
+    multiply by :func:`attention_fraction` for a kernel length. The container release's software
+    efficiency is applied to the whole step, not here (:func:`moeplan.model.step.estimate_step`)."""
     key = "bf16" if precision == "bf16" else ("fp4" if precision == "nvfp4" else "fp8")
     peak = gpu.peak_dense_tflops.get(key) or gpu.peak_dense_tflops.get("bf16")
     frac = (measured or {}).get(key if key != "fp4" else "fp8", DEFAULT_GEMM_FRACTION)
     bf16 = gpu.peak_dense_tflops.get("bf16")
     attn_peak = gpu.peak_dense_tflops.get("fp8", bf16) * ATTENTION_FP8_RELATIVE if fp8_attention else bf16
     return Speeds(
-        gemm_flops_per_s=peak * 1e12 * frac * release_factor,
-        attention_flops_per_s=attn_peak * 1e12 * release_factor,
+        gemm_flops_per_s=peak * 1e12 * frac,
+        attention_flops_per_s=attn_peak * 1e12,
         hbm_bytes_per_s=(gpu.hbm_bandwidth_gb_per_s or 3000) * 1e9,
     )
 

@@ -2,8 +2,8 @@
 ``catalog/data/time_constants.json`` (written by ``benchmarks/calibrate_time.py``).
 
 No constant is fitted per model or per run: they are shared across every model and GPU, and one
-software-efficiency factor per Megatron Bridge container release scales achieved compute throughput
-(the same layout gains 20–25 % between releases). A scenario without a release uses the newest.
+software-efficiency factor per Megatron Bridge container release divides the whole step time (kernels,
+communication and overlap improve together; the same layout gains 20–25 % between releases). A scenario without a release uses the newest.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class TimeConstants:
         dp_exposed_fraction: share of the data-parallel gradient/parameter traffic not hidden by overlap.
         overlap_hidden_fraction: share of TP communication hidden by TP comm overlap, and of a
             layer's compute that can hide the EP exchange of the microbatch it is paired with.
-        release_factor: per container release, scales achieved compute throughput.
+        release_factor: per container release, divides every part of the step time.
     """
 
     grouped_gemm_half_tokens: float = 256.0

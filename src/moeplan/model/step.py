@@ -130,7 +130,6 @@ def estimate_step(
         gpu,
         t.precision,
         lay.fp8_dot_product_attention and t.precision != "bf16",
-        rel,
         c,
         measured_gemm_fractions(gpu.id),
     )
@@ -350,6 +349,10 @@ def estimate_step(
         host = (gpu.host_link_unidir_gb_per_s or 25) * 1e9
         t_opt += frac * shard * (4 + 2) / host + frac * shard / CPU_ADAM_PARAMS_PER_S
     breakdown["optimizer"] = t_opt
+    # software efficiency of the container release: newer releases speed up kernels, communication and
+    # overlap alike (fused kernels, HybridEP, graph capture), so the factor scales every part of the step
+    # (fitted across all models and GPUs of a release, benchmarks/calibrate_time.py)
+    breakdown = {k: v / rel for k, v in breakdown.items()}
     step = sum(breakdown.values())
     tokens_step = t.global_batch_size * t.seq_length
     tps = tokens_step / (step * s.num_gpus)
@@ -373,5 +376,5 @@ def estimate_step(
         assumptions,
         assess(s).to_dict(),
         tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
-        totals,
+        [x / rel for x in totals],
     )
