@@ -134,7 +134,9 @@ def test_cli_calibration_profile_is_used_and_checked(tmp_path):
     base.write_text(json.dumps(BASE))
     prof = tmp_path / "p.json"
     prof.write_text(
-        profile_json(dataclasses.replace(load_constants(), release_factor={"26.06": 0.5}, grouped_gemm_half_tokens=64.0))
+        profile_json(
+            dataclasses.replace(load_constants(), release_factor={"26.06": 0.5}, grouped_gemm_half_tokens=64.0)
+        )
     )
     args = ["compare", str(a), str(b), "--scenario", str(base), "--json"]
     plain = json.loads(runner.invoke(app, args).stdout)["causes"][0]["step_time_change_rel"]
