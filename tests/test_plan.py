@@ -463,3 +463,17 @@ def test_cli_tokens_per_step_below_one_sequence():
         app, ["plan", "--model", QWEN30, "--gpu", "h100", "-n", "16", "-s", "8192", "--tokens-per-step", "4096"]
     )
     assert r.exit_code == 2 and "--tokens-per-step" in r.output
+
+
+def test_dispatcher_line_flags_disagreement_with_nvl72_guidance():
+    """On NVL72 a winner that is not HybridEP carries the guidance's 'HybridEP first' caveat; on HGX
+    (8-GPU NVLink domain) it never does."""
+    from moeplan.plan.explain import explain_winner
+
+    base = {"seq_length": 4096, "global_batch_size": 256, "precision": "bf16"}
+    for gpu, n in (("gb200", 16), ("h100", 16)):
+        res = plan({"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": gpu, "num_gpus": n}, "training": base}, top=3)
+        line = next(x for x in explain_winner(res.search) if x.startswith("dispatcher"))
+        chosen = res.candidates[0].knobs.get("dispatcher")
+        flagged = "HybridEP first on NVL72" in line
+        assert flagged == (gpu == "gb200" and chosen != "hybridep"), line

@@ -27,6 +27,12 @@ def best_by(res: SearchResult, attr: str) -> dict[int, Candidate]:
     return out
 
 
+def _nvl72(c) -> bool:
+    """Whether the candidate's EP group sits in a rack-scale NVLink domain (more than 8 GPUs)."""
+    gpu = c.scenario.gpu
+    return bool(gpu and (gpu.scaleup_domain_gpus or 8) > 8 and c.parallel.ep > 1)
+
+
 def explain_winner(res: SearchResult) -> list[str]:
     """Plain-language lines: each parallel size, recompute, dispatcher, graphs, offload, CP comm."""
     if not res.candidates:
@@ -103,6 +109,11 @@ def explain_winner(res: SearchResult) -> list[str]:
             note = " (no predicted difference: the default is kept)"
         elif same:
             note = " (within 0.1 %: below the model's resolution)"
+        if fam == "dispatcher" and chosen != "hybridep" and "hybridep" in t and _nvl72(w):
+            note += (
+                " — the guidance puts HybridEP first on NVL72, and the model's HybridEP efficiency is fitted on"
+                " published runs where it also absorbs costs the model lacks: measure both"
+            )
         lines.append(f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + ".")
     if w.scenario.layout.optimizer_cpu_offload:
         lines.append(
