@@ -1,5 +1,6 @@
 """Fit the shared time-model constants on every published Megatron Bridge run whose precision is
-published, and write ``src/moeplan/catalog/data/time_constants.json`` with provenance.
+published (release anomalies left out: ``timefit.release_anomalies``), and write
+``src/moeplan/catalog/data/time_constants.json`` with provenance.
 
 Usage: python benchmarks/calibrate_time.py
 """
@@ -29,7 +30,8 @@ def main() -> None:
     info.update(
         {
             "fitted_on": "shared/reference/published_runs.yaml (Megatron Bridge performance summary, releases "
-            "25.11–26.06, runs with a published precision), recipe knobs filled from the packaged "
+            "25.11–26.06, runs with a published precision, release anomalies left out by "
+            "timefit.release_anomalies), recipe knobs filled from the packaged "
             "perf recipes (recipe_defaults: mbridge-perf)",
             "method": "least squares on log(predicted/measured tokens/s/GPU), benchmarks/timefit.py",
             "seconds": round(time.time() - t0, 1),

@@ -79,8 +79,9 @@ def _release_key(name: str) -> tuple[int, ...]:
 
 def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[str, str]:
     """Runs that are release regressions, by id → the evidence (the faster run of the same model, GPU,
-    GPU count, TP/PP/VPP/CP/EP/ETP, MBS and GBS). Decided from the measurements alone, never from
-    the model's error. 25.09 runs (precision not published) count as evidence: FP8 is not slower."""
+    GPU count, TP/PP/VPP/CP/EP/ETP, MBS, GBS, sequence length and precision). Decided from the
+    measurements alone, never from the model's error. 25.09 runs (precision not published) match any
+    precision."""
 
     def key(r):
         s = r["scenario"]
@@ -97,13 +98,17 @@ def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[st
             s.etp,
             t.micro_batch_size,
             t.global_batch_size,
+            t.seq_length,
         )
+
+    def same_precision(a, b) -> bool:  # an unpublished precision (25.09) matches any
+        return not (a["precision_known"] and b["precision_known"]) or a["precision"] == b["precision"]
 
     out = {}
     for r in runs:
         rk = _release_key(r["release"])
         for o in runs:
-            if o is r or key(o) != key(r) or o["release"] == r["release"]:
+            if o is r or key(o) != key(r) or o["release"] == r["release"] or not same_precision(o, r):
                 continue
             ok = _release_key(o["release"])
             if (ok < rk or ok[:2] == rk[:2]) and o["measured"] >= ratio * r["measured"]:
@@ -181,6 +186,14 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     before = resid(x0)[: len(used)]
     sol = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0)
     c = constants_from(np.exp(sol.x))
+    # a release without fitted runs (25.09: no published precision) takes the nearest fitted release's factor
+    fitted = sorted(fitted_releases, key=_release_key)
+    rel = dict(c.release_factor)
+    for name in RELEASES:
+        if name not in fitted_releases and fitted:
+            near = min(fitted, key=lambda f: abs(RELEASES.index(f) - RELEASES.index(name)))
+            rel[name] = rel.get(near, 1.0)
+    c = dataclasses.replace(c, release_factor=rel)
     after = sol.fun[: len(used)]
     info = {
         "runs": len(used),

@@ -44,7 +44,7 @@ def _planted_runs(factor: float, base: TimeConstants | None = None) -> list[Run]
 
 
 def test_scale_fit_recovers_a_planted_factor():
-    # the release factor scales achieved compute only, so the fit must find 0.8 itself, not a ratio
+    # the release factor divides the whole step: the fit must find the planted 0.8 from the runs
     c, info = fit(_planted_runs(0.8), TimeConstants(), "scale")
     assert c.release_factor == {"26.02": pytest.approx(0.8, rel=1e-4)}
     assert info["free_constants"] == 1 and info["median_abs_pct_error_after"] < 1e-3
@@ -155,6 +155,9 @@ def test_cli_calibration_profile_is_used_and_checked(tmp_path):
         {"release_factor": {"26.06": 1.0}, "a2a_efficiency": 0.5},
         {},
         {"release_factor": {"26.06": 1.0}, "nvlink_efficiency": 1e308},
+        {"release_factor": {"26.06": 1.0}, "newest_release": "99.99"},
+        {"release_factor": {"26.06": 1.0}, "a2a_efficiency": {"alltoall": 0.5}},
+        [],
     ],
 )
 def test_load_profile_rejects_implausible_values(tmp_path, profile):
@@ -162,3 +165,33 @@ def test_load_profile_rejects_implausible_values(tmp_path, profile):
     p.write_text(json.dumps(profile))
     with pytest.raises(InputError, match="--calibration"):
         load_profile(p)
+
+
+def _run(rid="a", release="26.04", num_gpus=16, model="Qwen/Qwen3-30B-A3B"):
+    return {
+        "id": rid,
+        "release": release,
+        "scenario": {
+            "model": model,
+            "system": {"gpu": "h100", "num_gpus": num_gpus},
+            "training": {"seq_length": 4096, "global_batch_size": 512},
+            "layout": {"expert_model_parallel_size": 16},
+        },
+        "measured": {"tokens_per_s_per_gpu": 8000},
+    }
+
+
+@pytest.mark.parametrize(
+    "runs, field, words",
+    [
+        ([_run(release=26.1)], "runs[0].release", "quote it"),  # YAML's reading of an unquoted 26.10
+        ([_run(release="latest")], "runs[0].release", "'26.04'"),
+        ([_run(), _run()], "runs[1].id", "runs[0] has it too"),
+        ([_run(model="Qwen/Qwen3-31B")], "runs[0] (a).model", "did you mean"),
+        ([_run(num_gpus=24)], "runs[0] (a).system.num_gpus", "divisible"),
+    ],
+)
+def test_runs_yaml_errors_name_the_run_and_field(runs, field, words):
+    with pytest.raises(InputError) as exc:
+        load_runs_yaml({"runs": runs})
+    assert exc.value.field == field and words in str(exc.value)

@@ -247,22 +247,6 @@ def test_estimate_offload_reports_host_memory():
         (["check", "--model", ""], "model"),
         (["check", "--set", "system.gpu={id: x}"], "system.gpu.usable_hbm_gib"),
         (["check", "--set", "system.gpu={id: x, usable_hbm_gib: 80, hbm_gib: 3}"], "did you mean"),
-        (
-            [
-                "estimate",
-                "--model",
-                "qwen3-30b-a3b",
-                "--gpu",
-                "h100",
-                "--num-gpus",
-                "64",
-                "--seq-length",
-                "4096",
-                "--pp",
-                "64",
-            ],
-            "leaves ranks empty",
-        ),
         (["params", "--model", "deepseek-v3", "--pp", "4"], "61 layers over PP 4"),
     ],
 )
@@ -401,3 +385,35 @@ def test_export_refuses_broken_layout_and_check_from_imports(tmp_path):
     assert r.exit_code == 2
     r = run(["export", "examples/deepseek_v3_gb300.yaml", "-o", str(tmp_path / "nodir" / "x")])
     assert r.exit_code == 2
+
+
+def test_estimate_on_a_layout_that_does_not_fold_says_which_rules_and_exits_1():
+    """The world does not fold (rule world.expert_grid_divides_world): exit 1 with the rule list, as `check`."""
+    r = run(["estimate", "examples/long_context_broken.yaml", "--json"])
+    assert r.exit_code == 1, r.output
+    d = json.loads(r.stdout)
+    assert d["memory"] is None and d["throughput"] is None
+    assert any(e["rule_id"] == "world.expert_grid_divides_world" for e in d["check"]["errors"])
+
+
+@pytest.mark.parametrize(
+    "gpu, field",
+    [
+        ("{id: mygpu, usable_hbm_gib: 94, peak_dense_tflops: {bf16: -989}}", "system.gpu.peak_dense_tflops"),
+        ("{id: mygpu, usable_hbm_gib: 94, peak_dense_tflops: {bf16: 0}}", "system.gpu.peak_dense_tflops"),
+        ("{id: mygpu, usable_hbm_gib: 94, peak_dense_tflops: {tf32: 400}}", "system.gpu.peak_dense_tflops"),
+        ("{id: mygpu, usable_hbm_gib: 94}", "system.gpu.peak_dense_tflops"),  # no peak: no step time
+    ],
+)
+def test_custom_gpu_peaks_are_checked(gpu, field):
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--num-gpus", "16", "--seq-length", "4096", "--gbs", "512"]
+    r = run([*args, "--ep", "16", "--set", f"system.gpu={gpu}"])
+    assert r.exit_code == 2 and field in r.stderr and "Traceback" not in r.output, r.output
+
+
+def test_estimate_with_more_stages_than_layers_is_a_rule_break_exit_1():
+    """PP 64 over 48 layers leaves stages empty: the rule says so with its fix (exit 1, as `check`)."""
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "64", "--seq-length", "4096"]
+    r = run([*args, "--pp", "64"])
+    assert r.exit_code == 1, r.output
+    assert "pipeline.num_layers_divisible_by_pp" in r.output and "every stage needs at least one layer" in r.output

@@ -466,14 +466,34 @@ def test_cli_tokens_per_step_below_one_sequence():
 
 
 def test_dispatcher_line_flags_disagreement_with_nvl72_guidance():
-    """On NVL72 a winner that is not HybridEP carries the guidance's 'HybridEP first' caveat; on HGX
-    (8-GPU NVLink domain) it never does."""
+    """On NVL72 a winner that is not HybridEP carries the guidance's 'HybridEP first' caveat; a HybridEP
+    winner, or an 8-GPU NVLink domain (HGX), never does. HybridEP's efficiency is set both ways so each
+    branch is exercised whatever the packaged fit says."""
+    import dataclasses
+
+    from moeplan.model.constants import load_constants
     from moeplan.plan.explain import explain_winner
 
-    base = {"seq_length": 4096, "global_batch_size": 256, "precision": "bf16"}
-    for gpu, n in (("gb200", 16), ("h100", 16)):
-        res = plan({"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": gpu, "num_gpus": n}, "training": base}, top=3)
-        line = next(x for x in explain_winner(res.search) if x.startswith("dispatcher"))
-        chosen = res.candidates[0].knobs.get("dispatcher")
-        flagged = "HybridEP first on NVL72" in line
-        assert flagged == (gpu == "gb200" and chosen != "hybridep"), line
+    base = load_constants()
+    req = {"seq_length": 4096, "global_batch_size": 256, "precision": "bf16"}
+    seen = set()
+    for gpu in ("gb200", "h100"):
+        for a2a, hyb in ((0.9, 0.15), (0.15, 0.9)):
+            c = dataclasses.replace(
+                base, a2a_efficiency={**base.a2a_efficiency, "alltoall": a2a, "deepep": a2a, "hybridep": hyb}
+            )
+            res = plan(
+                {
+                    "model": "Qwen/Qwen3-30B-A3B",
+                    "system": {"gpu": gpu, "num_gpus": 16},
+                    "training": req,
+                    "layout": {"expert_model_parallel_size": 8},
+                },
+                top=3,
+                constants=c,
+            )
+            line = next(x for x in explain_winner(res.search) if x.startswith("dispatcher"))
+            chosen = res.candidates[0].knobs.get("dispatcher")
+            seen.add((gpu, chosen == "hybridep"))
+            assert ("HybridEP first on NVL72" in line) == (gpu == "gb200" and chosen != "hybridep"), line
+    assert {("gb200", True), ("gb200", False)} <= seen  # both branches on NVL72

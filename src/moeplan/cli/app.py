@@ -247,8 +247,28 @@ def estimate(
         if workload is not None:
             ov["workload"] = load_workload(workload)
         scn = load_scenario(scenario, ov)
-        mem = estimate_memory(scn)
         checked = validate(scn)
+        try:
+            mem = estimate_memory(scn)
+        except InputError:
+            if checked.verdict not in ("invalid", "unsupported"):
+                raise
+            # the layout does not fold into the world: the rules say why (exit 1, as `check`)
+            from moeplan.cli import render
+
+            if as_json:
+                errors = [f.to_dict() for f in checked.errors]
+                render.print_json(
+                    {
+                        "scenario": scn.summary(),
+                        "check": {"verdict": checked.verdict, "errors": errors},
+                        "memory": None,
+                        "throughput": None,
+                    }
+                )
+            else:
+                render.render_check(checked)
+            raise typer.Exit(EXIT_RULE) from None
         consts = _step_constants(calibration)
         broken = checked.verdict in ("invalid", "unsupported")
         throughput = None

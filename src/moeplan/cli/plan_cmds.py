@@ -147,6 +147,12 @@ def plan_cmd(
             )
         if rounding:
             res.notes.append(rounding)
+        if consts is not None:
+            prov = consts.provenance or {}
+            res.notes.append(
+                f"step times from the calibration profile {calibration}"
+                + (f" ({prov.get('mode', '?')} fit on {len(prov['run_ids'])} run(s))" if "run_ids" in prov else "")
+            )
         out = res.to_dict()
         if report is not None:
             from moeplan.plan.report import write_report

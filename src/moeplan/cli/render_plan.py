@@ -186,10 +186,18 @@ def render_fit(d: dict) -> None:
         c.print(t)
     elif not d["fits_already"]:
         c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
-    if d["not_enough"]:
+    if d.get("replanned"):
+        c.print("no single change or pair of changes fits: the planner's best layout at this size is shown")
+    less = [f for f in d["not_enough"] if f["saved_gib"] > 0]
+    more = [f for f in d["not_enough"] if f["saved_gib"] <= 0]
+    if less:
         c.print(
-            "legal but not enough alone: "
-            + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in d["not_enough"]),
+            "legal but not enough alone: " + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in less),
+            highlight=False,
+        )
+    if more:
+        c.print(
+            "legal but raise the peak: " + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in more),
             highlight=False,
         )
     if d["rejected"]:

@@ -6,7 +6,9 @@ ranges below. Two sets of free constants:
 
 - ``scale``: one software/cluster efficiency factor per container release present in the runs (the
   ``release_factor`` of :class:`~moeplan.model.constants.TimeConstants`), the shared constants kept;
-  for a few runs on one's own cluster. Needs at least as many runs as releases.
+  for a few runs on one's own cluster. Needs at least as many runs as releases. The factor divides the
+  whole step, so a ``scale`` profile moves absolute step times and tokens/s; it does not change how
+  layouts rank nor the relative effect of a change (``compare``, ``oom``): ``all`` does.
 - ``all``: the 12 shared constants and the release factors (the newest release present keeps its
   starting factor so the fit is identifiable). Needs more runs than free constants.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +48,10 @@ SHARED: list[tuple[str, float, float]] = [
     ("overlap_hidden_fraction", 0.2, 0.95),
 ]
 RELEASE_BOUNDS = (0.3, 2.0)
+#: dispatcher backends with a fitted EP exchange efficiency
+A2A_BACKENDS = ("alltoall", "deepep", "hybridep")
+#: a container release as Megatron Bridge names it (``26.04`` or ``26.04.01``)
+RELEASE_PATTERN = re.compile(r"^\d\d\.\d\d(\.\d\d)?$")
 MODES = ("scale", "all")
 
 
@@ -225,13 +232,23 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
     if not isinstance(data, list) or not data:
         raise InputError("runs", type(data).__name__, "a non-empty list of runs (or a mapping with runs:)")
     out = []
+    seen: dict[str, int] = {}
     for i, r in enumerate(data):
         if not isinstance(r, dict) or not isinstance(r.get("scenario"), dict):
             raise InputError(f"runs[{i}].scenario", None, "a scenario mapping")
+        rid = str(r.get("id", i))
+        if rid in seen:
+            raise InputError(f"runs[{i}].id", rid, f"a unique id (runs[{seen[rid]}] has it too)")
+        seen[rid] = i
         meas = (r.get("measured") or {}).get("tokens_per_s_per_gpu") if isinstance(r.get("measured"), dict) else None
         if not isinstance(meas, (int, float)) or isinstance(meas, bool) or not meas > 0 or not math.isfinite(meas):
             raise InputError(f"runs[{i}].measured.tokens_per_s_per_gpu", meas, "a positive number")
         release = r.get("release")
+        if release is not None and not (isinstance(release, str) and RELEASE_PATTERN.match(release)):
+            hint = " (quote it: YAML reads 26.10 as the number 26.1)" if isinstance(release, (int, float)) else ""
+            raise InputError(
+                f"runs[{i}].release", release, "a container release as a string, e.g. '26.04' or '26.04.01'" + hint
+            )
         sc = _deep_merge(defaults or {}, r["scenario"])
         if release is not None:
             sc = _deep_merge(sc, {"versions": {"container": str(release)}})
@@ -239,9 +256,15 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
             sc = _deep_merge(sc, {"layout": {"mtp_num_layers": 0}})
         try:
             s = load_scenario(sc)
+        except InputError as exc:
+            raise InputError(f"runs[{i}] ({rid}).{exc.field}", exc.value, exc.allowed, exc.hint) from None
         except MoeplanError as exc:
-            raise InputError(f"runs[{i}] ({r.get('id', i)})", None, f"a valid scenario: {exc}") from None
-        out.append(Run(str(r.get("id", i)), s, float(meas), str(release) if release is not None else None))
+            raise InputError(f"runs[{i}] ({rid})", "its scenario", f"a valid scenario ({exc})") from None
+        if s.dp is None or (s.model is not None and s.model.is_moe and s.edp is None):
+            raise InputError(
+                f"runs[{i}] ({rid}).system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP"
+            )
+        out.append(Run(rid, s, float(meas), release))
     return out
 
 
@@ -273,9 +296,12 @@ def load_profile(path) -> TimeConstants:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError("--calibration", str(path), f"a readable calibration profile ({type(exc).__name__})") from None
     fields = {f.name for f in dataclasses.fields(TimeConstants)}
-    if not isinstance(data, dict) or set(data) - fields:
-        extra = sorted(set(data) - fields) if isinstance(data, dict) else []
-        raise InputError("--calibration", str(path), f"a moeplan calibration profile (unknown keys {extra})")
+    if not isinstance(data, dict):
+        raise InputError("--calibration", str(path), "a JSON object written by moeplan calibrate -o")
+    if set(data) - fields:
+        raise InputError(
+            "--calibration", str(path), f"a moeplan calibration profile (unknown keys {sorted(set(data) - fields)})"
+        )
 
     def finite_pos(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
@@ -286,6 +312,19 @@ def load_profile(path) -> TimeConstants:
     if not data.get("release_factor"):
         raise InputError(
             "--calibration", str(path), "a profile with a release_factor (moeplan calibrate -o writes one)"
+        )
+    newest = data.get("newest_release")
+    if newest is not None and newest not in data["release_factor"]:
+        raise InputError(
+            "--calibration",
+            f"newest_release={newest!r}",
+            f"one of the profile's releases {sorted(data['release_factor'])}",
+        )
+    if "a2a_efficiency" in data and set(data["a2a_efficiency"]) != set(A2A_BACKENDS):
+        raise InputError(
+            "--calibration",
+            f"a2a_efficiency={data['a2a_efficiency']!r}",
+            f"one efficiency for each of {list(A2A_BACKENDS)}",
         )
     for key, (lo, hi) in (("release_factor", RELEASE_BOUNDS),):
         for name, v in data[key].items():

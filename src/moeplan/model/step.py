@@ -98,8 +98,8 @@ def estimate_step(
     ``vision_patches`` overrides the ViT patches per sequence of a VLM (0 = mock, image-free data).
 
     Raises:
-        InputError: missing model, GPU, world size, sequence length or global batch size, or a world
-            size that does not divide (run ``moeplan check``).
+        InputError: missing model, GPU, world size, sequence length or global batch size, a GPU
+            without a bf16 dense peak, or a world size that does not divide (run ``moeplan check``).
     """
     c = c or load_constants()
     m, lay, t, gpu = s.model, s.layout, s.training, s.gpu
@@ -116,12 +116,38 @@ def estimate_step(
     ]
     if missing:
         raise InputError(missing[0], None, "a value: the step-time estimate needs " + ", ".join(missing))
+    if not gpu.peak_dense_tflops.get("bf16"):
+        raise InputError(
+            "system.gpu.peak_dense_tflops",
+            dict(gpu.peak_dense_tflops),
+            "a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it",
+        )
     if s.dp is None or (m.is_moe and s.edp is None):
         raise InputError("system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
     assumptions: list[str] = []
     mbs = t.micro_batch_size or 1
     n_mb = max(1, t.global_batch_size // (mbs * s.dp))
     rel_name, rel = c.release(release_of(s))
+    prov = c.provenance or {}
+    if "run_ids" in prov:  # a calibration profile written by `moeplan calibrate`
+        after = prov.get("median_abs_pct_error_after")
+        fit_txt = f", median error {after:.1f} % after the fit" if isinstance(after, (int, float)) else ""
+        assumptions.append(
+            f"calibrated constants ({prov.get('mode', '?')} fit on {len(prov['run_ids'])} run(s){fit_txt}); "
+            "the validity band is the packaged model's"
+        )
+    for key, default, unit in (
+        ("hbm_bandwidth_gb_per_s", 3000, "GB/s"),
+        ("scaleup_unidir_gb_per_s", 100, "GB/s"),
+        ("nic_gbit_per_s_per_gpu", 200, "Gb/s"),
+        ("host_link_unidir_gb_per_s", 25, "GB/s"),
+    ):
+        if getattr(gpu, key) is None:
+            assumptions.append(f"system.gpu.{key} not given: {default} {unit} assumed")
+    if release_of(s) and release_of(s) != rel_name:
+        assumptions.append(
+            f"container {release_of(s)} not among the fitted releases: software efficiency of {rel_name}"
+        )
     if release_of(s) is None:
         assumptions.append(f"no container release given (versions.container): software efficiency of {rel_name}")
     from moeplan.catalog.gpus import measured_gemm_fractions

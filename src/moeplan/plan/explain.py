@@ -28,9 +28,9 @@ def best_by(res: SearchResult, attr: str) -> dict[int, Candidate]:
 
 
 def _nvl72(c) -> bool:
-    """Whether the candidate's EP group sits in a rack-scale NVLink domain (more than 8 GPUs)."""
+    """Whether the candidate runs expert parallelism on a rack-scale NVLink domain (NVL72)."""
     gpu = c.scenario.gpu
-    return bool(gpu and (gpu.scaleup_domain_gpus or 8) > 8 and c.parallel.ep > 1)
+    return bool(gpu and gpu.is_nvl72 and c.parallel.ep > 1)
 
 
 def explain_winner(res: SearchResult) -> list[str]:
@@ -109,7 +109,7 @@ def explain_winner(res: SearchResult) -> list[str]:
             note = " (no predicted difference: the default is kept)"
         elif same:
             note = " (within 0.1 %: below the model's resolution)"
-        if fam == "dispatcher" and chosen != "hybridep" and "hybridep" in t and _nvl72(w):
+        if fam == "dispatcher" and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
             note += (
                 " — the guidance puts HybridEP first on NVL72, and the model's HybridEP efficiency is fitted on"
                 " published runs where it also absorbs costs the model lacks: measure both"

@@ -122,8 +122,9 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
     """Changes that make the scenario fit, least step-time cost first.
 
     Returns:
-        ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], rejected[]}``; each
-        fix: ``change``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None without a global
+        ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
+        rejected[]}`` (``replanned``: no single change or pair fits, the last fix is the planner's
+        layout); each fix: ``change``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None without a global
         batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for ``check``/``export``).
 
     Raises:
@@ -150,6 +151,7 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
         "fits_already": mem0.peak_bytes <= limit,
         "fixes": [],
         "not_enough": [],
+        "replanned": False,
         "rejected": [],
         "check_errors": [f"{f.rule_id}: {f.message}" for f in validate(s0).errors],
     }
@@ -221,6 +223,7 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
                 "fits": True,
             }
             base["fixes"].append(row)
+            base["replanned"] = True
 
     def cost(r: dict) -> tuple:
         t = r["step_time_change_pct"]

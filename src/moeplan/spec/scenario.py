@@ -170,6 +170,7 @@ def _pydantic_to_input_error(exc: ValidationError) -> InputError:
     if err.get("type") == "literal_error":
         allowed = msg.replace("Input should be ", "")
     else:
+        msg = msg.removeprefix("Value error, ")
         allowed = msg[0].lower() + msg[1:] if msg else "a valid value"
     return InputError(loc, value, allowed)
 

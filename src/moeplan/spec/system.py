@@ -8,9 +8,12 @@ for an explicit value instead of assuming one.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moeplan.units import GIB_BYTES
+
+#: precisions a dense peak may be given for
+PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4")
 
 
 class GpuSpec(BaseModel):
@@ -49,6 +52,16 @@ class GpuSpec(BaseModel):
     supports_deepep: bool = True
     supports_hybridep: bool = True
     sources: list[str] = Field(default_factory=list)
+
+    @field_validator("peak_dense_tflops")
+    @classmethod
+    def _positive_peaks(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in PEAK_KEYS:
+                raise ValueError(f"precision keys {', '.join(PEAK_KEYS)} (not {key!r})")
+            if not val > 0:
+                raise ValueError(f"a positive TFLOP/s figure for {key} (not {val})")
+        return v
 
     @property
     def usable_hbm_bytes(self) -> int:
