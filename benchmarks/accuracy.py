@@ -88,6 +88,15 @@ def write_validity(known, ours, meas, logo, anomalies) -> None:
         "extrapolation_band_source": f"twice the worst leave-one-GPU-type-out median error ({worst_logo}: "
         f"{logo[worst_logo]:.1f} %), benchmarks/accuracy.py; outside measured ground errors are not bounded",
     }
+    # per (model, GPU type): the median signed error over the runs that are not release anomalies, so an
+    # estimate can warn of a known bias (reported, never corrected)
+    pairs = collections.defaultdict(list)
+    for r, p, m in zip(known, ours, meas, strict=True):
+        if r["id"] not in anomalies:
+            pairs[f"{r['model']}|{r['gpu']}"].append(100 * (p / m - 1))
+    data["pair_bias"] = {
+        k: {"median_signed_pct": round(float(np.median(v)), 1), "runs": len(v)} for k, v in sorted(pairs.items())
+    }
     out = ROOT / "src" / "moeplan" / "catalog" / "data" / "time_validity.json"
     out.write_text(json.dumps(data, indent=2) + "\n")
 

@@ -355,6 +355,7 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
             ),
             highlight=False,
         )
+    bias = v.get("bias_note")
     if v.get("validated"):
         c.print(f"validated ground: within the measured runs' coverage, expected error {band} ({v['band_source']})")
     else:
@@ -362,6 +363,8 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
             f"[yellow]extrapolated[/]: expected error {band} or worse ({v.get('band_source', '')}); "
             + "; ".join(v.get("outside", []))
         )
+    if bias:
+        c.print(f"[yellow]known bias[/]: {bias}", highlight=False)
     if th["assumptions"]:
         c.print("[dim]assumed: " + "; ".join(th["assumptions"]) + "[/]")
 

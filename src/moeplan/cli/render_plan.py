@@ -86,6 +86,8 @@ def render_plan(d: dict) -> None:
         if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
             c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
         v = w["throughput"]["validity"]
+        if v.get("bias_note"):
+            c.print(f"[yellow]known bias[/] of #1: {v['bias_note']}", highlight=False)
         if not v.get("validated"):
             c.print(
                 f"[yellow]extrapolated[/]: expected error ±{v['error_band_pct']:.0f} % or worse — "

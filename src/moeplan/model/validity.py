@@ -17,6 +17,9 @@ from importlib import resources
 
 from moeplan.spec.scenario import Scenario
 
+#: median signed error (%) of a (model, GPU) pair's published runs from which an estimate warns of it
+BIAS_NOTE_PCT = 15.0
+
 
 @dataclass(frozen=True)
 class Validity:
@@ -25,12 +28,19 @@ class Validity:
     outside: one line per aspect outside it (empty when ``validated``).
     error_band_pct: expected absolute % error of tokens/s/GPU for a case of this kind.
     band_source: where the band comes from (accuracy benchmark figure).
+    measured_bias_pct / measured_bias_runs: median signed % error (predicted / measured − 1) of the
+        published runs of the same model on the same GPU type, and how many (None / 0 when none).
+    bias_note: a reader's warning when that median is at least ``BIAS_NOTE_PCT`` (reported, never
+        corrected: no constant is fitted per model).
     """
 
     validated: bool
     outside: list[str]
     error_band_pct: float
     band_source: str
+    measured_bias_pct: float | None = None
+    measured_bias_runs: int = 0
+    bias_note: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -38,6 +48,9 @@ class Validity:
             "outside": list(self.outside),
             "error_band_pct": self.error_band_pct,
             "band_source": self.band_source,
+            "measured_bias_pct": self.measured_bias_pct,
+            "measured_bias_runs": self.measured_bias_runs,
+            "bias_note": self.bias_note,
         }
 
 
@@ -97,6 +110,15 @@ def assess(s: Scenario) -> Validity:
     for k in layout_kind(s):
         if k not in cov["layout_kinds"]:
             out.append(f"layout feature '{k}' never appears in the measured runs")
+    bias = (cov.get("pair_bias") or {}).get(f"{name}|{gpu}") or {}
+    b, n = bias.get("median_signed_pct"), int(bias.get("runs", 0))
+    note = None
+    if b is not None and abs(b) >= BIAS_NOTE_PCT:
+        note = (
+            f"on the published runs of {name} on {gpu} the model {'over' if b > 0 else 'under'}-predicted "
+            f"tokens/s/GPU by a median {b:+.0f} % ({n} run(s), benchmarks/accuracy.py)"
+        )
+    extra = {"measured_bias_pct": b, "measured_bias_runs": n, "bias_note": note}
     if out:
-        return Validity(False, out, cov["extrapolation_band_pct"], cov["extrapolation_band_source"])
-    return Validity(True, [], cov["in_sample_band_pct"], cov["in_sample_band_source"])
+        return Validity(False, out, cov["extrapolation_band_pct"], cov["extrapolation_band_source"], **extra)
+    return Validity(True, [], cov["in_sample_band_pct"], cov["in_sample_band_source"], **extra)

@@ -1,0 +1,60 @@
+"""The validity note of a step-time estimate: coverage of the fitted runs, error bands and the known
+bias of a (model, GPU) pair."""
+
+from __future__ import annotations
+
+from moeplan import load_scenario
+from moeplan.model import validity
+from moeplan.model.validity import assess, coverage
+
+
+def _scn(seq=4096, cp=1, gpu="gb200", model="Qwen/Qwen3-30B-A3B", precision="mxfp8"):
+    return load_scenario(
+        {
+            "model": model,
+            "system": {"gpu": gpu, "num_gpus": 8},
+            "training": {"seq_length": seq, "global_batch_size": 64, "precision": precision},
+            "layout": {"expert_model_parallel_size": 8 // cp, "context_parallel_size": cp},
+        }
+    )
+
+
+def test_covered_case_gets_the_in_sample_band():
+    cov = coverage()
+    v = assess(_scn())
+    assert v.validated and v.outside == []
+    assert v.error_band_pct == cov["in_sample_band_pct"]
+
+
+def test_long_context_with_cp_is_extrapolated_and_says_why():
+    cov = coverage()
+    v = assess(_scn(seq=131072, cp=2))
+    assert not v.validated
+    assert v.error_band_pct == cov["extrapolation_band_pct"]
+    text = " ".join(v.outside)
+    assert "seq_length 131072" in text and "'cp>1'" in text
+
+
+def test_unmeasured_gpu_and_precision_are_named():
+    v = assess(_scn(gpu="h200", precision="bf16"))
+    text = " ".join(v.outside)
+    assert "GPU h200 was not measured" in text
+
+
+def test_bias_note_reports_a_pairs_median_error(monkeypatch):
+    fake = dict(coverage())
+    fake["pair_bias"] = {
+        "Qwen/Qwen3-30B-A3B|gb200": {"median_signed_pct": 23.4, "runs": 5},
+        "Qwen/Qwen3-30B-A3B|gb300": {"median_signed_pct": -9.0, "runs": 4},
+    }
+    monkeypatch.setattr(validity, "coverage", lambda: fake)
+    v = assess(_scn())
+    assert v.measured_bias_pct == 23.4 and v.measured_bias_runs == 5
+    assert v.bias_note == (
+        "on the published runs of Qwen/Qwen3-30B-A3B on gb200 the model over-predicted tokens/s/GPU by a "
+        "median +23 % (5 run(s), benchmarks/accuracy.py)"
+    )
+    quiet = assess(_scn(gpu="gb300"))  # |−9 %| is below the 15 % threshold: reported in JSON, no note
+    assert quiet.measured_bias_pct == -9.0 and quiet.bias_note is None
+    none = assess(_scn(gpu="b200"))  # no runs of the pair
+    assert none.measured_bias_pct is None and none.measured_bias_runs == 0 and none.bias_note is None
