@@ -195,3 +195,99 @@ def test_runs_yaml_errors_name_the_run_and_field(runs, field, words):
     with pytest.raises(InputError) as exc:
         load_runs_yaml({"runs": runs})
     assert exc.value.field == field and words in str(exc.value)
+
+
+def test_runs_do_not_leak_settings_into_each_other():
+    """A run's own settings (here full recompute) must not reach the runs after it through the shared
+    defaults: the runs come out the same in either order."""
+    a = _run("a")
+    a["scenario"] = {**a["scenario"], "layout": {"expert_model_parallel_size": 16, "recompute_granularity": "full"}}
+    b = _run("b")
+    data = {"defaults": {"training": {"precision": "bf16"}}, "runs": [a, b]}
+    ab = load_runs_yaml(data)
+    ba = load_runs_yaml({**data, "runs": [b, a]})
+    assert ab[1].scenario.layout.recompute_granularity is None
+    assert ba[0].scenario.layout.recompute_granularity is None
+    assert data["defaults"] == {"training": {"precision": "bf16"}}  # the caller's mapping is unchanged
+
+
+def test_run_release_defaults_to_the_scenarios_container():
+    r = _run("a", release=None)
+    r.pop("release")
+    r["scenario"] = {**r["scenario"], "versions": {"container": "nvcr.io/nvidia/nemo:25.11"}}
+    (run,) = load_runs_yaml({"runs": [r]})
+    assert run.release == "25.11"
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda r: r.update(relase="26.04"), "runs[0].relase"),  # a typo is not ignored
+        (lambda r: r.update(id=["a", "b"]), "runs[0].id"),
+        (lambda r: r.update(release="26.04\n"), "runs[0].release"),
+        (lambda r: r.update(release="２６.０４"), "runs[0].release"),  # full-width digits
+        (lambda r: r["measured"].update(tokens_per_s_per_gpu=10**400), "runs[0].measured.tokens_per_s_per_gpu"),
+    ],
+)
+def test_runs_yaml_rejects_hostile_entries(mutate, field):
+    r = _run("a")
+    mutate(r)
+    with pytest.raises(InputError) as exc:
+        load_runs_yaml({"runs": [r]})
+    assert exc.value.field == field
+
+
+def test_runs_yaml_defaults_must_be_a_mapping():
+    with pytest.raises(InputError) as exc:
+        load_runs_yaml({"defaults": [1, 2], "runs": [_run()]})
+    assert exc.value.field == "defaults"
+
+
+def test_yaml_aliases_and_duplicate_keys_are_refused(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x]\nb: &b [*a, *a, *a]\nruns: [*b]\n")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("runs:\n  - id: a\n    release: '26.04'\n    release: '25.11'\n")
+    for f, words in ((bomb, "aliases"), (dup, "duplicate")):
+        res = runner.invoke(app, ["calibrate", str(f), "-o", str(tmp_path / "p.json")])
+        assert res.exit_code == 2 and words in res.stderr, res.output
+        assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d.pop("newest_release"),
+        lambda d: d.update(newest_release=["26.06"]),
+        lambda d: d.pop("nvlink_efficiency"),  # partial: would silently take the priors
+        lambda d: d.update(overlap_hidden_fraction=9.0),  # a share above 1
+        lambda d: d.update(release_factor={"26.06": 20.0}),
+    ],
+)
+def test_hand_edited_profiles_are_refused(tmp_path, edit):
+    d = json.loads(profile_json(load_constants()))
+    edit(d)
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(InputError, match="--calibration"):
+        load_profile(p)
+
+
+def test_profile_with_duplicate_json_keys_is_refused(tmp_path):
+    p = tmp_path / "p.json"
+    text = profile_json(load_constants())
+    p.write_text(text.replace('"nvlink_efficiency"', '"nic_efficiency": 0.9,\n  "nvlink_efficiency"', 1))
+    with pytest.raises(InputError, match="duplicate"):
+        load_profile(p)
+
+
+def test_log_with_zero_iteration_time_is_a_user_error(tmp_path):
+    from test_compare import BASE, DUMP_A, make_log
+
+    log = tmp_path / "zero.log"
+    log.write_text(make_log(1, -1.0, noise=0.0, dump=DUMP_A))  # slowdown −100 %: 0.00 ms per iteration
+    base = tmp_path / "base.yaml"
+    base.write_text(json.dumps(BASE))
+    res = runner.invoke(app, ["calibrate", str(log), "--scenario", str(base), "-o", str(tmp_path / "p.json")])
+    assert res.exit_code == 2 and "iteration time > 0" in res.stderr, res.output
+    assert not (tmp_path / "p.json").exists()

@@ -525,6 +525,7 @@ def oom_cmd(
     try:
         from moeplan.diagnose import read_text_file
 
+        _step_constants(calibration)  # a bad profile is refused even where no step time is needed
         text = source
         try:
             is_path = "\n" not in source and len(source) < 4096 and Path(source).exists()
@@ -602,18 +603,33 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
         raise InputError("--scenario", None, "a scenario (model, GPU, world size) for calibrating from logs")
     base = load_scenario_file(scenario)
     runs = []
+    import math
+
     for path in logs:
         text = read_text_file(path)
         st = parse_log(text)
-        s = load_scenario(_deep_merge(base, log_config(text)[0] or {}))
+        merged = _deep_merge(base, log_config(text)[0] or {})
+        banner = (st.environment or {}).get("container_release")
+        if banner and not (merged.get("versions") or {}).get("container"):
+            # the log's own container banner (NVIDIA Release 26.04) names the release it measured
+            merged = _deep_merge(merged, {"versions": {"container": banner}})
+        try:
+            s = load_scenario(merged)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc.field}", exc.value, exc.allowed, exc.hint) from None
         summ = st.summary()
         if "tokens_per_s_per_gpu" in summ:
             meas = summ["tokens_per_s_per_gpu"]["median"]
         elif "iteration_time_ms" in summ and s.training.global_batch_size and s.training.seq_length and s.num_gpus:
             tokens = s.training.global_batch_size * s.training.seq_length
-            meas = tokens / (summ["iteration_time_ms"]["median"] / 1e3) / s.num_gpus
+            ms = summ["iteration_time_ms"]["median"]
+            meas = tokens / (ms / 1e3) / s.num_gpus if ms > 0 else float("nan")
         else:
             raise InputError("log", str(path), "iteration times and a scenario with GBS, seq_length and num_gpus")
+        if not (isinstance(meas, (int, float)) and math.isfinite(meas) and 0 < meas <= 1e7):
+            raise InputError(f"log {path}", meas, "a positive measured throughput (iteration time > 0, tokens/s > 0)")
+        if s.dp is None or (s.model is not None and s.model.is_moe and s.edp is None):
+            raise InputError(f"{path}: system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
         runs.append(Run(str(path), s, meas, release_of(s)))
     return runs
 
@@ -677,15 +693,10 @@ def calibrate_cmd(
 
 def load_scenario_file_any(path: Path) -> object:
     """A YAML/JSON document of any shape (runs files are lists or mappings)."""
-    import yaml
-
     from moeplan.diagnose import read_text_file
+    from moeplan.spec.scenario import load_yaml_text
 
-    text = read_text_file(path, "runs")
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError("runs", str(path), f"valid YAML ({type(exc).__name__})") from None
+    return load_yaml_text(read_text_file(path, "runs"), "runs", str(path))
 
 
 @app.command("doctor")

@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from moeplan.errors import InputError, MoeplanError
+from moeplan.errors import InputError, MoeplanError, UnknownNameError
 from moeplan.model.constants import TimeConstants
 from moeplan.spec.scenario import Scenario
 
@@ -48,10 +48,40 @@ SHARED: list[tuple[str, float, float]] = [
     ("overlap_hidden_fraction", 0.2, 0.95),
 ]
 RELEASE_BOUNDS = (0.3, 2.0)
+#: constants that are shares of a bandwidth or of a time: never above 1
+FRACTIONS = frozenset(
+    {
+        "nvlink_efficiency",
+        "nic_efficiency",
+        "a2a_alltoall",
+        "a2a_deepep",
+        "a2a_hybridep",
+        "dp_exposed_fraction",
+        "overlap_hidden_fraction",
+    }
+)
 #: dispatcher backends with a fitted EP exchange efficiency
 A2A_BACKENDS = ("alltoall", "deepep", "hybridep")
 #: a container release as Megatron Bridge names it (``26.04`` or ``26.04.01``)
-RELEASE_PATTERN = re.compile(r"^\d\d\.\d\d(\.\d\d)?$")
+RELEASE_PATTERN = re.compile(r"[0-9]{2}\.[0-9]{2}(\.[0-9]{2})?")
+#: keys a run entry may carry (those of ``published_runs.yaml``; the descriptive ones are ignored)
+RUN_KEYS = frozenset(
+    {
+        "id",
+        "release",
+        "scenario",
+        "measured",
+        "mtp_included",
+        "notes",
+        "source",
+        "token_routing",
+        "gradient_accumulation_steps",
+        "as_published",
+        "alternate_quantization_granularity",
+    }
+)
+#: the most tokens/s/GPU a measurement may claim (a plausibility bound, far above any GPU today)
+MAX_TOKENS_PER_S_PER_GPU = 1e7
 MODES = ("scale", "all")
 
 
@@ -227,7 +257,10 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
     from moeplan.spec.scenario import _deep_merge
 
     if isinstance(data, dict):
-        defaults = _deep_merge(defaults or {}, data.get("defaults") or {})
+        extra = data.get("defaults")
+        if extra is not None and not isinstance(extra, dict):
+            raise InputError("defaults", extra, "a scenario mapping laid under every run")
+        defaults = _deep_merge(defaults or {}, extra or {})
         data = data.get("runs")
     if not isinstance(data, list) or not data:
         raise InputError("runs", type(data).__name__, "a non-empty list of runs (or a mapping with runs:)")
@@ -236,15 +269,30 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
     for i, r in enumerate(data):
         if not isinstance(r, dict) or not isinstance(r.get("scenario"), dict):
             raise InputError(f"runs[{i}].scenario", None, "a scenario mapping")
-        rid = str(r.get("id", i))
+        unknown = sorted(set(r) - RUN_KEYS)
+        if unknown:
+            raise UnknownNameError(f"runs[{i}].{unknown[0]}", unknown[0], RUN_KEYS, "a run key:")
+        rid_raw = r.get("id", i)
+        if isinstance(rid_raw, bool) or not isinstance(rid_raw, (str, int)) or len(str(rid_raw)) > 200:
+            raise InputError(f"runs[{i}].id", rid_raw, "a short string (or a number) naming the run")
+        rid = str(rid_raw)
         if rid in seen:
             raise InputError(f"runs[{i}].id", rid, f"a unique id (runs[{seen[rid]}] has it too)")
         seen[rid] = i
         meas = (r.get("measured") or {}).get("tokens_per_s_per_gpu") if isinstance(r.get("measured"), dict) else None
-        if not isinstance(meas, (int, float)) or isinstance(meas, bool) or not meas > 0 or not math.isfinite(meas):
-            raise InputError(f"runs[{i}].measured.tokens_per_s_per_gpu", meas, "a positive number")
+        if (
+            not isinstance(meas, (int, float))
+            or isinstance(meas, bool)
+            or not 0 < meas <= MAX_TOKENS_PER_S_PER_GPU
+            or not math.isfinite(meas)
+        ):
+            raise InputError(
+                f"runs[{i}].measured.tokens_per_s_per_gpu",
+                meas if not isinstance(meas, int) or abs(meas) < 10**20 else "a huge number",
+                f"a positive number up to {MAX_TOKENS_PER_S_PER_GPU:.0e}",
+            )
         release = r.get("release")
-        if release is not None and not (isinstance(release, str) and RELEASE_PATTERN.match(release)):
+        if release is not None and not (isinstance(release, str) and RELEASE_PATTERN.fullmatch(release)):
             hint = " (quote it: YAML reads 26.10 as the number 26.1)" if isinstance(release, (int, float)) else ""
             raise InputError(
                 f"runs[{i}].release", release, "a container release as a string, e.g. '26.04' or '26.04.01'" + hint
@@ -264,6 +312,22 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
             raise InputError(
                 f"runs[{i}] ({rid}).system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP"
             )
+        missing = [
+            k
+            for k, v in (
+                ("model", s.model),
+                ("system.gpu", s.gpu),
+                ("training.seq_length", s.training.seq_length),
+                ("training.global_batch_size", s.training.global_batch_size),
+            )
+            if v is None
+        ]
+        if missing:
+            raise InputError(f"runs[{i}] ({rid}).{missing[0]}", None, "a value: the step-time model needs it")
+        if release is None:  # the scenario's own container, as the estimate reads it
+            from moeplan.model.step import release_of
+
+            release = release_of(s)
         out.append(Run(rid, s, float(meas), release))
     return out
 
@@ -291,9 +355,17 @@ def load_profile(path) -> TimeConstants:
     from pathlib import Path
 
     p = Path(path)
+
+    def unique(pairs):
+        keys = [k for k, _ in pairs]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            raise InputError("--calibration", str(path), f"a profile without duplicate keys ({dup!r} repeats)")
+        return dict(pairs)
+
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=unique)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise InputError("--calibration", str(path), f"a readable calibration profile ({type(exc).__name__})") from None
     fields = {f.name for f in dataclasses.fields(TimeConstants)}
     if not isinstance(data, dict):
@@ -301,6 +373,12 @@ def load_profile(path) -> TimeConstants:
     if set(data) - fields:
         raise InputError(
             "--calibration", str(path), f"a moeplan calibration profile (unknown keys {sorted(set(data) - fields)})"
+        )
+    absent = sorted(fields - {"provenance"} - set(data))
+    if absent:
+        # a partial profile would silently take the physical priors for what it leaves out
+        raise InputError(
+            "--calibration", str(path), f"a complete profile as moeplan calibrate -o writes (missing {absent})"
         )
 
     def finite_pos(v) -> bool:
@@ -314,7 +392,7 @@ def load_profile(path) -> TimeConstants:
             "--calibration", str(path), "a profile with a release_factor (moeplan calibrate -o writes one)"
         )
     newest = data.get("newest_release")
-    if newest is not None and newest not in data["release_factor"]:
+    if not isinstance(newest, str) or newest not in data["release_factor"]:
         raise InputError(
             "--calibration",
             f"newest_release={newest!r}",
@@ -326,10 +404,10 @@ def load_profile(path) -> TimeConstants:
             f"a2a_efficiency={data['a2a_efficiency']!r}",
             f"one efficiency for each of {list(A2A_BACKENDS)}",
         )
-    for key, (lo, hi) in (("release_factor", RELEASE_BOUNDS),):
-        for name, v in data[key].items():
-            if not lo / 10 <= v <= hi * 10:
-                raise InputError("--calibration", f"{key}.{name}={v}", f"a factor between {lo / 10:g} and {hi * 10:g}")
+    lo, hi = RELEASE_BOUNDS
+    for name, v in data["release_factor"].items():
+        if not lo <= v <= hi:
+            raise InputError("--calibration", f"release_factor.{name}={v}", f"a factor between {lo:g} and {hi:g}")
     try:
         c = TimeConstants(**data)
     except TypeError as exc:
@@ -339,6 +417,9 @@ def load_profile(path) -> TimeConstants:
         if not finite_pos(v):
             raise InputError("--calibration", f"{n}={v!r}", "a positive finite number")
         lo, hi = bounds.get(n, (0, math.inf))
-        if not lo / 10 <= v <= hi * 10:
-            raise InputError("--calibration", f"{n}={v}", f"a value near the plausible range {lo:g}–{hi:g}")
+        top = min(hi * 10, 1.0) if n in FRACTIONS else hi * 10
+        if not lo / 10 <= v <= top:
+            raise InputError(
+                "--calibration", f"{n}={v}", f"a value near the plausible range {lo:g}–{hi:g} (at most {top:g})"
+            )
     return c

@@ -19,6 +19,7 @@ reported: {model_tflops_per_gpu: 1937}
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,7 +217,14 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (YAML would silently keep the last one)."""
+    """SafeLoader that refuses duplicate mapping keys (YAML would silently keep the last one) and
+    aliases (``*name``: a few lines of aliases can expand to gigabytes)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -232,6 +240,24 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def load_yaml_text(text: str, field: str, where: str) -> object:
+    """Parse YAML strictly: duplicate keys and aliases refused, nesting bounded.
+
+    Raises:
+        InputError: named by ``field`` with ``where`` (a path) as the value.
+    """
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = str(getattr(exc, "problem", None) or "")
+        detail = f": {problem}" if ("duplicate" in problem or "aliases" in problem) else ""
+        raise InputError(field, where, f"valid YAML (parse error{at}{detail})") from None
+    except RecursionError:
+        raise InputError(field, where, "YAML nested less deeply") from None
+
+
 def load_scenario_file(path: str | Path) -> dict:
     """Read a scenario YAML file into a mapping.
 
@@ -245,14 +271,7 @@ def load_scenario_file(path: str | Path) -> dict:
         text = p.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError) as exc:
         raise InputError("scenario", str(path), f"a readable UTF-8 YAML file ({type(exc).__name__})") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None)
-        detail = f": {problem}" if problem and "duplicate" in str(problem) else ""
-        raise InputError("scenario", str(path), f"valid YAML (parse error{where}{detail})") from None
+    data = load_yaml_text(text, "scenario", str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -261,12 +280,15 @@ def load_scenario_file(path: str | Path) -> dict:
 
 
 def _deep_merge(base: dict, top: dict) -> dict:
+    """A new mapping: ``top`` laid over ``base`` section by section; neither argument is changed (a
+    shared base, e.g. calibration defaults, must not carry one run's settings into the next)."""
+    out = copy.deepcopy(base)
     for k, v in top.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            base[k] = _deep_merge(dict(base[k]), v)
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
         else:
-            base[k] = v
-    return base
+            out[k] = copy.deepcopy(v)
+    return out
 
 
 def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:

@@ -36,16 +36,16 @@ class GpuSpec(BaseModel):
     name: str = ""
     vendor: str = "NVIDIA"
     arch: str = ""
-    compute_capability: float | None = None
-    usable_hbm_gib: float = Field(gt=0)
+    compute_capability: float | None = Field(default=None, ge=0, le=100)
+    usable_hbm_gib: float = Field(ge=1 / 1024, le=1e5)  # 1 MiB to 100 TiB
     usable_hbm_source: str = "user"
-    hbm_bandwidth_gb_per_s: float | None = Field(default=None, gt=0)
+    hbm_bandwidth_gb_per_s: float | None = Field(default=None, gt=0, le=1e6)
     peak_dense_tflops: dict[str, float] = Field(default_factory=dict)
-    scaleup_domain_gpus: int = Field(default=8, ge=1)
-    scaleup_unidir_gb_per_s: float | None = Field(default=None, gt=0)
-    nic_gbit_per_s_per_gpu: float | None = Field(default=None, gt=0)
-    host_mem_per_gpu_gb: float | None = Field(default=None, gt=0)
-    host_link_unidir_gb_per_s: float | None = Field(default=None, gt=0)
+    scaleup_domain_gpus: int = Field(default=8, ge=1, le=1_000_000)
+    scaleup_unidir_gb_per_s: float | None = Field(default=None, gt=0, le=1e6)
+    nic_gbit_per_s_per_gpu: float | None = Field(default=None, gt=0, le=1e7)
+    host_mem_per_gpu_gb: float | None = Field(default=None, gt=0, le=1e7)
+    host_link_unidir_gb_per_s: float | None = Field(default=None, gt=0, le=1e6)
     supports_te_fp8: bool = True
     supports_mxfp8: bool = False
     supports_nvfp4: bool = False
@@ -59,8 +59,8 @@ class GpuSpec(BaseModel):
         for key, val in v.items():
             if key not in PEAK_KEYS:
                 raise ValueError(f"precision keys {', '.join(PEAK_KEYS)} (not {key!r})")
-            if not val > 0:
-                raise ValueError(f"a positive TFLOP/s figure for {key} (not {val})")
+            if not 0 < val <= 1e6:
+                raise ValueError(f"a positive TFLOP/s figure up to 1e6 for {key} (not {val})")
         return v
 
     @property
