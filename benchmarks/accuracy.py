@@ -153,7 +153,9 @@ def main() -> None:
         "",
         "`moeplan estimate` prints these predictions with a validity note: covered cases carry the in-sample "
         "band below, others are marked extrapolated. The model does not yet beat the MFU lookup baseline "
-        "(which is a per-model mean MFU here, since size class maps one to one to model).",
+        "(a median MFU per GPU, precision and size class — small: Qwen3-30B-A3B, medium: gpt-oss-120b, "
+        "large: Qwen3-235B-A22B and DeepSeek-V3 — over the same runs, which repeat one layout per model and GPU "
+        "across releases; it cannot rank layouts, which is what the planner asks of the model).",
         "",
         "| predictor | median abs % error | worst % | Spearman |",
         "|---|---|---|---|",
