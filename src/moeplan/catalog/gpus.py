@@ -85,12 +85,18 @@ def get_gpu(gpu_id: str) -> GpuSpec:
     Raises:
         UnknownNameError: an unknown id, listing the known ids (never a silent default).
     """
-    raw = _raw()
     key = str(gpu_id).strip().lower()
     by_entry = {v.lower(): k for k, v in GPU_IDS.items()}
     key = by_entry.get(key, key)
     if key not in GPU_IDS:
         raise UnknownNameError("system.gpu", gpu_id, list(GPU_IDS), "one of")
+    return _catalog_gpu(key)
+
+
+@functools.lru_cache(maxsize=32)
+def _catalog_gpu(key: str) -> GpuSpec:
+    """The (immutable) spec of a known catalog id, built once."""
+    raw = _raw()
     entry = GPU_IDS[key]
     srcs = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in raw.get("_sources", {}).items()}
     return _from_entry(key, entry, raw["systems"][entry], srcs)

@@ -130,7 +130,7 @@ class MemoryEstimate:
     overheads: Overheads
     assumptions: list[str] = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def peak_stage(self) -> StageMemory:
         return max(self.stages, key=lambda st: st.total_bytes)
 

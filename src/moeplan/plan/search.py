@@ -174,7 +174,7 @@ class _Evaluator:
         """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory)."""
 
         def rung(i: int) -> tuple[dict, Scenario | None, str | None]:
-            d = copy.deepcopy(data)
+            d = _copy(data)
             for k in _KNOB_KEYS["recompute"]:
                 if k not in self.base.get("layout", {}):
                     d["layout"].pop(k, None)
@@ -239,6 +239,16 @@ class _Evaluator:
         return c
 
 
+def _copy(x):
+    """A copy of a scenario mapping (nested dicts and lists of plain values): what copy.deepcopy does
+    here, several times faster (the search copies one per candidate)."""
+    if isinstance(x, dict):
+        return {k: _copy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_copy(v) for v in x]
+    return x
+
+
 def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
     """Complete the request: GBS from tokens_per_step or the default; check what the search needs."""
     data = copy.deepcopy(base)
@@ -263,7 +273,7 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
 
 
 def _apply(data: dict, keys: dict, base_layout: dict) -> dict:
-    d = copy.deepcopy(data)
+    d = _copy(data)
     for k, v in keys.items():
         if k not in base_layout:
             if v is None:
@@ -402,7 +412,7 @@ def search(
             if gbs % (mbs * dp):
                 rej.add("gbs-divisibility", f"{p.label()}: GBS {gbs} % (MBS {mbs} · DP {dp}) ≠ 0")
                 continue
-            d = copy.deepcopy(data)
+            d = _copy(data)
             d["training"]["micro_batch_size"] = mbs
             d["layout"] = {**p.keys(), **split, **default_disp, **fixed_layout}
             got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * best_tps)

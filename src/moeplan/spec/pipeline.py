@@ -12,6 +12,7 @@ first/last stages (``num_layers_in_first_pipeline_stage`` / ``..._last_...``) an
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -43,6 +44,13 @@ def parse_layout(layout: str | list[list[str]]) -> list[list[str]]:
                 syms.append(names[item])
             out.append(syms)
         return out
+    return [list(stage) for stage in _parse_string(layout)]
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_string(layout: str) -> tuple[tuple[str, ...], ...]:
+    """The string grammar of :func:`parse_layout`, cached (the search parses the same few layouts
+    thousands of times). Raises LayoutSyntaxError."""
     s = re.sub(r"[\s,]", "", layout)
     for _ in range(100):
         new = _GROUP.sub(lambda mt: mt.group(1) * int(mt.group(2)), s)
@@ -56,7 +64,7 @@ def parse_layout(layout: str | list[list[str]]) -> list[list[str]]:
             f"unexpected {''.join(sorted(bad))!r} after expanding repeats; allowed symbols: E t m L | "
             "and repeats x*n, (...)*n"
         )
-    return [list(stage) for stage in s.split("|")]
+    return tuple(tuple(stage) for stage in s.split("|"))
 
 
 @dataclass(frozen=True)

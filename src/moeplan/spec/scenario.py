@@ -20,6 +20,7 @@ reported: {model_tflops_per_gpu: 1937}
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -304,6 +305,7 @@ def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=128)
 def parse_version(text: str | None, default: str) -> tuple[int, ...]:
     """``"0.16.1"`` → ``(0, 16, 1)``; ``"core_r0.16.0"`` and ``"v0.16"`` also parse.
 
