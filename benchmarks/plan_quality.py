@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from moeplan import estimate_step, load_scenario
+from moeplan.model.calibrate import release_key
 from moeplan.plan import plan
 from moeplan.spec.layout import PARALLEL_DIMS
 
@@ -108,10 +109,6 @@ def one(r: dict) -> dict:
     return out
 
 
-def _release_key(name: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in str(name).split("."))
-
-
 def superseded(row: dict, runs: list[dict]) -> dict | None:
     """A later release's run of the same model, GPU type and GPU count whose layout is exactly our top-1
     (TP, PP, VPP, CP, EP, ETP, MBS) and which measured faster than the published run of ``row``: the
@@ -123,7 +120,7 @@ def superseded(row: dict, runs: list[dict]) -> dict | None:
         if (
             osc["model"] == sc["model"]
             and osc["system"] == sc["system"]
-            and _release_key(o["release"]) > _release_key(r["release"])
+            and release_key(o["release"]) > release_key(r["release"])
             and _sizes(osc["layout"], osc["training"].get("micro_batch_size", 1)) == row.get("top1_sizes")
             and o["measured"]["tokens_per_s_per_gpu"] > r["measured"]["tokens_per_s_per_gpu"]
         ):

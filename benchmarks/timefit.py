@@ -12,7 +12,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from moeplan import load_scenario
-from moeplan.model.calibrate import SHARED
+from moeplan.model.calibrate import SHARED, release_key
 from moeplan.model.constants import TimeConstants
 from moeplan.model.step import estimate_step
 
@@ -73,10 +73,6 @@ def load_runs() -> list[dict]:
 ANOMALY_RATIO = 1.5
 
 
-def _release_key(name: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in name.split("."))
-
-
 def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[str, str]:
     """Runs that are release regressions, by id → the evidence (the faster run of the same model, GPU,
     GPU count, TP/PP/VPP/CP/EP/ETP, MBS, GBS, sequence length and precision). Decided from the
@@ -106,11 +102,11 @@ def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[st
 
     out = {}
     for r in runs:
-        rk = _release_key(r["release"])
+        rk = release_key(r["release"])
         for o in runs:
             if o is r or key(o) != key(r) or o["release"] == r["release"] or not same_precision(o, r):
                 continue
-            ok = _release_key(o["release"])
+            ok = release_key(o["release"])
             if (ok < rk or ok[:2] == rk[:2]) and o["measured"] >= ratio * r["measured"]:
                 out[r["id"]] = f"{o['id']} measured {o['measured'] / r['measured']:.2f}× faster with the same layout"
                 break
@@ -187,7 +183,7 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     sol = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0)
     c = constants_from(np.exp(sol.x))
     # a release without fitted runs (25.09: no published precision) takes the nearest fitted release's factor
-    fitted = sorted(fitted_releases, key=_release_key)
+    fitted = sorted(fitted_releases, key=release_key)
     rel = dict(c.release_factor)
     for name in RELEASES:
         if name not in fitted_releases and fitted:

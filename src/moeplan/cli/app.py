@@ -628,7 +628,7 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
             raise InputError("log", str(path), "iteration times and a scenario with GBS, seq_length and num_gpus")
         if not (isinstance(meas, (int, float)) and math.isfinite(meas) and 0 < meas <= 1e7):
             raise InputError(f"log {path}", meas, "a positive measured throughput (iteration time > 0, tokens/s > 0)")
-        if s.dp is None or (s.model is not None and s.model.is_moe and s.edp is None):
+        if not s.folds:
             raise InputError(f"{path}: system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
         runs.append(Run(str(path), s, meas, release_of(s)))
     return runs

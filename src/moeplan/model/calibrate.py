@@ -149,7 +149,7 @@ def fit(
         raise InputError("calibrate", "numpy/scipy", "installed: pip install 'moeplan[calibrate]'") from None
     releases = sorted({r.release or base.newest_release for r in runs})
     runs = [dataclasses.replace(r, release=r.release or base.newest_release) for r in runs]
-    free_rel = releases if mode == "scale" else [x for x in releases if x != max(releases, key=_release_key)]
+    free_rel = releases if mode == "scale" else [x for x in releases if x != max(releases, key=release_key)]
     names = [n for n, *_ in SHARED] if mode == "all" else []
     bounds = [(lo, hi) for n, lo, hi in SHARED if n in names] + [RELEASE_BOUNDS] * len(free_rel)
     k = len(names) + len(free_rel)
@@ -202,7 +202,7 @@ def fit(
         "at_bounds": at_bounds,
     }
     # a release the profile has not seen gets the newest calibrated release's factor
-    newest = max(releases, key=_release_key)
+    newest = max(releases, key=release_key)
     kept = {x: c.release(x)[1] for x in releases}  # only what these runs calibrate
     c = dataclasses.replace(
         c, release_factor=kept, newest_release=newest, provenance={**info, "run_ids": [r.id for r in runs]}
@@ -210,7 +210,8 @@ def fit(
     return c, info
 
 
-def _release_key(r: str) -> tuple[int, ...]:
+def release_key(r: str) -> tuple[int, ...]:
+    """``'26.04.01'`` → ``(26, 4, 1)``: container releases in time order."""
     return tuple(int(x) for x in r.split(".") if x.isdigit())
 
 
@@ -308,7 +309,7 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
             raise InputError(f"runs[{i}] ({rid}).{exc.field}", exc.value, exc.allowed, exc.hint) from None
         except MoeplanError as exc:
             raise InputError(f"runs[{i}] ({rid})", "its scenario", f"a valid scenario ({exc})") from None
-        if s.dp is None or (s.model is not None and s.model.is_moe and s.edp is None):
+        if not s.folds:
             raise InputError(
                 f"runs[{i}] ({rid}).system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP"
             )

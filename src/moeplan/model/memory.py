@@ -240,7 +240,7 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     _need(s)
     m, lay, t = s.model, s.layout, s.training
     assumptions: list[str] = []
-    if s.dp is None or (s.is_moe_sharded and s.edp is None):
+    if not s.folds:
         raise InputError(
             "system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP (run `moeplan check`)"
         )

@@ -122,12 +122,13 @@ def estimate_step(
             dict(gpu.peak_dense_tflops),
             "a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it",
         )
-    if s.dp is None or (m.is_moe and s.edp is None):
+    if not s.folds:
         raise InputError("system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
     assumptions: list[str] = []
     mbs = t.micro_batch_size or 1
     n_mb = max(1, t.global_batch_size // (mbs * s.dp))
-    rel_name, rel = c.release(release_of(s))
+    stated_release = release_of(s)
+    rel_name, rel = c.release(stated_release)
     prov = c.provenance or {}
     if "run_ids" in prov:  # a calibration profile written by `moeplan calibrate`
         after = prov.get("median_abs_pct_error_after")
@@ -144,11 +145,11 @@ def estimate_step(
     ):
         if getattr(gpu, key) is None:
             assumptions.append(f"system.gpu.{key} not given: {default} {unit} assumed")
-    if release_of(s) and release_of(s) != rel_name:
+    if stated_release and stated_release != rel_name:
         assumptions.append(
-            f"container {release_of(s)} not among the fitted releases: software efficiency of {rel_name}"
+            f"container {stated_release} not among the fitted releases: software efficiency of {rel_name}"
         )
-    if release_of(s) is None:
+    if stated_release is None:
         assumptions.append(f"no container release given (versions.container): software efficiency of {rel_name}")
     from moeplan.catalog.gpus import measured_gemm_fractions
 

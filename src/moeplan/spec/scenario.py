@@ -415,6 +415,11 @@ class Scenario:
         """True when routed experts exist and are sharded over an expert grid (EDP matters)."""
         return self.model is not None and self.model.is_moe
 
+    @property
+    def folds(self) -> bool:
+        """True when the world size divides by TP·PP·CP and, with routed experts, by ETP·EP·PP."""
+        return self.dp is not None and (not self.is_moe_sharded or self.edp is not None)
+
     def graphs_on(self) -> bool:
         """True when any CUDA graph capture is configured."""
         return (self.layout.cuda_graph_impl or "none") != "none"
