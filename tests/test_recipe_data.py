@@ -197,3 +197,54 @@ def test_regenerates_exactly(data):
     mod.validate(fresh)
     assert fresh == data
     assert mod.render(fresh) == DATA.read_text(encoding="utf-8")
+
+
+def test_fp8_blockwise_borrows_the_fp8cs_row_it_derives_from():
+    """megatron_recipes.md §1: the fp8sc recipes start from fp8_cs and set fp8_recipe="blockwise". The
+    Qwen3-235B-A22B H100 fp8_cs row (TP2 PP8 VPP4 EP32) sets the MoE EP overlap and delayed wgrad; a
+    fp8-blockwise run of that layout, which has no row of its own, takes them, but not the row's
+    precision keys."""
+    from moeplan.catalog.recipes import match_perf_recipe
+    from moeplan.spec.recipes import recipe_fills
+
+    layout = {
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 8,
+        "virtual_pipeline_model_parallel_size": 4,
+        "context_parallel_size": 1,
+        "expert_model_parallel_size": 32,
+    }
+    row = match_perf_recipe("Qwen/Qwen3-235B-A22B", "h100", "fp8-blockwise", layout, 1)
+    assert row["id"] == "qwen3_235b_a22b/256gpu_h100_fp8cs"
+    # an exact precision match still wins over the borrowed row
+    assert match_perf_recipe("Qwen/Qwen3-235B-A22B", "h100", "bf16", layout, 1)["id"].endswith("_bf16")
+    # MXFP8 borrows nothing (only fp8-blockwise derives from another recipe)
+    assert match_perf_recipe("Qwen/Qwen3-235B-A22B", "h100", "mxfp8", layout, 1) is None
+    model = moeplan.get_model("Qwen/Qwen3-235B-A22B")
+    fills = {k: why for k, _, why in recipe_fills("mbridge-perf", model, "fp8-blockwise", 8, 4, "h100", layout, 1)}
+    assert "overlap_moe_expert_parallel_comm" in fills and "delay_wgrad_compute" in fills
+    assert "no fp8-blockwise row for this layout" in fills["overlap_moe_expert_parallel_comm"]
+    assert "fp8_param_gather" not in fills
+
+
+def test_fp8_blockwise_run_is_estimated_with_its_recipes_ep_overlap():
+    sc = moeplan.load_scenario(
+        {
+            "model": "Qwen/Qwen3-235B-A22B",
+            "system": {"gpu": "h100", "num_gpus": 256},
+            "training": {
+                "seq_length": 4096,
+                "micro_batch_size": 1,
+                "global_batch_size": 8192,
+                "precision": "fp8-blockwise",
+            },
+            "layout": {
+                "tensor_model_parallel_size": 2,
+                "pipeline_model_parallel_size": 8,
+                "virtual_pipeline_model_parallel_size": 4,
+                "expert_model_parallel_size": 32,
+            },
+            "recipe_defaults": "mbridge-perf",
+        }
+    )
+    assert sc.layout.overlap_moe_expert_parallel_comm is True

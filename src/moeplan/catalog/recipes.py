@@ -26,22 +26,48 @@ _CORE = (
 )
 
 
+#: when no recipe row has the run's precision, the row of the precision its recipe derives from, with
+#: the same model, GPU and layout, carries the knobs the run did not publish: Bridge's ``fp8sc`` recipes
+#: start from ``fp8_cs`` and then set ``fp8_recipe="blockwise"`` (megatron_recipes.md §1; DeepSeek-V3
+#: H100 also sets ``fp8_param_gather=False``, a precision key that is not borrowed). The H100 "FP8" rows
+#: of the 26.02+ tables are recorded as fp8-blockwise and have no fp8_sc row at 067f987.
+PRECISION_FALLBACK = {"fp8-blockwise": ("fp8-tensorwise",)}
+#: layout keys that belong to a recipe's precision and are not borrowed from another precision's row
+PRECISION_KEYS = frozenset(
+    {
+        "fp8_dot_product_attention",
+        "fp8_param_gather",
+        "use_precision_aware_optimizer",
+        "exp_avg_dtype",
+        "exp_avg_sq_dtype",
+        "main_grads_dtype",
+    }
+)
+
+
 def match_perf_recipe(model_id: str, gpu_id: str | None, precision: str, layout: dict, micro_batch_size: int | None):
     """The recipe row a published run most likely used: same model, GPU and precision, and the same
     TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then Table A (the
-    newer recipes) first. Returns ``None`` when no row has the same core layout."""
+    newer recipes) first. When no row has the precision, the row of the precision it derives from
+    (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same way; the caller keeps only
+    its precision-neutral keys (:data:`PRECISION_KEYS`). Returns ``None`` when no row qualifies."""
 
     def norm_vpp(v):
         return None if v in (None, 1) else v
 
+    order = (precision, *PRECISION_FALLBACK.get(precision, ()))
     best, best_score = None, None
     for r in perf_recipes():
-        if r["model"] != model_id or r["gpu"] != gpu_id or precision not in r["precisions"]:
+        if r["model"] != model_id or r["gpu"] != gpu_id:
+            continue
+        prec_rank = min((i for i, p in enumerate(order) if p in r["precisions"]), default=None)
+        if prec_rank is None:
             continue
         lay = r["layout"]
         if any(lay.get(k, 1) != layout.get(k, 1) for k in _CORE):
             continue
         score = (
+            -prec_rank,
             norm_vpp(lay.get("virtual_pipeline_model_parallel_size"))
             == norm_vpp(layout.get("virtual_pipeline_model_parallel_size")),
             (r.get("training") or {}).get("micro_batch_size") == micro_batch_size,

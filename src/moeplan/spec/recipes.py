@@ -43,13 +43,19 @@ def recipe_fills(
     src = "Megatron Bridge perf recipes"
     out: list[tuple[str, Any, str]] = []
     if model is not None and layout is not None:
-        from moeplan.catalog.recipes import match_perf_recipe
+        from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
 
         row = match_perf_recipe(model.name, gpu_id, precision, layout, micro_batch_size)
         if row is not None:
             table = "Table A @067f987" if row["table"] == "A" else "Table B @v0.5.1"
+            borrowed = precision not in row["precisions"]
+            note = (
+                f"; no {precision} row for this layout, {'/'.join(row['precisions'])} row's knobs" if borrowed else ""
+            )
             for key, value in row["layout"].items():
-                out.append((key, value, f"recipe {row['id']} ({table})"))
+                if borrowed and key in PRECISION_KEYS:
+                    continue
+                out.append((key, value, f"recipe {row['id']} ({table}{note})"))
     out += [
         ("grad_reduce_in_fp32", False, f"{src}: _benchmark_common"),
         ("cross_entropy_loss_fusion", True, f"{src}: TE fused cross entropy"),
