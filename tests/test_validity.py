@@ -58,3 +58,17 @@ def test_bias_note_reports_a_pairs_median_error(monkeypatch):
     assert quiet.measured_bias_pct == -9.0 and quiet.bias_note is None
     none = assess(_scn(gpu="b200"))  # no runs of the pair
     assert none.measured_bias_pct is None and none.measured_bias_runs == 0 and none.bias_note is None
+
+
+def test_long_sequence_note_cites_the_out_of_sample_check(monkeypatch):
+    chk = validity.long_context_check()
+    assert chk["seq_length_range"] == [4096, 1048576]
+    text = " ".join(assess(_scn(seq=131072, cp=2)).outside)
+    assert "within the checked 4096–1048576" in text and f"within {chk['worst_abs_pct']:.0f} %" in text
+    # beyond the checked range it says so
+    text = " ".join(assess(_scn(seq=2 * 1048576, cp=8)).outside)
+    assert "beyond the checked 4096–1048576" in text
+    # without the check data it says the costs are not validated
+    monkeypatch.setattr(validity, "long_context_check", lambda: {})
+    text = " ".join(assess(_scn(seq=131072, cp=2)).outside)
+    assert "not fitted, and not validated" in text

@@ -4,8 +4,10 @@ The time model's constants were fitted on measured runs (``benchmarks/calibrate_
 accuracy benchmark (``benchmarks/accuracy.py``) writes ``catalog/data/time_validity.json`` with what
 those runs covered (GPU types, models, precisions, sequence lengths, layout kinds) and the error bands
 it measured: the in-sample 90th-percentile absolute error for covered cases, and the worst
-leave-one-GPU-type-out median error for cases outside them. An estimate outside that ground is marked
-``extrapolated`` and names each way in which it is outside.
+leave-one-GPU-type-out errors for cases outside them. An estimate outside that ground is marked
+``extrapolated`` and names each way in which it is outside. Sequence lengths beyond the fitted runs
+also cite the out-of-sample long-context check (``benchmarks/long_context.py`` writes
+``catalog/data/long_context_check.json``: NVIDIA's measured dense LLAMA2-7B H100 runs with CP).
 """
 
 from __future__ import annotations
@@ -64,6 +66,29 @@ def coverage() -> dict:
         return {}
 
 
+@functools.lru_cache(maxsize=1)
+def long_context_check() -> dict:
+    """The packaged out-of-sample long-context check (empty when the data file is absent)."""
+    path = resources.files("moeplan.catalog").joinpath("data", "long_context_check.json")
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def _seq_note(seq: int, lo: int, hi: int) -> str:
+    text = f"seq_length {seq} outside the fitted {lo}–{hi}: attention and CP costs are first-principles, not fitted"
+    chk = long_context_check()
+    if not chk:
+        return text + ", and not validated"
+    c_lo, c_hi = chk["seq_length_range"]
+    where = "within" if c_lo <= seq <= c_hi else f"outside ({seq} tokens), beyond"
+    return (
+        f"{text}; {where} the checked {c_lo}–{c_hi}: out of sample they came within "
+        f"{chk['worst_abs_pct']:.0f} % of {chk['what']} ({chk['source']}); no MoE run that long was measured"
+    )
+
+
 def layout_kind(s: Scenario) -> list[str]:
     """Labels of the layout features that matter for coverage (e.g. ``cp>1``, ``vpp``, ``offload``)."""
     lay = s.layout
@@ -103,10 +128,7 @@ def assess(s: Scenario) -> Validity:
     lo, hi = cov["seq_length_range"]
     seq = s.training.seq_length or 0
     if not lo <= seq <= hi:
-        out.append(
-            f"seq_length {seq} outside the measured {lo}–{hi}: attention and CP costs are first-principles, "
-            "not validated"
-        )
+        out.append(_seq_note(seq, lo, hi))
     for k in layout_kind(s):
         if k not in cov["layout_kinds"]:
             out.append(f"layout feature '{k}' never appears in the measured runs")
