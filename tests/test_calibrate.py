@@ -50,6 +50,19 @@ def test_scale_fit_recovers_a_planted_factor():
     assert info["free_constants"] == 1 and info["median_abs_pct_error_after"] < 1e-3
     assert info["median_abs_pct_error_before"] > 1.0  # the starting factor 1.0 was wrong
     assert c.release("99.99") == ("26.02", pytest.approx(0.8, rel=1e-4))  # unseen release -> newest calibrated
+    assert c.release("25.04") == ("26.02", pytest.approx(0.8, rel=1e-4))  # older than all -> the oldest
+
+
+def test_unfitted_release_takes_the_last_fitted_one_before_it():
+    c = TimeConstants(release_factor={"25.09": 0.75, "26.02.01": 0.7, "26.04.01": 0.76, "26.06": 1.0})
+    assert c.release(None) == ("26.06", 1.0)  # no release: the newest (issue rule)
+    assert c.release("26.04.01") == ("26.04.01", 0.76)
+    assert c.release("26.03") == ("26.02.01", 0.7)  # between two fitted releases: the older one
+    assert c.release("26.04") == ("26.02.01", 0.7)  # (26, 4) sorts before (26, 4, 1)
+    assert c.release("26.05") == ("26.04.01", 0.76)
+    assert c.release("24.03") == ("25.09", 0.75)  # predates them all: the oldest, not the newest
+    assert c.release("27.01") == ("26.06", 1.0)
+    assert c.release("latest") == ("26.06", 1.0)  # unreadable: the newest
 
 
 def test_overfit_is_refused():

@@ -417,3 +417,19 @@ def test_estimate_with_more_stages_than_layers_is_a_rule_break_exit_1():
     r = run([*args, "--pp", "64"])
     assert r.exit_code == 1, r.output
     assert "pipeline.num_layers_divisible_by_pp" in r.output and "every stage needs at least one layer" in r.output
+
+
+def test_set_versions_container_stays_text():
+    # YAML would read 26.10 as the float 26.1; a --set under versions keeps the text
+    r = run(["estimate", "examples/deepseek_v3_gb300.yaml", "--set", "versions.container=26.10", "--json"])
+    assert r.exit_code == 0, r.output
+    assumptions = " ".join(json.loads(r.output)["throughput"]["assumptions"])
+    assert "container 26.10 not among the fitted releases: software efficiency of 26.06" in assumptions
+    newest = json.loads(r.output)["throughput"]["tokens_per_s_per_gpu"]
+    # a fitted release is taken as given: the step is divided by its factor
+    from moeplan.model.constants import load_constants
+
+    r = run(["estimate", "examples/deepseek_v3_gb300.yaml", "--set", "versions.container=26.04", "--json"])
+    t = json.loads(r.output)["throughput"]
+    assert "not among the fitted releases" not in " ".join(t["assumptions"])
+    assert t["tokens_per_s_per_gpu"] / newest == pytest.approx(load_constants().release_factor["26.04"], rel=1e-6)

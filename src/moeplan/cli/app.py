@@ -31,7 +31,8 @@ TOP_LEVEL_SET = ("framework", "recipe_defaults", "name")
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
     """``section.key=value`` pairs (value parsed as YAML) → section → key → value; the top-level
-    keys ``framework``, ``recipe_defaults`` and ``name`` are taken as ``key=value``."""
+    keys ``framework``, ``recipe_defaults`` and ``name``, and every ``versions.*`` value, are taken as
+    text."""
     import yaml
 
     out: dict[str, Any] = {}
@@ -47,10 +48,14 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
                 "section.key=value, e.g. layout.recompute_granularity=selective, or framework=..., recipe_defaults=...",
             )
         sec, *path = key.split(".")
-        try:
-            val = yaml.safe_load(raw)
-        except yaml.YAMLError:
+        if sec == "versions":
+            # version strings stay text: YAML would read 26.10 as the float 26.1
             val = raw
+        else:
+            try:
+                val = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                val = raw
         node = out.setdefault(sec, {})
         if not isinstance(node, dict):
             raise InputError("--set", item, f"a key under {sec!r}, which was already given a value")

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
-from moeplan.model.constants import TimeConstants
+from moeplan.model.constants import TimeConstants, release_key
 from moeplan.spec.scenario import Scenario
 
 # name, lower, upper (physically plausible ranges; a fit that ends at a bound is reported)
@@ -208,11 +208,6 @@ def fit(
         c, release_factor=kept, newest_release=newest, provenance={**info, "run_ids": [r.id for r in runs]}
     )
     return c, info
-
-
-def release_key(r: str) -> tuple[int, ...]:
-    """``'26.04.01'`` → ``(26, 4, 1)``: container releases in time order."""
-    return tuple(int(x) for x in r.split(".") if x.isdigit())
 
 
 def holdout(

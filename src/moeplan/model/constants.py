@@ -52,10 +52,25 @@ class TimeConstants:
     provenance: dict = field(default_factory=dict)
 
     def release(self, name: str | None) -> tuple[str, float]:
-        """(release used, its factor): unknown or missing → the newest fitted release."""
+        """(release used, its factor). Missing or unreadable → the newest fitted release (the issue's
+        rule for a scenario without a release); a fitted release → itself; another ``NN.NN[.NN]`` → the
+        newest fitted release not newer than it, or the oldest fitted one when it predates them all
+        (software is assumed at least as good as the last release measured before it, and an older
+        container than any measured is not credited with newer software)."""
         if name and name in self.release_factor:
             return name, self.release_factor[name]
+        key = release_key(name) if name else ()
+        if key and self.release_factor:
+            ordered = sorted(self.release_factor, key=release_key)
+            before = [r for r in ordered if release_key(r) <= key]
+            pick = before[-1] if before else ordered[0]
+            return pick, self.release_factor[pick]
         return self.newest_release, self.release_factor.get(self.newest_release, 1.0)
+
+
+def release_key(r: str) -> tuple[int, ...]:
+    """``'26.04.01'`` → ``(26, 4, 1)``: container releases in time order (non-numeric parts ignored)."""
+    return tuple(int(x) for x in str(r).split(".") if x.isdigit())
 
 
 @functools.lru_cache(maxsize=1)

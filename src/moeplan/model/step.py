@@ -147,7 +147,8 @@ def estimate_step(
             assumptions.append(f"system.gpu.{key} not given: {default} {unit} assumed")
     if stated_release and stated_release != rel_name:
         assumptions.append(
-            f"container {stated_release} not among the fitted releases: software efficiency of {rel_name}"
+            f"container {stated_release} not among the fitted releases: software efficiency of {rel_name}, "
+            "the last fitted release before it (the oldest fitted one if it predates them all)"
         )
     if stated_release is None:
         assumptions.append(f"no container release given (versions.container): software efficiency of {rel_name}")
