@@ -34,7 +34,7 @@ START = {
     "launch_overhead_s_per_layer": 2e-4,
     "moe_sync_s_per_layer": 2e-4,
     "p2p_latency_s": 5e-5,
-    "dp_exposed_fraction": 0.1,
+    "dp_exposed_fraction": 0.02,
     "overlap_hidden_fraction": 0.6,
 }
 PARAMS = [(n, lo, hi, START[n]) for n, lo, hi in SHARED] + [

@@ -44,7 +44,7 @@ SHARED: list[tuple[str, float, float]] = [
     ("launch_overhead_s_per_layer", 1e-5, 5e-4),
     ("moe_sync_s_per_layer", 1e-5, 5e-4),
     ("p2p_latency_s", 5e-6, 2e-4),
-    ("dp_exposed_fraction", 0.02, 0.5),
+    ("dp_exposed_fraction", 0.02, 0.2),
     ("overlap_hidden_fraction", 0.2, 0.95),
 ]
 RELEASE_BOUNDS = (0.3, 2.0)

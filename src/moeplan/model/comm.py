@@ -108,11 +108,14 @@ def dp_time(
     span_exp: int,
     gpu: GpuSpec,
     c: TimeConstants,
+    param_bytes: float = 2.0,
 ) -> float:
-    """Gradient reduce-scatter + parameter all-gather of one step (before overlap)."""
+    """Gradient reduce-scatter (``grad_bytes`` per parameter) + parameter all-gather (``param_bytes``,
+    BF16) of one step, before overlap: ring volume ``n·bytes·(d−1)/d`` per rank over the link the group
+    spans (s)."""
     t = 0.0
     for n, d, span in ((dense_params, d_dense, span_dense), (expert_params, d_exp, span_exp)):
         if d > 1:
-            vol = n * (grad_bytes + 2) * (d - 1) / d
+            vol = n * (grad_bytes + param_bytes) * (d - 1) / d
             t += vol / link_bw(gpu, span, c)
     return t

@@ -31,7 +31,11 @@ class TimeConstants:
             the host to size the expert GEMMs, forward + backward), absent with static shapes
             (full-iteration graphs, drop-and-pad).
         p2p_latency_s: fixed cost of one pipeline send or receive (launch, synchronisation, NIC).
-        dp_exposed_fraction: share of the data-parallel gradient/parameter traffic not hidden by overlap.
+        dp_exposed_fraction: share of the data-parallel gradient/parameter traffic that stays exposed
+            even when the pass it overlaps is long enough (NCCL kernels contending for SMs and HBM).
+            The overlap window itself is Megatron's: gradients are reduce-scattered during the last
+            microbatch's backward, parameters all-gathered during the first microbatch's forward, and
+            the last bucket (max(40M, 1M·DP) parameters) never overlaps (``estimate_step``).
         overlap_hidden_fraction: share of TP communication hidden by TP comm overlap, and of a
             layer's compute that can hide the EP exchange of the microbatch it is paired with.
         release_factor: per container release, divides every part of the step time.

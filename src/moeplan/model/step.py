@@ -355,9 +355,26 @@ def estimate_step(
         tr_dense -= vis
     if t.freeze_language_model:
         tr_dense, tr_expert = vis, 0  # only the tower's gradients are reduced
-    t_dp = dp_time(tr_dense, tr_expert, grad_b, s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
-    overlapped = lay.overlap_grad_reduce is not False and bool(lay.use_distributed_optimizer)
-    breakdown["dp_comm_exposed"] = t_dp * (c.dp_exposed_fraction if overlapped else 1.0)
+    dp_args = (s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
+    if lay.use_distributed_optimizer:
+        t_rs = dp_time(tr_dense, tr_expert, grad_b, *dp_args, param_bytes=0.0)
+        t_ag = dp_time(tr_dense, tr_expert, 0.0, *dp_args)
+    else:  # plain DDP all-reduces the gradients (twice a reduce-scatter's volume), no parameter gather
+        t_rs, t_ag = dp_time(tr_dense, tr_expert, 2 * grad_b, *dp_args, param_bytes=0.0), 0.0
+    # Megatron DDP (overlap_grad_reduce) reduces gradients bucket by bucket during the backward pass of
+    # the step's last microbatch only (earlier ones accumulate locally), and the distributed optimizer
+    # (overlap_param_gather) all-gathers parameters during the forward pass of the next step's first
+    # microbatch: each hides behind that one pass of the critical stage; the fitted share stays exposed
+    # even so (the last bucket, kernels contending for SMs and HBM)
+    compute_mb = t_mb - sum(per_stage[crit].get(k, 0.0) for k in ("ep_comm_exposed", "cp_comm_exposed", "tp_comm"))
+    # the last gradient bucket (first parameter bucket) cannot overlap: Megatron's default bucket holds
+    # max(40M, 1M·DP) parameters (megatron/core/distributed/distributed_data_parallel_config.py)
+    n_params = max(1.0, tr_dense + tr_expert)
+    tail = min(1.0, max(40e6, 1e6 * s.dp * s.cp) / n_params)
+    floor = max(tail, c.dp_exposed_fraction)
+    rs_exposed = t_rs if lay.overlap_grad_reduce is False else max(floor * t_rs, t_rs - 2 / 3 * compute_mb)
+    ag_exposed = t_ag if lay.overlap_param_gather is False else max(floor * t_ag, t_ag - 1 / 3 * compute_mb)
+    breakdown["dp_comm_exposed"] = rs_exposed + ag_exposed
     strategy = lay.data_parallel_sharding_strategy or "optim_grads_params"
     if lay.use_megatron_fsdp and strategy == "optim_grads_params" and (s.dp * s.cp > 1 or (s.edp or 1) > 1):
         # Megatron-FSDP with sharded parameters: every microbatch all-gathers the stage's parameters for
