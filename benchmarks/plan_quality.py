@@ -129,7 +129,12 @@ def superseded(row: dict, runs: list[dict]) -> dict | None:
 
 
 def main() -> None:
-    runs = yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]
+    path = REF / "published_runs.yaml"
+    if not path.is_file():
+        raise SystemExit(
+            f"error: {path} not found: this benchmark reads the shared reference data next to the checkout"
+        )
+    runs = yaml.safe_load(path.read_text())["runs"]
     if "--limit" in sys.argv:
         runs = runs[: int(sys.argv[sys.argv.index("--limit") + 1])]
     with ProcessPoolExecutor(max_workers=2) as pool:

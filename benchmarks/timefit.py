@@ -42,8 +42,19 @@ PARAMS = [(n, lo, hi, START[n]) for n, lo, hi in SHARED] + [
 ]
 
 
+def published_runs_path() -> Path:
+    """``../shared/reference/published_runs.yaml`` next to the checkout; exits with a one-line error
+    when it is not there (the benchmarks that fit or score against the published runs need it)."""
+    path = REF / "published_runs.yaml"
+    if not path.is_file():
+        raise SystemExit(
+            f"error: {path} not found: these benchmarks read the shared reference data next to the checkout"
+        )
+    return path
+
+
 def load_runs() -> list[dict]:
-    runs = yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]
+    runs = yaml.safe_load(published_runs_path().read_text())["runs"]
     out = []
     for r in runs:
         sc = dict(r["scenario"])

@@ -1,6 +1,6 @@
 """Plot two runs side by side: iteration time over steps and max-allocated memory over steps.
 
-Needs matplotlib (``pip install 'moeplan[plot]'``); the figure is written atomically.
+Uses matplotlib (a core dependency); the figure is written atomically.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError("--plot", str(path), "matplotlib installed (pip install 'moeplan[plot]')") from None
+        raise InputError(
+            "--plot", str(path), "matplotlib importable (a moeplan dependency: reinstall with pip install .)"
+        ) from None
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for st, label in ((a, labels[0]), (b, labels[1])):
         its = sorted(i for i in st.iterations if "iteration_time_ms" in st.iterations[i])

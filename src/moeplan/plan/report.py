@@ -1,6 +1,6 @@
 """Self-contained HTML report of a plan: the ranked table, the explanation, the baseline, the
 rejected tally and three plots (memory per stage of the top candidates; tokens/s/GPU against CP and
-against the recompute choice), PNGs embedded as base64. Needs matplotlib (``pip install 'moeplan[plot]'``).
+against the recompute choice), PNGs embedded as base64. Uses matplotlib (a core dependency).
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ def write_report(res, path: Path) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise InputError("--report", str(path), "matplotlib installed: pip install 'moeplan[plot]'") from None
+        raise InputError(
+            "--report", str(path), "matplotlib importable (a moeplan dependency: reinstall with pip install .)"
+        ) from None
     d = res.to_dict()
     e = html.escape
     r = d["request"]
