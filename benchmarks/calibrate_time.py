@@ -25,7 +25,9 @@ def main() -> None:
 
     vals = constants_values(c)
     info["at_bounds"] = sorted(
-        name for name, lo, hi, _ in PARAMS if abs(vals[name] - lo) <= 1e-6 * lo or abs(vals[name] - hi) <= 1e-6 * hi
+        name
+        for name, lo, hi, _ in PARAMS
+        if name in vals and (abs(vals[name] - lo) <= 1e-6 * lo or abs(vals[name] - hi) <= 1e-6 * hi)
     )
     info.update(
         {

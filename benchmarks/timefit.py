@@ -26,8 +26,8 @@ NEWEST = "26.06"
 START = {
     "grouped_gemm_half_tokens": 256.0,
     "memory_bound_bytes_per_activation_byte": 3.0,
-    "nvlink_efficiency": 0.75,
-    "nic_efficiency": 0.6,
+    "nvlink_efficiency": 0.8,
+    "nic_efficiency": 0.9,
     "a2a_alltoall": 0.4,
     "a2a_deepep": 0.5,
     "a2a_hybridep": 0.6,
@@ -193,13 +193,9 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     before = resid(x0)[: len(used)]
     sol = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0)
     c = constants_from(np.exp(sol.x))
-    # a release without fitted runs (25.09: no published precision) takes the nearest fitted release's factor
-    fitted = sorted(fitted_releases, key=release_key)
-    rel = dict(c.release_factor)
-    for name in RELEASES:
-        if name not in fitted_releases and fitted:
-            near = min(fitted, key=lambda f: abs(RELEASES.index(f) - RELEASES.index(name)))
-            rel[name] = rel.get(near, 1.0)
+    # a release without fitted runs (25.09: no published precision) is left out: at run time it takes the
+    # last fitted release before it, or the oldest when it predates them all (TimeConstants.release)
+    rel = {k: v for k, v in c.release_factor.items() if k in fitted_releases or k == NEWEST}
     c = dataclasses.replace(c, release_factor=rel)
     after = sol.fun[: len(used)]
     info = {

@@ -433,3 +433,37 @@ def test_set_versions_container_stays_text():
     t = json.loads(r.output)["throughput"]
     assert "not among the fitted releases" not in " ".join(t["assumptions"])
     assert t["tokens_per_s_per_gpu"] / newest == pytest.approx(load_constants().release_factor["26.04"], rel=1e-6)
+
+
+def test_unquoted_yaml_release_is_a_clear_error(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "model: qwen3-30b-a3b\nsystem: {gpu: h100, num_gpus: 32}\ntraining: {seq_length: 4096, global_batch_size: 256}\n"
+        "layout: {tensor_model_parallel_size: 2, expert_model_parallel_size: 8}\nversions: {container: 26.10}\n"
+    )
+    r = run(["estimate", str(f)])
+    assert r.exit_code == 2 and "versions.container" in r.output and "'26.10'" in r.output
+
+
+def test_plan_text_names_the_software_factor():
+    r = run(
+        [
+            "plan",
+            "--model",
+            "qwen3-30b-a3b",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "32",
+            "--seq-length",
+            "4096",
+            "--gbs",
+            "256",
+            "--top",
+            "1",
+            "--set",
+            "versions.container=24.03",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert "container 24.03 not among the fitted releases" in " ".join(r.output.split())

@@ -248,3 +248,17 @@ def test_fp8_blockwise_run_is_estimated_with_its_recipes_ep_overlap():
         }
     )
     assert sc.layout.overlap_moe_expert_parallel_comm is True
+
+
+def test_the_row_of_the_same_gpu_count_is_preferred():
+    from moeplan.catalog.recipes import match_perf_recipe
+
+    layout = {
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 8,
+        "virtual_pipeline_model_parallel_size": 3,
+        "context_parallel_size": 1,
+        "expert_model_parallel_size": 32,
+    }
+    row = match_perf_recipe("Qwen/Qwen3-235B-A22B", "gb200", "mxfp8", layout, 1, 256)
+    assert row["num_gpus"] == 256

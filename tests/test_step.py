@@ -93,3 +93,47 @@ def test_a_longer_microbatch_hides_more_dp_traffic():
     small = estimate_step(load_scenario(DP_SCN))
     big = estimate_step(load_scenario({**DP_SCN, "training": {**DP_SCN["training"], "micro_batch_size": 4}}))
     assert big.breakdown_s["dp_comm_exposed"] < small.breakdown_s["dp_comm_exposed"]
+
+
+def _rel_assumption(container):
+    s = load_scenario({**DP_SCN, "versions": {"container": container}})
+    e = estimate_step(s)
+    return e.release, [a for a in e.assumptions if "container" in a]
+
+
+def test_container_text_must_name_exactly_one_release():
+    newest = _rel_assumption("latest")[0]
+    for bad in ("latest", "1234.5678", "26.04.1", "26.04\n26.02"):
+        rel, notes = _rel_assumption(bad)
+        assert rel == newest and notes and "not readable as one NN.NN[.NN] release" in notes[0], bad
+    assert _rel_assumption("nvcr.io/nvidia/nemo:26.02.01") == ("26.02.01", [])
+
+
+def test_container_fallback_names_the_rule_that_applied():
+    from moeplan.model.constants import load_constants, release_key
+
+    oldest = min(load_constants().release_factor, key=release_key)
+    rel, notes = _rel_assumption("24.03")
+    assert rel == oldest and "the oldest fitted release: it predates them all" in notes[0]
+    rel, notes = _rel_assumption("26.05")
+    assert rel == "26.04.01" and "the last fitted release before it" in notes[0]
+    rel, notes = _rel_assumption("27.01")
+    assert "the newest fitted release" in notes[0]
+
+
+def test_dp_overlap_defaults_follow_the_framework():
+    bridge = load_scenario(DP_SCN)
+    core = load_scenario({**DP_SCN, "framework": "megatron-core"})
+    assert bridge.layout.overlap_grad_reduce is True and bridge.layout.overlap_param_gather is True
+    assert core.layout.overlap_grad_reduce is False
+    names = {r.key for r in core.resolutions}
+    assert "overlap_grad_reduce" in names
+    # megatron-core without overlap exposes all of it
+    e_core = estimate_step(core)
+    e_bridge = estimate_step(bridge)
+    assert e_core.breakdown_s["dp_comm_exposed"] > e_bridge.breakdown_s["dp_comm_exposed"]
+
+
+def test_fsdp_sharded_parameters_are_not_charged_twice():
+    fsdp = estimate_step(load_scenario({**DP_SCN, "layout": {**DP_SCN["layout"], "use_megatron_fsdp": True}}))
+    assert fsdp.breakdown_s["dp_comm_exposed"] == 0.0 and fsdp.breakdown_s["fsdp_comm_exposed"] > 0

@@ -72,3 +72,20 @@ def test_long_sequence_note_cites_the_out_of_sample_check(monkeypatch):
     monkeypatch.setattr(validity, "long_context_check", lambda: {})
     text = " ".join(assess(_scn(seq=131072, cp=2)).outside)
     assert "not fitted, and not validated" in text
+
+
+def test_short_sequence_is_not_called_long():
+    text = " ".join(assess(_scn(seq=2048, cp=1)).outside)
+    assert "shorter than the fitted 4096–8192" in text and "beyond" not in text
+
+
+def test_etp_is_a_coverage_feature_only_for_moe_models():
+    dense = load_scenario(
+        {
+            "model": "meta-llama/Llama-3.1-8B",
+            "system": {"gpu": "gb200", "num_gpus": 8},
+            "training": {"seq_length": 4096, "global_batch_size": 64, "precision": "mxfp8"},
+            "layout": {"tensor_model_parallel_size": 4},
+        }
+    )
+    assert "etp>1" not in validity.layout_kind(dense)

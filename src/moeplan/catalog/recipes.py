@@ -45,9 +45,16 @@ PRECISION_KEYS = frozenset(
 )
 
 
-def match_perf_recipe(model_id: str, gpu_id: str | None, precision: str, layout: dict, micro_batch_size: int | None):
+def match_perf_recipe(
+    model_id: str,
+    gpu_id: str | None,
+    precision: str,
+    layout: dict,
+    micro_batch_size: int | None,
+    num_gpus: int | None = None,
+):
     """The recipe row a published run most likely used: same model, GPU and precision, and the same
-    TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then Table A (the
+    TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then the same GPU count, then Table A (the
     newer recipes) first. When no row has the precision, the row of the precision it derives from
     (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same way; the caller keeps only
     its precision-neutral keys (:data:`PRECISION_KEYS`). Returns ``None`` when no row qualifies."""
@@ -71,6 +78,7 @@ def match_perf_recipe(model_id: str, gpu_id: str | None, precision: str, layout:
             norm_vpp(lay.get("virtual_pipeline_model_parallel_size"))
             == norm_vpp(layout.get("virtual_pipeline_model_parallel_size")),
             (r.get("training") or {}).get("micro_batch_size") == micro_batch_size,
+            num_gpus is None or r.get("num_gpus") == num_gpus,
             r["table"] == "A",
             "dev" not in r["id"] and "large_scale" not in r["id"],
         )

@@ -150,6 +150,11 @@ def render_plan(d: dict) -> None:
         c.print(f"[bold yellow]note[/]: {n}", highlight=False)
     for a in d["assumptions"]:
         c.print(f"[dim]assumed: {a}[/]", highlight=False)
+    # the software level every candidate's step time was scaled by (the same for all of them)
+    top = (d.get("candidates") or [{}])[0].get("throughput") or {}
+    for a in top.get("assumptions", []):
+        if "container" in a:
+            c.print(f"[dim]assumed: {a}[/]", highlight=False)
     if d.get("report"):
         c.print(f"report written to {d['report']}")
     if d.get("saved"):

@@ -36,8 +36,8 @@ from moeplan.spec.scenario import Scenario
 SHARED: list[tuple[str, float, float]] = [
     ("grouped_gemm_half_tokens", 32.0, 512.0),
     ("memory_bound_bytes_per_activation_byte", 1.0, 12.0),
-    ("nvlink_efficiency", 0.5, 0.95),
-    ("nic_efficiency", 0.6, 0.95),
+    ("nvlink_efficiency", 0.76, 0.82),
+    ("nic_efficiency", 0.74, 0.98),
     ("a2a_alltoall", 0.15, 0.9),
     ("a2a_deepep", 0.15, 0.9),
     ("a2a_hybridep", 0.15, 0.9),

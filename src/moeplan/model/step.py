@@ -83,11 +83,15 @@ class ThroughputEstimate:
         }
 
 
+_RELEASE_IN_TEXT = re.compile(r"(?<![\d.])(\d\d\.\d\d(?:\.\d\d)?)(?![\d.])")
+
+
 def release_of(s: Scenario) -> str | None:
-    """The container release (``26.04.01``) named in ``versions.container``, if any."""
+    """The container release (``26.04.01``) named in ``versions.container`` (``nvcr.io/nvidia/nemo:26.04.01``
+    works too); None when not given or not readable as exactly one ``NN.NN[.NN]``."""
     text = s.input.versions.container or ""
-    mt = re.search(r"(\d\d\.\d\d(?:\.\d\d)?)", text)
-    return mt.group(1) if mt else None
+    found = _RELEASE_IN_TEXT.findall(text)
+    return found[0] if len(found) == 1 and "\n" not in text else None
 
 
 def estimate_step(
@@ -145,12 +149,24 @@ def estimate_step(
     ):
         if getattr(gpu, key) is None:
             assumptions.append(f"system.gpu.{key} not given: {default} {unit} assumed")
+    given = s.input.versions.container
     if stated_release and stated_release != rel_name:
-        assumptions.append(
-            f"container {stated_release} not among the fitted releases: software efficiency of {rel_name}, "
-            "the last fitted release before it (the oldest fitted one if it predates them all)"
+        from moeplan.model.constants import release_key
+
+        why = (
+            "the oldest fitted release: it predates them all"
+            if release_key(stated_release) < release_key(rel_name)
+            else ("the newest fitted release" if rel_name == c.newest_release else "the last fitted release before it")
         )
-    if stated_release is None:
+        assumptions.append(
+            f"container {stated_release} not among the fitted releases: software efficiency of {rel_name}, {why}"
+        )
+    elif stated_release is None and given:
+        assumptions.append(
+            f"container {given!r} not readable as one NN.NN[.NN] release: software efficiency of the newest "
+            f"fitted release, {rel_name}"
+        )
+    elif stated_release is None:
         assumptions.append(f"no container release given (versions.container): software efficiency of {rel_name}")
     from moeplan.catalog.gpus import measured_gemm_fractions
 
@@ -358,7 +374,10 @@ def estimate_step(
     dp_args = (s.dp * s.cp, s.edp or 1, dense_span, exp_span, gpu, c)
     if lay.use_distributed_optimizer:
         t_rs = dp_time(tr_dense, tr_expert, grad_b, *dp_args, param_bytes=0.0)
-        t_ag = dp_time(tr_dense, tr_expert, 0.0, *dp_args)
+        # fp8_param_gather all-gathers the FP8 weights (1 byte, plus MXFP8's 1/32 scales) instead of BF16
+        fp8_pg = lay.fp8_param_gather and t.precision != "bf16"
+        ag_b = (1 + 1 / 32 if t.precision == "mxfp8" else 1.0) if fp8_pg else 2.0
+        t_ag = dp_time(tr_dense, tr_expert, 0.0, *dp_args, param_bytes=ag_b)
     else:  # plain DDP all-reduces the gradients (twice a reduce-scatter's volume), no parameter gather
         t_rs, t_ag = dp_time(tr_dense, tr_expert, 2 * grad_b, *dp_args, param_bytes=0.0), 0.0
     # Megatron DDP (overlap_grad_reduce) reduces gradients bucket by bucket during the backward pass of
@@ -374,9 +393,11 @@ def estimate_step(
     floor = max(tail, c.dp_exposed_fraction)
     rs_exposed = t_rs if lay.overlap_grad_reduce is False else max(floor * t_rs, t_rs - 2 / 3 * compute_mb)
     ag_exposed = t_ag if lay.overlap_param_gather is False else max(floor * t_ag, t_ag - 1 / 3 * compute_mb)
-    breakdown["dp_comm_exposed"] = rs_exposed + ag_exposed
     strategy = lay.data_parallel_sharding_strategy or "optim_grads_params"
-    if lay.use_megatron_fsdp and strategy == "optim_grads_params" and (s.dp * s.cp > 1 or (s.edp or 1) > 1):
+    fsdp_sharded = lay.use_megatron_fsdp and strategy == "optim_grads_params"
+    # with sharded parameters the per-microbatch gathers and gradient scatters below replace the step's
+    breakdown["dp_comm_exposed"] = 0.0 if fsdp_sharded else rs_exposed + ag_exposed
+    if fsdp_sharded and (s.dp * s.cp > 1 or (s.edp or 1) > 1):
         # Megatron-FSDP with sharded parameters: every microbatch all-gathers the stage's parameters for
         # forward and again for backward, and reduce-scatters its gradients (bf16); prefetching hides it
         # behind the layer compute up to the overlap share

@@ -82,7 +82,9 @@ def _seq_note(seq: int, lo: int, hi: int) -> str:
     if not chk:
         return text + ", and not validated"
     c_lo, c_hi = chk["seq_length_range"]
-    where = "within" if c_lo <= seq <= c_hi else f"outside ({seq} tokens), beyond"
+    if seq < lo:
+        return f"seq_length {seq} shorter than the fitted {lo}–{hi}: costs below that range were not measured"
+    where = "within" if c_lo <= seq <= c_hi else "beyond"
     moe = chk.get("moe_64k_abs_pct") or []
     moe_txt = f" and within {max(moe):.0f} % of NVIDIA's MoE runs at 64K (Mixtral-8x22B, CP 8)" if moe else ""
     return (
@@ -102,7 +104,7 @@ def layout_kind(s: Scenario) -> list[str]:
         kinds.append("vpp")
     if s.pp > 1:
         kinds.append("pp>1")
-    if s.etp > 1:
+    if s.etp > 1 and s.model is not None and s.model.is_moe:
         kinds.append("etp>1")
     if lay.recompute_granularity == "full":
         kinds.append("full recompute")

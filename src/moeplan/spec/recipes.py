@@ -34,6 +34,7 @@ def recipe_fills(
     gpu_id: str | None = None,
     layout: dict | None = None,
     micro_batch_size: int | None = None,
+    num_gpus: int | None = None,
 ) -> list[tuple[str, Any, str]]:
     """(layout key, value, reason) fills of recipe defaults ``name`` for this model and layout: first
     the matching recipe row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP), then the
@@ -45,7 +46,7 @@ def recipe_fills(
     if model is not None and layout is not None:
         from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
 
-        row = match_perf_recipe(model.name, gpu_id, precision, layout, micro_batch_size)
+        row = match_perf_recipe(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus)
         if row is not None:
             table = "Table A @067f987" if row["table"] == "A" else "Table B @v0.5.1"
             borrowed = precision not in row["precisions"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
@@ -67,6 +67,13 @@ class VersionsInput(BaseModel):
     transformer_engine: str | None = None
     torch: str | None = None
     container: str | None = None
+
+    @field_validator("megatron_core", "megatron_bridge", "transformer_engine", "torch", "container", mode="before")
+    @classmethod
+    def _quoted(cls, v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError("a quoted string, e.g. '26.10': unquoted, YAML reads 26.10 as the number 26.1")
+        return v
 
 
 class OverheadsInput(BaseModel):
@@ -536,6 +543,7 @@ def resolve(inp: ScenarioInput) -> Scenario:
         gpu_id=gpu_id.lower() if gpu_id else None,
         layout=lay.model_dump(),
         micro_batch_size=inp.training.micro_batch_size,
+        num_gpus=inp.system.num_gpus,
     ):
         if key not in stated and key not in upd:
             upd[key] = value
@@ -598,6 +606,30 @@ def resolve(inp: ScenarioInput) -> Scenario:
                 "unset: Bridge recipes use the distributed optimizer"
                 if bridge
                 else "unset: megatron-core OptimizerConfig default",
+            )
+        )
+    dist_opt = upd.get("use_distributed_optimizer", lay.use_distributed_optimizer)
+    if lay.overlap_grad_reduce is None and not lay.use_megatron_fsdp:
+        upd["overlap_grad_reduce"] = bridge
+        res.append(
+            Resolution(
+                "overlap_grad_reduce",
+                bridge,
+                "unset: Bridge recipes overlap the gradient reduce-scatter with backward"
+                if bridge
+                else "unset: megatron-core DistributedDataParallelConfig default",
+            )
+        )
+    if lay.overlap_param_gather is None and dist_opt and not lay.use_megatron_fsdp:
+        val = bridge and upd.get("overlap_grad_reduce", lay.overlap_grad_reduce) is not False
+        upd["overlap_param_gather"] = val
+        res.append(
+            Resolution(
+                "overlap_param_gather",
+                val,
+                "unset: Bridge recipes overlap the parameter all-gather with forward"
+                if bridge
+                else "unset: megatron-core DistributedDataParallelConfig default",
             )
         )
     if lay.use_precision_aware_optimizer is None:
