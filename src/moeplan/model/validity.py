@@ -56,24 +56,24 @@ class Validity:
         }
 
 
-@functools.lru_cache(maxsize=1)
-def coverage() -> dict:
-    """The packaged coverage and error bands (empty coverage when the data file is absent)."""
-    path = resources.files("moeplan.catalog").joinpath("data", "time_validity.json")
+def _packaged_json(name: str) -> dict:
+    path = resources.files("moeplan.catalog").joinpath("data", name)
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+
+
+@functools.lru_cache(maxsize=1)
+def coverage() -> dict:
+    """The packaged coverage and error bands (empty coverage when the data file is absent)."""
+    return _packaged_json("time_validity.json")
 
 
 @functools.lru_cache(maxsize=1)
 def long_context_check() -> dict:
     """The packaged out-of-sample long-context check (empty when the data file is absent)."""
-    path = resources.files("moeplan.catalog").joinpath("data", "long_context_check.json")
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
+    return _packaged_json("long_context_check.json")
 
 
 def _seq_note(seq: int, lo: int, hi: int) -> str:
