@@ -85,7 +85,9 @@ def predict_moe(table: dict) -> list[dict]:
     software factor used (their containers predate every fitted release: the oldest fitted factor)."""
     out = []
     for r in table.get("moe_runs", []):
-        sc = load_scenario({**r["scenario"], "versions": {"container": r["container"]}})
+        sc = load_scenario(
+            {**r["scenario"], "versions": {"container": r["container"]}, "recipe_defaults": "mbridge-perf"}
+        )
         t = estimate_step(sc)
         meas = r["measured"]
         row = {
@@ -170,12 +172,15 @@ def main() -> None:
     ]
     moe = predict_moe(table)
     lines += [
-        "## MoE at 64K: Mixtral-8x22B with CP 8",
+        "## NVIDIA's MoE runs, out of sample",
         "",
-        "NVIDIA's performance summaries list one MoE run at long context per system: Mixtral-8x22B at 65536 "
-        "tokens (TP 2, PP 4, VPP 14, CP 8, EP 8, MBS 1, GBS 64; layout from NeMo's recommended B200 model "
-        "configs). Their containers (25.02, 25.04) predate every fitted release, so the oldest fitted "
-        "software factor is used.",
+        "MoE rows of NeMo's performance summaries, none of them in the fitted runs: Mixtral-8x22B at 65536 "
+        "tokens with CP 8 (TP 2, PP 4, VPP 14, EP 8, MBS 1, GBS 64) on B200 and GB200, Mixtral-8x7B at 4K on "
+        "B200 (EP 8, MBS 2), and the Llama-4-Scout language model at 8K on GB200 (EP 16); layouts from NeMo's "
+        "recommended model configs where the tables omit them, knobs from the perf recipes' shared helpers "
+        "(`recipe_defaults: mbridge-perf`: BF16 gradient reduction, FP8 parameter gather, as NeMo's "
+        "performance scripts set). Their containers (25.02–25.07) predate every fitted release, so the "
+        "oldest fitted software factor is used. Sources and assumptions: benchmarks/data/nemo_long_sequence.yaml.",
         "",
         "| run | measured tokens/s/GPU | predicted | error % | factor of | attention share | exposed CP share | "
         "FLOPs/token ours ÷ published | fits |",
@@ -188,7 +193,16 @@ def main() -> None:
             f"{r['release_used']} | {100 * r['attention_share']:.0f} % | {100 * r['cp_exposed_share']:.1f} % | "
             f"{ratio} | {'yes' if r['fits'] else 'no'} |"
         )
-    lines.append("")
+    errs = sorted(abs(r["error_pct"]) for r in moe)
+    lines += [
+        "",
+        f"- tokens/s/GPU: median absolute error {statistics.median(errs):.1f} %, worst {errs[-1]:.1f} % over "
+        f"{len(errs)} runs of 3 MoE models the constants never saw",
+        "- FLOPs per token: ours equal NVIDIA's within 0.1 % except Mixtral-8x7B at 4K (0.961): there NeMo 25.02 "
+        "counted the attention scores over the full sequence rather than causally; the difference, 6·s·h·L = "
+        "3.2 GFLOP per token, is the gap within 1 % (Mixtral-8x22B at 64K, in 25.02 too, is counted causally)",
+        "",
+    ]
     (ROOT / "docs" / "long_context.md").write_text("\n".join(lines))
     check = {
         "what": "NVIDIA's measured dense LLAMA2-7B FP8 runs on H100 with CP 1–32",
@@ -197,7 +211,8 @@ def main() -> None:
         "median_abs_pct": round(s["median_abs_pct"], 1),
         "worst_abs_pct": round(s["worst_abs_pct"], 1),
         "shape_worst_pct": round(s["shape_worst_pct"], 1),
-        "moe_64k_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe],
+        "moe_64k_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe if "seq65536" in r["id"]],
+        "moe_out_of_sample_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe],
     }
     out = ROOT / "src" / "moeplan" / "catalog" / "data" / "long_context_check.json"
     out.write_text(json.dumps(check, indent=2) + "\n")

@@ -63,19 +63,30 @@ def test_cp_ring_is_hidden_until_the_longest_rows(rows):
         assert r["cp_exposed_share"] <= 0.05, (r["seq_k"], r["cp_exposed_share"])
 
 
-def test_moe_at_64k_counts_flops_as_nvidia_and_predicts_within_fifteen_percent():
-    # Mixtral-8x22B at 65536 tokens, CP 8 (NeMo 25.02 B200, 25.04 GB200): the model FLOPs per token
-    # (causal attention at 64K included) must match NVIDIA's published TFLOP/s ÷ tokens/s to 1 %, and
-    # tokens/s/GPU fall within 15 % (now −3.2 % and −8.5 %) with the oldest fitted software factor,
-    # since both containers predate every fitted release
+def test_nvidia_moe_runs_out_of_sample_within_fifteen_percent():
+    # NeMo's MoE rows (Mixtral-8x22B at 64K with CP 8 on B200 and GB200, Mixtral-8x7B at 4K on B200,
+    # Llama-4-Scout's language model at 8K on GB200), none of them fitted: tokens/s/GPU within 15 %
+    # (now 9.1, 2.9, 10.6 and 4.4 %) with the oldest fitted software factor, since every container
+    # predates the fitted releases; FLOPs per token equal NVIDIA's within 1 %, except where NeMo 25.02
+    # counted Mixtral-8x7B's attention over the full sequence: there NVIDIA's = ours + 6·s·h·L
+    from moeplan import get_model
     from moeplan.model.constants import load_constants, release_key
 
     oldest = min(load_constants().release_factor, key=release_key)
     moe = lc.predict_moe(lc.load())
-    assert len(moe) == 2
-    ratios = [r["flops_per_token_ratio"] for r in moe if r["flops_per_token_ratio"] is not None]
-    assert ratios and all(abs(x - 1) <= 0.01 for x in ratios)
+    assert len(moe) == 4
     for r in moe:
         assert r["release_used"] == oldest
         assert abs(r["error_pct"]) <= 15.0, (r["id"], r["error_pct"])
         assert r["fits"]
+        ratio = r["flops_per_token_ratio"]
+        if ratio is None:
+            continue
+        if "mixtral-8x7b" in r["id"]:
+            m = get_model("mistralai/Mixtral-8x7B-v0.1")
+            ours = 1282e12 / 15457 * ratio  # FLOPs per token, ours
+            full_minus_causal = 6 * 4096 * m.hidden_size * m.num_layers
+            published = 1282e12 / 15457
+            assert abs((ours + full_minus_causal) / published - 1) <= 0.01
+        else:
+            assert abs(ratio - 1) <= 0.01, r["id"]
