@@ -497,3 +497,26 @@ def test_dispatcher_line_flags_disagreement_with_nvl72_guidance():
             seen.add((gpu, chosen == "hybridep"))
             assert ("HybridEP first on NVL72" in line) == (gpu == "gb200" and chosen != "hybridep"), line
     assert {("gb200", True), ("gb200", False)} <= seen  # both branches on NVL72
+
+
+def test_fit_applies_the_uneven_split_before_looking_for_memory():
+    # DeepSeek-V3's 61 layers do not divide by PP 8: fit applies the check's uneven split (6 / 7 on the
+    # first / last stage, 8 on each of the 6 middle ones: 6 + 48 + 7 = 61) and then finds memory fixes
+    from moeplan.plan.fit import fit_layout
+
+    res = fit_layout(
+        {
+            "model": "deepseek-ai/DeepSeek-V3",
+            "system": {"gpu": "h100", "num_gpus": 64},
+            "training": {"seq_length": 32768, "global_batch_size": 128},
+            "layout": {
+                "tensor_model_parallel_size": 8,
+                "pipeline_model_parallel_size": 8,
+                "expert_model_parallel_size": 8,
+            },
+        }
+    )
+    assert "num_layers_in_first_pipeline_stage=6" in res["applied_first"]
+    assert "num_layers_in_last_pipeline_stage=7" in res["applied_first"]
+    assert res["check_errors"] == [] and not res["replanned"] and res["fixes"]
+    assert res["fixes"][0]["scenario"]["layout"]["num_layers_in_last_pipeline_stage"] == 7

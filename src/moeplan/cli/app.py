@@ -291,16 +291,17 @@ def estimate(
     from moeplan.cli import render
 
     errors = [f.to_dict() for f in checked.errors]
+    warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
     out = {
         "scenario": scn.summary(),
-        "check": {"verdict": checked.verdict, "errors": errors},
+        "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings},
         "memory": mem.to_dict(),
         "throughput": throughput,
     }
     if as_json:
         render.print_json(out)
     else:
-        render.render_memory(out["scenario"], out["memory"], errors)
+        render.render_memory(out["scenario"], out["memory"], errors, warnings)
         render.render_throughput(throughput, broken)
     raise typer.Exit(EXIT_RULE if (mem.verdict == "does-not-fit" or broken) else EXIT_OK)
 

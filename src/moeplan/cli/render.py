@@ -204,7 +204,9 @@ def render_gpu_detail(row: dict) -> None:
         c.print(f"  - {src}", markup=False)
 
 
-def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None) -> None:
+def render_memory(
+    scn_summary: dict, mem: dict, errors: list[dict] | None = None, warnings: list[dict] | None = None
+) -> None:
     from rich.table import Table
 
     from moeplan.units import GIB_BYTES
@@ -269,6 +271,12 @@ def render_memory(scn_summary: dict, mem: dict, errors: list[dict] | None = None
             + "; ".join(f"{e['rule_id']}: {e['message']}" for e in errors),
             markup=True,
         )
+    if warnings:
+        c.print(
+            "[yellow]check warns[/] (details: moeplan check): "
+            + "; ".join(f"{w['rule_id']}: {w['message']}" for w in warnings),
+            markup=True,
+        )
     if len(peak.get("virtual_chunks", [])) > 1:
         c.print(
             "virtual chunks of the peak stage (layers, activations per microbatch GiB): "
@@ -327,7 +335,8 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         f"[bold]{th['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU[/], {th['model_tflops_per_gpu']:.0f} model "
         f"TFLOP/s/GPU, MFU {100 * th['mfu']:.1f} % of the dense BF16 peak "
         f"({100 * th['mfu_precision_peak']:.1f} % of the training precision's peak); "
-        f"software efficiency of container {th['release']}"
+        f"software efficiency of container {th['release']} (step time ÷ {th.get('release_factor', 1.0):.3f}, "
+        "fitted per release against the newest)"
     )
     if (
         th.get("useful_tokens_per_s_per_gpu") is not None

@@ -170,6 +170,8 @@ def render_fit(d: dict) -> None:
         f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
+    if d.get("applied_first"):
+        c.print(f"[yellow]applied first[/]: {d['applied_first']}", highlight=False)
     for e in d.get("check_errors", []):
         c.print(f"[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)", highlight=False)
     if d["fixes"]:
@@ -191,6 +193,8 @@ def render_fit(d: dict) -> None:
                 "–" if f["tokens_per_s_per_gpu"] is None else f"{f['tokens_per_s_per_gpu']:,.0f}",
             )
         c.print(t)
+        if all(f["step_time_change_pct"] is None for f in d["fixes"]):
+            c.print("[dim]step time: give a global batch size (--gbs) to rank the changes by their time cost[/]")
     elif not d["fits_already"]:
         c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
     if d.get("replanned"):
@@ -236,7 +240,12 @@ def render_recipes(rows: list[dict]) -> None:
         chk = r["check"]
         style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
         mem = r.get("memory")
-        mem_s = f"{mem['peak_gib']:.1f} GiB {mem['verdict']}" if mem else "memory: needs seq_length / GPU count"
+        if mem:
+            mem_s = f"{mem['peak_gib']:.1f} GiB {mem['verdict']}"
+        elif chk["rule_ids"] == ["input"]:
+            mem_s = "memory: not estimated"
+        else:
+            mem_s = "memory: needs seq_length / GPU count"
         th = r.get("throughput")
         if th:
             mem_s += f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %"

@@ -50,6 +50,8 @@ class ThroughputEstimate:
             image tokens that carry data).
         stage_microbatch_s: forward + backward time of one microbatch on each pipeline stage (the
             slowest sets the pace; a VLM's first stage also runs the vision tower).
+        release / release_factor: the container release whose software efficiency was used and its
+            fitted factor (every part of the step is divided by it; the newest release is 1).
     """
 
     step_time_s: float
@@ -64,6 +66,7 @@ class ThroughputEstimate:
     validity: dict = field(default_factory=dict)
     useful_tokens_per_s_per_gpu: float | None = None
     stage_microbatch_s: list[float] = field(default_factory=list)
+    release_factor: float = 1.0
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +79,7 @@ class ThroughputEstimate:
             "breakdown_s": dict(self.breakdown_s),
             "num_microbatches": self.num_microbatches,
             "release": self.release,
+            "release_factor": self.release_factor,
             "assumptions": list(self.assumptions),
             "validity": dict(self.validity),
             "useful_tokens_per_s_per_gpu": self.useful_tokens_per_s_per_gpu,
@@ -443,4 +447,5 @@ def estimate_step(
         assess(s).to_dict(),
         tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
         [x / rel for x in totals],
+        rel,
     )

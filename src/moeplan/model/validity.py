@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 
@@ -86,10 +87,10 @@ def _seq_note(seq: int, lo: int, hi: int) -> str:
         return f"seq_length {seq} shorter than the fitted {lo}–{hi}: costs below that range were not measured"
     where = "within" if c_lo <= seq <= c_hi else "beyond"
     moe = chk.get("moe_64k_abs_pct") or []
-    moe_txt = f" and within {max(moe):.0f} % of NVIDIA's MoE runs at 64K (Mixtral-8x22B, CP 8)" if moe else ""
+    moe_txt = f" and within {math.ceil(max(moe))} % of NVIDIA's MoE runs at 64K (Mixtral-8x22B, CP 8)" if moe else ""
     return (
         f"{text}; {where} the checked {c_lo}–{c_hi}: out of sample they came within "
-        f"{chk['worst_abs_pct']:.0f} % of {chk['what']}{moe_txt} ({chk['source']}); "
+        f"{math.ceil(chk['worst_abs_pct'])} % of {chk['what']}{moe_txt} ({chk['source']}); "
         "the band above is the general one for cases outside the fitted runs"
     )
 

@@ -118,12 +118,35 @@ def _merge(a: dict, b: dict) -> dict | None:
     return out
 
 
+def _split_fix(s) -> dict | None:
+    """The uneven first/last-stage split for a layout whose layers do not divide by PP (no VPP, no
+    layout string or stage sizes given), as a change; None when it divides or cannot be split."""
+    from moeplan.rules.pipeline import uneven_split
+
+    lay, m = s.layout, s.model
+    if s.pp < 2 or s.vpp > 1 or m is None or not m.num_layers:
+        return None
+    if lay.pipeline_model_parallel_layout or lay.num_layers_in_first_pipeline_stage is not None:
+        return None
+    if lay.num_layers_in_last_pipeline_stage is not None:
+        return None
+    extra = int(bool(lay.account_for_embedding_in_pipeline_split)) + int(bool(lay.account_for_loss_in_pipeline_split))
+    if (m.num_layers + extra) % s.pp == 0:
+        return None
+    split = uneven_split(m.num_layers, s.pp)
+    if split is None:
+        return None
+    first, last, _ = split
+    return {"layout": {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}}
+
+
 def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, constants=None) -> dict:
     """Changes that make the scenario fit, least step-time cost first.
 
     Returns:
         ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
-        rejected[]}`` (``replanned``: no single change or pair fits, the last fix is the planner's
+        rejected[], applied_first}`` (``applied_first``: the uneven pipeline split applied before
+        anything else when the layers do not divide by PP, else None) (``replanned``: no single change or pair fits, the last fix is the planner's
         layout); each fix: ``change``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None without a global
         batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for ``check``/``export``).
 
@@ -132,6 +155,11 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
     """
     data = with_sections(data)
     s0 = load_scenario(data)
+    split_fix = _split_fix(s0)
+    if split_fix is not None:
+        # layers that do not divide by PP: apply `check`'s own fix first, then look for memory
+        data = _apply(data, split_fix)
+        s0 = load_scenario(data)
     if s0.gpu is None:
         raise InputError("system.gpu", None, "a GPU: fitting needs its memory")
     if headroom_gib is not None and not (0 <= headroom_gib < s0.gpu.usable_hbm_gib):
@@ -154,6 +182,12 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
         "replanned": False,
         "rejected": [],
         "check_errors": [f"{f.rule_id}: {f.message}" for f in validate(s0).errors],
+        "applied_first": (
+            None
+            if split_fix is None
+            else "uneven pipeline split (the check's fix for pipeline.num_layers_divisible_by_pp): "
+            + ", ".join(f"{k}={v}" for k, v in split_fix["layout"].items())
+        ),
     }
 
     def trial(label: str, change: dict) -> dict | None:

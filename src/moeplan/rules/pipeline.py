@@ -20,20 +20,32 @@ def _even_options(n_layers: int, pp: int, vpp: int) -> str:
     return f"PP in {pps}" if pps else "no even PP; use uneven first/last stages or a layout"
 
 
-def _uneven_hint(n_layers: int, pp: int) -> str:
-    """A legal uneven split: k = ⌈L/PP⌉ layers on each middle stage, the rest shared by the first and
-    last stages (which also hold the embedding and the loss, so they get fewer)."""
-    if pp < 2:
-        return "PP = 1"
-    if n_layers < pp:
-        return f"PP ≤ {n_layers} (every stage needs at least one layer)"
+def uneven_split(n_layers: int, pp: int) -> tuple[int, int, int] | None:
+    """A legal uneven split for ``n_layers`` over ``pp`` ≥ 2 stages: ``(first, last, k)`` with k = ⌈L/PP⌉
+    layers on each middle stage (lowered until the ends keep one layer each) and the rest shared by the
+    first and last stages, which also hold the embedding and the loss and so get fewer. None when no
+    split leaves every stage a layer."""
+    if pp < 2 or n_layers < pp:
+        return None
     k = -(-n_layers // pp)
     while k > 0 and n_layers - (pp - 2) * k < 2:
         k -= 1
     if k == 0:
-        return f"PP ≤ {n_layers}"
+        return None
     ends = n_layers - (pp - 2) * k
-    first, last = ends // 2, ends - ends // 2
+    return ends // 2, ends - ends // 2, k
+
+
+def _uneven_hint(n_layers: int, pp: int) -> str:
+    """The uneven split of :func:`uneven_split`, as a fix text."""
+    if pp < 2:
+        return "PP = 1"
+    if n_layers < pp:
+        return f"PP ≤ {n_layers} (every stage needs at least one layer)"
+    split = uneven_split(n_layers, pp)
+    if split is None:
+        return f"PP ≤ {n_layers}"
+    first, last, k = split
     if pp == 2:
         return f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
     middle = "middle stage" if pp == 3 else f"{pp - 2} middle stages"
