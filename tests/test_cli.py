@@ -470,52 +470,12 @@ def test_plan_text_names_the_software_factor():
 
 
 def test_estimate_shows_check_warnings_and_the_release_factor():
-    r = run(
-        [
-            "estimate",
-            "--model",
-            "Qwen/Qwen3-235B-A22B",
-            "--gpu",
-            "gb200",
-            "--num-gpus",
-            "128",
-            "--seq-length",
-            "65536",
-            "--gbs",
-            "64",
-            "--tp",
-            "4",
-            "--cp",
-            "4",
-            "--ep",
-            "64",
-            "--json",
-        ]
-    )
-    d = json.loads(r.output)
+    args = "estimate --model Qwen/Qwen3-235B-A22B --gpu gb200 --num-gpus 128 --seq-length 65536 --gbs 64"
+    args = args.split() + ["--tp", "4", "--cp", "4", "--ep", "64"]
+    d = json.loads(run([*args, "--json"]).output)
     assert any(w["rule_id"] == "sequence.max_position_embeddings" for w in d["check"]["warnings"])
     assert d["throughput"]["release_factor"] == 1.0 and d["throughput"]["release"] == "26.06"
-    r = run(
-        [
-            "estimate",
-            "--model",
-            "Qwen/Qwen3-235B-A22B",
-            "--gpu",
-            "gb200",
-            "--num-gpus",
-            "128",
-            "--seq-length",
-            "65536",
-            "--gbs",
-            "64",
-            "--tp",
-            "4",
-            "--cp",
-            "4",
-            "--ep",
-            "64",
-        ]
-    )
+    r = run(args)
     text = " ".join(r.output.split())
     assert "check warns" in text and "sequence.max_position_embeddings" in text
     assert "step time ÷ 1.000" in text
