@@ -137,3 +137,21 @@ def test_dp_overlap_defaults_follow_the_framework():
 def test_fsdp_sharded_parameters_are_not_charged_twice():
     fsdp = estimate_step(load_scenario({**DP_SCN, "layout": {**DP_SCN["layout"], "use_megatron_fsdp": True}}))
     assert fsdp.breakdown_s["dp_comm_exposed"] == 0.0 and fsdp.breakdown_s["fsdp_comm_exposed"] > 0
+
+
+def test_softmax_exponential_bounds_the_forward_below_the_sfu_balance():
+    # hand-derived: Blackwell f = 0.546; combined = 3 / (1/f_fwd + 2.5/(0.8 f)).
+    # head dim 128 (d_qk + d_v = 256): f_fwd = f → 3 / (1/0.546 + 3.125/0.546) = 0.546 · 3/4.125 = 0.3971
+    # head dim 64 (128): below the B200 balance 256, f_fwd = f/2 → 0.546 · 3/5.125 = 0.3196
+    # Blackwell Ultra (SFUs doubled, balance 128) and Hopper (balance 128): no penalty at head dim 64
+    from moeplan.catalog import get_gpu
+    from moeplan.model.compute import attention_fraction
+
+    long_q = 1e12  # the length term q / (q + 768) → 1
+    b200, gb300, h100 = get_gpu("b200"), get_gpu("gb300"), get_gpu("h100")
+    assert attention_fraction(b200, long_q, 256) == pytest.approx(0.546 * 3 / 4.125, rel=1e-6)
+    assert attention_fraction(b200, long_q, 128) == pytest.approx(0.546 * 3 / 5.125, rel=1e-6)
+    assert attention_fraction(gb300, long_q, 128) == pytest.approx(attention_fraction(gb300, long_q, 256))
+    assert attention_fraction(h100, long_q, 128) == pytest.approx(attention_fraction(h100, long_q, 256))
+    # larger heads (MLA, 192 + 128) get no credit beyond the measured head-dim-128 figure
+    assert attention_fraction(b200, long_q, 320) == pytest.approx(attention_fraction(b200, long_q, 256))

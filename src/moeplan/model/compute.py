@@ -36,17 +36,43 @@ ATTENTION_HALF_QUERY_TOKENS = 768.0
 ATTENTION_FP8_RELATIVE = 0.81
 
 
-def attention_fraction(gpu: GpuSpec, query_tokens: float) -> float:
+#: d_qk + d_v at which the forward's tensor-core work per attention score (2·(d_qk + d_v) FLOPs) equals
+#: the softmax exponential's time on the SFUs (one MUFU.EX2 per score, 16 per clock per SM on Hopper and
+#: Blackwell). H100: 989 TFLOP/s ÷ (16 × 132 SMs × 1.83 GHz) ≈ 256 FLOPs per exponential → 128;
+#: B200: FlashAttention-4 (arXiv 2603.05451) finds the forward bound by the exponential at head dim 128
+#: (tensor cores 2.25× Hopper's, SFUs unchanged) → 256; Blackwell Ultra doubles SFU throughput (NVIDIA,
+#: "Making Softmax More Efficient with NVIDIA Blackwell Ultra") → 128. Below the balance the forward
+#: runs at the exponential's pace.
+EXP_BALANCE_HEAD_DIMS = {"Hopper": 128, "Blackwell": 256, "Blackwell Ultra": 128}
+#: d_qk + d_v of the kernels the forward fractions above were measured with (head dim 128)
+REFERENCE_HEAD_DIMS = 256
+
+
+def _arch_key(gpu: GpuSpec) -> str:
+    arch = gpu.arch or ""
+    return "Blackwell Ultra" if arch.startswith("Blackwell Ultra") else (arch.split()[0] if arch else "")
+
+
+def attention_fraction(gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS) -> float:
     """Forward + backward attention throughput as a fraction of the attention peak (BF16 unless FP8
-    attention), for kernels over ``query_tokens`` queries (the tokens of one CP rank).
+    attention), for kernels over ``query_tokens`` queries (the tokens of one CP rank) with query-key
+    plus value head dimensions ``head_dims`` (d_qk + d_v: 256 for head dim 128, 320 for MLA's 192 + 128).
 
     Megatron counts attention as 3 × forward FLOPs; flash backward executes 2.5 × forward (it recomputes
-    QKᵀ), so the effective fraction is 3 / (1/f + 2.5/(0.8 f)) of the forward fraction f, scaled by the
-    length term q / (q + 768). Sources in the module constants; nothing here is fitted.
+    QKᵀ), so the effective fraction is 3 / (1/f_fwd + 2.5/(0.8 f)) of the measured forward fraction f,
+    scaled by the length term q / (q + 768). The forward is exponential-bound below the architecture's
+    balance point (:data:`EXP_BALANCE_HEAD_DIMS`): f_fwd = f · min(1, dims/balance) / min(1, 256/balance),
+    so head dim 64 halves the forward rate on Blackwell and costs nothing on Hopper or Blackwell Ultra;
+    larger heads get no credit beyond the measured figure. Sources in the module constants; nothing here
+    is fitted.
     """
-    arch = (gpu.arch or "").split()[0] if gpu.arch else ""
-    f = ATTENTION_FWD_FRACTION.get(arch, ATTENTION_FWD_FRACTION_DEFAULT)
-    combined = 3.0 / (1.0 / f + 2.5 / (ATTENTION_BWD_RATE * f))
+    key = _arch_key(gpu)
+    f = ATTENTION_FWD_FRACTION.get(key.split()[0] if key else "", ATTENTION_FWD_FRACTION_DEFAULT)
+    bal = EXP_BALANCE_HEAD_DIMS.get(key)
+    f_fwd = f
+    if bal:
+        f_fwd = f * min(1.0, head_dims / bal) / min(1.0, REFERENCE_HEAD_DIMS / bal)
+    combined = 3.0 / (1.0 / f_fwd + 2.5 / (ATTENTION_BWD_RATE * f))
     q = max(1.0, query_tokens)
     return combined * q / (q + ATTENTION_HALF_QUERY_TOKENS)
 

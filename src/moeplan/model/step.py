@@ -187,7 +187,11 @@ def estimate_step(
         route = s.input.assumptions.routing_imbalance_factor or DEFAULT_ROUTING_IMBALANCE
     seq_local = t.seq_length / s.cp
     tokens = mbs * seq_local
-    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local)
+    if m.qk_head_dim:  # MLA: queries and keys carry the no-position and rotary parts
+        head_dims = m.qk_head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or m.qk_head_dim)
+    else:
+        head_dims = 2 * (m.kv_channels or m.hidden_size // max(1, m.num_attention_heads or 1))
+    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local, head_dims)
     ctx = ActContext(
         tokens=tokens,
         seq_local=seq_local,
