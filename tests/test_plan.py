@@ -520,3 +520,30 @@ def test_fit_applies_the_uneven_split_before_looking_for_memory():
     assert "num_layers_in_last_pipeline_stage=7" in res["applied_first"]
     assert res["check_errors"] == [] and not res["replanned"] and res["fixes"]
     assert res["fixes"][0]["scenario"]["layout"]["num_layers_in_last_pipeline_stage"] == 7
+
+
+def test_fit_leaves_splits_it_cannot_make_legal_to_the_planner():
+    # with VPP, account_for_* or ends that would outgrow the middle stages, no uneven split is applied
+    from moeplan.plan.fit import fit_layout
+
+    base = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "h100", "num_gpus": 128},
+        "training": {"seq_length": 4096, "global_batch_size": 512, "precision": "fp8-blockwise"},
+    }
+    for layout in (
+        {
+            "pipeline_model_parallel_size": 8,
+            "virtual_pipeline_model_parallel_size": 2,
+            "expert_model_parallel_size": 16,
+        },
+        {
+            "pipeline_model_parallel_size": 8,
+            "expert_model_parallel_size": 16,
+            "account_for_embedding_in_pipeline_split": True,
+        },
+        {"pipeline_model_parallel_size": 32, "expert_model_parallel_size": 4},
+    ):
+        res = fit_layout({**base, "layout": layout})
+        assert res["applied_first"] is None, layout
+        assert res["check_errors"]

@@ -139,19 +139,38 @@ def test_fsdp_sharded_parameters_are_not_charged_twice():
     assert fsdp.breakdown_s["dp_comm_exposed"] == 0.0 and fsdp.breakdown_s["fsdp_comm_exposed"] > 0
 
 
-def test_softmax_exponential_bounds_the_forward_below_the_sfu_balance():
-    # hand-derived: Blackwell f = 0.546; combined = 3 / (1/f_fwd + 2.5/(0.8 f)).
-    # head dim 128 (d_qk + d_v = 256): f_fwd = f → 3 / (1/0.546 + 3.125/0.546) = 0.546 · 3/4.125 = 0.3971
-    # head dim 64 (128): below the B200 balance 256, f_fwd = f/2 → 0.546 · 3/5.125 = 0.3196
-    # Blackwell Ultra (SFUs doubled, balance 128) and Hopper (balance 128): no penalty at head dim 64
+def test_softmax_exponential_against_tensor_work_sets_the_forward_rate():
+    # hand-derived, per score in units of a BF16 head-dim-128 score's tensor time:
+    # t = max(mma, exp) + (1 − 0.13)·min(mma, exp), forward rate ∝ dims / t.
+    # Hopper (exp 0.5): dims 256 → t = 1 + 0.435 = 1.435; dims 128 → t = 0.5 + 0.435 = 0.935;
+    #   rate ratio (128/0.935) / (256/1.435) = 0.7674 — FlashAttention-3's 497 / 648 at 16K.
+    # B200 (exp 1.0): dims 128 → t = 1 + 0.435 = 1.435 vs 256 → 1 + 0.87 = 1.87: ratio 0.6516.
+    # GB300 (SFUs doubled, exp 0.5) against B200's measured f: dims 256 → 1.87 / 1.435 = 1.3031.
+    # combined = 3 / (1/f_fwd + 2.5/(0.8 f)), f = 0.75 (Hopper), 0.546 (Blackwell)
     from moeplan.catalog import get_gpu
     from moeplan.model.compute import attention_fraction
 
-    long_q = 1e12  # the length term q / (q + 768) → 1
-    b200, gb300, h100 = get_gpu("b200"), get_gpu("gb300"), get_gpu("h100")
-    assert attention_fraction(b200, long_q, 256) == pytest.approx(0.546 * 3 / 4.125, rel=1e-6)
-    assert attention_fraction(b200, long_q, 128) == pytest.approx(0.546 * 3 / 5.125, rel=1e-6)
-    assert attention_fraction(gb300, long_q, 128) == pytest.approx(attention_fraction(gb300, long_q, 256))
-    assert attention_fraction(h100, long_q, 128) == pytest.approx(attention_fraction(h100, long_q, 256))
-    # larger heads (MLA, 192 + 128) get no credit beyond the measured head-dim-128 figure
-    assert attention_fraction(b200, long_q, 320) == pytest.approx(attention_fraction(b200, long_q, 256))
+    def combined(f, m):
+        return 3 / (1 / (f * m) + 2.5 / (0.8 * f))
+
+    q = 1e12  # the length term q / (q + 768) → 1
+    h100, b200, gb300 = get_gpu("h100"), get_gpu("b200"), get_gpu("gb300")
+    assert attention_fraction(h100, q, 256) == pytest.approx(combined(0.75, 1.0), rel=1e-6)
+    assert attention_fraction(h100, q, 128) == pytest.approx(combined(0.75, (128 / 0.935) / (256 / 1.435)), rel=1e-6)
+    assert attention_fraction(b200, q, 128) == pytest.approx(combined(0.546, (128 / 1.435) / (256 / 1.87)), rel=1e-6)
+    assert attention_fraction(gb300, q, 256) == pytest.approx(combined(0.546, 1.87 / 1.435), rel=1e-6)
+    # FP8 attention halves the tensor work: head dim 64 loses more than in BF16
+    assert attention_fraction(h100, q, 128, fp8=True) / attention_fraction(h100, q, 512, fp8=True) < (
+        attention_fraction(h100, q, 128) / attention_fraction(h100, q, 256)
+    )
+
+
+def test_custom_gpu_arch_text_is_read_leniently():
+    from moeplan.model.compute import _arch_key
+    from moeplan.spec.system import GpuSpec
+
+    def key(arch):
+        return _arch_key(GpuSpec.model_construct(arch=arch))
+
+    assert key(" ") == "" and key("\t") == "" and key(None) == ""
+    assert key("blackwell") == "Blackwell" and key("BLACKWELL ULTRA (sm_103)") == "Blackwell Ultra"

@@ -204,7 +204,8 @@ def fit_cmd(
     then pairs, each checked by every rule, with the GiB it saves and the step time it costs, the
     cheapest in time first.
 
-    Exit code 0 when the layout fits already or a fix is found, 1 when none is, 2 on bad input."""
+    Exit code 0 when the layout fits already (and breaks no rule) or a fix is found, 1 when none is, 2 on
+    bad input."""
     from moeplan.cli import render
     from moeplan.plan.fit import fit_layout
 
@@ -221,7 +222,9 @@ def fit_cmd(
         from moeplan.cli.render_plan import render_fit
 
         render_fit(out)
-    raise typer.Exit(EXIT_OK if out["fits_already"] or out["fixes"] else EXIT_RULE)
+    # a layout that breaks a rule "fits" only on paper: exit 1 unless a change makes it legal and fit
+    ok = out["fixes"] or (out["fits_already"] and not out["check_errors"])
+    raise typer.Exit(EXIT_OK if ok else EXIT_RULE)
 
 
 @app.command("recipes")

@@ -194,7 +194,11 @@ def render_fit(d: dict) -> None:
             )
         c.print(t)
         if all(f["step_time_change_pct"] is None for f in d["fixes"]):
-            c.print("[dim]step time: give a global batch size (--gbs) to rank the changes by their time cost[/]")
+            c.print(
+                "[dim]step time: not estimated while the current layout breaks a rule[/]"
+                if d.get("check_errors")
+                else "[dim]step time: give a global batch size (--gbs) to rank the changes by their time cost[/]"
+            )
     elif not d["fits_already"]:
         c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
     if d.get("replanned"):
@@ -215,6 +219,7 @@ def render_fit(d: dict) -> None:
         c.print(
             "[dim]rejected by a rule: "
             + "; ".join(f"{r['change']} ({r['rule_id']})" for r in d["rejected"][:6])
+            + (f"; and {len(d['rejected']) - 6} more (--json)" if len(d["rejected"]) > 6 else "")
             + "[/]",
             highlight=False,
         )

@@ -36,42 +36,66 @@ ATTENTION_HALF_QUERY_TOKENS = 768.0
 ATTENTION_FP8_RELATIVE = 0.81
 
 
-#: d_qk + d_v at which the forward's tensor-core work per attention score (2·(d_qk + d_v) FLOPs) equals
-#: the softmax exponential's time on the SFUs (one MUFU.EX2 per score, 16 per clock per SM on Hopper and
-#: Blackwell). H100: 989 TFLOP/s ÷ (16 × 132 SMs × 1.83 GHz) ≈ 256 FLOPs per exponential → 128;
-#: B200: FlashAttention-4 (arXiv 2603.05451) finds the forward bound by the exponential at head dim 128
-#: (tensor cores 2.25× Hopper's, SFUs unchanged) → 256; Blackwell Ultra doubles SFU throughput (NVIDIA,
-#: "Making Softmax More Efficient with NVIDIA Blackwell Ultra") → 128. Below the balance the forward
-#: runs at the exponential's pace.
-EXP_BALANCE_HEAD_DIMS = {"Hopper": 128, "Blackwell": 256, "Blackwell Ultra": 128}
-#: d_qk + d_v of the kernels the forward fractions above were measured with (head dim 128)
+#: time of the softmax exponentials per attention score relative to the BF16 tensor-core time of a
+#: head-dim-128 score (2·256 FLOPs), by architecture: one MUFU.EX2 per score at 16 per clock per SM.
+#: H100: 989 TFLOP/s ÷ (16 × 132 SMs × 1.83 GHz) ≈ 256 FLOPs per exponential → 0.5; B200: tensor cores
+#: 2.25× Hopper's with the SFUs unchanged, FlashAttention-4 (arXiv 2603.05451) finds the head-dim-128
+#: forward bound by the exponential → 1.0; Blackwell Ultra doubles SFU throughput (NVIDIA, "Making
+#: Softmax More Efficient with NVIDIA Blackwell Ultra") → 0.5.
+EXP_TIME_PER_SCORE = {"Hopper": 0.5, "Blackwell": 1.0, "Blackwell Ultra": 0.5}
+#: share of the shorter of (tensor-core work, exponentials) that the kernel hides behind the longer:
+#: t = max(a, b) + (1 − η)·min(a, b). From FlashAttention-3's H100 BF16 forward at 16K (arXiv 2407.08608,
+#: Fig. 5): head dim 64 runs at 497 vs 648 TFLOP/s at 128, i.e. 0.767 → η = 0.13; the same η then gives
+#: head dim 256 at 1.18× head dim 128, against 756 / 648 = 1.17 measured
+EXP_OVERLAP = 0.13
+#: d_qk + d_v of the kernels the forward fractions above were measured with: head dim 128 in BF16
+#: (FlashAttention-3/4), head dim 256 for FP8 (FlashAttention-3's ~1.2 PFLOP/s)
 REFERENCE_HEAD_DIMS = 256
+REFERENCE_HEAD_DIMS_FP8 = 512
 
 
 def _arch_key(gpu: GpuSpec) -> str:
-    arch = gpu.arch or ""
-    return "Blackwell Ultra" if arch.startswith("Blackwell Ultra") else (arch.split()[0] if arch else "")
+    words = (gpu.arch or "").lower().split()
+    if words[:2] == ["blackwell", "ultra"]:
+        return "Blackwell Ultra"
+    return words[0].capitalize() if words else ""
 
 
-def attention_fraction(gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS) -> float:
-    """Forward + backward attention throughput as a fraction of the attention peak (BF16 unless FP8
-    attention), for kernels over ``query_tokens`` queries (the tokens of one CP rank) with query-key
-    plus value head dimensions ``head_dims`` (d_qk + d_v: 256 for head dim 128, 320 for MLA's 192 + 128).
+def _fwd_time_per_flop(head_dims: float, exp_time: float, fp8: bool) -> float:
+    """Forward time per tensor-core FLOP of one attention score (arbitrary units): tensor work
+    ``head_dims/256`` (halved by FP8 tensor cores) against the exponential's ``exp_time``."""
+    mma = head_dims / REFERENCE_HEAD_DIMS * (0.5 if fp8 else 1.0)
+    t = max(mma, exp_time) + (1 - EXP_OVERLAP) * min(mma, exp_time)
+    return t / head_dims
+
+
+def attention_fraction(
+    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+) -> float:
+    """Forward + backward attention throughput as a fraction of the attention peak (BF16, or FP8 with
+    ``fp8``), for kernels over ``query_tokens`` queries (the tokens of one CP rank) with query-key plus
+    value head dimensions ``head_dims`` (d_qk + d_v: 256 for head dim 128, 320 for MLA's 192 + 128).
 
     Megatron counts attention as 3 × forward FLOPs; flash backward executes 2.5 × forward (it recomputes
     QKᵀ), so the effective fraction is 3 / (1/f_fwd + 2.5/(0.8 f)) of the measured forward fraction f,
-    scaled by the length term q / (q + 768). The forward is exponential-bound below the architecture's
-    balance point (:data:`EXP_BALANCE_HEAD_DIMS`): f_fwd = f · min(1, dims/balance) / min(1, 256/balance),
-    so head dim 64 halves the forward rate on Blackwell and costs nothing on Hopper or Blackwell Ultra;
-    larger heads get no credit beyond the measured figure. Sources in the module constants; nothing here
-    is fitted.
+    scaled by the length term q / (q + 768). The forward's rate moves with the head dimensions as the
+    tensor-core work per score against the softmax exponential (:data:`EXP_TIME_PER_SCORE`,
+    :data:`EXP_OVERLAP`), relative to the head dimensions and GPU f was measured on (H100, B200): head
+    dim 64 runs the forward at 0.77× on Hopper and 0.65× on Blackwell; Blackwell Ultra's doubled SFUs
+    run the head-dim-128 forward 1.3× faster than B200's; FP8 attention (tensor work halved) is more
+    exponential-bound still. Sources in the module constants; nothing here is fitted.
     """
     key = _arch_key(gpu)
-    f = ATTENTION_FWD_FRACTION.get(key.split()[0] if key else "", ATTENTION_FWD_FRACTION_DEFAULT)
-    bal = EXP_BALANCE_HEAD_DIMS.get(key)
+    family = key.split()[0] if key else ""
+    f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    exp_time = EXP_TIME_PER_SCORE.get(key)
     f_fwd = f
-    if bal:
-        f_fwd = f * min(1.0, head_dims / bal) / min(1.0, REFERENCE_HEAD_DIMS / bal)
+    if exp_time is not None:
+        # f was measured on the family's base GPU (H100, B200): Blackwell Ultra's doubled SFUs shorten
+        # the exponential against that measurement
+        measured_exp = EXP_TIME_PER_SCORE[family]
+        ref = REFERENCE_HEAD_DIMS_FP8 if fp8 else REFERENCE_HEAD_DIMS
+        f_fwd = f * _fwd_time_per_flop(ref, measured_exp, fp8) / _fwd_time_per_flop(head_dims, exp_time, fp8)
     combined = 3.0 / (1.0 / f_fwd + 2.5 / (ATTENTION_BWD_RATE * f))
     q = max(1.0, query_tokens)
     return combined * q / (q + ATTENTION_HALF_QUERY_TOKENS)

@@ -153,6 +153,13 @@ def estimate_step(
     ):
         if getattr(gpu, key) is None:
             assumptions.append(f"system.gpu.{key} not given: {default} {unit} assumed")
+    from moeplan.model.compute import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, _arch_key
+
+    if _arch_key(gpu).split(" ")[0] not in ATTENTION_FWD_FRACTION:
+        assumptions.append(
+            f"system.gpu.arch {gpu.arch!r} is none of {', '.join(ATTENTION_FWD_FRACTION)}: attention forward at "
+            f"{ATTENTION_FWD_FRACTION_DEFAULT} of peak, no softmax-exponential term"
+        )
     given = s.input.versions.container
     if stated_release and stated_release != rel_name:
         from moeplan.model.constants import release_key
@@ -191,7 +198,8 @@ def estimate_step(
         head_dims = m.qk_head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or m.qk_head_dim)
     else:
         head_dims = 2 * (m.kv_channels or m.hidden_size // max(1, m.num_attention_heads or 1))
-    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local, head_dims)
+    fp8_attn = bool(lay.fp8_dot_product_attention) and t.precision != "bf16"
+    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local, head_dims, fp8_attn)
     ctx = ActContext(
         tokens=tokens,
         seq_local=seq_local,

@@ -130,13 +130,16 @@ def _split_fix(s) -> dict | None:
         return None
     if lay.num_layers_in_last_pipeline_stage is not None:
         return None
-    extra = int(bool(lay.account_for_embedding_in_pipeline_split)) + int(bool(lay.account_for_loss_in_pipeline_split))
-    if (m.num_layers + extra) % s.pp == 0:
+    if lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
+        return None  # uneven stage sizes cannot be combined with account_for_*
+    if m.num_layers % s.pp == 0:
         return None
     split = uneven_split(m.num_layers, s.pp)
     if split is None:
         return None
-    first, last, _ = split
+    first, last, k = split
+    if max(first, last) > k:
+        return None  # the ends would carry more than a middle stage: a layout string is needed (moeplan plan)
     return {"layout": {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}}
 
 

@@ -76,8 +76,14 @@ def _even_pp(s, e):
         return [
             e.error(
                 f"{counted} is not divisible by PP ({s.pp})",
-                f"{_even_options(m.num_layers, s.pp, 1)}, or {_uneven_hint(m.num_layers, s.pp)}, "
-                "or a pipeline_model_parallel_layout",
+                f"{_even_options(m.num_layers, s.pp, 1)}, "
+                + (
+                    f"or {_uneven_hint(m.num_layers, s.pp)}, or a pipeline_model_parallel_layout"
+                    if s.vpp <= 1 and not extra
+                    else "or a pipeline_model_parallel_layout (uneven stage sizes "
+                    + ("must also split by VPP" if s.vpp > 1 else "cannot be combined with account_for_*")
+                    + ")"
+                ),
                 "pipeline_model_parallel_size",
             )
         ]
