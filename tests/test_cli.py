@@ -446,25 +446,8 @@ def test_unquoted_yaml_release_is_a_clear_error(tmp_path):
 
 
 def test_plan_text_names_the_software_factor():
-    r = run(
-        [
-            "plan",
-            "--model",
-            "qwen3-30b-a3b",
-            "--gpu",
-            "h100",
-            "--num-gpus",
-            "32",
-            "--seq-length",
-            "4096",
-            "--gbs",
-            "256",
-            "--top",
-            "1",
-            "--set",
-            "versions.container=24.03",
-        ]
-    )
+    cmd = "plan --model qwen3-30b-a3b --gpu h100 --num-gpus 32 --seq-length 4096 --gbs 256 --top 1"
+    r = run([*cmd.split(), "--set", "versions.container=24.03"])
     assert r.exit_code == 0, r.output
     assert "container 24.03 not among the fitted releases" in " ".join(r.output.split())
 

@@ -54,8 +54,8 @@ def match_perf_recipe(
     num_gpus: int | None = None,
 ):
     """The recipe row a published run most likely used: same model, GPU and precision, and the same
-    TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then the same GPU count, then Table A (the
-    newer recipes) first. When no row has the precision, the row of the precision it derives from
+    TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then the same GPU
+    count, then Table A (the newer recipes) first. When no row has the precision, the row of the precision it derives from
     (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same way; the caller keeps only
     its precision-neutral keys (:data:`PRECISION_KEYS`). Returns ``None`` when no row qualifies."""
 

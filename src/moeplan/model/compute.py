@@ -55,10 +55,18 @@ REFERENCE_HEAD_DIMS_FP8 = 512
 
 
 def _arch_key(gpu: GpuSpec) -> str:
+    """``Hopper``, ``Blackwell``, ``Blackwell Ultra``, ... from the GPU's arch text (case and extra
+    words ignored); ``""`` when it is blank."""
     words = (gpu.arch or "").lower().split()
     if words[:2] == ["blackwell", "ultra"]:
         return "Blackwell Ultra"
     return words[0].capitalize() if words else ""
+
+
+def arch_family(gpu: GpuSpec) -> str:
+    """The architecture family whose measured attention fraction applies (Blackwell Ultra →
+    ``Blackwell``); a key of :data:`ATTENTION_FWD_FRACTION` when known."""
+    return _arch_key(gpu).split(" ")[0]
 
 
 def _fwd_time_per_flop(head_dims: float, exp_time: float, fp8: bool) -> float:
@@ -85,8 +93,7 @@ def attention_fraction(
     run the head-dim-128 forward 1.3× faster than B200's; FP8 attention (tensor work halved) is more
     exponential-bound still. Sources in the module constants; nothing here is fitted.
     """
-    key = _arch_key(gpu)
-    family = key.split()[0] if key else ""
+    key, family = _arch_key(gpu), arch_family(gpu)
     f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
     exp_time = EXP_TIME_PER_SCORE.get(key)
     f_fwd = f

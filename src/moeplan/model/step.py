@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 from moeplan.errors import InputError
 from moeplan.model.activations import ActContext, layer_activations
 from moeplan.model.comm import cp_time, dp_time, ep_time, pp_time, tp_time
-from moeplan.model.compute import attention_fraction, grouped_efficiency, layer_flops, speeds
-from moeplan.model.constants import TimeConstants, load_constants
+from moeplan.model.compute import (
+    ATTENTION_FWD_FRACTION,
+    ATTENTION_FWD_FRACTION_DEFAULT,
+    arch_family,
+    attention_fraction,
+    grouped_efficiency,
+    layer_flops,
+    speeds,
+)
+from moeplan.model.constants import TimeConstants, load_constants, release_key
 from moeplan.model.flops import model_flops
 from moeplan.model.memory import DEFAULT_ROUTING_IMBALANCE
 from moeplan.spec.params import padded_vocab_size
@@ -153,17 +161,13 @@ def estimate_step(
     ):
         if getattr(gpu, key) is None:
             assumptions.append(f"system.gpu.{key} not given: {default} {unit} assumed")
-    from moeplan.model.compute import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, _arch_key
-
-    if _arch_key(gpu).split(" ")[0] not in ATTENTION_FWD_FRACTION:
+    if arch_family(gpu) not in ATTENTION_FWD_FRACTION:
         assumptions.append(
             f"system.gpu.arch {gpu.arch!r} is none of {', '.join(ATTENTION_FWD_FRACTION)}: attention forward at "
             f"{ATTENTION_FWD_FRACTION_DEFAULT} of peak, no softmax-exponential term"
         )
     given = s.input.versions.container
     if stated_release and stated_release != rel_name:
-        from moeplan.model.constants import release_key
-
         why = (
             "the oldest fitted release: it predates them all"
             if release_key(stated_release) < release_key(rel_name)
@@ -194,12 +198,8 @@ def estimate_step(
         route = s.input.assumptions.routing_imbalance_factor or DEFAULT_ROUTING_IMBALANCE
     seq_local = t.seq_length / s.cp
     tokens = mbs * seq_local
-    if m.qk_head_dim:  # MLA: queries and keys carry the no-position and rotary parts
-        head_dims = m.qk_head_dim + (m.qk_pos_emb_head_dim or 0) + (m.v_head_dim or m.qk_head_dim)
-    else:
-        head_dims = 2 * (m.kv_channels or m.hidden_size // max(1, m.num_attention_heads or 1))
     fp8_attn = bool(lay.fp8_dot_product_attention) and t.precision != "bf16"
-    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local, head_dims, fp8_attn)
+    attn_rate = sp.attention_flops_per_s * attention_fraction(gpu, seq_local, m.attention_head_dims, fp8_attn)
     ctx = ActContext(
         tokens=tokens,
         seq_local=seq_local,
@@ -411,7 +411,7 @@ def estimate_step(
     ag_exposed = t_ag if lay.overlap_param_gather is False else max(floor * t_ag, t_ag - 1 / 3 * compute_mb)
     strategy = lay.data_parallel_sharding_strategy or "optim_grads_params"
     fsdp_sharded = lay.use_megatron_fsdp and strategy == "optim_grads_params"
-    # with sharded parameters the per-microbatch gathers and gradient scatters below replace the step's
+    # with sharded parameters the per-microbatch gathers and scatters below replace the step's DP traffic
     breakdown["dp_comm_exposed"] = 0.0 if fsdp_sharded else rs_exposed + ag_exposed
     if fsdp_sharded and (s.dp * s.cp > 1 or (s.edp or 1) > 1):
         # Megatron-FSDP with sharded parameters: every microbatch all-gathers the stage's parameters for

@@ -126,9 +126,8 @@ def _split_fix(s) -> dict | None:
     lay, m = s.layout, s.model
     if s.pp < 2 or s.vpp > 1 or m is None or not m.num_layers:
         return None
-    if lay.pipeline_model_parallel_layout or lay.num_layers_in_first_pipeline_stage is not None:
-        return None
-    if lay.num_layers_in_last_pipeline_stage is not None:
+    given = (lay.num_layers_in_first_pipeline_stage, lay.num_layers_in_last_pipeline_stage)
+    if lay.pipeline_model_parallel_layout or any(v is not None for v in given):
         return None
     if lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
         return None  # uneven stage sizes cannot be combined with account_for_*
@@ -148,9 +147,9 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
 
     Returns:
         ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
-        rejected[], applied_first}`` (``applied_first``: the uneven pipeline split applied before
-        anything else when the layers do not divide by PP, else None) (``replanned``: no single change or pair fits, the last fix is the planner's
-        layout); each fix: ``change``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None without a global
+        rejected[], check_errors[], applied_first}``: ``replanned`` when no single change or pair fits
+        (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
+        before anything else when the layers do not divide by PP, else None; each fix: ``change``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None without a global
         batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for ``check``/``export``).
 
     Raises:

@@ -146,6 +146,15 @@ class ModelSpec:
         return self.attention_kinds is not None and "linear" in self.attention_kinds
 
     @property
+    def attention_head_dims(self) -> int:
+        """d_qk + d_v of one attention head (elements): MLA's no-position + rotary query-key part plus
+        its value part (DeepSeek-V3: 128 + 64 + 128 = 320), else twice ``kv_channels`` (256 for head dim
+        128; ``hidden_size / num_attention_heads`` when kv_channels is unset)."""
+        if self.qk_head_dim:
+            return self.qk_head_dim + (self.qk_pos_emb_head_dim or 0) + (self.v_head_dim or self.qk_head_dim)
+        return 2 * (self.kv_channels or self.hidden_size // max(1, self.num_attention_heads or 1))
+
+    @property
     def is_vlm(self) -> bool:
         """True when a vision tower is attached."""
         return self.vision is not None
