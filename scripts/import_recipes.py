@@ -102,10 +102,13 @@ KNOBS = {
     "offload_modules": ("offload_modules", "list"),
     "cpu_offloading_num_layers": ("cpu_offloading_num_layers", "int"),
     "moe_shared_expert_overlap": ("moe_shared_expert_overlap", "bool"),
+    "te_op_fuser": ("use_transformer_engine_op_fuser", "bool"),
+    # Table B: set_workload_base_configs maps cutedsl_fused_grouped_mlp=True onto the TE op fuser (§1.5)
+    "cutedsl_fused_grouped_mlp": ("use_transformer_engine_op_fuser", "bool"),
 }
 # Kept in ``extra`` on purpose (not LayoutSpec keys, or not read by Bridge):
-# hybridep_sms, deepep_sms, fp8_out_proj, te_op_fuser, router_dtype, external_cuda_graph,
-# permute_fusion_into_hybridep, fine_grained_offloading_max_inflight_offloads, cutedsl_fused_grouped_mlp,
+# hybridep_sms, deepep_sms, fp8_out_proj, router_dtype, external_cuda_graph,
+# permute_fusion_into_hybridep, fine_grained_offloading_max_inflight_offloads,
 # and, in Table A, moe_a2a_overlap (``model.moe_a2a_overlap`` is not an mcore field and Bridge does not
 # read it, §1.2; the real switch is ``moe_ep_overlap``).
 

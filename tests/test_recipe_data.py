@@ -104,6 +104,7 @@ def test_deepseek_v3_256gpu_gb300_fp8mx(by_id):
     assert lay["fp8_dot_product_attention"] is True
     assert lay["moe_paged_stash"] is True
     assert lay["moe_expert_rank_capacity_factor"] == 1.5
+    assert lay["use_transformer_engine_op_fuser"] is True  # te_op_fuser=True
     assert lay["pipeline_model_parallel_layout"] == "Et*4|(t*4|)*14tmL"
     assert (lay["moe_token_dispatcher_type"], lay["moe_flex_dispatcher_backend"]) == ("flex", "hybridep")
     assert lay["recompute_granularity"] == "selective" and lay["recompute_modules"] == []
@@ -184,7 +185,8 @@ def test_more_spot_checks(by_id):
     r = by_id["GPT_OSS_120B/GB300/V2/FP8_MX"]
     assert r["layout"]["expert_model_parallel_size"] == 16
     assert r["layout"]["fp8_dot_product_attention"] is True
-    assert r["extra"]["cutedsl_fused_grouped_mlp"] == "True"
+    # set_workload_base_configs: cutedsl_fused_grouped_mlp=True turns on the TE op fuser (§1.5)
+    assert r["layout"]["use_transformer_engine_op_fuser"] is True and "cutedsl_fused_grouped_mlp" not in r["extra"]
     assert by_id["DEEPSEEK_V3/H100/V1/BF16+FP8_CS+FP8_SC"]["precisions"] == ["bf16", "fp8-tensorwise", "fp8-blockwise"]
 
 

@@ -39,6 +39,7 @@ def moeplan_config(cfg=None):
     cfg.model.moe_expert_rank_capacity_factor = 1.5
     cfg.model.moe_router_force_load_balancing = True
     cfg.model.moe_paged_stash = True
+    cfg.model.use_transformer_engine_op_fuser = True
     cfg.model.mtp_num_layers = 1
     cfg.model.cuda_graph_impl = 'full_iteration'
     cfg.model.cuda_graph_modules = []

@@ -35,6 +35,7 @@ OVERRIDES=(
   model.moe_expert_rank_capacity_factor=1.5
   model.moe_router_force_load_balancing=true
   model.moe_paged_stash=true
+  model.use_transformer_engine_op_fuser=true
   model.mtp_num_layers=1
   model.cuda_graph_impl=full_iteration
   'model.cuda_graph_modules=[]'

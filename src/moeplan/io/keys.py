@@ -46,6 +46,7 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
             "moe_router_force_load_balancing",
             "moe_router_padding_for_fp8",
             "moe_paged_stash",
+            "use_transformer_engine_op_fuser",
             "mtp_num_layers",
             "cuda_graph_impl",
             "cuda_graph_scope",

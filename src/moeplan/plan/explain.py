@@ -89,6 +89,13 @@ def explain_winner(res: SearchResult) -> list[str]:
         if not t:
             continue
         chosen = w.knobs.get(fam) if fam != "vpp" else f"VPP{w.parallel.vpp}"
+        if fam == "dispatcher" and w.knobs.get("graphs") == "full_iteration":
+            seen = ", ".join(f"{n} {v:,.0f}" if v is not None else f"{n} rejected" for n, v in t.items())
+            lines.append(
+                f"dispatcher {chosen}: set by the full-iteration graph, whose static-budget expert path needs it; "
+                f"tried before EP overlap and graphs were set, the dispatchers gave {seen} tok/s/GPU."
+            )
+            continue
         why = w.tried.get("_why", {})
         parts = []
         for name, val in t.items():
@@ -113,6 +120,11 @@ def explain_winner(res: SearchResult) -> list[str]:
             note += (
                 " — the guidance puts HybridEP first on NVL72, and the model's HybridEP efficiency is fitted on"
                 " published runs where it also absorbs costs the model lacks: measure both"
+            )
+        if fam == "graphs" and chosen != "full_iteration" and t.get("full_iteration") is not None:
+            note += (
+                " — full_iteration brings its static-budget expert path (HybridEP, rank capacity factor 1.5, TE op"
+                " fuser, paged stash), so it carries HybridEP's fitted efficiency (see the dispatcher line)"
             )
         lines.append(f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + ".")
     if w.scenario.layout.optimizer_cpu_offload:

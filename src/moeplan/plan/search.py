@@ -558,30 +558,34 @@ def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejec
     if "overlap_moe_expert_parallel_comm" not in fixed_layout:
         families.append(("ep_overlap", ep_overlap_options(m, c.parallel.ep)))
     if "cuda_graph_impl" not in fixed_layout:
-        families.append(("graphs", [(n, {"cuda_graph_scope": None, **k}) for n, k in graph_options(m)]))
+        families.append(("graphs", [(n, {"cuda_graph_scope": None, **k}) for n, k in graph_options(m, gpu)]))
     if "cp_comm_type" not in fixed_layout:
         families.append(("cp_comm", [(n, {"cp_comm_type": n}) for n in cp_comm_options(c.parallel.cp)]))
     for fam, opts in families:
         if len(opts) < 2:
             continue
         tried: dict[str, float | None] = {}
+        start = best  # every option of a family is applied to the same layout (a bundle's extra keys stay its own)
+        start.tried.setdefault("_why", {})  # shared by the variants' shallow copies below
         for name, keys in opts:
-            d = _apply(best.data, keys, fixed_layout)
+            d = _apply(start.data, keys, fixed_layout)
             sub = Rejections()
             got = ev.evaluate(d, ladder, sub, name)
             if got is None:
                 tried[name] = None
                 reasons = sorted(sub.counts)
-                best.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
+                start.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
                 continue
-            par = best.parallel
+            par = start.parallel
             if fam == "vpp":
                 par = Parallel(par.tp, par.pp, par.cp, par.ep, par.etp, int(name[3:]), par.fsdp)
-            knobs = dict(best.knobs)
+            knobs = dict(start.knobs)
             if fam != "vpp":
                 knobs[fam] = name
+            if fam == "graphs" and "moe_flex_dispatcher_backend" in keys and "dispatcher" in knobs:
+                knobs["dispatcher"] = keys["moe_flex_dispatcher_backend"]  # the graph bundle sets it
             cand = ev.timed(got, par, knobs)
-            cand.tried = dict(best.tried)
+            cand.tried = dict(start.tried)
             tried[name] = cand.tokens_per_s_per_gpu
             if cand.key() < best.key():
                 best = cand

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from moeplan.model.compute import arch_family
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
 
@@ -256,14 +257,35 @@ def dispatcher_options(m: ModelSpec, gpu: GpuSpec, ep: int) -> list[tuple[str, d
     return out
 
 
-def graph_options(m: ModelSpec) -> list[tuple[str, dict]]:
+#: what Megatron needs to capture a dropless MoE step as one graph (Megatron-LM CUDA Graphs guide, "MoE
+#: Model Training"): the sync-free expert path (HybridEP with a static per-rank budget and the TE op fuser's
+#: fused grouped MLP) and paged stash for the budgeted activations; 1.5 is the budget of NVIDIA's
+#: full-iteration recipes (megatron_recipes.md §1.2). An over-budget step reruns eagerly (still dropless).
+FULL_ITERATION_MOE = {
+    "cuda_graph_impl": "full_iteration",
+    "moe_token_dispatcher_type": "flex",
+    "moe_flex_dispatcher_backend": "hybridep",
+    "moe_expert_rank_capacity_factor": 1.5,
+    "use_transformer_engine_op_fuser": True,
+    "moe_paged_stash": True,
+    "check_for_nan_in_loss": False,
+}
+
+
+def graph_options(m: ModelSpec, gpu: GpuSpec | None = None) -> list[tuple[str, dict]]:
     """CUDA graph choices: eager, or Transformer Engine graphs of attention and the MoE router /
-    preprocess (the perf recipes' scope), or attention alone (what whole-``moe`` recompute allows); the
-    rules drop the ones a layout cannot use."""
+    preprocess (the perf recipes' scope), or attention alone (what whole-``moe`` recompute allows);
+    for MoE on Blackwell with HybridEP, a full-iteration graph with the static-budget expert path it
+    needs (:data:`FULL_ITERATION_MOE`, as NVIDIA's full-iteration recipes run it; the fused grouped
+    MLP it relies on is a Blackwell kernel, so Hopper is not offered it; nor are vision-language models,
+    whose images change shape from step to step). The rules drop the ones a layout cannot use."""
     out = [("eager", {"cuda_graph_impl": "none"})]
     scopes = [["attn", "moe_router", "moe_preprocess"], ["attn"]] if m.is_moe else [["attn"]]
     for scope in scopes:
         out.append(("te:" + "+".join(scope), {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}))
+    blackwell_hybridep = gpu is not None and gpu.supports_hybridep and arch_family(gpu) == "Blackwell"
+    if m.is_moe and m.vision is None and blackwell_hybridep:
+        out.append(("full_iteration", dict(FULL_ITERATION_MOE)))
     return out
 
 

@@ -179,6 +179,44 @@ def _moe_scopes(s, e):
 
 
 @rule(
+    "graphs.full_iteration_moe_static_shapes",
+    "Megatron-LM docs: CUDA Graphs guide, 'MoE Model Training'; paged_stash.md (sync-free experts)",
+    "a full-iteration graph of a dropless MoE needs static expert shapes: a HybridEP / NCCL-EP rank budget "
+    "(moe_expert_rank_capacity_factor) or drop-and-pad",
+)
+def _full_iteration_moe(s, e):
+    lay = s.layout
+    full_iter = lay.cuda_graph_impl == "full_iteration" or (
+        lay.cuda_graph_impl == "local" and s.graph_scopes() == ["full_iteration"]
+    )
+    m = s.model
+    if not full_iter or m is None or not m.is_moe:
+        return None
+    drop_pad = (
+        lay.moe_expert_capacity_factor is not None
+        and lay.moe_expert_capacity_factor >= 0
+        and lay.moe_pad_expert_input_to_capacity
+    )
+    backend = lay.moe_flex_dispatcher_backend if lay.moe_token_dispatcher_type == "flex" else None
+    rank_budget = lay.moe_expert_rank_capacity_factor is not None and backend in ("hybridep", "ncclep")
+    if drop_pad or rank_budget:
+        return None
+    return [
+        e.error(
+            "a full-iteration CUDA graph cannot capture dropless expert dispatch: per-expert token counts "
+            "change every step (the dispatcher syncs with the host to size its buffers)",
+            "give the dispatcher a static budget as NVIDIA's full-iteration recipes do: "
+            "moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: hybridep, "
+            "moe_expert_rank_capacity_factor: 1.5, use_transformer_engine_op_fuser: true, moe_paged_stash: true "
+            "(an over-budget step reruns eagerly, so training stays dropless); or drop-and-pad; or "
+            "cuda_graph_impl: transformer_engine with scopes attn, moe_router, moe_preprocess",
+            "cuda_graph_impl",
+            "moe_expert_rank_capacity_factor",
+        )
+    ]
+
+
+@rule(
     "graphs.recompute_compatibility",
     "[TC] transformer_config.py",
     "full recompute only with full_iteration graphs; 'moe' recompute not with the moe_router TE graph",

@@ -111,7 +111,8 @@ def _backend_gpu(s, e):
     "moe.flex_backend_settings",
     "[TC] transformer_config.py; [MOE] token_dispatcher.py",
     "flex backends: deepep/ncclep need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
-    "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored",
+    "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored; a rank capacity "
+    "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor",
 )
 def _flex(s, e):
     lay = s.layout
@@ -176,6 +177,23 @@ def _flex(s, e):
                 "moe_expert_rank_capacity_factor needs the hybridep or ncclep backend",
                 "set moe_token_dispatcher_type: flex with moe_flex_dispatcher_backend: hybridep",
                 "moe_expert_rank_capacity_factor",
+            )
+        )
+    if lay.moe_expert_rank_capacity_factor is not None and b == "hybridep" and not lay.use_transformer_engine_op_fuser:
+        out.append(
+            e.error(
+                "moe_expert_rank_capacity_factor with hybridep needs use_transformer_engine_op_fuser "
+                "(the static-shape path runs the fused grouped MLP)",
+                "set use_transformer_engine_op_fuser: true",
+                "use_transformer_engine_op_fuser",
+            )
+        )
+    if lay.moe_paged_stash and lay.moe_expert_rank_capacity_factor is None:
+        out.append(
+            e.error(
+                "moe_paged_stash needs moe_expert_rank_capacity_factor (it pages the fixed-budget expert buffers)",
+                "set moe_expert_rank_capacity_factor (NVIDIA's recipes use 1.5) or drop moe_paged_stash",
+                "moe_paged_stash",
             )
         )
     return out

@@ -74,6 +74,7 @@ class LayoutSpec(BaseModel):
     moe_router_force_load_balancing: bool = False
     moe_router_padding_for_fp8: bool = False
     moe_paged_stash: bool = False
+    use_transformer_engine_op_fuser: bool = False
     mtp_num_layers: int | None = Field(default=None, ge=0)
     # CUDA graphs
     cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] | None = None

@@ -1,0 +1,93 @@
+"""Full-iteration CUDA graphs for MoE: the static-shape rules (Megatron-LM CUDA Graphs guide, "MoE Model
+Training"; megatron_facts.md rule 32) and the planner's full-iteration option on Blackwell."""
+
+from __future__ import annotations
+
+from moeplan import load_scenario, validate
+from moeplan.catalog import get_gpu, get_model
+from moeplan.plan import plan
+from moeplan.plan.space import FULL_ITERATION_MOE, graph_options
+
+RULE = "graphs.full_iteration_moe_static_shapes"
+
+
+def _check(model="Qwen/Qwen3-30B-A3B", gpu="gb200", **layout):
+    lay = {"expert_model_parallel_size": 8, "check_for_nan_in_loss": False, **layout}
+    return validate(
+        load_scenario(
+            {
+                "model": model,
+                "system": {"gpu": gpu, "num_gpus": 8},
+                "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+                "layout": lay,
+                "versions": {"megatron_core": "0.18.0"},
+            }
+        )
+    )
+
+
+def test_full_iteration_with_dropless_alltoall_is_an_error():
+    r = _check(cuda_graph_impl="full_iteration", moe_token_dispatcher_type="alltoall")
+    assert RULE in r.rule_ids("error")
+
+
+def test_full_iteration_with_the_static_budget_path_is_legal():
+    r = _check(**{k: v for k, v in FULL_ITERATION_MOE.items()})
+    assert not r.errors, [f.message for f in r.errors]
+
+
+def test_full_iteration_with_drop_and_pad_is_legal_for_this_rule():
+    r = _check(
+        cuda_graph_impl="full_iteration",
+        moe_token_dispatcher_type="alltoall",
+        moe_expert_capacity_factor=1.0,
+        moe_pad_expert_input_to_capacity=True,
+    )
+    assert RULE not in r.rule_ids("error")
+
+
+def test_full_iteration_on_a_dense_model_needs_no_budget():
+    r = _check(model="meta-llama/Llama-3.1-8B", expert_model_parallel_size=1, cuda_graph_impl="full_iteration")
+    assert RULE not in r.rule_ids("error")
+
+
+def test_rank_budget_with_hybridep_needs_the_op_fuser_and_paged_stash_needs_a_budget():
+    hyb = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}
+    r = _check(**hyb, moe_expert_rank_capacity_factor=1.5)
+    msgs = [f.message for f in r.errors if f.rule_id == "moe.flex_backend_settings"]
+    assert any("use_transformer_engine_op_fuser" in m for m in msgs)
+    ok = _check(**hyb, moe_expert_rank_capacity_factor=1.5, use_transformer_engine_op_fuser=True)
+    assert "moe.flex_backend_settings" not in ok.rule_ids("error")
+    r = _check(**hyb, moe_paged_stash=True)
+    msgs = [f.message for f in r.errors if f.rule_id == "moe.flex_backend_settings"]
+    assert any("moe_paged_stash needs moe_expert_rank_capacity_factor" in m for m in msgs)
+
+
+def test_graph_options_offer_full_iteration_only_for_text_moe_on_blackwell():
+    def names(model, gpu):
+        return [n for n, _ in graph_options(get_model(model), get_gpu(gpu))]
+
+    assert "full_iteration" in names("Qwen/Qwen3-30B-A3B", "gb200")
+    assert "full_iteration" in names("Qwen/Qwen3-30B-A3B", "b300")
+    assert "full_iteration" not in names("Qwen/Qwen3-30B-A3B", "h100")  # the fused grouped MLP is Blackwell's
+    assert "full_iteration" not in names("meta-llama/Llama-3.1-8B", "gb200")  # dense: not offered
+    assert "full_iteration" not in names("Qwen/Qwen3-VL-30B-A3B-Instruct", "gb200")  # images change shape
+
+
+def test_planner_tries_full_iteration_and_every_candidate_passes_check():
+    res = plan(
+        {
+            "model": "Qwen/Qwen3-30B-A3B",
+            "system": {"gpu": "gb200", "num_gpus": 8},
+            "training": {"seq_length": 4096, "global_batch_size": 512, "precision": "mxfp8"},
+        },
+        top=3,
+    )
+    w = res.candidates[0]
+    assert "full_iteration" in w.tried["graphs"]
+    for c in res.candidates:
+        assert not validate(c.scenario).errors
+        if c.knobs.get("graphs") == "full_iteration":
+            lay = c.data["layout"]
+            assert {k: lay.get(k) for k in FULL_ITERATION_MOE} == FULL_ITERATION_MOE
+            assert c.knobs["dispatcher"] == "hybridep"
