@@ -211,8 +211,17 @@ def test_cli_oom_lists_fixes(tmp_path):
     assert res.exit_code == 0, res.output
     blame = json.loads(res.stdout)["blame"]
     assert blame["fixes"] and blame["fixes"][0]["saving_bytes"] >= blame["fixes"][-1]["saving_bytes"]
+    # fragmentation by the message, and a layout the model puts under the GPU's memory: the allocator fix,
+    # not the layout (the same message on QWEN_TIGHT, 165 GiB on H100, is real demand: see below)
+    light = {
+        **QWEN_TIGHT,
+        "system": {"gpu": "h200", "num_gpus": 8},
+        "training": {**QWEN_TIGHT["training"], "seq_length": 4096},
+    }
+    sc.write_text(json.dumps(light))
     res = runner.invoke(app, ["oom", NEW_FRAG, "--scenario", str(sc), "--json"])
-    assert "fixes" not in json.loads(res.stdout)["blame"]  # fragmentation: the allocator fix, not the layout
+    out = json.loads(res.stdout)
+    assert out["fragmentation"] is True and "fixes" not in out["blame"]
 
 
 def test_environment_banner_and_rank_params():
@@ -307,3 +316,41 @@ def test_cli_oom_says_when_the_model_underestimates(tmp_path):
 
     gaps = [float(m.group(1)) for n in data["blame"]["notes"] if (m := re.search(r"at least ([0-9.]+) GiB", n))]
     assert gaps and gaps[0] == pytest.approx(12.0, abs=0.01)  # 10 GiB over the peak + the 2 GiB request
+
+
+def test_reconcile_with_model_real_demand_beats_the_idle_reserve():
+    from moeplan.diagnose.oom import reconcile_with_model
+
+    rep = parse_oom(OLD_FRAG)  # 6 GiB idle reserve >= 1.5 GiB request: fragmentation by the message alone
+    assert rep.fragmentation is True
+    cap = int(79.35 * 2**30)
+    same, notes = reconcile_with_model(rep, int(70 * 2**30), cap)  # model peak below capacity: unchanged
+    assert same is rep and notes == []
+    over, notes = reconcile_with_model(rep, int(140 * 2**30), cap)
+    assert over.fragmentation is False and over.diagnosis.startswith("real demand") and notes == []
+    assert "fragmentation" in over.diagnosis  # says what the message alone suggested
+    # a message from an 80 GB GPU read against a 178 GiB scenario GPU: warned (|79.35/178 - 1| > 10 %)
+    _, notes = reconcile_with_model(rep, int(70 * 2**30), int(178 * 2**30))
+    assert len(notes) == 1 and notes[0].startswith("WARNING") and "79.35 GiB" in notes[0]
+
+
+def test_cli_oom_fragmentation_message_on_a_layout_far_over_capacity_gets_fixes():
+    res = runner.invoke(app, ["oom", OLD_FRAG, "--scenario", "examples/qwen3_30b_64k_oom.yaml", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["fragmentation"] is False and data["diagnosis"].startswith("real demand")
+    assert data["blame"]["fixes"] and any(f["fits"] for f in data["blame"]["fixes"])
+
+
+def test_log_derives_tokens_per_s_from_the_argument_dump():
+    from moeplan.diagnose.logs import derive_tokens_per_s
+
+    summ = {"iteration_time_ms": {"median": 30675.0, "iqr": 50.0, "min": 30600.0, "max": 30700.0, "n": 4}}
+    cfg = {"system": {"num_gpus": 256}, "training": {"global_batch_size": 64, "seq_length": 131072}}
+    out = derive_tokens_per_s(summ, cfg)["tokens_per_s_per_gpu"]
+    # 64 · 131072 / 30.675 s / 256 = 1068.67 tokens/s/GPU; the slowest iteration gives the minimum
+    assert out["median"] == pytest.approx(64 * 131072 / 30.675 / 256) and out["derived"] is True
+    assert out["min"] == pytest.approx(64 * 131072 / 30.700 / 256) and out["n"] == 4
+    assert derive_tokens_per_s(summ, None) == summ  # no dump: nothing derived
+    printed = {**summ, "tokens_per_s_per_gpu": {"median": 1.0}}
+    assert derive_tokens_per_s(printed, cfg) == printed  # the log's own figure wins

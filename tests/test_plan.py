@@ -547,3 +547,51 @@ def test_fit_leaves_splits_it_cannot_make_legal_to_the_planner():
         res = fit_layout({**base, "layout": layout})
         assert res["applied_first"] is None, layout
         assert res["check_errors"]
+
+
+DSV3_128K_H100 = {
+    "model": "deepseek-ai/DeepSeek-V3",
+    "system": {"gpu": "h100", "num_gpus": 256},
+    "training": {"seq_length": 131072, "global_batch_size": 64, "micro_batch_size": 1, "precision": "fp8-blockwise"},
+    "layout": {
+        "tensor_model_parallel_size": 8,
+        "pipeline_model_parallel_size": 8,
+        "context_parallel_size": 4,
+        "expert_model_parallel_size": 16,
+        "sequence_parallel": True,
+        "pipeline_model_parallel_layout": "E,t*7|t*8|t*8|t*8|t*8|t*8|t*7|t*7,m,L",
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "deepep",
+    },
+}
+
+
+def test_fit_pairs_selective_recompute_with_offload_before_full_recompute():
+    res = fit_layout(DSV3_128K_H100)
+    assert not res["fits_already"] and not res["replanned"]
+    first = res["fixes"][0]
+    # neither change fits alone (listed as not enough), together they fit and cost less than full recompute
+    assert " + optimizer offload" in first["change"] and first["change"].startswith("recompute selective")
+    full = [f for f in res["fixes"] if f["change"].startswith("recompute full")]
+    assert full and first["step_time_change_pct"] < min(f["step_time_change_pct"] for f in full)
+    alone = {r["change"] for r in res["not_enough"]}
+    a, b = first["change"].split(" + ", 1)
+    assert a in alone and b in alone
+
+
+def test_plan_compares_selective_with_offload_against_full_recompute():
+    from moeplan.plan.space import offload_alternatives
+
+    alts = offload_alternatives(load_scenario(DSV3_128K_H100).model)
+    assert [n for n, _ in alts] == [
+        "selective moe_act,layernorm,mla_up_proj,moe + optimizer offload 0.5",
+        "selective moe_act,layernorm,mla_up_proj,moe + optimizer offload 1",
+    ]
+    fixed = {k: v for k, v in DSV3_128K_H100["layout"].items()}
+    res = plan({**DSV3_128K_H100, "layout": fixed}, top=1)
+    w = res.candidates[0]
+    assert w.recompute in [n for n, _ in alts]
+    # the ladder's own choice for this layout (full recompute + offload) is predicted slower
+    full = {**fixed, "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    slower = plan({**DSV3_128K_H100, "layout": full}, top=1).candidates
+    assert all(c.tokens_per_s_per_gpu < w.tokens_per_s_per_gpu for c in slower)

@@ -421,7 +421,7 @@ def log_cmd(
     skipped/NaN iterations, memory) and the configuration read from the argument dump."""
     from moeplan.cli import render
     from moeplan.diagnose import log_config, read_text_file
-    from moeplan.diagnose.logs import parse_log
+    from moeplan.diagnose.logs import derive_tokens_per_s, parse_log
 
     out = []
     for path in logs:
@@ -431,9 +431,9 @@ def log_cmd(
             _fail_input(exc)
             return
         st = parse_log(text)
-        entry = {"log": str(path), **st.summary()}
-        entry["config"], notes = log_config(text)
-        if entry["config"] is not None:
+        config, notes = log_config(text)
+        entry = {"log": str(path), **derive_tokens_per_s(st.summary(), config), "config": config}
+        if config is not None:
             entry["config_notes"] = notes
         out.append(entry)
     if as_json:
@@ -526,7 +526,7 @@ def oom_cmd(
     """Read a CUDA out-of-memory message: fragmentation or real demand, and what to change."""
     from moeplan import estimate_memory, load_scenario
     from moeplan.cli import render
-    from moeplan.diagnose.oom import parse_oom
+    from moeplan.diagnose.oom import parse_oom, reconcile_with_model
 
     try:
         from moeplan.diagnose import read_text_file
@@ -562,6 +562,8 @@ def oom_cmd(
                 )
             mem = estimate_memory(s_run)
             peak = mem.peak_stage
+            rep, more = reconcile_with_model(rep, peak.total_bytes, mem.capacity_bytes)
+            notes += more
             held = rep.held_bytes
             if held is not None and held + rep.requested_bytes > peak.total_bytes * 1.05:
                 gap = held + rep.requested_bytes - peak.total_bytes

@@ -382,44 +382,43 @@ def render_logs(entries: list[dict]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    # one row per statistic, one column per log: readable at 100 columns for a few logs
     t = Table(title="training logs (steady state: median [IQR])")
-    for col in (
-        "log",
-        "iterations",
-        "warm-up skipped",
-        "iteration s",
-        "TFLOP/s/GPU",
-        "tokens/s/GPU",
-        "loss",
-        "skipped / NaN",
-        "max alloc / reserved GiB",
-        "unreadable lines",
-    ):
-        t.add_column(col, overflow="fold")
+    t.add_column("", overflow="fold")
+    for e in entries:
+        t.add_column(escape(e["log"]), overflow="fold")
 
     def stat(e, k, scale=1.0, fmt=".4g"):
         v = e.get(k)
         if not v:
             return "–"
+        if v.get("derived"):
+            return escape(f"{v['median'] * scale:{fmt}}*")
         iqr = f"{v['iqr'] * scale:.2g}" if v["iqr"] is not None else "n<4"
         return escape(f"{v['median'] * scale:{fmt}} [{iqr}]")
 
-    for e in entries:
-        mem = e.get("memory_mb")
-        t.add_row(
-            escape(e["log"]),
-            str(e["iterations"]),
-            str(e["warmup_skipped"]),
-            stat(e, "iteration_time_ms", 1e-3, ".3f"),
-            stat(e, "tflops_per_gpu"),
-            stat(e, "tokens_per_s_per_gpu"),
-            stat(e, "loss"),
-            f"{e.get('skipped_iterations', 0):g} / {e.get('nan_iterations', 0):g}",
-            f"{mem['max_allocated'] / 1024:.1f} / {mem['max_reserved'] / 1024:.1f}" if mem else "–",
-            str(e["unreadable_lines"]),
-        )
+    def mem(e):
+        m = e.get("memory_mb")
+        return f"{m['max_allocated'] / 1024:.1f} / {m['max_reserved'] / 1024:.1f}" if m else "–"
+
+    rows = (
+        ("iterations (warm-up skipped)", lambda e: f"{e['iterations']} ({e['warmup_skipped']})"),
+        ("iteration time s", lambda e: stat(e, "iteration_time_ms", 1e-3, ".3f")),
+        ("TFLOP/s/GPU", lambda e: stat(e, "tflops_per_gpu")),
+        ("tokens/s/GPU", lambda e: stat(e, "tokens_per_s_per_gpu")),
+        ("loss", lambda e: stat(e, "loss")),
+        ("skipped / NaN iterations", lambda e: f"{e.get('skipped_iterations', 0):g} / {e.get('nan_iterations', 0):g}"),
+        ("max allocated / reserved GiB", mem),
+        ("unreadable lines", lambda e: str(e["unreadable_lines"])),
+    )
+    for name, cell in rows:
+        t.add_row(name, *(cell(e) for e in entries))
     c = console()
     c.print(t)
+    if any((e.get("tokens_per_s_per_gpu") or {}).get("derived") for e in entries):
+        c.print(
+            "* tokens/s/GPU = GBS · seq_length / (median iteration time · GPUs), from the argument dump", markup=False
+        )
     for e in entries:
         extra = []
         if e.get("environment"):

@@ -215,3 +215,24 @@ def _warmup(st: LogStats) -> int:
     while k < min(20, max(1, n // 2)) and math.isfinite(times[k]) and times[k] > 1.1 * ref:
         k += 1
     return k
+
+
+def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:
+    """``summary`` with ``tokens_per_s_per_gpu`` derived as GBS · seq_length / (iteration time ·
+    world size) when the log prints no throughput but its argument dump (``config``, a scenario
+    mapping) gives the global batch size, sequence length and GPU count; the derived figures carry
+    ``"derived": True``. Times in ms as Megatron prints them. Unchanged otherwise."""
+    if "tokens_per_s_per_gpu" in summary or "iteration_time_ms" not in summary or not config:
+        return summary
+    tr = config.get("training") or {}
+    gbs, seq, world = tr.get("global_batch_size"), tr.get("seq_length"), (config.get("system") or {}).get("num_gpus")
+    if not all(isinstance(v, int) and v > 0 for v in (gbs, seq, world)):
+        return summary
+    it = summary["iteration_time_ms"]
+
+    def tps(ms: float) -> float:
+        return gbs * seq / (ms / 1e3) / world
+
+    # throughput falls as time rises: the slowest iteration gives the minimum
+    derived = {"median": tps(it["median"]), "iqr": None, "min": tps(it["max"]), "max": tps(it["min"])}
+    return {**summary, "tokens_per_s_per_gpu": {**derived, "n": it["n"], "derived": True}}

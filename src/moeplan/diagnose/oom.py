@@ -14,7 +14,7 @@ real and the fixes are the memory model's (recompute, CP, PP, EP, offload).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from moeplan.errors import InputError
 
@@ -156,3 +156,39 @@ def parse_oom(text: str) -> OomReport:
         diagnosis,
         fixes,
     )
+
+
+def reconcile_with_model(
+    rep: OomReport, predicted_peak_bytes: int, capacity_bytes: int | None
+) -> tuple[OomReport, list[str]]:
+    """Weigh the message against the memory model of the run's scenario: (the report, notes to print).
+
+    - A predicted peak above the usable memory is real demand whatever the allocator's idle reserve
+      says: the reserve is a symptom, and ``expandable_segments`` alone cannot make the layout fit.
+      ``rep`` is updated in place (``fragmentation`` False, diagnosis and fixes rewritten).
+    - A message whose GPU total differs from the scenario's usable memory by more than 10 % comes
+      from another GPU: fixes rated against the scenario's GPU do not apply to the one that failed.
+    """
+    notes: list[str] = []
+    if rep.total_bytes and capacity_bytes and abs(rep.total_bytes / capacity_bytes - 1) > 0.10:
+        notes.append(
+            f"WARNING: the message's GPU has {human_bytes(rep.total_bytes)} in total, the scenario's GPU "
+            f"{human_bytes(capacity_bytes)} usable: the fixes below are rated for the scenario's GPU; give "
+            "the GPU that ran out of memory (--scenario with its system.gpu)"
+        )
+    if capacity_bytes and predicted_peak_bytes > capacity_bytes and rep.fragmentation is not False:
+        rep = replace(
+            rep,
+            fragmentation=False,
+            diagnosis=(
+                f"real demand: the memory model puts the peak at {human_bytes(predicted_peak_bytes)}, above the "
+                f"{human_bytes(capacity_bytes)} usable; the layout needs less memory per GPU"
+                f" (the message alone suggested {rep.diagnosis.split(':')[0]})"
+            ),
+            fixes=[
+                "one of the ranked changes (each checked by every rule)",
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True still helps with the idle reserve, but cannot "
+                "make the layout fit",
+            ],
+        )
+    return rep, notes

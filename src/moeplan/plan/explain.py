@@ -71,7 +71,18 @@ def explain_winner(res: SearchResult) -> list[str]:
         for n, g in cheaper
         if g is None or g > w.peak_gib
     ]
-    rc = f"recompute {w.recompute}: the cheapest rung of the ladder (none → selective modules → full → full + offload) that fits with headroom ({w.peak_gib:.1f} of {w.capacity_gib:.1f} GiB)"
+    if " + optimizer offload" in w.recompute and w.recompute.startswith("selective"):
+        rc = (
+            f"recompute {w.recompute}: on the ladder (none → selective modules → full →"
+            f" full + offload) only full recompute fits; keeping selective recompute and offloading the optimizer state"
+            f" instead is predicted faster"
+            f" ({w.peak_gib:.1f} of {w.capacity_gib:.1f} GiB)"
+        )
+    else:
+        rc = (
+            f"recompute {w.recompute}: the cheapest rung of the ladder (none → selective modules → full → full +"
+            f" offload) that fits with headroom ({w.peak_gib:.1f} of {w.capacity_gib:.1f} GiB)"
+        )
     if not_fit:
         rc += "; cheaper rungs tried: " + ", ".join(not_fit)
     bd = w.throughput["breakdown_s"]

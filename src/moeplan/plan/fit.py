@@ -5,8 +5,9 @@ each rung of the recompute ladder beyond the current one (selective modules, che
 then full), optimizer CPU offload at 0.25 / 0.5 / 1.0 of the state, CP×2, PP×2 (with a legal split),
 EP×2, TP×2 (with SP), ETP = TP, MBS/2, and an FP8 recipe the GPU runs (MXFP8 on Blackwell,
 blockwise FP8 on Hopper). Each is checked by every rule, its peak memory estimated and, with a global
-batch size, its step time. When no single change fits, pairs of legal single changes are tried;
-when no pair fits either, the planner's best layout for the same model, GPUs and batch is proposed.
+batch size, its step time. Pairs of legal single changes that are not enough alone are tried too
+(two cheap changes, e.g. selective recompute with optimizer offload, can cost less than one large
+one); when nothing fits, the planner's best layout for the same model, GPUs and batch is proposed.
 """
 
 from __future__ import annotations
@@ -229,8 +230,11 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
             continue
         legal.append((label, ch, row))
         (base["fixes"] if row["fits"] else base["not_enough"]).append(row)
-    if not base["fixes"] and not base["fits_already"]:
-        for (la, ca, _), (lb, cb, _) in itertools.combinations(legal, 2):
+    if not base["fits_already"]:
+        # pairs of changes that are not enough alone: two cheap ones (selective recompute + optimizer
+        # offload) can cost less than one big one (full recompute) that fits by itself
+        short = [x for x in legal if not x[2]["fits"]]
+        for (la, ca, _), (lb, cb, _) in itertools.combinations(short, 2):
             both = _merge(ca, cb)
             if both is None:
                 continue

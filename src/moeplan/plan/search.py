@@ -30,6 +30,7 @@ from moeplan.plan.space import (
     graph_options,
     parallel_candidates,
     pipeline_split,
+    offload_alternatives,
     recompute_ladder,
     vpp_options,
     with_sections,
@@ -157,6 +158,8 @@ class _Evaluator:
         self.constants = constants
         self.margin = capacity_margin_bytes
         self.evaluated = 0
+        #: off-ladder rungs compared by time when only full recompute fits (set by :func:`search`)
+        self.alternatives: list[tuple[str, dict]] = []
 
     def scenario(self, data: dict) -> Scenario:
         return load_scenario(data)
@@ -174,21 +177,7 @@ class _Evaluator:
         """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory)."""
 
         def rung(i: int) -> tuple[dict, Scenario | None, str | None]:
-            d = _copy(data)
-            for k in _KNOB_KEYS["recompute"]:
-                if k not in self.base.get("layout", {}):
-                    d["layout"].pop(k, None)
-            d["layout"].update({k: v for k, v in ladder[i][1].items() if k not in self.base.get("layout", {})})
-            if d["layout"].get("recompute_granularity") is None:
-                d["layout"].pop("recompute_granularity", None)
-            try:
-                s = self.scenario(d)
-            except InputError as exc:
-                return d, None, f"input: {exc.field}"
-            res = validate(s)
-            if res.errors:
-                return d, None, res.errors[0].rule_id
-            return d, s, None
+            return self._with(data, ladder[i][1])
 
         self.evaluated += 1
         # does anything fit? (most memory-saving rung)
@@ -228,7 +217,49 @@ class _Evaluator:
                 hi = mid - 1
             else:
                 lo = mid + 1
+        if best[0].startswith("full") and self.alternatives:
+            best = self._faster_alternative(best, data)
         return best
+
+    def _with(self, data: dict, keys: dict) -> tuple[dict, Scenario | None, str | None]:
+        """``data`` with its recompute / offload keys replaced by ``keys`` (those the request holds
+        fixed stay): (data, scenario or None, the first broken rule or input field)."""
+        d = _copy(data)
+        fixed = self.base.get("layout", {})
+        for k in _KNOB_KEYS["recompute"]:
+            if k not in fixed:
+                d["layout"].pop(k, None)
+        d["layout"].update({k: v for k, v in keys.items() if k not in fixed})
+        if d["layout"].get("recompute_granularity") is None:
+            d["layout"].pop("recompute_granularity", None)
+        try:
+            s = self.scenario(d)
+        except InputError as exc:
+            return d, None, f"input: {exc.field}"
+        res = validate(s)
+        if res.errors:
+            return d, None, res.errors[0].rule_id
+        return d, s, None
+
+    def _faster_alternative(self, best: tuple, data: dict) -> tuple:
+        """When only full recompute fits: the off-ladder rungs (every selective module with the
+        optimizer state offloaded, :func:`offload_alternatives`) that fit too, and the fastest of them
+        and the ladder's choice by predicted step time: offloading the optimizer can cost less than
+        recomputing every layer, or more — the time model decides, not the ladder's order."""
+        label, d, s, mem, seen = best
+        top = (estimate_step(s, self.constants).tokens_per_s_per_gpu, best)
+        for alt_label, keys in self.alternatives:
+            d2, s2, _ = self._with(data, keys)
+            if s2 is None:
+                seen[alt_label] = None
+                continue
+            ok, mem2 = self.fits(s2)
+            seen[alt_label] = mem2.peak_bytes / GIB_BYTES
+            if ok:
+                tps = estimate_step(s2, self.constants).tokens_per_s_per_gpu
+                if tps > top[0]:
+                    top = (tps, (alt_label, d2, s2, mem2, seen))
+        return top[1]
 
     def timed(self, found, parallel: Parallel, knobs: dict[str, str]) -> Candidate:
         rung_label, d, s, mem, seen = found
@@ -329,6 +360,8 @@ def search(
     ev = _Evaluator(data, margin, constants)
     rej = Rejections()
     ladder = _ladder(m, fixed_layout)
+    if not any(k in fixed_layout for k in RECOMPUTE_KEYS + OPTIMIZER_OFFLOAD_KEYS):
+        ev.alternatives = offload_alternatives(m)
     if "micro_batch_size" in (base.get("training") or {}):
         mbss = [s0.training.micro_batch_size]
     else:

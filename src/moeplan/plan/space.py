@@ -244,6 +244,26 @@ def recompute_ladder(m: ModelSpec) -> list[tuple[str, dict]]:
     return out
 
 
+def offload_alternatives(m: ModelSpec) -> list[tuple[str, dict]]:
+    """Off-ladder rungs for when only full recompute fits: every selective module of the ladder with
+    half, then all, of the optimizer state offloaded to the host. Their time cost is not ordered
+    against full recompute (it depends on the optimizer-state size against the compute), so the
+    search compares them by predicted step time instead of placing them on the ladder."""
+    sel = [keys for name, keys in recompute_ladder(m) if name.startswith("selective")][-1]
+    return [
+        (
+            f"selective {','.join(sel['recompute_modules'])} + optimizer offload {frac:g}",
+            {
+                **sel,
+                "optimizer_cpu_offload": True,
+                "optimizer_offload_fraction": frac,
+                "use_precision_aware_optimizer": True,
+            },
+        )
+        for frac in (0.5, 1.0)
+    ]
+
+
 def dispatcher_options(m: ModelSpec, gpu: GpuSpec, ep: int) -> list[tuple[str, dict]]:
     """Token dispatchers to try for EP > 1: all-to-all always; DeepEP and HybridEP where the GPU
     supports them (flex dispatcher)."""
