@@ -462,3 +462,24 @@ def test_estimate_shows_check_warnings_and_the_release_factor():
     text = " ".join(r.output.split())
     assert "check warns" in text and "sequence.max_position_embeddings" in text
     assert "step time ÷ 1.000" in text
+
+
+def test_export_warns_when_the_layout_is_predicted_to_run_out_of_memory(tmp_path):
+    out = tmp_path / "run.sh"
+    r = run(["export", "examples/qwen3_30b_64k_oom.yaml", "-f", "slurm", "-o", str(out)])
+    assert r.exit_code == 0 and out.is_file()  # exported: memory is a prediction, not a rule
+    assert "predicted to run out of memory" in r.stderr
+    r = run(["export", "examples/deepseek_v3_gb300.yaml", "-f", "slurm", "-o", str(tmp_path / "ok.sh")])
+    assert "run out of memory" not in r.stderr
+
+
+def test_plan_time_to_train_column_and_report_caveats(tmp_path):
+    rep = tmp_path / "r.html"
+    r = run(
+        ["plan", "-m", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "-n", "8", "-s", "4096", "--gbs", "64",
+         "--train-tokens", "1e9", "--top", "2", "--report", str(rep)]
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "days" in r.stdout and "time to train" in r.stdout
+    html = rep.read_text()
+    assert "<h2>Caveats</h2>" in html and "time to train" in html

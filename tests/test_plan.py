@@ -444,7 +444,11 @@ def test_plan_searches_mbs_2_up_to_32k_and_reports_counts():
 
 
 def test_plan_says_which_rule_blocks_everything():
-    res = plan(_req(n=16, seq=4096, gbs=64, layout={"recompute_granularity": "full"}), top=1)
+    # recompute_method belongs to full recompute only (a full granularity alone would be completed)
+    res = plan(
+        _req(n=16, seq=4096, gbs=64, layout={"recompute_granularity": "selective", "recompute_method": "uniform"}),
+        top=1,
+    )
     assert not res.candidates
     assert "recompute.granularity_fields" in res.notes[0]
 
@@ -595,3 +599,40 @@ def test_plan_compares_selective_with_offload_against_full_recompute():
     full = {**fixed, "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
     slower = plan({**DSV3_128K_H100, "layout": full}, top=1).candidates
     assert all(c.tokens_per_s_per_gpu < w.tokens_per_s_per_gpu for c in slower)
+
+
+def test_batch_for_tokens_prefers_a_batch_that_divides_well():
+    from moeplan.cli.plan_cmds import batch_for_tokens
+
+    assert batch_for_tokens(4 * 2**20, 131072) == 32  # a multiple: the exact quotient
+    assert batch_for_tokens(1_000_000, 131072) == 8  # 7.63: 7 is prime, 8 = 2^3 is 4.8 % above
+    assert batch_for_tokens(1_000_000, 4096) == 256  # 244.1: 256 = 2^8 is 4.9 % above
+    assert batch_for_tokens(3 * 131072 + 5, 131072) == 3  # 2 and 4 are more than 10 % away
+    assert batch_for_tokens(5000, 4096) == 1  # nothing within 10 %: rounded down
+
+
+def test_plan_refuses_a_precision_the_gpu_cannot_run():
+    r = CliRunner().invoke(
+        app,
+        ["plan", "-m", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "-n", "8", "-s", "4096", "--precision", "mxfp8"],
+    )
+    assert r.exit_code == 2 and "training.precision" in r.stderr and "fp8-blockwise" in r.stderr
+
+
+def test_plan_completes_what_a_fixed_full_recompute_needs():
+    res = plan(
+        {
+            "model": "Qwen/Qwen3-30B-A3B",
+            "system": {"gpu": "h100", "num_gpus": 8},
+            "training": {"seq_length": 4096, "global_batch_size": 64},
+            "layout": {"recompute_granularity": "full"},
+        },
+        top=1,
+    )
+    lay = res.candidates[0].data["layout"]
+    assert (lay["recompute_granularity"], lay["recompute_method"], lay["recompute_num_layers"]) == (
+        "full",
+        "uniform",
+        1,
+    )
+    assert any("recompute_method=uniform" in a for a in res.search.assumptions)

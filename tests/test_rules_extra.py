@@ -118,3 +118,10 @@ def test_fsdp_strategies_shard_what_they_say():
 def test_fsdp_fp8_weight_copies_are_sharded():
     st = _fsdp("optim_grads_params", precision="fp8-blockwise")
     assert st.items["weights"]["fp8_weight_copies"] < 0.2 * st.items["weights"]["params_sharded"] * 64
+
+
+def test_tp_beyond_the_nvlink_domain_warns():
+    r = _check("Qwen/Qwen3-235B-A22B", tensor_model_parallel_size=16, expert_model_parallel_size=32)
+    assert "world.tp_within_nvlink_domain" in r.rule_ids("warning")
+    ok = _check("Qwen/Qwen3-235B-A22B", tensor_model_parallel_size=8, expert_model_parallel_size=32)
+    assert "world.tp_within_nvlink_domain" not in ok.rule_ids()

@@ -365,6 +365,19 @@ def export_cmd(
         raise typer.Exit(EXIT_RULE)
     for note in notes:
         sys.stderr.write(f"note: {note}\n")
+    if scn.gpu is not None and scn.model is not None:
+        from moeplan import estimate_memory
+
+        try:
+            mem = estimate_memory(scn)
+        except InputError:
+            mem = None  # nothing to say about memory for a scenario the model cannot estimate
+        if mem is not None and mem.verdict == "does-not-fit":
+            sys.stderr.write(
+                f"warning: the memory model puts the peak at {mem.peak_bytes / 2**30:.1f} GiB per GPU, over the "
+                f"{(mem.capacity_bytes or 0) / 2**30:.1f} GiB usable: this layout is predicted to run out of memory "
+                "(moeplan estimate / moeplan fit)\n"
+            )
     if output is None or str(output) == "-":
         sys.stdout.write(text)
         return

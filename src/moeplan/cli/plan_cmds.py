@@ -43,6 +43,25 @@ HeadroomOpt = Annotated[
 ]
 
 
+def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
+    """Global batch size for ``tokens_per_step`` tokens of ``seq``-token sequences: the exact quotient
+    when it divides; otherwise, among batches within 10 % of the quotient, the one with the most
+    factors of two (GBS must divide by MBS·DP, and DP sizes are powers of two in practice), closest
+    on ties; the quotient rounded down when none is that close. E.g. 1,000,000 tokens at 131,072 →
+    8 rather than the prime 7."""
+    if tokens_per_step % seq == 0:
+        return tokens_per_step // seq
+    exact = tokens_per_step / seq
+    near = [g for g in range(max(1, math.floor(exact * 0.9)), math.ceil(exact * 1.1) + 1) if abs(g / exact - 1) <= 0.1]
+    if not near:
+        return max(1, tokens_per_step // seq)
+
+    def twos(g: int) -> int:
+        return (g & -g).bit_length()
+
+    return max(near, key=lambda g: (twos(g), -abs(g - exact)))
+
+
 def _request(scenario: Path | None, ov: dict) -> dict:
     from moeplan.spec.scenario import load_scenario_file, merge_overrides
 
@@ -127,11 +146,13 @@ def plan_cmd(
                 raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
             if tokens_per_step < seq:
                 raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
-            data.setdefault("training", {})["global_batch_size"] = tokens_per_step // seq
+            gbs_for = batch_for_tokens(tokens_per_step, seq)
+            data.setdefault("training", {})["global_batch_size"] = gbs_for
             if tokens_per_step % seq:
                 rounding = (
                     f"--tokens-per-step {tokens_per_step:,} is not a multiple of the sequence length: global "
-                    f"batch {tokens_per_step // seq} ({tokens_per_step // seq * seq:,} tokens per step)"
+                    f"batch {gbs_for} ({gbs_for * seq:,} tokens per step; within 10 %, the batch that divides "
+                    "best by data-parallel sizes)"
                 )
         consts = _step_constants(calibration)
         with render.progress_bar("searching layouts") as tick:
@@ -162,7 +183,14 @@ def plan_cmd(
         if save is not None and res.candidates:
             import yaml
 
-            _write_atomically(save, yaml.safe_dump(res.candidates[0].data, sort_keys=False), field="--save")
+            best = res.candidates[0]
+            saved = best.data
+            lay = saved.get("layout") or {}
+            if "cuda_graph_scope" in lay and best.scenario.mcore_version >= (0, 18, 0):
+                # megatron-core ≥ 0.18 reads cuda_graph_modules (cuda_graph_scope is its deprecated alias)
+                lay = {("cuda_graph_modules" if k == "cuda_graph_scope" else k): v for k, v in lay.items()}
+                saved = {**saved, "layout": lay}
+            _write_atomically(save, yaml.safe_dump(saved, sort_keys=False), field="--save")
             out["saved"] = str(save)
         elif save is not None:
             out["notes"].append(f"--save {save}: nothing written, no layout fits")

@@ -10,14 +10,15 @@ def _short_layout(c: dict) -> str:
     bits = []
     rc = c.get("recompute")
     if rc:
-        bits.append(f"rc={rc}")
+        # a space after each comma lets the narrow column wrap between module names, not inside them
+        bits.append("rc=" + rc.replace(",", ", ").replace(" + optimizer offload ", " + offload "))
     k = c.get("knobs") or {}
     if k.get("dispatcher") and k["dispatcher"] != "alltoall":
         bits.append(k["dispatcher"])
     if k.get("ep_overlap") == "on":
         bits.append("ep-overlap")
     if k.get("graphs") and k["graphs"] != "eager":
-        bits.append(k["graphs"])
+        bits.append(k["graphs"].replace("moe_router", "router").replace("moe_preprocess", "preproc"))
     if k.get("cp_comm") and k["cp_comm"] != "p2p":
         bits.append("cp:" + k["cp_comm"])
     if lay.get("pipeline_model_parallel_layout"):
@@ -43,8 +44,11 @@ def render_plan(d: dict) -> None:
     )
     if not d["candidates"]:
         c.print("[bold red]no layout fits[/]")
-    t = Table(title=f"top {len(d['candidates'])} of {d['fitting_layouts']} fitting layouts", width=100)
-    for col, just in (
+    # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
+    fitting = max(d["fitting_layouts"], len(d["candidates"]))
+    t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts", width=100)
+    ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
+    cols = [
         ("#", "right"),
         ("layout", "left"),
         ("DP", "right"),
@@ -53,7 +57,10 @@ def render_plan(d: dict) -> None:
         ("GiB", "right"),
         ("tok/s/GPU", "right"),
         ("MFU", "right"),
-    ):
+    ]
+    if ttt:
+        cols.append(("days", "right"))  # --train-tokens: time to train at each candidate's throughput
+    for col, just in cols:
         t.add_column(col, justify=just, overflow="fold")
     for cand in d["candidates"]:
         m = cand["memory"]
@@ -67,6 +74,7 @@ def render_plan(d: dict) -> None:
             f"{m['peak_gib']:.1f}/{m['capacity_gib']:.0f}",
             f"{th['tokens_per_s_per_gpu']:,.0f}",
             f"{100 * th['mfu']:.1f}%",
+            *([f"{cand['time_to_train_s'] / 86400:.2f}"] if ttt else []),
         )
     if d["candidates"]:
         c.print(t)
@@ -269,6 +277,10 @@ def render_recipes(rows: list[dict]) -> None:
                 f" — breaks {', '.join(chk['rule_ids'])}" if chk["rule_ids"] else ""
             )
         c.print(line + f"; {mem_s}", highlight=False)
+        # what the source leaves out explains rows that look broken (e.g. no EP below 128K)
+        for note in r.get("notes", []):
+            if "not given" in note:
+                c.print(f"    note: {note}", style="dim", highlight=False, markup=False)
     c.print("[dim]messages and fixes: --json; each as a scenario YAML: --write DIR[/]")
 
 

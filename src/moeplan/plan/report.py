@@ -43,7 +43,8 @@ def _plots(res) -> list[tuple[str, str]]:
             ax.set_title(c.parallel.label(), fontsize=8)
             ax.set_xlabel("pipeline stage")
             ax.set_ylabel("GiB per GPU")
-        axes[0][0].legend(fontsize=7)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))  # off the bars
         fig.suptitle("memory per stage of the top candidates (dashed: usable HBM)", fontsize=9)
         out.append(("memory per stage", _png(fig)))
         plt.close(fig)
@@ -54,12 +55,20 @@ def _plots(res) -> list[tuple[str, str]]:
             best.setdefault(key, c.tokens_per_s_per_gpu)
         if not best:
             continue
-        keys = sorted(best) if attr == "cp" else [k for k in res.search.ladder if k in best]
-        fig, ax = plt.subplots(figsize=(6.5, 3.2))
-        ax.bar([str(k) for k in keys], [best[k] for k in keys], color="tab:blue")
-        ax.set_ylabel("best tokens/s/GPU")
-        ax.set_xlabel(title)
-        ax.tick_params(axis="x", labelrotation=20 if attr == "recompute" else 0, labelsize=7)
+        if attr == "cp":
+            keys = sorted(best)
+            fig, ax = plt.subplots(figsize=(6.5, 3.2))
+            ax.bar([str(k) for k in keys], [best[k] for k in keys], color="tab:blue")
+            ax.set_ylabel("best tokens/s/GPU")
+            ax.set_xlabel(title)
+        else:
+            # ladder order, then the off-ladder offload alternatives; long labels read best on the y axis
+            keys = [k for k in res.search.ladder if k in best] + [k for k in best if k not in res.search.ladder]
+            fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(keys) + 1.2))
+            ax.barh([str(k) for k in keys], [best[k] for k in keys], color="tab:blue")
+            ax.invert_yaxis()
+            ax.set_xlabel("best tokens/s/GPU")
+            ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"best predicted throughput per {title}", fontsize=9)
         out.append((f"tokens/s/GPU vs {title}", _png(fig)))
         plt.close(fig)
@@ -107,6 +116,17 @@ def write_report(res, path: Path) -> None:
             else f"extrapolated: expected error ±{v['error_band_pct']:.0f} % or worse — "
             + "; ".join(v.get("outside", []))
         )
+    caveats = []
+    if d["candidates"]:
+        w = d["candidates"][0]
+        v = w["throughput"]["validity"]
+        if "time_to_train_s" in w:
+            caveats.append(f"time to train: {w['time_to_train_s'] / 86400:.2f} days at #1's predicted throughput")
+        if v.get("bias_note"):
+            caveats.append(f"known bias of #1: {v['bias_note']}")
+        caveats += [f"check warns: {x}" for x in w.get("warnings", [])]
+    caveats += [f"assumed: {x}" for x in d.get("assumptions", [])] + list(d.get("notes", []))
+    cav = "".join(f"<li>{e(str(x))}</li>" for x in caveats)
     fam = d["baseline"].get("family")
     family = ""
     if fam:
@@ -126,7 +146,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}}</style></head><bod
 variants).</p><p>{validity}</p><p>{family}</p>
 <table><tr><th>#</th><th>layout</th><th>DP</th><th>MBS</th><th>recompute</th><th>knobs</th><th>peak GiB</th>
 <th>tokens/s/GPU</th><th>MFU</th></tr>{rows}</table>
-<h2>Why #1</h2><ul>{expl}</ul><h2>Baseline</h2><p>{base}</p><h2>Rejected</h2><ul>{rej}</ul>
+<h2>Caveats</h2><ul>{cav}</ul><h2>Why #1</h2><ul>{expl}</ul><h2>Baseline</h2><p>{base}</p><h2>Rejected</h2><ul>{rej}</ul>
 <h2>Plots</h2>{imgs}</body></html>
 """
     from moeplan.cli.app import _write_atomically

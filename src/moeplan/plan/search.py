@@ -21,6 +21,7 @@ from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.space import (
+    FULL_ITERATION_MOE,
     OPTIMIZER_OFFLOAD_KEYS,
     RECOMPUTE_KEYS,
     Parallel,
@@ -303,6 +304,24 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
     return data, load_scenario(data), assumptions
 
 
+def _companions(fixed: dict, m, gpu) -> tuple[dict, str]:
+    """Keys a held-fixed choice needs and the request left out, as the search itself sets them:
+    full recompute's method and layer count (uniform, 1: the ladder's full rung), and a full-iteration
+    graph's static-budget expert path on MoE (:data:`FULL_ITERATION_MOE`, where the GPU runs
+    HybridEP). Returns (keys to add, a note naming them); ({}, "") when nothing is missing."""
+    add: dict = {}
+    if fixed.get("recompute_granularity") == "full":
+        for k, v in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
+            if k not in fixed:
+                add[k] = v
+    dispatch_given = any(k in fixed for k in ("moe_token_dispatcher_type", "moe_expert_capacity_factor"))
+    if fixed.get("cuda_graph_impl") == "full_iteration" and m.is_moe and gpu.supports_hybridep and not dispatch_given:
+        add.update({k: v for k, v in FULL_ITERATION_MOE.items() if k not in fixed})
+    if not add:
+        return {}, ""
+    return add, "completed what the fixed keys need: " + ", ".join(f"{k}={v}" for k, v in add.items())
+
+
 def _apply(data: dict, keys: dict, base_layout: dict) -> dict:
     d = _copy(data)
     for k, v in keys.items():
@@ -343,6 +362,9 @@ def search(
     base = with_sections(base)
     data, s0, assumptions = _request(base)
     m, gpu, world = s0.model, s0.gpu, s0.num_gpus
+    for f in validate(s0).errors:
+        if f.rule_id == "precision.recipe_vs_gpu":  # no layout can change it: the request is wrong
+            raise InputError("training.precision", s0.training.precision, f"a precision {gpu.id} runs ({f.fix})")
     if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
         raise InputError(
             "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
@@ -355,6 +377,11 @@ def search(
     seq = s0.training.seq_length
     gbs = s0.training.global_batch_size
     fixed_layout = dict(base.get("layout") or {})
+    added, why = _companions(fixed_layout, m, gpu)
+    if added:
+        fixed_layout.update(added)
+        data.setdefault("layout", {}).update(added)
+        assumptions.append(why)
     fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS.values() and isinstance(v, int)}
     margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
     ev = _Evaluator(data, margin, constants)

@@ -262,3 +262,21 @@ def _keys_version(s, e):
                 )
             )
     return out
+
+
+@rule(
+    "world.tp_within_nvlink_domain",
+    "Megatron-LM docs (tensor parallelism within a node); GPU catalog NVLink domain sizes",
+    "TP larger than the NVLink domain puts every layer's TP collectives on the NIC",
+)
+def _tp_domain(s, e):
+    if s.gpu is None or s.tp <= s.gpu.scaleup_domain_gpus:
+        return None
+    return [
+        e.warning(
+            f"TP = {s.tp} spans more than the {s.gpu.scaleup_domain_gpus}-GPU NVLink domain of {s.gpu.id}: every "
+            "layer's TP all-gathers and reduce-scatters cross the NIC, several times slower than NVLink",
+            f"keep TP ≤ {s.gpu.scaleup_domain_gpus} and add CP, PP or EP for memory",
+            "tensor_model_parallel_size",
+        )
+    ]
