@@ -302,5 +302,5 @@ def test_log_with_zero_iteration_time_is_a_user_error(tmp_path):
     base = tmp_path / "base.yaml"
     base.write_text(json.dumps(BASE))
     res = runner.invoke(app, ["calibrate", str(log), "--scenario", str(base), "-o", str(tmp_path / "p.json")])
-    assert res.exit_code == 2 and "iteration time > 0" in res.stderr, res.output
+    assert res.exit_code == 2 and "iteration times > 0" in res.stderr, res.output
     assert not (tmp_path / "p.json").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 from typer.testing import CliRunner
@@ -483,3 +484,59 @@ def test_plan_time_to_train_column_and_report_caveats(tmp_path):
     assert "days" in r.stdout and "time to train" in r.stdout
     html = rep.read_text()
     assert "<h2>Caveats</h2>" in html and "time to train" in html
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("model_overrides.moe_router_topk=1000", "moe_router_topk"),  # more than the 128 experts
+        ("model_overrides.num_query_groups=3", "num_query_groups"),  # does not divide 32 heads
+        ("model_overrides.num_query_groups=64", "num_query_groups"),  # more groups than heads
+    ],
+)
+def test_impossible_model_overrides_are_input_errors(override, field):
+    r = run(["params", "--model", "qwen3-30b-a3b", "--set", override])
+    assert r.exit_code == 2 and f"model_overrides.{field}" in r.stderr
+
+
+def test_export_refuses_to_overwrite_its_scenario_and_plan_checks_paths_first(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(pathlib.Path("examples/deepseek_v3_gb300.yaml").read_text())
+    r = run(["export", str(sc), "-f", "mbridge-yaml", "-o", str(sc)])
+    assert r.exit_code == 2 and "scenario file" in r.stderr
+    assert sc.read_text() == pathlib.Path("examples/deepseek_v3_gb300.yaml").read_text()
+    rep = tmp_path / "r.html"
+    r = run(
+        ["plan", "-m", "qwen3-30b-a3b", "--gpu", "h100", "-n", "8", "-s", "4096", "--gbs", "64",
+         "--save", str(tmp_path / "nodir" / "b.yaml"), "--report", str(rep)]
+    )  # fmt: skip
+    assert r.exit_code == 2 and "--save" in r.stderr and not rep.exists()
+
+
+def test_set_reads_numbers_as_yaml_1_2_and_bounds_sizes():
+    from moeplan.spec.scenario import parse_yaml_value
+
+    assert parse_yaml_value("1e-3") == 0.001 and parse_yaml_value("010") == 10
+    assert parse_yaml_value("1:00") == "1:00" and parse_yaml_value("2_0") == "2_0"  # not 60, not 20
+    r = run(["estimate", "-m", "qwen3-30b-a3b", "--gpu", "h100", "-n", "8", "--set", "training.seq_length=99999999999"])
+    assert r.exit_code == 2 and "training.seq_length" in r.stderr
+    r = run(["check", "-m", "qwen3-30b-a3b", "--gpu", "h100", "-n", "8", "-s", "4096",
+             "--set", "layout.optimizer_offload_fraction=5e-1", "--set", "layout.optimizer_cpu_offload=true",
+             "--set", "layout.use_precision_aware_optimizer=true", "--json"])  # fmt: skip
+    assert r.exit_code in (0, 1) and "input should be a valid number" not in r.output
+
+
+def test_sweep_hold_takes_layout_keys_the_scenario_sets(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(
+        "{model: qwen3-30b-a3b, system: {gpu: h100, num_gpus: 32}, training: {seq_length: 4096, "
+        "global_batch_size: 256}, layout: {tensor_model_parallel_size: 2, expert_model_parallel_size: 8}}"
+    )
+    r = run(["sweep", str(sc), "-o", str(tmp_path / "a"), "--hold", "nonsense_key"])
+    assert r.exit_code == 2 and "--hold" in r.stderr and not (tmp_path / "a").exists()
+    r = run(["sweep", str(sc), "-o", str(tmp_path / "b"), "--hold", "virtual_pipeline_model_parallel_size"])
+    assert r.exit_code == 2 and "the scenario sets" in r.stderr
+    r = run(["sweep", str(sc), "-o", str(tmp_path / "c"), "--top", "1", "--hold", "layout.tensor_model_parallel_size"])
+    assert r.exit_code == 0, r.output
+    for f in (tmp_path / "c").glob("*/scenario.yaml"):
+        assert "tensor_model_parallel_size: 2" in f.read_text()

@@ -354,3 +354,21 @@ def test_log_derives_tokens_per_s_from_the_argument_dump():
     assert derive_tokens_per_s(summ, None) == summ  # no dump: nothing derived
     printed = {**summ, "tokens_per_s_per_gpu": {"median": 1.0}}
     assert derive_tokens_per_s(printed, cfg) == printed  # the log's own figure wins
+
+
+@pytest.mark.parametrize("ms", ["0.0", "-5.0", "1e308", "nan"])
+def test_log_ignores_impossible_iteration_times(ms, tmp_path):
+    from moeplan.diagnose.logs import parse_log
+
+    lines = [
+        f" iteration {i:8d}/      30 | consumed samples: {i * 8} | elapsed time per iteration (ms): {ms} | "
+        "global batch size:     8 | lm loss: 1.0E+00 |"
+        for i in range(1, 31)
+    ]
+    st = parse_log("\n".join(lines))
+    assert "iteration_time_ms" not in st.summary()  # none is a real measurement
+    f = tmp_path / "x.log"
+    f.write_text("\n".join(lines))
+    r = runner.invoke(app, ["log", str(f), "--json"])
+    assert r.exit_code == 0 and "Infinity" not in r.stdout and "NaN" not in r.stdout
+    json.loads(r.stdout)

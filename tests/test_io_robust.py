@@ -133,3 +133,18 @@ def test_keys_newer_than_the_version_are_errors():
 
     r = validate(load_scenario({"layout": {"moe_paged_stash": True}, "versions": {"megatron_core": "0.16.1"}}))
     assert "scenario.keys_vs_version" in r.rule_ids("error")
+
+
+@pytest.mark.parametrize("value", ["two", "-2", "0", "[2]"])
+def test_check_from_refuses_an_invalid_parallel_size(value, tmp_path):
+    from typer.testing import CliRunner
+
+    from moeplan.cli.app import app
+
+    f = tmp_path / "o.txt"
+    f.write_text(f"model.tensor_model_parallel_size={value}\n")
+    r = CliRunner().invoke(app, ["check", "--from", "mbridge-overrides", str(f), "--model", "qwen3-30b-a3b"])
+    assert r.exit_code == 2 and "tensor_model_parallel_size" in r.stderr
+    f.write_text("")
+    r = CliRunner().invoke(app, ["check", "--from", "mbridge-overrides", str(f)])
+    assert r.exit_code == 2 and "at least one key" in r.stderr

@@ -129,3 +129,23 @@ def test_collect_uses_the_logged_batch_size(sweep_dir):
     # 8 sequences · 16384 tokens / 0.1 s / 32 GPUs, with the other log of this entry in the median
     assert any("global batch size 8" in n for n in got["notes"])
     (out / e["id"] / "run-9.log").unlink()
+
+
+def test_collect_skips_zero_time_logs_and_sweeps_never_repeat_a_run(tmp_path):
+    llama = {
+        "model": "meta-llama/Llama-3.1-8B",
+        "system": {"gpu": "h100", "num_gpus": 1},
+        "training": {"seq_length": 4096, "global_batch_size": 8},
+    }
+    out = tmp_path / "sw"
+    man = sweep.write_sweep(llama, out, top=2)
+    sigs = [
+        (json.dumps(e["scenario"]["layout"], sort_keys=True), e["scenario"]["training"]["micro_batch_size"])
+        for e in man["entries"]
+    ]
+    assert len(sigs) == len(set(sigs))  # an MBS×2 variant equal to another pick is not written twice
+    e = man["entries"][0]
+    (out / e["id"] / "run-1.log").write_text(_log(0.0))  # a corrupt log: zero iteration times
+    res = sweep.collect(out)  # no ZeroDivisionError
+    row = next(r for r in res["entries"] if r["id"] == e["id"])
+    assert row["measured_tokens_per_s_per_gpu"] is None and any("no usable" in n for n in row["notes"])

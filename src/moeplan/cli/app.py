@@ -33,7 +33,6 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     """``section.key=value`` pairs (value parsed as YAML) → section → key → value; the top-level
     keys ``framework``, ``recipe_defaults`` and ``name``, and every ``versions.*`` value, are taken as
     text."""
-    import yaml
 
     out: dict[str, Any] = {}
     for item in items:
@@ -52,10 +51,9 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
             # version strings stay text: YAML would read 26.10 as the float 26.1
             val = raw
         else:
-            try:
-                val = yaml.safe_load(raw)
-            except yaml.YAMLError:
-                val = raw
+            from moeplan.spec.scenario import parse_yaml_value
+
+            val = parse_yaml_value(raw)
         node = out.setdefault(sec, {})
         if not isinstance(node, dict):
             raise InputError("--set", item, f"a key under {sec!r}, which was already given a value")
@@ -347,6 +345,9 @@ def export_cmd(
     from moeplan.io.export import export
 
     try:
+        same = output is not None and scenario is not None and str(output) != "-"
+        if same and Path(output).resolve() == Path(scenario).resolve():
+            raise InputError("--output", str(output), "a path other than the scenario file it is exported from")
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
         if megatron_core_version:
             ov.setdefault("versions", {})["megatron_core"] = megatron_core_version
@@ -387,6 +388,27 @@ def export_cmd(
         _fail_input(exc)
 
 
+def check_writable(output: Path, field: str = "--output") -> Path:
+    """The resolved target of an output path that can be written (checked before any work, so that
+    one bad path of several leaves nothing half-written).
+
+    Raises:
+        InputError: an empty path, a directory, a missing directory, or not a regular file.
+    """
+    import os
+
+    if not str(output).strip():
+        raise InputError(field, str(output), "a file path, or - for standard output")
+    target = Path(os.path.realpath(output))
+    if target.is_dir():
+        raise InputError(field, str(output), "a file path (it is a directory)")
+    if not target.parent.is_dir():
+        raise InputError(field, str(output), "a path in an existing directory")
+    if target.exists() and not target.is_file():
+        raise InputError(field, str(output), "a regular file (use - for standard output)")
+    return target
+
+
 def _write_atomically(output: Path, text: str, executable: bool = False, field: str = "--output") -> None:
     """Write ``text`` to ``output`` through a temporary file in the same directory and a rename:
     readers never see half a file. A symlink is followed (its target is replaced); an existing file
@@ -398,15 +420,7 @@ def _write_atomically(output: Path, text: str, executable: bool = False, field: 
     import os
     import tempfile
 
-    if not str(output).strip():
-        raise InputError(field, str(output), "a file path, or - for standard output")
-    target = Path(os.path.realpath(output))
-    if target.is_dir():
-        raise InputError(field, str(output), "a file path (it is a directory)")
-    if not target.parent.is_dir():
-        raise InputError(field, str(output), "a path in an existing directory")
-    if target.exists() and not target.is_file():
-        raise InputError(field, str(output), "a regular file (use - for standard output)")
+    target = check_writable(output, field)
     umask = os.umask(0)
     os.umask(umask)
     mode = target.stat().st_mode & 0o777 if target.exists() else (0o777 if executable else 0o666) & ~umask
@@ -645,6 +659,9 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
             tokens = s.training.global_batch_size * s.training.seq_length
             ms = summ["iteration_time_ms"]["median"]
             meas = tokens / (ms / 1e3) / s.num_gpus if ms > 0 else float("nan")
+        elif st.iterations:
+            # iteration lines, but none with a possible time (zero, negative or non-finite): the log's fault
+            raise InputError(f"log {path}", "no usable iteration time", "iteration times > 0 (and finite)")
         else:
             raise InputError("log", str(path), "iteration times and a scenario with GBS, seq_length and num_gpus")
         if not (isinstance(meas, (int, float)) and math.isfinite(meas) and 0 < meas <= 1e7):

@@ -34,6 +34,7 @@ from moeplan.cli.app import (
     _step_constants,
     _write_atomically,
     app,
+    check_writable,
 )
 from moeplan.errors import InputError
 
@@ -41,6 +42,27 @@ TopOpt = Annotated[int, typer.Option("--top", min=1, max=50, help="Candidates to
 HeadroomOpt = Annotated[
     Optional[float], typer.Option("--headroom-gib", min=0.0, help="GiB kept free per GPU (default 5 % of HBM).")
 ]
+
+
+def _hold_keys(hold, layout: dict) -> tuple[str, ...]:
+    """``--hold`` keys as layout keys of the scenario (``layout.`` prefix allowed).
+
+    Raises:
+        UnknownNameError: a key that is not a layout key, or one the scenario does not set (nothing
+            to hold).
+    """
+    from moeplan.errors import UnknownNameError
+    from moeplan.spec.layout import LayoutSpec
+
+    out = []
+    for key in hold:
+        k = key.removeprefix("layout.")
+        if k not in LayoutSpec.model_fields:
+            raise UnknownNameError("--hold", key, LayoutSpec.model_fields, "a layout key:")
+        if k not in layout:
+            raise UnknownNameError("--hold", key, layout, "a layout key the scenario sets:")
+        out.append(k)
+    return tuple(out)
 
 
 def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
@@ -131,8 +153,11 @@ def plan_cmd(
             raise InputError("--headroom-gib", headroom_gib, "a finite number of GiB")
         if save is not None and report is not None and save.resolve() == report.resolve():
             raise InputError("--save", str(save), "a different path from --report")
+        for path, field in ((save, "--save"), (report, "--report")):
+            if path is not None:
+                check_writable(path, field)  # both before the search: a bad one leaves nothing written
         if gbs is not None and tokens_per_step is not None:
-            raise InputError("--tokens-per-step", tokens_per_step, "either --global-batch-size or --tokens-per-step")
+            raise InputError("--tokens-per-step", tokens_per_step, "either --gbs or --tokens-per-step")
         rounding = None
         ov = _overrides(model, gpu, num_gpus, seq_length, mbs, gbs, precision, tp, pp, vpp, cp, ep, etp, sets)
         if workload is not None:
@@ -359,6 +384,7 @@ def sweep_cmd(
                 model, gpu, num_gpus, seq_length, None, gbs, precision, None, None, None, None, None, None, sets
             )
             data = _request(Path(target) if target else None, ov)
+            held = _hold_keys(hold or (), data.get("layout") or {})
             with render.progress_bar("planning") as tick:
                 man = sweep.write_sweep(
                     data,
@@ -367,7 +393,7 @@ def sweep_cmd(
                     mbs_variants=not no_mbs_variants,
                     constants=_step_constants(calibration),
                     progress=tick,
-                    hold=tuple(hold or ()),
+                    hold=held,
                 )
             out = {
                 "directory": str(output),

@@ -57,6 +57,12 @@ _NAMES_SPACED = {
 _NAMES = {re.sub(r"\s+", "", k): v for k, v in _NAMES_SPACED.items()}
 
 
+#: keys whose logged values must be positive to be real measurements
+POSITIVE_KEYS = frozenset({"iteration_time_ms", "tflops_per_gpu", "tokens_per_s_per_gpu", "global_batch_size"})
+#: longest plausible iteration (a week, in ms): beyond it a value is corrupt, not slow
+MAX_ITERATION_MS = 7 * 86400 * 1e3
+
+
 @dataclass
 class LogStats:
     """Steady-state statistics of one log (times in seconds, memory in MiB as Megatron prints it)."""
@@ -73,11 +79,17 @@ class LogStats:
     text: str = ""
 
     def series(self, key: str, steady: bool = True) -> list[float]:
-        """Finite values of ``key`` in iteration order (after the warm-up when ``steady``)."""
+        """Finite values of ``key`` in iteration order (after the warm-up when ``steady``); for the
+        rates, times and batch sizes only physically possible ones (positive, and an iteration under
+        :data:`MAX_ITERATION_MS`), so a corrupt line cannot turn a median into 0, a negative or inf."""
         its = sorted(self.iterations)
         if steady:
             its = its[self.warmup_skipped :]
-        return [v for i in its if math.isfinite(v := self.iterations[i].get(key, math.nan))]
+        vals = [v for i in its if math.isfinite(v := self.iterations[i].get(key, math.nan))]
+        if key in POSITIVE_KEYS:
+            cap = MAX_ITERATION_MS if key == "iteration_time_ms" else math.inf
+            vals = [v for v in vals if 0 < v < cap]
+        return vals
 
     def summary(self) -> dict:
         out: dict = {

@@ -21,7 +21,7 @@ import yaml
 from moeplan.errors import InputError
 from moeplan.io.export import HEADER
 from moeplan.io.keys import BRIDGE_PATHS, MIXED_PRECISION, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
-from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.layout import PARALLEL_DIMS, LayoutSpec
 
 SOURCES = ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args", "megatron-log")
 
@@ -106,6 +106,9 @@ def _keep_valid(layout: dict, notes: list[str]) -> dict:
         try:
             LayoutSpec.model_validate({key: v})
         except ValidationError as exc:
+            if key in PARALLEL_DIMS.values():
+                # a parallel size cannot be dropped: the layout checked would not be the one written
+                raise InputError(key, v, f"a valid {key} ({exc.errors()[0]['msg'].lower()})") from None
             notes.append(f"{key}={v!r} dropped: {exc.errors()[0]['msg']}")
             continue
         out[key] = v
@@ -452,4 +455,6 @@ def import_config(text: str, source: str) -> tuple[dict, list[str]]:
         meta.setdefault("framework", "megatron-core")
     else:
         raise InputError("--from", source, ", ".join(SOURCES))
+    if not layout and not training and not meta:
+        raise InputError(source, "(file)", f"a {source} configuration with at least one key moeplan reads")
     return _scenario(meta, layout, training, notes), notes

@@ -192,6 +192,12 @@ def estimate_step(
         c,
         measured_gemm_fractions(gpu.id),
     )
+    peak_key = "bf16" if t.precision == "bf16" else ("fp4" if t.precision == "nvfp4" else "fp8")
+    if not gpu.peak_dense_tflops.get(peak_key):
+        assumptions.append(
+            f"{gpu.id} has no dense {peak_key} peak: its GEMMs are costed at the BF16 peak (give "
+            f"system.gpu.peak_dense_tflops.{peak_key})"
+        )
     if lay.moe_router_force_load_balancing or not m.is_moe:
         route = 1.0
     else:

@@ -58,8 +58,8 @@ def workload_patches(s: Scenario) -> tuple[float, float, bool]:
     when only those are given), or the planning default when it has none.
 
     Raises:
-        InputError: patches and tokens that disagree with the merge factor, or more image tokens than
-            the sequence holds.
+        InputError: fewer patches than the image tokens need (tokens × merge²), or more image tokens
+            than the sequence holds.
     """
     w = s.input.workload
     v = s.model.vision
@@ -69,11 +69,13 @@ def workload_patches(s: Scenario) -> tuple[float, float, bool]:
         patches, tokens = w.image_patches_per_sequence, w.image_tokens_per_sequence
         if not patches and tokens:
             patches = tokens * merge  # only tokens given: the ViT saw merge² patches per token
-        elif patches and tokens and abs(patches / (tokens * merge) - 1) > 0.05:
+        elif patches and tokens and patches < 0.95 * tokens * merge:
+            # more patches than tokens × merge² is possible (the ViT encodes every image of a sample whose
+            # tokens were truncated: vlm-stats), fewer is not
             raise InputError(
                 "workload.image_patches_per_sequence",
                 patches,
-                f"about image_tokens_per_sequence × merge² = {tokens * merge:,.0f} (merge {int(merge**0.5)})",
+                f"at least image_tokens_per_sequence × merge² = {tokens * merge:,.0f} (merge {int(merge**0.5)})",
             )
         scale = seq / w.seq_length if (w.seq_length and seq) else 1.0
         if tokens * scale > seq > 0:

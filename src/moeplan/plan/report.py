@@ -152,6 +152,6 @@ variants).</p><p>{validity}</p><p>{family}</p>
     from moeplan.cli.app import _write_atomically
 
     try:
-        _write_atomically(Path(path), doc)
+        _write_atomically(Path(path), doc, field="--report")
     except OSError as exc:
         raise InputError("--report", str(path), f"a writable path ({exc.strerror})") from None

@@ -140,6 +140,9 @@ def write_sweep(
                 )
             except InputError:
                 ok = False
+            # never twice the same run (an MBS×2 variant can be another pick exactly): each costs GPU time
+            if ok and _layout_sig(d2) in {_layout_sig(x) for x in [data, *(p.data for p in picked)]}:
+                ok = False
             if ok:
                 items.append(
                     (
@@ -309,8 +312,8 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
                 if gbs != gbs_planned:
                     notes.append(f"{p.name}: the log's global batch size {gbs} differs from the entry's {gbs_planned}")
                 tps = gbs * seq / (summ["iteration_time_ms"]["median"] / 1000) / world
-            if tps is None:
-                notes.append(f"{p.name}: no iteration times")
+            if tps is None or not (math.isfinite(tps) and tps > 0):
+                notes.append(f"{p.name}: no usable iteration times")
             else:
                 vals.append(tps)
         measured = statistics.median(vals) if vals else None

@@ -196,7 +196,31 @@ class ModelSpec:
                 seq = getattr(self, tup)
                 if tup not in changes and seq:
                     changes[tup] = tuple(seq[i % len(seq)] for i in range(new_layers))
-        return dataclasses.replace(self, **changes)
+        out = dataclasses.replace(self, **changes)
+        _check_consistent(out, set(changes))
+        return out
+
+
+def _check_consistent(m: ModelSpec, changed: set[str]) -> None:
+    """What an override can break that no single field shows: top-k within the expert count, query
+    groups dividing the heads (GQA), shared by heads and groups. Raises InputError naming the
+    overridden field."""
+
+    def blame(*keys: str) -> str:
+        return next((k for k in keys if k in changed), keys[0])
+
+    topk, experts = m.moe_router_topk, m.num_moe_experts
+    if topk and experts and topk > experts:
+        key = blame("moe_router_topk", "num_moe_experts")
+        raise InputError(f"model_overrides.{key}", getattr(m, key), f"top-k ≤ the expert count ({topk} > {experts})")
+    heads, groups = m.num_attention_heads, m.num_query_groups
+    if heads and groups and (groups > heads or heads % groups):
+        key = blame("num_query_groups", "num_attention_heads")
+        raise InputError(
+            f"model_overrides.{key}",
+            getattr(m, key),
+            f"query groups that divide the attention heads ({heads} heads, {groups} groups)",
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -247,6 +247,30 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+# numbers as YAML 1.2 reads them: 1e-3 is a float (YAML 1.1 reads it as text), 1:00 is text (not the
+# sexagesimal 60), 2_0 is text (not 20), 010 is ten (not octal)
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in rs if tag not in (_INT, _FLOAT)]
+    for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(r"^[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+_UniqueKeyLoader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node)))
+
+
+def parse_yaml_value(raw: str) -> object:
+    """One ``--set`` value, read as the scenario files are (YAML 1.2 numbers, no aliases); the text
+    itself when it is not YAML."""
+    try:
+        return yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError:
+        return raw
+
 
 def load_yaml_text(text: str, field: str, where: str) -> object:
     """Parse YAML strictly: duplicate keys and aliases refused, nesting bounded.

@@ -33,9 +33,10 @@ class TrainingSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
-    seq_length: int | None = Field(default=None, ge=1)
-    micro_batch_size: int | None = Field(default=None, ge=1)
-    global_batch_size: int | None = Field(default=None, ge=1)
+    # 16 Mi tokens and 16 Mi sequences: far past any training run, and short of float overflow
+    seq_length: int | None = Field(default=None, ge=1, le=2**24)
+    micro_batch_size: int | None = Field(default=None, ge=1, le=2**24)
+    global_batch_size: int | None = Field(default=None, ge=1, le=2**24)
     precision: Precision = "bf16"
     task: Literal["pretrain", "finetune"] = "pretrain"
     packed_sequences: bool = False
