@@ -862,8 +862,24 @@ def params(
     except InputError as exc:
         _fail_input(exc)
         return
+    import sys
+
+    from moeplan import validate
+
+    # the counts are exact for the split as given; say when Megatron would refuse that split
+    split_errors = [f for f in validate(scn).errors if f.rule_id.startswith("pipeline.")]
+    for f in split_errors:
+        sys.stderr.write(f"warning: {f.rule_id}: {f.message} (moeplan check gives the fix)\n")
     if as_json:
-        render.print_json({"model": scn.model.name, "params": counts, "per_rank": stages, "scenario": scn.summary()})
+        render.print_json(
+            {
+                "model": scn.model.name,
+                "params": counts,
+                "per_rank": stages,
+                "scenario": scn.summary(),
+                "split_errors": [f"{f.rule_id}: {f.message}" for f in split_errors],
+            }
+        )
     else:
         render.render_params(scn.model.name, counts, stages)
 

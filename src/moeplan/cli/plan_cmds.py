@@ -440,6 +440,8 @@ def vlm_stats_cmd(
     from moeplan.vlm.stats import scan, summarize
 
     try:
+        if min_pixels > max_pixels:
+            raise InputError("--min-pixels", min_pixels, f"at most --max-pixels ({max_pixels})")
         p, mg = patch_size, merge_size
         if model is not None:
             from moeplan import get_model

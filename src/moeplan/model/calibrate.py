@@ -259,7 +259,8 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
         defaults = _deep_merge(defaults or {}, extra or {})
         data = data.get("runs")
     if not isinstance(data, list) or not data:
-        raise InputError("runs", type(data).__name__, "a non-empty list of runs (or a mapping with runs:)")
+        got = "an empty list" if data == [] else ("nothing" if data is None else f"a {type(data).__name__}")
+        raise InputError("runs", got, "a non-empty list of runs (or a mapping with runs:)")
     out = []
     seen: dict[str, int] = {}
     for i, r in enumerate(data):

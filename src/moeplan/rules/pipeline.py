@@ -162,11 +162,16 @@ def _uneven(s, e):
             )
         )
     elif middle > 0 and (rest <= 0 or rest % middle):
+        others = "the other stage" if middle == 1 else f"the other {middle} stages"
+        what = (
+            f"leave no layers for {others} ({m.num_layers} − {given} = {rest})"
+            if rest <= 0
+            else f"leave {rest} layers for {others} ({m.num_layers} − {given}), which does not split evenly"
+        )
         out.append(
             e.error(
-                f"{rest} layers remain for {middle} middle stages "
-                f"({m.num_layers} − {given}), which does not split evenly",
-                "choose first/last counts leaving a multiple of the middle stage count",
+                f"the first/last stage counts {what}",
+                "choose first/last counts leaving a positive multiple of the number of other stages",
                 "num_layers_in_first_pipeline_stage",
                 "num_layers_in_last_pipeline_stage",
             )

@@ -222,6 +222,8 @@ def summarize(
         raise InputError("--seq-length", seq_length, "a positive integer")
 
     def _no_samples():
+        if not sc.bad:
+            return InputError("DATA", None, "at least one sample (the manifest or folder is empty)")
         why = "; ".join(f"{b['file']}: {b['reason']}" for b in sc.bad[:3])
         return InputError("DATA", None, f"at least one readable sample ({len(sc.bad)} unreadable: {why})")
 
