@@ -174,3 +174,24 @@ def test_custom_gpu_arch_text_is_read_leniently():
 
     assert key(" ") == "" and key("\t") == "" and key(None) == ""
     assert key("blackwell") == "Blackwell" and key("BLACKWELL ULTRA (sm_103)") == "Blackwell Ultra"
+
+
+def _with(**layout):
+    return load_scenario({**SCN, "layout": {**SCN["layout"], **layout}})
+
+
+def test_hidden_communication_and_graph_savings_are_what_turning_them_off_costs():
+    te = {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]}
+    on = estimate_step(_with(**te))
+    eager = estimate_step(_with(cuda_graph_impl="none"))
+    # TE graphs only remove launch overhead (the MoE host sync stays): the saving is the difference
+    saved = eager.breakdown_s["launch_overhead"] - on.breakdown_s["launch_overhead"]
+    assert on.hidden_s["cuda_graphs"] == pytest.approx(saved) and saved > 0
+    assert eager.hidden_s["cuda_graphs"] == 0.0
+    # EP overlap: what it hides plus what stays exposed is the exchange without overlap
+    ov = estimate_step(_with(**te, overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True))
+    no = estimate_step(_with(**te, overlap_moe_expert_parallel_comm=False))
+    assert no.hidden_s["ep_comm"] == 0.0
+    exposed_plus_hidden = ov.breakdown_s["ep_comm_exposed"] + ov.hidden_s["ep_comm"]
+    assert exposed_plus_hidden == pytest.approx(no.breakdown_s["ep_comm_exposed"])
+    assert all(v >= 0 for v in ov.hidden_s.values()) and "hidden_s" in ov.to_dict()

@@ -329,6 +329,16 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         if v > 0:
             t.add_row(name, f"{v:.4f}", f"{100 * v / step:.1f}")
     c.print(t)
+    names = {"ep_comm": "EP", "cp_comm": "CP", "tp_comm": "TP", "dp_comm": "DP"}
+    hid = th.get("hidden_s") or {}
+    over = [f"{names[k]} {hid[k]:.3f} s" for k in names if hid.get(k, 0) > 5e-4]
+    saved = []
+    if over:
+        saved.append("overlap hides " + ", ".join(over) + " of communication")
+    if hid.get("cuda_graphs", 0) > 5e-4:
+        saved.append(f"CUDA graphs save {hid['cuda_graphs']:.3f} s of launch overhead and MoE host syncs")
+    if saved:
+        c.print("not in the step: " + "; ".join(saved), highlight=False)
     v = th["validity"]
     band = f"±{v['error_band_pct']:.0f} %" if v.get("error_band_pct") == v.get("error_band_pct") else "unknown"
     c.print(

@@ -60,6 +60,10 @@ class ThroughputEstimate:
             slowest sets the pace; a VLM's first stage also runs the vision tower).
         release / release_factor: the container release whose software efficiency was used and its
             fitted factor (every part of the step is divided by it; the newest release is 1).
+        hidden_s: what overlap and CUDA graphs take off the step (s per step, not part of
+            ``breakdown_s``): ``ep_comm`` / ``cp_comm`` / ``tp_comm`` / ``dp_comm`` the communication
+            time hidden behind compute, ``cuda_graphs`` the launch overhead and MoE host syncs an
+            eager step would pay on top.
     """
 
     step_time_s: float
@@ -75,6 +79,7 @@ class ThroughputEstimate:
     useful_tokens_per_s_per_gpu: float | None = None
     stage_microbatch_s: list[float] = field(default_factory=list)
     release_factor: float = 1.0
+    hidden_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -92,6 +97,7 @@ class ThroughputEstimate:
             "validity": dict(self.validity),
             "useful_tokens_per_s_per_gpu": self.useful_tokens_per_s_per_gpu,
             "stage_microbatch_s": list(self.stage_microbatch_s),
+            "hidden_s": dict(self.hidden_s),
         }
 
 
@@ -236,6 +242,7 @@ def estimate_step(
     vpad = padded_vocab_size(m.vocab_size, s.tp)
 
     per_stage: list[dict[str, float]] = []
+    hidden_stage: list[dict[str, float]] = []  # what overlap / graphs removed, per stage and microbatch
     from moeplan.model.activations import OFFLOAD_ITEMS
 
     off_items: set[str] = set()
@@ -285,6 +292,7 @@ def estimate_step(
             ),
             0.0,
         )
+        hid = dict.fromkeys(("ep_comm", "cp_comm", "tp_comm", "cuda_graphs"), 0.0)
         kinds_all = m.attention_kinds or ("full",) * m.num_layers
         moe_all = m.moe_layers or (False,) * m.num_layers
         groups: dict[tuple, list[int]] = {}
@@ -293,7 +301,7 @@ def estimate_step(
         for members in groups.values():
             # layers of one kind cost the same: evaluate the first, count it len(members) times
             li = members[0]
-            before = dict(parts)
+            before, hid_before = dict(parts), dict(hid)
             f = layer_flops(m, li, tokens, seq_local, t.seq_length, s.tp, s.cp, s.ep, route)
             t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
             eff = grouped_efficiency(f.tokens_per_local_expert, c)
@@ -313,6 +321,7 @@ def estimate_step(
             parts["attention"] += t_core
             parts["memory_bound"] += t_mem
             parts["launch_overhead"] += c.launch_overhead_s_per_layer * (1 - graph_share)
+            hid["cuda_graphs"] += c.launch_overhead_s_per_layer * graph_share
             moe_layer = bool(m.moe_layers and m.moe_layers[li])
             t_ep = 0.0
             if moe_layer:
@@ -321,15 +330,24 @@ def estimate_step(
                 t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c, fp8_disp, m.moe_router_topk or 0)
                 if lay.overlap_moe_expert_parallel_comm:
                     # combined 1F1B: the paired microbatch's compute of this layer hides the exchange
+                    raw = t_ep
                     t_ep = max(0.0, t_ep - c.overlap_hidden_fraction * (t_dense + t_exp + t_core))
+                    hid["ep_comm"] += raw - t_ep
             parts["ep_comm_exposed"] += t_ep
             if moe_layer and graphs != "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
                 parts["launch_overhead"] += c.moe_sync_s_per_layer
-            parts["tp_comm"] += tp_time(tokens, m.hidden_size, s.tp, gpu, c, lay.tp_comm_overlap) if s.sp else 0.0
+            elif moe_layer and graphs == "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
+                hid["cuda_graphs"] += c.moe_sync_s_per_layer  # the static-budget path has no host sync
+            if s.sp:
+                t_tp = tp_time(tokens, m.hidden_size, s.tp, gpu, c, lay.tp_comm_overlap)
+                parts["tp_comm"] += t_tp
+                hid["tp_comm"] += tp_time(tokens, m.hidden_size, s.tp, gpu, c, False) - t_tp
             kind = (m.attention_kinds or ("full",) * m.num_layers)[li]
             if kind != "linear":
                 t_cp = cp_time(tokens, kv_width, s.cp, s.tp, cp_type, gpu, c)
-                parts["cp_comm_exposed"] += max(0.0, t_cp - (t_core if cp_type != "a2a" else 0.0))
+                cp_exposed = max(0.0, t_cp - (t_core if cp_type != "a2a" else 0.0))
+                parts["cp_comm_exposed"] += cp_exposed
+                hid["cp_comm"] += t_cp - cp_exposed
             # recompute: one more forward of what was dropped
             if gran == "full":
                 parts["recompute"] += (t_dense + t_exp + t_core + t_mem) / 3 + t_ep / 2
@@ -350,6 +368,8 @@ def estimate_step(
             if len(members) > 1:
                 for k in parts:
                     parts[k] = before[k] + (parts[k] - before[k]) * len(members)
+                for k in hid:
+                    hid[k] = hid_before[k] + (hid[k] - hid_before[k]) * len(members)
         if st.output_layer:
             logits = 2 * tokens * m.hidden_size * vpad / s.tp * (1 + st.mtp_layers)
             parts["dense_gemm"] += 3 * logits / sp.gemm_flops_per_s
@@ -365,6 +385,7 @@ def estimate_step(
             )
             parts["vision_projector"] = passes * vc.merger_flops_fwd / sp.gemm_flops_per_s
         per_stage.append(parts)
+        hidden_stage.append(hid)
 
     totals = [sum(p.values()) for p in per_stage]
     crit = max(range(len(totals)), key=lambda i: totals[i])
@@ -419,6 +440,8 @@ def estimate_step(
     fsdp_sharded = lay.use_megatron_fsdp and strategy == "optim_grads_params"
     # with sharded parameters the per-microbatch gathers and scatters below replace the step's DP traffic
     breakdown["dp_comm_exposed"] = 0.0 if fsdp_sharded else rs_exposed + ag_exposed
+    hidden = {k: val * n_mb for k, val in hidden_stage[crit].items()}
+    hidden["dp_comm"] = 0.0 if fsdp_sharded else (t_rs - rs_exposed) + (t_ag - ag_exposed)
     if fsdp_sharded and (s.dp * s.cp > 1 or (s.edp or 1) > 1):
         # Megatron-FSDP with sharded parameters: every microbatch all-gathers the stage's parameters for
         # forward and again for backward, and reduce-scatters its gradients (bf16); prefetching hides it
@@ -441,6 +464,7 @@ def estimate_step(
     # overlap alike (fused kernels, HybridEP, graph capture), so the factor scales every part of the step
     # (fitted across all models and GPUs of a release, benchmarks/calibrate_time.py)
     breakdown = {k: v / rel for k, v in breakdown.items()}
+    hidden = {k: v / rel for k, v in hidden.items()}
     step = sum(breakdown.values())
     tokens_step = t.global_batch_size * t.seq_length
     tps = tokens_step / (step * s.num_gpus)
@@ -466,4 +490,5 @@ def estimate_step(
         tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
         [x / rel for x in totals],
         rel,
+        hidden,
     )
