@@ -636,3 +636,56 @@ def test_plan_completes_what_a_fixed_full_recompute_needs():
         1,
     )
     assert any("recompute_method=uniform" in a for a in res.search.assumptions)
+
+
+def test_models_with_attention_sinks_get_context_parallelism_through_a2a():
+    res = plan(
+        {
+            "model": "openai/gpt-oss-120b",
+            "system": {"gpu": "gb300", "num_gpus": 64},
+            "training": {"seq_length": 131072, "global_batch_size": 32, "precision": "mxfp8"},
+        },
+        top=3,
+    )
+    cps = {c.parallel.cp for c in res.search.candidates}
+    assert cps - {1}, "CP > 1 must be reachable (sinks need cp_comm_type a2a)"
+    for c in res.search.candidates:
+        if c.parallel.cp > 1:
+            assert c.data["layout"]["cp_comm_type"] == "a2a"
+    rot = res.baseline["rule_of_thumb"]
+    assert "sequence.cp_attention_support" in rot["why_not"]  # CP 32: 8 KV heads do not split 32 ways
+
+
+def test_knob_choices_keep_the_simplest_setting_within_the_tie_margin(qwen_plan):
+    from moeplan.plan.search import TIE_FRACTION
+
+    for c in qwen_plan.search.candidates[:5]:
+        for fam, tried in c.tried.items():
+            if fam == "_why" or fam == "vpp":
+                continue
+            vals = [(n, v) for n, v in tried.items() if v is not None]
+            chosen = c.knobs.get(fam)
+            if not vals or chosen not in tried:
+                continue
+            top = max(v for _, v in vals)
+            first_close = next(n for n, v in vals if v >= top / (1 + TIE_FRACTION))
+            assert chosen == first_close, (fam, tried, chosen)
+
+
+def test_long_context_baseline_and_guidance_family_are_at_their_best():
+    res = plan(
+        {
+            "model": "deepseek-ai/DeepSeek-V3",
+            "system": {"gpu": "h100", "num_gpus": 256},
+            "training": {"seq_length": 131072, "global_batch_size": 64, "precision": "fp8-blockwise"},
+        },
+        top=3,
+    )
+    rot = res.baseline["rule_of_thumb"]
+    assert rot["context_parallel_size"] == 32 and rot["candidate"] is not None  # CP 32 found (searched at its best)
+    fam = res.baseline["family"]
+    assert fam["check"]["errors"] and fam["completed"]["held"]["context_parallel_size"] == 32
+    assert fam["completed"]["peak_gib"] <= 80
+    w = res.candidates[0]
+    if w.scenario.dp == 1:
+        assert any(line.startswith("DP 1") for line in res.explanation)

@@ -111,7 +111,8 @@ def render_plan(d: dict) -> None:
         c.print(
             f"[bold]baseline[/] {rot['rule']}: best such layout {rc['label']} "
             f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {rc['memory']['peak_gib']:.1f} GiB "
-            f"(rank {rc['rank']}); the search gains {rot['search_gain_pct']:+.1f} %",
+            + (f"(rank {rc['rank']})" if rc["rank"] is not None else f"({rot.get('note', 'outside the list')})")
+            + f"; the search gains {rot['search_gain_pct']:+.1f} %",
             highlight=False,
         )
     else:
@@ -128,6 +129,14 @@ def render_plan(d: dict) -> None:
             + (f"; the search gains {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
             highlight=False,
         )
+        done = fam.get("completed")
+        if done:
+            c.print(
+                f"  as the source leaves it (unstated keys at their defaults) it does not run; with its sizes held "
+                f"and the rest searched: {done['label']}, {done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
+                f"{done['peak_gib']:.1f} GiB",
+                highlight=False,
+            )
     if d["rejected"]:
         c.print(
             f"{d['considered_layouts']} layouts considered: {d['fitting_layouts']} fit, rejected "

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from moeplan.errors import InputError
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.search import Candidate, SearchResult, search, time_to_train_s
+from moeplan.spec.layout import PARALLEL_DIMS
 
 
 def rule_of_thumb_cp(seq_length: int) -> int:
@@ -42,7 +43,7 @@ def describe(c: Candidate) -> str:
     return ", ".join(bits)
 
 
-def _cand_dict(c: Candidate, rank: int, train_tokens: float | None) -> dict:
+def _cand_dict(c: Candidate, rank: int | None, train_tokens: float | None) -> dict:
     from moeplan.rules import validate
 
     d = c.summary()
@@ -110,22 +111,41 @@ class PlanResult:
         return out
 
 
-def _baseline(res: SearchResult) -> dict:
-    """The rule-of-thumb CP (best layout the search found with that CP) and the guidance's layout
+def _baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict:
+    """The rule-of-thumb CP (best layout the search found with that CP; when the search pruned that
+    CP as far slower, a search with CP held at it, so its figure is its best) and the guidance's layout
     family for this model and GPU, evaluated as written at the request's size."""
     seq = res.request["seq_length"]
     cp = rule_of_thumb_cp(seq)
     out: dict = {"rule_of_thumb": {"rule": f"CP ≈ seq_len/4096 → CP {cp}", "context_parallel_size": cp}}
     win = res.candidates[0] if res.candidates else None
     match = next((c for c in res.candidates if c.parallel.cp == cp), None)
+    rank: int | None = res.candidates.index(match) + 1 if match is not None else None
+    held = dict((base or {}).get("layout") or {})
+    if match is None and base is not None and "context_parallel_size" not in held:
+        try:
+            sub = search(
+                {**base, "layout": {**held, "context_parallel_size": cp}}, refine=1, constants=constants, **search_kw
+            )
+        except InputError:
+            sub = None  # CP does not fold into this world
+        if sub is not None and sub.candidates:
+            match = sub.candidates[0]
+            out["rule_of_thumb"]["note"] = "pruned by the search as far slower; its best with CP held at it"
+        elif sub is not None and sub.rejected.counts:
+            top = max(sub.rejected.counts, key=lambda r: sub.rejected.counts[r])
+            out["rule_of_thumb"]["why_not"] = (
+                f"no legal layout with CP {cp} fits at this size ({sub.rejected.counts[top]} of "
+                f"{sum(sub.rejected.counts.values())} break {top}: {sub.rejected.examples[top]})"
+            )
     if match is not None:
-        out["rule_of_thumb"]["candidate"] = _cand_dict(match, res.candidates.index(match) + 1, None)
+        out["rule_of_thumb"]["candidate"] = _cand_dict(match, rank, None)
         if win is not None:
             out["rule_of_thumb"]["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / match.tokens_per_s_per_gpu - 1)
     else:
         out["rule_of_thumb"]["candidate"] = None
-        out["rule_of_thumb"]["why_not"] = f"no legal layout with CP {cp} fits at this size"
-    fam = family_baseline(res)
+        out["rule_of_thumb"].setdefault("why_not", f"no legal layout with CP {cp} fits at this size")
+    fam = family_baseline(res, base, constants, **search_kw)
     if fam is not None:
         out["family"] = fam
         if win is not None and fam.get("throughput"):
@@ -133,9 +153,11 @@ def _baseline(res: SearchResult) -> dict:
     return out
 
 
-def family_baseline(res: SearchResult) -> dict | None:
+def family_baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict | None:
     """The guidance layout family (packaged ``skill_recipes.yaml``) of the same model and GPU with the
-    nearest sequence length, its layout applied at the request's GPU count, sequence and batch."""
+    nearest sequence length, its layout applied at the request's GPU count, sequence and batch; when
+    that breaks a rule or does not fit (the source often leaves EP, the pipeline layout or the offload
+    fraction unstated), also ``completed``: the search's best with the family's parallel sizes held."""
     from moeplan import estimate_memory, estimate_step, load_scenario, validate
     from moeplan.plan.recipes import skill_recipes
 
@@ -168,6 +190,22 @@ def family_baseline(res: SearchResult) -> dict | None:
     except InputError as exc:
         out["check"] = {"verdict": "invalid", "errors": [str(exc)]}
         out["throughput"] = None
+    broken = out["check"]["errors"] or (out.get("memory") or {}).get("verdict") == "does-not-fit"
+    if broken and base is not None:
+        sizes = {k: v for k, v in data["layout"].items() if k in PARALLEL_DIMS.values() and v is not None}
+        held = {**sizes, **dict(base.get("layout") or {})}
+        try:
+            sub = search({**base, "layout": held}, refine=1, constants=constants, **search_kw)
+        except InputError:
+            sub = None
+        if sub is not None and sub.candidates:
+            c = sub.candidates[0]
+            out["completed"] = {
+                "label": describe(c),
+                "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+                "peak_gib": c.peak_gib,
+                "held": sizes,
+            }
     return out
 
 
@@ -246,7 +284,7 @@ def plan(
     )
     expl = explain_winner(res)
     runner = runner_up_diff(res)
-    base_d = _baseline(res)
+    base_d = _baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
     notes = []
     m0 = res.candidates[0].scenario.model if res.candidates else None
     if m0 is not None and m0.vision is not None:
@@ -261,7 +299,10 @@ def plan(
         )
         notes.append(
             f"VLM: #1 with mock (image-free) data would show {mock:,.0f} tokens/s/GPU "
-            f"({100 * (mock / w.tokens_per_s_per_gpu - 1):+.0f} %) — not a real-data figure; the ranking uses {src}"
+            f"({100 * (mock / w.tokens_per_s_per_gpu - 1):+.0f} %) — not a real-data figure; the ranking uses {src}. "
+            "The model counts only the vision tower's compute and the padding; the guidance reports mock data "
+            "running up to about twice as fast as real multimodal input (data loading, preprocessing and "
+            "variable shapes, which it does not model)"
         )
     if not res.candidates:
         counts = res.rejected.counts

@@ -5,7 +5,7 @@ refinement), the runner-up's differences, and the rule-of-thumb baseline.
 
 from __future__ import annotations
 
-from moeplan.plan.search import Candidate, SearchResult
+from moeplan.plan.search import TIE_FRACTION, Candidate, SearchResult
 
 _DIMS = (
     ("cp", "CP", "context_parallel_size"),
@@ -122,11 +122,21 @@ def explain_winner(res: SearchResult) -> list[str]:
             for n, val in t.items()
             if n != chosen and val is not None and t.get(chosen) and abs(val / t[chosen] - 1) < 1e-3
         ]
+        faster = [
+            n
+            for n, val in t.items()
+            if n != chosen and val is not None and t.get(chosen) and val > t[chosen] * (1 + 1e-3)
+        ]
         note = ""
         if same and chosen == first:
             note = " (no predicted difference: the default is kept)"
         elif same:
             note = " (within 0.1 %: below the model's resolution)"
+        if faster:
+            note += (
+                f" ({', '.join(faster)} within {100 * TIE_FRACTION:.0f} %: below the model's resolution, the simpler"
+                " setting is kept)"
+            )
         if fam == "dispatcher" and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
             note += (
                 " — the guidance puts HybridEP first on NVL72, and the model's HybridEP efficiency is fitted on"
@@ -142,6 +152,18 @@ def explain_winner(res: SearchResult) -> list[str]:
         lines.append(
             f"optimizer offload {w.scenario.layout.optimizer_offload_fraction}: needed to fit; the host-side "
             f"optimizer step costs {bd.get('optimizer', 0):.3f} s per step."
+        )
+    sw = w.scenario
+    if sw.dp == 1 and not w.parallel.fsdp:
+        lines.append(
+            "DP 1: TP·CP·PP use every GPU, so there is no data parallelism left; the guidance warns that "
+            "scaling turns brittle at DP's floor (a slow rank stalls the step; more GPUs cannot be added "
+            "without changing the layout) — with more GPUs, spend them on DP first."
+        )
+    if sw.model is not None and sw.model.vision is not None and sw.model.is_moe and w.parallel.cp > 1:
+        lines.append(
+            f"CP {w.parallel.cp} on a MoE VLM: the guidance calls context parallelism for MoE VLMs untested; "
+            "validate on a short run before relying on it."
         )
     return lines
 

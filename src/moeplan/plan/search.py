@@ -422,6 +422,10 @@ def search(
     default_disp = {}
     if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
         default_disp = {"moe_token_dispatcher_type": "alltoall"}
+    # attention sinks and sliding windows run context parallelism only with the all-to-all exchange
+    # (rule sequence.cp_attention_support): start such models there, not at the p2p default
+    a2a_only = bool(m.attention_sinks) or "sliding" in set(m.attention_kinds or ())
+    default_cp = {"cp_comm_type": "a2a"} if a2a_only and "cp_comm_type" not in fixed_layout else {}
     from moeplan.spec.params import count_params
 
     counts = count_params(m)
@@ -474,7 +478,7 @@ def search(
                 continue
             d = _copy(data)
             d["training"]["micro_batch_size"] = mbs
-            d["layout"] = {**p.keys(), **split, **default_disp, **fixed_layout}
+            d["layout"] = {**p.keys(), **split, **default_disp, **(default_cp if p.cp > 1 else {}), **fixed_layout}
             got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * best_tps)
             if got is None:
                 continue
@@ -495,7 +499,15 @@ def search(
     found.sort(key=Candidate.key)
     fitting_phase1 = len(found)
     before_refine = ev.evaluated
-    refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in found[:refine]]
+    # the best layout of every CP size is refined too (its CP exchange type above all), so that "best
+    # of each CP" compares each CP at its best, not at the p2p default
+    to_refine = list(found[:refine])
+    extra = []
+    for c in found[refine:]:
+        if all(x.parallel.cp != c.parallel.cp for x in to_refine + extra):
+            extra.append(c)  # refined over the CP exchange only (what decides a CP size), to stay fast
+    refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in to_refine]
+    refined += [_refine(c, ev, ladder, fixed_layout, rej, only=("cp_comm",)) for c in extra]
     refined_variants = ev.evaluated - before_refine
     everything = {(_sig(c)): c for c in refined + found}
     out = sorted(everything.values(), key=Candidate.key)
@@ -583,9 +595,11 @@ def _disp_label(s: Scenario) -> str:
     return lay.moe_token_dispatcher_type or "alltoall"
 
 
-def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejections) -> Candidate:
-    """Coordinate descent over VPP, dispatcher, graphs and CP comm type; keeps the best variant and
-    records what each option gave."""
+def _refine(
+    c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejections, only: tuple[str, ...] | None = None
+) -> Candidate:
+    """Coordinate descent over VPP, dispatcher, EP overlap, graphs and CP comm type (``only`` these
+    families when given); keeps the best variant and records what each option gave."""
     m = c.scenario.model
     gpu = c.scenario.gpu
     best = c
@@ -622,11 +636,12 @@ def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejec
     if "cp_comm_type" not in fixed_layout:
         families.append(("cp_comm", [(n, {"cp_comm_type": n}) for n in cp_comm_options(c.parallel.cp)]))
     for fam, opts in families:
-        if len(opts) < 2:
+        if len(opts) < 2 or (only is not None and fam not in only):
             continue
         tried: dict[str, float | None] = {}
         start = best  # every option of a family is applied to the same layout (a bundle's extra keys stay its own)
         start.tried.setdefault("_why", {})  # shared by the variants' shallow copies below
+        variants: list[Candidate] = []
         for name, keys in opts:
             d = _apply(start.data, keys, fixed_layout)
             sub = Rejections()
@@ -647,8 +662,14 @@ def _refine(c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejec
             cand = ev.timed(got, par, knobs)
             cand.tried = dict(start.tried)
             tried[name] = cand.tokens_per_s_per_gpu
-            if cand.key() < best.key():
-                best = cand
+            variants.append(cand)
+        # options are listed simplest first (VPP 1, all-to-all, no EP overlap, eager, p2p): the first
+        # within the tie margin of the fastest is kept, as for layouts (the model cannot tell them apart)
+        pool = [start, *variants]
+        top = max(x.tokens_per_s_per_gpu for x in pool)
+        close = [x for x in variants if x.tokens_per_s_per_gpu >= top / (1 + TIE_FRACTION)]
+        if start.tokens_per_s_per_gpu < top / (1 + TIE_FRACTION) and close:
+            best = close[0]
         best.tried[fam] = tried
     return best
 
