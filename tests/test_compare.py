@@ -218,3 +218,22 @@ def test_cli_compare_warns_when_the_scenario_model_is_not_the_runs(tmp_path):
     res = runner.invoke(app, ["compare", str(a), str(b), "--scenario", str(wrong), "--json"])
     notes = json.loads(res.stdout)["notes"]
     assert any("num_layers: log 48" in n and "61" in n and "hidden_size: log 2048" in n for n in notes), notes
+
+
+def test_compare_says_how_much_of_the_shift_the_configuration_explains():
+    from moeplan.diagnose.compare import modelled_change
+    from moeplan.io.imports import import_config
+    from moeplan.model.step import estimate_step
+    from moeplan.spec.scenario import _deep_merge, load_scenario
+
+    b = dict(DUMP_A, recompute_modules="['moe_act', 'layernorm']")
+    ca = import_config(make_log(1, 0, dump=DUMP_A), "megatron-log")[0]
+    cb = import_config(make_log(2, 0, dump=b), "megatron-log")[0]
+    got = modelled_change(ca, cb, BASE)
+    ta = estimate_step(load_scenario(_deep_merge(BASE, ca))).step_time_s
+    tb = estimate_step(load_scenario(_deep_merge(BASE, cb))).step_time_s
+    assert got == pytest.approx(tb / ta - 1) and got > 0
+    cmp = compare_runs(parse_log(make_log(3, 0.0, dump=DUMP_A)), parse_log(make_log(4, 0.04, dump=b)), ca, cb, BASE)
+    note = next(n for n in cmp.notes if n.startswith("all changed keys together"))
+    assert f"{100 * got:+.1f} %" in note and "not explained" in note
+    assert modelled_change(ca, cb, None) is None  # the logs alone lack model and GPU

@@ -83,9 +83,10 @@ def test_vlm_stats_jsonl_manifest(tmp_path, image_dir):
     sc = scan(m, text_tokens=7)
     out = summarize(sc, seq_length=100000)
     t0 = image_grid(sizes[0][1], sizes[0][0]).tokens + image_grid(sizes[1][1], sizes[1][0]).tokens
-    assert out["samples"] == 4  # the missing image leaves an image-free sample; the bad line is skipped
+    # a sample with a missing image is skipped whole (its file and its line listed), as the bad JSON line
+    assert out["samples"] == 3
     assert out["tokens_per_sample"]["max"] == max(t0 + 50, 108 + 10, 64 + 7)
-    assert len(sc.bad) == 2
+    assert len(sc.bad) == 3 and any("sample skipped" in b["reason"] for b in sc.bad)
 
 
 def test_cli_vlm_stats(tmp_path, image_dir):

@@ -352,7 +352,11 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         th.get("useful_tokens_per_s_per_gpu") is not None
         and abs(th["useful_tokens_per_s_per_gpu"] - th["tokens_per_s_per_gpu"]) > 1e-6
     ):
-        c.print(f"useful (non-padding) tokens/s/GPU: {th['useful_tokens_per_s_per_gpu']:,.0f}")
+        share = th["useful_tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"]
+        c.print(
+            f"useful (non-padding) tokens/s/GPU: {th['useful_tokens_per_s_per_gpu']:,.0f} — the TFLOP/s and MFU above "
+            f"count padding tokens too (as Megatron logs them); on useful tokens alone MFU {100 * th['mfu'] * share:.1f} %"
+        )
     st = th.get("stage_microbatch_s") or []
     if len(st) > 1 and th["breakdown_s"].get("vision_encoder"):
         rest = max(st[1:])
@@ -416,7 +420,7 @@ def render_logs(entries: list[dict]) -> None:
         ("iteration time s", lambda e: stat(e, "iteration_time_ms", 1e-3, ".3f")),
         ("TFLOP/s/GPU", lambda e: stat(e, "tflops_per_gpu")),
         ("tokens/s/GPU", lambda e: stat(e, "tokens_per_s_per_gpu")),
-        ("loss", lambda e: stat(e, "loss")),
+        ("loss", lambda e: stat(e, "loss") + (f", last {e['loss']['last']:.4g}" if e.get("loss") else "")),
         ("skipped / NaN iterations", lambda e: f"{e.get('skipped_iterations', 0):g} / {e.get('nan_iterations', 0):g}"),
         ("max allocated / reserved GiB", mem),
         ("unreadable lines", lambda e: str(e["unreadable_lines"])),

@@ -153,16 +153,24 @@ def render_plan(d: dict) -> None:
                 c.print(f"  {name}: nothing fits", highlight=False)
                 continue
             c.print(
-                f"  {name}: {x['label']} — {x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
+                f"  {name}: {x['label']} MBS{x['micro_batch_size']}, recompute {x['recompute']} — "
+                f"{x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
                 f"vision tower {x['vision_share_pct']:.0f} % of the step; needs {x['needs']}",
                 highlight=False,
             )
         if "fsdp_vs_3d_pct" in fv:
+            gib = fv["memory_gib_diff"]
             c.print(
-                f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {fv['memory_gib_diff']:+.1f} GiB; "
+                f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {abs(gib):.1f} GiB "
+                f"{'more' if gib > 0 else 'less'}; "
                 "the guidance: FSDP first for bring-up, 3D once the model is stable and there is time to tune",
                 highlight=False,
             )
+    if d["candidates"]:
+        # a workload measured at another sequence length is rescaled: say so (estimate does too)
+        for a in d["candidates"][0]["throughput"].get("assumptions", []):
+            if a.startswith("workload"):
+                c.print(f"[dim]assumed for #1: {a}[/]", highlight=False)
     for n in d.get("notes", []):
         c.print(f"[bold yellow]note[/]: {n}", highlight=False)
     for a in d["assumptions"]:

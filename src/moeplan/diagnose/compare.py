@@ -263,6 +263,21 @@ def rank_causes(
     return diff, causes, notes
 
 
+def modelled_change(config_a: dict, config_b: dict, base: dict | None, constants=None) -> float | None:
+    """Relative step-time change the model predicts from run A's configuration to run B's, every
+    changed key applied at once; None when either is not a complete, valid scenario."""
+    from moeplan.spec.scenario import _deep_merge
+
+    full_a = _deep_merge(copy.deepcopy(base or {}), config_a)
+    full_b = _deep_merge(copy.deepcopy(base or {}), config_b)
+    try:
+        t0, _ = _predict(full_a, constants)
+        t1, _ = _predict(full_b, constants)
+    except MoeplanError:
+        return None
+    return (t1 - t0) / t0
+
+
 def compare_runs(
     a: LogStats,
     b: LogStats,
@@ -286,6 +301,13 @@ def compare_runs(
     if config_a is not None and config_b is not None:
         direction = -1 if t.shift < 0 else 1
         cmp.config_diff, cmp.causes, cmp.notes = rank_causes(config_a, config_b, base, direction, constants)
+        together = modelled_change(config_a, config_b, base, constants) if cmp.causes else None
+        if together is not None:
+            cmp.notes.append(
+                f"all changed keys together: the model predicts {100 * together:+.1f} % step time against the "
+                f"measured {100 * t.shift_rel:+.1f} %; the remaining {100 * (t.shift_rel - together):+.1f} % is not "
+                "explained by the configuration (software, hardware, data or noise)"
+            )
     else:
         cmp.notes.append("no argument dump in one of the logs: no config diff")
     return cmp

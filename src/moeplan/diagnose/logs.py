@@ -106,6 +106,8 @@ class LogStats:
                 quart = statistics.quantiles(vals, n=4) if len(vals) >= 4 else None
                 spread = quart[2] - quart[0] if quart else None
                 out[key] = {"median": med, "iqr": spread, "min": min(vals), "max": max(vals), "n": len(vals)}
+        if "loss" in out:
+            out["loss"]["last"] = self.series("loss")[-1]  # the loss falls: its median says little alone
         bad = sum(1 for v in self.iterations.values() if "grad_norm" in v and not math.isfinite(v["grad_norm"]))
         if bad:
             out["grad_norm_nonfinite_iterations"] = bad  # NaN / inf grad norms are left out of the statistics

@@ -139,7 +139,9 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
 }
 
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
-MLM_UNSUPPORTED = frozenset({"moe_paged_stash", "cuda_graph_modules"})
+MLM_UNSUPPORTED = frozenset(
+    {"moe_paged_stash"}
+)  # --cuda-graph-modules exists from 0.18 (Megatron-LM CUDA Graphs guide)
 
 #: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}

@@ -225,11 +225,14 @@ def fsdp_vs_3d(res: SearchResult) -> dict | None:
         step = c.throughput["step_time_s"]
         return {
             "label": c.parallel.label(),
+            "micro_batch_size": c.data["training"]["micro_batch_size"],
+            "recompute": c.recompute,
             "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
             "peak_gib": c.peak_gib,
             "vision_share_pct": 100 * (bd.get("vision_encoder", 0) + bd.get("vision_projector", 0)) / step,
             "needs": needs,
             "layout": {k: v for k, v in c.data["layout"].items() if v is not None},
+            "training": dict(c.data["training"]),
         }
 
     out = {
@@ -240,8 +243,12 @@ def fsdp_vs_3d(res: SearchResult) -> dict | None:
         ),
         "3d": side(
             three,
-            "TP/PP/EP/ETP sizes, a pipeline split that puts the vision tower on stage 0 (it unbalances that "
-            "stage), VPP and recompute tuning — a higher ceiling once tuned",
+            (
+                "TP/PP/EP/ETP sizes, a pipeline split that puts the vision tower on stage 0 (it unbalances that "
+                "stage), VPP and recompute tuning — a higher ceiling once tuned"
+                if three is not None and three.parallel.pp > 1
+                else "TP/EP/ETP sizes and recompute tuning (no pipeline here: the vision tower shares every rank)"
+            ),
         ),
     }
     if fsdp is not None and three is not None:

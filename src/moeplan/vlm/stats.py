@@ -127,9 +127,13 @@ def scan(
     data = Path(data)
     out = Scan()
     if data.is_dir():
-        files = sorted(p for p in data.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        everything = sorted(p for p in data.rglob("*") if p.is_file())
+        files = [p for p in everything if p.suffix.lower() in IMAGE_SUFFIXES]
         if not files:
             raise InputError("DATA", str(data), f"a folder with image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        for p in everything:
+            if p.suffix.lower() not in IMAGE_SUFFIXES:
+                out.bad.append({"file": str(p), "reason": "not an image file (by its extension): ignored"})
         for i, p in enumerate(files):
             if progress and i % 256 == 0:
                 progress(i, len(files))
@@ -168,11 +172,17 @@ def scan(
                     paths = [paths]
                 if not isinstance(paths, list) or not all(isinstance(x, str) for x in paths):
                     raise BadImage("images must be a path or a list of paths (strings)")
+                unreadable = []
                 for p in paths:
                     try:
                         sizes.append(image_size(base / p))
                     except BadImage as exc:
                         out.bad.append({"file": str(base / p), "reason": str(exc)})
+                        unreadable.append(p)
+                if unreadable:
+                    # a sample missing one of its images is not the sample the data loader sees: drop it
+                    # whole rather than count it with fewer images (a data loader would fail or skip it)
+                    raise BadImage(f"sample skipped: {len(unreadable)} of its {len(paths)} image(s) unreadable")
             elif "text_tokens" not in row:
                 raise BadImage("no image fields (images, image, image_sizes, width/height) and no text_tokens")
         except BadImage as exc:
