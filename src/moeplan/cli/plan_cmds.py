@@ -254,11 +254,11 @@ def fit_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Propose the smallest changes that make a layout fit (or that OOMed): one change at a time,
-    then pairs, each checked by every rule, with the GiB it saves and the step time it costs, the
-    cheapest in time first.
+    then pairs of those not enough alone, each checked by every rule, with the GiB it saves and the
+    step time it costs, the cheapest in time first.
 
-    Exit code 0 when the layout fits already (and breaks no rule) or a fix is found, 1 when none is, 2 on
-    bad input."""
+    Exit code 0 when the layout fits already (and breaks no rule) or a fix is found, 1 when none is,
+    2 on bad input."""
     from moeplan.cli import render
     from moeplan.plan.fit import fit_layout
 
