@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from moeplan import load_scenario, validate
 from moeplan.catalog import get_gpu, get_model
-from moeplan.plan import plan
 from moeplan.plan.space import FULL_ITERATION_MOE, graph_options
 
 RULE = "graphs.full_iteration_moe_static_shapes"
@@ -75,14 +74,9 @@ def test_graph_options_offer_full_iteration_only_for_text_moe_on_blackwell():
 
 
 def test_planner_tries_full_iteration_and_every_candidate_passes_check():
-    res = plan(
-        {
-            "model": "Qwen/Qwen3-30B-A3B",
-            "system": {"gpu": "gb200", "num_gpus": 8},
-            "training": {"seq_length": 4096, "global_batch_size": 512, "precision": "mxfp8"},
-        },
-        top=3,
-    )
+    from test_plan import _ask
+
+    res = _ask("Qwen/Qwen3-30B-A3B", "gb200", 8, 4096, 512, "mxfp8")
     w = res.candidates[0]
     assert "full_iteration" in w.tried["graphs"]
     for c in res.candidates:

@@ -638,15 +638,20 @@ def test_plan_completes_what_a_fixed_full_recompute_needs():
     assert any("recompute_method=uniform" in a for a in res.search.assumptions)
 
 
+def _ask(model: str, gpu: str, n: int, seq: int, gbs: int, precision: str = "bf16", top: int = 3, **layout):
+    """Plan one request (the layout keys given are held fixed)."""
+    req = {
+        "model": model,
+        "system": {"gpu": gpu, "num_gpus": n},
+        "training": {"seq_length": seq, "global_batch_size": gbs, "precision": precision},
+    }
+    if layout:
+        req["layout"] = layout
+    return plan(req, top=top)
+
+
 def test_models_with_attention_sinks_get_context_parallelism_through_a2a():
-    res = plan(
-        {
-            "model": "openai/gpt-oss-120b",
-            "system": {"gpu": "gb300", "num_gpus": 64},
-            "training": {"seq_length": 131072, "global_batch_size": 32, "precision": "mxfp8"},
-        },
-        top=3,
-    )
+    res = _ask("openai/gpt-oss-120b", "gb300", 64, 131072, 32, "mxfp8")
     cps = {c.parallel.cp for c in res.search.candidates}
     assert cps - {1}, "CP > 1 must be reachable (sinks need cp_comm_type a2a)"
     for c in res.search.candidates:
@@ -673,14 +678,7 @@ def test_knob_choices_keep_the_simplest_setting_within_the_tie_margin(qwen_plan)
 
 
 def test_long_context_baseline_and_guidance_family_are_at_their_best():
-    res = plan(
-        {
-            "model": "deepseek-ai/DeepSeek-V3",
-            "system": {"gpu": "h100", "num_gpus": 256},
-            "training": {"seq_length": 131072, "global_batch_size": 64, "precision": "fp8-blockwise"},
-        },
-        top=3,
-    )
+    res = _ask("deepseek-ai/DeepSeek-V3", "h100", 256, 131072, 64, "fp8-blockwise")
     rot = res.baseline["rule_of_thumb"]
     assert rot["context_parallel_size"] == 32 and rot["candidate"] is not None  # CP 32 found (searched at its best)
     fam = res.baseline["family"]
