@@ -111,6 +111,15 @@ class PlanResult:
         return out
 
 
+def _held_search(base: dict, layout: dict, constants=None, **search_kw) -> SearchResult | None:
+    """A quick search of the request with ``layout`` held fixed (only the best layout refined); None
+    when those keys cannot fold into the world."""
+    try:
+        return search({**base, "layout": layout}, refine=1, constants=constants, **search_kw)
+    except InputError:
+        return None
+
+
 def _baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict:
     """The rule-of-thumb CP (best layout the search found with that CP; when the search pruned that
     CP as far slower, a search with CP held at it, so its figure is its best) and the guidance's layout
@@ -123,12 +132,7 @@ def _baseline(res: SearchResult, base: dict | None = None, constants=None, **sea
     rank: int | None = res.candidates.index(match) + 1 if match is not None else None
     held = dict((base or {}).get("layout") or {})
     if match is None and base is not None and "context_parallel_size" not in held:
-        try:
-            sub = search(
-                {**base, "layout": {**held, "context_parallel_size": cp}}, refine=1, constants=constants, **search_kw
-            )
-        except InputError:
-            sub = None  # CP does not fold into this world
+        sub = _held_search(base, {**held, "context_parallel_size": cp}, constants, **search_kw)
         if sub is not None and sub.candidates:
             match = sub.candidates[0]
             out["rule_of_thumb"]["note"] = "pruned by the search as far slower; its best with CP held at it"
@@ -193,11 +197,7 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
     broken = out["check"]["errors"] or (out.get("memory") or {}).get("verdict") == "does-not-fit"
     if broken and base is not None:
         sizes = {k: v for k, v in data["layout"].items() if k in PARALLEL_DIMS.values() and v is not None}
-        held = {**sizes, **dict(base.get("layout") or {})}
-        try:
-            sub = search({**base, "layout": held}, refine=1, constants=constants, **search_kw)
-        except InputError:
-            sub = None
+        sub = _held_search(base, {**sizes, **dict(base.get("layout") or {})}, constants, **search_kw)
         if sub is not None and sub.candidates:
             c = sub.candidates[0]
             out["completed"] = {
