@@ -50,6 +50,11 @@ CONDITIONS = {
     "FP8 enabled (recipe not stated)": ("training", "precision", "fp8-tensorwise"),
 }
 
+#: keys a case leaves unstated that its positive control needs to be a runnable layout: every flex
+#: dispatcher asserts ETP·EP > 1 (MoEFlexTokenDispatcher), and B32's "HybridEP is supported on GB200"
+#: control states no EP (Megatron's default, 1, would trip that assert, not the GPU check it tests)
+UNSTATED_FOR_CONTROL = {"B32": {"expert_model_parallel_size": 8}}
+
 #: megatron-core version in force when a report was filed, where a rule changed between versions
 VERSION_AT_REPORT = {
     # ms-swift #6558 (2025-11-12): megatron-core ≤ 0.15 required num_query_groups % TP == 0
@@ -94,6 +99,9 @@ def case_to_scenario(case_id: str, entry: dict) -> dict:
         sc["reported"] = {"model_tflops_per_gpu": rep["model_tflops_per_gpu"]}
     if case_id in VERSION_AT_REPORT:
         sc["versions"] = {"megatron_core": VERSION_AT_REPORT[case_id]}
+    if (entry.get("expected") or {}).get("verdict") == "valid":
+        for k, v in UNSTATED_FOR_CONTROL.get(case_id, {}).items():
+            sc["layout"].setdefault(k, v)
     return sc
 
 

@@ -356,7 +356,7 @@ def test_log_derives_tokens_per_s_from_the_argument_dump():
     assert derive_tokens_per_s(printed, cfg) == printed  # the log's own figure wins
 
 
-@pytest.mark.parametrize("ms", ["0.0", "-5.0", "1e308", "nan"])
+@pytest.mark.parametrize("ms", ["0.0", "-5.0", "1e308", "nan", "5e-324", "1e-310", "1e10"])
 def test_log_ignores_impossible_iteration_times(ms, tmp_path):
     from moeplan.diagnose.logs import parse_log
 
@@ -366,7 +366,10 @@ def test_log_ignores_impossible_iteration_times(ms, tmp_path):
         for i in range(1, 31)
     ]
     st = parse_log("\n".join(lines))
-    assert "iteration_time_ms" not in st.summary()  # none is a real measurement
+    summ = st.summary()
+    assert "iteration_time_ms" not in summ  # none is a real measurement
+    if ms != "nan":  # NaN is not a value at all; the others are counted as left out
+        assert summ["impossible_values_left_out"]["iteration_time_ms"] == 30 - st.warmup_skipped
     f = tmp_path / "x.log"
     f.write_text("\n".join(lines))
     r = runner.invoke(app, ["log", str(f), "--json"])

@@ -687,3 +687,58 @@ def test_long_context_baseline_and_guidance_family_are_at_their_best():
     w = res.candidates[0]
     if w.scenario.dp == 1:
         assert any(line.startswith("DP 1") for line in res.explanation)
+
+
+def test_held_offload_gets_its_companions_and_held_graphs_their_label():
+    res = _ask("Qwen/Qwen3-30B-A3B", "h100", 8, 131072, 8, optimizer_cpu_offload=True)
+    assert res.candidates, res.notes
+    lay = res.candidates[0].data["layout"]
+    assert lay["use_precision_aware_optimizer"] is True and lay["optimizer_offload_fraction"] == 1.0
+    res = _ask("Qwen/Qwen3-30B-A3B", "b200", 16, 4096, 256, top=2, cuda_graph_impl="full_iteration")
+    for c in res.candidates:
+        assert c.knobs["graphs"] == "full_iteration" and c.parallel.ep * c.parallel.etp > 1
+    res = _ask(
+        "Qwen/Qwen3-30B-A3B", "gb200", 16, 4096, 256, top=1, cuda_graph_impl="full_iteration",
+        expert_model_parallel_size=8, moe_expert_capacity_factor=1.0,
+    )  # fmt: skip
+    assert res.candidates and res.candidates[0].data["layout"]["moe_pad_expert_input_to_capacity"] is True
+
+
+def test_flex_dispatchers_need_expert_parallelism_and_min_dp_is_named():
+    r = _check_layout("Qwen/Qwen3-30B-A3B", "gb200", 8, moe_token_dispatcher_type="flex",
+                      moe_flex_dispatcher_backend="hybridep")  # fmt: skip
+    assert any("needs ETP·EP > 1" in f.message for f in r.errors)
+    from moeplan.errors import InputError
+
+    req = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 64},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+    }
+    with pytest.raises(InputError) as exc:
+        plan(req, min_dp=1000)
+    assert exc.value.field == "--min-dp"
+
+
+def test_fsdp_label_carries_a_held_etp_and_an_unfoldable_rule_of_thumb_cp_says_so():
+    res = _ask("Qwen/Qwen3-VL-235B-A22B-Instruct", "b200", 128, 32768, 128, top=1,
+               expert_model_parallel_size=8, expert_tensor_parallel_size=16, use_megatron_fsdp=True)  # fmt: skip
+    if res.candidates:
+        c = res.candidates[0]
+        assert c.parallel.etp == c.data["layout"]["expert_tensor_parallel_size"] == 16
+    res = _ask("Qwen/Qwen3-30B-A3B", "h100", 16, 131072, 16, top=1)
+    rot = res.baseline["rule_of_thumb"]
+    assert rot["context_parallel_size"] == 32 and "does not fold into 16 GPUs" in rot["why_not"]
+
+
+def _check_layout(model, gpu, n, **layout):
+    return validate(
+        load_scenario(
+            {
+                "model": model,
+                "system": {"gpu": gpu, "num_gpus": n},
+                "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+                "layout": layout,
+            }
+        )
+    )

@@ -444,6 +444,8 @@ def render_logs(entries: list[dict]) -> None:
             extra.append("layout from the argument dump: " + ", ".join(f"{k}={v}" for k, v in lay.items()))
         if not e["iterations"]:
             extra.append("WARNING: no Megatron iteration lines found (is this a training log?)")
+        for key, n in (e.get("impossible_values_left_out") or {}).items():
+            extra.append(f"{n} impossible {key} values left out (zero, negative, non-finite or beyond a week)")
         if e.get("truncated"):
             extra.append("the file ends inside an iteration line (truncated); that line was dropped")
         gn = e.get("grad_norm")

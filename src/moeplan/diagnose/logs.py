@@ -61,6 +61,8 @@ _NAMES = {re.sub(r"\s+", "", k): v for k, v in _NAMES_SPACED.items()}
 POSITIVE_KEYS = frozenset({"iteration_time_ms", "tflops_per_gpu", "tokens_per_s_per_gpu", "global_batch_size"})
 #: longest plausible iteration (a week, in ms): beyond it a value is corrupt, not slow
 MAX_ITERATION_MS = 7 * 86400 * 1e3
+#: shortest plausible iteration (a microsecond, in ms): below it a value is corrupt, not fast
+MIN_ITERATION_MS = 1e-3
 
 
 @dataclass
@@ -87,9 +89,14 @@ class LogStats:
             its = its[self.warmup_skipped :]
         vals = [v for i in its if math.isfinite(v := self.iterations[i].get(key, math.nan))]
         if key in POSITIVE_KEYS:
-            cap = MAX_ITERATION_MS if key == "iteration_time_ms" else math.inf
-            vals = [v for v in vals if 0 < v < cap]
+            lo, hi = (MIN_ITERATION_MS, MAX_ITERATION_MS) if key == "iteration_time_ms" else (0.0, math.inf)
+            vals = [v for v in vals if lo < v < hi]
         return vals
+
+    def impossible(self, key: str) -> int:
+        """How many logged values of ``key`` (after the warm-up) :meth:`series` left out as impossible."""
+        its = sorted(self.iterations)[self.warmup_skipped :]
+        return sum(1 for i in its if key in self.iterations[i]) - len(self.series(key))
 
     def summary(self) -> dict:
         out: dict = {
@@ -99,6 +106,9 @@ class LogStats:
             "unreadable_lines": self.unreadable_lines,
             "truncated": self.truncated,
         }
+        dropped = {k: n for k in sorted(POSITIVE_KEYS) if (n := self.impossible(k))}
+        if dropped:
+            out["impossible_values_left_out"] = dropped  # zero, negative, non-finite or absurd
         for key in ("iteration_time_ms", "tflops_per_gpu", "tokens_per_s_per_gpu", "loss", "grad_norm"):
             vals = self.series(key)  # finite values only: NaN / inf never reach the statistics or JSON
             if vals:
@@ -245,7 +255,7 @@ def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:
     it = summary["iteration_time_ms"]
 
     def tps(ms: float) -> float:
-        return gbs * seq / (ms / 1e3) / world
+        return gbs * seq / (ms / 1e3) / world  # ms ≥ MIN_ITERATION_MS (series): finite
 
     # throughput falls as time rises: the slowest iteration gives the minimum
     derived = {"median": tps(it["median"]), "iqr": None, "min": tps(it["max"]), "max": tps(it["min"])}

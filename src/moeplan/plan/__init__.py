@@ -133,7 +133,12 @@ def _baseline(res: SearchResult, base: dict | None = None, constants=None, **sea
     held = dict((base or {}).get("layout") or {})
     if match is None and base is not None and "context_parallel_size" not in held:
         sub = _held_search(base, {**held, "context_parallel_size": cp}, constants, **search_kw)
-        if sub is not None and sub.candidates:
+        if sub is None:
+            out["rule_of_thumb"]["why_not"] = (
+                f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the data-parallel "
+                "minimum"
+            )
+        elif sub.candidates:
             match = sub.candidates[0]
             out["rule_of_thumb"]["note"] = "pruned by the search as far slower; its best with CP held at it"
         elif sub is not None and sub.rejected.counts:
@@ -196,7 +201,8 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
         out["throughput"] = None
     broken = out["check"]["errors"] or (out.get("memory") or {}).get("verdict") == "does-not-fit"
     if broken and base is not None:
-        sizes = {k: v for k, v in data["layout"].items() if k in PARALLEL_DIMS.values() and v is not None}
+        defining = (*PARALLEL_DIMS.values(), "use_megatron_fsdp", "data_parallel_sharding_strategy")
+        sizes = {k: v for k, v in data["layout"].items() if k in defining and v is not None}
         sub = _held_search(base, {**sizes, **dict(base.get("layout") or {})}, constants, **search_kw)
         if sub is not None and sub.candidates:
             c = sub.candidates[0]

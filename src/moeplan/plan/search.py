@@ -306,17 +306,35 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
 
 def _companions(fixed: dict, m, gpu) -> tuple[dict, str]:
     """Keys a held-fixed choice needs and the request left out, as the search itself sets them:
-    full recompute's method and layer count (uniform, 1: the ladder's full rung), and a full-iteration
+    full recompute's method and layer count (uniform, 1: the ladder's full rung); a full-iteration
     graph's static-budget expert path on MoE (:data:`FULL_ITERATION_MOE`, where the GPU runs
-    HybridEP). Returns (keys to add, a note naming them); ({}, "") when nothing is missing."""
+    HybridEP), or drop-and-pad padding when a capacity factor is held; optimizer offload's
+    precision-aware optimizer and fraction (1.0 when none is held). Returns (keys to add, a note
+    naming them); ({}, "") when nothing is missing."""
     add: dict = {}
     if fixed.get("recompute_granularity") == "full":
         for k, v in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
             if k not in fixed:
                 add[k] = v
-    dispatch_given = any(k in fixed for k in ("moe_token_dispatcher_type", "moe_expert_capacity_factor"))
-    if fixed.get("cuda_graph_impl") == "full_iteration" and m.is_moe and gpu.supports_hybridep and not dispatch_given:
+    full_iter = fixed.get("cuda_graph_impl") == "full_iteration"
+    cf = fixed.get("moe_expert_capacity_factor")
+    if full_iter and m.is_moe and isinstance(cf, (int, float)) and cf >= 0:
+        if "moe_pad_expert_input_to_capacity" not in fixed:
+            add["moe_pad_expert_input_to_capacity"] = True  # a capacity factor given: the drop-and-pad path
+    elif full_iter and m.is_moe and gpu.supports_hybridep and "moe_token_dispatcher_type" not in fixed:
         add.update({k: v for k, v in FULL_ITERATION_MOE.items() if k not in fixed})
+    # optimizer offload held on (or a fraction held): the precision-aware optimizer it needs, and the
+    # whole state offloaded when no fraction is given (the ladder's last rung)
+    offload = fixed.get("optimizer_cpu_offload")
+    frac = fixed.get("optimizer_offload_fraction")
+    if offload is True or (isinstance(frac, (int, float)) and frac > 0 and offload is None):
+        for k, v in (
+            ("optimizer_cpu_offload", True),
+            ("optimizer_offload_fraction", 1.0),
+            ("use_precision_aware_optimizer", True),
+        ):
+            if k not in fixed:
+                add[k] = v
     if not add:
         return {}, ""
     return add, "completed what the fixed keys need: " + ", ".join(f"{k}={v}" for k, v in add.items())
@@ -414,6 +432,8 @@ def search(
                 f"{min_dp}, TP ≤ 8 within the NVLink domain, EP dividing the {m.num_moe_experts or 0} experts, "
                 f"PP ≤ {min(32, m.num_layers)}",
             )
+        if min_dp > world:
+            raise InputError("--min-dp", min_dp, f"at most the GPU count ({world})")
         raise InputError(
             "system.num_gpus",
             world,
@@ -486,7 +506,7 @@ def search(
                 ev.timed(
                     got,
                     p,
-                    {"dispatcher": _disp_label(got[2]), "ep_overlap": "off", "graphs": "eager", "cp_comm": "p2p"},
+                    _knob_labels(got[2]),
                 )
             )
             best_tps = max(best_tps, found[-1].tokens_per_s_per_gpu)
@@ -593,6 +613,25 @@ def _disp_label(s: Scenario) -> str:
     if lay.moe_token_dispatcher_type == "flex":
         return lay.moe_flex_dispatcher_backend or "flex"
     return lay.moe_token_dispatcher_type or "alltoall"
+
+
+def _knob_labels(s: Scenario) -> dict[str, str]:
+    """The knob labels of a layout as it stands (what the request holds fixed included), in the names
+    the refinement uses."""
+    lay = s.layout
+    if lay.cuda_graph_impl == "full_iteration" or s.graph_scopes() == ["full_iteration"]:
+        graphs = "full_iteration"
+    elif s.graphs_on():
+        graphs = "te:" + "+".join(s.graph_scopes()) if lay.cuda_graph_impl == "transformer_engine" else "local"
+    else:
+        graphs = "eager"
+    cp_comm = lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p"
+    return {
+        "dispatcher": _disp_label(s),
+        "ep_overlap": "on" if lay.overlap_moe_expert_parallel_comm else "off",
+        "graphs": graphs,
+        "cp_comm": cp_comm,
+    }
 
 
 def _refine(

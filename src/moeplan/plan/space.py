@@ -176,11 +176,12 @@ def parallel_candidates(
         pps == [1] or "pipeline_model_parallel_size" not in fixed
     )
     if "fsdp" in families and fsdp_ok:
+        etp_f = fixed.get("expert_tensor_parallel_size", 1)
         for cp in cps:
             for ep in eps:
-                if world % cp or world % ep or world // cp < min_dp:
+                if world % cp or world % (ep * etp_f) or world // cp < min_dp:
                     continue
-                yield Parallel(1, 1, cp, ep, 1, 1, True)
+                yield Parallel(1, 1, cp, ep, etp_f, 1, True)
     if "3d" not in families:
         return
     for tp in tps:

@@ -201,15 +201,25 @@ def _full_iteration_moe(s, e):
     rank_budget = lay.moe_expert_rank_capacity_factor is not None and backend in ("hybridep", "ncclep")
     if drop_pad or rank_budget:
         return None
-    return [
-        e.error(
-            "a full-iteration CUDA graph cannot capture dropless expert dispatch: per-expert token counts "
-            "change every step (the dispatcher syncs with the host to size its buffers)",
+    if s.mcore_version >= (0, 18, 0):
+        fix = (
             "give the dispatcher a static budget as NVIDIA's full-iteration recipes do: "
             "moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: hybridep, "
             "moe_expert_rank_capacity_factor: 1.5, use_transformer_engine_op_fuser: true, moe_paged_stash: true "
             "(an over-budget step reruns eagerly, so training stays dropless); or drop-and-pad; or "
-            "cuda_graph_impl: transformer_engine with scopes attn, moe_router, moe_preprocess",
+            "cuda_graph_impl: transformer_engine with scopes attn, moe_router, moe_preprocess"
+        )
+    else:
+        fix = (
+            "drop-and-pad (moe_expert_capacity_factor with moe_pad_expert_input_to_capacity: true), or "
+            "per-layer graphs of attn, moe_router, moe_preprocess; the dropless static-budget path "
+            "(moe_expert_rank_capacity_factor) needs megatron-core ≥ 0.18"
+        )
+    return [
+        e.error(
+            "a full-iteration CUDA graph cannot capture dropless expert dispatch: per-expert token counts "
+            "change every step (the dispatcher syncs with the host to size its buffers)",
+            fix,
             "cuda_graph_impl",
             "moe_expert_rank_capacity_factor",
         )

@@ -110,7 +110,7 @@ def _backend_gpu(s, e):
 @rule(
     "moe.flex_backend_settings",
     "[TC] transformer_config.py; [MOE] token_dispatcher.py",
-    "flex backends: deepep/ncclep need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
+    "flex backends need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
     "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored; a rank capacity "
     "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor",
 )
@@ -147,10 +147,11 @@ def _flex(s, e):
                 "moe_enable_deepep",
             )
         )
-    if b in ("deepep", "ncclep") and s.etp * s.ep <= 1:
+    if b is not None and s.etp * s.ep <= 1:
+        # MoEFlexTokenDispatcher asserts TP×EP > 1 (its expert TP × EP group) before choosing a backend
         out.append(
             e.error(
-                f"the {b} backend needs ETP·EP > 1 (is {s.etp}·{s.ep})",
+                f"the flex dispatcher ({b}) needs ETP·EP > 1 (is {s.etp}·{s.ep})",
                 "use EP > 1 or the alltoall dispatcher",
                 "expert_model_parallel_size",
             )
