@@ -111,11 +111,11 @@ class PlanResult:
         return out
 
 
-def _held_search(base: dict, layout: dict, constants=None, **search_kw) -> SearchResult | None:
-    """A quick search of the request with ``layout`` held fixed (only the best layout refined); None
-    when those keys cannot fold into the world."""
+def _held_search(base: dict, layout: dict, constants=None, refine: int = 1, **search_kw) -> SearchResult | None:
+    """A quick search of the request with ``layout`` held fixed (the ``refine`` best layouts refined);
+    None when those keys cannot fold into the world."""
     try:
-        return search({**base, "layout": layout}, refine=1, constants=constants, **search_kw)
+        return search({**base, "layout": layout}, refine=refine, constants=constants, **search_kw)
     except InputError:
         return None
 
@@ -131,17 +131,23 @@ def _baseline(res: SearchResult, base: dict | None = None, constants=None, **sea
     match = next((c for c in res.candidates if c.parallel.cp == cp), None)
     rank: int | None = res.candidates.index(match) + 1 if match is not None else None
     held = dict((base or {}).get("layout") or {})
-    if match is None and base is not None and "context_parallel_size" not in held:
-        sub = _held_search(base, {**held, "context_parallel_size": cp}, constants, **search_kw)
-        if sub is None:
+    fam = family_baseline(res, base, constants, **search_kw)
+    if (win is None or win.parallel.cp != cp) and base is not None and "context_parallel_size" not in held:
+        # the main search refines only its best layouts; a search with CP held, and the guidance family
+        # completed at this CP, give the rule of thumb its best
+        sub = _held_search(base, {**held, "context_parallel_size": cp}, constants, refine=2, **search_kw)
+        others = [x for x in (sub.candidates[:1] if sub else []) + [(fam or {}).get("_candidate")] if x is not None]
+        others = [x for x in others if x.parallel.cp == cp]
+        best_other = max(others, key=lambda x: x.tokens_per_s_per_gpu, default=None)
+        if best_other is not None and (match is None or best_other.tokens_per_s_per_gpu > match.tokens_per_s_per_gpu):
+            match, rank = best_other, None
+            out["rule_of_thumb"]["note"] = "its best with CP held at it (a search of its own)"
+        elif match is None and sub is None:
             out["rule_of_thumb"]["why_not"] = (
-                f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the data-parallel "
-                "minimum"
+                f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the "
+                "data-parallel minimum"
             )
-        elif sub.candidates:
-            match = sub.candidates[0]
-            out["rule_of_thumb"]["note"] = "pruned by the search as far slower; its best with CP held at it"
-        elif sub is not None and sub.rejected.counts:
+        elif match is None and sub.rejected.counts:
             top = max(sub.rejected.counts, key=lambda r: sub.rejected.counts[r])
             out["rule_of_thumb"]["why_not"] = (
                 f"no legal layout with CP {cp} fits at this size ({sub.rejected.counts[top]} of "
@@ -154,8 +160,8 @@ def _baseline(res: SearchResult, base: dict | None = None, constants=None, **sea
     else:
         out["rule_of_thumb"]["candidate"] = None
         out["rule_of_thumb"].setdefault("why_not", f"no legal layout with CP {cp} fits at this size")
-    fam = family_baseline(res, base, constants, **search_kw)
     if fam is not None:
+        fam.pop("_candidate", None)
         out["family"] = fam
         if win is not None and fam.get("throughput"):
             fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)
@@ -206,6 +212,7 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
         sub = _held_search(base, {**sizes, **dict(base.get("layout") or {})}, constants, **search_kw)
         if sub is not None and sub.candidates:
             c = sub.candidates[0]
+            out["_candidate"] = c  # for the rule-of-thumb baseline; dropped before output
             out["completed"] = {
                 "label": describe(c),
                 "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
