@@ -629,7 +629,7 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     GBS · seq / (median steady iteration time · world size))."""
     from moeplan import load_scenario
     from moeplan.diagnose import log_config, read_text_file
-    from moeplan.diagnose.logs import parse_log
+    from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
     from moeplan.model.calibrate import Run
     from moeplan.model.step import release_of
     from moeplan.spec.scenario import _deep_merge, load_scenario_file
@@ -656,9 +656,10 @@ def _runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
         if "tokens_per_s_per_gpu" in summ:
             meas = summ["tokens_per_s_per_gpu"]["median"]
         elif "iteration_time_ms" in summ and s.training.global_batch_size and s.training.seq_length and s.num_gpus:
-            tokens = s.training.global_batch_size * s.training.seq_length
-            ms = summ["iteration_time_ms"]["median"]
-            meas = tokens / (ms / 1e3) / s.num_gpus if ms > 0 else float("nan")
+            t = s.training
+            meas = tokens_per_s_per_gpu(
+                t.global_batch_size, t.seq_length, summ["iteration_time_ms"]["median"], s.num_gpus
+            )
         elif st.iterations:
             # iteration lines, but none with a possible time (zero, negative or non-finite): the log's fault
             raise InputError(f"log {path}", "no usable iteration time", "iteration times > 0 (and finite)")

@@ -241,6 +241,12 @@ def _warmup(st: LogStats) -> int:
     return k
 
 
+def tokens_per_s_per_gpu(global_batch_size: int, seq_length: int, iteration_ms: float, num_gpus: int) -> float:
+    """Training tokens per second per GPU of a step: GBS · seq_length / (iteration time · GPUs)
+    (``iteration_ms`` in ms as Megatron prints it, positive)."""
+    return global_batch_size * seq_length / (iteration_ms / 1e3) / num_gpus
+
+
 def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:
     """``summary`` with ``tokens_per_s_per_gpu`` derived as GBS · seq_length / (iteration time ·
     world size) when the log prints no throughput but its argument dump (``config``, a scenario
@@ -255,7 +261,7 @@ def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:
     it = summary["iteration_time_ms"]
 
     def tps(ms: float) -> float:
-        return gbs * seq / (ms / 1e3) / world  # ms ≥ MIN_ITERATION_MS (series): finite
+        return tokens_per_s_per_gpu(gbs, seq, ms, world)  # ms ≥ MIN_ITERATION_MS (series): finite
 
     # throughput falls as time rises: the slowest iteration gives the minimum
     derived = {"median": tps(it["median"]), "iqr": None, "min": tps(it["max"]), "max": tps(it["min"])}

@@ -164,8 +164,8 @@ def reconcile_with_model(
     """Weigh the message against the memory model of the run's scenario: (the report, notes to print).
 
     - A predicted peak above the usable memory is real demand whatever the allocator's idle reserve
-      says: the reserve is a symptom, and ``expandable_segments`` alone cannot make the layout fit.
-      ``rep`` is updated in place (``fragmentation`` False, diagnosis and fixes rewritten).
+      says: the reserve is a symptom, and ``expandable_segments`` alone cannot make the layout fit;
+      the report returned says so (``fragmentation`` False, diagnosis and fixes rewritten).
     - A message whose GPU total differs from the scenario's usable memory by more than 10 % comes
       from another GPU: fixes rated against the scenario's GPU do not apply to the one that failed.
     """

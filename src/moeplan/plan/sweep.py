@@ -280,7 +280,7 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
         InputError: not a sweep directory.
     """
     from moeplan.diagnose import read_text_file
-    from moeplan.diagnose.logs import parse_log
+    from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
 
     out_dir = Path(out_dir)
     man = load_manifest(out_dir)
@@ -311,7 +311,7 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
                 gbs = int(statistics.median(logged)) if logged else gbs_planned
                 if gbs != gbs_planned:
                     notes.append(f"{p.name}: the log's global batch size {gbs} differs from the entry's {gbs_planned}")
-                tps = gbs * seq / (summ["iteration_time_ms"]["median"] / 1000) / world
+                tps = tokens_per_s_per_gpu(gbs, seq, summ["iteration_time_ms"]["median"], world)
             if tps is None or not (math.isfinite(tps) and tps > 0):
                 notes.append(f"{p.name}: no usable iteration times")
             else:
