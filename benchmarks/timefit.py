@@ -84,29 +84,32 @@ def load_runs() -> list[dict]:
 ANOMALY_RATIO = 1.5
 
 
+def layout_key(r: dict) -> tuple:
+    """What makes two published runs the same measurement apart from software: model, GPU, GPU count,
+    TP/PP/VPP/CP/EP/ETP, MBS, GBS and sequence length (precision is compared separately)."""
+    s = r["scenario"]
+    t = s.training
+    return (
+        r["model"],
+        r["gpu"],
+        s.num_gpus,
+        s.tp,
+        s.pp,
+        s.vpp,
+        s.cp,
+        s.ep,
+        s.etp,
+        t.micro_batch_size,
+        t.global_batch_size,
+        t.seq_length,
+    )
+
+
 def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[str, str]:
     """Runs that are release regressions, by id → the evidence (the faster run of the same model, GPU,
     GPU count, TP/PP/VPP/CP/EP/ETP, MBS, GBS, sequence length and precision). Decided from the
     measurements alone, never from the model's error. 25.09 runs (precision not published) match any
     precision."""
-
-    def key(r):
-        s = r["scenario"]
-        t = s.training
-        return (
-            r["model"],
-            r["gpu"],
-            s.num_gpus,
-            s.tp,
-            s.pp,
-            s.vpp,
-            s.cp,
-            s.ep,
-            s.etp,
-            t.micro_batch_size,
-            t.global_batch_size,
-            t.seq_length,
-        )
 
     def same_precision(a, b) -> bool:  # an unpublished precision (25.09) matches any
         return not (a["precision_known"] and b["precision_known"]) or a["precision"] == b["precision"]
@@ -115,7 +118,7 @@ def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[st
     for r in runs:
         rk = release_key(r["release"])
         for o in runs:
-            if o is r or key(o) != key(r) or o["release"] == r["release"] or not same_precision(o, r):
+            if o is r or layout_key(o) != layout_key(r) or o["release"] == r["release"] or not same_precision(o, r):
                 continue
             ok = release_key(o["release"])
             if (ok < rk or ok[:2] == rk[:2]) and o["measured"] >= ratio * r["measured"]:
@@ -230,4 +233,14 @@ def spearman(a, b) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-__all__ = ["release_anomalies", "fit", "load_runs", "predict", "constants_to_json", "pct_errors", "spearman", "math"]
+__all__ = [
+    "layout_key",
+    "release_anomalies",
+    "fit",
+    "load_runs",
+    "predict",
+    "constants_to_json",
+    "pct_errors",
+    "spearman",
+    "math",
+]
