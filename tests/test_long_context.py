@@ -5,8 +5,8 @@ first-principles attention and CP costs out of sample.
 
 Tolerances: the results (docs/long_context.md) were seen before the thresholds were written, so the
 thresholds are what a planner needs rather than what the model happens to reach: every row within 10 % of
-the measured model TFLOP/s/GPU (now worst 7.3 %), and the shape within 10 % after one common scale (now
-worst 7.5 %).
+the measured model TFLOP/s/GPU (now worst 9.3 %), and the shape within 10 % after one common scale (now
+worst 7.3 %).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_cp_ring_is_hidden_until_the_longest_rows(rows):
 def test_nvidia_moe_runs_out_of_sample_within_fifteen_percent():
     # NeMo's MoE rows (Mixtral-8x22B at 64K with CP 8 on B200 and GB200, Mixtral-8x7B at 4K on B200,
     # Llama-4-Scout's language model at 8K on GB200), none of them fitted: tokens/s/GPU within 15 %
-    # (now 9.1, 2.9, 10.6 and 4.4 %) with the oldest fitted software factor, since every container
+    # (now 9.9, 2.1, 11.0 and 4.8 %) with the oldest fitted software factor, since every container
     # predates the fitted releases; FLOPs per token equal NVIDIA's within 1 %, except where NeMo 25.02
     # counted Mixtral-8x7B's attention over the full sequence: there NVIDIA's = ours + 6·s·h·L
     from moeplan import get_model

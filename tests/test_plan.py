@@ -48,6 +48,20 @@ def test_pipeline_split_even_and_accounting():
     assert pipeline_split(3, 2, 2) is None  # 4 virtual stages, 3 layers
 
 
+def test_pipeline_split_weighs_the_output_stage_like_megatron_bridge_recipes():
+    from moeplan import get_model
+    from moeplan.plan.space import output_stage_layers
+
+    m = get_model("deepseek-ai/DeepSeek-V3")
+    tail = output_stage_layers(m, 4096, 1, 1)
+    # logits 6·h·V = 5.56 GFLOP/token against an average layer of 244.25/61 = 4.00; the MTP block adds
+    # a MoE layer (4.3), its projection (0.62) and its own logits (5.56)
+    assert tail == pytest.approx(3.93, abs=0.01)
+    # the layouts set_deepseek_v3_pipeline_model_parallel_layout uses for PP·VPP = 16 and 32
+    assert pipeline_split(61, 16, 1, 1, tail) == {"pipeline_model_parallel_layout": "E,t*4|" + "t*4|" * 14 + "t,m,L"}
+    assert pipeline_split(61, 32, 1, 1, tail) == {"pipeline_model_parallel_layout": "E,t|" + "t*2|" * 30 + "m,L"}
+
+
 def test_pipeline_split_explicit_layout_for_deepseek_v3():
     # 61 layers over 8 stages: neither 61, 62 nor 63 divides by 8. 61 = 8·7 + 5: the 5 extra layers
     # go to the middle stages first (3, 4, then 2, 5, then 1): [7, 8, 8, 8, 8, 8, 7, 7]

@@ -195,3 +195,114 @@ def test_hidden_communication_and_graph_savings_are_what_turning_them_off_costs(
     exposed_plus_hidden = ov.breakdown_s["ep_comm_exposed"] + ov.hidden_s["ep_comm"]
     assert exposed_plus_hidden == pytest.approx(no.breakdown_s["ep_comm_exposed"])
     assert all(v >= 0 for v in ov.hidden_s.values()) and "hidden_s" in ov.to_dict()
+
+
+# --- fixes from the physics audit ------------------------------------------------------------------
+
+DENSE = {
+    "model": "meta-llama/Llama-3.1-8B",
+    "system": {"gpu": "h100", "num_gpus": 8},
+    "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+    "layout": {"tensor_model_parallel_size": 2},
+}
+
+
+def _est(base, **layout):
+    return estimate_step(load_scenario({**base, "layout": {**base["layout"], **layout}}))
+
+
+def test_block_recompute_charges_only_the_layers_it_recomputes():
+    # 32 identical layers on one stage: block recompute of 4 costs 4/32 of recomputing all of them
+    full = {"recompute_granularity": "full", "recompute_num_layers": 1}
+    uniform = _est(DENSE, **full, recompute_method="uniform").breakdown_s["recompute"]
+    block4 = _est(DENSE, **{**full, "recompute_num_layers": 4}, recompute_method="block").breakdown_s["recompute"]
+    assert uniform > 0
+    assert block4 == pytest.approx(uniform * 4 / 32)
+
+
+def test_ep_overlap_needs_two_microbatches():
+    one_mb = {**DP_SCN, "training": {**DP_SCN["training"], "global_batch_size": 16}}  # DP 16 × MBS 1
+    on = _est(one_mb, overlap_moe_expert_parallel_comm=True)
+    off = _est(one_mb)
+    assert on.num_microbatches == 1
+    assert off.breakdown_s["ep_comm_exposed"] > 0
+    assert on.breakdown_s["ep_comm_exposed"] == pytest.approx(off.breakdown_s["ep_comm_exposed"])
+    assert any("one microbatch" in a for a in on.assumptions)
+
+
+def test_tp_overlap_hides_no_more_than_the_dense_gemms():
+    e = _est(
+        {**DP_SCN, "layout": {"tensor_model_parallel_size": 8, "expert_model_parallel_size": 2}}, tp_comm_overlap=True
+    )
+    assert 0 < e.hidden_s["tp_comm"] <= e.breakdown_s["dense_gemm"] + 1e-12
+
+
+def test_moe_block_with_etp1_pays_only_the_attention_half_of_sp_collectives():
+    from moeplan.model.comm import link_bw
+    from moeplan.model.constants import load_constants
+
+    # Qwen3-30B-A3B: every layer MoE, no shared experts, ETP 1 → 4 collectives (attention) per layer
+    s = load_scenario({**DP_SCN, "layout": {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8}})
+    c = load_constants()
+    e = estimate_step(s, c)
+    tokens = 4096
+    per_layer = 4 * tokens * 2048 * 2 * (2 - 1) / 2 / link_bw(s.gpu, 2, c)
+    expected = per_layer * 48 * e.num_microbatches / e.release_factor
+    assert e.breakdown_s["tp_comm"] == pytest.approx(expected)
+
+
+def test_mtp_block_costs_one_more_decoder_layer():
+    scn = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "gb200", "num_gpus": 64},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": 64},
+    }
+    without = _est(scn, mtp_num_layers=0).breakdown_s["expert_gemm"]
+    with_mtp = _est(scn, mtp_num_layers=1).breakdown_s["expert_gemm"]
+    # 58 MoE layers (the first 3 are dense); the MTP block adds a 59th MoE layer's expert GEMMs
+    assert with_mtp == pytest.approx(without * 59 / 58)
+
+
+def test_cp_exchange_volumes_by_hand():
+    from moeplan.catalog.gpus import get_gpu
+    from moeplan.model.comm import cp_time, link_bw
+    from moeplan.model.constants import load_constants
+
+    c, gpu = load_constants(), get_gpu("h100")
+    bw = link_bw(gpu, 8, c)
+    # GQA: 32 query heads × 128 (Q and O 4096 wide), 8 KV heads (K+V 2048 wide), 1000 tokens, CP 4, TP 2
+    # a2a: forward and backward each move Q, K, V and O split by TP, bf16, 3/4 leaving the rank
+    a2a = 2 * 1000 * (4096 + 2048 + 4096) / 2 * 2 * 3 / 4
+    assert cp_time(1000, 4096, 2048, 4096, 4, 2, "a2a", gpu, c) == pytest.approx(a2a / bw)
+    # ring: K/V blocks 3 passes (forward once, backward twice) × (CP − 1) hops
+    ring = 3 * 1000 * 2048 / 2 * 2 * 3
+    assert cp_time(1000, 4096, 2048, 4096, 4, 2, "p2p", gpu, c) == pytest.approx(ring / bw)
+
+
+def test_etp_adds_a_gather_and_scatter_over_its_group_not_a_wider_exchange():
+    from moeplan.catalog.gpus import get_gpu
+    from moeplan.model.comm import ep_time, link_bw
+    from moeplan.model.constants import load_constants
+
+    c, gpu = load_constants(), get_gpu("h100")
+    routed, h = 8192, 4096
+    etp_only = ep_time(routed, h, 1, 2, "alltoall", gpu, c)
+    assert etp_only == pytest.approx(4 * routed * h * 2 * 1 / link_bw(gpu, 2, c))
+    # EP 4 × ETP 2 in one node: the EP exchange of the rank's own tokens plus the ETP gather/scatter
+    assert ep_time(routed, h, 4, 2, "alltoall", gpu, c) == pytest.approx(
+        ep_time(routed, h, 4, 1, "alltoall", gpu, c) + etp_only
+    )
+
+
+def test_the_breakdown_names_the_stage_it_itemises():
+    e = estimate_step(load_scenario(SCN))
+    st = e.stage_microbatch_s
+    assert len(st) == 2 and e.critical_stage == max(range(2), key=lambda i: st[i])
+    assert e.to_dict()["critical_stage"] == e.critical_stage
+
+
+def test_fsdp_hidden_traffic_is_reported():
+    fsdp = {**DP_SCN, "layout": {"expert_model_parallel_size": 8, "use_megatron_fsdp": True}}
+    e = estimate_step(load_scenario(fsdp))
+    assert e.hidden_s["fsdp_comm"] > 0

@@ -3,6 +3,8 @@ bias of a (model, GPU) pair."""
 
 from __future__ import annotations
 
+import math
+
 from moeplan import load_scenario
 from moeplan.model import validity
 from moeplan.model.validity import assess, coverage
@@ -64,7 +66,7 @@ def test_long_sequence_note_cites_the_out_of_sample_check(monkeypatch):
     chk = validity.long_context_check()
     assert chk["seq_length_range"] == [4096, 1048576]
     text = " ".join(assess(_scn(seq=131072, cp=2)).outside)
-    assert "within the checked 4096–1048576" in text and f"within {chk['worst_abs_pct']:.0f} %" in text
+    assert "within the checked 4096–1048576" in text and f"within {math.ceil(chk['worst_abs_pct'])} %" in text
     # beyond the checked range it says so
     text = " ".join(assess(_scn(seq=2 * 1048576, cp=8)).outside)
     assert "beyond the checked 4096–1048576" in text
@@ -89,3 +91,19 @@ def test_etp_is_a_coverage_feature_only_for_moe_models():
         }
     )
     assert "etp>1" not in validity.layout_kind(dense)
+
+
+def test_a_container_release_that_was_not_fitted_leaves_validated_ground():
+    from moeplan.model.constants import load_constants
+
+    oldest = min(load_constants().release_factor, key=lambda r: tuple(int(x) for x in r.split(".")))
+    base = _scn()
+    for container, covered in (("24.03", False), (oldest, True)):
+        s = load_scenario({**base.input.model_dump(exclude_none=True), "versions": {"container": container}})
+        v = assess(s)
+        assert v.validated is covered
+        if not covered:
+            assert v.outside == [
+                f"container 24.03 was not measured (fitted releases: {', '.join(load_constants().release_factor)}): "
+                f"the software efficiency of {oldest} stands in for it"
+            ]

@@ -321,7 +321,9 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         )
         return
     step = th["step_time_s"]
-    t = Table(title=f"step time {step:.3f} s, {th['num_microbatches']} microbatches")
+    n_stages = len(th.get("stage_microbatch_s") or [])
+    where = f"; parts of stage {th.get('critical_stage', 0)}, the slowest of {n_stages}" if n_stages > 1 else ""
+    t = Table(title=f"step time {step:.3f} s, {th['num_microbatches']} microbatches{where}")
     t.add_column("part")
     t.add_column("s", justify="right")
     t.add_column("% of step", justify="right")
@@ -329,7 +331,7 @@ def render_throughput(th: dict | None, broken: bool = False) -> None:
         if v > 0:
             t.add_row(name, f"{v:.4f}", f"{100 * v / step:.1f}")
     c.print(t)
-    names = {"ep_comm": "EP", "cp_comm": "CP", "tp_comm": "TP", "dp_comm": "DP"}
+    names = {"ep_comm": "EP", "cp_comm": "CP", "tp_comm": "TP", "dp_comm": "DP", "fsdp_comm": "FSDP"}
     hid = th.get("hidden_s") or {}
     over = [f"{names[k]} {hid[k]:.3f} s" for k in names if hid.get(k, 0) > 5e-4]
     saved = []

@@ -3,10 +3,12 @@
 Volumes follow the collectives Megatron-Core issues (``megatron/core/tensor_parallel/mappings.py``,
 ``transformer/moe/token_dispatcher.py``, TE context parallelism, ``distributed/`` DDP buckets):
 
-- TP with SP: per layer 2 all-gathers + 2 reduce-scatters forward and the same backward, each of the
-  layer input (tokens·h bf16); ring volume per rank ``(t−1)/t`` of it;
+- TP with SP: an all-gather and a reduce-scatter of the layer input (tokens·h bf16) around the attention
+  block and around a TP-split MLP, forward and the same backward (a MoE block with ETP 1 hands its
+  tokens to the dispatcher without them); ring volume per rank ``(t−1)/t`` of it;
 - CP ring (p2p): per attention layer ``(cp−1)`` K/V block exchanges forward, twice that backward,
-  overlapped with the attention kernel (only the excess is exposed); a2a CP: 4 all-to-alls per pass;
+  overlapped with the attention kernel (only the excess is exposed); a2a CP: Q, K, V and the output
+  (and their gradients) redistributed between sequence and head splits;
 - EP: per MoE layer dispatch + combine forward and backward, routed tokens·h bf16, ``(EP−1)/EP``
   leaving the rank; inside the NVLink domain at NVLink speed, across it limited by one NIC per GPU
   (nccl-tests #267/#290);
@@ -31,24 +33,52 @@ def link_bw(gpu: GpuSpec, span_gpus: int, c: TimeConstants) -> float:
     return nvlink if span_gpus <= gpu.scaleup_domain_gpus else nic
 
 
-def tp_time(tokens: float, h: int, tp: int, gpu: GpuSpec, c: TimeConstants, overlap: bool) -> float:
-    """SP all-gather / reduce-scatter time of one layer, forward + backward."""
+def tp_time(
+    tokens: float,
+    h: int,
+    tp: int,
+    gpu: GpuSpec,
+    c: TimeConstants,
+    overlap: bool,
+    collectives: int = 8,
+    gemm_s: float | None = None,
+) -> float:
+    """SP all-gather / reduce-scatter time of one layer, forward + backward: ``collectives`` of the
+    layer input (8 for attention + MLP, 4 for attention alone). With TP comm overlap the fitted share
+    is hidden, at most the ``gemm_s`` of GEMMs it is pipelined with."""
     if tp == 1:
         return 0.0
-    vol = 8 * tokens * h * 2 * (tp - 1) / tp
+    vol = collectives * tokens * h * 2 * (tp - 1) / tp
     t = vol / link_bw(gpu, tp, c)
-    return t * (1 - c.overlap_hidden_fraction) if overlap else t
+    if not overlap:
+        return t
+    hidden = c.overlap_hidden_fraction * t
+    return t - (min(hidden, gemm_s) if gemm_s is not None else hidden)
 
 
-def cp_time(tokens: float, kv_width: int, cp: int, tp: int, comm_type: str, gpu: GpuSpec, c: TimeConstants) -> float:
-    """Context-parallel exchange of one attention layer, forward + backward (before overlap)."""
+def cp_time(
+    tokens: float,
+    q_width: int,
+    kv_width: int,
+    o_width: int,
+    cp: int,
+    tp: int,
+    comm_type: str,
+    gpu: GpuSpec,
+    c: TimeConstants,
+) -> float:
+    """Context-parallel exchange of one attention layer, forward + backward (before overlap), bf16.
+    Widths are per token over all heads (TP splits the heads): ``kv_width`` is K and V together.
+    The ring (p2p) passes K/V blocks ``cp−1`` times forward and twice that backward; the all-to-all
+    redistributes Q, K, V and the output forward and their gradients backward, ``(cp−1)/cp`` of each
+    leaving the rank."""
     if cp == 1:
         return 0.0
     span = tp * cp
     if comm_type == "a2a":
-        vol = 4 * 2 * tokens * kv_width * 2 * (cp - 1) / cp
+        vol = 2 * tokens * (q_width + kv_width + o_width) / tp * 2 * (cp - 1) / cp
     else:  # p2p ring (also the intra part of a2a+p2p, approximated)
-        vol = 3 * 2 * tokens * kv_width / tp * 2 * (cp - 1)
+        vol = 3 * tokens * kv_width / tp * 2 * (cp - 1)
     return vol / link_bw(gpu, span, c)
 
 
@@ -63,8 +93,12 @@ def ep_time(
     fp8_dispatch: bool = False,
     topk: int = 0,
 ) -> float:
-    """Token dispatch + combine of one MoE layer, forward + backward. DeepEP / HybridEP dispatch in
-    FP8 (1 byte + 1/128 scale) under FP8 recipes; combine and the backward exchanges are bf16.
+    """Token dispatch + combine of one MoE layer, forward + backward, for ``routed_tokens`` (the rank's
+    own tokens × top-k) exchanged over EP. DeepEP / HybridEP dispatch in FP8 (1 byte + 1/128 scale)
+    under FP8 recipes; combine and the backward exchanges are bf16. With ETP > 1 the EP group's ranks
+    are ``etp`` apart (the span is EP·ETP), and the tokens an expert rank receives are all-gathered
+    over its ETP group after dispatch and reduce-scattered before combine (Megatron's token
+    dispatcher), forward and backward.
 
     Across NVLink domains, NCCL all-to-all sends one copy per routed expert, but DeepEP's and
     HybridEP's internode kernels send a token once per remote domain and fan it out over NVLink there
@@ -74,12 +108,15 @@ def ep_time(
     group = ep * etp
     if group == 1:
         return 0.0
+    t_etp = 4 * routed_tokens * h * 2 * (etp - 1) / link_bw(gpu, etp, c) if etp > 1 else 0.0
+    if ep == 1:
+        return t_etp
     d_bytes = (1 + 1 / 128) if fp8_dispatch else 2
     vol = routed_tokens * h * (d_bytes + 2 + 2 + 2) * (ep - 1) / ep
     eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
     nvlink = (gpu.scaleup_unidir_gb_per_s or 100) * 1e9 * eff
     if group <= gpu.scaleup_domain_gpus:
-        return vol / nvlink
+        return vol / nvlink + t_etp
     nic = (gpu.nic_gbit_per_s_per_gpu or 200) / 8 * 1e9 * eff
     cross = 1 - gpu.scaleup_domain_gpus / group
     cross_vol = vol * cross
@@ -88,14 +125,16 @@ def ep_time(
         copies = topk * (n - 1) / n
         distinct = (n - 1) * (1 - (1 - 1 / n) ** topk)
         cross_vol *= min(1.0, distinct / copies)
-    return max(cross_vol / nic, vol * (1 - cross) / nvlink)
+    return max(cross_vol / nic, vol * (1 - cross) / nvlink) + t_etp
 
 
-def pp_time(tokens: float, h: int, tp: int, sp: bool, gpu: GpuSpec, c: TimeConstants) -> float:
+def pp_time(tokens: float, h: int, tp: int, sp: bool, gpu: GpuSpec, c: TimeConstants, world: int = 10**9) -> float:
     """Send of one microbatch's activations and receive of their gradients at a stage boundary,
-    including the fixed latency of the two p2p operations."""
+    including the fixed latency of the two p2p operations. PP is the outermost rank dimension: every
+    boundary stays in one NVLink domain only when the whole ``world`` does, else the slowest crosses
+    a NIC."""
     vol = 2 * (tokens / tp if sp else tokens) * h * 2
-    return vol / link_bw(gpu, 10**9, c) + 2 * c.p2p_latency_s
+    return vol / link_bw(gpu, world, c) + 2 * c.p2p_latency_s
 
 
 def dp_time(

@@ -27,6 +27,9 @@ ATTENTION_FWD_FRACTION_DEFAULT = 0.55
 #: backward / forward FLOP-rate ratio of flash attention (FlashAttention-2, arXiv 2307.08691: backward
 #: up to 63 % vs forward up to 73 % of A100 peak → 0.86; FA3 reports a similar gap) — planning value 0.8
 ATTENTION_BWD_RATE = 0.8
+#: share of the attention kernels' forward + backward time that is the forward (backward executes
+#: 2.5 × the forward's FLOPs at ATTENTION_BWD_RATE of its rate): what recomputing core attention costs
+ATTENTION_FWD_SHARE = 1 / (1 + 2.5 / ATTENTION_BWD_RATE)
 #: query length per kernel call at which attention reaches half its long-sequence throughput (tiles of
 #: 128 queries fill the SMs only with thousands of queries per head; FA3 Fig. 5 rises from ~0.4 of its
 #: peak at 512 to ~0.95 at 16K)

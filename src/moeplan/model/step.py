@@ -20,6 +20,7 @@ from moeplan.model.comm import cp_time, dp_time, ep_time, pp_time, tp_time
 from moeplan.model.compute import (
     ATTENTION_FWD_FRACTION,
     ATTENTION_FWD_FRACTION_DEFAULT,
+    ATTENTION_FWD_SHARE,
     arch_family,
     attention_fraction,
     grouped_efficiency,
@@ -61,9 +62,11 @@ class ThroughputEstimate:
         release / release_factor: the container release whose software efficiency was used and its
             fitted factor (every part of the step is divided by it; the newest release is 1).
         hidden_s: what overlap and CUDA graphs take off the step (s per step, not part of
-            ``breakdown_s``): ``ep_comm`` / ``cp_comm`` / ``tp_comm`` / ``dp_comm`` the communication
-            time hidden behind compute, ``cuda_graphs`` the launch overhead and MoE host syncs an
-            eager step would pay on top.
+            ``breakdown_s``): ``ep_comm`` / ``cp_comm`` / ``tp_comm`` / ``dp_comm`` / ``fsdp_comm``
+            the communication time hidden behind compute, ``cuda_graphs`` the launch overhead and
+            MoE host syncs an eager step would pay on top.
+        critical_stage: the pipeline stage (0-based) whose parts ``breakdown_s`` itemises: the
+            slowest, which sets the pace of every stage.
     """
 
     step_time_s: float
@@ -80,6 +83,7 @@ class ThroughputEstimate:
     stage_microbatch_s: list[float] = field(default_factory=list)
     release_factor: float = 1.0
     hidden_s: dict[str, float] = field(default_factory=dict)
+    critical_stage: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -98,6 +102,7 @@ class ThroughputEstimate:
             "useful_tokens_per_s_per_gpu": self.useful_tokens_per_s_per_gpu,
             "stage_microbatch_s": list(self.stage_microbatch_s),
             "hidden_s": dict(self.hidden_s),
+            "critical_stage": self.critical_stage,
         }
 
 
@@ -237,7 +242,23 @@ def estimate_step(
     else:
         graph_share = 0.0
     dispatcher = lay.moe_flex_dispatcher_backend if lay.moe_token_dispatcher_type == "flex" else "alltoall"
-    kv_width = (m.kv_channels or 128) * (m.num_query_groups or m.num_attention_heads)
+    if dispatcher == "hybridep" and m.is_moe and s.ep * s.etp > 1:
+        assumptions.append(
+            f"HybridEP's exchange runs at {c.a2a_efficiency.get('hybridep', 0):.2f} of the link rate against "
+            f"{c.a2a_efficiency.get('alltoall', 0):.2f} for all-to-all: the least identified fitted constant (every "
+            "HybridEP run measured is also an MXFP8 run with CUDA graphs), so its EP time leans pessimistic "
+            "(docs/decisions.md)"
+        )
+    # widths (per token, all heads) of the tensors context parallelism moves: K and V blocks for the
+    # ring; Q, K, V and the attention output for the all-to-all
+    if m.multi_latent_attention:
+        nh = m.num_attention_heads
+        q_width = nh * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+        kv_total = q_width + nh * m.v_head_dim
+        o_width = nh * m.v_head_dim
+    else:
+        q_width = o_width = (m.kv_channels or 128) * m.num_attention_heads
+        kv_total = 2 * (m.kv_channels or 128) * (m.num_query_groups or m.num_attention_heads)
     cp_type = lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p"
     vpad = padded_vocab_size(m.vocab_size, s.tp)
 
@@ -276,6 +297,16 @@ def estimate_step(
             "no workload: vision tower costed for a planning mix (half the sequence image tokens); "
             "give workload: (moeplan vlm-stats) for your data"
         )
+    n_rc = lay.recompute_num_layers or 1
+    chunk_plan = stage_plan(s, allow_balanced=True)
+    ep_overlap = bool(lay.overlap_moe_expert_parallel_comm) and n_mb >= 2
+    if lay.overlap_moe_expert_parallel_comm and not ep_overlap:
+        assumptions.append(
+            "overlap_moe_expert_parallel_comm pairs one microbatch's forward with another's backward "
+            "(combined 1F1B): with one microbatch per step it hides nothing"
+        )
+    kinds_all = m.attention_kinds or ("full",) * m.num_layers
+    moe_all = m.moe_layers or (False,) * m.num_layers
     for st in stages:
         parts = dict.fromkeys(
             (
@@ -293,15 +324,34 @@ def estimate_step(
             0.0,
         )
         hid = dict.fromkeys(("ep_comm", "cp_comm", "tp_comm", "cuda_graphs"), 0.0)
-        kinds_all = m.attention_kinds or ("full",) * m.num_layers
-        moe_all = m.moe_layers or (False,) * m.num_layers
-        groups: dict[tuple, list[int]] = {}
+        # full recompute: every layer (uniform) or the first recompute_num_layers of each virtual chunk
+        # (block), as Megatron's TransformerBlock checkpoints them
+        if gran == "full" and lay.recompute_method == "block":
+            chunks = chunk_plan.layers[st.stage] if chunk_plan is not None else [st.layers]
+            recomputed = {li for chunk in chunks for pos, li in enumerate(chunk) if pos < n_rc}
+        else:
+            recomputed = set(st.layers) if gran == "full" else set()
+        groups: dict[tuple, list[bool]] = {}
         for li in st.layers:
-            groups.setdefault((kinds_all[li], bool(moe_all[li])), []).append(li)
-        for members in groups.values():
-            # layers of one kind cost the same: evaluate the first, count it len(members) times
-            li = members[0]
-            before, hid_before = dict(parts), dict(hid)
+            groups.setdefault((kinds_all[li], bool(moe_all[li])), []).append(li in recomputed)
+        firsts = {}
+        for li in st.layers:
+            firsts.setdefault((kinds_all[li], bool(moe_all[li])), li)
+        if st.mtp_layers:
+            # an MTP block runs one decoder layer built from the decoder's last layer spec
+            # (megatron/core/transformer/multi_token_prediction.py), plus its 2h → h projection
+            last = m.num_layers - 1
+            key = (kinds_all[last], bool(moe_all[last]))
+            firsts.setdefault(key, last)
+            groups.setdefault(key, []).extend([gran == "full" and lay.recompute_method != "block"] * st.mtp_layers)
+            parts["dense_gemm"] += (
+                st.mtp_layers * 3 * 2 * tokens * 2 * m.hidden_size * m.hidden_size / s.tp / (sp.gemm_flops_per_s)
+            )
+        for key, flags in groups.items():
+            # layers of one kind cost the same: evaluate the first, count it len(flags) times
+            li = firsts[key]
+            one = dict.fromkeys(parts, 0.0)
+            one_hid = dict.fromkeys(hid, 0.0)
             f = layer_flops(m, li, tokens, seq_local, t.seq_length, s.tp, s.cp, s.ep, route)
             t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
             eff = grouped_efficiency(f.tokens_per_local_expert, c)
@@ -315,46 +365,54 @@ def estimate_step(
                 # come back for backward, on the host link, behind the layer's compute where possible
                 moved = sum(v for k, v in kept.items() if k in off_items)
                 t_link = 2 * moved / host_bw
-                parts["activation_offload"] += max(0.0, t_link - c.overlap_hidden_fraction * (t_dense + t_mem))
-            parts["dense_gemm"] += t_dense
-            parts["expert_gemm"] += t_exp
-            parts["attention"] += t_core
-            parts["memory_bound"] += t_mem
-            parts["launch_overhead"] += c.launch_overhead_s_per_layer * (1 - graph_share)
-            hid["cuda_graphs"] += c.launch_overhead_s_per_layer * graph_share
-            moe_layer = bool(m.moe_layers and m.moe_layers[li])
+                one["activation_offload"] = max(0.0, t_link - c.overlap_hidden_fraction * (t_dense + t_mem))
+            one["dense_gemm"] = t_dense
+            one["expert_gemm"] = t_exp
+            one["attention"] = t_core
+            one["memory_bound"] = t_mem
+            one["launch_overhead"] = c.launch_overhead_s_per_layer * (1 - graph_share)
+            one_hid["cuda_graphs"] = c.launch_overhead_s_per_layer * graph_share
+            moe_layer = bool(moe_all[li])
             t_ep = 0.0
             if moe_layer:
-                routed = tokens / s.tp * m.moe_router_topk * route * s.etp
+                routed = tokens / s.tp * m.moe_router_topk * route
                 fp8_disp = t.precision != "bf16" and dispatcher in ("deepep", "hybridep")
                 t_ep = ep_time(routed, m.hidden_size, s.ep, s.etp, dispatcher, gpu, c, fp8_disp, m.moe_router_topk or 0)
-                if lay.overlap_moe_expert_parallel_comm:
+                raw = t_ep
+                if lay.moe_shared_expert_overlap and m.moe_shared_expert_intermediate_size:
+                    # the shared experts run while the tokens are dispatched (MoELayer, shared_expert_overlap)
+                    g = 3 if m.gated_linear_unit else 2
+                    shared = 3 * 2 * tokens * m.hidden_size * m.moe_shared_expert_intermediate_size * g / s.tp
+                    t_ep = max(0.0, t_ep - shared / sp.gemm_flops_per_s)
+                if ep_overlap:
                     # combined 1F1B: the paired microbatch's compute of this layer hides the exchange
-                    raw = t_ep
                     t_ep = max(0.0, t_ep - c.overlap_hidden_fraction * (t_dense + t_exp + t_core))
-                    hid["ep_comm"] += raw - t_ep
-            parts["ep_comm_exposed"] += t_ep
+                one_hid["ep_comm"] = raw - t_ep
+            one["ep_comm_exposed"] = t_ep
             if moe_layer and graphs != "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
-                parts["launch_overhead"] += c.moe_sync_s_per_layer
+                one["launch_overhead"] += c.moe_sync_s_per_layer
             elif moe_layer and graphs == "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
-                hid["cuda_graphs"] += c.moe_sync_s_per_layer  # the static-budget path has no host sync
+                one_hid["cuda_graphs"] += c.moe_sync_s_per_layer  # the static-budget path has no host sync
             if s.sp:
-                t_tp = tp_time(tokens, m.hidden_size, s.tp, gpu, c, lay.tp_comm_overlap)
-                parts["tp_comm"] += t_tp
-                hid["tp_comm"] += tp_time(tokens, m.hidden_size, s.tp, gpu, c, False) - t_tp
-            kind = (m.attention_kinds or ("full",) * m.num_layers)[li]
-            if kind != "linear":
-                t_cp = cp_time(tokens, kv_width, s.cp, s.tp, cp_type, gpu, c)
+                # SP gathers and scatters around the attention block, and around the MLP unless it is a
+                # MoE block whose experts are not TP-split (tokens go to the dispatcher as they are);
+                # shared experts are TP-split
+                mlp_tp = not moe_layer or bool(m.moe_shared_expert_intermediate_size)
+                n_coll = 4 + (4 if mlp_tp else 0)
+                t_tp = tp_time(tokens, m.hidden_size, s.tp, gpu, c, lay.tp_comm_overlap, n_coll, t_dense)
+                one["tp_comm"] = t_tp
+                one_hid["tp_comm"] = tp_time(tokens, m.hidden_size, s.tp, gpu, c, False, n_coll) - t_tp
+            if kinds_all[li] != "linear":
+                t_cp = cp_time(tokens, q_width, kv_total, o_width, s.cp, s.tp, cp_type, gpu, c)
                 cp_exposed = max(0.0, t_cp - (t_core if cp_type != "a2a" else 0.0))
-                parts["cp_comm_exposed"] += cp_exposed
-                hid["cp_comm"] += t_cp - cp_exposed
+                one["cp_comm_exposed"] = cp_exposed
+                one_hid["cp_comm"] = t_cp - cp_exposed
             # recompute: one more forward of what was dropped
-            if gran == "full":
-                parts["recompute"] += (t_dense + t_exp + t_core + t_mem) / 3 + t_ep / 2
-            elif modules:
+            rc_full = (t_dense + t_exp + t_core + t_mem) / 3 + t_ep / 2
+            if modules:
                 extra = 0.0
                 if "core_attn" in modules:
-                    extra += t_core / 3
+                    extra += t_core * ATTENTION_FWD_SHARE
                 if "mlp" in modules and not moe_layer:
                     extra += t_dense / 3 * 0.6
                 if "moe" in modules and moe_layer:
@@ -364,12 +422,12 @@ def estimate_step(
                 if "shared_experts" in modules and moe_layer:
                     extra += t_dense / 3 * 0.3
                 extra += t_mem / 3 * len(modules & {"layernorm", "moe_act", "gdn_norm_out"}) * 0.2
-                parts["recompute"] += extra
-            if len(members) > 1:
-                for k in parts:
-                    parts[k] = before[k] + (parts[k] - before[k]) * len(members)
-                for k in hid:
-                    hid[k] = hid_before[k] + (hid[k] - hid_before[k]) * len(members)
+                one["recompute"] = extra
+            for k, v in one.items():
+                parts[k] += v * len(flags)
+            parts["recompute"] += rc_full * sum(flags)
+            for k, v in one_hid.items():
+                hid[k] += v * len(flags)
         if st.output_layer:
             logits = 2 * tokens * m.hidden_size * vpad / s.tp * (1 + st.mtp_layers)
             parts["dense_gemm"] += 3 * logits / sp.gemm_flops_per_s
@@ -398,13 +456,14 @@ def estimate_step(
         # and receives once per microbatch (per virtual chunk with VPP). Plain 1F1B waits for these
         # transfers; the interleaved schedule overlaps them with the next chunk's compute
         # (overlap_p2p_comm, on by default with VPP): only the non-hidden share remains.
-        per_mb = pp_time(tokens, m.hidden_size, s.tp, s.sp, gpu, c)
+        per_mb = pp_time(tokens, m.hidden_size, s.tp, s.sp, gpu, c, s.num_gpus)
         exposed = (1 - c.overlap_hidden_fraction) * v if v > 1 else 1.0
         breakdown["pp_comm"] = per_mb * (n_mb * exposed + 2 * (s.pp - 1) / v)
     else:
         breakdown["pp_comm"] = 0.0
     # data parallel gradient / parameter traffic (largest stage), mostly overlapped
     stp = stages[crit].params
+    # unset: FP32, as Bridge's bf16_mixed and Megatron-LM's --bf16 (arguments.py) both set it
     grad_b = 2.0 if lay.grad_reduce_in_fp32 is False else 4.0
     dense_span = s.tp * s.cp * s.dp
     exp_span = s.etp * s.ep * (s.edp or 1)
@@ -450,6 +509,7 @@ def estimate_step(
         per_mb = 3 * ag
         compute_mb = t_mb - per_stage[crit].get("ep_comm_exposed", 0.0)
         breakdown["fsdp_comm_exposed"] = n_mb * max(per_mb - c.overlap_hidden_fraction * compute_mb, 0.0)
+        hidden["fsdp_comm"] = n_mb * per_mb - breakdown["fsdp_comm_exposed"]
     # optimizer: read/write master, moments, grads and params of the local shard
     d_dense = s.dp * s.cp if lay.use_distributed_optimizer else 1
     d_exp = (s.edp or 1) if lay.use_distributed_optimizer else 1
@@ -474,6 +534,13 @@ def estimate_step(
     prec_peak = gpu.peak_tflops(t.precision) or bf16
     if stage_plan(s) is None:
         assumptions.append("layers do not split as given: estimated with a near-even split")
+    if tflops > bf16:
+        why = (
+            f"{t.precision} GEMMs run at a higher peak ({tflops / prec_peak:.2f} of it)"
+            if t.precision != "bf16"
+            else "Megatron's FLOP count credits sliding-window layers with full causal attention"
+        )
+        assumptions.append(f"MFU above 1 against the dense BF16 peak (the default reference): {why}")
     from moeplan.model.validity import assess
 
     return ThroughputEstimate(
@@ -491,4 +558,5 @@ def estimate_step(
         [x / rel for x in totals],
         rel,
         hidden,
+        crit,
     )

@@ -138,6 +138,16 @@ def assess(s: Scenario) -> Validity:
     for k in layout_kind(s):
         if k not in cov["layout_kinds"]:
             out.append(f"layout feature '{k}' never appears in the measured runs")
+    from moeplan.model.constants import load_constants
+    from moeplan.model.step import release_of
+
+    stated, fitted = release_of(s), load_constants().release_factor
+    if stated is not None and fitted and stated not in fitted:
+        used = load_constants().release(stated)[0]
+        out.append(
+            f"container {stated} was not measured (fitted releases: {', '.join(fitted)}): the software "
+            f"efficiency of {used} stands in for it"
+        )
     bias = (cov.get("pair_bias") or {}).get(f"{name}|{gpu}") or {}
     b, n = bias.get("median_signed_pct"), int(bias.get("runs", 0))
     note = None

@@ -18,7 +18,7 @@ import itertools
 from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan.space import RECOMPUTE_KEYS, pipeline_split, recompute_ladder, with_sections
+from moeplan.plan.space import RECOMPUTE_KEYS, output_stage_layers, pipeline_split, recompute_ladder, with_sections
 from moeplan.rules import validate
 from moeplan.spec.scenario import load_scenario
 from moeplan.units import GIB_BYTES
@@ -69,7 +69,8 @@ def _changes(data: dict, s) -> list[tuple[str, dict]]:
     }
     if s.dp and s.dp % 2 == 0:
         out.append((f"CP {s.cp} → {s.cp * 2}", {"layout": {"context_parallel_size": s.cp * 2}}))
-        split = pipeline_split(m.num_layers, s.pp * 2, 1, s.mtp_num_layers)
+        tail = output_stage_layers(m, s.training.seq_length, 1, s.mtp_num_layers)
+        split = pipeline_split(m.num_layers, s.pp * 2, 1, s.mtp_num_layers, tail)
         if split is not None:
             ch = {**split_reset, "pipeline_model_parallel_size": s.pp * 2, "virtual_pipeline_model_parallel_size": None}
             ch.update(split)

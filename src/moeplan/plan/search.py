@@ -30,6 +30,7 @@ from moeplan.plan.space import (
     ep_overlap_options,
     graph_options,
     offload_alternatives,
+    output_stage_layers,
     parallel_candidates,
     pipeline_split,
     recompute_ladder,
@@ -414,6 +415,7 @@ def search(
         mbss = [1, 2, 4] if seq <= 8192 else ([1, 2] if seq <= 32768 else [1])
     mtp = s0.mtp_num_layers
     layers = m.num_layers
+    tail = output_stage_layers(m, seq, 1, mtp)
     fam_fixed = fixed_layout.get("use_megatron_fsdp")
     if fam_fixed is True:
         families: tuple[str, ...] = ("fsdp",)
@@ -479,7 +481,11 @@ def search(
                 p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1, p.fsdp
             )
         considered += len(mbss)
-        split = pipeline_split(layers, p.pp, p.vpp, mtp) if "pipeline_model_parallel_layout" not in fixed_layout else {}
+        split = (
+            pipeline_split(layers, p.pp, p.vpp, mtp, tail)
+            if "pipeline_model_parallel_layout" not in fixed_layout
+            else {}
+        )
         if split is None:
             for _ in mbss:
                 rej.add("pipeline.too_few_layers", p.label())
@@ -649,7 +655,10 @@ def _refine(
     ):
         vopts = []
         for v in vpp_options(m.num_layers, c.parallel.pp):
-            split = pipeline_split(m.num_layers, c.parallel.pp, v, c.scenario.mtp_num_layers)
+            mtp_c = c.scenario.mtp_num_layers
+            split = pipeline_split(
+                m.num_layers, c.parallel.pp, v, mtp_c, output_stage_layers(m, c.scenario.training.seq_length, 1, mtp_c)
+            )
             if split is None:
                 continue
             keys = {

@@ -311,6 +311,14 @@ def load_scenario_file(path: str | Path) -> dict:
     return data
 
 
+#: layout keys a recipe row sets as one choice (graphs, dispatcher, recompute)
+_RECIPE_KEY_GROUPS = (
+    ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules"),
+    ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend"),
+    ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"),
+)
+
+
 def _deep_merge(base: dict, top: dict) -> dict:
     """A new mapping: ``top`` laid over ``base`` section by section; neither argument is changed (a
     shared base, e.g. calibration defaults, must not carry one run's settings into the next)."""
@@ -569,7 +577,10 @@ def resolve(inp: ScenarioInput) -> Scenario:
         micro_batch_size=inp.training.micro_batch_size,
         num_gpus=inp.system.num_gpus,
     ):
-        if key not in stated and key not in upd:
+        # keys that only make sense together come from one source: a stated member keeps the rest
+        # of its group unfilled (a stated full-iteration graph takes no TE-graph scope from a row)
+        group = next((g for g in _RECIPE_KEY_GROUPS if key in g), (key,))
+        if key not in upd and not stated & set(group):
             upd[key] = value
             res.append(Resolution(key, value, f"recipe fill: {why}"))
     if upd:
