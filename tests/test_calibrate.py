@@ -304,3 +304,20 @@ def test_log_with_zero_iteration_time_is_a_user_error(tmp_path):
     res = runner.invoke(app, ["calibrate", str(log), "--scenario", str(base), "-o", str(tmp_path / "p.json")])
     assert res.exit_code == 2 and "iteration times > 0" in res.stderr, res.output
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_profile_from_another_gpu_type_is_named():
+    from moeplan import load_scenario
+    from moeplan.model.step import estimate_step
+
+    c = dataclasses.replace(load_constants(), provenance={"run_ids": ["x"], "mode": "scale", "gpus": ["h100"]})
+    scn = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "b200", "num_gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_size": 64, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": 8},
+    }
+    notes = estimate_step(load_scenario(scn), c).assumptions
+    assert "the calibration runs were on h100, not b200: its factors are applied to another GPU type" in notes
+    scn["system"]["gpu"] = "h100"
+    assert not any("not h100" in a for a in estimate_step(load_scenario(scn), c).assumptions)

@@ -264,3 +264,23 @@ def test_the_row_of_the_same_gpu_count_is_preferred():
     }
     row = match_perf_recipe("Qwen/Qwen3-235B-A22B", "gb200", "mxfp8", layout, 1, 256)
     assert row["num_gpus"] == 256
+
+
+def test_a_stated_key_keeps_its_group_out_of_the_recipe_fill():
+    from moeplan import load_scenario
+
+    base = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "gb200", "num_gpus": 256},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "precision": "bf16"},
+        "layout": {"pipeline_model_parallel_size": 4, "expert_model_parallel_size": 64},
+        "recipe_defaults": "mbridge-perf",
+    }
+    filled = load_scenario(base)
+    # the BF16 GB200 row runs TE graphs with scopes
+    assert filled.layout.cuda_graph_impl == "transformer_engine" and filled.layout.cuda_graph_scope
+    stated = load_scenario({**base, "layout": {**base["layout"], "cuda_graph_impl": "full_iteration"}})
+    # a stated full-iteration graph takes no TE scope from the row (they would contradict each other)
+    assert stated.layout.cuda_graph_impl == "full_iteration"
+    assert not stated.layout.cuda_graph_scope
+    assert not any(r.key == "cuda_graph_scope" and "recipe" in r.reason for r in stated.resolutions)

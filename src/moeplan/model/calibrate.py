@@ -205,7 +205,14 @@ def fit(
     newest = max(releases, key=release_key)
     kept = {x: c.release(x)[1] for x in releases}  # only what these runs calibrate
     c = dataclasses.replace(
-        c, release_factor=kept, newest_release=newest, provenance={**info, "run_ids": [r.id for r in runs]}
+        c,
+        release_factor=kept,
+        newest_release=newest,
+        provenance={
+            **info,
+            "run_ids": [r.id for r in runs],
+            "gpus": sorted({r.scenario.gpu.id for r in runs if r.scenario.gpu is not None}),
+        },
     )
     return c, info
 

@@ -164,6 +164,11 @@ def estimate_step(
             f"calibrated constants ({prov.get('mode', '?')} fit on {len(prov['run_ids'])} run(s){fit_txt}); "
             "the validity band is the packaged model's"
         )
+        if prov.get("gpus") and gpu.id not in prov["gpus"]:
+            assumptions.append(
+                f"the calibration runs were on {', '.join(prov['gpus'])}, not {gpu.id}: its factors are applied "
+                "to another GPU type"
+            )
     for key, default, unit in (
         ("hbm_bandwidth_gb_per_s", 3000, "GB/s"),
         ("scaleup_unidir_gb_per_s", 100, "GB/s"),
