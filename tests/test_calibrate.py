@@ -321,3 +321,13 @@ def test_a_profile_from_another_gpu_type_is_named():
     assert "the calibration runs were on h100, not b200: its factors are applied to another GPU type" in notes
     scn["system"]["gpu"] = "h100"
     assert not any("not h100" in a for a in estimate_step(load_scenario(scn), c).assumptions)
+
+
+@pytest.mark.parametrize("gpus", [5, [1, 2], "gb200"])
+def test_load_profile_rejects_malformed_provenance_gpus(tmp_path, gpus):
+    data = json.loads(profile_json(load_constants()))
+    data["provenance"] = {**data.get("provenance", {}), "gpus": gpus}
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="gpus"):
+        load_profile(p)

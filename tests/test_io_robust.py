@@ -148,3 +148,11 @@ def test_check_from_refuses_an_invalid_parallel_size(value, tmp_path):
     f.write_text("")
     r = CliRunner().invoke(app, ["check", "--from", "mbridge-overrides", str(f)])
     assert r.exit_code == 2 and "at least one key" in r.stderr
+
+
+@pytest.mark.parametrize("layout", ["Et*99999999999|L", "(t|)*99999999", "((t|)*1000)*1000"])
+def test_layout_repeats_that_expand_without_bound_are_rejected(layout):
+    from moeplan.spec.pipeline import LayoutSyntaxError, parse_layout
+
+    with pytest.raises(LayoutSyntaxError, match="expands past"):
+        parse_layout(layout)

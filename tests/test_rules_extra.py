@@ -125,3 +125,27 @@ def test_tp_beyond_the_nvlink_domain_warns():
     assert "world.tp_within_nvlink_domain" in r.rule_ids("warning")
     ok = _check("Qwen/Qwen3-235B-A22B", tensor_model_parallel_size=8, expert_model_parallel_size=32)
     assert "world.tp_within_nvlink_domain" not in ok.rule_ids()
+
+
+def test_uniform_full_recompute_with_mtp_needs_one_layer_per_chunk():
+    from moeplan import load_scenario
+    from moeplan.rules import validate
+
+    base = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "h100", "num_gpus": 256},
+        "training": {"seq_length": 4096, "global_batch_size": 512, "precision": "bf16"},
+        "layout": {
+            "pipeline_model_parallel_size": 8,
+            "expert_model_parallel_size": 32,
+            "pipeline_model_parallel_layout": "Et*7|(t*8|)*6t*6mL",
+            "recompute_granularity": "full",
+            "recompute_method": "uniform",
+            "recompute_num_layers": 2,
+        },
+    }
+    ids = [f.rule_id for f in validate(load_scenario(base)).errors]
+    assert ids == ["recompute.granularity_fields"]
+    for fix in ({"recompute_num_layers": 1}, {"recompute_method": "block"}):
+        ok = {**base, "layout": {**base["layout"], **fix}}
+        assert "recompute.granularity_fields" not in [f.rule_id for f in validate(load_scenario(ok)).errors]

@@ -408,6 +408,14 @@ def load_profile(path) -> TimeConstants:
             f"a2a_efficiency={data['a2a_efficiency']!r}",
             f"one efficiency for each of {list(A2A_BACKENDS)}",
         )
+    prov = data.get("provenance", {})
+    gpus = prov.get("gpus") if isinstance(prov, dict) else None
+    if not isinstance(prov, dict) or (
+        gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus))
+    ):
+        raise InputError(
+            "--calibration", f"provenance={prov!r}", "a mapping whose gpus, if given, is a list of GPU ids"
+        )
     lo, hi = RELEASE_BOUNDS
     for name, v in data["release_factor"].items():
         if not lo <= v <= hi:

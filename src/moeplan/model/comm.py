@@ -5,7 +5,8 @@ Volumes follow the collectives Megatron-Core issues (``megatron/core/tensor_para
 
 - TP with SP: an all-gather and a reduce-scatter of the layer input (tokens·h bf16) around the attention
   block and around a TP-split MLP, forward and the same backward (a MoE block with ETP 1 hands its
-  tokens to the dispatcher without them); ring volume per rank ``(t−1)/t`` of it;
+  tokens to the dispatcher without them); without SP the same volume moves as all-reduces; ring volume
+  per rank ``(t−1)/t`` of it;
 - CP ring (p2p): per attention layer ``(cp−1)`` K/V block exchanges forward, twice that backward,
   overlapped with the attention kernel (only the excess is exposed); a2a CP: Q, K, V and the output
   (and their gradients) redistributed between sequence and head splits;

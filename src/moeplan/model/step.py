@@ -164,7 +164,8 @@ def estimate_step(
             f"calibrated constants ({prov.get('mode', '?')} fit on {len(prov['run_ids'])} run(s){fit_txt}); "
             "the validity band is the packaged model's"
         )
-        if prov.get("gpus") and gpu.id not in prov["gpus"]:
+        gpus = prov.get("gpus")
+        if isinstance(gpus, list) and gpus and gpu.id not in gpus:
             assumptions.append(
                 f"the calibration runs were on {', '.join(prov['gpus'])}, not {gpu.id}: its factors are applied "
                 "to another GPU type"
@@ -398,10 +399,10 @@ def estimate_step(
                 one["launch_overhead"] += c.moe_sync_s_per_layer
             elif moe_layer and graphs == "full_iteration" and not lay.moe_pad_expert_input_to_capacity:
                 one_hid["cuda_graphs"] += c.moe_sync_s_per_layer  # the static-budget path has no host sync
-            if s.sp:
+            if s.tp > 1:
                 # SP gathers and scatters around the attention block, and around the MLP unless it is a
                 # MoE block whose experts are not TP-split (tokens go to the dispatcher as they are);
-                # shared experts are TP-split
+                # shared experts are TP-split. Without SP the same volume moves as all-reduces.
                 mlp_tp = not moe_layer or bool(m.moe_shared_expert_intermediate_size)
                 n_coll = 4 + (4 if mlp_tp else 0)
                 t_tp = tp_time(tokens, m.hidden_size, s.tp, gpu, c, lay.tp_comm_overlap, n_coll, t_dense)
@@ -558,7 +559,7 @@ def estimate_step(
         n_mb,
         rel_name,
         assumptions,
-        assess(s).to_dict(),
+        assess(s, c).to_dict(),
         tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
         [x / rel for x in totals],
         rel,

@@ -116,8 +116,9 @@ def layout_kind(s: Scenario) -> list[str]:
     return kinds
 
 
-def assess(s: Scenario) -> Validity:
-    """Compare a resolved scenario with the coverage of the fitted runs."""
+def assess(s: Scenario, constants=None) -> Validity:
+    """Compare a resolved scenario with the coverage of the fitted runs; ``constants`` (default: the
+    packaged ones, else a calibration profile) say which container releases have a fitted factor."""
     cov = coverage()
     if not cov:
         return Validity(False, ["no coverage data packaged"], float("nan"), "none")
@@ -141,9 +142,10 @@ def assess(s: Scenario) -> Validity:
     from moeplan.model.constants import load_constants
     from moeplan.model.step import release_of
 
-    stated, fitted = release_of(s), load_constants().release_factor
+    c = constants or load_constants()
+    stated, fitted = release_of(s), c.release_factor
     if stated is not None and fitted and stated not in fitted:
-        used = load_constants().release(stated)[0]
+        used = c.release(stated)[0]
         out.append(
             f"container {stated} was not measured (fitted releases: {', '.join(fitted)}): the software "
             f"efficiency of {used} stands in for it"

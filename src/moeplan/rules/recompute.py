@@ -26,8 +26,8 @@ def allowed_modules(version: tuple[int, ...]) -> tuple[str, ...]:
 @rule(
     "recompute.granularity_fields",
     "[TC] transformer_config.py; [ARGS]",
-    "full recompute needs recompute_method (uniform|block) and recompute_num_layers in 1..L/PP; "
-    "selective must leave both unset",
+    "full recompute needs recompute_method (uniform|block) and recompute_num_layers in 1..L/PP "
+    "(1 with uniform and MTP layers: multi_token_prediction.py); selective must leave both unset",
 )
 def _fields(s, e):
     lay = s.layout
@@ -55,6 +55,15 @@ def _fields(s, e):
                 e.error(
                     f"recompute_num_layers ({lay.recompute_num_layers}) must be ≥ 1",
                     "use 1 (uniform: layers per checkpoint chunk)",
+                    "recompute_num_layers",
+                )
+            )
+        elif lay.recompute_method == "uniform" and lay.recompute_num_layers != 1 and s.mtp_num_layers:
+            out.append(
+                e.error(
+                    f"recompute_num_layers ({lay.recompute_num_layers}) must be 1 with uniform recompute and MTP "
+                    "layers (MultiTokenPredictionLayer asserts it)",
+                    "set recompute_num_layers: 1, or recompute_method: block (MTP blocks then run without recompute)",
                     "recompute_num_layers",
                 )
             )

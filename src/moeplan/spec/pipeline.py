@@ -16,6 +16,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+#: longest expanded layout accepted (layers, stage separators, E/m/L): far above any model's layers
+MAX_LAYOUT_SYMBOLS = 100_000
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
 _SINGLE = re.compile(r"([EtmL])\*(\d+)")
 _ALLOWED = set("EtmL|")
@@ -52,12 +54,25 @@ def _parse_string(layout: str) -> tuple[tuple[str, ...], ...]:
     """The string grammar of :func:`parse_layout`, cached (the search parses the same few layouts
     thousands of times). Raises LayoutSyntaxError."""
     s = re.sub(r"[\s,]", "", layout)
+
+    def expand(mt: re.Match) -> str:
+        n = int(mt.group(2))
+        if n * max(1, len(mt.group(1))) > MAX_LAYOUT_SYMBOLS:
+            raise LayoutSyntaxError(
+                f"repeat {mt.group(0)[:40]!r} expands past {MAX_LAYOUT_SYMBOLS} symbols; a layout lists each layer once"
+            )
+        return mt.group(1) * n
+
     for _ in range(100):
-        new = _GROUP.sub(lambda mt: mt.group(1) * int(mt.group(2)), s)
+        new = _GROUP.sub(expand, s)
+        if len(new) > MAX_LAYOUT_SYMBOLS:
+            raise LayoutSyntaxError(f"layout expands past {MAX_LAYOUT_SYMBOLS} symbols; a layout lists each layer once")
         if new == s:
             break
         s = new
-    s = _SINGLE.sub(lambda mt: mt.group(1) * int(mt.group(2)), s)
+    s = _SINGLE.sub(expand, s)
+    if len(s) > MAX_LAYOUT_SYMBOLS:
+        raise LayoutSyntaxError(f"layout expands past {MAX_LAYOUT_SYMBOLS} symbols; a layout lists each layer once")
     bad = set(s) - _ALLOWED
     if bad:
         raise LayoutSyntaxError(

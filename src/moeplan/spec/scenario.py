@@ -311,10 +311,12 @@ def load_scenario_file(path: str | Path) -> dict:
     return data
 
 
-#: layout keys a recipe row sets as one choice (graphs, dispatcher, recompute)
+#: layout keys a recipe row sets as one choice (graphs, dispatcher, recompute); the static-budget
+#: expert path belongs to both the full-iteration graph and the HybridEP dispatcher
+_STATIC_BUDGET = ("moe_expert_rank_capacity_factor", "moe_paged_stash", "use_transformer_engine_op_fuser")
 _RECIPE_KEY_GROUPS = (
-    ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules"),
-    ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend"),
+    ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules", *_STATIC_BUDGET),
+    ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", *_STATIC_BUDGET),
     ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"),
 )
 
@@ -566,7 +568,7 @@ def resolve(inp: ScenarioInput) -> Scenario:
     from moeplan.spec.recipes import recipe_fills
 
     gpu_id = inp.system.gpu if isinstance(inp.system.gpu, str) else None
-    for key, value, why in recipe_fills(
+    fills = recipe_fills(
         inp.recipe_defaults,
         model,
         inp.training.precision,
@@ -576,11 +578,19 @@ def resolve(inp: ScenarioInput) -> Scenario:
         layout=lay.model_dump(),
         micro_batch_size=inp.training.micro_batch_size,
         num_gpus=inp.system.num_gpus,
-    ):
-        # keys that only make sense together come from one source: a stated member keeps the rest
-        # of its group unfilled (a stated full-iteration graph takes no TE-graph scope from a row)
-        group = next((g for g in _RECIPE_KEY_GROUPS if key in g), (key,))
-        if key not in upd and not stated & set(group):
+    )
+    # keys that only make sense together come from one source: when a stated key of a group differs
+    # from what the recipe sets, the rest of the group is not filled (a stated full-iteration graph
+    # takes no TE-graph scope from a row; a stated all-to-all takes no HybridEP budget)
+    offered: dict[str, Any] = {}
+    for key, value, _ in fills:
+        offered.setdefault(key, value)
+    stated_values = lay.model_dump(include=set(stated))
+    clashing = [
+        g for g in _RECIPE_KEY_GROUPS if any(k in stated and k in offered and stated_values[k] != offered[k] for k in g)
+    ]
+    for key, value, why in fills:
+        if key not in stated and key not in upd and not any(key in g for g in clashing):
             upd[key] = value
             res.append(Resolution(key, value, f"recipe fill: {why}"))
     if upd:
@@ -619,6 +629,9 @@ def resolve(inp: ScenarioInput) -> Scenario:
                 "unset: Bridge HF providers use alltoall" if bridge else "unset: megatron-core default",
             )
         )
+    if moe and lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend is None:
+        upd["moe_flex_dispatcher_backend"] = "deepep"
+        res.append(Resolution("moe_flex_dispatcher_backend", "deepep", "unset: megatron-core default for flex"))
     if lay.moe_token_dispatcher_type is None and lay.moe_flex_dispatcher_backend is not None and not moe:
         upd["moe_token_dispatcher_type"] = "flex"
         res.append(Resolution("moe_token_dispatcher_type", "flex", "unset: a flex backend was given"))
