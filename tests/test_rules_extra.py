@@ -149,3 +149,25 @@ def test_uniform_full_recompute_with_mtp_needs_one_layer_per_chunk():
     for fix in ({"recompute_num_layers": 1}, {"recompute_method": "block"}):
         ok = {**base, "layout": {**base["layout"], **fix}}
         assert "recompute.granularity_fields" not in [f.rule_id for f in validate(load_scenario(ok)).errors]
+
+
+def test_uneven_split_hint_prefers_a_balanced_layout_over_heavy_ends():
+    from moeplan import load_scenario
+    from moeplan.rules import validate
+    from moeplan.spec.pipeline import parse_layout
+
+    s = load_scenario(
+        {
+            "model": "openai/gpt-oss-120b",
+            "system": {"gpu": "h100", "num_gpus": 128},
+            "training": {"seq_length": 4096, "global_batch_size": 512, "precision": "bf16"},
+            "layout": {"pipeline_model_parallel_size": 16, "expert_model_parallel_size": 8},
+        }
+    )
+    (f,) = [x for x in validate(s).errors if x.rule_id == "pipeline.num_layers_divisible_by_pp"]
+    # 36 layers over 16 stages: stage sizes alone would need 4 + 4 at the ends and 2 in the middle
+    assert "pipeline_model_parallel_layout: '" in f.fix and "num_layers_in_first" not in f.fix
+    layout = f.fix.split("pipeline_model_parallel_layout: '")[1].split("'")[0]
+    stages = parse_layout(layout)
+    assert len(stages) == 16 and sum(st.count("t") for st in stages) == 36
+    assert max(st.count("t") for st in (stages[0], stages[-1])) <= min(st.count("t") for st in stages[1:-1])

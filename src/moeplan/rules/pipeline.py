@@ -23,8 +23,9 @@ def _even_options(n_layers: int, pp: int, vpp: int) -> str:
 def uneven_split(n_layers: int, pp: int) -> tuple[int, int, int] | None:
     """A legal uneven split for ``n_layers`` over ``pp`` ≥ 2 stages: ``(first, last, k)`` with k = ⌈L/PP⌉
     layers on each middle stage (lowered until the ends keep one layer each) and the rest shared by the
-    first and last stages, which also hold the embedding and the loss and so get fewer. None when no
-    split leaves every stage a layer."""
+    first and last stages, which also hold the embedding and the loss and so should get fewer; when
+    the middle count has to drop, the ends can get more (callers check ``max(first, last) > k``).
+    None when no split leaves every stage a layer."""
     if pp < 2 or n_layers < pp:
         return None
     k = -(-n_layers // pp)
@@ -36,8 +37,10 @@ def uneven_split(n_layers: int, pp: int) -> tuple[int, int, int] | None:
     return ends // 2, ends - ends // 2, k
 
 
-def _uneven_hint(n_layers: int, pp: int) -> str:
-    """The uneven split of :func:`uneven_split`, as a fix text."""
+def _uneven_hint(n_layers: int, pp: int, s=None) -> str:
+    """The uneven split of :func:`uneven_split`, as a fix text; when it would load the first and last
+    stages more than a middle one (they also hold the embedding and the output layer), the balanced
+    ``pipeline_model_parallel_layout`` of the planner for scenario ``s`` instead."""
     if pp < 2:
         return "PP = 1"
     if n_layers < pp:
@@ -46,6 +49,14 @@ def _uneven_hint(n_layers: int, pp: int) -> str:
     if split is None:
         return f"PP ≤ {n_layers}"
     first, last, k = split
+    if max(first, last) > k and s is not None and s.model is not None:
+        from moeplan.plan.space import output_stage_layers, pipeline_split
+
+        seq = s.training.seq_length or 4096
+        tail = output_stage_layers(s.model, seq, 1, s.mtp_num_layers)
+        bal = pipeline_split(n_layers, pp, 1, s.mtp_num_layers, tail)
+        if bal and "pipeline_model_parallel_layout" in bal:
+            return f"pipeline_model_parallel_layout: {bal['pipeline_model_parallel_layout']!r} (balanced; stage sizes alone would load the ends most)"
     if pp == 2:
         return f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
     middle = "middle stage" if pp == 3 else f"{pp - 2} middle stages"
@@ -73,12 +84,18 @@ def _even_pp(s, e):
     n = m.num_layers + extra
     if n % s.pp:
         counted = f"num_layers ({m.num_layers}" + (f" + {extra} for embedding/loss = {n})" if extra else ")")
+        hint = _uneven_hint(m.num_layers, s.pp, s) if s.vpp <= 1 and not extra else ""
         return [
             e.error(
                 f"{counted} is not divisible by PP ({s.pp})",
                 f"{_even_options(m.num_layers, s.pp, 1)}, "
                 + (
-                    f"or {_uneven_hint(m.num_layers, s.pp)}, or a pipeline_model_parallel_layout"
+                    f"or {hint}"
+                    + (
+                        ""
+                        if hint.startswith("pipeline_model_parallel_layout")
+                        else ", or a pipeline_model_parallel_layout"
+                    )
                     if s.vpp <= 1 and not extra
                     else "or a pipeline_model_parallel_layout (uneven stage sizes "
                     + ("must also split by VPP" if s.vpp > 1 else "cannot be combined with account_for_*")
