@@ -337,12 +337,12 @@ def estimate_step(
             recomputed = {li for chunk in chunks for pos, li in enumerate(chunk) if pos < n_rc}
         else:
             recomputed = set(st.layers) if gran == "full" else set()
-        groups: dict[tuple, list[bool]] = {}
+        groups: dict[tuple, list[bool]] = {}  # layer kind → whether each such layer is recomputed
+        firsts: dict[tuple, int] = {}  # layer kind → the layer that stands for it
         for li in st.layers:
-            groups.setdefault((kinds_all[li], bool(moe_all[li])), []).append(li in recomputed)
-        firsts = {}
-        for li in st.layers:
-            firsts.setdefault((kinds_all[li], bool(moe_all[li])), li)
+            key = (kinds_all[li], bool(moe_all[li]))
+            groups.setdefault(key, []).append(li in recomputed)
+            firsts.setdefault(key, li)
         if st.mtp_layers:
             # an MTP block runs one decoder layer built from the decoder's last layer spec
             # (megatron/core/transformer/multi_token_prediction.py), plus its 2h → h projection

@@ -86,17 +86,20 @@ def output_stage_layers(m, seq_length: int, tp: int, mtp_layers: int) -> float:
     """The last stage's work beyond its decoder layers, in average decoder layers: the output layer
     (logits) and each MTP block (a decoder layer, its 2h→h projection and its own logits), from
     Megatron's FLOP count (:func:`moeplan.model.flops.model_flops`). DeepSeek-V3 with one MTP block:
-    3.9 (logits 1.4, MTP block 2.5)."""
+    3.9 (logits 1.4, MTP block 2.5); 0 for a partial model without the dimensions to count."""
     from moeplan.model.flops import model_flops
 
     key = (id(m), seq_length, tp, mtp_layers)
     hit = _TAIL_CACHE.get(key)
     if hit is not None and hit[0] is m:
         return hit[1]
-    base = model_flops(m, seq_length, tp, 0).parts
-    decoder = sum(v for k, v in base.items() if k != "logits")
-    avg = decoder / max(1, m.num_layers)
-    extra = model_flops(m, seq_length, tp, mtp_layers).total - decoder
+    try:
+        base = model_flops(m, seq_length, tp, 0).parts
+        decoder = sum(v for k, v in base.items() if k != "logits")
+        avg = decoder / max(1, m.num_layers)
+        extra = model_flops(m, seq_length, tp, mtp_layers).total - decoder
+    except (TypeError, ValueError, ZeroDivisionError):  # a partial model: no FLOP count to weigh with
+        avg = extra = 0.0
     out = extra / avg if avg > 0 else 0.0
     if len(_TAIL_CACHE) > 1000:
         _TAIL_CACHE.clear()

@@ -52,11 +52,7 @@ def _uneven_hint(n_layers: int, pp: int, s=None) -> str:
     if max(first, last) > k and s is not None and s.model is not None:
         from moeplan.plan.space import output_stage_layers, pipeline_split
 
-        seq = s.training.seq_length or 4096
-        try:
-            tail = output_stage_layers(s.model, seq, 1, s.mtp_num_layers)
-        except (TypeError, ValueError, ZeroDivisionError):  # a partial model: no FLOP count to weigh with
-            tail = 0.0
+        tail = output_stage_layers(s.model, s.training.seq_length or 4096, 1, s.mtp_num_layers)
         bal = pipeline_split(n_layers, pp, 1, s.mtp_num_layers, tail)
         if bal and "pipeline_model_parallel_layout" in bal:
             return f"pipeline_model_parallel_layout: {bal['pipeline_model_parallel_layout']!r} (balanced; stage sizes alone would load the ends most)"
