@@ -329,7 +329,7 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
         if missing:
             raise InputError(f"runs[{i}] ({rid}).{missing[0]}", None, "a value: the step-time model needs it")
         if release is None:  # the scenario's own container, as the estimate reads it
-            from moeplan.model.step import release_of
+            from moeplan.model.constants import release_of
 
             release = release_of(s)
         out.append(Run(rid, s, float(meas), release))

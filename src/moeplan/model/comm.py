@@ -24,13 +24,14 @@ domain when the product of the inner sizes does.
 from __future__ import annotations
 
 from moeplan.model.constants import TimeConstants
+from moeplan.model.hardware import nic_bytes_per_s, nvlink_bytes_per_s
 from moeplan.spec.system import GpuSpec
 
 
 def link_bw(gpu: GpuSpec, span_gpus: int, c: TimeConstants) -> float:
     """Bytes/s one GPU achieves in a collective whose group spans ``span_gpus`` consecutive ranks."""
-    nvlink = (gpu.scaleup_unidir_gb_per_s or 100) * 1e9 * c.nvlink_efficiency
-    nic = (gpu.nic_gbit_per_s_per_gpu or 200) / 8 * 1e9 * c.nic_efficiency
+    nvlink = nvlink_bytes_per_s(gpu) * c.nvlink_efficiency
+    nic = nic_bytes_per_s(gpu) * c.nic_efficiency
     return nvlink if span_gpus <= gpu.scaleup_domain_gpus else nic
 
 
@@ -115,10 +116,10 @@ def ep_time(
     d_bytes = (1 + 1 / 128) if fp8_dispatch else 2
     vol = routed_tokens * h * (d_bytes + 2 + 2 + 2) * (ep - 1) / ep
     eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
-    nvlink = (gpu.scaleup_unidir_gb_per_s or 100) * 1e9 * eff
+    nvlink = nvlink_bytes_per_s(gpu) * eff
     if group <= gpu.scaleup_domain_gpus:
         return vol / nvlink + t_etp
-    nic = (gpu.nic_gbit_per_s_per_gpu or 200) / 8 * 1e9 * eff
+    nic = nic_bytes_per_s(gpu) * eff
     cross = 1 - gpu.scaleup_domain_gpus / group
     cross_vol = vol * cross
     if dispatcher in ("deepep", "hybridep") and topk > 1:

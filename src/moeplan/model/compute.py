@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.constants import TimeConstants
+from moeplan.model.hardware import hbm_bytes_per_s
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
 
@@ -144,7 +145,7 @@ def speeds(
     return Speeds(
         gemm_flops_per_s=peak * 1e12 * frac,
         attention_flops_per_s=attn_peak * 1e12,
-        hbm_bytes_per_s=(gpu.hbm_bandwidth_gb_per_s or 3000) * 1e9,
+        hbm_bytes_per_s=hbm_bytes_per_s(gpu),
     )
 
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from moeplan.spec.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -86,3 +91,14 @@ def load_constants() -> TimeConstants:
     except FileNotFoundError:
         return TimeConstants()
     return TimeConstants(**data)
+
+
+_RELEASE_IN_TEXT = re.compile(r"(?<![\d.])(\d\d\.\d\d(?:\.\d\d)?)(?![\d.])")
+
+
+def release_of(s: Scenario) -> str | None:
+    """The container release (``26.04.01``) named in ``versions.container`` (``nvcr.io/nvidia/nemo:26.04.01``
+    works too); None when not given or not readable as exactly one ``NN.NN[.NN]``."""
+    text = s.input.versions.container or ""
+    found = _RELEASE_IN_TEXT.findall(text)
+    return found[0] if len(found) == 1 and "\n" not in text else None

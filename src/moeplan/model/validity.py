@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
+from moeplan.model.constants import load_constants, release_of
 from moeplan.spec.scenario import Scenario
 
 #: median signed error (%) of a (model, GPU) pair's published runs from which an estimate warns of it
@@ -139,8 +140,6 @@ def assess(s: Scenario, constants=None) -> Validity:
     for k in layout_kind(s):
         if k not in cov["layout_kinds"]:
             out.append(f"layout feature '{k}' never appears in the measured runs")
-    from moeplan.model.constants import load_constants
-    from moeplan.model.step import release_of
 
     c = constants or load_constants()
     stated, fitted = release_of(s), c.release_factor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from moeplan.rules.base import rule
+from moeplan.spec.numerics import drop_and_pad
 
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
@@ -147,11 +148,7 @@ def _moe_scopes(s, e):
                 "cuda_graph_scope",
             )
         )
-    drop_pad = (
-        lay.moe_expert_capacity_factor is not None
-        and lay.moe_expert_capacity_factor >= 0
-        and lay.moe_pad_expert_input_to_capacity
-    )
+    drop_pad = drop_and_pad(s)
     if "moe" in sc and not drop_pad:
         out.append(
             e.error(
@@ -192,11 +189,7 @@ def _full_iteration_moe(s, e):
     m = s.model
     if not full_iter or m is None or not m.is_moe:
         return None
-    drop_pad = (
-        lay.moe_expert_capacity_factor is not None
-        and lay.moe_expert_capacity_factor >= 0
-        and lay.moe_pad_expert_input_to_capacity
-    )
+    drop_pad = drop_and_pad(s)
     backend = lay.moe_flex_dispatcher_backend if lay.moe_token_dispatcher_type == "flex" else None
     rank_budget = lay.moe_expert_rank_capacity_factor is not None and backend in ("hybridep", "ncclep")
     if drop_pad or rank_budget:

@@ -1,0 +1,408 @@
+"""Per-GPU memory: weights, gradients, optimizer state, activations and non-tensor memory, for every
+pipeline stage, and the verdict against the GPU's usable HBM.
+
+The terms, one module each: :mod:`.static` (weights, gradients, optimizer state, host memory of an
+offloading optimizer), :mod:`.stage_activations` (saved tensors of every in-flight microbatch),
+:mod:`.other` (backward working set, CP buffers, CUDA context, NCCL / dispatcher buffers, CUDA graph
+buffers, allocator fragmentation). Bytes per element, the routed-token factor and shard degrees come
+from :mod:`moeplan.spec.numerics`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from moeplan.errors import InputError
+from moeplan.model.activations import ActContext
+from moeplan.model.memory.other import (
+    backward_working_set,
+    cp_kv_buffers,
+    fixed_buffers,
+    fragmentation,
+    graph_buffers,
+)
+from moeplan.model.memory.stage_activations import decoder_activations, tail_activations
+from moeplan.model.memory.static import static_memory
+from moeplan.model.overheads import Overheads, resolve_overheads
+from moeplan.model.schedule import inflight_microbatches
+from moeplan.model.vision import vision_cost
+from moeplan.spec.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
+from moeplan.spec.params import padded_vocab_size
+from moeplan.spec.pipeline import StagePlan
+from moeplan.spec.placement import StageParams, stage_params, stage_plan
+from moeplan.spec.scenario import Scenario
+from moeplan.units import GIB_BYTES
+
+#: Headroom below which a fitting layout is called "tight" (fraction of usable HBM).
+TIGHT_HEADROOM = 0.05
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak memory of one GPU of pipeline stage ``stage`` (bytes), itemised.
+
+    ``items`` maps each category (weights, grads, optimizer, activations, other) to named parts;
+    the category totals are the sums of their parts and ``total_bytes`` the sum of the categories.
+    """
+
+    stage: int
+    num_layers: int
+    inflight_microbatches: float
+    items: dict[str, dict[str, float]]
+    host_bytes: float = 0.0
+    chunks: tuple[tuple[int, int, float], ...] = ()
+
+    def category(self, name: str) -> int:
+        return int(round(sum(self.items.get(name, {}).values())))
+
+    @property
+    def weights_bytes(self) -> int:
+        return self.category("weights")
+
+    @property
+    def grads_bytes(self) -> int:
+        return self.category("grads")
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return self.category("optimizer")
+
+    @property
+    def activations_bytes(self) -> int:
+        return self.category("activations")
+
+    @property
+    def other_bytes(self) -> int:
+        return self.category("other")
+
+    @functools.cached_property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "num_layers": self.num_layers,
+            "inflight_microbatches": self.inflight_microbatches,
+            "total_bytes": self.total_bytes,
+            "weights_bytes": self.weights_bytes,
+            "grads_bytes": self.grads_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "activations_bytes": self.activations_bytes,
+            "other_bytes": self.other_bytes,
+            "host_bytes": int(self.host_bytes),
+            "virtual_chunks": [
+                {"vp_stage": v, "num_layers": n, "activations_per_microbatch_bytes": int(round(b))}
+                for v, n, b in self.chunks
+            ],
+            "items": {k: {n: int(round(v)) for n, v in d.items()} for k, d in self.items.items()},
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-stage memory and the verdict.
+
+    ``verdict``: ``fits`` (headroom ≥ 5 %), ``tight`` (0–5 %), ``does-not-fit``, or ``unknown``
+    when the scenario names no GPU. ``host_bytes_per_node`` is set when optimizer state is offloaded.
+    """
+
+    stages: list[StageMemory]
+    capacity_bytes: int | None
+    gpus_per_node: int | None
+    host_capacity_bytes_per_node: int | None
+    overheads: Overheads
+    assumptions: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def peak_stage(self) -> StageMemory:
+        return max(self.stages, key=lambda st: st.total_bytes)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak_stage.total_bytes
+
+    @property
+    def headroom_fraction(self) -> float | None:
+        if not self.capacity_bytes:
+            return None
+        return (self.capacity_bytes - self.peak_bytes) / self.capacity_bytes
+
+    @property
+    def verdict(self) -> str:
+        """``does-not-fit`` also when offloaded optimizer state overflows the node's host memory."""
+        h = self.headroom_fraction
+        if self.host_fits is False:
+            return "does-not-fit"
+        if h is None:
+            return "unknown"
+        if h < 0:
+            return "does-not-fit"
+        return "tight" if h < TIGHT_HEADROOM else "fits"
+
+    @property
+    def fits(self) -> bool | None:
+        if self.host_fits is False:
+            return False
+        h = self.headroom_fraction
+        return None if h is None else h >= 0
+
+    @property
+    def host_bytes_per_node(self) -> int | None:
+        per_gpu = max((st.host_bytes for st in self.stages), default=0.0)
+        if per_gpu <= 0:
+            return None
+        return int(per_gpu * (self.gpus_per_node or 1))
+
+    @property
+    def host_fits(self) -> bool | None:
+        """Offloaded optimizer state vs the node's host memory (None when unknown or not offloading)."""
+        if self.host_bytes_per_node is None or self.host_capacity_bytes_per_node is None:
+            return None
+        return self.host_bytes_per_node <= self.host_capacity_bytes_per_node
+
+    def to_dict(self) -> dict:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "peak_stage": self.peak_stage.stage,
+            "capacity_bytes": self.capacity_bytes,
+            "headroom_fraction": self.headroom_fraction,
+            "fits": self.fits,
+            "verdict": self.verdict,
+            "host_bytes_per_node": self.host_bytes_per_node,
+            "host_capacity_bytes_per_node": self.host_capacity_bytes_per_node,
+            "host_fits": self.host_fits,
+            "stages": [st.to_dict() for st in self.stages],
+            "overheads": self.overheads.to_dict(),
+            "assumptions": list(self.assumptions),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Common:
+    """What every stage of one estimate shares."""
+
+    plan: StagePlan
+    ctx: ActContext
+    modules: frozenset[str]
+    fused_ce: bool
+    vpad: int
+    num_microbatches: int | None
+    numerics: OptimizerNumerics
+    overheads: Overheads
+
+
+def _need(s: Scenario) -> None:
+    missing = []
+    if s.model is None or s.model.num_layers is None or s.model.hidden_size is None:
+        missing.append("model")
+    if s.training.seq_length is None:
+        missing.append("training.seq_length")
+    if not s.num_gpus:
+        missing.append("system.num_gpus")
+    if missing:
+        raise InputError(missing[0], None, "a value: the memory estimate needs " + ", ".join(missing))
+    if not s.folds:
+        raise InputError(
+            "system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP (run `moeplan check`)"
+        )
+
+
+def _num_microbatches(s: Scenario) -> int | None:
+    t = s.training
+    if t.global_batch_size is None or s.dp is None:
+        return None
+    mbs = t.micro_batch_size or 1
+    return max(1, t.global_batch_size // (mbs * s.dp))
+
+
+def _pipeline(s: Scenario, assumptions: list[str]) -> StagePlan:
+    """The stage plan as given, or a near-even split (said in ``assumptions``) when the layers do not
+    divide; refuses a layout that does not parse or leaves ranks empty."""
+    m, lay = s.model, s.layout
+    plan = stage_plan(s, allow_balanced=True)
+    if plan is None:
+        raise InputError(
+            "pipeline_model_parallel_layout",
+            lay.pipeline_model_parallel_layout,
+            "a layout that parses and matches the model (run `moeplan check`)",
+        )
+    vpp_txt = f" × VPP {s.vpp}" if s.vpp > 1 else ""
+    as_given = stage_plan(s) is not None
+    if min(len(plan.rank_layers(r)) for r in range(s.pp)) == 0 and not as_given:
+        raise InputError(
+            "pipeline_model_parallel_size",
+            s.pp,
+            f"a pipeline that gives every rank layers: {m.num_layers} layers over PP {s.pp}{vpp_txt} leaves ranks empty",
+        )
+    if not as_given:
+        assumptions.append(
+            f"{m.num_layers} layers do not split as given over PP {s.pp}{vpp_txt}: estimated with a near-even "
+            "split (set pipeline_model_parallel_layout or uneven stages to be exact)"
+        )
+    return plan
+
+
+def _numerics_notes(s: Scenario, num: OptimizerNumerics, assumptions: list[str]) -> None:
+    lay = s.layout
+    if lay.grad_reduce_in_fp32 is None:
+        assumptions.append("grad_reduce_in_fp32 unset: true (fp32 main grads, Bridge bf16_mixed / Megatron-LM bf16)")
+    if num.fsdp_strategy is not None and lay.data_parallel_sharding_strategy is None:
+        assumptions.append(
+            "data_parallel_sharding_strategy unset with Megatron-FSDP: optim_grads_params "
+            "(what Bridge's --use_megatron_fsdp sets)"
+        )
+
+
+def _activation_context(s: Scenario, assumptions: list[str]) -> ActContext:
+    lay, t = s.layout, s.training
+    is_fp8 = t.precision != "bf16"
+    hd = lay.hidden_dropout if lay.hidden_dropout is not None else 0.0
+    ad = lay.attention_dropout if lay.attention_dropout is not None else 0.0
+    if lay.hidden_dropout is None and lay.attention_dropout is None:
+        assumptions.append("hidden/attention dropout unset: 0 (as the HF configs and Bridge providers set)")
+    r = routing(s)
+    if r.source == "imbalance" and not r.imbalance_stated:
+        assumptions.append(
+            f"dropless routing without forced balance: busiest expert rank gets {r.factor}× the "
+            "mean tokens (assumptions.routing_imbalance_factor)"
+        )
+    mbs = t.micro_batch_size or 1
+    seq_local = t.seq_length / s.cp
+    return ActContext(
+        tokens=mbs * seq_local,
+        seq_local=seq_local,
+        micro_batch_size=mbs,
+        tp=s.tp,
+        sp=s.sp,
+        etp=s.etp,
+        act_bytes=2.0,
+        lin_in_bytes=linear_input_bytes(t.precision),
+        hidden_dropout=hd,
+        attention_dropout=ad,
+        unfused_attention=(lay.attention_backend or "auto") == "unfused",
+        routing_factor=r.factor,
+        fp8_attention=bool(lay.fp8_dot_product_attention) and is_fp8,
+    )
+
+
+def _common(s: Scenario, assumptions: list[str]) -> _Common:
+    lay, t = s.layout, s.training
+    if t.micro_batch_size is None:
+        assumptions.append("micro_batch_size unset: 1")
+    n_mb = _num_microbatches(s)
+    if n_mb is None:
+        assumptions.append("global_batch_size unset: the pipeline is assumed full (enough microbatches)")
+    plan = _pipeline(s, assumptions)
+    num = optimizer_numerics(s)
+    _numerics_notes(s, num, assumptions)
+    ctx = _activation_context(s, assumptions)
+    gran = lay.recompute_granularity
+    modules = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]
+    fused_ce = lay.cross_entropy_loss_fusion
+    if fused_ce is None:
+        fused_ce = s.framework == "megatron-bridge"
+        assumptions.append(f"cross_entropy_loss_fusion unset: {fused_ce} ({s.framework} default)")
+    ov = resolve_overheads(
+        s.input.overheads.model_dump(),
+        "expandable_segments:true" in s.environment.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+    )
+    return _Common(
+        plan=plan,
+        ctx=ctx,
+        modules=frozenset(modules) if gran == "selective" else frozenset(),
+        fused_ce=fused_ce,
+        vpad=padded_vocab_size(s.model.vocab_size, s.tp),
+        num_microbatches=n_mb,
+        numerics=num,
+        overheads=ov,
+    )
+
+
+def estimate_memory(s: Scenario) -> MemoryEstimate:
+    """Peak memory per GPU for every pipeline stage of a resolved scenario.
+
+    Raises:
+        InputError: when the model, sequence length or world size is missing, or DP/EDP is not an
+            integer (``moeplan check`` names the broken rule).
+    """
+    _need(s)
+    assumptions: list[str] = []
+    com = _common(s, assumptions)
+    stages = [_stage(s, sp, com) for sp in stage_params(s, allow_balanced=True)]
+    cap = s.gpu.usable_hbm_bytes if s.gpu else None
+    host_cap = None
+    if s.gpu is not None and s.gpu.host_mem_per_gpu_gb and s.gpus_per_node:
+        host_cap = int(s.gpu.host_mem_per_gpu_gb * 1e9 * s.gpus_per_node)
+    vc = vision_cost(s) if s.model.vision is not None else None
+    if vc is not None and vc.assumed:
+        assumptions.append(
+            "no workload: the vision tower is costed for a planning mix (half the sequence image tokens); "
+            "give workload: (moeplan vlm-stats) for your data"
+        )
+    return MemoryEstimate(stages, cap, s.gpus_per_node, host_cap, com.overheads, assumptions)
+
+
+def _activations(s: Scenario, sp: StageParams, com: _Common, other: dict[str, float]) -> tuple[dict, float, object]:
+    """A stage's activations (bytes, named), its in-flight microbatches and its decoder record; the
+    ViT's working set goes to ``other``."""
+    lay, ctx = s.layout, com.ctx
+    dec = decoder_activations(s, sp, com.plan, ctx, com.modules)
+    inflight = inflight_microbatches(
+        s.pp, sp.stage, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage
+    )
+    act = {"decoder_layers": dec.per_microbatch_bytes * inflight}
+    if sp.embedding and s.model.vision is not None:
+        vc = vision_cost(s)
+        if vc is not None:
+            # ViT activations of every in-flight microbatch on the first stage (none kept when frozen),
+            # and one ViT layer's working set in backward
+            act["vision_tower"] = vc.activation_bytes * inflight
+            v = s.model.vision
+            other["vision_working_set"] = 2 * (9 * v.hidden_size + 2 * v.intermediate_size) * vc.patches / s.tp
+    if lay.overlap_moe_expert_parallel_comm and sp.layers:
+        # combined 1F1B (pipeline_parallel/combined_1f1b.py) interleaves the forward of one microbatch
+        # with the backward of another layer by layer: about one more layer is alive
+        act["ep_overlap_extra_layer"] = dec.per_microbatch_bytes / len(sp.layers)
+    if dec.offloaded_per_microbatch_bytes:
+        # offloaded tensors live on the host; two layers' worth are in flight (being copied out or back)
+        act["offload_staging"] = 2 * dec.worst_offloaded_bytes
+    act.update(tail_activations(s, sp, ctx, com.modules, com.fused_ce, com.vpad))
+    return act, inflight, dec
+
+
+def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
+    static = static_memory(s, sp, com.numerics)
+    other: dict[str, float] = {}
+    act, inflight, dec = _activations(s, sp, com, other)
+    ctx, ov = com.ctx, com.overheads
+    working = backward_working_set(s, sp, ctx, dec.worst_layer_full_bytes, com.fused_ce, com.vpad)
+    other["backward_working_set"] = working
+    if s.cp > 1:
+        other["cp_kv_buffers"] = cp_kv_buffers(s, ctx)
+    other.update(fixed_buffers(s, ctx, ov))
+    other.update(graph_buffers(s, ctx, ov, sum(act.values()), len(sp.layers), inflight))
+    other["allocator_fragmentation"] = fragmentation(s, ov, sum(act.values()) + working)
+    items = {
+        "weights": static.weights,
+        "grads": static.grads,
+        "optimizer": static.optimizer,
+        "activations": act,
+        "other": other,
+    }
+    host = static.host_bytes + dec.offloaded_per_microbatch_bytes * inflight
+    return StageMemory(sp.stage, len(sp.layers), inflight, items, host_bytes=host, chunks=tuple(dec.chunks))
+
+
+def headroom_gib(est: MemoryEstimate) -> float | None:
+    """Usable HBM minus the peak, GiB (negative when it does not fit)."""
+    if est.capacity_bytes is None:
+        return None
+    return (est.capacity_bytes - est.peak_bytes) / GIB_BYTES
+
+
+__all__ = ["TIGHT_HEADROOM", "MemoryEstimate", "StageMemory", "estimate_memory", "headroom_gib"]

@@ -1,0 +1,84 @@
+"""Transient and non-tensor memory of one rank (bytes, the ``other`` category).
+
+- the backward working set: one layer's activations (or one recompute chunk) re-materialized in
+  backward, and on the last stage the logits gradient of an unfused cross entropy;
+- CP ring buffers: K/V blocks in flight (send + receive) per attention layer, bf16;
+- CUDA context, NCCL and dispatcher buffers, workspaces (:mod:`moeplan.model.overheads`, planning
+  values); TP-overlap userbuffers;
+- CUDA graphs: the pools' overhead beyond what they hold, and per-layer graphs' static inputs and
+  outputs for every in-flight microbatch;
+- allocator fragmentation, a share of the dynamic memory (none under a full-iteration graph, whose
+  private pool is laid out once at capture).
+"""
+
+from __future__ import annotations
+
+from moeplan.model.activations import ActContext
+from moeplan.model.overheads import Overheads
+from moeplan.spec.placement import StageParams
+from moeplan.spec.scenario import Scenario
+from moeplan.units import GIB_BYTES
+
+
+def backward_working_set(
+    s: Scenario, sp: StageParams, ctx: ActContext, worst_layer_bytes: float, fused_ce: bool, vpad: int
+) -> float:
+    """The largest transient of backward (bytes): one layer, or one uniform recompute chunk, of
+    re-materialized activations; the unfused cross entropy's bf16 logits gradient on the last stage."""
+    lay = s.layout
+    uniform_full = lay.recompute_granularity == "full" and lay.recompute_method != "block"
+    working = worst_layer_bytes * ((lay.recompute_num_layers or 1) if uniform_full else 1)
+    if sp.output_layer:
+        logits_grad = 0.0 if fused_ce else ctx.tokens * vpad / ctx.tp * ctx.act_bytes
+        working = max(working, logits_grad)
+    return working
+
+
+def cp_kv_buffers(s: Scenario, ctx: ActContext) -> float:
+    """K/V blocks in flight of the CP ring (send + receive), bf16 (0 without CP)."""
+    m = s.model
+    if s.cp == 1:
+        return 0.0
+    if m.multi_latent_attention:
+        width = m.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
+    else:
+        width = 2 * (m.num_query_groups or 0) * (m.kv_channels or 0)
+    return 2 * ctx.tokens * width / s.tp * ctx.act_bytes
+
+
+def fixed_buffers(s: Scenario, ctx: ActContext, ov: Overheads) -> dict[str, float]:
+    """CUDA context, NCCL, workspaces, dispatcher and TP-overlap buffers (bytes, named)."""
+    lay = s.layout
+    out = {
+        "cuda_context": ov.cuda_context_gib * GIB_BYTES,
+        "nccl_buffers": ov.nccl_buffers_gib * GIB_BYTES,
+        "workspaces": ov.workspaces_gib * GIB_BYTES,
+    }
+    if lay.moe_token_dispatcher_type == "flex" and s.ep * s.etp > 1:
+        backend = lay.moe_flex_dispatcher_backend or "deepep"
+        gib = ov.hybridep_buffers_gib if backend == "hybridep" else ov.deepep_buffers_gib
+        out[f"{backend}_buffers"] = gib * GIB_BYTES
+    if lay.tp_comm_overlap and s.tp > 1:
+        out["tp_overlap_userbuffers"] = 2 * ctx.tokens * s.model.hidden_size * ctx.act_bytes
+    return out
+
+
+def graph_buffers(
+    s: Scenario, ctx: ActContext, ov: Overheads, activations: float, layers: int, inflight: float
+) -> dict[str, float]:
+    """CUDA graph pool overhead (a share of the activations) and per-layer graphs' captured inputs
+    and outputs for every in-flight microbatch (bytes, named; empty without graphs)."""
+    if not s.graphs_on():
+        return {}
+    out = {"cuda_graph_pool": ov.cuda_graph_pool_fraction * activations}
+    if s.layout.cuda_graph_impl != "full_iteration":
+        static = 2 * ctx.seq_tokens * s.model.hidden_size * ctx.act_bytes  # captured input + output per layer
+        out["cuda_graph_static_buffers"] = static * layers * max(1.0, inflight)
+    return out
+
+
+def fragmentation(s: Scenario, ov: Overheads, dynamic: float) -> float:
+    """Caching-allocator fragmentation: ``fragmentation_fraction`` of the dynamic memory; none under
+    a full-iteration graph (its pool overhead stands in for it)."""
+    frac = 0.0 if s.layout.cuda_graph_impl == "full_iteration" else ov.fragmentation_fraction
+    return frac * dynamic

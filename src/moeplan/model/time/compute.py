@@ -1,0 +1,54 @@
+"""A decoder layer's compute for one microbatch on one rank, forward + backward (s): dense GEMMs,
+grouped expert GEMMs, the attention kernels and memory-bound element-wise work.
+
+Executed FLOPs from :func:`moeplan.model.compute.layer_flops`; backward runs 2× the forward GEMMs
+(3× in all). GEMMs run at the achieved GEMM rate (peak × measured best-shape fraction) times the
+grouped-GEMM occupancy for few tokens per expert; attention at the achieved attention rate for the
+kernel length (:func:`moeplan.model.compute.attention_fraction`, first principles); element-wise work
+moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte (fitted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.model.activations import layer_activations
+from moeplan.model.compute import grouped_efficiency, layer_flops
+from moeplan.model.time.context import StepContext
+
+
+@dataclass(frozen=True)
+class LayerCompute:
+    """Compute time of one layer and microbatch, forward + backward (s), and what it saves.
+
+    Attributes:
+        dense_gemm_s / expert_gemm_s / attention_s / memory_bound_s: the four compute terms.
+        kept_bytes: saved tensors kept for backward, name → bytes (after selective recompute).
+    """
+
+    dense_gemm_s: float
+    expert_gemm_s: float
+    attention_s: float
+    memory_bound_s: float
+    kept_bytes: dict[str, float]
+
+    @property
+    def gemm_and_attention_s(self) -> float:
+        """GEMMs and attention together: the compute that can hide a paired exchange."""
+        return self.dense_gemm_s + self.expert_gemm_s + self.attention_s
+
+
+def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
+    """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
+    s, sp = ctx.s, ctx.speeds
+    f = layer_flops(
+        s.model, layer, ctx.tokens, ctx.seq_local, s.training.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor
+    )
+    t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
+    eff = grouped_efficiency(f.tokens_per_local_expert, ctx.c)
+    t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
+    t_core = 3 * f.attention_core / ctx.attention_rate_flops_per_s
+    kept, rec = layer_activations(s.model, layer, ctx.act, ctx.recompute_modules)
+    act = sum(kept.values()) + sum(rec.values())
+    t_mem = ctx.c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
+    return LayerCompute(t_dense, t_exp, t_core, t_mem, kept)

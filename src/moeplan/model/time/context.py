@@ -1,0 +1,212 @@
+"""What every step-time term needs, derived once per scenario.
+
+The numeric policy (routed-token factor, linear-input bytes) comes from :mod:`moeplan.spec.numerics`;
+achieved GEMM / attention / HBM rates from :func:`moeplan.model.compute.speeds`; link figures from
+:mod:`moeplan.model.hardware`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.errors import InputError
+from moeplan.model.activations import OFFLOAD_ITEMS, ActContext
+from moeplan.model.compute import Speeds, attention_fraction, speeds
+from moeplan.model.constants import TimeConstants
+from moeplan.model.hardware import host_link_bytes_per_s
+from moeplan.model.vision import VisionCost, vision_cost
+from moeplan.spec.numerics import linear_input_bytes, routing
+from moeplan.spec.params import padded_vocab_size
+from moeplan.spec.scenario import Scenario
+
+#: graph scopes and the share of a layer's launch overhead they remove (attention and router/
+#: preprocess are the launch-heavy parts of an MoE layer; ``full_iteration`` removes all)
+GRAPH_SHARE = {"attn": 0.4, "moe_router": 0.2, "moe_preprocess": 0.15, "mlp": 0.3, "moe": 0.3}
+
+
+@dataclass(frozen=True)
+class CpWidths:
+    """Per-token widths (elements, all heads) of the tensors context parallelism moves: ``kv`` the K
+    and V blocks of the ring; ``q`` / ``kv`` / ``o`` Q, K+V and the attention output of the
+    all-to-all. MLA: Q and K are ``qk_head_dim + qk_pos_emb_head_dim`` wide per head, V and O
+    ``v_head_dim``."""
+
+    q: int
+    kv: int
+    o: int
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Per-scenario quantities of the step-time model (one microbatch on one rank unless stated).
+
+    Attributes:
+        s / c: the resolved scenario and the time constants.
+        mbs / num_microbatches: micro-batch size (sequences) and microbatches per step per pipeline.
+        seq_local / tokens: sequence length per CP rank and tokens of one microbatch there.
+        routing_factor: routed tokens on the busiest expert rank / the balanced share.
+        speeds: achieved GEMM and attention-peak FLOP/s and HBM bytes/s.
+        attention_rate_flops_per_s: achieved attention FLOP/s at this kernel length.
+        act: the activation context (what a layer saves for backward).
+        recompute_modules / recompute_granularity / recompute_num_layers: the recompute settings.
+        graphs / graph_share: ``cuda_graph_impl`` (``none`` when unset) and the share of the launch
+            overhead its scopes remove.
+        dispatcher: the flex backend (``deepep``, ``hybridep``), else ``alltoall`` (the allgather
+            dispatcher is costed as all-to-all).
+        cp_widths / cp_comm_type: what CP moves and how (``p2p`` when unset or a per-layer list).
+        padded_vocab: the vocabulary padded for TP.
+        offload_items: saved tensors moved to the host by fine-grained activation offload.
+        host_link_bytes_per_s: the GPU ↔ host link.
+        ep_overlap: EP A2A overlap is on and has a second microbatch to pair with.
+        lm_factor: the share of the language model's GEMM work done (2/3 or 1/3 when frozen).
+        vision: the vision tower's work (None without one).
+    """
+
+    s: Scenario
+    c: TimeConstants
+    mbs: int
+    num_microbatches: int
+    seq_local: float
+    tokens: float
+    routing_factor: float
+    speeds: Speeds
+    attention_rate_flops_per_s: float
+    act: ActContext
+    recompute_modules: frozenset[str]
+    recompute_granularity: str | None
+    recompute_num_layers: int
+    graphs: str
+    graph_share: float
+    dispatcher: str
+    cp_widths: CpWidths
+    cp_comm_type: str
+    padded_vocab: int
+    offload_items: frozenset[str]
+    host_link_bytes_per_s: float
+    ep_overlap: bool
+    lm_factor: float
+    vision: VisionCost | None
+
+
+def require_step_inputs(s: Scenario) -> None:
+    """Refuse a scenario the step-time model cannot estimate.
+
+    Raises:
+        InputError: missing model, GPU, world size, sequence length or global batch size, a GPU
+            without a bf16 dense peak, or a world size that does not fold (``moeplan check`` says why).
+    """
+    t, gpu = s.training, s.gpu
+    needs = (
+        ("model", s.model),
+        ("system.gpu", gpu),
+        ("system.num_gpus", s.num_gpus),
+        ("training.seq_length", t.seq_length),
+        ("training.global_batch_size", t.global_batch_size),
+    )
+    missing = [name for name, value in needs if value is None]
+    if missing:
+        raise InputError(missing[0], None, "a value: the step-time estimate needs " + ", ".join(missing))
+    if not gpu.peak_dense_tflops.get("bf16"):
+        raise InputError(
+            "system.gpu.peak_dense_tflops",
+            dict(gpu.peak_dense_tflops),
+            "a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it",
+        )
+    if not s.folds:
+        raise InputError("system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
+
+
+def cp_widths(s: Scenario) -> CpWidths:
+    """The per-token widths context parallelism moves (see :class:`CpWidths`)."""
+    m = s.model
+    if m.multi_latent_attention:
+        nh = m.num_attention_heads
+        q = nh * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+        return CpWidths(q=q, kv=q + nh * m.v_head_dim, o=nh * m.v_head_dim)
+    d = m.kv_channels or 128
+    return CpWidths(
+        q=d * m.num_attention_heads,
+        kv=2 * d * (m.num_query_groups or m.num_attention_heads),
+        o=d * m.num_attention_heads,
+    )
+
+
+def graph_share(s: Scenario) -> float:
+    """Share of a layer's launch overhead CUDA graphs remove: all with a full-iteration graph, the
+    scopes' shares with per-layer graphs (all of it when the scope list is empty), none eager."""
+    graphs = s.layout.cuda_graph_impl or "none"
+    if graphs == "full_iteration":
+        return 1.0
+    if graphs in ("transformer_engine", "local"):
+        return min(1.0, sum(GRAPH_SHARE.get(x, 0.0) for x in s.graph_scopes()) or 1.0)
+    return 0.0
+
+
+def _lm_factor(s: Scenario, vision: VisionCost | None) -> float:
+    """Share of the language model's GEMM work with a frozen language model: forward + input
+    gradient (2/3) when something behind it trains, forward only (1/3) when nothing does."""
+    if not s.training.freeze_language_model:
+        return 1.0
+    return 2 / 3 if (vision is not None and vision.trainable) else 1 / 3
+
+
+def _activation_context(s: Scenario, tokens: float, seq_local: float, mbs: int, route: float) -> ActContext:
+    return ActContext(
+        tokens=tokens,
+        seq_local=seq_local,
+        micro_batch_size=mbs,
+        tp=s.tp,
+        sp=s.sp,
+        etp=s.etp,
+        lin_in_bytes=linear_input_bytes(s.training.precision),
+        routing_factor=route,
+    )
+
+
+def step_context(
+    s: Scenario, c: TimeConstants, measured_gemm: dict[str, float] | None, vision_patches: float | None
+) -> StepContext:
+    """Derive the :class:`StepContext` of a scenario that passed :func:`require_step_inputs`;
+    ``measured_gemm`` the GPU's measured GEMM fractions (catalog), ``vision_patches`` overrides a
+    VLM's ViT patches per sequence (0 = mock data)."""
+    m, lay, t, gpu = s.model, s.layout, s.training, s.gpu
+    mbs = t.micro_batch_size or 1
+    n_mb = max(1, t.global_batch_size // (mbs * s.dp))
+    fp8_attn = bool(lay.fp8_dot_product_attention) and t.precision != "bf16"
+    sp = speeds(gpu, t.precision, fp8_attn, c, measured_gemm)
+    seq_local = t.seq_length / s.cp
+    route = routing(s).factor
+    gran = lay.recompute_granularity
+    modules = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]
+    off_items: set[str] = set()
+    if lay.fine_grained_activation_offloading:
+        for mod in lay.offload_modules or []:
+            off_items.update(OFFLOAD_ITEMS.get(mod, ()))
+    vc = vision_cost(s, vision_patches) if m.vision is not None else None
+    return StepContext(
+        s=s,
+        c=c,
+        mbs=mbs,
+        num_microbatches=n_mb,
+        seq_local=seq_local,
+        tokens=mbs * seq_local,
+        routing_factor=route,
+        speeds=sp,
+        attention_rate_flops_per_s=sp.attention_flops_per_s
+        * attention_fraction(gpu, seq_local, m.attention_head_dims, fp8_attn),
+        act=_activation_context(s, mbs * seq_local, seq_local, mbs, route),
+        recompute_modules=frozenset(modules) if gran == "selective" else frozenset(),
+        recompute_granularity=gran,
+        recompute_num_layers=lay.recompute_num_layers or 1,
+        graphs=lay.cuda_graph_impl or "none",
+        graph_share=graph_share(s),
+        dispatcher=lay.moe_flex_dispatcher_backend if lay.moe_token_dispatcher_type == "flex" else "alltoall",
+        cp_widths=cp_widths(s),
+        cp_comm_type=lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p",
+        padded_vocab=padded_vocab_size(m.vocab_size, s.tp),
+        offload_items=frozenset(off_items),
+        host_link_bytes_per_s=host_link_bytes_per_s(gpu),
+        ep_overlap=bool(lay.overlap_moe_expert_parallel_comm) and n_mb >= 2,
+        lm_factor=_lm_factor(s, vc),
+        vision=vc,
+    )

@@ -1,0 +1,64 @@
+"""The time of one decoder layer for one microbatch on one rank, every term together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.model.time.compute import layer_compute
+from moeplan.model.time.context import StepContext
+from moeplan.model.time.exchange import Exchange, cp_exchange, ep_exchange, tp_exchange
+from moeplan.model.time.launch import launch_overhead
+from moeplan.model.time.offload import activation_offload_s
+from moeplan.model.time.recompute import full_recompute_s, selective_recompute_s
+
+#: the breakdown parts a layer contributes to (``ThroughputEstimate.breakdown_s`` keys)
+LAYER_PARTS = (
+    "dense_gemm",
+    "expert_gemm",
+    "attention",
+    "memory_bound",
+    "launch_overhead",
+    "recompute",
+    "tp_comm",
+    "cp_comm_exposed",
+    "ep_comm_exposed",
+    "activation_offload",
+)
+#: what overlap and CUDA graphs remove from a layer (``ThroughputEstimate.hidden_s`` keys)
+LAYER_HIDDEN = ("ep_comm", "cp_comm", "tp_comm", "cuda_graphs")
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One layer's parts (s, keys :data:`LAYER_PARTS`; ``recompute`` the selective share), what
+    overlap and graphs hid (keys :data:`LAYER_HIDDEN`), and what full recompute would add (s)."""
+
+    parts: dict[str, float]
+    hidden: dict[str, float]
+    full_recompute_s: float
+
+
+def layer_time(ctx: StepContext, layer: int) -> LayerTime:
+    """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
+    m = ctx.s.model
+    kind = (m.attention_kinds or ("full",) * m.num_layers)[layer]
+    moe_layer = bool(m.moe_layers and m.moe_layers[layer])
+    comp = layer_compute(ctx, layer)
+    ep = ep_exchange(ctx, comp) if moe_layer else Exchange()
+    tp = tp_exchange(ctx, moe_layer, comp)
+    cp = cp_exchange(ctx, kind, comp)
+    launch = launch_overhead(ctx, moe_layer)
+    parts = {
+        "dense_gemm": comp.dense_gemm_s,
+        "expert_gemm": comp.expert_gemm_s,
+        "attention": comp.attention_s,
+        "memory_bound": comp.memory_bound_s,
+        "launch_overhead": launch.exposed_s,
+        "recompute": selective_recompute_s(ctx, moe_layer, comp, ep.exposed_s),
+        "tp_comm": tp.exposed_s,
+        "cp_comm_exposed": cp.exposed_s,
+        "ep_comm_exposed": ep.exposed_s,
+        "activation_offload": activation_offload_s(ctx, comp),
+    }
+    hidden = {"ep_comm": ep.hidden_s, "cp_comm": cp.hidden_s, "tp_comm": tp.hidden_s, "cuda_graphs": launch.hidden_s}
+    return LayerTime(parts, hidden, full_recompute_s(comp, ep.exposed_s))

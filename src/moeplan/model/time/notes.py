@@ -1,0 +1,127 @@
+"""The assumptions a step-time estimate states: what it filled in, which constants it used, and
+where its figures need reading with care. Each function returns lines in the order they print."""
+
+from __future__ import annotations
+
+from moeplan.model.compute import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, arch_family
+from moeplan.model.constants import TimeConstants, release_key
+from moeplan.model.hardware import planning_notes
+from moeplan.model.time.context import StepContext
+from moeplan.spec.scenario import Scenario
+from moeplan.spec.system import GpuSpec
+
+
+def calibration_notes(c: TimeConstants, gpu: GpuSpec) -> list[str]:
+    """A calibration profile written by ``moeplan calibrate``: its fit, and whether it was fitted on
+    another GPU type."""
+    prov = c.provenance or {}
+    if "run_ids" not in prov:
+        return []
+    after = prov.get("median_abs_pct_error_after")
+    fit_txt = f", median error {after:.1f} % after the fit" if isinstance(after, (int, float)) else ""
+    out = [
+        f"calibrated constants ({prov.get('mode', '?')} fit on {len(prov['run_ids'])} run(s){fit_txt}); "
+        "the validity band is the packaged model's"
+    ]
+    gpus = prov.get("gpus")
+    if isinstance(gpus, list) and gpus and gpu.id not in gpus:
+        out.append(
+            f"the calibration runs were on {', '.join(prov['gpus'])}, not {gpu.id}: its factors are applied "
+            "to another GPU type"
+        )
+    return out
+
+
+def hardware_notes(gpu: GpuSpec) -> list[str]:
+    """Figures the GPU leaves out (planning values) and an architecture without attention figures."""
+    out = planning_notes(gpu)
+    if arch_family(gpu) not in ATTENTION_FWD_FRACTION:
+        out.append(
+            f"system.gpu.arch {gpu.arch!r} is none of {', '.join(ATTENTION_FWD_FRACTION)}: attention forward at "
+            f"{ATTENTION_FWD_FRACTION_DEFAULT} of peak, no softmax-exponential term"
+        )
+    return out
+
+
+def release_notes(c: TimeConstants, stated: str | None, given: str | None, used: str) -> list[str]:
+    """Which release's software efficiency was used when the scenario's is not a fitted one."""
+    if stated and stated != used:
+        if release_key(stated) < release_key(used):
+            why = "the oldest fitted release: it predates them all"
+        else:
+            why = "the newest fitted release" if used == c.newest_release else "the last fitted release before it"
+        return [f"container {stated} not among the fitted releases: software efficiency of {used}, {why}"]
+    if stated is None and given:
+        return [
+            f"container {given!r} not readable as one NN.NN[.NN] release: software efficiency of the newest "
+            f"fitted release, {used}"
+        ]
+    if stated is None:
+        return [f"no container release given (versions.container): software efficiency of {used}"]
+    return []
+
+
+def precision_notes(ctx: StepContext) -> list[str]:
+    """A precision whose peak the GPU does not give, and HybridEP's weakly identified efficiency."""
+    s, c = ctx.s, ctx.c
+    gpu, precision = s.gpu, s.training.precision
+    out = []
+    peak_key = "bf16" if precision == "bf16" else ("fp4" if precision == "nvfp4" else "fp8")
+    if not gpu.peak_dense_tflops.get(peak_key):
+        out.append(
+            f"{gpu.id} has no dense {peak_key} peak: its GEMMs are costed at the BF16 peak (give "
+            f"system.gpu.peak_dense_tflops.{peak_key})"
+        )
+    if ctx.dispatcher == "hybridep" and s.model.is_moe and s.ep * s.etp > 1:
+        out.append(
+            f"HybridEP's exchange runs at {c.a2a_efficiency.get('hybridep', 0):.2f} of the link rate against "
+            f"{c.a2a_efficiency.get('alltoall', 0):.2f} for all-to-all: the least identified fitted constant (every "
+            "HybridEP run measured is also an MXFP8 run with CUDA graphs), so its EP time leans pessimistic "
+            "(docs/decisions.md)"
+        )
+    return out
+
+
+def workload_notes(ctx: StepContext) -> list[str]:
+    """Frozen parts, a workload measured at another length or for a model without a vision tower, and
+    the planning mix of a VLM without a workload."""
+    s, vc = ctx.s, ctx.vision
+    t, m, w = s.training, s.model, s.input.workload
+    out = []
+    if t.freeze_language_model and ctx.lm_factor < 2 / 3:
+        out.append("nothing is trainable (language model frozen and no trainable vision tower)")
+    if t.freeze_vision_model or t.freeze_language_model:
+        out.append(
+            "MFU and model TFLOP/s count full training FLOPs (Megatron's convention); a frozen part does less work"
+        )
+    if w is not None and w.seq_length and w.seq_length != t.seq_length:
+        out.append(f"workload measured at seq {w.seq_length}: per-sequence image figures scaled to {t.seq_length}")
+    if w is not None and m.vision is None and (w.image_patches_per_sequence or w.image_tokens_per_sequence):
+        out.append("the model has no vision tower: the workload's image figures are ignored (its padding is not)")
+    if vc is not None and vc.assumed:
+        out.append(
+            "no workload: vision tower costed for a planning mix (half the sequence image tokens); "
+            "give workload: (moeplan vlm-stats) for your data"
+        )
+    if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
+        out.append(
+            "overlap_moe_expert_parallel_comm pairs one microbatch's forward with another's backward "
+            "(combined 1F1B): with one microbatch per step it hides nothing"
+        )
+    return out
+
+
+def outcome_notes(s: Scenario, split_as_given: bool, tflops: float, bf16: float, prec_peak: float) -> list[str]:
+    """A split that was balanced for the estimate, and an MFU above 1 with why."""
+    out = []
+    if not split_as_given:
+        out.append("layers do not split as given: estimated with a near-even split")
+    if tflops > bf16:
+        precision = s.training.precision
+        why = (
+            f"{precision} GEMMs run at a higher peak ({tflops / prec_peak:.2f} of it)"
+            if precision != "bf16"
+            else "Megatron's FLOP count credits sliding-window layers with full causal attention"
+        )
+        out.append(f"MFU above 1 against the dense BF16 peak (the default reference): {why}")
+    return out

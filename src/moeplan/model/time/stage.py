@@ -1,0 +1,107 @@
+"""One pipeline stage's forward + backward of one microbatch on one rank (s): its decoder layers,
+MTP blocks, output layer and (first stage of a VLM) vision tower.
+
+Layers of one kind (attention kind, MoE or dense) cost the same, so each kind is evaluated once and
+counted. Full recompute covers every layer (``recompute_method: uniform``) or the first
+``recompute_num_layers`` of each virtual chunk (``block``), as Megatron's ``TransformerBlock``
+checkpoints them. An MTP block runs one decoder layer built from the decoder's last layer spec plus
+its 2h → h projection (``transformer/multi_token_prediction.py``) and its own logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.model.compute import attention_fraction
+from moeplan.model.time.context import StepContext
+from moeplan.model.time.layer import LAYER_HIDDEN, LAYER_PARTS, layer_time
+from moeplan.spec.pipeline import StagePlan
+from moeplan.spec.placement import StageParams
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Parts (s, breakdown keys) and hidden time (s) of one microbatch on one stage."""
+
+    parts: dict[str, float]
+    hidden: dict[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.parts.values())
+
+
+def _recomputed_layers(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> set[int]:
+    """The stage's layers full recompute re-runs (none without full recompute)."""
+    if ctx.recompute_granularity != "full":
+        return set()
+    if ctx.s.layout.recompute_method == "block":
+        chunks = plan.layers[st.stage] if plan is not None else [st.layers]
+        return {li for chunk in chunks for pos, li in enumerate(chunk) if pos < ctx.recompute_num_layers}
+    return set(st.layers)
+
+
+def layer_groups(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> dict[int, list[bool]]:
+    """The stage's layers grouped by kind: the layer that stands for each kind → whether each layer
+    of that kind is fully recomputed (MTP blocks counted as the decoder's last layer)."""
+    m = ctx.s.model
+    kinds = m.attention_kinds or ("full",) * m.num_layers
+    moe = m.moe_layers or (False,) * m.num_layers
+    recomputed = _recomputed_layers(ctx, st, plan)
+    by_kind: dict[tuple, int] = {}
+    groups: dict[int, list[bool]] = {}
+    for li in st.layers:
+        first = by_kind.setdefault((kinds[li], bool(moe[li])), li)
+        groups.setdefault(first, []).append(li in recomputed)
+    if st.mtp_layers:
+        last = m.num_layers - 1
+        first = by_kind.setdefault((kinds[last], bool(moe[last])), last)
+        full_uniform = ctx.recompute_granularity == "full" and ctx.s.layout.recompute_method != "block"
+        groups.setdefault(first, []).extend([full_uniform] * st.mtp_layers)
+    return groups
+
+
+def _decoder_layers(ctx: StepContext, groups: dict[int, list[bool]]) -> StageTime:
+    parts = dict.fromkeys(LAYER_PARTS, 0.0)
+    hidden = dict.fromkeys(LAYER_HIDDEN, 0.0)
+    for li, flags in groups.items():
+        lt = layer_time(ctx, li)
+        for k, v in lt.parts.items():
+            parts[k] += v * len(flags)
+        parts["recompute"] += lt.full_recompute_s * sum(flags)
+        for k, v in lt.hidden.items():
+            hidden[k] += v * len(flags)
+    return StageTime(parts, hidden)
+
+
+def _vision_tower(ctx: StepContext) -> dict[str, float]:
+    """The vision encoder and projector of one microbatch (forward only when frozen)."""
+    vc, sp, gpu = ctx.vision, ctx.speeds, ctx.s.gpu
+    passes = 3 if vc.trainable else 1
+    v_rate = sp.attention_flops_per_s * attention_fraction(
+        gpu, vc.patches / max(1, ctx.s.training.micro_batch_size or 1)
+    )
+    return {
+        "vision_encoder": passes * (vc.gemm_flops_fwd / sp.gemm_flops_per_s + vc.attention_flops_fwd / v_rate),
+        "vision_projector": passes * vc.merger_flops_fwd / sp.gemm_flops_per_s,
+    }
+
+
+def stage_time(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> StageTime:
+    """One microbatch's forward + backward on stage ``st``: decoder layers and MTP blocks, the MTP
+    projections and the output layer(s) on the last stage, the vision tower on a VLM's first."""
+    s, m, sp = ctx.s, ctx.s.model, ctx.speeds
+    out = _decoder_layers(ctx, layer_groups(ctx, st, plan))
+    parts = out.parts
+    h, tokens = m.hidden_size, ctx.tokens
+    if st.mtp_layers:  # each MTP block's 2h → h projection
+        parts["dense_gemm"] += st.mtp_layers * 3 * 2 * tokens * 2 * h * h / s.tp / sp.gemm_flops_per_s
+    if st.output_layer:  # logits of the decoder and of each MTP block
+        logits = 2 * tokens * h * ctx.padded_vocab / s.tp * (1 + st.mtp_layers)
+        parts["dense_gemm"] += 3 * logits / sp.gemm_flops_per_s
+    if ctx.lm_factor != 1.0:  # frozen language model: no weight-gradient GEMMs
+        parts["dense_gemm"] *= ctx.lm_factor
+        parts["expert_gemm"] *= ctx.lm_factor
+    if st.embedding and ctx.vision is not None:
+        parts.update(_vision_tower(ctx))
+    return out
