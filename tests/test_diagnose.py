@@ -197,11 +197,25 @@ def test_memory_fixes_are_legal_sorted_and_exact():
     sel = {**QWEN_TIGHT, "layout": {**QWEN_TIGHT["layout"], "recompute_modules": ["moe_act", "layernorm"]}}
     peak_sel = estimate_memory(load_scenario(sel)).peak_stage.total_bytes
     assert not validate(load_scenario(sel)).errors
-    assert by["selective recompute + layernorm"]["saving_bytes"] == int(peak0 - peak_sel)
+    assert by["recompute selective moe_act,layernorm"]["saving_bytes"] == int(peak0 - peak_sel)
     # CP 1 -> 2 halves the sequence per rank: it must save memory (more CP never raises activations)
     assert by["CP 1 → 2"]["saving_bytes"] > 0
     for r in rejected:
         assert r["message"]
+
+
+def test_fit_and_oom_try_the_same_changes():
+    """One generator of memory-saving changes: every change oom lists (fixed or rejected) is one fit
+    lists too (fits, not enough, or rejected), with the same label."""
+    from moeplan.diagnose.fixes import rank_memory_fixes
+    from moeplan.plan.fit import fit_layout
+
+    fixes, rejected = rank_memory_fixes(QWEN_TIGHT)
+    oom_labels = {f["change"] for f in fixes} | {r["change"] for r in rejected}
+    out = fit_layout(QWEN_TIGHT)
+    fit_labels = {r["change"] for key in ("fixes", "not_enough", "rejected") for r in out[key] if " + " not in r["change"]}
+    assert oom_labels == fit_labels
+    assert {"recompute full", "CP 1 → 2", "EP 8 → 16", "optimizer offload 1"} <= oom_labels
 
 
 def test_cli_oom_lists_fixes(tmp_path):

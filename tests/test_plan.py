@@ -756,3 +756,22 @@ def _check_layout(model, gpu, n, **layout):
             }
         )
     )
+
+
+def test_fit_climbs_the_recompute_ladder_from_where_the_scenario_stands():
+    """Regression: with selective recompute already set, fit matched the full-recompute rung (it has
+    no module list) as 'already covered' and offered no further recompute at all."""
+    from moeplan.plan.fit import fit_layout
+
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "training": {"seq_length": 16384, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": 8, "recompute_granularity": "selective", "recompute_modules": ["moe_act"]},
+    }
+    out = fit_layout(data)
+    tried = {r["change"] for k in ("fixes", "not_enough", "rejected") for r in out[k]}
+    assert {"recompute selective moe_act,layernorm", "recompute selective moe_act,layernorm,moe", "recompute full"} <= tried
+    # a precision change alters numerics: marked, and ranked after every layout change that fits
+    kinds = [r["changes_numerics"] for r in out["fixes"]]
+    assert kinds == sorted(kinds)

@@ -1,130 +1,61 @@
-"""Memory fixes for a scenario that does not fit (or hit an OOM), ordered by estimated saving.
+"""Memory fixes for a scenario that hit an OOM (``moeplan oom --scenario``), largest saving first.
 
-Each candidate is one change to the user's scenario mapping, the rest held fixed (world size, GBS,
-sequence length): more selective recompute (``moe_act``, ``layernorm``, ``mla_up_proj`` on MLA models),
-full recompute (uniform, 1 layer), CP×2, PP×2 (VPP and an explicit layout dropped; EP halved when
-the expert grid would no longer divide the world), EP×2, TP×2 (with
-SP), optimizer CPU offload (with the precision-aware optimizer it requires), MBS/2. A candidate that breaks a Megatron-Core rule is dropped. Savings are
-our memory model's (peak over stages, bytes per GPU); the step-time change is the step-time model's
-(a calibrated estimate, see docs/accuracy.md), so the ranking is "largest saving first" with the cost
-shown beside it.
+The changes are :func:`moeplan.plan.changes.memory_changes` — the same ones ``moeplan fit`` tries,
+tried the same way (every rule checked, memory estimated, step time when it can be): more recompute
+(each rung of the ladder above the scenario's, then full), optimizer CPU offload, CP×2, PP×2, TP×2,
+EP×2, ETP = TP, MBS/2, and an FP8 recipe (marked as a numerics change). Savings are the memory
+model's (peak over stages, bytes per GPU); the step-time change is the step-time model's (a calibrated
+estimate, see docs/accuracy.md). ``oom`` ranks by saving (what frees the most memory), ``fit`` by
+step-time cost among what fits.
 """
 
 from __future__ import annotations
 
-import copy
-
 from moeplan.errors import MoeplanError
+from moeplan.model.constants import TimeConstants
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.plan.changes import Rejection, memory_changes, try_change
+from moeplan.spec.scenario import load_scenario
 
 
-def _layout(d: dict) -> dict:
-    return d.setdefault("layout", {})
-
-
-def _candidates(data: dict, s) -> list[tuple[str, dict]]:
-    lay = s.layout
-    out: list[tuple[str, dict]] = []
-    mods = list(lay.recompute_modules or []) if lay.recompute_granularity == "selective" else []
-    want = ["moe_act", "layernorm"] + (["mla_up_proj"] if s.model.multi_latent_attention else [])
-    if s.model.is_moe is False:
-        want = ["layernorm", "core_attn"]
-    extra = [m for m in want if m not in mods]
-    if lay.recompute_granularity != "full" and extra:
-        d = copy.deepcopy(data)
-        _layout(d).update(recompute_granularity="selective", recompute_modules=mods + extra)
-        _layout(d).pop("recompute_method", None)
-        _layout(d).pop("recompute_num_layers", None)
-        out.append((f"selective recompute + {', '.join(extra)}", d))
-    if s.model.is_moe and lay.recompute_granularity != "full" and "moe" not in mods:
-        d = copy.deepcopy(data)
-        whole = [m for m in mods + extra if m != "moe_act"] + ["moe"]
-        _layout(d).update(recompute_granularity="selective", recompute_modules=whole)
-        _layout(d).pop("recompute_method", None)
-        _layout(d).pop("recompute_num_layers", None)
-        out.append((f"selective recompute + whole moe ({', '.join(whole)})", d))
-    if lay.recompute_granularity != "full":
-        d = copy.deepcopy(data)
-        _layout(d).update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        _layout(d).pop("recompute_modules", None)
-        out.append(("full recompute (uniform, 1 layer)", d))
-    for key, label in (
-        ("context_parallel_size", "CP"),
-        ("pipeline_model_parallel_size", "PP"),
-        ("expert_model_parallel_size", "EP"),
-        ("tensor_model_parallel_size", "TP"),
-    ):
-        if key == "expert_model_parallel_size" and not s.model.is_moe:
-            continue
-        cur = getattr(lay, key) or 1
-        d = copy.deepcopy(data)
-        _layout(d)[key] = cur * 2
-        if key == "pipeline_model_parallel_size":
-            for k in ("virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout"):
-                _layout(d).pop(k, None)
-            ep, etp = lay.expert_model_parallel_size or 1, lay.expert_tensor_parallel_size or 1
-            if s.model.is_moe and s.num_gpus and s.num_gpus % (ep * etp * cur * 2) and ep % 2 == 0:
-                _layout(d)["expert_model_parallel_size"] = ep // 2  # keep the expert grid inside the world
-                out.append((f"PP {cur} → {cur * 2}, EP {ep} → {ep // 2}", d))
-                continue
-        if key == "tensor_model_parallel_size":
-            _layout(d)["sequence_parallel"] = True
-        out.append((f"{label} {cur} → {cur * 2}", d))
-    if not lay.optimizer_cpu_offload:
-        d = copy.deepcopy(data)
-        _layout(d).update(
-            optimizer_cpu_offload=True, optimizer_offload_fraction=1.0, use_precision_aware_optimizer=True
-        )
-        out.append(("optimizer CPU offload (fraction 1.0, precision-aware optimizer)", d))
-    mbs = s.training.micro_batch_size or 1
-    if mbs > 1:
-        d = copy.deepcopy(data)
-        d.setdefault("training", {})["micro_batch_size"] = mbs // 2
-        out.append((f"micro_batch_size {mbs} → {mbs // 2}", d))
-    return out
-
-
-def rank_memory_fixes(data: dict, constants=None) -> tuple[list[dict], list[dict]]:
-    """Try each candidate on a scenario mapping.
+def rank_memory_fixes(data: dict, constants: TimeConstants | None = None) -> tuple[list[dict], list[dict]]:
+    """Try each memory-saving change on a scenario mapping.
 
     Returns:
-        (fixes, rejected): the legal candidates that lower the peak, largest saving first, as dicts
-        with ``change``, ``peak_bytes`` (after), ``saving_bytes``, ``fits`` and ``step_time_change_rel``
-        (None when the step-time model lacks inputs); and the candidates dropped, with the first rule
-        (``rule``) or input error (``message``) that rejects them.
+        (fixes, rejected): the legal changes that lower the peak, largest saving first, as dicts
+        with ``change``, ``kind``, ``changes_numerics``, ``peak_bytes`` (after), ``saving_bytes``,
+        ``fits`` and ``step_time_change_rel`` (None when the step-time model lacks inputs); and the
+        changes dropped, with the first rule (``rule``; None for an input error) and its ``message``,
+        including those that do not lower the peak.
 
     Raises:
         InputError: the scenario itself cannot be loaded or estimated.
     """
-    from moeplan import estimate_memory, load_scenario, validate
-    from moeplan.model.step import estimate_step
-
     s0 = load_scenario(data)
     peak0 = estimate_memory(s0).peak_stage.total_bytes
     try:
-        t0 = estimate_step(s0, constants).step_time_s
+        t0: float | None = estimate_step(s0, constants).step_time_s
     except MoeplanError:
         t0 = None
     out: list[dict] = []
     rejected: list[dict] = []
-    for label, d in _candidates(data, s0):
-        try:
-            s = load_scenario(d)
-            errors = validate(s).errors
-            if errors:
-                rejected.append({"change": label, "rule": errors[0].rule_id, "message": errors[0].message})
-                continue
-            mem = estimate_memory(s)
-            t = estimate_step(s, constants).step_time_s if t0 else None
-        except MoeplanError as exc:
-            rejected.append({"change": label, "rule": None, "message": str(exc)})
+    for change in memory_changes(s0):
+        res = try_change(data, change, constants, t0 is not None)
+        if isinstance(res, Rejection):
+            rule = None if res.rule_id == "input" else res.rule_id
+            rejected.append({"change": change.label, "rule": rule, "message": res.message})
             continue
-        peak = mem.peak_stage.total_bytes
+        peak = res.memory.peak_stage.total_bytes
+        t = res.step_time_s
         out.append(
             {
-                "change": label,
+                "change": change.label,
+                "kind": change.kind,
+                "changes_numerics": change.changes_numerics,
                 "peak_bytes": int(peak),
                 "saving_bytes": int(peak0 - peak),
-                "fits": mem.verdict != "does-not-fit",
+                "fits": res.memory.verdict != "does-not-fit",
                 "step_time_change_rel": (t - t0) / t0 if t0 and t else None,
             }
         )

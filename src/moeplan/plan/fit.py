@@ -12,119 +12,23 @@ one); when nothing fits, the planner's best layout for the same model, GPUs and 
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 from moeplan.errors import InputError
-from moeplan.model.memory import estimate_memory
+from moeplan.model.constants import TimeConstants
+from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan.space import RECOMPUTE_KEYS, output_stage_layers, pipeline_split, recompute_ladder, with_sections
+from moeplan.plan.changes import Change, Outcome, Rejection, apply_edits, combine, memory_changes, try_change
+from moeplan.plan.space import with_sections
 from moeplan.rules import validate
-from moeplan.spec.scenario import load_scenario
+from moeplan.rules.pipeline import uneven_split
+from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
 
-def _changes(data: dict, s) -> list[tuple[str, dict]]:
-    """(label, {section: {key: value}}) single changes; value None removes the key."""
-    m, lay = s.model, s.layout
-    out: list[tuple[str, dict]] = []
-    cur_rank = -1
-    ladder = [r for r in recompute_ladder(m) if "optimizer_cpu_offload" not in r[1]]
-    if lay.recompute_granularity == "full":
-        cur_rank = len(ladder) - 1
-    elif lay.recompute_granularity == "selective":
-        mods = set(lay.recompute_modules or ["core_attn"])
-        for i, (_, keys) in enumerate(ladder):
-            if set(keys.get("recompute_modules") or []) <= mods:
-                cur_rank = max(cur_rank, i)
-    for i, (name, keys) in enumerate(ladder):
-        if i <= max(cur_rank, 0):
-            continue
-        if keys.get("recompute_granularity") == "selective" and lay.recompute_granularity == "selective":
-            extra = [x for x in keys["recompute_modules"] if x not in (lay.recompute_modules or [])]
-            keys = {**keys, "recompute_modules": list(lay.recompute_modules or []) + extra}
-        ch = {k: None for k in RECOMPUTE_KEYS}
-        ch.update(keys)
-        out.append((f"recompute {name}", {"layout": ch}))
-    if not lay.optimizer_cpu_offload:
-        for frac in (0.25, 0.5, 1.0):
-            out.append(
-                (
-                    f"optimizer offload {frac:g}",
-                    {
-                        "layout": {
-                            "optimizer_cpu_offload": True,
-                            "optimizer_offload_fraction": frac,
-                            "use_precision_aware_optimizer": True,
-                        }
-                    },
-                )
-            )
-    split_reset = {
-        "pipeline_model_parallel_layout": None,
-        "account_for_embedding_in_pipeline_split": None,
-        "account_for_loss_in_pipeline_split": None,
-        "num_layers_in_first_pipeline_stage": None,
-        "num_layers_in_last_pipeline_stage": None,
-    }
-    if s.dp and s.dp % 2 == 0:
-        out.append((f"CP {s.cp} → {s.cp * 2}", {"layout": {"context_parallel_size": s.cp * 2}}))
-        tail = output_stage_layers(m, s.training.seq_length, 1, s.mtp_num_layers)
-        split = pipeline_split(m.num_layers, s.pp * 2, 1, s.mtp_num_layers, tail)
-        if split is not None:
-            ch = {**split_reset, "pipeline_model_parallel_size": s.pp * 2, "virtual_pipeline_model_parallel_size": None}
-            ch.update(split)
-            out.append((f"PP {s.pp} → {s.pp * 2}", {"layout": ch}))
-        if s.tp * 2 <= (s.gpu.scaleup_domain_gpus if s.gpu else 8):
-            out.append(
-                (
-                    f"TP {s.tp} → {s.tp * 2} (SP)",
-                    {"layout": {"tensor_model_parallel_size": s.tp * 2, "sequence_parallel": True}},
-                )
-            )
-    if m.is_moe and s.edp and s.edp % 2 == 0 and m.num_moe_experts and m.num_moe_experts % (s.ep * 2) == 0:
-        out.append((f"EP {s.ep} → {s.ep * 2}", {"layout": {"expert_model_parallel_size": s.ep * 2}}))
-    if m.is_moe and s.tp > 1 and s.etp != s.tp and s.edp and s.edp % (s.tp // s.etp) == 0:
-        out.append((f"ETP {s.etp} → {s.tp}", {"layout": {"expert_tensor_parallel_size": s.tp}}))
-    mbs = s.training.micro_batch_size or 1
-    if mbs > 1:
-        out.append((f"MBS {mbs} → {mbs // 2}", {"training": {"micro_batch_size": mbs // 2}}))
-    if s.training.precision == "bf16" and s.gpu is not None:
-        fp8 = "mxfp8" if s.gpu.supports_mxfp8 else ("fp8-blockwise" if s.gpu.supports_te_fp8 else None)
-        if fp8:
-            out.append((f"precision bf16 → {fp8}", {"training": {"precision": fp8}}))
-    return out
-
-
-def _apply(data: dict, change: dict) -> dict:
-    d = copy.deepcopy(data)
-    for sec, vals in change.items():
-        node = d.setdefault(sec, {})
-        for k, v in vals.items():
-            if v is None:
-                node.pop(k, None)
-            else:
-                node[k] = v
-    return d
-
-
-def _merge(a: dict, b: dict) -> dict | None:
-    """Two changes together; None when they set the same key differently."""
-    out = copy.deepcopy(a)
-    for sec, vals in b.items():
-        node = out.setdefault(sec, {})
-        for k, v in vals.items():
-            if k in node and node[k] != v:
-                return None
-            node[k] = v
-    return out
-
-
-def _split_fix(s) -> dict | None:
+def _split_fix(s: Scenario) -> dict | None:
     """The uneven first/last-stage split for a layout whose layers do not divide by PP (no VPP, no
-    layout string or stage sizes given), as a change; None when it divides or cannot be split."""
-    from moeplan.rules.pipeline import uneven_split
-
+    layout string or stage sizes given), as edits; None when it divides or cannot be split."""
     lay, m = s.layout, s.model
     if s.pp < 2 or s.vpp > 1 or m is None or not m.num_layers:
         return None
@@ -144,25 +48,97 @@ def _split_fix(s) -> dict | None:
     return {"layout": {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}}
 
 
-def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, constants=None) -> dict:
-    """Changes that make the scenario fit, least step-time cost first.
+class _Fit:
+    """The state of one ``fit_layout`` call: the scenario mapping, its baseline and the rows found."""
 
-    Returns:
-        ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
-        rejected[], check_errors[], applied_first}``: ``replanned`` when no single change or pair fits
-        (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
-        before anything else when the layers do not divide by PP, else None; each fix: ``change``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None without a global
-        batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for ``check``/``export``).
+    def __init__(self, data: dict, mem0: MemoryEstimate, limit: float, t0: float | None, constants):
+        self.data, self.mem0, self.limit, self.t0, self.constants = data, mem0, limit, t0, constants
+        self.fixes: list[dict] = []
+        self.not_enough: list[dict] = []
+        self.rejected: list[dict] = []
 
-    Raises:
-        InputError: a scenario that cannot be estimated (field named).
-    """
-    data = with_sections(data)
+    def trial(self, change: Change) -> dict | None:
+        """Try one change: a row (with ``fits``), or None after recording why it was rejected."""
+        res = try_change(self.data, change, self.constants, self.t0 is not None)
+        if isinstance(res, Rejection):
+            self.rejected.append({"change": change.label, "rule_id": res.rule_id, "message": res.message})
+            return None
+        return self.row(res)
+
+    def row(self, res: Outcome) -> dict:
+        mem = res.memory
+        return {
+            "change": res.change.label,
+            "kind": res.change.kind,
+            "changes_numerics": res.change.changes_numerics,
+            "peak_gib": mem.peak_bytes / GIB_BYTES,
+            "saved_gib": (self.mem0.peak_bytes - mem.peak_bytes) / GIB_BYTES,
+            "step_time_change_pct": 100 * (res.step_time_s / self.t0 - 1) if self.t0 and res.step_time_s else None,
+            "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu,
+            "scenario": res.data,
+            "fits": mem.peak_bytes <= self.limit and mem.verdict != "does-not-fit",
+        }
+
+
+def _singles_and_pairs(f: _Fit, s0: Scenario, fits_already: bool) -> None:
+    """Every single change, then pairs of legal changes that are not enough alone: two cheap ones
+    (selective recompute + optimizer offload) can cost less than one big one that fits by itself."""
+    short: list[Change] = []
+    for change in memory_changes(s0):
+        row = f.trial(change)
+        if row is None:
+            continue
+        (f.fixes if row["fits"] else f.not_enough).append(row)
+        if not row["fits"]:
+            short.append(change)
+    if fits_already:
+        return
+    for a, b in itertools.combinations(short, 2):
+        both = combine(a, b)
+        if both is None:
+            continue
+        row = f.trial(both)
+        if row is not None and row["fits"]:
+            f.fixes.append(row)
+
+
+def _replan(f: _Fit, headroom_gib: float | None) -> dict | None:
+    """No small change is enough: the planner's best layout at the same size, model and batch."""
+    from moeplan.plan import describe, plan  # the planner package imports this module
+
+    req = {k: v for k, v in f.data.items() if k != "layout"}
+    req["training"] = {k: v for k, v in (f.data.get("training") or {}).items() if k != "micro_batch_size"}
+    res = plan(req, top=1, headroom_gib=headroom_gib, constants=f.constants)
+    if not res.candidates:
+        return None
+    c = res.candidates[0]
+    return {
+        "change": "re-plan the layout (moeplan plan): " + describe(c),
+        "kind": "replan",
+        "changes_numerics": False,
+        "peak_gib": c.peak_gib,
+        "saved_gib": (f.mem0.peak_bytes / GIB_BYTES) - c.peak_gib,
+        "step_time_change_pct": (100 * (c.throughput["step_time_s"] / f.t0 - 1)) if f.t0 else None,
+        "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+        "scenario": c.data,
+        "fits": True,
+    }
+
+
+def _cost(r: dict) -> tuple:
+    """Layout changes before numerics changes, then the least step-time cost, then the most saved."""
+    t = r["step_time_change_pct"]
+    return (r.get("changes_numerics", False), t if t is not None else 0.0, -r["saved_gib"], r["change"])
+
+
+def _baseline(data: dict, headroom_gib: float | None, constants) -> tuple[Scenario, dict, dict | None]:
+    """The scenario after the check's uneven split (when its layers do not divide by PP), and its
+    baseline figures."""
     s0 = load_scenario(data)
     split_fix = _split_fix(s0)
     if split_fix is not None:
         # layers that do not divide by PP: apply `check`'s own fix first, then look for memory
-        data = _apply(data, split_fix)
+        data = apply_edits(data, split_fix)
         s0 = load_scenario(data)
     if s0.gpu is None:
         raise InputError("system.gpu", None, "a GPU: fitting needs its memory")
@@ -170,22 +146,52 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
         raise InputError(
             "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {s0.gpu.usable_hbm_gib:.1f} GiB"
         )
+    return s0, data, split_fix
+
+
+def fit_layout(
+    data: dict, *, headroom_gib: float | None = None, top: int = 8, constants: TimeConstants | None = None
+) -> dict:
+    """Changes that make the scenario fit, least step-time cost first (numerics changes last).
+
+    Returns:
+        ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
+        rejected[], check_errors[], applied_first}``: ``replanned`` when no single change or pair fits
+        (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
+        before anything else when the layers do not divide by PP, else None; each fix: ``change``,
+        ``kind``, ``changes_numerics``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None
+        without a global batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for
+        ``check``/``export``); each rejected change its ``rule_id`` and ``message``.
+
+    Raises:
+        InputError: a scenario that cannot be estimated (field named).
+    """
+    s0, data, split_fix = _baseline(with_sections(data), headroom_gib, constants)
     mem0 = estimate_memory(s0)
     cap = mem0.capacity_bytes
-    margin = headroom_gib * GIB_BYTES if headroom_gib is not None else 0.05 * cap
-    limit = cap - margin
-    timed = s0.training.global_batch_size is not None and not validate(s0).errors
-    t0 = estimate_step(s0, constants).step_time_s if timed else None
-    base = {
+    limit = cap - (headroom_gib * GIB_BYTES if headroom_gib is not None else 0.05 * cap)
+    errors = validate(s0).errors
+    timed = s0.training.global_batch_size is not None and not errors
+    f = _Fit(data, mem0, limit, estimate_step(s0, constants).step_time_s if timed else None, constants)
+    fits_already = mem0.peak_bytes <= limit
+    _singles_and_pairs(f, s0, fits_already)
+    replanned = False
+    if not f.fixes and not fits_already:
+        row = _replan(f, headroom_gib)
+        if row is not None:
+            f.fixes.append(row)
+            replanned = True
+    fixes = [r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes
+    return {
         "peak_gib": mem0.peak_bytes / GIB_BYTES,
         "capacity_gib": cap / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
-        "fits_already": mem0.peak_bytes <= limit,
-        "fixes": [],
-        "not_enough": [],
-        "replanned": False,
-        "rejected": [],
-        "check_errors": [f"{f.rule_id}: {f.message}" for f in validate(s0).errors],
+        "fits_already": fits_already,
+        "fixes": sorted(fixes, key=_cost)[:top],
+        "not_enough": sorted(f.not_enough, key=lambda r: -r["saved_gib"]),
+        "replanned": replanned,
+        "rejected": f.rejected,
+        "check_errors": [f"{e.rule_id}: {e.message}" for e in errors],
         "applied_first": (
             None
             if split_fix is None
@@ -193,86 +199,3 @@ def fit_layout(data: dict, *, headroom_gib: float | None = None, top: int = 8, c
             + ", ".join(f"{k}={v}" for k, v in split_fix["layout"].items())
         ),
     }
-
-    def trial(label: str, change: dict) -> dict | None:
-        d = _apply(data, change)
-        try:
-            s = load_scenario(d)
-        except InputError as exc:
-            base["rejected"].append({"change": label, "rule_id": "input", "message": str(exc)})
-            return None
-        chk = validate(s)
-        if chk.errors:
-            base["rejected"].append(
-                {"change": label, "rule_id": chk.errors[0].rule_id, "message": chk.errors[0].message}
-            )
-            return None
-        mem = estimate_memory(s)
-        row = {
-            "change": label,
-            "peak_gib": mem.peak_bytes / GIB_BYTES,
-            "saved_gib": (mem0.peak_bytes - mem.peak_bytes) / GIB_BYTES,
-            "step_time_change_pct": None,
-            "tokens_per_s_per_gpu": None,
-            "scenario": d,
-        }
-        if timed:
-            th = estimate_step(s, constants)
-            row["step_time_change_pct"] = 100 * (th.step_time_s / t0 - 1)
-            row["tokens_per_s_per_gpu"] = th.tokens_per_s_per_gpu
-        row["fits"] = mem.peak_bytes <= limit and mem.verdict != "does-not-fit"
-        return row
-
-    singles = _changes(data, s0)
-    legal: list[tuple[str, dict, dict]] = []
-    for label, ch in singles:
-        row = trial(label, ch)
-        if row is None:
-            continue
-        legal.append((label, ch, row))
-        (base["fixes"] if row["fits"] else base["not_enough"]).append(row)
-    if not base["fits_already"]:
-        # pairs of changes that are not enough alone: two cheap ones (selective recompute + optimizer
-        # offload) can cost less than one big one (full recompute) that fits by itself
-        short = [x for x in legal if not x[2]["fits"]]
-        for (la, ca, _), (lb, cb, _) in itertools.combinations(short, 2):
-            both = _merge(ca, cb)
-            if both is None:
-                continue
-            row = trial(f"{la} + {lb}", both)
-            if row is not None and row["fits"]:
-                base["fixes"].append(row)
-
-    if not base["fixes"] and not base["fits_already"]:
-        # no small change is enough: the planner's best layout at the same size, model and batch
-        from moeplan.plan import plan
-
-        req = {k: v for k, v in data.items() if k != "layout"}
-        req["training"] = {k: v for k, v in (data.get("training") or {}).items() if k != "micro_batch_size"}
-        res = plan(req, top=1, headroom_gib=headroom_gib, constants=constants)
-        if res.candidates:
-            c = res.candidates[0]
-            from moeplan.plan import describe
-
-            row = {
-                "change": "re-plan the layout (moeplan plan): " + describe(c),
-                "peak_gib": c.peak_gib,
-                "saved_gib": (mem0.peak_bytes / GIB_BYTES) - c.peak_gib,
-                "step_time_change_pct": (100 * (c.throughput["step_time_s"] / t0 - 1)) if t0 else None,
-                "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
-                "scenario": c.data,
-                "fits": True,
-            }
-            base["fixes"].append(row)
-            base["replanned"] = True
-
-    def cost(r: dict) -> tuple:
-        t = r["step_time_change_pct"]
-        return (t if t is not None else 0.0, -r["saved_gib"], r["change"])
-
-    if base["fits_already"]:
-        base["fixes"] = [r for r in base["fixes"] if r["saved_gib"] > 0]
-    base["fixes"].sort(key=cost)
-    base["fixes"] = base["fixes"][:top]
-    base["not_enough"].sort(key=lambda r: -r["saved_gib"])
-    return base
