@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from moeplan.errors import InputError, UnknownNameError
 
@@ -57,16 +57,23 @@ class VisionSpec:
     from_supplement: bool = False
 
 
+#: fields a model must give before anything but the rules can use it (the rest have defaults or
+#: are optional by architecture: MLA, MoE, linear attention, vision)
+REQUIRED_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """Architecture of a decoder-only (M)LLM, with Megatron-Core field names.
+class PartialModelSpec:
+    """Architecture of a decoder-only (M)LLM, with Megatron-Core field names, possibly incomplete.
 
     Widths are element counts; ``num_layers`` excludes MTP layers (``mtp_num_layers``).
     ``moe_layers[i]`` is True when decoder layer ``i`` has a routed-expert MLP;
     ``attention_kinds[i]`` says which attention layer ``i`` uses.
 
-    All optional fields may be None for a partial (user-built) model: rules that need a missing
-    field skip with an info finding; parameter counting raises :class:`InputError`.
+    Any optional field may be None for a partial (user-built) model. Only the rules take a partial
+    model (a rule that needs a missing field skips with an info finding); parameter counts, memory
+    and step time need a :class:`ModelSpec`, which :meth:`completed` gives when the required fields
+    are there.
     """
 
     name: str
@@ -159,7 +166,47 @@ class ModelSpec:
         """True when a vision tower is attached."""
         return self.vision is not None
 
-    def with_overrides(self, overrides: dict[str, Any] | None) -> ModelSpec:
+    def missing_fields(self) -> list[str]:
+        """Fields a complete model needs that this one lacks: :data:`REQUIRED_FIELDS`, the expert
+        count's top-k and expert width for MoE, the MLP width of a model with dense layers, the
+        latent ranks and head dims of MLA."""
+        need = list(REQUIRED_FIELDS)
+        moe = self.moe_layers if self.moe_layers is not None else (self.is_moe,) * (self.num_layers or 0)
+        if self.is_moe:
+            need += ["moe_router_topk", "moe_ffn_hidden_size"]
+        if not self.is_moe or not all(moe):
+            need.append("ffn_hidden_size")
+        if self.multi_latent_attention:
+            need += ["kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"]
+        return [f for f in need if getattr(self, f) is None]
+
+    def completed(self) -> ModelSpec:
+        """This model as a :class:`ModelSpec`, with the defaults Megatron-Core applies filled in:
+        ``num_query_groups`` = heads (MHA), ``kv_channels`` = hidden / heads (not for MLA),
+        ``moe_layers`` every layer MoE when there are experts, ``attention_kinds`` every layer full.
+
+        Raises:
+            InputError: naming the fields a complete model needs and this one lacks.
+        """
+        if isinstance(self, ModelSpec):
+            return self
+        missing = self.missing_fields()
+        if missing:
+            raise InputError(
+                "model", self.name, "a complete model: give " + ", ".join(f"model_overrides.{f}" for f in missing)
+            )
+        n, heads = self.num_layers, self.num_attention_heads
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["num_query_groups"] = self.num_query_groups or heads
+        if not self.multi_latent_attention and self.kv_channels is None:
+            fields["kv_channels"] = self.hidden_size // heads
+        if self.moe_layers is None:
+            fields["moe_layers"] = (self.is_moe,) * n
+        if self.attention_kinds is None:
+            fields["attention_kinds"] = ("full",) * n
+        return ModelSpec(**fields)
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> PartialModelSpec:
         """Return a copy with fields replaced (e.g. ``num_layers`` for a reduced proxy).
 
         Per-layer tuples are truncated or extended (repeating the pattern) when ``num_layers``
@@ -201,7 +248,50 @@ class ModelSpec:
         return out
 
 
-def _check_consistent(m: ModelSpec, changed: set[str]) -> None:
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec(PartialModelSpec):
+    """A complete model: every field parameter counts, memory and step time need is given, and the
+    per-layer tuples cover every layer. Built from a ``config.json``
+    (:func:`model_from_hf_config`) or by :meth:`PartialModelSpec.completed`.
+
+    Raises:
+        InputError: on construction, when a required field is missing or a per-layer tuple does not
+            have ``num_layers`` entries.
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    vocab_size: int
+    moe_layers: tuple[bool, ...]
+    attention_kinds: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        missing = self.missing_fields() + [
+            f for f in ("num_query_groups", "moe_layers", "attention_kinds") if getattr(self, f) is None
+        ]
+        if missing:
+            raise InputError(
+                "model", self.name, "a complete model: give " + ", ".join(f"model_overrides.{f}" for f in missing)
+            )
+        for tup in ("moe_layers", "attention_kinds"):
+            if len(getattr(self, tup)) != self.num_layers:
+                raise InputError(
+                    f"model_overrides.{tup}", len(getattr(self, tup)), f"one entry per layer ({self.num_layers})"
+                )
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> ModelSpec:
+        """As :meth:`PartialModelSpec.with_overrides`; the result is still complete.
+
+        Raises:
+            UnknownNameError / InputError: as the partial version, and a change that leaves the model
+                incomplete (e.g. ``num_layers: null``).
+        """
+        return cast(ModelSpec, super().with_overrides(overrides))  # dataclasses.replace keeps the class
+
+
+def _check_consistent(m: PartialModelSpec, changed: set[str]) -> None:
     """What an override can break that no single field shows: top-k within the expert count, query
     groups dividing the heads (GQA), shared by heads and groups. Raises InputError naming the
     overridden field."""
@@ -311,6 +401,145 @@ def _vision_from_config(vc: dict | None, text_hidden: int, from_supplement: bool
     )
 
 
+_NON_NEGATIVE_INT_KEYS = (
+    "num_key_value_heads",
+    "head_dim",
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "intermediate_size",
+    "kv_lora_rank",
+    "q_lora_rank",
+)
+
+
+def _need(text: dict, *keys: str) -> int:
+    """A required positive integer field (the first of ``keys`` given).
+
+    Raises:
+        InputError: missing, or not a positive integer.
+    """
+    v = _get(text, *keys)
+    if v is None:
+        raise InputError(f"config.json:{'/'.join(keys)}", None, "a value (required field missing)")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"config.json:{'/'.join(keys)}", v, "a positive integer")
+    return v
+
+
+def _check_integer_fields(text: dict) -> None:
+    for key in _NON_NEGATIVE_INT_KEYS:
+        val = text.get(key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+            raise InputError(f"config.json:{key}", val, "a non-negative integer")
+
+
+def _optional_int(text: dict, *keys: str) -> int | None:
+    v = _get(text, *keys)
+    return int(v) if v else None
+
+
+def _ffn_widths(text: dict, model_type: str, top_type: str) -> tuple[int | None, int | None]:
+    """(routed-expert width, dense MLP width) by family: Llama 4's ``intermediate_size`` is the
+    expert width (``intermediate_size_mlp`` the dense one); Mixtral's and gpt-oss's the expert width;
+    elsewhere ``moe_intermediate_size`` and ``intermediate_size``."""
+    if model_type.startswith("llama4") or top_type.startswith("llama4"):
+        expert = int(text["intermediate_size"])
+        return expert, int(_get(text, "intermediate_size_mlp", default=expert))
+    if top_type in ("mixtral", "gpt_oss") or model_type in ("mixtral", "gpt_oss"):
+        return int(text["intermediate_size"]), None
+    return _optional_int(text, "moe_intermediate_size"), _optional_int(text, "intermediate_size")
+
+
+def _shared_experts(
+    text: dict, expert_ffn: int | None, is_llama4: bool, num_experts: int | None
+) -> tuple[int | None, bool]:
+    """(shared-expert width, gated): DeepSeek's ``n_shared_experts`` × expert width; Qwen2-MoE /
+    Qwen3-Next / Qwen3.5's ``shared_expert_intermediate_size`` with a sigmoid gate (h → 1); Llama 4's
+    one shared expert of the expert width."""
+    if _get(text, "n_shared_experts"):
+        return int(text["n_shared_experts"]) * int(expert_ffn or 0), False
+    if _get(text, "shared_expert_intermediate_size"):
+        return int(text["shared_expert_intermediate_size"]), True
+    if is_llama4 and num_experts:
+        return expert_ffn, False
+    return None, False
+
+
+def _vision_of(top: dict, hidden: int) -> VisionSpec | None:
+    """The vision tower from ``vision_config``, or Llama 4's from the ``_supplement`` block."""
+    vision_cfg = top.get("vision_config")
+    from_supp = False
+    if vision_cfg is None and isinstance(top.get("_supplement"), dict):
+        vision_cfg = top["_supplement"].get("vision_config")
+        from_supp = vision_cfg is not None
+    return _vision_from_config(vision_cfg, hidden, from_supp)
+
+
+def _attention_fields(text: dict, model_type: str, top_type: str, hidden: int, heads: int) -> dict[str, Any]:
+    """Attention fields: GQA groups and head dim, or MLA's latent ranks and head dims; QK norm,
+    output gate, biases, sinks (gpt-oss); per-layer kinds and Gated DeltaNet widths."""
+    is_mla = bool(_get(text, "kv_lora_rank"))
+    is_llama4 = model_type.startswith("llama4") or top_type.startswith("llama4")
+    kv_heads = int(_get(text, "num_key_value_heads", default=heads))
+    head_dim = int(_get(text, "head_dim", default=hidden // heads))
+    bias = bool(_get(text, "attention_bias", default=False))
+    return {
+        "num_query_groups": kv_heads if not is_mla else heads,
+        "kv_channels": head_dim if not is_mla else None,
+        "add_bias_linear": bias and "gpt_oss" in top_type,
+        "add_qkv_bias": bias,
+        # Llama 4's QK norm is a weightless L2 norm, so it has no parameters
+        "qk_layernorm": bool(_get(text, "use_qk_norm", default=model_type.startswith("qwen3"))) and not is_llama4,
+        "attention_output_gate": bool(_get(text, "attn_output_gate", default=("qwen3_next" in model_type))),
+        "attention_sinks": "gpt_oss" in top_type,
+        "multi_latent_attention": is_mla,
+        "q_lora_rank": _get(text, "q_lora_rank"),
+        "kv_lora_rank": _get(text, "kv_lora_rank"),
+        "qk_head_dim": _get(text, "qk_nope_head_dim"),
+        "qk_pos_emb_head_dim": _get(text, "qk_rope_head_dim"),
+        "v_head_dim": _get(text, "v_head_dim"),
+        "sliding_window": _get(text, "sliding_window"),
+        "attention_chunk_size": _get(text, "attention_chunk_size"),
+        **{k: _get(text, k) for k in _LINEAR_KEYS},
+    }
+
+
+_LINEAR_KEYS = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
+
+
+def _moe_fields(text: dict, model_type: str, top_type: str, num_layers: int) -> dict[str, Any]:
+    """MLP and MoE fields: dense and expert widths, experts and top-k (None when no layer is MoE),
+    shared experts, router and expert biases, the per-layer MoE pattern."""
+    num_experts = _optional_int(text, "n_routed_experts", "num_experts", "num_local_experts")
+    topk = _optional_int(text, "num_experts_per_tok", "experts_per_token", "moe_router_topk")
+    expert_ffn, dense_ffn = _ffn_widths(text, model_type, top_type)
+    moe_layers = _moe_layer_pattern(text, model_type, num_layers, num_experts)
+    eff = None if not any(moe_layers) else num_experts
+    is_llama4 = model_type.startswith("llama4") or top_type.startswith("llama4")
+    shared, shared_gate = _shared_experts(text, expert_ffn, is_llama4, num_experts)
+    return {
+        "ffn_hidden_size": dense_ffn,
+        "num_moe_experts": eff,
+        "moe_router_topk": topk if eff else None,
+        "moe_ffn_hidden_size": expert_ffn if eff else None,
+        "moe_shared_expert_intermediate_size": shared if eff else None,
+        "moe_shared_expert_gate": shared_gate and bool(eff),
+        "moe_router_bias": "gpt_oss" in top_type,
+        "moe_router_expert_bias": str(_get(text, "topk_method", default="")) == "noaux_tc",
+        "moe_expert_bias": "gpt_oss" in top_type,
+        "moe_layers": moe_layers,
+    }
+
+
 def model_from_hf_config(config: dict, name: str, source: str = "user") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` mapping.
 
@@ -322,103 +551,25 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
     ``_supplement`` block when the config body lacks it).
 
     Raises:
-        InputError: when a required field (hidden size, layers, heads, vocab) is missing.
+        InputError: when a required field (hidden size, layers, heads, vocab) is missing, or the
+            config leaves the model incomplete (e.g. a dense model without an MLP width).
     """
     top = config
     text = dict(config.get("text_config") or config)
     model_type = str(text.get("model_type") or top.get("model_type") or "")
     top_type = str(top.get("model_type") or model_type)
-
-    def need(*keys: str) -> Any:
-        v = _get(text, *keys)
-        if v is None:
-            raise InputError(f"config.json:{'/'.join(keys)}", None, "a value (required field missing)")
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"config.json:{'/'.join(keys)}", v, "a positive integer")
-        return v
-
-    for key in (
-        "num_key_value_heads",
-        "head_dim",
-        "n_routed_experts",
-        "num_experts",
-        "num_local_experts",
-        "num_experts_per_tok",
-        "moe_intermediate_size",
-        "intermediate_size",
-        "kv_lora_rank",
-        "q_lora_rank",
-    ):
-        val = text.get(key)
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
-            raise InputError(f"config.json:{key}", val, "a non-negative integer")
-
-    hidden = int(need("hidden_size", "d_model"))
-    num_layers = int(need("num_hidden_layers", "num_layers", "n_layer"))
-    heads = int(need("num_attention_heads", "n_head"))
-    kv_heads = int(_get(text, "num_key_value_heads", default=heads))
-    vocab = int(need("vocab_size"))
-    head_dim = int(_get(text, "head_dim", default=hidden // heads))
-
-    num_experts = _get(text, "n_routed_experts", "num_experts", "num_local_experts")
-    num_experts = int(num_experts) if num_experts else None
-    topk = _get(text, "num_experts_per_tok", "experts_per_token", "moe_router_topk")
-    topk = int(topk) if topk else None
-
-    is_llama4 = model_type.startswith("llama4") or top_type.startswith("llama4")
-    is_mixture_ffn_named_intermediate = top_type in ("mixtral", "gpt_oss") or model_type in ("mixtral", "gpt_oss")
-    if is_llama4:
-        expert_ffn = int(text["intermediate_size"])
-        dense_ffn = int(_get(text, "intermediate_size_mlp", default=expert_ffn))
-    elif is_mixture_ffn_named_intermediate:
-        expert_ffn = int(text["intermediate_size"])
-        dense_ffn = None
-    else:
-        expert_ffn = _get(text, "moe_intermediate_size")
-        expert_ffn = int(expert_ffn) if expert_ffn else None
-        dense_ffn = _get(text, "intermediate_size")
-        dense_ffn = int(dense_ffn) if dense_ffn else None
-
-    moe_layers = _moe_layer_pattern(text, model_type, num_layers, num_experts)
-    num_experts_eff = None if not any(moe_layers) else num_experts
-
-    shared = None
-    shared_gate = False
-    if _get(text, "n_shared_experts"):
-        shared = int(text["n_shared_experts"]) * int(expert_ffn or 0)
-    elif _get(text, "shared_expert_intermediate_size"):
-        shared = int(text["shared_expert_intermediate_size"])
-        shared_gate = True  # Qwen2-MoE / Qwen3-Next / Qwen3.5: sigmoid shared_expert_gate (h → 1)
-    elif is_llama4 and num_experts:
-        shared = expert_ffn  # Llama4TextMoe always builds one shared expert of the expert width
-
-    is_mla = bool(_get(text, "kv_lora_rank"))
-    attention_kinds = _attention_kinds(text, model_type, num_layers)
-    is_qwen3 = model_type.startswith(("qwen3", "qwen3_5"))
-    gated_out = bool(_get(text, "attn_output_gate", default=("qwen3_next" in model_type)))
-    qk_norm = bool(_get(text, "use_qk_norm", default=is_qwen3)) and not is_llama4
-    # Llama 4's QK norm is a weightless L2 norm, so it has no parameters.
-
-    mtp = int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0)
-
-    vision_cfg = top.get("vision_config")
-    from_supp = False
-    if vision_cfg is None and isinstance(top.get("_supplement"), dict):
-        vision_cfg = top["_supplement"].get("vision_config")
-        from_supp = vision_cfg is not None
-    vision = _vision_from_config(vision_cfg, hidden, from_supp)
-
+    _check_integer_fields(text)
+    hidden = _need(text, "hidden_size", "d_model")
+    num_layers = _need(text, "num_hidden_layers", "num_layers", "n_layer")
+    heads = _need(text, "num_attention_heads", "n_head")
+    vocab = _need(text, "vocab_size")
     tie = top.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
-
     return ModelSpec(
         name=name,
         model_type=top_type,
         num_layers=num_layers,
         hidden_size=hidden,
-        ffn_hidden_size=dense_ffn,
         num_attention_heads=heads,
-        num_query_groups=kv_heads if not is_mla else heads,
-        kv_channels=head_dim if not is_mla else None,
         vocab_size=vocab,
         max_position_embeddings=_get(text, "max_position_embeddings"),
         untie_embeddings_and_output_weights=not bool(tie),
@@ -426,36 +577,11 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         # gpt-oss: clamped SwiGLU with x·σ(1.702x) (Megatron's GPT-OSS provider: quick-GELU gate)
         clamped_glu=_get(text, "swiglu_limit") is not None,
         normalization="RMSNorm",
-        add_bias_linear=bool(_get(text, "attention_bias", default=False)) and "gpt_oss" in top_type,
-        add_qkv_bias=bool(_get(text, "attention_bias", default=False)),
-        qk_layernorm=qk_norm,
-        attention_output_gate=gated_out,
-        attention_sinks="gpt_oss" in top_type,
-        multi_latent_attention=is_mla,
-        q_lora_rank=_get(text, "q_lora_rank"),
-        kv_lora_rank=_get(text, "kv_lora_rank"),
-        qk_head_dim=_get(text, "qk_nope_head_dim"),
-        qk_pos_emb_head_dim=_get(text, "qk_rope_head_dim"),
-        v_head_dim=_get(text, "v_head_dim"),
-        num_moe_experts=num_experts_eff,
-        moe_router_topk=topk if num_experts_eff else None,
-        moe_ffn_hidden_size=expert_ffn if num_experts_eff else None,
-        moe_shared_expert_intermediate_size=shared if num_experts_eff else None,
-        moe_shared_expert_gate=shared_gate and bool(num_experts_eff),
-        moe_router_bias="gpt_oss" in top_type,
-        moe_router_expert_bias=str(_get(text, "topk_method", default="")) == "noaux_tc",
-        moe_expert_bias="gpt_oss" in top_type,
-        moe_layers=moe_layers,
-        attention_kinds=attention_kinds,
-        sliding_window=_get(text, "sliding_window"),
-        attention_chunk_size=_get(text, "attention_chunk_size"),
-        linear_num_key_heads=_get(text, "linear_num_key_heads"),
-        linear_num_value_heads=_get(text, "linear_num_value_heads"),
-        linear_key_head_dim=_get(text, "linear_key_head_dim"),
-        linear_value_head_dim=_get(text, "linear_value_head_dim"),
-        linear_conv_kernel_dim=_get(text, "linear_conv_kernel_dim"),
-        mtp_num_layers=mtp,
-        vision=vision,
+        **_attention_fields(text, model_type, top_type, hidden, heads),
+        **_moe_fields(text, model_type, top_type, num_layers),
+        attention_kinds=_attention_kinds(text, model_type, num_layers),
+        mtp_num_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        vision=_vision_of(top, hidden),
         source=source,
         reconstructed=bool(top.get("_reconstructed", False)),
         published_params=dict(top.get("_published_params") or {}),
@@ -463,10 +589,13 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
     )
 
 
-def partial_model(overrides: dict[str, Any] | None, name: str = "custom") -> ModelSpec:
-    """A model known only through explicit fields (no config.json), e.g. ``num_layers: 80``.
+def partial_model(overrides: dict[str, Any] | None, name: str = "custom") -> PartialModelSpec:
+    """A model known only through explicit fields (no config.json), e.g. ``num_layers: 80``: a
+    :class:`ModelSpec` when the fields make it complete, else a :class:`PartialModelSpec` (which only
+    the rules take).
 
     Raises:
-        UnknownNameError / InputError: as :meth:`ModelSpec.with_overrides`.
+        UnknownNameError / InputError: as :meth:`PartialModelSpec.with_overrides`.
     """
-    return ModelSpec(name=name, source="overrides").with_overrides(overrides)
+    part = PartialModelSpec(name=name, source="overrides").with_overrides(overrides)
+    return part.completed() if not part.missing_fields() else part

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from moeplan.errors import InputError
-from moeplan.spec.model import ModelSpec, VisionSpec
+from moeplan.spec.model import ModelSpec, PartialModelSpec, VisionSpec
 
 PARAM_KINDS = (
     "embedding",
@@ -53,7 +53,7 @@ class Shard:
         return Shard(self.tp + o.tp, self.rep + o.rep, self.exp + o.exp)
 
 
-def _require(model: ModelSpec, *names: str) -> None:
+def _require(model: PartialModelSpec, *names: str) -> None:
     missing = [n for n in names if getattr(model, n) is None]
     if missing:
         raise InputError(f"model.{missing[0]}", None, "a value: parameter counting needs " + ", ".join(missing))
@@ -306,13 +306,14 @@ class ParamCounts:
         return d
 
 
-def count_params(model: ModelSpec) -> ParamCounts:
+def count_params(model: PartialModelSpec) -> ParamCounts:
     """Exact parameter counts of ``model`` (elements), unpadded vocabulary.
 
     Raises:
         InputError: when the model lacks a width needed for counting.
     """
     _require(model, "hidden_size", "num_layers", "vocab_size")
+    model = model.completed()
     by = dict.fromkeys(PARAM_KINDS, 0)
     per_layer_kind: dict[str, int] = {}
     routed_active = 0
@@ -359,7 +360,7 @@ class RankParams:
 
 
 def rank_params(
-    model: ModelSpec,
+    model: PartialModelSpec,
     layers: list[int],
     *,
     tp: int = 1,
@@ -384,6 +385,7 @@ def rank_params(
         InputError: when a dimension does not shard evenly or a needed width is missing.
     """
     _require(model, "hidden_size", "num_layers", "vocab_size")
+    model = model.completed()
     by = dict.fromkeys(PARAM_KINDS, 0)
     dense = expert = 0
     for i in layers:

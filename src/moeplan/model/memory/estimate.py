@@ -27,6 +27,7 @@ from moeplan.model.memory.static import static_memory
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
 from moeplan.model.vision import vision_cost
+from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
 from moeplan.spec.params import padded_vocab_size
 from moeplan.spec.pipeline import StagePlan
@@ -198,8 +199,10 @@ class _Common:
 
 def _need(s: Scenario) -> None:
     missing = []
-    if s.model is None or s.model.num_layers is None or s.model.hidden_size is None:
+    if s.model is None:
         missing.append("model")
+    elif not isinstance(s.model, ModelSpec):
+        s.model.completed()  # raises, naming the fields the model lacks
     if s.training.seq_length is None:
         missing.append("training.seq_length")
     if not s.num_gpus:

@@ -15,6 +15,7 @@ from moeplan.model.compute import Speeds, attention_fraction, speeds
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import host_link_bytes_per_s
 from moeplan.model.vision import VisionCost, vision_cost
+from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import linear_input_bytes, routing
 from moeplan.spec.params import padded_vocab_size
 from moeplan.spec.scenario import Scenario
@@ -106,6 +107,8 @@ def require_step_inputs(s: Scenario) -> None:
     missing = [name for name, value in needs if value is None]
     if missing:
         raise InputError(missing[0], None, "a value: the step-time estimate needs " + ", ".join(missing))
+    if not isinstance(s.model, ModelSpec):
+        s.model.completed()  # raises, naming the fields the model lacks
     if not gpu.peak_dense_tflops.get("bf16"):
         raise InputError(
             "system.gpu.peak_dense_tflops",
