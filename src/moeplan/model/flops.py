@@ -42,6 +42,54 @@ class FlopCount:
         return self.total / self.seq_length
 
 
+def _layer_counts(m: ModelSpec, mtp: int) -> tuple[int, int, int, int]:
+    """(MoE layers, dense layers, Gated DeltaNet layers, standard-attention layers) over the decoder
+    and MTP layers, as Bridge counts them: MTP layers take the last layer's MLP type; GDN layers follow
+    Bridge's pattern over ``num_layers + MTP`` (layer i is GDN unless ``(i + 1) % freq == 0``)."""
+    L = m.num_layers + mtp
+    moe_flags = list(m.moe_layers or [False] * m.num_layers)
+    last_moe = bool(moe_flags[-1]) if moe_flags else False
+    n_moe = sum(moe_flags) + (mtp if last_moe else 0)
+    if not m.has_linear_attention:
+        return n_moe, L - n_moe, 0, L
+    kinds = list(m.attention_kinds or ["full"] * m.num_layers)
+    freq = round(len(kinds) / max(1, sum(1 for k in kinds if k != "linear")))
+    n_gdn = sum(0 if (i + 1) % freq == 0 else 1 for i in range(L))
+    return n_moe, L - n_moe, n_gdn, L - n_gdn
+
+
+def _attention_terms(m: ModelSpec) -> tuple[float, float]:
+    """(per-token projection FLOPs / 2, per-squared-sequence core FLOPs / 2) of one attention layer
+    (forward, one multiply-add = 1): MLA's LoRA projections with their norms, rope key and output
+    projection and a causal core; GQA/MHA's Q, K, V (+ output gate) and output projections and a full
+    (uncausal) core."""
+    h = m.hidden_size
+    if m.multi_latent_attention:
+        nh = m.num_attention_heads
+        qk, rope, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+        q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope) + 1)
+        lin = q_term + m.kv_lora_rank * (h + nh * (qk + v) + 1) + h * rope + nh * v * h
+        return lin, nh * (qk + rope) / 2 + nh * v / 2
+    q = m.kv_channels * m.num_attention_heads
+    kv = m.kv_channels * m.num_query_groups
+    gate = q if m.attention_output_gate else 0
+    return h * (q + 2 * kv + gate) + q * h, q
+
+
+def _gdn_term(m: ModelSpec) -> float:
+    """Per-token FLOPs / 2 of one Gated DeltaNet layer: in, conv and out projections and ``4·nv·dv²``."""
+    h = m.hidden_size
+    qk_dim = m.linear_key_head_dim * m.linear_num_key_heads
+    v_dim = m.linear_value_head_dim * m.linear_num_value_heads
+    nv, dv = m.linear_num_value_heads, m.linear_value_head_dim
+    return (
+        h * (2 * qk_dim + 2 * v_dim + 2 * nv)
+        + m.linear_conv_kernel_dim * (2 * qk_dim + v_dim)
+        + nv * dv * dv * 4
+        + h * v_dim
+    )
+
+
 def model_flops(
     m: ModelSpec,
     seq_length: int,
@@ -64,62 +112,24 @@ def model_flops(
     s2 = float(seqlen_squared) if seqlen_squared is not None else s * s
     h = m.hidden_size
     mtp = m.mtp_num_layers if mtp_num_layers is None else mtp_num_layers
-    L = m.num_layers + mtp
-    moe_flags = list(m.moe_layers or [False] * m.num_layers)
-    last_moe = bool(moe_flags[-1]) if moe_flags else False
-    n_moe = sum(moe_flags) + (mtp if last_moe else 0)
-    n_dense = L - n_moe
+    n_moe, n_dense, n_gdn, n_std = _layer_counts(m, mtp)
     gated = 3 if (m.gated_linear_unit and not m.clamped_glu) else 2
-    parts: dict[str, float] = {}
-
     kinds = list(m.attention_kinds or ["full"] * m.num_layers)
-    if m.has_linear_attention:
-        # Bridge's pattern over num_layers + MTP: layer i is GDN unless (i + 1) % freq == 0
-        n_full = sum(1 for k in kinds if k != "linear")
-        freq = round(len(kinds) / max(1, n_full))
-        pattern = [0 if (i + 1) % freq == 0 else 1 for i in range(L)]
-        n_gdn = sum(pattern)
-        n_std = L - n_gdn
-    else:
-        n_gdn, n_std = 0, L
-
-    if m.multi_latent_attention:
-        nh = m.num_attention_heads
-        qk, rope, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
-        q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope) + 1)
-        lin = q_term + m.kv_lora_rank * (h + nh * (qk + v) + 1) + h * rope + nh * v * h
-        quad = nh * (qk + rope) / 2 + nh * v / 2
-    else:
-        q = m.kv_channels * m.num_attention_heads
-        kv = m.kv_channels * m.num_query_groups
-        gate = q if m.attention_output_gate else 0
-        lin = h * (q + 2 * kv + gate) + q * h
-        quad = q
+    lin, quad = _attention_terms(m)
+    parts: dict[str, float] = {"attention_linear": 6 * n_std * s * lin}
     window = m.sliding_window if (sliding_window_term and "sliding" in kinds and m.sliding_window) else None
     if window:
         n_swa = sum(1 for k in kinds if k == "sliding")
-        n_full_attn = n_std - n_swa
         ctx = min(window + 1, seq_length)  # Bridge: window (left, right=0) + 1
-        parts["attention_linear"] = 6 * n_std * s * lin
-        parts["attention_quadratic"] = 6 * (n_full_attn * s2 * quad + n_swa * s * q * ctx)
+        q = m.kv_channels * m.num_attention_heads
+        parts["attention_quadratic"] = 6 * ((n_std - n_swa) * s2 * quad + n_swa * s * q * ctx)
     else:
-        parts["attention_linear"] = 6 * n_std * s * lin
         parts["attention_quadratic"] = 6 * n_std * s2 * quad
     if n_gdn:
-        qk_dim = m.linear_key_head_dim * m.linear_num_key_heads
-        v_dim = m.linear_value_head_dim * m.linear_num_value_heads
-        nv, dv = m.linear_num_value_heads, m.linear_value_head_dim
-        gdn = (
-            h * (2 * qk_dim + 2 * v_dim + 2 * nv)
-            + m.linear_conv_kernel_dim * (2 * qk_dim + v_dim)
-            + nv * dv * dv * 4
-            + h * v_dim
-        )
-        parts["gated_deltanet"] = 6 * n_gdn * s * gdn
+        parts["gated_deltanet"] = 6 * n_gdn * s * _gdn_term(m)
     mlp = 0.0
     if n_dense:
-        f = m.ffn_hidden_size or 0
-        mlp += f * gated * n_dense
+        mlp += (m.ffn_hidden_size or 0) * gated * n_dense
     if n_moe:
         mlp += m.moe_ffn_hidden_size * m.moe_router_topk * gated * n_moe
         parts["shared_experts"] = 6 * s * h * (m.moe_shared_expert_intermediate_size or 0) * gated * n_moe
