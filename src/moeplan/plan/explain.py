@@ -33,43 +33,34 @@ def _nvl72(c) -> bool:
     return bool(gpu and gpu.is_nvl72 and c.parallel.ep > 1)
 
 
-def explain_winner(res: SearchResult) -> list[str]:
-    """Plain-language lines: each parallel size, recompute, dispatcher, graphs, offload, CP comm."""
-    if not res.candidates:
-        return []
-    w = res.candidates[0]
+def _size_line(res: SearchResult, w: Candidate, attr: str, name: str, key: str) -> str:
+    """One parallel size of the winner against the best layout of each other value of it."""
+    if key in (res.request.get("fixed") or {}):
+        return f"{name} {getattr(w.parallel, attr)}: held fixed by the request."
     tps = w.tokens_per_s_per_gpu
-    seq = res.request["seq_length"]
-    lines = [res.tie_note + "."] if res.tie_note else []
-    fixed = res.request.get("fixed") or {}
-    for attr, name, key in _DIMS:
-        if key in fixed:
-            lines.append(f"{name} {getattr(w.parallel, attr)}: held fixed by the request.")
-            continue
-        per = best_by(res, attr)
-        v = getattr(w.parallel, attr)
-        others = []
-        for alt in sorted(per):
-            if alt == v:
-                continue
-            others.append(
-                f"{name}{alt} {per[alt].tokens_per_s_per_gpu:,.0f} ({_pct(per[alt].tokens_per_s_per_gpu, tps)})"
-            )
-        missing = [x for x in (v // 2, v * 2) if x >= 1 and x != v and x not in per]
-        text = f"{name} {v}"
-        if attr == "cp":
-            text += f" ({seq // v:,} tokens per CP rank)"
-        text += f": best of each {name} — " + (", ".join(others) if others else "no other value fits or is legal")
-        if missing:
-            text += f"; {name}{'/'.join(map(str, missing))}: nothing legal fits"
-        lines.append(text + ".")
-    # recompute
-    tried = dict(w.ladder_tried)
-    cheaper = [(n, g) for n, g in tried.items() if n != w.recompute]
+    per = best_by(res, attr)
+    v = getattr(w.parallel, attr)
+    others = [
+        f"{name}{alt} {per[alt].tokens_per_s_per_gpu:,.0f} ({_pct(per[alt].tokens_per_s_per_gpu, tps)})"
+        for alt in sorted(per)
+        if alt != v
+    ]
+    missing = [x for x in (v // 2, v * 2) if x >= 1 and x != v and x not in per]
+    text = f"{name} {v}"
+    if attr == "cp":
+        text += f" ({res.request['seq_length'] // v:,} tokens per CP rank)"
+    text += f": best of each {name} — " + (", ".join(others) if others else "no other value fits or is legal")
+    if missing:
+        text += f"; {name}{'/'.join(map(str, missing))}: nothing legal fits"
+    return text + "."
+
+
+def _recompute_line(w: Candidate) -> str:
+    """The recompute rung chosen, the cheaper rungs that did not fit, and what it costs."""
     not_fit = [
         f"{n} {g:.1f} GiB" if g is not None else f"{n} (breaks a rule)"
-        for n, g in cheaper
-        if g is None or g > w.peak_gib
+        for n, g in dict(w.ladder_tried).items()
+        if n != w.recompute and (g is None or g > w.peak_gib)
     ]
     if " + optimizer offload" in w.recompute and w.recompute.startswith("selective"):
         rc = (
@@ -88,72 +79,73 @@ def explain_winner(res: SearchResult) -> list[str]:
     bd = w.throughput["breakdown_s"]
     if bd.get("recompute"):
         rc += f"; it costs {100 * bd['recompute'] / w.throughput['step_time_s']:.1f} % of the step"
-    lines.append(rc + ".")
-    for fam, title in (
-        ("dispatcher", "dispatcher"),
-        ("ep_overlap", "EP comm overlap"),
-        ("graphs", "CUDA graphs"),
-        ("cp_comm", "CP comm"),
-        ("vpp", "VPP"),
-    ):
-        t = w.tried.get(fam)
-        if not t:
+    return rc + "."
+
+
+def _knob_note(w: Candidate, fam: str, t: dict, chosen: str) -> str:
+    """Why a knob setting stands although another is as fast (ties, the simpler setting kept), and
+    the guidance's caveats for dispatchers on NVL72 and full-iteration graphs."""
+    ref = t.get(chosen)
+    same = [n for n, val in t.items() if n != chosen and val is not None and ref and abs(val / ref - 1) < 1e-3]
+    faster = [n for n, val in t.items() if n != chosen and val is not None and ref and val > ref * (1 + 1e-3)]
+    note = ""
+    if same and chosen == next(iter(t)):
+        note = " (no predicted difference: the default is kept)"
+    elif same:
+        note = " (within 0.1 %: below the model's resolution)"
+    if faster:
+        note += (
+            f" ({', '.join(faster)} within {100 * TIE_FRACTION:.0f} %: below the model's resolution, the simpler"
+            " setting is kept)"
+        )
+    if fam == "dispatcher" and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
+        note += (
+            " — the guidance puts HybridEP first on NVL72, and the model's HybridEP efficiency is fitted on"
+            " published runs where it also absorbs costs the model lacks: measure both"
+        )
+    if fam == "graphs" and chosen != "full_iteration" and t.get("full_iteration") is not None:
+        note += (
+            " — full_iteration brings its static-budget expert path (HybridEP, rank capacity factor 1.5, TE op"
+            " fuser, paged stash), so it carries HybridEP's fitted efficiency (see the dispatcher line)"
+        )
+    return note
+
+
+def _knob_line(w: Candidate, fam: str, title: str) -> str | None:
+    """One knob family of the refinement: the setting chosen against the variants tried."""
+    t = w.tried.get(fam)
+    if not t:
+        return None
+    chosen = w.knobs.get(fam) if fam != "vpp" else f"VPP{w.parallel.vpp}"
+    if fam == "dispatcher" and w.knobs.get("graphs") == "full_iteration":
+        seen = ", ".join(f"{n} {v:,.0f}" if v is not None else f"{n} rejected" for n, v in t.items())
+        return (
+            f"dispatcher {chosen}: set by the full-iteration graph, whose static-budget expert path needs it; "
+            f"tried before EP overlap and graphs were set, the dispatchers gave {seen} tok/s/GPU."
+        )
+    why = w.tried.get("_why", {})
+    parts = []
+    for name, val in t.items():
+        if name == chosen:
             continue
-        chosen = w.knobs.get(fam) if fam != "vpp" else f"VPP{w.parallel.vpp}"
-        if fam == "dispatcher" and w.knobs.get("graphs") == "full_iteration":
-            seen = ", ".join(f"{n} {v:,.0f}" if v is not None else f"{n} rejected" for n, v in t.items())
-            lines.append(
-                f"dispatcher {chosen}: set by the full-iteration graph, whose static-budget expert path needs it; "
-                f"tried before EP overlap and graphs were set, the dispatchers gave {seen} tok/s/GPU."
-            )
-            continue
-        why = w.tried.get("_why", {})
-        parts = []
-        for name, val in t.items():
-            if name == chosen:
-                continue
-            if val is None:
-                parts.append(f"{name} rejected ({why.get(f'{fam}:{name}', 'a rule or memory')})")
-            else:
-                parts.append(f"{name} " + (_pct(val, t[chosen]) if t.get(chosen) else f"{val:,.0f}"))
-        first = next(iter(t))
-        same = [
-            n
-            for n, val in t.items()
-            if n != chosen and val is not None and t.get(chosen) and abs(val / t[chosen] - 1) < 1e-3
-        ]
-        faster = [
-            n
-            for n, val in t.items()
-            if n != chosen and val is not None and t.get(chosen) and val > t[chosen] * (1 + 1e-3)
-        ]
-        note = ""
-        if same and chosen == first:
-            note = " (no predicted difference: the default is kept)"
-        elif same:
-            note = " (within 0.1 %: below the model's resolution)"
-        if faster:
-            note += (
-                f" ({', '.join(faster)} within {100 * TIE_FRACTION:.0f} %: below the model's resolution, the simpler"
-                " setting is kept)"
-            )
-        if fam == "dispatcher" and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
-            note += (
-                " — the guidance puts HybridEP first on NVL72, and the model's HybridEP efficiency is fitted on"
-                " published runs where it also absorbs costs the model lacks: measure both"
-            )
-        if fam == "graphs" and chosen != "full_iteration" and t.get("full_iteration") is not None:
-            note += (
-                " — full_iteration brings its static-budget expert path (HybridEP, rank capacity factor 1.5, TE op"
-                " fuser, paged stash), so it carries HybridEP's fitted efficiency (see the dispatcher line)"
-            )
-        lines.append(f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + ".")
-    if w.scenario.layout.optimizer_cpu_offload:
+        if val is None:
+            parts.append(f"{name} rejected ({why.get(f'{fam}:{name}', 'a rule or memory')})")
+        else:
+            parts.append(f"{name} " + (_pct(val, t[chosen]) if t.get(chosen) else f"{val:,.0f}"))
+    return (
+        f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + _knob_note(w, fam, t, chosen) + "."
+    )
+
+
+def _context_lines(w: Candidate) -> list[str]:
+    """Optimizer offload's cost, DP at its floor, and CP on a MoE VLM (the guidance's caveats)."""
+    lines = []
+    sw, bd = w.scenario, w.throughput["breakdown_s"]
+    if sw.layout.optimizer_cpu_offload:
         lines.append(
-            f"optimizer offload {w.scenario.layout.optimizer_offload_fraction}: needed to fit; the host-side "
+            f"optimizer offload {sw.layout.optimizer_offload_fraction}: needed to fit; the host-side "
             f"optimizer step costs {bd.get('optimizer', 0):.3f} s per step."
         )
-    sw = w.scenario
     if sw.dp == 1 and not w.parallel.fsdp:
         lines.append(
             "DP 1: TP·CP·PP use every GPU, so there is no data parallelism left; the guidance warns that "
@@ -166,6 +158,27 @@ def explain_winner(res: SearchResult) -> list[str]:
             "validate on a short run before relying on it."
         )
     return lines
+
+
+_KNOB_TITLES = (
+    ("dispatcher", "dispatcher"),
+    ("ep_overlap", "EP comm overlap"),
+    ("graphs", "CUDA graphs"),
+    ("cp_comm", "CP comm"),
+    ("vpp", "VPP"),
+)
+
+
+def explain_winner(res: SearchResult) -> list[str]:
+    """Plain-language lines: each parallel size, recompute, dispatcher, graphs, offload, CP comm."""
+    if not res.candidates:
+        return []
+    w = res.candidates[0]
+    lines = [res.tie_note + "."] if res.tie_note else []
+    lines += [_size_line(res, w, attr, name, key) for attr, name, key in _DIMS]
+    lines.append(_recompute_line(w))
+    lines += [x for fam, title in _KNOB_TITLES if (x := _knob_line(w, fam, title)) is not None]
+    return lines + _context_lines(w)
 
 
 def runner_up_diff(res: SearchResult) -> list[str]:
