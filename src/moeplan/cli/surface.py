@@ -11,6 +11,8 @@ import json
 
 import typer.main
 
+from moeplan.cli.app import app as moeplan_app
+
 
 def _describe(p) -> str:
     """One parameter as one line: ``OPTS [type, range, multiple, required] = default: help``."""
@@ -30,9 +32,7 @@ def cli_surface(app: typer.Typer | None = None) -> dict[str, dict]:
     Raises:
         nothing (a broken command definition raises typer's own error while building the app).
     """
-    if app is None:
-        from moeplan.cli.app import app
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(app or moeplan_app)
     return {
         name: {"help": (cmd.help or "").strip().splitlines()[0], "params": [_describe(p) for p in cmd.params]}
         for name, cmd in group.commands.items()
