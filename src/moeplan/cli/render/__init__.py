@@ -1,6 +1,8 @@
 """Rendering of the library's documents: JSON, and rich tables per command group (``check``,
-``estimate``, ``plan``, ``diagnose``, ``vlm``). rich is imported inside the functions that draw, so
-that ``moeplan --help`` stays fast."""
+``estimate``, ``plan``, ``diagnose``, ``vlm``). Each ``render_*`` function draws the document of the
+:mod:`moeplan.api` function its docstring names (units as there: bytes shown as GiB, seconds, tokens/s)
+to stdout and raises nothing for such a document. rich is imported inside the functions that draw,
+so that ``moeplan --help`` stays fast."""
 
 from __future__ import annotations
 
