@@ -76,7 +76,6 @@ SCENARIO_OPTIONS: dict[str, Any] = {
         ),
     ],
 }
-assert tuple(SCENARIO_OPTIONS) == FLAG_NAMES, "one option per ScenarioFlags field, in order"
 
 
 def scenario_options(*names: str, **replace: Any) -> Callable[[Callable], Callable]:
@@ -90,6 +89,9 @@ def scenario_options(*names: str, **replace: Any) -> Callable[[Callable], Callab
 
     Returns:
         The decorator. The command receives ``flags`` with the flags not offered left at None.
+
+    Raises:
+        KeyError: (when the module is imported) a name that is neither a flag nor a parameter.
     """
     offered = names or FLAG_NAMES
 
@@ -104,7 +106,10 @@ def scenario_options(*names: str, **replace: Any) -> Callable[[Callable], Callab
         ]
         params: list[inspect.Parameter] = []
         for k, p in sig.parameters.items():
-            params += placed if k == "flags" else [p] if k in own else []
+            if k == "flags":
+                params += placed
+            elif k in own:  # not moved into the flags' place
+                params.append(p)
         flag_names = [n for n in offered if n in SCENARIO_OPTIONS]
 
         @functools.wraps(fn)
