@@ -616,7 +616,7 @@ def test_plan_compares_selective_with_offload_against_full_recompute():
 
 
 def test_batch_for_tokens_prefers_a_batch_that_divides_well():
-    from moeplan.cli.plan_cmds import batch_for_tokens
+    from moeplan.api.plan import batch_for_tokens
 
     assert batch_for_tokens(4 * 2**20, 131072) == 32  # a multiple: the exact quotient
     assert batch_for_tokens(1_000_000, 131072) == 8  # 7.63: 7 is prime, 8 = 2^3 is 4.8 % above

@@ -219,7 +219,7 @@ def test_vision_params_match_checkpoint_minus_text(hf_id, checkpoint_total):
 def test_vlm_plan_fsdp_and_3d_with_real_workload(tmp_path, gpu, n):
     """Issue acceptance: Qwen3-VL-235B-A22B with a workload measured from real image files whose sides
     follow the LLaVA-style 336–1344 px spread: `plan` gives an FSDP and a 3D candidate, both legal."""
-    from moeplan.cli.app import load_workload
+    from moeplan.api.inputs import load_workload
 
     rng = random.Random(11)
     for i in range(40):

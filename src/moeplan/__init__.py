@@ -1,6 +1,6 @@
 """moeplan: check, estimate and plan Megatron-Core / Megatron Bridge layouts for MoE training.
 
-Public API (the CLI uses only these):
+Public API (the CLI reaches it through :mod:`moeplan.api`, one report function per command):
 
 - :func:`load_scenario` — YAML path or mapping (+ CLI overrides) → resolved :class:`Scenario`
 - :func:`validate` — every Megatron-Core rule → :class:`CheckResult`

@@ -1,4 +1,4 @@
-"""Tables for ``plan``, ``fit`` and ``recipes`` (readable at 100 columns)."""
+"""Tables of ``plan``, ``fit``, ``recipes`` and ``sweep`` (readable at 100 columns)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,7 @@ def _short_layout(c: dict) -> str:
     return ", ".join(bits)
 
 
-def render_plan(d: dict) -> None:
-    from rich.table import Table
-
-    c = console()
+def _plan_header(c, d: dict) -> None:
     r = d["request"]
     c.print(
         f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {r['seq_length']:,}, GBS "
@@ -44,6 +41,12 @@ def render_plan(d: dict) -> None:
     )
     if not d["candidates"]:
         c.print("[bold red]no layout fits[/]")
+
+
+def _candidates_table(c, d: dict) -> None:
+    """The ranked candidates: layout, DP, MBS, knobs, GiB, tokens/s/GPU, MFU (and days to train)."""
+    from rich.table import Table
+
     # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
     t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts", width=100)
@@ -76,34 +79,40 @@ def render_plan(d: dict) -> None:
             f"{100 * th['mfu']:.1f}%",
             *([f"{cand['time_to_train_s'] / 86400:.2f}"] if ttt else []),
         )
-    if d["candidates"]:
-        c.print(t)
-    if d["candidates"]:
-        w = d["candidates"][0]
-        from rich.padding import Padding
+    c.print(t)
 
-        c.print("[bold]why #1[/]")
-        for line in w["explanation"]:
-            c.print(Padding(f"• {line}", (0, 0, 0, 2)), highlight=False)
-        for line in w.get("warnings", []):
-            c.print(Padding(f"[yellow]check warns[/]: {line}", (0, 0, 0, 2)), highlight=False)
-        for cand in d["candidates"][1:3]:
-            for line in cand["explanation"]:
-                c.print(f"  {line}", highlight=False)
-        u = w["throughput"].get("useful_tokens_per_s_per_gpu")
-        if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
-            c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
-        v = w["throughput"]["validity"]
-        if v.get("bias_note"):
-            c.print(f"[yellow]known bias[/] of #1: {v['bias_note']}", highlight=False)
-        if not v.get("validated"):
-            c.print(
-                f"[yellow]extrapolated[/]: expected error ±{v['error_band_pct']:.0f} % or worse — "
-                + "; ".join(v.get("outside", [])),
-                highlight=False,
-            )
-        if "time_to_train_s" in w:
-            c.print(f"time to train: {w['time_to_train_s'] / 86400:.2f} days")
+
+def _why_first(c, d: dict) -> None:
+    """Why #1 wins (and the next two), its useful tokens, known bias, validity and time to train."""
+    from rich.padding import Padding
+
+    w = d["candidates"][0]
+    c.print("[bold]why #1[/]")
+    for line in w["explanation"]:
+        c.print(Padding(f"• {line}", (0, 0, 0, 2)), highlight=False)
+    for line in w.get("warnings", []):
+        c.print(Padding(f"[yellow]check warns[/]: {line}", (0, 0, 0, 2)), highlight=False)
+    for cand in d["candidates"][1:3]:
+        for line in cand["explanation"]:
+            c.print(f"  {line}", highlight=False)
+    u = w["throughput"].get("useful_tokens_per_s_per_gpu")
+    if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
+        c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
+    v = w["throughput"]["validity"]
+    if v.get("bias_note"):
+        c.print(f"[yellow]known bias[/] of #1: {v['bias_note']}", highlight=False)
+    if not v.get("validated"):
+        c.print(
+            f"[yellow]extrapolated[/]: expected error ±{v['error_band_pct']:.0f} % or worse — "
+            + "; ".join(v.get("outside", [])),
+            highlight=False,
+        )
+    if "time_to_train_s" in w:
+        c.print(f"time to train: {w['time_to_train_s'] / 86400:.2f} days")
+
+
+def _baselines(c, d: dict) -> None:
+    """The rule-of-thumb baseline, the guidance family at this size, and the rejection tally."""
     b = d["baseline"]
     rot = b["rule_of_thumb"]
     if rot.get("candidate"):
@@ -144,28 +153,34 @@ def render_plan(d: dict) -> None:
             + f"; then {d['refined_variants']} refinement variants of the best",
             highlight=False,
         )
-    fv = d.get("fsdp_vs_3d")
-    if fv:
-        c.print("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)")
-        for key, name in (("fsdp", "FSDP"), ("3d", "3D")):
-            x = fv.get(key)
-            if x is None:
-                c.print(f"  {name}: nothing fits", highlight=False)
-                continue
-            c.print(
-                f"  {name}: {x['label']} MBS{x['micro_batch_size']}, recompute {x['recompute']} — "
-                f"{x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
-                f"vision tower {x['vision_share_pct']:.0f} % of the step; needs {x['needs']}",
-                highlight=False,
-            )
-        if "fsdp_vs_3d_pct" in fv:
-            gib = fv["memory_gib_diff"]
-            c.print(
-                f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {abs(gib):.1f} GiB "
-                f"{'more' if gib > 0 else 'less'}; "
-                "the guidance: FSDP first for bring-up, 3D once the model is stable and there is time to tune",
-                highlight=False,
-            )
+
+
+def _fsdp_vs_3d(c, fv: dict) -> None:
+    """Megatron-FSDP against 3D parallelism for a VLM: each one's best layout and the difference."""
+    c.print("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)")
+    for key, name in (("fsdp", "FSDP"), ("3d", "3D")):
+        x = fv.get(key)
+        if x is None:
+            c.print(f"  {name}: nothing fits", highlight=False)
+            continue
+        c.print(
+            f"  {name}: {x['label']} MBS{x['micro_batch_size']}, recompute {x['recompute']} — "
+            f"{x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
+            f"vision tower {x['vision_share_pct']:.0f} % of the step; needs {x['needs']}",
+            highlight=False,
+        )
+    if "fsdp_vs_3d_pct" in fv:
+        gib = fv["memory_gib_diff"]
+        c.print(
+            f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {abs(gib):.1f} GiB "
+            f"{'more' if gib > 0 else 'less'}; "
+            "the guidance: FSDP first for bring-up, 3D once the model is stable and there is time to tune",
+            highlight=False,
+        )
+
+
+def _plan_footer(c, d: dict) -> None:
+    """Workload assumptions of #1, notes, assumptions, the release of the step times, files written."""
     if d["candidates"]:
         # a workload measured at another sequence length is rescaled: say so (estimate does too)
         for a in d["candidates"][0]["throughput"].get("assumptions", []):
@@ -186,7 +201,22 @@ def render_plan(d: dict) -> None:
         c.print(f"#1 saved as {d['saved']}: moeplan check / estimate / export take it")
 
 
+def render_plan(d: dict) -> None:
+    """A plan document (:func:`moeplan.api.plan_report`): the request, the ranked candidates, why #1
+    wins, the baselines, FSDP vs 3D for a VLM, notes and assumptions."""
+    c = console()
+    _plan_header(c, d)
+    if d["candidates"]:
+        _candidates_table(c, d)
+        _why_first(c, d)
+    _baselines(c, d)
+    if d.get("fsdp_vs_3d"):
+        _fsdp_vs_3d(c, d["fsdp_vs_3d"])
+    _plan_footer(c, d)
+
+
 def render_fit(d: dict) -> None:
+    """A fit document (:func:`moeplan.api.fit_report`): the current peak, the changes that make it fit, the rest."""
     from rich.table import Table
 
     c = console()
@@ -251,6 +281,7 @@ def render_fit(d: dict) -> None:
 
 
 def render_recipes(rows: list[dict]) -> None:
+    """The built-in starting points (:func:`moeplan.api.recipes_report` rows), two lines each."""
     c = console()
     c.print(f"[bold]{len(rows)} built-in starting points[/] (checked by every rule; memory per GPU at their size)")
     for r in rows:
@@ -302,6 +333,7 @@ def render_recipes(rows: list[dict]) -> None:
 
 
 def render_sweep(target: str | None, d: dict) -> None:
+    """A sweep document (:func:`moeplan.api.sweep_report`) for ``target`` collect, submit or a scenario (written)."""
     c = console()
     if target == "collect":
         from rich.table import Table
@@ -350,43 +382,3 @@ def render_sweep(target: str | None, d: dict) -> None:
             highlight=False,
         )
     c.print("nothing was submitted: moeplan sweep submit DIR --smoke --yes (sbatch), or submit the scripts yourself")
-
-
-def render_vlm_stats(d: dict) -> None:
-    from rich.table import Table
-
-    c = console()
-    pr = d["processor"]
-    c.print(
-        f"{d['samples']:,} samples, {d['images']:,} images ({d['unreadable']} unreadable, skipped); patch "
-        f"{pr['patch_size']}, merge {pr['merge_size']}, pixels {pr['min_pixels']:,}–{pr['max_pixels']:,}",
-        highlight=False,
-    )
-    t = Table(title="per sample", width=100)
-    for col in ("", "mean", "p50", "p90", "max"):
-        t.add_column(col, justify="left" if not col else "right")
-    for key, name in (
-        ("image_tokens_per_sample", "image tokens"),
-        ("vit_patches_per_sample", "ViT patches"),
-        ("text_tokens_per_sample", "text tokens"),
-        ("tokens_per_sample", "total tokens"),
-    ):
-        x = d[key]
-        t.add_row(name, f"{x['mean']:,.0f}", f"{x['p50']:,.0f}", f"{x['p90']:,.0f}", f"{x['max']:,.0f}")
-    c.print(t)
-    w = d["workload"]
-    c.print(
-        f"seq {d['seq_length']:,}, packing {d['packing']}: {d['sequences']:,} sequences, padding "
-        f"{100 * d['padding_fraction']:.1f} %, truncated {d['truncated_tokens']:,} tokens; per sequence "
-        f"{w['images_per_sequence']:.2f} images, {w['image_tokens_per_sequence']:,.0f} image tokens, "
-        f"{w['image_patches_per_sequence']:,.0f} ViT patches",
-        highlight=False,
-    )
-    from rich.markup import escape
-
-    for b in d["bad_files"][:10]:
-        c.print(f"[dim]skipped {escape(b['file'])}: {escape(b['reason'])}[/]", highlight=False)
-    if d["unreadable"] > 10:
-        c.print(f"[dim]... and {d['unreadable'] - 10} more (--json lists up to 50)[/]")
-    if d.get("written"):
-        c.print(f"workload written to {d['written']}: put it under workload: in a scenario (or merge the file)")

@@ -1,0 +1,140 @@
+"""Report of ``calibrate``: the step-time model's efficiency constants fitted to measured runs (a runs
+document, or training logs laid over a scenario), written as a calibration profile."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from moeplan.api.inputs import load_yaml_any
+from moeplan.diagnose import log_config, read_text_file
+from moeplan.errors import InputError
+from moeplan.io.write import write_atomically
+from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario, load_scenario_file
+
+#: suffixes of a runs document (anything else is taken for a training log)
+RUNS_SUFFIXES = (".yaml", ".yml", ".json")
+#: the most tokens/s/GPU a measurement may claim (beyond it the log is misread)
+MAX_TOKENS_PER_S_PER_GPU = 1e7
+
+
+def _measured_tokens_per_s(path: Path, st, s: Scenario) -> float:
+    """Tokens/s/GPU a log measured: the median printed figure, else GBS · seq_length / (median steady
+    iteration time · world size).
+
+    Raises:
+        InputError: no usable iteration time, or an impossible measurement.
+    """
+    from moeplan.diagnose.logs import tokens_per_s_per_gpu
+
+    summ = st.summary()
+    if "tokens_per_s_per_gpu" in summ:
+        meas = summ["tokens_per_s_per_gpu"]["median"]
+    elif "iteration_time_ms" in summ and s.training.global_batch_size and s.training.seq_length and s.num_gpus:
+        t = s.training
+        meas = tokens_per_s_per_gpu(t.global_batch_size, t.seq_length, summ["iteration_time_ms"]["median"], s.num_gpus)
+    elif st.iterations:
+        # iteration lines, but none with a possible time (zero, negative or non-finite): the log's fault
+        raise InputError(f"log {path}", "no usable iteration time", "iteration times > 0 (and finite)")
+    else:
+        raise InputError("log", str(path), "iteration times and a scenario with GBS, seq_length and num_gpus")
+    if not (isinstance(meas, (int, float)) and math.isfinite(meas) and 0 < meas <= MAX_TOKENS_PER_S_PER_GPU):
+        raise InputError(f"log {path}", meas, "a positive measured throughput (iteration time > 0, tokens/s > 0)")
+    return meas
+
+
+def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
+    """Measured runs from training logs, each log's argument dump (and its container banner, as
+    ``versions.container``) laid over ``scenario``.
+
+    Returns:
+        :class:`moeplan.model.calibrate.Run` per log (id = path, measured tokens/s/GPU, release).
+
+    Raises:
+        InputError: no scenario, an unreadable log, a scenario the log makes invalid (field prefixed
+            with the log's path), no usable measurement, or a world size that does not fold.
+    """
+    from moeplan.diagnose.logs import parse_log
+    from moeplan.model.calibrate import Run
+    from moeplan.model.step import release_of
+
+    if scenario is None:
+        raise InputError("--scenario", None, "a scenario (model, GPU, world size) for calibrating from logs")
+    base = load_scenario_file(scenario)
+    runs = []
+    for path in logs:
+        text = read_text_file(path)
+        st = parse_log(text)
+        merged = _deep_merge(base, log_config(text)[0] or {})
+        banner = (st.environment or {}).get("container_release")
+        if banner and not (merged.get("versions") or {}).get("container"):
+            # the log's own container banner (NVIDIA Release 26.04) names the release it measured
+            merged = _deep_merge(merged, {"versions": {"container": banner}})
+        try:
+            s = load_scenario(merged)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc.field}", exc.value, exc.allowed, exc.hint) from None
+        meas = _measured_tokens_per_s(path, st, s)
+        if not s.folds:
+            raise InputError(f"{path}: system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
+        runs.append(Run(str(path), s, meas, release_of(s)))
+    return runs
+
+
+def calibrate_report(
+    sources: list[Path],
+    scenario: Path | None = None,
+    constants: str = "scale",
+    holdout_by: str | None = None,
+    start: str = "packaged",
+    output: Path | None = None,
+    max_nfev: int = 200,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Fit the step-time constants to measured runs; refuses to over-fit.
+
+    Args:
+        sources: one runs document (.yaml / .yml / .json, as ``published_runs.yaml``) or training logs.
+        scenario: model / GPU / world size for logs (their argument dumps laid over it).
+        constants: ``scale`` (one factor per release) or ``all`` (every shared constant too).
+        holdout_by: also fit leaving out each ``release`` (or ``gpu``) and test on it.
+        start: ``packaged`` (the built-in fitted constants) or ``defaults`` (the physical priors).
+        output: write the profile (JSON) here, atomically.
+        max_nfev: fit budget (model evaluations).
+        progress: called as ``progress(0, number of runs)`` when the fit starts, then as
+            ``progress(evaluations so far, number of runs)``.
+
+    Returns:
+        ``{"fit": info (free_constants, mode, runs, releases, median / worst abs % error before and
+        after, at_bounds), "holdout": {group: {runs, median abs % error uncalibrated / calibrated}}
+        or None, "profile": the path written or None}``.
+
+    Raises:
+        InputError: unreadable sources, bad runs, an unknown mode / start / grouping, too few runs
+            for the free constants, or an unwritable output.
+    """
+    from moeplan.model.calibrate import fit, holdout, load_runs_yaml, profile_json
+    from moeplan.model.constants import TimeConstants, load_constants
+
+    if len(sources) == 1 and sources[0].suffix.lower() in RUNS_SUFFIXES:
+        runs = load_runs_yaml(load_yaml_any(sources[0]))
+    else:
+        runs = runs_from_logs(sources, scenario)
+    if start not in ("packaged", "defaults"):
+        raise InputError("--start", start, "packaged or defaults")
+    base = load_constants() if start == "packaged" else TimeConstants()
+
+    def tick(n: int) -> None:
+        if progress is not None:
+            progress(n, len(runs))
+
+    tick(0)
+    c, info = fit(runs, base, constants, max_nfev, tick)
+    folds = holdout(runs, base, holdout_by, constants, max_nfev, tick) if holdout_by else None
+    if output is not None:
+        write_atomically(output, profile_json(c))
+    return {"fit": info, "holdout": folds, "profile": str(output) if output else None}
+
+
+__all__ = ["calibrate_report", "runs_from_logs"]

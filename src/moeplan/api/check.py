@@ -1,0 +1,157 @@
+"""Reports of ``check``, ``params``, ``models``, ``gpus`` and ``rules``: the rules, the catalogue and
+exact parameter counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
+from moeplan.errors import InputError
+from moeplan.rules import RULES, validate
+from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
+from moeplan.spec.params import count_params
+from moeplan.spec.placement import stage_params
+from moeplan.spec.scenario import load_scenario
+
+
+def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
+    """A Megatron Bridge / Megatron-LM configuration file as a scenario mapping, and the import notes.
+
+    Raises:
+        InputError: a missing or unreadable file, an unknown format, or a configuration it cannot read.
+    """
+    from moeplan.io.imports import import_config
+
+    if path is None or not path.is_file():
+        raise InputError("scenario", str(path), f"an existing {from_format} file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise InputError("scenario", str(path), f"a readable text file ({type(exc).__name__})") from None
+    return import_config(text, from_format)
+
+
+def check_report(
+    scenario: Path | None = None, flags: ScenarioFlags | None = None, from_format: str | None = None
+) -> dict:
+    """Every Megatron-Core rule on a scenario, never stopping at the first broken one.
+
+    Args:
+        scenario: scenario YAML, or (with ``from_format``) a configuration to import.
+        flags: overrides laid over the file.
+        from_format: read ``scenario`` as ``mbridge-yaml``, ``mbridge-overrides``,
+            ``megatron-lm-args`` or ``megatron-log`` (see :mod:`moeplan.io.imports`).
+
+    Returns:
+        :meth:`moeplan.rules.CheckResult.to_dict`: ``verdict`` (valid | warn | invalid | unsupported),
+        ``scenario`` (summary), ``counts`` (per severity), ``findings`` (rule_id, severity,
+        message, fix, kind, source, keys; errors first); with ``from_format`` also
+        ``import_notes`` (what the import assumed or dropped, list of str).
+
+    Raises:
+        InputError: bad flags, an unreadable or invalid scenario / configuration.
+    """
+    ov = scenario_overrides(flags)
+    source: Path | dict | None = scenario
+    notes: list[str] = []
+    if from_format is not None:
+        source, notes = _read_config(scenario, from_format)
+    result = validate(load_scenario(source, ov))
+    return {**result.to_dict(), "import_notes": notes} if from_format else result.to_dict()
+
+
+def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = None) -> dict:
+    """Exact parameter counts of a scenario's model, and per rank for each pipeline stage.
+
+    Returns:
+        ``{"model": name, "params": ParamCounts.to_dict() (by_kind, total, active, mtp, vision;
+        parameter counts), "per_rank": [StageParams.to_dict() per stage], "scenario": summary,
+        "split_errors": ["rule_id: message" of each pipeline rule the split breaks]}`` (the counts
+        are exact for the split as given, even one Megatron would refuse).
+
+    Raises:
+        InputError: bad flags or scenario, or no model.
+    """
+    scn = load_scenario(scenario, scenario_overrides(flags))
+    if scn.model is None:
+        raise InputError("model", None, "a model (--model or model: in the scenario)")
+    counts = count_params(scn.model).to_dict()
+    stages = [st.to_dict() for st in stage_params(scn)]
+    split_errors = [f for f in validate(scn).errors if f.rule_id.startswith("pipeline.")]
+    return {
+        "model": scn.model.name,
+        "params": counts,
+        "per_rank": stages,
+        "scenario": scn.summary(),
+        "split_errors": [f"{f.rule_id}: {f.message}" for f in split_errors],
+    }
+
+
+def _model_kind(m) -> str:
+    """``[VLM ]MoE|dense[ MLA][ hybrid-GDN]`` of a :class:`moeplan.ModelSpec`."""
+    return (
+        ("VLM " if m.is_vlm else "")
+        + ("MoE" if m.is_moe else "dense")
+        + (" MLA" if m.multi_latent_attention else "")
+        + (" hybrid-GDN" if m.has_linear_attention else "")
+    )
+
+
+def models_report() -> list[dict]:
+    """The built-in models, one row each: ``id``, ``kind``, ``num_layers``, ``experts`` ("N top-K" or
+    None), exact ``total_params`` / ``active_params`` (every part), the same ``*_as_published``
+    (counted as the publisher counts: with or without vision tower, embeddings, output layer),
+    ``mtp_params``, ``vision_params`` (parameter counts), ``published`` ("total / active" as
+    published, or None) and ``reconstructed_config`` (bool).
+
+    Raises:
+        nothing for the packaged catalogue.
+    """
+    rows = []
+    for hf_id in list_models():
+        m = get_model(hf_id)
+        c = count_params(m)
+        conv = COUNTING_CONVENTIONS.get(hf_id)
+        pub = m.published_params
+        rows.append(
+            {
+                "id": hf_id,
+                "kind": _model_kind(m),
+                "num_layers": m.num_layers,
+                "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else None,
+                "total_params": c.total,
+                "active_params": c.active(),
+                "total_params_as_published": c.total_with(vision=conv.total_includes_vision if conv else True),
+                "active_params_as_published": c.active(
+                    input_embedding=conv.active_includes_input_embedding if conv else True,
+                    output_layer=conv.active_includes_output_layer if conv else True,
+                ),
+                "mtp_params": c.mtp,
+                "vision_params": c.vision,
+                "published": f"{pub['total']} / {pub['active']}" if "total" in pub else None,
+                "reconstructed_config": m.reconstructed,
+            }
+        )
+    return rows
+
+
+def gpus_report(gpu_id: str | None = None) -> list[dict] | dict:
+    """The built-in GPUs as :class:`moeplan.GpuSpec` dumps (usable HBM in GiB and its source, dense
+    peak TFLOP/s per precision, NVLink domain and GB/s, NIC Gb/s, features, sources): a list of all,
+    or the one dict of ``gpu_id``.
+
+    Raises:
+        UnknownNameError: an unknown ``gpu_id``.
+    """
+    if gpu_id:
+        return get_gpu(gpu_id).model_dump()
+    return [g.model_dump() for g in list_gpus()]
+
+
+def rules_report() -> list[dict]:
+    """Every registered rule: ``rule_id``, ``kind`` (invalid | unsupported: its error class),
+    ``source`` (the Megatron file that enforces it), ``summary``. Raises nothing."""
+    return [{"rule_id": r.rule_id, "kind": r.kind, "source": r.source, "summary": r.summary} for r in RULES.values()]
+
+
+__all__ = ["check_report", "gpus_report", "models_report", "params_report", "rules_report"]

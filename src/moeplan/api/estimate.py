@@ -1,0 +1,186 @@
+"""Reports of ``estimate`` (memory per stage and step time of one layout) and ``export`` (what
+Megatron Bridge / Megatron-LM runs for it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moeplan.api.inputs import load_step_constants, load_workload
+from moeplan.errors import InputError
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.rules import validate
+from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
+from moeplan.spec.scenario import Scenario, load_scenario
+
+BROKEN = ("invalid", "unsupported")
+
+
+@dataclass(frozen=True)
+class EstimateReport:
+    """What ``estimate`` answers.
+
+    Attributes:
+        document: ``{"scenario": summary, "check": {"verdict", "errors": [finding dicts], "warnings":
+            [finding dicts]}, "memory": MemoryEstimate.to_dict() (bytes per GPU per stage, itemised,
+            verdict fits | tight | does-not-fit | unknown), "throughput": ThroughputEstimate.to_dict()
+            (seconds, tokens/s/GPU, TFLOP/s/GPU, MFU) or None}``; throughput is None without a global
+            batch size or when the layout breaks a rule. For a layout that does not fold into the
+            world (memory cannot be estimated) ``check`` holds only verdict and errors, and memory
+            and throughput are None.
+        check: the full check (:meth:`moeplan.rules.CheckResult.to_dict`), every finding.
+    """
+
+    document: dict
+    check: dict = field(default_factory=dict)
+
+    @property
+    def broken(self) -> bool:
+        """The layout breaks a rule (Megatron would refuse it)."""
+        return self.document["check"]["verdict"] in BROKEN
+
+    @property
+    def fits(self) -> bool:
+        """Memory was estimated and the peak is not over the usable HBM."""
+        mem = self.document["memory"]
+        return mem is not None and mem["verdict"] != "does-not-fit"
+
+
+def _throughput(scn: Scenario, consts, calibration: Path | None) -> dict:
+    """Step time of a legal layout with a batch size; for a VLM also the tokens/s/GPU the same layout
+    shows on mock (image-free) data, which is not a real-data figure."""
+    throughput = estimate_step(scn, consts).to_dict()
+    if scn.model is not None and scn.model.vision is not None:
+        mock = estimate_step(scn, consts, vision_patches=0.0)
+        throughput["mock_data_tokens_per_s_per_gpu"] = mock.tokens_per_s_per_gpu
+        throughput["real_data_workload"] = "given" if scn.input.workload is not None else "planning default"
+    if calibration is not None:
+        throughput["assumptions"].append(f"step time from the calibration profile {calibration}")
+    return throughput
+
+
+def estimate_report(
+    scenario: Path | None = None,
+    flags: ScenarioFlags | None = None,
+    workload: Path | None = None,
+    calibration: Path | None = None,
+) -> EstimateReport:
+    """Peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM; and, with
+    a global batch size, step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
+
+    Args:
+        scenario: scenario YAML (None: the flags alone).
+        flags: overrides laid over the file.
+        workload: a workload YAML from ``moeplan vlm-stats -o`` (VLMs), put under ``workload:``.
+        calibration: a profile from ``moeplan calibrate`` for the step-time constants.
+
+    Raises:
+        InputError: bad flags, scenario, workload or profile, or a scenario the memory model cannot
+            estimate although it breaks no rule (e.g. no sequence length).
+    """
+    ov = scenario_overrides(flags)
+    if workload is not None:
+        ov["workload"] = load_workload(workload)
+    scn = load_scenario(scenario, ov)
+    checked = validate(scn)
+    broken = checked.verdict in BROKEN
+    errors = [f.to_dict() for f in checked.errors]
+    try:
+        mem = estimate_memory(scn)
+    except InputError:
+        if not broken:
+            raise
+        # the layout does not fold into the world: the rules say why
+        doc = {"scenario": scn.summary(), "check": {"verdict": checked.verdict, "errors": errors}}
+        return EstimateReport({**doc, "memory": None, "throughput": None}, checked.to_dict())
+    consts = load_step_constants(calibration)
+    throughput = None
+    if scn.training.global_batch_size is not None and not broken:
+        throughput = _throughput(scn, consts, calibration)
+    warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
+    doc = {
+        "scenario": scn.summary(),
+        "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings},
+        "memory": mem.to_dict(),
+        "throughput": throughput,
+    }
+    return EstimateReport(doc, checked.to_dict())
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``export`` answers.
+
+    Attributes:
+        text: the exported document.
+        notes: what the format cannot express or what was assumed, one sentence each.
+        broken_rules: rule id of every error the layout has (repeated per finding), in check order.
+        refused: the layout breaks a rule and ``force`` was not given: nothing to write.
+        warnings: e.g. the memory model predicts the layout runs out of memory (GiB per GPU).
+    """
+
+    text: str
+    notes: list[str]
+    broken_rules: list[str]
+    refused: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def _memory_warnings(scn: Scenario) -> list[str]:
+    """A warning when the memory model puts the peak over the usable HBM (none when it cannot say)."""
+    if scn.gpu is None or scn.model is None:
+        return []
+    try:
+        mem = estimate_memory(scn)
+    except InputError:
+        return []  # nothing to say about memory for a scenario the model cannot estimate
+    if mem.verdict != "does-not-fit":
+        return []
+    return [
+        f"the memory model puts the peak at {mem.peak_bytes / 2**30:.1f} GiB per GPU, over the "
+        f"{(mem.capacity_bytes or 0) / 2**30:.1f} GiB usable: this layout is predicted to run out of memory "
+        "(moeplan estimate / moeplan fit)"
+    ]
+
+
+def export_report(
+    scenario: Path | None = None,
+    flags: ScenarioFlags | None = None,
+    fmt: str = "mbridge-overrides",
+    megatron_core_version: str | None = None,
+    output: Path | None = None,
+    force: bool = False,
+) -> ExportResult:
+    """What Megatron Bridge / Megatron-LM runs for a scenario (nothing is launched or written).
+
+    Args:
+        scenario, flags: the scenario and the overrides laid over it.
+        fmt: ``mbridge-overrides``, ``mbridge-yaml``, ``mbridge-python``, ``megatron-lm-args`` or ``slurm``.
+        megatron_core_version: key spellings for this version (default: the scenario's, else newest known).
+        output: where the caller will write the text (``-`` or None: standard output); only checked
+            not to be the scenario file itself.
+        force: export a layout that breaks a rule too.
+
+    Raises:
+        InputError: ``output`` is the scenario file, bad flags or scenario, an unknown format, or a
+            format that needs a value the scenario lacks.
+    """
+    from moeplan.io.export import export
+
+    same = output is not None and scenario is not None and str(output) != "-"
+    if same and Path(output).resolve() == Path(scenario).resolve():
+        raise InputError("--output", str(output), "a path other than the scenario file it is exported from")
+    ov = scenario_overrides(flags)
+    if megatron_core_version:
+        ov.setdefault("versions", {})["megatron_core"] = megatron_core_version
+    scn = load_scenario(scenario, ov)
+    result = validate(scn)
+    text, notes = export(scn, fmt)
+    broken = [f.rule_id for f in result.errors]
+    if result.verdict in BROKEN and not force:
+        return ExportResult(text, notes, broken, refused=True)
+    return ExportResult(text, notes, broken, warnings=_memory_warnings(scn))
+
+
+__all__ = ["EstimateReport", "ExportResult", "estimate_report", "export_report"]

@@ -1,0 +1,366 @@
+"""Reports of ``plan``, ``fit``, ``recipes`` and ``sweep``: the request a planning command is asked
+(scenario file + flags + ``--tokens-per-step``) and what the planner answers.
+
+The planner modules are imported inside the functions that use them (``moeplan --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from moeplan.api.inputs import load_step_constants, load_workload
+from moeplan.errors import InputError, UnknownNameError
+from moeplan.io.write import check_writable, write_atomically
+from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
+from moeplan.spec.scenario import load_scenario_file, merge_overrides
+
+#: ``progress(done, total)``, called as the search advances
+Progress = Callable[[int, int], None]
+#: how far (relative) a global batch may be from tokens-per-step / seq-length
+BATCH_TOLERANCE = 0.1
+
+
+def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
+    """Global batch size (sequences) for ``tokens_per_step`` tokens of ``seq``-token sequences: the
+    exact quotient when it divides; otherwise, among batches within 10 % of the quotient, the one
+    with the most factors of two (GBS must divide by MBS·DP, and DP sizes are powers of two in
+    practice), closest on ties; the quotient rounded down (at least 1) when none is that close.
+    E.g. 1,000,000 tokens at 131,072 → 8 rather than the prime 7. Raises nothing (positive ints)."""
+    if tokens_per_step % seq == 0:
+        return tokens_per_step // seq
+    exact = tokens_per_step / seq
+    lo, hi = max(1, math.floor(exact * (1 - BATCH_TOLERANCE))), math.ceil(exact * (1 + BATCH_TOLERANCE))
+    near = [g for g in range(lo, hi + 1) if abs(g / exact - 1) <= BATCH_TOLERANCE]
+    if not near:
+        return max(1, tokens_per_step // seq)
+
+    def twos(g: int) -> int:
+        return (g & -g).bit_length()
+
+    return max(near, key=lambda g: (twos(g), -abs(g - exact)))
+
+
+def plan_request(
+    scenario: Path | None = None,
+    flags: ScenarioFlags | None = None,
+    workload: Path | None = None,
+    tokens_per_step: int | None = None,
+) -> tuple[dict, str | None]:
+    """The scenario mapping a planning command is asked: the file (if any) with the flags laid over
+    it, the workload under ``workload:``, and ``tokens_per_step`` turned into a global batch size
+    (:func:`batch_for_tokens`).
+
+    Returns:
+        (mapping, note): the note says how the batch was rounded when ``tokens_per_step`` is not a
+        multiple of the sequence length (else None).
+
+    Raises:
+        InputError: both ``flags.gbs`` and ``tokens_per_step``, bad flags, an unreadable scenario or
+            workload, ``tokens_per_step`` without a sequence length or below one sequence.
+    """
+    if flags is not None and flags.gbs is not None and tokens_per_step is not None:
+        raise InputError("--tokens-per-step", tokens_per_step, "either --gbs or --tokens-per-step")
+    ov = scenario_overrides(flags)
+    if workload is not None:
+        ov["workload"] = load_workload(workload)
+    data = merge_overrides(load_scenario_file(scenario) if scenario is not None else {}, ov)
+    if tokens_per_step is None:
+        return data, None
+    seq = (data.get("training") or {}).get("seq_length")
+    if not isinstance(seq, int):
+        raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
+    if tokens_per_step < seq:
+        raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
+    gbs = batch_for_tokens(tokens_per_step, seq)
+    data.setdefault("training", {})["global_batch_size"] = gbs
+    if tokens_per_step % seq == 0:
+        return data, None
+    return data, (
+        f"--tokens-per-step {tokens_per_step:,} is not a multiple of the sequence length: global "
+        f"batch {gbs} ({gbs * seq:,} tokens per step; within 10 %, the batch that divides "
+        "best by data-parallel sizes)"
+    )
+
+
+def _check_plan_options(
+    objective: str, train_tokens: float | None, headroom_gib: float | None, save: Path | None, report: Path | None
+) -> None:
+    """Refuse bad planning options before any search (and before anything is written).
+
+    Raises:
+        InputError: an unknown objective, time-to-train without a finite token count, a non-finite
+            headroom, or unwritable / identical ``save`` and ``report`` paths.
+    """
+    if objective not in ("throughput", "time-to-train"):
+        raise InputError("--objective", objective, "throughput or time-to-train")
+    if objective == "time-to-train" and not train_tokens:
+        raise InputError("--train-tokens", None, "a token count with --objective time-to-train")
+    if train_tokens is not None and not math.isfinite(train_tokens):
+        raise InputError("--train-tokens", train_tokens, "a finite token count")
+    if headroom_gib is not None and not math.isfinite(headroom_gib):
+        raise InputError("--headroom-gib", headroom_gib, "a finite number of GiB")
+    if save is not None and report is not None and save.resolve() == report.resolve():
+        raise InputError("--save", str(save), "a different path from --report")
+    for path, field in ((save, "--save"), (report, "--report")):
+        if path is not None:
+            check_writable(path, field)  # both before the search: a bad one leaves nothing written
+
+
+def save_layout(best, path: Path) -> None:
+    """Write a planned candidate's scenario mapping as YAML (``cuda_graph_scope`` spelled
+    ``cuda_graph_modules`` for megatron-core ≥ 0.18, which reads that name).
+
+    Raises:
+        InputError: an unwritable path (field ``--save``).
+    """
+    import yaml
+
+    saved = best.data
+    lay = saved.get("layout") or {}
+    if "cuda_graph_scope" in lay and best.scenario.mcore_version >= (0, 18, 0):
+        lay = {("cuda_graph_modules" if k == "cuda_graph_scope" else k): v for k, v in lay.items()}
+        saved = {**saved, "layout": lay}
+    write_atomically(path, yaml.safe_dump(saved, sort_keys=False), field="--save")
+
+
+def _calibration_note(consts, calibration: Path) -> str:
+    prov = consts.provenance or {}
+    return f"step times from the calibration profile {calibration}" + (
+        f" ({prov.get('mode', '?')} fit on {len(prov['run_ids'])} run(s))" if "run_ids" in prov else ""
+    )
+
+
+def plan_report(
+    scenario: Path | None = None,
+    flags: ScenarioFlags | None = None,
+    *,
+    tokens_per_step: int | None = None,
+    top: int = 5,
+    min_dp: int = 1,
+    headroom_gib: float | None = None,
+    objective: str = "throughput",
+    train_tokens: float | None = None,
+    report: Path | None = None,
+    save: Path | None = None,
+    workload: Path | None = None,
+    calibration: Path | None = None,
+    progress: Progress | None = None,
+) -> dict:
+    """Search the layout space and rank what fits by predicted tokens/s/GPU (or time to train), with
+    why the winner wins, the rule-of-thumb baseline and a tally of what was rejected. Every layout key
+    of the request is held fixed.
+
+    Args:
+        scenario, flags, workload, tokens_per_step: the request (:func:`plan_request`).
+        top: candidates to keep; min_dp: smallest data-parallel size; headroom_gib: GiB kept free per
+            GPU (default 5 % of HBM); objective: ``throughput`` or ``time-to-train`` (needs
+            ``train_tokens``, tokens).
+        report: also write a self-contained HTML report with plots here.
+        save: also write the #1 layout as a scenario YAML here (nothing when nothing fits).
+        calibration: a profile from ``moeplan calibrate``; progress: ``progress(done, total)``.
+
+    Returns:
+        :meth:`moeplan.plan.PlanResult.to_dict` (``request``, ``candidates`` [rank, label, dp,
+        training, layout, knobs, memory GiB, throughput, explanation, ...], ``baseline``,
+        ``rejected``, counts, ``notes``, ``assumptions``, ``seconds``) plus ``report`` / ``saved``
+        (paths written). ``candidates`` is empty when nothing fits.
+
+    Raises:
+        InputError: bad options or request (field named), unwritable outputs.
+    """
+    from moeplan.plan import plan
+
+    _check_plan_options(objective, train_tokens, headroom_gib, save, report)
+    data, rounding = plan_request(scenario, flags, workload, tokens_per_step)
+    consts = load_step_constants(calibration)
+    res = plan(
+        data,
+        top=top,
+        min_dp=min_dp,
+        headroom_gib=headroom_gib,
+        train_tokens=train_tokens,
+        constants=consts,
+        progress=progress,
+        objective=objective,
+    )
+    if rounding:
+        res.notes.append(rounding)
+    if consts is not None:
+        res.notes.append(_calibration_note(consts, calibration))
+    out = res.to_dict()
+    if report is not None:
+        from moeplan.plan.report import write_report
+
+        write_report(res, report)
+        out["report"] = str(report)
+    if save is not None and res.candidates:
+        save_layout(res.candidates[0], save)
+        out["saved"] = str(save)
+    elif save is not None:
+        out["notes"].append(f"--save {save}: nothing written, no layout fits")
+    return out
+
+
+def fit_report(
+    scenario: Path | None = None,
+    flags: ScenarioFlags | None = None,
+    headroom_gib: float | None = None,
+    top: int = 8,
+    calibration: Path | None = None,
+) -> dict:
+    """The smallest changes that make a layout fit: one change at a time, then pairs of those not
+    enough alone, each checked by every rule, with the GiB it saves and the step time it costs.
+
+    Returns:
+        :func:`moeplan.plan.fit.fit_layout`'s document (``fits_already``, ``peak_gib``,
+        ``capacity_gib``, ``limit_gib``, ``check_errors``, ``fixes`` [change, peak_gib, saved_gib,
+        step_time_change_pct, tokens_per_s_per_gpu], ``not_enough``, ``rejected``, ...).
+
+    Raises:
+        InputError: bad flags or scenario, a bad profile.
+    """
+    from moeplan.plan.fit import fit_layout
+
+    data, _ = plan_request(scenario, flags)
+    return fit_layout(data, headroom_gib=headroom_gib, top=top, constants=load_step_constants(calibration))
+
+
+def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path | None = None) -> list[dict]:
+    """The built-in starting points (guidance layout families and published Megatron Bridge layouts),
+    each checked by the rules and estimated (memory; throughput where a batch size is known).
+
+    Args:
+        kind: ``all``, ``guidance`` or ``published``; model: only this model (HF id or name).
+        output_dir: also write each recipe's scenario as ``<id>.yaml`` here ('/' in ids → '__');
+            every target is checked before any is written.
+
+    Returns:
+        :func:`moeplan.plan.recipes.list_recipes` rows (id, source, scenario, check, memory,
+        throughput, notes).
+
+    Raises:
+        InputError: an unknown kind or model, a target that is not a file, an unwritable folder.
+    """
+    from moeplan.plan.recipes import list_recipes
+
+    try:
+        if kind not in ("all", "guidance", "published"):
+            raise InputError("--kind", kind, "all, guidance or published")
+        rows = list_recipes(kind, model)
+        if output_dir is not None:
+            _write_recipes(rows, output_dir)
+    except OSError as exc:
+        raise InputError("--write", str(output_dir), f"a writable folder ({exc.strerror})") from None
+    return rows
+
+
+def _write_recipes(rows: list[dict], output_dir: Path) -> None:
+    import yaml
+
+    targets = [(output_dir / (r["id"].replace("/", "__").replace("\\", "__") + ".yaml"), r) for r in rows]
+    for path, _ in targets:  # check every target before writing any: nothing half-written
+        if path.exists() and not path.is_file():
+            raise InputError("--write", str(path), "a folder whose recipe file names are free (this is not a file)")
+    if targets:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    for path, r in targets:
+        write_atomically(path, yaml.safe_dump(r["scenario"], sort_keys=False), field="--write")
+
+
+def hold_keys(hold: list[str] | tuple[str, ...], layout: dict) -> tuple[str, ...]:
+    """``--hold`` keys as layout keys of the scenario (``layout.`` prefix allowed).
+
+    Raises:
+        UnknownNameError: a key that is not a layout key, or one the scenario does not set (nothing
+            to hold).
+    """
+    out = []
+    for key in hold:
+        k = key.removeprefix("layout.")
+        if k not in LayoutSpec.model_fields:
+            raise UnknownNameError("--hold", key, LayoutSpec.model_fields, "a layout key:")
+        if k not in layout:
+            raise UnknownNameError("--hold", key, layout, "a layout key the scenario sets:")
+        out.append(k)
+    return tuple(out)
+
+
+def _write_sweep(target, directory, output, flags, hold, calibration, progress, **kw) -> dict:
+    from moeplan.plan import sweep
+
+    if target is not None and not Path(target).is_file():
+        raise InputError("SCENARIO", target, "an existing scenario YAML, or collect DIR / submit DIR")
+    if output is None:
+        raise InputError("--output", None, "a new directory for the sweep (-o DIR)")
+    if directory is not None:
+        raise InputError("DIR", str(directory), "no second argument when writing a sweep (use -o DIR)")
+    data, _ = plan_request(Path(target) if target else None, flags)
+    held = hold_keys(hold or (), data.get("layout") or {})
+    consts = load_step_constants(calibration)
+    man = sweep.write_sweep(data, output, constants=consts, progress=progress, hold=held, **kw)
+    return {
+        "directory": str(output),
+        "entries": [{k: v for k, v in e.items() if k != "scenario"} for e in man["entries"]],
+    }
+
+
+def sweep_report(
+    target: str | None = None,
+    directory: Path | None = None,
+    output: Path | None = None,
+    *,
+    top: int = 4,
+    mbs_variants: bool = True,
+    hold: list[str] | tuple[str, ...] = (),
+    smoke: bool = False,
+    yes: bool = False,
+    flags: ScenarioFlags | None = None,
+    calibration: Path | None = None,
+    progress: Progress | None = None,
+) -> dict:
+    """Write, collect or submit a sweep of launch scripts for the top planned layouts.
+
+    Args:
+        target: a scenario YAML (write a sweep into ``output``, with MBS×2 variants unless
+            ``mbs_variants`` is False, holding the ``hold`` layout keys), or ``collect`` / ``submit``
+            with the sweep ``directory``.
+        smoke / yes: submit the smoke scripts / confirm the submission (sbatch; nothing otherwise).
+
+    Returns:
+        write: ``{"directory", "entries": [manifest entries without their scenario]}``; collect:
+        :func:`moeplan.plan.sweep.collect`'s document (measured vs predicted tokens/s/GPU, ranking,
+        Spearman, runs file); submit: ``{"submitted": [{id, submitted, sbatch | why}]}``.
+
+    Raises:
+        InputError: a missing / extra argument, an unreadable scenario, bad hold keys, an existing
+            directory, an unwritable one, unconfirmed submission.
+    """
+    from moeplan.plan import sweep
+
+    try:
+        if target == "collect" or target == "submit":
+            if directory is None:
+                raise InputError("DIR", None, f"the sweep directory: moeplan sweep {target} DIR")
+            if target == "collect":
+                return sweep.collect(directory)
+            return {"submitted": sweep.submit(directory, smoke=smoke, yes=yes)}
+        return _write_sweep(
+            target, directory, output, flags, hold, calibration, progress, top=top, mbs_variants=mbs_variants
+        )
+    except OSError as exc:
+        raise InputError("--output", str(output or directory), f"a writable directory ({exc.strerror})") from None
+
+
+__all__ = [
+    "batch_for_tokens",
+    "fit_report",
+    "hold_keys",
+    "plan_report",
+    "plan_request",
+    "recipes_report",
+    "save_layout",
+    "sweep_report",
+]

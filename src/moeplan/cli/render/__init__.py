@@ -1,0 +1,93 @@
+"""Rendering of the library's documents: JSON, and rich tables per command group (``check``,
+``estimate``, ``plan``, ``diagnose``, ``vlm``). Each ``render_*`` function draws the document of the
+:mod:`moeplan.api` function its docstring names (units as there: bytes shown as GiB, seconds, tokens/s)
+to stdout and raises nothing for such a document. rich is imported inside the functions that draw,
+so that ``moeplan --help`` stays fast."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def console(stderr: bool = False):
+    """A rich console on stdout (or stderr), 140 columns wide when not a terminal and COLUMNS is unset."""
+    from rich.console import Console
+
+    c = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(stderr=stderr, highlight=False, soft_wrap=False, width=140)
+    return c
+
+
+@contextlib.contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A transient progress bar on stderr, shown only on a terminal and once the work has taken more
+    than a second (so piped and captured output never contains it); yields ``tick(done, total)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    t0 = time.perf_counter()
+    prog = Progress(
+        TextColumn(description),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        console=console(True),
+    )
+    state: dict = {}
+
+    interactive = prog.console.is_terminal
+
+    def tick(done: int, total: int) -> None:
+        if "task" not in state:
+            if not interactive or time.perf_counter() - t0 < 1.0:
+                return
+            prog.start()
+            state["task"] = prog.add_task(description, total=total)
+        prog.update(state["task"], completed=done, total=total)
+
+    try:
+        yield tick
+    finally:
+        if "task" in state:
+            prog.stop()
+
+
+@contextlib.contextmanager
+def fit_spinner() -> Iterator[Callable[[int, int], None]]:
+    """A transient spinner on stderr while constants are fitted, started by the first
+    ``tick(evaluations, runs)`` (``tick(0, runs)`` when the fit starts)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True, console=console(True))
+    state: dict = {}
+
+    def tick(n: int, runs: int) -> None:
+        if "task" not in state:
+            prog.start()
+            state["task"] = prog.add_task("fitting", total=None)
+        if n:
+            prog.update(state["task"], description=f"fitting: {n} model evaluations over {runs} runs")
+
+    try:
+        yield tick
+    finally:
+        if "task" in state:
+            prog.stop()
+
+
+def print_json(obj: Any) -> None:
+    """Print a JSON document to stdout (indented, keys in the order built; non-JSON values as str)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def print_lines(prefix: str, lines: list[str]) -> None:
+    """Each line to stderr as ``prefix: line`` (notes and warnings next to the output)."""
+    for line in lines:
+        sys.stderr.write(f"{prefix}: {line}\n")

@@ -1,0 +1,154 @@
+"""Tables of ``check``, ``models``, ``gpus``, ``params`` and ``rules``."""
+
+from __future__ import annotations
+
+from moeplan.cli.render import console
+from moeplan.units import format_count
+
+_SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def render_check(d: dict) -> None:
+    """A check document (:func:`moeplan.api.check_report`): scenario line, each finding with its fix,
+    the defaults used and the verdict with counts."""
+    c = console()
+    s = d["scenario"]
+    p = s["parallel"]
+    c.print(
+        f"[bold]{s['model'] or '(no model)'}[/] on {s['num_gpus'] or '?'} × {s['gpu'] or '?'} "
+        f"({s['framework']}, megatron-core {s['megatron_core_version']})"
+    )
+    c.print("  " + "  ".join(f"{k}={v}" for k, v in p.items()))
+    for f in d["findings"]:
+        c.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']:<7}[/] [bold]{f['rule_id']}[/]")
+        c.print(f"        {f['message']}", markup=False)
+        if f["fix"]:
+            c.print(f"        fix: {f['fix']}", markup=False)
+    if s["resolved_defaults"]:
+        c.print("[dim]defaults used: " + "; ".join(f"{r['key']}={r['value']}" for r in s["resolved_defaults"]) + "[/]")
+    style = {"valid": "bold green", "warn": "yellow", "invalid": "bold red", "unsupported": "bold red"}[d["verdict"]]
+    n = d["counts"]
+    c.print(f"verdict: [{style}]{d['verdict']}[/] ({n['error']} errors, {n['warning']} warnings, {n['info']} info)")
+
+
+def render_models(rows: list[dict]) -> None:
+    """The built-in models (:func:`moeplan.api.models_report` rows), counts as each publisher counts them."""
+    from rich.table import Table
+
+    t = Table(title="built-in models (counts as each publisher counts them; `moeplan params` for every part)")
+    for col in ("model", "kind", "layers", "experts", "total", "active", "published total / active"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        pub = (r["published"] or "–") + (" (reconstructed config)" if r["reconstructed_config"] else "")
+        t.add_row(
+            r["id"],
+            r["kind"],
+            str(r["num_layers"]),
+            r["experts"] or "–",
+            format_count(r["total_params_as_published"]),
+            format_count(r["active_params_as_published"]),
+            pub,
+        )
+    console().print(t)
+
+
+def render_gpus(rows: list[dict]) -> None:
+    """The built-in GPUs (:func:`moeplan.api.gpus_report` rows): HBM GiB, dense TFLOP/s, NVLink, NIC, features."""
+    from rich.table import Table
+
+    t = Table(title="built-in GPUs (dense peaks)")
+    for col in (
+        "id",
+        "entry",
+        "HBM GiB",
+        "(source)",
+        "BF16 TF",
+        "FP8 TF",
+        "FP4 TF",
+        "NVLink domain",
+        "NVLink GB/s",
+        "NIC Gb/s",
+        "DeepEP",
+        "HybridEP",
+    ):
+        t.add_column(col)
+    for r in rows:
+        pk = r["peak_dense_tflops"]
+        t.add_row(
+            r["id"],
+            r["name"],
+            f"{r['usable_hbm_gib']:.2f}",
+            r["usable_hbm_source"],
+            *(str(int(pk[k])) if k in pk else "–" for k in ("bf16", "fp8", "fp4")),
+            str(r["scaleup_domain_gpus"]),
+            str(r["scaleup_unidir_gb_per_s"] or "?"),
+            str(r["nic_gbit_per_s_per_gpu"] or "?"),
+            "yes" if r["supports_deepep"] else "no",
+            "yes" if r["supports_hybridep"] else "no",
+        )
+    console().print(t)
+
+
+def render_gpu_detail(row: dict) -> None:
+    """One GPU (a :func:`moeplan.api.gpus_report` dict) in full, with the source of every figure."""
+    from rich.table import Table
+
+    t = Table(title=f"{row['id']} ({row['name']})", show_header=False)
+    t.add_column("field")
+    t.add_column("value", overflow="fold")
+    for k, v in row.items():
+        if k == "sources":
+            continue
+        if isinstance(v, dict):
+            v = ", ".join(f"{kk} {vv:g}" for kk, vv in v.items())
+        t.add_row(k, "unknown" if v is None else str(v))
+    c = console()
+    c.print(t)
+    c.print("sources:")
+    for src in row["sources"]:
+        c.print(f"  - {src}", markup=False)
+
+
+def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> None:
+    """Parameter counts by kind and in total (``counts``), and per rank for each pipeline stage (``stages``)."""
+    from rich.table import Table
+
+    c = console()
+    t = Table(title=f"{model_name}: parameters")
+    t.add_column("part")
+    t.add_column("count", justify="right")
+    for k, v in counts["by_kind"].items():
+        t.add_row(k, format_count(v))
+    t.add_row("[bold]total[/]", format_count(counts["total"]))
+    t.add_row("active per token", format_count(counts["active"]))
+    t.add_row("MTP layers", format_count(counts["mtp"]))
+    t.add_row("vision tower", format_count(counts["vision"]))
+    c.print(t)
+    if stages:
+        s = Table(title="per rank, by pipeline stage")
+        for col in ("stage", "layers", "embedding", "output", "MTP", "dense", "expert", "total"):
+            s.add_column(col, justify="right")
+        for st in stages:
+            s.add_row(
+                str(st["stage"]),
+                str(st["num_layers"]),
+                "yes" if st["embedding"] else "",
+                "yes" if st["output_layer"] else "",
+                str(st["mtp_layers"] or ""),
+                format_count(st["dense"]),
+                format_count(st["expert"]),
+                format_count(st["total"]),
+            )
+        c.print(s)
+
+
+def render_rules(rows: list[dict]) -> None:
+    """Every rule (:func:`moeplan.api.rules_report` rows): id, class, Megatron source, statement."""
+    from rich.table import Table
+
+    t = Table(title="rules")
+    for col in ("rule_id", "class", "source", "rule"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(r["rule_id"], r["kind"], r["source"], r["summary"])
+    console().print(t)

@@ -1,0 +1,232 @@
+"""Tables of ``log``, ``oom``, ``compare``, ``doctor`` and ``calibrate``."""
+
+from __future__ import annotations
+
+from moeplan.cli.render import console
+from moeplan.diagnose.oom import human_bytes
+
+
+def render_logs(entries: list[dict]) -> None:
+    """Training-log statistics (:func:`moeplan.api.log_report`): one column per log, then per-log notes."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    # one row per statistic, one column per log: readable at 100 columns for a few logs
+    t = Table(title="training logs (steady state: median [IQR])")
+    t.add_column("", overflow="fold")
+    for e in entries:
+        t.add_column(escape(e["log"]), overflow="fold")
+
+    def stat(e, k, scale=1.0, fmt=".4g"):
+        v = e.get(k)
+        if not v:
+            return "–"
+        if v.get("derived"):
+            return escape(f"{v['median'] * scale:{fmt}}*")
+        iqr = f"{v['iqr'] * scale:.2g}" if v["iqr"] is not None else "n<4"
+        return escape(f"{v['median'] * scale:{fmt}} [{iqr}]")
+
+    def mem(e):
+        m = e.get("memory_mb")
+        return f"{m['max_allocated'] / 1024:.1f} / {m['max_reserved'] / 1024:.1f}" if m else "–"
+
+    rows = (
+        ("iterations (warm-up skipped)", lambda e: f"{e['iterations']} ({e['warmup_skipped']})"),
+        ("iteration time s", lambda e: stat(e, "iteration_time_ms", 1e-3, ".3f")),
+        ("TFLOP/s/GPU", lambda e: stat(e, "tflops_per_gpu")),
+        ("tokens/s/GPU", lambda e: stat(e, "tokens_per_s_per_gpu")),
+        ("loss", lambda e: stat(e, "loss") + (f", last {e['loss']['last']:.4g}" if e.get("loss") else "")),
+        ("skipped / NaN iterations", lambda e: f"{e.get('skipped_iterations', 0):g} / {e.get('nan_iterations', 0):g}"),
+        ("max allocated / reserved GiB", mem),
+        ("unreadable lines", lambda e: str(e["unreadable_lines"])),
+    )
+    for name, cell in rows:
+        t.add_row(name, *(cell(e) for e in entries))
+    c = console()
+    c.print(t)
+    if any((e.get("tokens_per_s_per_gpu") or {}).get("derived") for e in entries):
+        c.print(
+            "* tokens/s/GPU = GBS · seq_length / (median iteration time · GPUs), from the argument dump", markup=False
+        )
+    for e in entries:
+        extra = []
+        if e.get("environment"):
+            extra.append("environment: " + ", ".join(f"{k}={v}" for k, v in e["environment"].items()))
+        if e.get("rank_params"):
+            extra.append("params per (tp, pp) rank: " + ", ".join(f"({k}) {v:,}" for k, v in e["rank_params"].items()))
+        if e.get("config"):
+            lay = e["config"].get("layout", {})
+            extra.append("layout from the argument dump: " + ", ".join(f"{k}={v}" for k, v in lay.items()))
+        if not e["iterations"]:
+            extra.append("WARNING: no Megatron iteration lines found (is this a training log?)")
+        for key, n in (e.get("impossible_values_left_out") or {}).items():
+            extra.append(f"{n} impossible {key} values left out (zero, negative, non-finite or beyond a week)")
+        if e.get("truncated"):
+            extra.append("the file ends inside an iteration line (truncated); that line was dropped")
+        gn = e.get("grad_norm")
+        if gn:
+            extra.append(f"grad norm: median {gn['median']:.3g} (min {gn['min']:.3g}, max {gn['max']:.3g})")
+        if e.get("grad_norm_nonfinite_iterations"):
+            extra.append(f"WARNING: grad norm is NaN/inf in {e['grad_norm_nonfinite_iterations']} logged iterations")
+        for x in extra:
+            c.print(f"{e['log']}: {x}", markup=False)
+
+
+def render_oom(rep: dict) -> None:
+    """An OOM document (:func:`moeplan.api.oom_report`): the message's figures, the diagnosis, the blame and fixes."""
+    c = console()
+    g = human_bytes
+    c.print(
+        f"requested {g(rep['requested_bytes'])} on GPU {rep['gpu_index']}: total {g(rep['total_bytes'])}, "
+        f"free {g(rep['free_bytes'])}, allocated by PyTorch {g(rep['allocated_bytes'])}, reserved but "
+        f"unallocated {g(rep['reserved_unallocated_bytes'])}",
+        markup=False,
+    )
+    c.print(rep["diagnosis"], style="yellow" if rep["fragmentation"] is not False else "bold red", markup=False)
+    if rep.get("blame"):
+        b = rep["blame"]
+        c.print(
+            f"memory model: stage {b['stage']} peaks at {g(b['predicted_peak_bytes'])}; largest: "
+            + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
+            markup=False,
+        )
+        for n in b.get("notes", []):
+            c.print(n, style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
+        if b.get("fixes"):
+            from rich.table import Table
+
+            tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
+            for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
+                tab.add_column(col, overflow="fold")
+            for f in b["fixes"]:
+                st = f["step_time_change_rel"]
+                tab.add_row(
+                    f["change"],
+                    g(f["peak_bytes"]),
+                    g(f["saving_bytes"]),
+                    "yes" if f["fits"] else "no",
+                    f"{st * 100:+.1f} %" if st is not None else "–",
+                )
+            c.print(tab)
+        for r in b.get("rejected_fixes", []):
+            c.print(f"  rejected: {r['change']} — {r['rule'] or 'input'}: {r['message']}", markup=False)
+    for f in rep["fixes"]:
+        c.print(f"  fix: {f}", markup=False)
+
+
+def render_compare(d: dict) -> None:
+    """A comparison (:func:`moeplan.api.compare_report`): the time shift and its test, memory, ranked causes, notes."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = console()
+    t = d["iteration_time_ms"]
+    style = {"slower": "red", "faster": "green"}.get(
+        t["verdict"], "yellow" if "inconclusive" in t["verdict"] else "bold"
+    )
+    c.print(
+        f"iteration time: A {t['a_median'] / 1e3:.3f} s (n={t['n_a']}) → B {t['b_median'] / 1e3:.3f} s "
+        f"(n={t['n_b']}); shift {t['shift_rel'] * 100:+.2f} % (Hodges–Lehmann), "
+        f"p = {t['p_value']:.2g} ({t['test']}) → [{style}]{t['verdict']}[/]"
+    )
+    for k, v in d["memory_mb"].items():
+        ch = f" ({v['change_rel'] * 100:+.1f} %)" if v["change_rel"] is not None else ""
+        c.print(f"{k.replace('_', ' ')}: A {v['a'] / 1024:.2f} GiB → B {v['b'] / 1024:.2f} GiB{ch}")
+    if d["causes"]:
+        tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)")
+        for col in ("key", "A", "B", "Δ step time (model)", "Δ peak memory"):
+            tab.add_column(col, overflow="fold")
+        for cz in d["causes"]:
+            st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]
+            tab.add_row(
+                cz["key"],
+                str(cz["a"]),
+                str(cz["b"]),
+                f"{st * 100:+.1f} %" if st is not None else "n/a (" + cz.get("why_not", "")[:60] + ")",
+                f"{mm * 100:+.1f} %" if mm is not None else "–",
+            )
+        c.print(tab)
+    elif d["config_diff"]:
+        tab = Table(title="changed keys")
+        for col in ("key", "A", "B"):
+            tab.add_column(col, overflow="fold")
+        for cz in d["config_diff"]:
+            tab.add_row(cz["key"], str(cz["a"]), str(cz["b"]))
+        c.print(tab)
+    for n in d["notes"]:
+        c.print("[yellow]note:[/] " + escape(n))
+    if d.get("plot"):
+        c.print(f"plot written to {d['plot']}", markup=False)
+
+
+def render_doctor(d: dict) -> None:
+    """The environment (:func:`moeplan.api.doctor_report`) as a table, then each finding."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = console()
+    tab = Table(title="environment")
+    tab.add_column("item")
+    tab.add_column("value", overflow="fold")
+    gpus = d["gpus"]
+    tab.add_row(
+        "GPUs",
+        ", ".join(f"{g['name']} ({g['memory_bytes'] / 2**30:.1f} GiB, sm {g['compute_capability']})" for g in gpus)
+        if gpus
+        else escape(f"none visible ({d['gpu_error'] or 'no GPU found'})"),
+    )
+    for k, label in (
+        ("driver", "driver"),
+        ("cuda_driver", "CUDA (driver)"),
+        ("torch_cuda", "CUDA (torch build)"),
+        ("nccl", "NCCL (torch)"),
+    ):
+        tab.add_row(label, d[k] or "–")
+    for k, v in d["packages"].items():
+        tab.add_row(k, v or ("importable, version unknown" if d["modules"].get(k) else "not installed"))
+    for k, v in sorted(d["environment"].items()):
+        tab.add_row(escape(f"${k}"), escape(v))
+    c.print(tab)
+    if d["topology"]:
+        c.print(d["topology"], markup=False)
+    for f in d["findings"]:
+        style = {"error": "red", "warning": "yellow"}.get(f["severity"], "cyan")
+        text = f"{f['rule']}: {f['message']}" + (f" → {f['fix']}" if f["fix"] else "")
+        c.print(f"[{style}]{f['severity']}[/] " + escape(text))
+
+
+def render_calibration(d: dict) -> None:
+    """A fit (:func:`moeplan.api.calibrate_report`): errors before / after, bounds hit, hold-out groups."""
+    from rich.table import Table
+
+    c = console()
+    f = d["fit"]
+    c.print(
+        f"fitted {f['free_constants']} constant(s) ({f['mode']}) on {f['runs']} runs, releases "
+        f"{', '.join(f['releases'])}: median abs error {f['median_abs_pct_error_before']:.1f} % → "
+        f"{f['median_abs_pct_error_after']:.1f} %, worst {f['worst_abs_pct_error_before']:.1f} % → "
+        f"{f['worst_abs_pct_error_after']:.1f} %",
+        markup=False,
+    )
+    if f["at_bounds"]:
+        c.print("[yellow]at a bound (the data push past the plausible range):[/] " + ", ".join(f["at_bounds"]))
+    if f["median_abs_pct_error_after"] > 25:
+        c.print(
+            "[yellow]WARNING: after fitting the median error is still "
+            f"{f['median_abs_pct_error_after']:.0f} %: these constants do not explain the runs; "
+            "check the runs' scenarios (layout, precision, release) before using the profile[/]"
+        )
+    if d.get("holdout"):
+        t = Table(title="held out (fit on the others, median abs % error on the group)")
+        for col in ("group", "runs", "uncalibrated", "calibrated"):
+            t.add_column(col)
+        for g, v in d["holdout"].items():
+            t.add_row(
+                g,
+                str(v["runs"]),
+                f"{v['median_abs_pct_error_uncalibrated']:.1f}",
+                f"{v['median_abs_pct_error_calibrated']:.1f}",
+            )
+        c.print(t)
+    if d.get("profile"):
+        c.print(f"profile written to {d['profile']}", markup=False)

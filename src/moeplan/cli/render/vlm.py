@@ -1,0 +1,46 @@
+"""Tables of ``vlm-stats``: tokens per sample and the workload per sequence."""
+
+from __future__ import annotations
+
+from moeplan.cli.render import console
+
+
+def render_vlm_stats(d: dict) -> None:
+    """Dataset token statistics (:func:`moeplan.api.vlm_stats_report`) and the workload per sequence."""
+    from rich.table import Table
+
+    c = console()
+    pr = d["processor"]
+    c.print(
+        f"{d['samples']:,} samples, {d['images']:,} images ({d['unreadable']} unreadable, skipped); patch "
+        f"{pr['patch_size']}, merge {pr['merge_size']}, pixels {pr['min_pixels']:,}–{pr['max_pixels']:,}",
+        highlight=False,
+    )
+    t = Table(title="per sample", width=100)
+    for col in ("", "mean", "p50", "p90", "max"):
+        t.add_column(col, justify="left" if not col else "right")
+    for key, name in (
+        ("image_tokens_per_sample", "image tokens"),
+        ("vit_patches_per_sample", "ViT patches"),
+        ("text_tokens_per_sample", "text tokens"),
+        ("tokens_per_sample", "total tokens"),
+    ):
+        x = d[key]
+        t.add_row(name, f"{x['mean']:,.0f}", f"{x['p50']:,.0f}", f"{x['p90']:,.0f}", f"{x['max']:,.0f}")
+    c.print(t)
+    w = d["workload"]
+    c.print(
+        f"seq {d['seq_length']:,}, packing {d['packing']}: {d['sequences']:,} sequences, padding "
+        f"{100 * d['padding_fraction']:.1f} %, truncated {d['truncated_tokens']:,} tokens; per sequence "
+        f"{w['images_per_sequence']:.2f} images, {w['image_tokens_per_sequence']:,.0f} image tokens, "
+        f"{w['image_patches_per_sequence']:,.0f} ViT patches",
+        highlight=False,
+    )
+    from rich.markup import escape
+
+    for b in d["bad_files"][:10]:
+        c.print(f"[dim]skipped {escape(b['file'])}: {escape(b['reason'])}[/]", highlight=False)
+    if d["unreadable"] > 10:
+        c.print(f"[dim]... and {d['unreadable'] - 10} more (--json lists up to 50)[/]")
+    if d.get("written"):
+        c.print(f"workload written to {d['written']}: put it under workload: in a scenario (or merge the file)")
