@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 
 from moeplan.diagnose.logs import LogStats
 from moeplan.errors import InputError, MoeplanError
+from moeplan.io.imports import dump_args
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.spec.scenario import _deep_merge, load_scenario
 
 
 @dataclass(frozen=True)
@@ -175,8 +179,6 @@ ARCH_KEYS = (
 def model_mismatch(text: str, model) -> list[str]:
     """Architecture values in a log's argument dump that differ from ``model`` (a ModelSpec): the
     scenario names another model than the run trained. Empty when they agree or the dump lacks them."""
-    from moeplan.io.imports import dump_args
-
     args, _ = dump_args(text)
     out = []
     for k in ARCH_KEYS:
@@ -209,9 +211,6 @@ def _set(d: dict, dotted: str, value: object) -> None:
 
 def _predict(data: dict, constants=None) -> tuple[float, float]:
     """(step time s, peak memory bytes) of a scenario mapping; raises on anything unusable."""
-    from moeplan import estimate_memory, load_scenario
-    from moeplan.model.step import estimate_step
-
     s = load_scenario(data)
     return estimate_step(s, constants).step_time_s, float(estimate_memory(s).peak_stage.total_bytes)
 
@@ -233,8 +232,6 @@ def rank_causes(
         model says slow the step most come first; -1: B faster), with ``step_time_change_rel`` and ``peak_memory_change_rel``
         (None where the change alone is not a valid layout); notes on what could not be evaluated.
     """
-    from moeplan.spec.scenario import _deep_merge
-
     fa, fb = _flatten(config_a), _flatten(config_b)
     diff = [
         {"key": k, "a": fa.get(k), "b": fb.get(k)}
@@ -266,8 +263,6 @@ def rank_causes(
 def modelled_change(config_a: dict, config_b: dict, base: dict | None, constants=None) -> float | None:
     """Relative step-time change the model predicts from run A's configuration to run B's, every
     changed key applied at once; None when either is not a complete, valid scenario."""
-    from moeplan.spec.scenario import _deep_merge
-
     full_a = _deep_merge(copy.deepcopy(base or {}), config_a)
     full_b = _deep_merge(copy.deepcopy(base or {}), config_b)
     try:

@@ -33,6 +33,11 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+from moeplan.errors import MoeplanError
+from moeplan.io.export import layout_environment
+from moeplan.rules import validate
+from moeplan.spec.scenario import load_scenario
+
 PACKAGES: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "transformer_engine": ("transformer_engine", "transformer-engine", "transformer_engine_torch"),
@@ -194,53 +199,61 @@ def _norm(v: str | None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in nums[:3]) if nums else None
 
 
-def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
-    """Judge an :class:`EnvironmentReport`, against a resolved scenario when given.
-
-    Returns:
-        findings: dicts with ``rule``, ``severity`` (error / warning / info), ``message``, ``fix``.
-    """
-    out: list[dict] = []
-    s = scenario
+def _gpu_presence(rep: EnvironmentReport, s) -> list[dict]:
+    """``doctor.gpu_present``: the GPUs seen (info), or none seen — an error when a scenario ``s`` is
+    to run here, an info without one."""
     if not rep.gpus:
-        out.append(
+        return [
             _finding(
                 "doctor.gpu_present",
                 "error" if s is not None else "info",
                 f"no GPU visible ({rep.gpu_error or 'none found'}); software versions are still reported",
                 "run `moeplan doctor` on a training node (inside the container)" if s is not None else "",
             )
-        )
-    else:
-        names = sorted({g["name"] for g in rep.gpus})
-        out.append(_finding("doctor.gpu_present", "info", f"{len(rep.gpus)} × {', '.join(names)} ({rep.gpu_source})"))
-    if s is None:
-        return out
+        ]
+    names = sorted({g["name"] for g in rep.gpus})
+    return [_finding("doctor.gpu_present", "info", f"{len(rep.gpus)} × {', '.join(names)} ({rep.gpu_source})")]
+
+
+def _gpu_fit(rep: EnvironmentReport, s) -> list[dict]:
+    """The GPUs seen against scenario ``s``: another model than the scenario's GPU (``doctor.gpu_model``,
+    warning) and a compute capability below what the precision needs (``doctor.precision_arch``,
+    error: MXFP8/NVFP4 ≥ 10.0, FP8 ≥ 8.9). Nothing when no GPU is seen or the scenario names none."""
     gpu = s.gpu
-    if rep.gpus and gpu is not None:
-        tag = gpu.id.lower().replace("-", "")
-        seen = rep.gpus[0]["name"].lower().replace("-", "").replace(" ", "")
-        if tag not in seen:
-            out.append(
-                _finding(
-                    "doctor.gpu_model",
-                    "warning",
-                    f"the scenario is for {gpu.id} but this machine has {rep.gpus[0]['name']}",
-                    "estimates hold for the scenario's GPU; set system.gpu to this machine's to plan here",
-                )
+    if not rep.gpus or gpu is None:
+        return []
+    out = []
+    tag = gpu.id.lower().replace("-", "")
+    seen = rep.gpus[0]["name"].lower().replace("-", "").replace(" ", "")
+    if tag not in seen:
+        out.append(
+            _finding(
+                "doctor.gpu_model",
+                "warning",
+                f"the scenario is for {gpu.id} but this machine has {rep.gpus[0]['name']}",
+                "estimates hold for the scenario's GPU; set system.gpu to this machine's to plan here",
             )
-        cc = min(g["compute_capability"] for g in rep.gpus)
-        prec = s.training.precision
-        need = 10.0 if prec in ("mxfp8", "nvfp4") else 8.9 if prec.startswith("fp8") else None
-        if need is not None and cc < need:
-            out.append(
-                _finding(
-                    "doctor.precision_arch",
-                    "error",
-                    f"precision {prec} needs compute capability ≥ {need} but the GPU has {cc}",
-                    "use bf16 or an FP8 recipe this GPU supports (fp8 on Hopper: fp8-tensorwise / fp8-blockwise)",
-                )
+        )
+    cc = min(g["compute_capability"] for g in rep.gpus)
+    prec = s.training.precision
+    need = 10.0 if prec in ("mxfp8", "nvfp4") else 8.9 if prec.startswith("fp8") else None
+    if need is not None and cc < need:
+        out.append(
+            _finding(
+                "doctor.precision_arch",
+                "error",
+                f"precision {prec} needs compute capability ≥ {need} but the GPU has {cc}",
+                "use bf16 or an FP8 recipe this GPU supports (fp8 on Hopper: fp8-tensorwise / fp8-blockwise)",
             )
+        )
+    return out
+
+
+def _packages(rep: EnvironmentReport, s) -> list[dict]:
+    """``doctor.package`` errors: torch, Transformer Engine and megatron-core (megatron-bridge for a
+    Bridge scenario ``s``) neither installed nor importable, and no ``deep_ep`` module for a DeepEP /
+    HybridEP flex dispatcher."""
+    out = []
     required = ["torch", "transformer_engine", "megatron_core"]
     if s.framework == "megatron-bridge":
         required.append("megatron_bridge")
@@ -263,6 +276,13 @@ def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
                 "install DeepEP (hybrid-ep branch for HybridEP) or use moe_token_dispatcher_type=alltoall",
             )
         )
+    return out
+
+
+def _versions(rep: EnvironmentReport, s) -> list[dict]:
+    """``doctor.version`` warnings: an installed megatron-core / bridge / TE / torch whose version (its
+    leading numbers, as far as the scenario gives them) differs from the scenario's ``versions:``."""
+    out = []
     for key, pkg in (
         ("megatron_core", "megatron_core"),
         ("megatron_bridge", "megatron_bridge"),
@@ -279,37 +299,56 @@ def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
                     f"set versions.{key}: '{rep.packages.get(pkg)}' so the rules check the installed version",
                 )
             )
-    if gpu is not None:
-        from moeplan.io.export import layout_environment
-
-        strict = {"NCCL_GRAPH_REGISTER", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"}
-        for name, value in layout_environment(s).items():
-            have = rep.environment.get(name)
-            # PYTORCH_CUDA_ALLOC_CONF is a comma-separated option list: the needed ones must be among them
-            if (
-                name == "PYTORCH_CUDA_ALLOC_CONF"
-                and have is not None
-                and set(value.split(",")) <= {o.strip() for o in have.split(",")}
-            ):
-                continue
-            if have != value:
-                out.append(
-                    _finding(
-                        "doctor.environment",
-                        "error" if name in strict else "warning",
-                        f"{name} is {'unset' if have is None else repr(have)}; the layout needs {value!r}",
-                        f"export {name}={value}",
-                    )
-                )
     return out
+
+
+def _environment_variables(rep: EnvironmentReport, s) -> list[dict]:
+    """``doctor.environment``: each variable the layout of scenario ``s`` needs
+    (:func:`moeplan.io.export.layout_environment`) that is unset or set otherwise — an error for
+    ``NCCL_GRAPH_REGISTER`` and ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, else a warning.
+    ``PYTORCH_CUDA_ALLOC_CONF`` is an option list: it passes when it holds every needed option.
+    Nothing when the scenario names no GPU."""
+    if s.gpu is None:
+        return []
+    out = []
+    strict = {"NCCL_GRAPH_REGISTER", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"}
+    for name, value in layout_environment(s).items():
+        have = rep.environment.get(name)
+        # PYTORCH_CUDA_ALLOC_CONF is a comma-separated option list: the needed ones must be among them
+        if (
+            name == "PYTORCH_CUDA_ALLOC_CONF"
+            and have is not None
+            and set(value.split(",")) <= {o.strip() for o in have.split(",")}
+        ):
+            continue
+        if have != value:
+            out.append(
+                _finding(
+                    "doctor.environment",
+                    "error" if name in strict else "warning",
+                    f"{name} is {'unset' if have is None else repr(have)}; the layout needs {value!r}",
+                    f"export {name}={value}",
+                )
+            )
+    return out
+
+
+def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
+    """Judge an :class:`EnvironmentReport`, against a resolved scenario when given.
+
+    Returns:
+        findings: dicts with ``rule``, ``severity`` (error / warning / info), ``message``, ``fix``.
+    """
+    s = scenario
+    out = _gpu_presence(rep, s)
+    if s is None:
+        return out
+    return [*out, *_gpu_fit(rep, s), *_packages(rep, s), *_versions(rep, s), *_environment_variables(rep, s)]
 
 
 def known_issue_findings(rep: EnvironmentReport, data: dict) -> list[dict]:
     """Known issues of the *installed* megatron-core / bridge / TE / torch versions for a scenario
     mapping (as read from YAML); the installed versions replace its ``versions:``."""
-    from moeplan import load_scenario, validate
-    from moeplan.errors import MoeplanError
-
     versions = {k: rep.packages.get(k) for k in ("megatron_core", "megatron_bridge", "transformer_engine", "torch")}
     versions = {k: v for k, v in versions.items() if v}
     if not versions:

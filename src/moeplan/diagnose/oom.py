@@ -82,6 +82,41 @@ class OomReport:
         return asdict(self)
 
 
+def _diagnose(requested: int, total: int | None, unalloc: int | None) -> tuple[bool | None, str, list[str]]:
+    """Fragmentation or real demand, from the request, the GPU total and the reserved-but-unallocated
+    memory (bytes; None when the message does not give them): (fragmentation — None when it cannot
+    be told —, the diagnosis, the fixes to try)."""
+    # fragmentation: the idle reserve could hold the request (or is a tenth of the GPU) and is not a
+    # rounding-size crumb (at least 0.5 % of the GPU, or 64 MiB when the total is not given)
+    floor = 0.005 * total if total else 64 * 2**20
+    frag: bool | None = None
+    if unalloc is not None:
+        frag = unalloc >= floor and (unalloc >= requested or bool(total and unalloc > 0.1 * total))
+    if frag is None:
+        diagnosis = "cannot tell fragmentation from real demand: the message gives no reserved-but-unallocated figure"
+        fixes = [
+            "find the full message (every rank prints one) or rerun with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "run `moeplan estimate SCENARIO` to compare the predicted peak with the GPU's usable memory",
+        ]
+    elif frag:
+        diagnosis = (
+            f"fragmentation: {human_bytes(unalloc)} is reserved by PyTorch but unallocated, "
+            f"more than the {human_bytes(requested)} request could use in one piece"
+        )
+        fixes = [
+            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (with TE CUDA graphs also NCCL_GRAPH_REGISTER=0)",
+            "then re-check the peak with `moeplan estimate`",
+        ]
+    else:
+        diagnosis = "real demand: the allocator has no large idle reserve; the layout needs less memory per GPU"
+        fixes = [
+            "run `moeplan estimate SCENARIO` to see which stage and term is largest",
+            "selective recompute (moe_act, layernorm; mla_up_proj on MLA models), then full recompute",
+            "more CP or PP, or EP for expert weights; optimizer CPU offload",
+        ]
+    return frag, diagnosis, fixes
+
+
 def parse_oom(text: str) -> OomReport:
     """Parse the (last) CUDA OOM message in ``text``.
 
@@ -116,34 +151,7 @@ def parse_oom(text: str) -> OomReport:
             unalloc = max(0, reserved_total - allocated)
     in_use = grab(r"(?:this process|Process \d+) has " + _SIZE + r" memory in use")
     gpu = re.search(r"GPU (\d+)", msg)
-    # fragmentation: the idle reserve could hold the request (or is a tenth of the GPU) and is not a
-    # rounding-size crumb (at least 0.5 % of the GPU, or 64 MiB when the total is not given)
-    floor = 0.005 * total if total else 64 * 2**20
-    frag: bool | None = None
-    if unalloc is not None:
-        frag = unalloc >= floor and (unalloc >= requested or bool(total and unalloc > 0.1 * total))
-    if frag is None:
-        diagnosis = "cannot tell fragmentation from real demand: the message gives no reserved-but-unallocated figure"
-        fixes = [
-            "find the full message (every rank prints one) or rerun with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-            "run `moeplan estimate SCENARIO` to compare the predicted peak with the GPU's usable memory",
-        ]
-    elif frag:
-        diagnosis = (
-            f"fragmentation: {human_bytes(unalloc)} is reserved by PyTorch but unallocated, "
-            f"more than the {human_bytes(requested)} request could use in one piece"
-        )
-        fixes = [
-            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (with TE CUDA graphs also NCCL_GRAPH_REGISTER=0)",
-            "then re-check the peak with `moeplan estimate`",
-        ]
-    else:
-        diagnosis = "real demand: the allocator has no large idle reserve; the layout needs less memory per GPU"
-        fixes = [
-            "run `moeplan estimate SCENARIO` to see which stage and term is largest",
-            "selective recompute (moe_act, layernorm; mla_up_proj on MLA models), then full recompute",
-            "more CP or PP, or EP for expert weights; optimizer CPU offload",
-        ]
+    frag, diagnosis, fixes = _diagnose(requested, total, unalloc)
     return OomReport(
         requested,
         total,

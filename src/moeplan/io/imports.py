@@ -17,6 +17,7 @@ import shlex
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from moeplan.errors import InputError
 from moeplan.io.export import HEADER
@@ -98,8 +99,6 @@ def _value(key: str, v: Any) -> Any:
 
 def _keep_valid(layout: dict, notes: list[str]) -> dict:
     """Drop (with a note) values LayoutSpec rejects, so one odd value does not void the import."""
-    from pydantic import ValidationError
-
     out = {}
     for key, v in layout.items():
         v = _value(key, v)
@@ -306,8 +305,6 @@ def _scalar(v: str) -> Any:
 
 
 def _accepts(key: str, value: Any) -> bool:
-    from pydantic import ValidationError
-
     try:
         LayoutSpec.model_validate({key: value})
         return True

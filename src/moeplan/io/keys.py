@@ -9,6 +9,7 @@ sections is written to each (Bridge keeps e.g. ``ddp`` and ``optimizer`` in sync
 
 from __future__ import annotations
 
+from moeplan.rules.world import KEY_MIN_MCORE  # noqa: F401 - defined with the rule that checks it; read by the export
 from moeplan.spec.layout import PARALLEL_DIMS
 
 #: layout key → Bridge ConfigContainer paths (``section.field``); first is the canonical one
@@ -146,17 +147,6 @@ MLM_UNSUPPORTED = frozenset(
 #: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}
 DTYPE_KEYS = frozenset({"main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"})
-
-
-#: keys that appear in a later megatron-core than 0.16 (§3.13): not exported for older versions
-KEY_MIN_MCORE: dict[str, tuple[int, int, int]] = {
-    "moe_expert_rank_capacity_factor": (0, 18, 0),
-    "moe_paged_stash": (0, 18, 0),
-    # absent from megatron-core 0.16.1's TransformerConfig (oracle test); needed only with the rank budget
-    # of 0.18, so exported from there
-    "use_transformer_engine_op_fuser": (0, 18, 0),
-    "cuda_graph_modules": (0, 18, 0),
-}
 
 
 def mlm_flag(key: str) -> str:

@@ -8,15 +8,12 @@ from moeplan.spec.numerics import drop_and_pad
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
 
-@rule(
-    "graphs.impl_and_scope_values",
-    "[TC] transformer_config.py; [B-CG] utils/cuda_graph.py",
-    "cuda_graph_impl valid for the version; scopes valid; full_iteration with an empty scope; scope and "
-    "modules not both set; Bridge uses local only for full-iteration capture",
-)
-def _values(s, e):
+def _version_spelling(s, e, impl: str) -> list:
+    """The graph settings against the scenario's megatron-core version: ``full_iteration`` impl and
+    ``cuda_graph_modules`` need ≥ 0.18, scope and modules not both set, and an info that
+    ``cuda_graph_scope`` is migrated to ``cuda_graph_modules`` from 0.18. ``impl``: the graph impl
+    (``none`` when unset)."""
     lay = s.layout
-    impl = lay.cuda_graph_impl or "none"
     out = []
     ver = ".".join(map(str, s.mcore_version))
     if impl == "full_iteration" and s.mcore_version < (0, 18, 0):
@@ -51,7 +48,14 @@ def _values(s, e):
                 "cuda_graph_scope",
             )
         )
-    scopes = s.graph_scopes()
+    return out
+
+
+def _scope_list(e, impl: str, scopes: list[str]) -> list:
+    """The graph scopes themselves: known names, empty with ``full_iteration`` graphs, neither the
+    deprecated ``full`` nor ``full_iteration`` combined with other scopes, and no ``full_iteration``
+    scope captured by transformer_engine graphs. ``impl``: the graph impl (``none`` when unset)."""
+    out = []
     bad = [x for x in scopes if x not in SCOPES and x != "full"]
     if bad:
         out.append(e.error(f"unknown CUDA graph scope {bad[0]!r}", f"use {', '.join(SCOPES)}", "cuda_graph_scope"))
@@ -87,6 +91,13 @@ def _values(s, e):
                 "cuda_graph_impl",
             )
         )
+    return out
+
+
+def _impl_platform(s, e, impl: str, scopes: list[str]) -> list:
+    """The graph impl against the framework and the GPU: Megatron Bridge takes ``local`` only for
+    full-iteration capture; Transformer Engine graphs need an NVIDIA GPU."""
+    out = []
     if s.framework == "megatron-bridge" and impl == "local" and scopes and scopes != ["full_iteration"]:
         out.append(
             e.error(
@@ -105,6 +116,18 @@ def _values(s, e):
             )
         )
     return out
+
+
+@rule(
+    "graphs.impl_and_scope_values",
+    "[TC] transformer_config.py; [B-CG] utils/cuda_graph.py",
+    "cuda_graph_impl valid for the version; scopes valid; full_iteration with an empty scope; scope and "
+    "modules not both set; Bridge uses local only for full-iteration capture",
+)
+def _values(s, e):
+    impl = s.layout.cuda_graph_impl or "none"
+    scopes = s.graph_scopes()
+    return [*_version_spelling(s, e, impl), *_scope_list(e, impl, scopes), *_impl_platform(s, e, impl, scopes)]
 
 
 @rule(

@@ -57,6 +57,8 @@ def _etp_bias(s, e):
 
 
 def _backend(s) -> str | None:
+    """The flex dispatcher backend in force: ``deepep`` with the deprecated ``moe_enable_deepep``, else
+    ``moe_flex_dispatcher_backend`` (DeepEP by default) with the flex dispatcher; None without flex."""
     lay = s.layout
     if lay.moe_token_dispatcher_type != "flex" and not lay.moe_enable_deepep:
         return None
@@ -107,17 +109,12 @@ def _backend_gpu(s, e):
         ]
 
 
-@rule(
-    "moe.flex_backend_settings",
-    "[TC] transformer_config.py; [MOE] token_dispatcher.py",
-    "flex backends need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
-    "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored; a rank capacity "
-    "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor",
-)
-def _flex(s, e):
+def _backend_spelling(s, e) -> list:
+    """How the dispatcher backend is asked for: a backend without the flex dispatcher is ignored
+    (warning), ``moe_enable_deepep`` is the deprecated spelling of flex + DeepEP (info) and cannot be
+    combined with ``moe_flex_dispatcher_backend: hybridep`` (error)."""
     lay = s.layout
     out = []
-    b = _backend(s)
     if (
         lay.moe_flex_dispatcher_backend
         and lay.moe_token_dispatcher_type not in (None, "flex")
@@ -147,6 +144,13 @@ def _flex(s, e):
                 "moe_enable_deepep",
             )
         )
+    return out
+
+
+def _backend_needs(s, e, b: str | None) -> list:
+    """What the flex backend ``b`` in force (None without flex) needs: an expert TP × EP group of more
+    than one rank, megatron-core ≥ 0.19 for ncclep, and no pad-to-capacity with DeepEP."""
+    out = []
     if b is not None and s.etp * s.ep <= 1:
         # MoEFlexTokenDispatcher asserts TP×EP > 1 (its expert TP × EP group) before choosing a backend
         out.append(
@@ -164,7 +168,7 @@ def _flex(s, e):
                 "moe_flex_dispatcher_backend",
             )
         )
-    if b == "deepep" and lay.moe_pad_expert_input_to_capacity:
+    if b == "deepep" and s.layout.moe_pad_expert_input_to_capacity:
         out.append(
             e.error(
                 "flex + DeepEP does not support moe_pad_expert_input_to_capacity",
@@ -172,6 +176,15 @@ def _flex(s, e):
                 "moe_pad_expert_input_to_capacity",
             )
         )
+    return out
+
+
+def _rank_budget(s, e, b: str | None) -> list:
+    """The static per-rank expert budget (``moe_expert_rank_capacity_factor``) needs the hybridep or
+    ncclep backend (``b``: the flex backend in force, None without flex), with hybridep the TE op fuser;
+    ``moe_paged_stash`` needs the budget."""
+    lay = s.layout
+    out = []
     if lay.moe_expert_rank_capacity_factor is not None and b not in ("hybridep", "ncclep"):
         out.append(
             e.error(
@@ -198,6 +211,18 @@ def _flex(s, e):
             )
         )
     return out
+
+
+@rule(
+    "moe.flex_backend_settings",
+    "[TC] transformer_config.py; [MOE] token_dispatcher.py",
+    "flex backends need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
+    "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored; a rank capacity "
+    "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor",
+)
+def _flex(s, e):
+    b = _backend(s)
+    return [*_backend_spelling(s, e), *_backend_needs(s, e, b), *_rank_budget(s, e, b)]
 
 
 @rule(

@@ -50,6 +50,8 @@ def _uneven_hint(n_layers: int, pp: int, s=None) -> str:
         return f"PP ≤ {n_layers}"
     first, last, k = split
     if max(first, last) > k and s is not None and s.model is not None:
+        # upward (rules → plan): the planner's balanced split lives in plan.space; kept local until it
+        # moves to a lower layer, so that importing the rules does not load the planner
         from moeplan.plan.space import output_stage_layers, pipeline_split
 
         tail = output_stage_layers(s.model, s.training.seq_length or 4096, 1, s.mtp_num_layers)
@@ -132,6 +134,52 @@ def _even_vpp(s, e):
         ]
 
 
+def _uneven_middle_stages(s, e, num_layers: int) -> list:
+    """The layers uneven first/last stage counts leave for the other ``PP − given`` stages of a
+    ``num_layers``-layer model: all of them when no middle stage is left, else a positive number that
+    splits evenly over the middle stages and, with VPP, into whole virtual stages."""
+    lay = s.layout
+    f, la = lay.num_layers_in_first_pipeline_stage, lay.num_layers_in_last_pipeline_stage
+    out = []
+    middle = s.pp - (f is not None) - (la is not None)
+    rest = num_layers - (f or 0) - (la or 0)
+    given = " + ".join(str(v) for v in (f, la) if v is not None)
+    if middle == 0 and rest != 0:
+        out.append(
+            e.error(
+                f"first/last stage counts ({given}) cover {num_layers - rest} layers but the model "
+                f"has {num_layers} and PP = {s.pp} leaves no middle stage",
+                f"make them add up to {num_layers} or raise PP",
+                "num_layers_in_first_pipeline_stage",
+                "num_layers_in_last_pipeline_stage",
+            )
+        )
+    elif middle > 0 and (rest <= 0 or rest % middle):
+        others = "the other stage" if middle == 1 else f"the other {middle} stages"
+        what = (
+            f"leave no layers for {others} ({num_layers} − {given} = {rest})"
+            if rest <= 0
+            else f"leave {rest} layers for {others} ({num_layers} − {given}), which does not split evenly"
+        )
+        out.append(
+            e.error(
+                f"the first/last stage counts {what}",
+                "choose first/last counts leaving a positive multiple of the number of other stages",
+                "num_layers_in_first_pipeline_stage",
+                "num_layers_in_last_pipeline_stage",
+            )
+        )
+    elif middle > 0 and s.vpp > 1 and (rest // middle) % s.vpp:
+        out.append(
+            e.error(
+                f"each middle stage gets {rest // middle} layers, not divisible by VPP ({s.vpp})",
+                f"adjust first/last so the middle count is a multiple of {s.vpp}",
+                "virtual_pipeline_model_parallel_size",
+            )
+        )
+    return out
+
+
 @rule(
     "pipeline.uneven_stages_cover_layers",
     "[TC] transformer_config.py; [TB]",
@@ -164,43 +212,145 @@ def _uneven(s, e):
     if m is None or m.num_layers is None:
         out.append(e.missing("the model's num_layers"))
         return out
-    middle = s.pp - (f is not None) - (la is not None)
-    rest = m.num_layers - (f or 0) - (la or 0)
-    given = " + ".join(str(v) for v in (f, la) if v is not None)
-    if middle == 0 and rest != 0:
-        out.append(
+    out.extend(_uneven_middle_stages(s, e, m.num_layers))
+    return out
+
+
+def _layout_exclusive(s, e) -> list:
+    """The layout is one of three ways to split layers over stages: an error when uneven stage counts or
+    ``account_for_*_in_pipeline_split`` are set with it."""
+    lay = s.layout
+    if _uses_uneven(s) or lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
+        return [
             e.error(
-                f"first/last stage counts ({given}) cover {m.num_layers - rest} layers but the model "
-                f"has {m.num_layers} and PP = {s.pp} leaves no middle stage",
-                f"make them add up to {m.num_layers} or raise PP",
-                "num_layers_in_first_pipeline_stage",
-                "num_layers_in_last_pipeline_stage",
+                "pipeline_model_parallel_layout cannot be combined with uneven stage counts or "
+                "account_for_*_in_pipeline_split",
+                "keep only the layout",
+                "pipeline_model_parallel_layout",
             )
-        )
-    elif middle > 0 and (rest <= 0 or rest % middle):
-        others = "the other stage" if middle == 1 else f"the other {middle} stages"
-        what = (
-            f"leave no layers for {others} ({m.num_layers} − {given} = {rest})"
-            if rest <= 0
-            else f"leave {rest} layers for {others} ({m.num_layers} − {given}), which does not split evenly"
-        )
-        out.append(
+        ]
+    return []
+
+
+def _layout_stage_count(s, e, n: int) -> list:
+    """The layout's ``n`` virtual stages against the layout sizes: a multiple of PP, and PP × the
+    ``virtual_pipeline_model_parallel_size`` when that is set explicitly (it is inferred otherwise)."""
+    if n % s.pp:
+        return [
             e.error(
-                f"the first/last stage counts {what}",
-                "choose first/last counts leaving a positive multiple of the number of other stages",
-                "num_layers_in_first_pipeline_stage",
-                "num_layers_in_last_pipeline_stage",
+                f"the layout has {n} stages, not divisible by PP ({s.pp})",
+                f"give PP·VPP stages (e.g. {s.pp * s.vpp})",
+                "pipeline_model_parallel_layout",
             )
-        )
-    elif middle > 0 and s.vpp > 1 and (rest // middle) % s.vpp:
-        out.append(
+        ]
+    v = n // s.pp
+    explicit = s.layout.virtual_pipeline_model_parallel_size
+    if explicit is not None and explicit != v and not (explicit == 1 and v == 1):
+        return [
             e.error(
-                f"each middle stage gets {rest // middle} layers, not divisible by VPP ({s.vpp})",
-                f"adjust first/last so the middle count is a multiple of {s.vpp}",
+                f"the layout has {n} stages = PP {s.pp} × {v}, but virtual_pipeline_model_parallel_size is {explicit}",
+                f"set VPP to {v} or unset it (it is inferred from the layout)",
                 "virtual_pipeline_model_parallel_size",
+            )
+        ]
+    return []
+
+
+def _layout_ends(e, flat: list[str]) -> list:
+    """The flattened layout ``flat`` (its symbols in stage order) holds exactly one E, first, and one L,
+    last, as megatron-core checks it (empty stages are allowed)."""
+    out = []
+    if flat.count("E") != 1 or not flat or flat[0] != "E":
+        out.append(
+            e.error(
+                "the layout must hold exactly one E, before every other symbol",
+                "start the layout with E",
+                "pipeline_model_parallel_layout",
+            )
+        )
+    if flat.count("L") != 1 or not flat or flat[-1] != "L":
+        out.append(
+            e.error(
+                "the layout must hold exactly one L, after every other symbol",
+                "end the layout with L",
+                "pipeline_model_parallel_layout",
             )
         )
     return out
+
+
+def _layout_decoder_count(s, e, flat: list[str]) -> list:
+    """The decoder layers the flattened layout places (its ``t`` symbols) against the model's
+    ``num_layers``; an info finding when the model does not give that number."""
+    m = s.model
+    if m is None or m.num_layers is None:
+        return [e.missing("the model's num_layers (to count 't')")]
+    t = flat.count("t")
+    if t != m.num_layers:
+        return [
+            e.error(
+                f"the layout holds {t} decoder layers ('t') but the model has {m.num_layers}",
+                f"give exactly {m.num_layers} 't' symbols",
+                "pipeline_model_parallel_layout",
+            )
+        ]
+    return []
+
+
+def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
+    """The MTP layers of the layout (its ``m`` symbols): as many as ``mtp_num_layers``, all in the last
+    virtual stage of the last PP rank, after every decoder layer. ``stages``: the parsed layout, one
+    symbol list per virtual stage; ``flat``: those symbols in stage order."""
+    out = []
+    mtp = s.mtp_num_layers
+    mc = flat.count("m")
+    if mc != mtp:
+        out.append(
+            e.error(
+                f"the layout holds {mc} MTP layers ('m') but mtp_num_layers is {mtp}",
+                f"give {mtp} 'm' symbols before L" if mtp else "remove the 'm' symbols",
+                "pipeline_model_parallel_layout",
+                "mtp_num_layers",
+            )
+        )
+    if not mc:
+        return out
+    m_stages = {i for i, st in enumerate(stages) if "m" in st}
+    last_rank_last_stage = len(stages) - 1
+    if len(m_stages) > 1 or last_rank_last_stage not in m_stages:
+        out.append(
+            e.error(
+                "MTP layers must all sit in the last virtual stage of the last PP rank "
+                "(elsewhere Megatron builds them as a standalone stage)",
+                "move every 'm' into the final stage, before L",
+                "pipeline_model_parallel_layout",
+            )
+        )
+    last_t = max((i for i, sym in enumerate(flat) if sym == "t"), default=-1)
+    first_m = flat.index("m")
+    if first_m < last_t:
+        out.append(
+            e.error(
+                "MTP layers must come after all decoder layers",
+                "move 'm' after the last 't'",
+                "pipeline_model_parallel_layout",
+            )
+        )
+    return out
+
+
+def _layout_empty_stages(e, stages: list) -> list:
+    """A warning naming the virtual stages of the parsed layout that hold no symbol at all."""
+    empty = [i for i, st in enumerate(stages) if not st]
+    if not empty:
+        return []
+    return [
+        e.warning(
+            f"virtual stage(s) {empty} are empty (no E, t, m or L): empty stages are reported to hang the pipeline",
+            "give every stage at least one symbol",
+            "pipeline_model_parallel_layout",
+        )
+    ]
 
 
 @rule(
@@ -224,108 +374,12 @@ def _layout(s, e):
                 "pipeline_model_parallel_layout",
             )
         ]
-    out = []
-    n = len(stages)
-    if _uses_uneven(s) or lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
-        out.append(
-            e.error(
-                "pipeline_model_parallel_layout cannot be combined with uneven stage counts or "
-                "account_for_*_in_pipeline_split",
-                "keep only the layout",
-                "pipeline_model_parallel_layout",
-            )
-        )
-    if n % s.pp:
-        out.append(
-            e.error(
-                f"the layout has {n} stages, not divisible by PP ({s.pp})",
-                f"give PP·VPP stages (e.g. {s.pp * s.vpp})",
-                "pipeline_model_parallel_layout",
-            )
-        )
-    else:
-        v = n // s.pp
-        explicit = lay.virtual_pipeline_model_parallel_size
-        if explicit is not None and explicit != v and not (explicit == 1 and v == 1):
-            out.append(
-                e.error(
-                    f"the layout has {n} stages = PP {s.pp} × {v}, but virtual_pipeline_model_parallel_size "
-                    f"is {explicit}",
-                    f"set VPP to {v} or unset it (it is inferred from the layout)",
-                    "virtual_pipeline_model_parallel_size",
-                )
-            )
     flat = [sym for st in stages for sym in st]
-    # megatron-core checks the flattened layout: one E first, one L last (empty stages allowed)
-    if flat.count("E") != 1 or not flat or flat[0] != "E":
-        out.append(
-            e.error(
-                "the layout must hold exactly one E, before every other symbol",
-                "start the layout with E",
-                "pipeline_model_parallel_layout",
-            )
-        )
-    if flat.count("L") != 1 or not flat or flat[-1] != "L":
-        out.append(
-            e.error(
-                "the layout must hold exactly one L, after every other symbol",
-                "end the layout with L",
-                "pipeline_model_parallel_layout",
-            )
-        )
-    m = s.model
-    if m is not None and m.num_layers is not None:
-        t = flat.count("t")
-        if t != m.num_layers:
-            out.append(
-                e.error(
-                    f"the layout holds {t} decoder layers ('t') but the model has {m.num_layers}",
-                    f"give exactly {m.num_layers} 't' symbols",
-                    "pipeline_model_parallel_layout",
-                )
-            )
-    else:
-        out.append(e.missing("the model's num_layers (to count 't')"))
-    mtp = s.mtp_num_layers
-    mc = flat.count("m")
-    if mc != mtp:
-        out.append(
-            e.error(
-                f"the layout holds {mc} MTP layers ('m') but mtp_num_layers is {mtp}",
-                f"give {mtp} 'm' symbols before L" if mtp else "remove the 'm' symbols",
-                "pipeline_model_parallel_layout",
-                "mtp_num_layers",
-            )
-        )
-    if mc:
-        m_stages = {i for i, st in enumerate(stages) if "m" in st}
-        last_rank_last_stage = n - 1
-        if len(m_stages) > 1 or last_rank_last_stage not in m_stages:
-            out.append(
-                e.error(
-                    "MTP layers must all sit in the last virtual stage of the last PP rank "
-                    "(elsewhere Megatron builds them as a standalone stage)",
-                    "move every 'm' into the final stage, before L",
-                    "pipeline_model_parallel_layout",
-                )
-            )
-        last_t = max((i for i, sym in enumerate(flat) if sym == "t"), default=-1)
-        first_m = flat.index("m")
-        if first_m < last_t:
-            out.append(
-                e.error(
-                    "MTP layers must come after all decoder layers",
-                    "move 'm' after the last 't'",
-                    "pipeline_model_parallel_layout",
-                )
-            )
-    empty = [i for i, st in enumerate(stages) if not st]
-    if empty:
-        out.append(
-            e.warning(
-                f"virtual stage(s) {empty} are empty (no E, t, m or L): empty stages are reported to hang the pipeline",
-                "give every stage at least one symbol",
-                "pipeline_model_parallel_layout",
-            )
-        )
-    return out
+    return [
+        *_layout_exclusive(s, e),
+        *_layout_stage_count(s, e, len(stages)),
+        *_layout_ends(e, flat),
+        *_layout_decoder_count(s, e, flat),
+        *_layout_mtp(s, e, stages, flat),
+        *_layout_empty_stages(e, stages),
+    ]

@@ -23,6 +23,47 @@ def allowed_modules(version: tuple[int, ...]) -> tuple[str, ...]:
     return MODULES_0_19 if version >= (0, 19, 0) else MODULES_0_16
 
 
+def _full_fields(s, e) -> list:
+    """Full recompute's fields: ``recompute_method`` set, ``recompute_num_layers`` set and ≥ 1, and 1
+    with uniform recompute when the model has MTP layers (MultiTokenPredictionLayer asserts it)."""
+    lay = s.layout
+    out = []
+    if lay.recompute_method is None:
+        out.append(
+            e.error(
+                "recompute_granularity full needs recompute_method (uniform or block)",
+                "set recompute_method: uniform",
+                "recompute_method",
+            )
+        )
+    if lay.recompute_num_layers is None:
+        out.append(
+            e.error(
+                "recompute_granularity full needs recompute_num_layers",
+                "set recompute_num_layers: 1 (uniform: layers per checkpoint chunk)",
+                "recompute_num_layers",
+            )
+        )
+    elif lay.recompute_num_layers < 1:
+        out.append(
+            e.error(
+                f"recompute_num_layers ({lay.recompute_num_layers}) must be ≥ 1",
+                "use 1 (uniform: layers per checkpoint chunk)",
+                "recompute_num_layers",
+            )
+        )
+    elif lay.recompute_method == "uniform" and lay.recompute_num_layers != 1 and s.mtp_num_layers:
+        out.append(
+            e.error(
+                f"recompute_num_layers ({lay.recompute_num_layers}) must be 1 with uniform recompute and MTP "
+                "layers (MultiTokenPredictionLayer asserts it)",
+                "set recompute_num_layers: 1, or recompute_method: block (MTP blocks then run without recompute)",
+                "recompute_num_layers",
+            )
+        )
+    return out
+
+
 @rule(
     "recompute.granularity_fields",
     "[TC] transformer_config.py; [ARGS]",
@@ -34,39 +75,7 @@ def _fields(s, e):
     g = lay.recompute_granularity
     out = []
     if g == "full":
-        if lay.recompute_method is None:
-            out.append(
-                e.error(
-                    "recompute_granularity full needs recompute_method (uniform or block)",
-                    "set recompute_method: uniform",
-                    "recompute_method",
-                )
-            )
-        if lay.recompute_num_layers is None:
-            out.append(
-                e.error(
-                    "recompute_granularity full needs recompute_num_layers",
-                    "set recompute_num_layers: 1 (uniform: layers per checkpoint chunk)",
-                    "recompute_num_layers",
-                )
-            )
-        elif lay.recompute_num_layers < 1:
-            out.append(
-                e.error(
-                    f"recompute_num_layers ({lay.recompute_num_layers}) must be ≥ 1",
-                    "use 1 (uniform: layers per checkpoint chunk)",
-                    "recompute_num_layers",
-                )
-            )
-        elif lay.recompute_method == "uniform" and lay.recompute_num_layers != 1 and s.mtp_num_layers:
-            out.append(
-                e.error(
-                    f"recompute_num_layers ({lay.recompute_num_layers}) must be 1 with uniform recompute and MTP "
-                    "layers (MultiTokenPredictionLayer asserts it)",
-                    "set recompute_num_layers: 1, or recompute_method: block (MTP blocks then run without recompute)",
-                    "recompute_num_layers",
-                )
-            )
+        out.extend(_full_fields(s, e))
     elif g == "selective":
         if lay.recompute_num_layers is not None:
             out.append(
@@ -104,44 +113,33 @@ def _fields(s, e):
     return out
 
 
-@rule(
-    "recompute.module_labels",
-    "[TC] transformer_config.py (allowed recompute_modules)",
-    "recompute_modules must use Megatron-Core labels of this version and apply to the model",
-)
-def _labels(s, e):
-    lay = s.layout
-    mods = lay.recompute_modules
-    if not mods:
-        return None
-    out = []
-    if lay.recompute_granularity != "selective":
-        # megatron-core validates recompute_modules only for selective granularity (0.16.1, oracle)
-        return [
-            e.warning(
-                f"recompute_modules {mods} are ignored unless recompute_granularity is selective",
-                "set recompute_granularity: selective",
-                "recompute_modules",
-            )
-        ]
+def _shorthand_fix(mod: str, real: str, m) -> str:
+    """The fix for a shorthand label ``mod`` meaning the Megatron-Core label ``real``: use the real
+    label, or drop it when model ``m`` (if known) has nothing it would recompute."""
+    fix = f"use {real!r}"
+    if m is not None and m.num_layers is not None:
+        if real == "mla_up_proj" and not m.multi_latent_attention:
+            fix = f"drop {mod!r}: {m.name} has no MLA up-projections (for GQA use 'core_attn' or 'layernorm')"
+        elif real == "gdn_norm_out" and not m.has_linear_attention:
+            fix = f"drop {mod!r}: {m.name} has no Gated DeltaNet layers"
+    return fix
+
+
+def _label_names(s, e, mods: list[str]) -> list:
+    """Each of ``mods`` must be a label of the scenario's megatron-core version: a shorthand from prose
+    guidance, a label of a later version and an unknown label are errors, in the order given."""
     allowed = allowed_modules(s.mcore_version)
     ver = ".".join(map(str, s.mcore_version))
+    out = []
     for mod in mods:
         if mod in allowed:
             continue
         if mod in SHORTHAND:
             real = SHORTHAND[mod]
-            m = s.model
-            fix = f"use {real!r}"
-            if m is not None and m.num_layers is not None:
-                if real == "mla_up_proj" and not m.multi_latent_attention:
-                    fix = f"drop {mod!r}: {m.name} has no MLA up-projections (for GQA use 'core_attn' or 'layernorm')"
-                elif real == "gdn_norm_out" and not m.has_linear_attention:
-                    fix = f"drop {mod!r}: {m.name} has no Gated DeltaNet layers"
             out.append(
                 e.error(
                     f"recompute module {mod!r} is shorthand, not a Megatron-Core label (it means {real!r})",
-                    fix,
+                    _shorthand_fix(mod, real, s.model),
                     "recompute_modules",
                 )
             )
@@ -159,36 +157,53 @@ def _labels(s, e):
                     f"unknown recompute module {mod!r}", f"use labels from {', '.join(allowed)}", "recompute_modules"
                 )
             )
+    return out
+
+
+def _labels_vs_model(s, e, mods: list[str]) -> list:
+    """Labels among ``mods`` that the model cannot use: MLA up-projections without MLA and Gated DeltaNet
+    outputs without GDN layers (errors), MoE and shared-expert parts it lacks (warnings: no effect).
+    Nothing when the model is not known."""
     m = s.model
-    if m is not None and m.num_layers is not None:
-        if "mla_up_proj" in mods and not m.multi_latent_attention:
-            out.append(
-                e.error(
-                    "mla_up_proj recompute needs multi-latent attention; the model uses GQA",
-                    "drop mla_up_proj",
-                    "recompute_modules",
-                )
+    if m is None or m.num_layers is None:
+        return []
+    out = []
+    if "mla_up_proj" in mods and not m.multi_latent_attention:
+        out.append(
+            e.error(
+                "mla_up_proj recompute needs multi-latent attention; the model uses GQA",
+                "drop mla_up_proj",
+                "recompute_modules",
             )
-        if "gdn_norm_out" in mods and not m.has_linear_attention:
-            out.append(
-                e.error("gdn_norm_out recompute needs Gated DeltaNet layers", "drop gdn_norm_out", "recompute_modules")
+        )
+    if "gdn_norm_out" in mods and not m.has_linear_attention:
+        out.append(
+            e.error("gdn_norm_out recompute needs Gated DeltaNet layers", "drop gdn_norm_out", "recompute_modules")
+        )
+    if ({"moe", "moe_act"} & set(mods)) and not m.is_moe:
+        out.append(
+            e.warning(
+                "moe / moe_act recompute on a model without routed experts has no effect",
+                "drop them",
+                "recompute_modules",
             )
-        if ({"moe", "moe_act"} & set(mods)) and not m.is_moe:
-            out.append(
-                e.warning(
-                    "moe / moe_act recompute on a model without routed experts has no effect",
-                    "drop them",
-                    "recompute_modules",
-                )
+        )
+    if "shared_experts" in mods and not m.moe_shared_expert_intermediate_size:
+        out.append(
+            e.warning(
+                "shared_experts recompute on a model without shared experts has no effect",
+                "drop it",
+                "recompute_modules",
             )
-        if "shared_experts" in mods and not m.moe_shared_expert_intermediate_size:
-            out.append(
-                e.warning(
-                    "shared_experts recompute on a model without shared experts has no effect",
-                    "drop it",
-                    "recompute_modules",
-                )
-            )
+        )
+    return out
+
+
+def _labels_vs_settings(s, e, mods: list[str]) -> list:
+    """Labels among ``mods`` that other settings exclude: ``moe_act`` without grouped GEMM,
+    ``shared_experts`` with shared-expert overlap, ``moe_act`` / ``layernorm`` with FP8 delayed scaling."""
+    lay = s.layout
+    out = []
     if "moe_act" in mods and lay.moe_grouped_gemm is False:
         out.append(
             e.error(
@@ -215,6 +230,28 @@ def _labels(s, e):
             )
         )
     return out
+
+
+@rule(
+    "recompute.module_labels",
+    "[TC] transformer_config.py (allowed recompute_modules)",
+    "recompute_modules must use Megatron-Core labels of this version and apply to the model",
+)
+def _labels(s, e):
+    lay = s.layout
+    mods = lay.recompute_modules
+    if not mods:
+        return None
+    if lay.recompute_granularity != "selective":
+        # megatron-core validates recompute_modules only for selective granularity (0.16.1, oracle)
+        return [
+            e.warning(
+                f"recompute_modules {mods} are ignored unless recompute_granularity is selective",
+                "set recompute_granularity: selective",
+                "recompute_modules",
+            )
+        ]
+    return [*_label_names(s, e, mods), *_labels_vs_model(s, e, mods), *_labels_vs_settings(s, e, mods)]
 
 
 @rule(

@@ -114,85 +114,112 @@ def _rows(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
         raise InputError("DATA", str(path), "a UTF-8 JSONL manifest (or .parquet, or a folder of images)") from None
 
 
-def scan(
-    data: Path,
-    text_tokens: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-) -> Scan:
-    """Read image sizes of every sample of a folder or manifest.
+def _scan_folder(folder: Path, text_tokens: int, progress: Callable[[int, int], None] | None) -> Scan:
+    """One sample per image file of ``folder`` (searched recursively, in path order), each with
+    ``text_tokens`` text tokens; files without an image extension and unreadable images are listed
+    in ``bad``. ``progress(done, total)`` is called every 256 images and at the end.
 
     Raises:
-        InputError: a missing path or an unreadable manifest.
+        InputError: the folder holds no image file.
     """
-    data = Path(data)
     out = Scan()
-    if data.is_dir():
-        everything = sorted(p for p in data.rglob("*") if p.is_file())
-        files = [p for p in everything if p.suffix.lower() in IMAGE_SUFFIXES]
-        if not files:
-            raise InputError("DATA", str(data), f"a folder with image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
-        for p in everything:
-            if p.suffix.lower() not in IMAGE_SUFFIXES:
-                out.bad.append({"file": str(p), "reason": "not an image file (by its extension): ignored"})
-        for i, p in enumerate(files):
-            if progress and i % 256 == 0:
-                progress(i, len(files))
+    everything = sorted(p for p in folder.rglob("*") if p.is_file())
+    files = [p for p in everything if p.suffix.lower() in IMAGE_SUFFIXES]
+    if not files:
+        raise InputError("DATA", str(folder), f"a folder with image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    for p in everything:
+        if p.suffix.lower() not in IMAGE_SUFFIXES:
+            out.bad.append({"file": str(p), "reason": "not an image file (by its extension): ignored"})
+    for i, p in enumerate(files):
+        if progress and i % 256 == 0:
+            progress(i, len(files))
+        try:
+            out.samples.append(Sample([image_size(p)], text_tokens))
+        except BadImage as exc:
+            out.bad.append({"file": str(p), "reason": str(exc)})
+    if progress:
+        progress(len(files), len(files))
+    return out
+
+
+def _image_paths(row: dict) -> list[str]:
+    """The image paths of a manifest row: ``images`` (a path or a list of paths) or ``image``.
+
+    Raises:
+        BadImage: not a path or a list of path strings.
+    """
+    paths = row["images"] if "images" in row else [row["image"]]
+    if isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, list) or not all(isinstance(x, str) for x in paths):
+        raise BadImage("images must be a path or a list of paths (strings)")
+    return paths
+
+
+def _row_sizes(row: dict, base: Path, bad: list[dict]) -> list[tuple[int, int]]:
+    """The (width, height) in pixels of each image of one manifest row, from ``image_sizes``, else
+    ``width``/``height``, else the files named by ``images``/``image`` (relative to ``base``, the
+    manifest's folder; each unreadable one is appended to ``bad``). A text-only row (``text_tokens``,
+    no image field) has none.
+
+    Raises:
+        BadImage: malformed size fields, no image field and no text_tokens, or an unreadable image
+            (the whole sample is skipped).
+    """
+    if "image_sizes" in row:
+        pairs = row["image_sizes"]
+        if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 for x in pairs):
+            raise BadImage("image_sizes must be a list of [width, height] pairs")
+        return [(_int_size(w), _int_size(h)) for w, h in pairs]
+    if "width" in row or "height" in row:
+        if "width" not in row or "height" not in row:
+            raise BadImage("width and height must be given together")
+        return [(_int_size(row["width"]), _int_size(row["height"]))]
+    if "images" in row or "image" in row:
+        paths = _image_paths(row)
+        sizes, unreadable = [], []
+        for p in paths:
             try:
-                out.samples.append(Sample([image_size(p)], text_tokens))
+                sizes.append(image_size(base / p))
             except BadImage as exc:
-                out.bad.append({"file": str(p), "reason": str(exc)})
-        if progress:
-            progress(len(files), len(files))
-        return out
-    if not data.is_file():
-        raise InputError("DATA", str(data), "an existing folder of images or a JSONL / Parquet manifest")
-    base = data.parent
-    rows = list(_rows(data))
+                bad.append({"file": str(base / p), "reason": str(exc)})
+                unreadable.append(p)
+        if unreadable:
+            # a sample missing one of its images is not the sample the data loader sees: drop it
+            # whole rather than count it with fewer images (a data loader would fail or skip it)
+            raise BadImage(f"sample skipped: {len(unreadable)} of its {len(paths)} image(s) unreadable")
+        return sizes
+    if "text_tokens" not in row:
+        raise BadImage("no image fields (images, image, image_sizes, width/height) and no text_tokens")
+    return []
+
+
+def _scan_manifest(manifest: Path, text_tokens: int, progress: Callable[[int, int], None] | None) -> Scan:
+    """One sample per row of a JSONL / Parquet manifest: its image sizes (:func:`_row_sizes`) and its
+    ``text_tokens`` (default ``text_tokens``); rows that are not objects, have unusable image fields
+    or a text_tokens outside 0–1e9 are listed in ``bad`` as ``manifest:line``. ``progress(done, total)``
+    is called every 256 rows and at the end.
+
+    Raises:
+        InputError: an unreadable manifest (see :func:`_rows`).
+    """
+    out = Scan()
+    base = manifest.parent
+    rows = list(_rows(manifest))
     for n, (line, row, err) in enumerate(rows):
         if progress and n % 256 == 0:
             progress(n, len(rows))
         if row is None:
-            out.bad.append({"file": f"{data}:{line}", "reason": err or "not an object"})
+            out.bad.append({"file": f"{manifest}:{line}", "reason": err or "not an object"})
             continue
-        sizes: list[tuple[int, int]] = []
-        problem = None
         try:
-            if "image_sizes" in row:
-                pairs = row["image_sizes"]
-                if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 for x in pairs):
-                    raise BadImage("image_sizes must be a list of [width, height] pairs")
-                sizes = [(_int_size(w), _int_size(h)) for w, h in pairs]
-            elif "width" in row or "height" in row:
-                if "width" not in row or "height" not in row:
-                    raise BadImage("width and height must be given together")
-                sizes = [(_int_size(row["width"]), _int_size(row["height"]))]
-            elif "images" in row or "image" in row:
-                paths = row["images"] if "images" in row else [row["image"]]
-                if isinstance(paths, str):
-                    paths = [paths]
-                if not isinstance(paths, list) or not all(isinstance(x, str) for x in paths):
-                    raise BadImage("images must be a path or a list of paths (strings)")
-                unreadable = []
-                for p in paths:
-                    try:
-                        sizes.append(image_size(base / p))
-                    except BadImage as exc:
-                        out.bad.append({"file": str(base / p), "reason": str(exc)})
-                        unreadable.append(p)
-                if unreadable:
-                    # a sample missing one of its images is not the sample the data loader sees: drop it
-                    # whole rather than count it with fewer images (a data loader would fail or skip it)
-                    raise BadImage(f"sample skipped: {len(unreadable)} of its {len(paths)} image(s) unreadable")
-            elif "text_tokens" not in row:
-                raise BadImage("no image fields (images, image, image_sizes, width/height) and no text_tokens")
+            sizes = _row_sizes(row, base, out.bad)
         except BadImage as exc:
-            problem = str(exc)
-        if problem:
-            out.bad.append({"file": f"{data}:{line}", "reason": problem})
+            out.bad.append({"file": f"{manifest}:{line}", "reason": str(exc)})
             continue
         tt = row.get("text_tokens", text_tokens)
         if not isinstance(tt, int) or isinstance(tt, bool) or not 0 <= tt <= 10**9:
-            out.bad.append({"file": f"{data}:{line}", "reason": "text_tokens must be an integer 0–1e9"})
+            out.bad.append({"file": f"{manifest}:{line}", "reason": "text_tokens must be an integer 0–1e9"})
             continue
         out.samples.append(Sample(sizes, tt))
     if progress:
@@ -200,11 +227,107 @@ def scan(
     return out
 
 
+def scan(
+    data: Path,
+    text_tokens: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Scan:
+    """Read image sizes of every sample of a folder (:func:`_scan_folder`) or a JSONL / Parquet
+    manifest (:func:`_scan_manifest`).
+
+    Raises:
+        InputError: a missing path or an unreadable manifest.
+    """
+    data = Path(data)
+    if data.is_dir():
+        return _scan_folder(data, text_tokens, progress)
+    if not data.is_file():
+        raise InputError("DATA", str(data), "an existing folder of images or a JSONL / Parquet manifest")
+    return _scan_manifest(data, text_tokens, progress)
+
+
 def _dist(vals: list[float]) -> dict:
     if not vals:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "max": 0.0}
     qs = statistics.quantiles(vals, n=10, method="inclusive") if len(vals) > 1 else [vals[0]] * 9
     return {"mean": statistics.fmean(vals), "p50": statistics.median(vals), "p90": qs[8], "max": max(vals)}
+
+
+@dataclass
+class _Tokens:
+    """Per-sample counts of the samples whose images resize, aligned by index: language-model image
+    tokens, ViT patches, text tokens and their total (tokens); ``images``: images over all of them."""
+
+    samples: list[Sample] = field(default_factory=list)
+    image_tokens: list[int] = field(default_factory=list)
+    patches: list[int] = field(default_factory=list)
+    text: list[int] = field(default_factory=list)
+    total: list[int] = field(default_factory=list)
+    images: int = 0
+
+
+def _count_tokens(sc: Scan, patch_size: int, merge_size: int, min_pixels: int, max_pixels: int) -> _Tokens:
+    """Image tokens and patches of each sample of ``sc`` under the Qwen-VL processor settings
+    (:func:`moeplan.vlm.tokens.image_grid`); a sample with an image the processor rejects is appended
+    to ``sc.bad`` and left out."""
+    tok = _Tokens()
+    for s in sc.samples:
+        try:
+            grids = [image_grid(h, w, patch_size, merge_size, min_pixels, max_pixels) for w, h in s.image_sizes]
+        except InputError as exc:
+            sc.bad.append(
+                {"file": f"sample with image sizes {s.image_sizes[:3]}", "reason": f"{exc.value}: {exc.allowed}"}
+            )
+            continue
+        tok.samples.append(s)
+        t = sum(g.tokens for g in grids)
+        tok.image_tokens.append(t)
+        tok.patches.append(sum(g.patches for g in grids))
+        tok.text.append(s.text_tokens)
+        tok.total.append(t + s.text_tokens)
+        tok.images += len(grids)
+    return tok
+
+
+def _no_samples(sc: Scan) -> InputError:
+    """The error for a scan without a usable sample, naming up to three unreadable ones."""
+    if not sc.bad:
+        return InputError("DATA", None, "at least one sample (the manifest or folder is empty)")
+    why = "; ".join(f"{b['file']}: {b['reason']}" for b in sc.bad[:3])
+    return InputError("DATA", None, f"at least one readable sample ({len(sc.bad)} unreadable: {why})")
+
+
+def _sequences(kept: list[int], seq_length: int, packing: str) -> int:
+    """Sequences of ``seq_length`` tokens that samples of ``kept`` tokens each (already cut to
+    ``seq_length``) fill: one per sample with ``none``; with ``greedy``, in order, a sample that does
+    not fit in the current sequence starting a new one."""
+    if packing == "none":
+        return len(kept)
+    n_seq, fill = 0, seq_length
+    for x in kept:
+        if fill + x > seq_length:
+            n_seq += 1
+            fill = 0
+        fill += x
+    return n_seq
+
+
+def _workload(tok: _Tokens, kept: list[int], n_seq: int, seq_length: int, packing: str) -> dict:
+    """The ``workload`` mapping a scenario takes, per sequence of ``seq_length`` tokens: ViT patches
+    (every patch of a truncated sample's images is still encoded), image tokens (only the kept share
+    of a truncated sample), images, the useful (non-padding) fraction and the mean patches per image.
+    ``kept``: each sample's tokens cut to ``seq_length``; ``n_seq``: the sequences they fill."""
+    useful = sum(kept) / (n_seq * seq_length)
+    kept_share = [k / t if t else 1.0 for k, t in zip(kept, tok.total, strict=True)]
+    return {
+        "image_patches_per_sequence": sum(tok.patches) / n_seq,
+        "image_tokens_per_sequence": sum(i * f for i, f in zip(tok.image_tokens, kept_share, strict=True)) / n_seq,
+        "images_per_sequence": tok.images / n_seq,
+        "useful_fraction": useful,
+        "mean_patches_per_image": sum(tok.patches) / max(1, tok.images),
+        "seq_length": seq_length,
+        "source": f"vlm-stats: {len(tok.samples)} samples, seq {seq_length}, packing {packing}",
+    }
 
 
 def summarize(
@@ -230,78 +353,33 @@ def summarize(
         raise InputError("--packing", packing, " or ".join(PACKING))
     if seq_length < 1:
         raise InputError("--seq-length", seq_length, "a positive integer")
-
-    def _no_samples():
-        if not sc.bad:
-            return InputError("DATA", None, "at least one sample (the manifest or folder is empty)")
-        why = "; ".join(f"{b['file']}: {b['reason']}" for b in sc.bad[:3])
-        return InputError("DATA", None, f"at least one readable sample ({len(sc.bad)} unreadable: {why})")
-
     if not sc.samples:
-        raise _no_samples()
-    img_tok, patches, text, total, n_img = [], [], [], [], 0
-    kept_samples = []
-    for s in sc.samples:
-        try:
-            grids = [image_grid(h, w, patch_size, merge_size, min_pixels, max_pixels) for w, h in s.image_sizes]
-        except InputError as exc:
-            sc.bad.append(
-                {"file": f"sample with image sizes {s.image_sizes[:3]}", "reason": f"{exc.value}: {exc.allowed}"}
-            )
-            continue
-        kept_samples.append(s)
-        t = sum(g.tokens for g in grids)
-        img_tok.append(t)
-        patches.append(sum(g.patches for g in grids))
-        text.append(s.text_tokens)
-        total.append(t + s.text_tokens)
-        n_img += len(grids)
-    if not kept_samples:
-        raise _no_samples()
-    truncated = sum(max(0, x - seq_length) for x in total)
-    kept = [min(x, seq_length) for x in total]
-    if packing == "none":
-        n_seq = len(kept)
-    else:
-        n_seq, fill = 0, seq_length
-        for x in kept:
-            if fill + x > seq_length:
-                n_seq += 1
-                fill = 0
-            fill += x
-    useful = sum(kept) / (n_seq * seq_length)
-    # per sequence: the ViT still encodes every patch of a truncated sample's images; the language
-    # model sees only the kept tokens
-    kept_share = [k / t if t else 1.0 for k, t in zip(kept, total, strict=True)]
-    patches_per_seq = sum(patches) / n_seq
-    img_per_seq = sum(i * f for i, f in zip(img_tok, kept_share, strict=True)) / n_seq
+        raise _no_samples(sc)
+    tok = _count_tokens(sc, patch_size, merge_size, min_pixels, max_pixels)
+    if not tok.samples:
+        raise _no_samples(sc)
+    kept = [min(x, seq_length) for x in tok.total]
+    n_seq = _sequences(kept, seq_length, packing)
+    workload = _workload(tok, kept, n_seq, seq_length, packing)
     return {
-        "samples": len(kept_samples),
-        "images": n_img,
+        "samples": len(tok.samples),
+        "images": tok.images,
         "unreadable": len(sc.bad),
         "bad_files": sc.bad[:50],
-        "image_tokens_per_sample": _dist(img_tok),
-        "vit_patches_per_sample": _dist(patches),
-        "text_tokens_per_sample": _dist(text),
-        "tokens_per_sample": _dist(total),
+        "image_tokens_per_sample": _dist(tok.image_tokens),
+        "vit_patches_per_sample": _dist(tok.patches),
+        "text_tokens_per_sample": _dist(tok.text),
+        "tokens_per_sample": _dist(tok.total),
         "seq_length": seq_length,
         "packing": packing,
         "sequences": n_seq,
-        "truncated_tokens": truncated,
-        "padding_fraction": 1 - useful,
+        "truncated_tokens": sum(max(0, x - seq_length) for x in tok.total),
+        "padding_fraction": 1 - workload["useful_fraction"],
         "processor": {
             "patch_size": patch_size,
             "merge_size": merge_size,
             "min_pixels": min_pixels,
             "max_pixels": max_pixels,
         },
-        "workload": {
-            "image_patches_per_sequence": patches_per_seq,
-            "image_tokens_per_sequence": img_per_seq,
-            "images_per_sequence": n_img / n_seq,
-            "useful_fraction": useful,
-            "mean_patches_per_image": sum(patches) / max(1, n_img),
-            "seq_length": seq_length,
-            "source": f"vlm-stats: {len(kept_samples)} samples, seq {seq_length}, packing {packing}",
-        },
+        "workload": workload,
     }
