@@ -150,19 +150,16 @@ def to_yaml(s: Scenario, notes: list[str] | None = None) -> str:
 
 
 def matched_recipe(s: Scenario) -> str | None:
-    """``module:function`` of the Table A perf recipe the scenario's fills came from, if any."""
-    from moeplan.catalog.recipes import perf_recipes
-
-    for r in s.resolutions:
-        if r.reason.startswith("recipe fill: recipe ") and "(Table A" in r.reason:
-            rid = r.reason.split("recipe fill: recipe ", 1)[1].split(" ", 1)[0]
-            row = next((x for x in perf_recipes() if x["id"] == rid), None)
-            if row is None or "file" not in row.get("extra", {}):
-                return None
-            module = "megatron.bridge.perf_recipes." + row["extra"]["file"].removesuffix(".py").replace("/", ".")
-            section, suffix = rid.split("/", 1)
-            return f"{module}:{section}_pretrain_{suffix}_config"
-    return None
+    """``module:function`` of the Table A perf recipe whose row filled some of the scenario's keys
+    (from the scenario's recipe record, :attr:`Scenario.recipe`), e.g.
+    ``megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3:deepseek_v3_pretrain_256gpu_gb300_fp8mx_config``;
+    None without recipe fills, when no row key was filled, for a Table B row (a legacy workload config,
+    no recipe function) or a row without a source file. Source: the function naming of Megatron
+    Bridge @067f987 ``perf_recipes`` (``megatron_recipes.md`` §1.1)."""
+    rec = s.recipe
+    if rec is None or not rec.row_filled:
+        return None
+    return rec.row.function
 
 
 def to_python(s: Scenario, notes: list[str] | None = None) -> str:
