@@ -7,6 +7,11 @@ ladder first (does anything fit?), then a binary search for the cheapest rung th
 requested headroom → the step-time model. The best ``refine`` layouts are then refined one knob family
 at a time (VPP, token dispatcher, CUDA graph scope, CP communication type), each variant re-checked
 by the rules and re-fitted. Ties break on the layout tuple, so results are identical across runs.
+
+Recipe defaults (``recipe_defaults: mbridge-perf``) are resolved once for the request
+(:func:`request_recipe`) and that record is applied to every candidate: no recipe row is matched
+per candidate, and no fill sets a key the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`);
+a candidate's label (sizes, FSDP, VPP) is read from the scenario its estimates were computed for.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from moeplan.model.step import estimate_step
 from moeplan.plan.space import (
     FULL_ITERATION_MOE,
     OPTIMIZER_OFFLOAD_KEYS,
+    PLANNER_KEYS,
     RECOMPUTE_KEYS,
     Parallel,
     cp_comm_options,
@@ -39,7 +45,9 @@ from moeplan.plan.space import (
 )
 from moeplan.rules import validate
 from moeplan.spec.layout import PARALLEL_DIMS
-from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.spec.provenance import RecipeProvenance
+from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
+from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
 from moeplan.units import GIB_BYTES
 
 #: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
@@ -70,7 +78,7 @@ class Candidate:
     """One evaluated layout.
 
     Attributes:
-        parallel: the sizes.
+        parallel: the sizes and family, read from the resolved scenario (what was estimated).
         data: the full scenario mapping (what ``moeplan check``/``export`` take).
         scenario: resolved scenario.
         memory / throughput: :meth:`to_dict` of the memory and step-time estimates.
@@ -150,13 +158,19 @@ class SearchResult:
     considered: int = 0
     fitting_phase1: int = 0
     refined_variants: int = 0
+    #: the request's recipe fills, applied to every candidate (None: ``recipe_defaults: none``)
+    recipe: RecipeProvenance | None = None
 
 
 class _Evaluator:
     """Holds the request and evaluates layouts (rules → memory ladder → time)."""
 
-    def __init__(self, base: dict, capacity_margin_bytes: int | None, constants=None):
+    def __init__(
+        self, base: dict, capacity_margin_bytes: int | None, constants=None, recipe: RecipeProvenance | None = None
+    ):
         self.base = base
+        #: the request's recipe fills, the same for every candidate (:func:`request_recipe`)
+        self.recipe = recipe
         self.constants = constants
         self.margin = capacity_margin_bytes
         self.evaluated = 0
@@ -164,7 +178,8 @@ class _Evaluator:
         self.alternatives: list[tuple[str, dict]] = []
 
     def scenario(self, data: dict) -> Scenario:
-        return load_scenario(data)
+        """A candidate mapping resolved with the request's recipe fills (no row matched for it)."""
+        return load_scenario(data, recipe=self.recipe)
 
     def fits(self, s: Scenario) -> tuple[bool, dict]:
         mem = estimate_memory(s)
@@ -263,10 +278,12 @@ class _Evaluator:
                     top = (tps, (alt_label, d2, s2, mem2, seen))
         return top[1]
 
-    def timed(self, found, parallel: Parallel, knobs: dict[str, str]) -> Candidate:
+    def timed(self, found, knobs: dict[str, str]) -> Candidate:
+        """A candidate from what :meth:`evaluate` found, timed; its sizes and family (its label) are
+        read from the same resolved scenario the memory and time estimates were computed for."""
         rung_label, d, s, mem, seen = found
         th = estimate_step(s, self.constants)
-        c = Candidate(parallel, d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
+        c = Candidate(Parallel.of(s), d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
         c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
         c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
         return c
@@ -282,11 +299,40 @@ def _copy(x):
     return x
 
 
-def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
-    """Complete the request: GBS from tokens_per_step or the default; check what the search needs."""
+def request_recipe(data: dict) -> RecipeProvenance | None:
+    """The recipe fills of a planner request, resolved once and applied to every candidate.
+
+    The row of the packaged Megatron Bridge perf recipes (Table A @067f987, Table B @v0.5.1) is matched
+    only when the request states the sizes a row is matched on (TP, PP, CP and, for MoE, EP): the
+    row of the user's layout; with any of them free the planner chooses the layout and no row
+    applies. The helpers' fills (``_benchmark_common``, ``_perf_precision``, ``run_script.py``, the
+    model family's) follow. Keys the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`:
+    sizes, FSDP and sharding, pipeline split) are dropped: a candidate gets them from the planner or,
+    when stated, from the request.
+
+    Returns:
+        None for ``recipe_defaults: none``.
+
+    Raises:
+        InputError: a malformed request or an unknown model (as :func:`load_scenario`).
+    """
+    inp = scenario_from_dict(data)
+    if inp.recipe_defaults == "none":
+        return None
+    model = resolve_model(inp)
+    stated = inp.layout.model_fields_set
+    moe = model is not None and model.is_moe
+    own_layout = all(k in stated or (k == "expert_model_parallel_size" and not moe) for k in CORE_SIZES)
+    return recipe_for_input(inp, model, match_row=own_layout).without(PLANNER_KEYS)
+
+
+def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
+    """Complete the request: GBS from tokens_per_step or the default; check what the search needs;
+    resolve its recipe fills once (:func:`request_recipe`)."""
     data = copy.deepcopy(base)
     assumptions: list[str] = []
-    s0 = load_scenario(data)
+    recipe = request_recipe(data)
+    s0 = load_scenario(data, recipe=recipe)
     for name, v in (
         ("model", s0.model),
         ("system.gpu", s0.gpu),
@@ -302,7 +348,7 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
             f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
             "--tokens-per-step)"
         )
-    return data, load_scenario(data), assumptions
+    return data, load_scenario(data, recipe=recipe), assumptions, recipe
 
 
 def _companions(fixed: dict, m, gpu) -> tuple[dict, str]:
@@ -432,7 +478,7 @@ def _setup(base: dict, headroom_gib: float | None, constants) -> _Setup:
     Raises:
         InputError: incomplete or malformed request (field named).
     """
-    data, s0, assumptions = _request(base)
+    data, s0, assumptions, recipe = _request(base)
     _check_request(base, s0, headroom_gib)
     m, gpu = s0.model, s0.gpu
     fixed_layout = dict(base.get("layout") or {})
@@ -443,7 +489,7 @@ def _setup(base: dict, headroom_gib: float | None, constants) -> _Setup:
         assumptions.append(why)
     fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS.values() and isinstance(v, int)}
     margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
-    ev = _Evaluator(data, margin, constants)
+    ev = _Evaluator(data, margin, constants, recipe)
     ladder = _ladder(m, fixed_layout)
     if not any(k in fixed_layout for k in RECOMPUTE_KEYS + OPTIMIZER_OFFLOAD_KEYS):
         ev.alternatives = offload_alternatives(m)
@@ -564,7 +610,7 @@ def _phase_one_layout(st: _Setup, ph: _PhaseOne, p: Parallel) -> None:
         got = st.ev.evaluate(d, st.ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * ph.best_tps)
         if got is None:
             continue
-        ph.found.append(st.ev.timed(got, p, _knob_labels(got[2])))
+        ph.found.append(st.ev.timed(got, _knob_labels(got[2])))
         ph.best_tps = max(ph.best_tps, ph.found[-1].tokens_per_s_per_gpu)
 
 
@@ -702,6 +748,7 @@ def search(
         ph.considered,
         len(ph.found),
         refined_variants,
+        st.ev.recipe,
     )
 
 
@@ -821,15 +868,12 @@ def _refine(
                 reasons = sorted(sub.counts)
                 start.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
                 continue
-            par = start.parallel
-            if fam == "vpp":
-                par = Parallel(par.tp, par.pp, par.cp, par.ep, par.etp, int(name[3:]), par.fsdp)
             knobs = dict(start.knobs)
             if fam != "vpp":
                 knobs[fam] = name
             if fam == "graphs" and "moe_flex_dispatcher_backend" in keys and "dispatcher" in knobs:
                 knobs["dispatcher"] = keys["moe_flex_dispatcher_backend"]  # the graph bundle sets it
-            cand = ev.timed(got, par, knobs)
+            cand = ev.timed(got, knobs)
             cand.tried = dict(start.tried)
             tried[name] = cand.tokens_per_s_per_gpu
             variants.append(cand)

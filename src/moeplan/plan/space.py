@@ -12,15 +12,43 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeplan.model.compute import arch_family
+from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
+
+if TYPE_CHECKING:
+    from moeplan.spec.scenario import Scenario
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: the layout keys a recompute-ladder rung sets
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 OPTIMIZER_OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+#: layout-defining keys: the parallel sizes, the layout family (3D or Megatron-FSDP, with its sharding)
+#: and the pipeline split. The planner chooses them for every candidate (or holds what the request
+#: states), so a recipe fill (``recipe_defaults: mbridge-perf``) never sets them in a candidate: a
+#: 64-GPU Megatron-FSDP recipe row must not turn a 3D candidate of the same sizes into FSDP
+#: (docs/decisions.md, "Planner").
+LAYOUT_KEYS = frozenset(
+    {
+        *PARALLEL_DIMS.values(),
+        "sequence_parallel",
+        "use_megatron_fsdp",
+        "use_torch_fsdp2",
+        "data_parallel_sharding_strategy",
+        "outer_dp_sharding_strategy",
+        "num_distributed_optimizer_instances",
+        "pipeline_model_parallel_layout",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage",
+    }
+)
+#: every key the planner decides per candidate (:data:`LAYOUT_KEYS`), never a recipe fill there
+PLANNER_KEYS = LAYOUT_KEYS
 
 
 def with_sections(data: dict) -> dict:
@@ -52,6 +80,11 @@ class Parallel:
     etp: int
     vpp: int = 1
     fsdp: bool = False
+
+    @classmethod
+    def of(cls, s: Scenario) -> Parallel:
+        """The sizes and family a resolved scenario runs (what its estimates were computed for)."""
+        return cls(s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, bool(s.layout.use_megatron_fsdp))
 
     def dp(self, world: int) -> int:
         return world // (self.tp * self.pp * self.cp)
