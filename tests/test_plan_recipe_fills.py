@@ -70,6 +70,32 @@ def test_no_candidate_is_estimated_as_fsdp_unless_labelled_so(num_gpus, monkeypa
         assert ep64 and not any(c.scenario.layout.use_megatron_fsdp for c in ep64)
 
 
+def _recompute_of(s) -> str:
+    """The recompute a resolved scenario runs, in the ladder's words."""
+    lay = s.layout
+    if lay.recompute_granularity is None:
+        rec = "none"
+    elif lay.recompute_granularity == "full":
+        rec = "full"
+    else:
+        rec = "selective " + ",".join(lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"])
+    if lay.optimizer_cpu_offload:
+        rec += f" + optimizer offload {lay.optimizer_offload_fraction:g}"
+    return rec
+
+
+def test_the_recompute_label_says_what_was_estimated():
+    """``_deepseek_v3_common`` sets selective recompute; a candidate of the ``none`` rung used to take it
+    (selective core_attn) while labelled ``recompute none``. The rung the planner picked is what runs."""
+    res = plan(_request(256), top=5)
+    assert res.search.candidates
+    assert any(c.recompute == "none" for c in res.search.candidates)
+    for c in res.search.candidates:
+        assert c.recompute == _recompute_of(c.scenario)
+        knobs = {"dispatcher", "ep_overlap", "graphs", "cp_comm"}
+        assert set(c.knobs) == knobs
+
+
 def test_a_stated_layout_takes_its_row_once_but_not_its_layout_defining_keys(monkeypatch):
     """The request states TP1 PP1 CP1 EP64 on 64 GPUs: its recipe row (the FSDP one) is matched once,
     for the request; its precision-neutral knobs reach every candidate, but the family stays the

@@ -10,8 +10,9 @@ by the rules and re-fitted. Ties break on the layout tuple, so results are ident
 
 Recipe defaults (``recipe_defaults: mbridge-perf``) are resolved once for the request
 (:func:`request_recipe`) and that record is applied to every candidate: no recipe row is matched
-per candidate, and no fill sets a key the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`);
-a candidate's label (sizes, FSDP, VPP) is read from the scenario its estimates were computed for.
+per candidate, and no fill sets a key the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`),
+so the recompute rung and knob labels say what was estimated; a candidate's sizes and family (its
+label) are read from the scenario its estimates were computed for.
 """
 
 from __future__ import annotations
@@ -307,8 +308,9 @@ def request_recipe(data: dict) -> RecipeProvenance | None:
     row of the user's layout; with any of them free the planner chooses the layout and no row
     applies. The helpers' fills (``_benchmark_common``, ``_perf_precision``, ``run_script.py``, the
     model family's) follow. Keys the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`:
-    sizes, FSDP and sharding, pipeline split) are dropped: a candidate gets them from the planner or,
-    when stated, from the request.
+    sizes, FSDP and sharding, pipeline split, recompute and optimizer offload, dispatcher, graphs, CP
+    exchange, EP overlap) are dropped: a candidate gets them from the planner or, when stated, from
+    the request.
 
     Returns:
         None for ``recipe_defaults: none``.

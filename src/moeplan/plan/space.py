@@ -47,8 +47,29 @@ LAYOUT_KEYS = frozenset(
         "num_layers_in_last_pipeline_stage",
     }
 )
-#: every key the planner decides per candidate (:data:`LAYOUT_KEYS`), never a recipe fill there
-PLANNER_KEYS = LAYOUT_KEYS
+#: the knobs the planner searches per candidate: the recompute / optimizer offload rung, the token
+#: dispatcher, the CUDA graphs (with the full-iteration graph's static-budget expert path), the CP
+#: exchange and the EP overlap; each candidate's ``recompute`` and ``knobs`` labels name them
+KNOB_KEYS = frozenset(
+    {
+        *RECOMPUTE_KEYS,
+        *OPTIMIZER_OFFLOAD_KEYS,
+        "moe_token_dispatcher_type",
+        "moe_flex_dispatcher_backend",
+        "cuda_graph_impl",
+        "cuda_graph_scope",
+        "cuda_graph_modules",
+        "moe_expert_rank_capacity_factor",
+        "moe_paged_stash",
+        "use_transformer_engine_op_fuser",
+        "cp_comm_type",
+        "overlap_moe_expert_parallel_comm",
+    }
+)
+#: every key the planner decides per candidate: a recipe fill never sets one in a candidate (the
+#: candidate's labels would no longer say what was estimated: a ``recompute none`` rung estimated
+#: with ``_deepseek_v3_common``'s selective recompute, a 3D label estimated as FSDP)
+PLANNER_KEYS = LAYOUT_KEYS | KNOB_KEYS
 
 
 def with_sections(data: dict) -> dict:
