@@ -137,6 +137,8 @@ def _hydra_value(v: Any) -> str:
 
 
 def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
+    """``mbridge-overrides``: the header, then one Hydra ``section.key=value`` line per Bridge field of
+    :func:`bridge_sections` (keys a version lacks are left out and noted in ``notes``)."""
     lines = [header(s), f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}"]
     for sec, fields in bridge_sections(s, notes).items():
         for field, v in fields.items():
@@ -145,6 +147,7 @@ def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
 
 
 def to_yaml(s: Scenario, notes: list[str] | None = None) -> str:
+    """``mbridge-yaml``: the header, then :func:`bridge_sections` as a partial ConfigContainer."""
     body = bridge_sections(s, notes)
     return header(s) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
@@ -163,6 +166,9 @@ def matched_recipe(s: Scenario) -> str | None:
 
 
 def to_python(s: Scenario, notes: list[str] | None = None) -> str:
+    """``mbridge-python``: a ``moeplan_config(cfg=None)`` function that builds the Table A recipe the
+    scenario's recipe fills came from (:func:`matched_recipe`; else takes ``cfg``) and sets every
+    field of :func:`bridge_sections` on it (dtypes as ``torch`` dtypes)."""
     recipe = matched_recipe(s)
     lines = [
         header(s),
@@ -286,7 +292,11 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
 
 def to_slurm(s: Scenario) -> str:
     """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
-    the environment the layout needs, and the Bridge overrides."""
+    the environment the layout needs, and the Bridge overrides.
+
+    Raises:
+        InputError: no GPU or no GPU count in the scenario.
+    """
     if s.gpu is None or not s.num_gpus:
         raise InputError("system", None, "system.gpu and system.num_gpus to write a Slurm script")
     gpn = s.gpus_per_node or 8

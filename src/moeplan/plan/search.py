@@ -101,16 +101,21 @@ class Candidate:
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
+        """Predicted throughput, tokens per second per GPU."""
         return self.throughput["tokens_per_s_per_gpu"]
 
     @property
     def peak_gib(self) -> float:
+        """Predicted peak memory of the most loaded stage, GiB per GPU."""
         return self.memory["peak_bytes"] / GIB_BYTES
 
     def key(self) -> tuple:
+        """Sort key: fastest first, then the layout tuple (deterministic ties)."""
         return (-round(self.tokens_per_s_per_gpu, 6), self.parallel, self.recompute, tuple(sorted(self.knobs.items())))
 
     def summary(self) -> dict:
+        """JSON-ready mapping: label, layout and training as given to the estimate (null keys left
+        out), DP/EDP, microbatches, recompute rung, knobs, memory and throughput estimates."""
         s = self.scenario
         lay = {k: v for k, v in self.data["layout"].items() if v is not None}
         return {
@@ -136,10 +141,12 @@ class Rejections:
     examples: dict[str, str] = field(default_factory=dict)
 
     def add(self, reason: str, example: str) -> None:
+        """Count one rejected layout under ``reason``, keeping the first ``example``."""
         self.counts[reason] += 1
         self.examples.setdefault(reason, example)
 
     def to_list(self) -> list[dict]:
+        """``[{reason, count, example}]``, most frequent first."""
         return [
             {"reason": r, "count": n, "example": self.examples[r]}
             for r, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -148,6 +155,18 @@ class Rejections:
 
 @dataclass
 class SearchResult:
+    """Outcome of :func:`search`.
+
+    Attributes:
+        candidates: every fitting layout (refined variants included), best first.
+        rejected: the tally of rejected layouts by reason.
+        evaluated: layouts evaluated (phase one and refinement).
+        assumptions: what the search assumed for the request (e.g. a default global batch size).
+        request: the request as searched (model, GPU, sizes, batch, precision, held keys).
+        ladder: the recompute rungs' names.
+        recipe: the request's recipe fills applied to every candidate (None: ``recipe_defaults: none``).
+    """
+
     candidates: list[Candidate]
     rejected: Rejections
     evaluated: int
@@ -183,6 +202,7 @@ class _Evaluator:
         return load_scenario(data, recipe=self.recipe)
 
     def fits(self, s: Scenario) -> tuple[bool, dict]:
+        """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""
         mem = estimate_memory(s)
         cap = mem.capacity_bytes or 0
         margin = self.margin if self.margin is not None else int(cap * DEFAULT_HEADROOM_FRACTION)
@@ -428,6 +448,7 @@ class _Setup:
 
     @property
     def world(self) -> int:
+        """The GPU count of the request."""
         return self.s0.num_gpus
 
 

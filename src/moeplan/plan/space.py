@@ -108,9 +108,11 @@ class Parallel:
         return cls(s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, bool(s.layout.use_megatron_fsdp))
 
     def dp(self, world: int) -> int:
+        """Data-parallel size at ``world`` GPUs: W / (TP·PP·CP)."""
         return world // (self.tp * self.pp * self.cp)
 
     def edp(self, world: int) -> int:
+        """Expert data-parallel size at ``world`` GPUs: W / (EP·ETP·PP)."""
         return world // (self.ep * self.etp * self.pp)
 
     def keys(self) -> dict:
@@ -131,6 +133,7 @@ class Parallel:
         return d
 
     def label(self) -> str:
+        """``[FSDP ]TP<t> PP<p>[ VPP<v>] CP<c> EP<e> ETP<x>``."""
         v = f" VPP{self.vpp}" if self.vpp > 1 else ""
         f = "FSDP " if self.fsdp else ""
         return f"{f}TP{self.tp} PP{self.pp}{v} CP{self.cp} EP{self.ep} ETP{self.etp}"
@@ -299,6 +302,7 @@ def parallel_candidates(
 
 
 def POW2_upto(n: int) -> list[int]:  # noqa: N802 - reads as a constant
+    """Powers of two from 1 up to ``n``."""
     return [p for p in POW2 if p <= n]
 
 

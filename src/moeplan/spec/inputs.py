@@ -24,7 +24,9 @@ FRAMEWORKS = ("megatron-bridge", "megatron-core")
 
 
 class SystemInput(BaseModel):
-    """``system:`` section. ``gpu`` is a catalog id or a full custom GPU mapping (GpuSpec keys)."""
+    """``system:`` section. ``gpu`` is a catalog id or a full custom GPU mapping (GpuSpec keys);
+    ``num_gpus`` the world size and ``gpus_per_node`` the GPUs per node (default 4 on GB200/GB300,
+    else 8); ``gpu_overrides`` GpuSpec fields laid over the catalog GPU (e.g. ``usable_hbm_gib``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     gpu: str | GpuSpec | None = None

@@ -21,6 +21,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     aliases (``*name``: a few lines of aliases can expand to gigabytes)."""
 
     def compose_node(self, parent, index):
+        """A node of the document; an alias raises ``yaml.composer.ComposerError``."""
         if self.check_event(yaml.AliasEvent):
             mark = self.peek_event().start_mark
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
@@ -57,7 +58,7 @@ _UniqueKeyLoader.add_constructor(_INT, lambda loader, node: int(loader.construct
 
 def parse_yaml_value(raw: str) -> object:
     """One ``--set`` value, read as the scenario files are (YAML 1.2 numbers, no aliases); the text
-    itself when it is not YAML."""
+    itself when it is not YAML. Never raises."""
     try:
         return yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError:
@@ -116,7 +117,9 @@ def _deep_merge(base: dict, top: dict) -> dict:
 
 
 def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
-    """Overlay CLI values (section → key → value) on a scenario mapping; CLI wins."""
+    """Overlay CLI values (section → key → value; ``model``, ``framework``, ``name`` and
+    ``recipe_defaults`` → value) on a scenario mapping; CLI wins, nested sections merge key by key
+    (:func:`_deep_merge`). Returns a new mapping; ``data`` is not changed. Never raises."""
     out = dict(data)
     for sec, vals in overrides.items():
         if sec in ("model", "framework", "name", "recipe_defaults"):

@@ -102,10 +102,12 @@ class Scenario:
     # shorthand for the parallel sizes
     @property
     def tp(self) -> int:
+        """Tensor-parallel size (GPUs per TP group)."""
         return self.layout.tensor_model_parallel_size
 
     @property
     def pp(self) -> int:
+        """Pipeline-parallel size (stages)."""
         return self.layout.pipeline_model_parallel_size
 
     @property
@@ -115,32 +117,39 @@ class Scenario:
 
     @property
     def cp(self) -> int:
+        """Context-parallel size (GPUs a sequence is split over)."""
         return self.layout.context_parallel_size
 
     @property
     def ep(self) -> int:
+        """Expert-parallel size (GPUs the routed experts are spread over)."""
         return self.layout.expert_model_parallel_size
 
     @property
     def etp(self) -> int:
+        """Expert tensor-parallel size (1 when unset after resolution)."""
         return self.layout.expert_tensor_parallel_size or 1
 
     @property
     def sp(self) -> bool:
+        """True when sequence parallelism is on."""
         return bool(self.layout.sequence_parallel)
 
     @property
     def dp(self) -> int | None:
+        """Data-parallel size W / (TP·PP·CP); None when W is unknown or not divisible."""
         w, d = self.num_gpus, self.tp * self.pp * self.cp
         return w // d if w and w % d == 0 else None
 
     @property
     def edp(self) -> int | None:
+        """Expert data-parallel size W / (ETP·EP·PP); None when W is unknown or not divisible."""
         w, d = self.num_gpus, self.etp * self.ep * self.pp
         return w // d if w and w % d == 0 else None
 
     @property
     def mtp_num_layers(self) -> int:
+        """MTP blocks: the layout's ``mtp_num_layers``, else the model config's, else 0."""
         if self.layout.mtp_num_layers is not None:
             return self.layout.mtp_num_layers
         return self.model.mtp_num_layers if self.model else 0
@@ -168,7 +177,9 @@ class Scenario:
         return [src] if isinstance(src, str) else list(src)
 
     def summary(self) -> dict[str, Any]:
-        """Plain mapping for JSON output: sizes, derived DP/EDP and each resolution."""
+        """Plain mapping for JSON output: model, GPU, GPU count, framework, megatron-core version,
+        sizes with derived DP/EDP, and each resolution as ``{key, value, reason}`` (the recipe fills'
+        reasons are the record's text, ``recipe fill: <reason>``)."""
         return {
             "model": self.model.name if self.model else None,
             "gpu": self.gpu.id if self.gpu else None,
