@@ -80,9 +80,13 @@ class PlanResult:
 
     @property
     def candidates(self) -> list[Candidate]:
+        """The ``top`` best candidates."""
         return self.search.candidates[: self.top]
 
     def to_dict(self) -> dict:
+        """The ``plan --json`` document: request, assumptions, notes, counts, candidates (each with
+        rank, label, layout, memory in GiB, throughput in tokens/s/GPU, explanation), baseline,
+        rejected tally, and ``fsdp_vs_3d`` when both families were searched."""
         cands = []
         for i, c in enumerate(self.candidates, start=1):
             d = _cand_dict(c, i, self.train_tokens)

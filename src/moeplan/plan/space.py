@@ -12,15 +12,64 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeplan.model.compute import arch_family
+from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
+
+if TYPE_CHECKING:
+    from moeplan.spec.scenario import Scenario
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: the layout keys a recompute-ladder rung sets
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 OPTIMIZER_OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+#: layout-defining keys: the parallel sizes, the layout family (3D or Megatron-FSDP, with its sharding)
+#: and the pipeline split. The planner chooses them for every candidate (or holds what the request
+#: states), so a recipe fill (``recipe_defaults: mbridge-perf``) never sets them in a candidate: a
+#: 64-GPU Megatron-FSDP recipe row must not turn a 3D candidate of the same sizes into FSDP
+#: (docs/decisions.md, "Planner").
+LAYOUT_KEYS = frozenset(
+    {
+        *PARALLEL_DIMS.values(),
+        "sequence_parallel",
+        "use_megatron_fsdp",
+        "use_torch_fsdp2",
+        "data_parallel_sharding_strategy",
+        "outer_dp_sharding_strategy",
+        "num_distributed_optimizer_instances",
+        "pipeline_model_parallel_layout",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage",
+    }
+)
+#: the knobs the planner searches per candidate: the recompute / optimizer offload rung, the token
+#: dispatcher, the CUDA graphs (with the full-iteration graph's static-budget expert path), the CP
+#: exchange and the EP overlap; each candidate's ``recompute`` and ``knobs`` labels name them
+KNOB_KEYS = frozenset(
+    {
+        *RECOMPUTE_KEYS,
+        *OPTIMIZER_OFFLOAD_KEYS,
+        "moe_token_dispatcher_type",
+        "moe_flex_dispatcher_backend",
+        "cuda_graph_impl",
+        "cuda_graph_scope",
+        "cuda_graph_modules",
+        "moe_expert_rank_capacity_factor",
+        "moe_paged_stash",
+        "use_transformer_engine_op_fuser",
+        "cp_comm_type",
+        "overlap_moe_expert_parallel_comm",
+    }
+)
+#: every key the planner decides per candidate: a recipe fill never sets one in a candidate (the
+#: candidate's labels would no longer say what was estimated: a ``recompute none`` rung estimated
+#: with ``_deepseek_v3_common``'s selective recompute, a 3D label estimated as FSDP)
+PLANNER_KEYS = LAYOUT_KEYS | KNOB_KEYS
 
 
 def with_sections(data: dict) -> dict:
@@ -53,10 +102,17 @@ class Parallel:
     vpp: int = 1
     fsdp: bool = False
 
+    @classmethod
+    def of(cls, s: Scenario) -> Parallel:
+        """The sizes and family a resolved scenario runs (what its estimates were computed for)."""
+        return cls(s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, bool(s.layout.use_megatron_fsdp))
+
     def dp(self, world: int) -> int:
+        """Data-parallel size at ``world`` GPUs: W / (TP·PP·CP)."""
         return world // (self.tp * self.pp * self.cp)
 
     def edp(self, world: int) -> int:
+        """Expert data-parallel size at ``world`` GPUs: W / (EP·ETP·PP)."""
         return world // (self.ep * self.etp * self.pp)
 
     def keys(self) -> dict:
@@ -77,6 +133,7 @@ class Parallel:
         return d
 
     def label(self) -> str:
+        """``[FSDP ]TP<t> PP<p>[ VPP<v>] CP<c> EP<e> ETP<x>``."""
         v = f" VPP{self.vpp}" if self.vpp > 1 else ""
         f = "FSDP " if self.fsdp else ""
         return f"{f}TP{self.tp} PP{self.pp}{v} CP{self.cp} EP{self.ep} ETP{self.etp}"
@@ -245,6 +302,7 @@ def parallel_candidates(
 
 
 def POW2_upto(n: int) -> list[int]:  # noqa: N802 - reads as a constant
+    """Powers of two from 1 up to ``n``."""
     return [p for p in POW2 if p <= n]
 
 
