@@ -79,8 +79,12 @@ def test_layouts_validate(data):
 
 
 def test_models_resolve(data):
-    for model in sorted({r["model"] for r in data["recipes"]}):
-        assert moeplan.get_model(model) is not None
+    models = sorted({r["model"] for r in data["recipes"]})
+    assert len(models) >= 5
+    for model in models:
+        # get_model raises on an unknown name and never returns None: the check is that each recipe's
+        # model id resolves to that very model (not to another one by prefix)
+        assert moeplan.get_model(model).name == model
 
 
 def test_counts(data):
