@@ -3,13 +3,31 @@
 
 from __future__ import annotations
 
+import importlib
 import pathlib
+import sys
+from types import ModuleType
 
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 REF = DATA / "reference"
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: a benchmark over every published run (minutes); CI runs it, `-m 'not slow'` skips it"
+    )
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks/<name>.py``. The benchmarks are scripts, not a package: their folder goes on
+    ``sys.path`` as they put it there themselves (``accuracy.py`` imports ``timefit`` and ``ceiling``)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
 
 
 def load_cases() -> list[dict]:
