@@ -337,8 +337,9 @@ def test_bad_vlm_scenarios_are_input_errors():
 
 
 def test_vlm_stats_parquet_manifest(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    why = "Parquet manifests need the optional pyarrow (pip install pyarrow; not in the test extras)"
+    pa = pytest.importorskip("pyarrow", reason=why)
+    pq = pytest.importorskip("pyarrow.parquet", reason=why)
     table = pa.table({"image_sizes": [[[400, 300]], [[100, 100], [400, 300]]], "text_tokens": [10, 20]})
     p = tmp_path / "m.parquet"
     pq.write_table(table, p)
