@@ -24,7 +24,7 @@ from ceiling import oracle_errors, within_group_ceiling  # noqa: E402
 from timefit import ROOT, fit, load_runs, predict, release_anomalies, spearman  # noqa: E402
 
 from moeplan.model.constants import load_constants  # noqa: E402
-from moeplan.model.flops import model_flops  # noqa: E402
+from moeplan.spec.flops import model_flops  # noqa: E402
 
 #: the within-group Spearman a (model, GPU) group must reach (the issue's criterion; ceiling.py's target)
 WITHIN_TARGET = 0.8

@@ -16,7 +16,8 @@ from moeplan.cli.app import app
 from moeplan.plan import plan, rule_of_thumb_cp
 from moeplan.plan.fit import fit_layout
 from moeplan.plan.recipes import list_recipes
-from moeplan.plan.space import Parallel, parallel_candidates, pipeline_split, recompute_ladder
+from moeplan.plan.space import Parallel, parallel_candidates, recompute_ladder
+from moeplan.spec.pipeline import pipeline_split
 from moeplan.units import GIB_BYTES
 
 runner = CliRunner()
@@ -50,7 +51,7 @@ def test_pipeline_split_even_and_accounting():
 
 def test_pipeline_split_weighs_the_output_stage_like_megatron_bridge_recipes():
     from moeplan import get_model
-    from moeplan.plan.space import output_stage_layers
+    from moeplan.spec.pipeline import output_stage_layers
 
     m = get_model("deepseek-ai/DeepSeek-V3")
     tail = output_stage_layers(m, 4096, 1, 1)

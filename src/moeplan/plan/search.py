@@ -37,15 +37,14 @@ from moeplan.plan.space import (
     ep_overlap_options,
     graph_options,
     offload_alternatives,
-    output_stage_layers,
     parallel_candidates,
-    pipeline_split,
     recompute_ladder,
     vpp_options,
     with_sections,
 )
 from moeplan.rules import validate
 from moeplan.spec.layout import PARALLEL_DIMS
+from moeplan.spec.pipeline import output_stage_layers, pipeline_split
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
 from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
