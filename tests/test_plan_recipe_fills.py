@@ -30,6 +30,7 @@ def _request(num_gpus: int, **layout) -> dict:
 
 def _count_row_matches(monkeypatch) -> list:
     import moeplan.catalog.recipes as catalog
+    import moeplan.spec.recipes as fills
 
     calls: list = []
     real = catalog.match_perf_recipe
@@ -39,6 +40,7 @@ def _count_row_matches(monkeypatch) -> list:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(catalog, "match_perf_recipe", counting)
+    monkeypatch.setattr(fills, "match_perf_recipe", counting)  # the name the fills call
     return calls
 
 

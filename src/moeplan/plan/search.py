@@ -44,6 +44,7 @@ from moeplan.plan.space import (
 )
 from moeplan.rules import validate
 from moeplan.spec.layout import PARALLEL_DIMS
+from moeplan.spec.params import count_params
 from moeplan.spec.pipeline import output_stage_layers, pipeline_split
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
@@ -578,7 +579,6 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     """Defaults of phase one: the all-to-all dispatcher for MoE (unless held), the a2a CP exchange for
     models with attention sinks or sliding windows (rule sequence.cp_attention_support: they run
     context parallelism only with it), the parameter counts for the weights floor, the capacity."""
-    from moeplan.spec.params import count_params
 
     m, gpu, fixed_layout = st.s0.model, st.s0.gpu, st.fixed_layout
     default_disp = {}

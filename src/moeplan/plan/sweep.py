@@ -18,11 +18,14 @@ from pathlib import Path
 
 import yaml
 
+from moeplan.diagnose import read_text_file
+from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
 from moeplan.errors import InputError
 from moeplan.io.export import to_slurm
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan import describe, plan
+from moeplan.plan.describe import describe
+from moeplan.plan.planner import plan
 from moeplan.rules import validate
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.scenario import Scenario, load_scenario
@@ -302,8 +305,6 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
     Raises:
         InputError: not a sweep directory.
     """
-    from moeplan.diagnose import read_text_file
-    from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
 
     out_dir = Path(out_dir)
     man = load_manifest(out_dir)

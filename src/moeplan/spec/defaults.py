@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from moeplan.catalog.gpus import get_gpu
+from moeplan.catalog.models import get_model
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.inputs import ScenarioInput, SystemInput, _pydantic_to_input_error
 from moeplan.spec.layout import LayoutSpec
@@ -33,7 +35,6 @@ def resolve_model(inp: ScenarioInput) -> ModelSpec | None:
     Raises:
         InputError / UnknownNameError: a blank or unknown model name, bad overrides.
     """
-    from moeplan.catalog.models import get_model
 
     if inp.model is not None and not inp.model.strip():
         raise InputError("model", inp.model, "a built-in model name, a config.json path, or null")
@@ -50,7 +51,6 @@ def _resolve_gpu(system: SystemInput) -> GpuSpec | None:
     Raises:
         InputError / UnknownNameError: overrides without a GPU, unknown or invalid override fields.
     """
-    from moeplan.catalog.gpus import get_gpu
 
     if system.gpu is None:
         if system.gpu_overrides:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
 from moeplan.spec.provenance import RecipeFill, RecipeProvenance, RecipeRow
 from moeplan.spec.resolved import Resolution
 
@@ -64,7 +65,6 @@ def _row_fills(
 ) -> tuple[RecipeRow | None, list[RecipeFill]]:
     """The matching row of the packaged tables (``catalog.recipes.match_perf_recipe``) and its layout
     keys as fills; a row borrowed from another precision lends no precision key."""
-    from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
 
     found = match_perf_recipe(model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
     if found is None:
