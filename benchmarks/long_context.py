@@ -125,6 +125,27 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def moe_summary(moe: list[dict]) -> dict:
+    """Median and worst absolute tokens/s/GPU error % over :func:`predict_moe`'s rows, and their count."""
+    errs = sorted(abs(r["error_pct"]) for r in moe)
+    return {"runs": len(errs), "median_abs_pct": statistics.median(errs), "worst_abs_pct": errs[-1]}
+
+
+def check_figures(table: dict, s: dict, moe: list[dict]) -> dict:
+    """What ``src/moeplan/catalog/data/long_context_check.json`` holds: the dense rows' :func:`summary`
+    ``s`` and the MoE rows' errors, rounded to 0.1 %."""
+    return {
+        "what": "NVIDIA's measured dense LLAMA2-7B FP8 runs on H100 with CP 1–32",
+        "source": "benchmarks/long_context.py, docs/long_context.md",
+        "seq_length_range": [table["rows"][0]["seq_k"] * 1024, table["rows"][-1]["seq_k"] * 1024],
+        "median_abs_pct": round(s["median_abs_pct"], 1),
+        "worst_abs_pct": round(s["worst_abs_pct"], 1),
+        "shape_worst_pct": round(s["shape_worst_pct"], 1),
+        "moe_64k_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe if "seq65536" in r["id"]],
+        "moe_out_of_sample_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe],
+    }
+
+
 def main() -> None:
     table = load()
     rows = predict(table)
@@ -193,29 +214,19 @@ def main() -> None:
             f"{r['release_used']} | {100 * r['attention_share']:.0f} % | {100 * r['cp_exposed_share']:.1f} % | "
             f"{ratio} | {'yes' if r['fits'] else 'no'} |"
         )
-    errs = sorted(abs(r["error_pct"]) for r in moe)
+    ms = moe_summary(moe)
     lines += [
         "",
-        f"- tokens/s/GPU: median absolute error {statistics.median(errs):.1f} %, worst {errs[-1]:.1f} % over "
-        f"{len(errs)} runs of 3 MoE models the constants never saw",
+        f"- tokens/s/GPU: median absolute error {ms['median_abs_pct']:.1f} %, worst {ms['worst_abs_pct']:.1f} % over "
+        f"{ms['runs']} runs of 3 MoE models the constants never saw",
         "- FLOPs per token: ours equal NVIDIA's within 0.1 % except Mixtral-8x7B at 4K (0.961): there NeMo 25.02 "
         "counted the attention scores over the full sequence rather than causally; the difference, 6·s·h·L = "
         "3.2 GFLOP per token, is the gap within 1 % (Mixtral-8x22B at 64K, in 25.02 too, is counted causally)",
         "",
     ]
     (ROOT / "docs" / "long_context.md").write_text("\n".join(lines))
-    check = {
-        "what": "NVIDIA's measured dense LLAMA2-7B FP8 runs on H100 with CP 1–32",
-        "source": "benchmarks/long_context.py, docs/long_context.md",
-        "seq_length_range": [table["rows"][0]["seq_k"] * 1024, table["rows"][-1]["seq_k"] * 1024],
-        "median_abs_pct": round(s["median_abs_pct"], 1),
-        "worst_abs_pct": round(s["worst_abs_pct"], 1),
-        "shape_worst_pct": round(s["shape_worst_pct"], 1),
-        "moe_64k_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe if "seq65536" in r["id"]],
-        "moe_out_of_sample_abs_pct": [round(abs(r["error_pct"]), 1) for r in moe],
-    }
     out = ROOT / "src" / "moeplan" / "catalog" / "data" / "long_context_check.json"
-    out.write_text(json.dumps(check, indent=2) + "\n")
+    out.write_text(json.dumps(check_figures(table, s, moe), indent=2) + "\n")
     print("\n".join(lines[5:]))
 
 

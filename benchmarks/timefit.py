@@ -17,7 +17,7 @@ from moeplan.model.constants import TimeConstants
 from moeplan.model.step import estimate_step
 
 ROOT = Path(__file__).resolve().parents[1]
-REF = ROOT.parent / "shared" / "reference"
+REF = ROOT / "tests" / "data" / "reference"  # vendored copy of the shared reference data
 RELEASES = ["25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"]
 NEWEST = "26.06"
 
@@ -43,12 +43,13 @@ PARAMS = [(n, lo, hi, START[n]) for n, lo, hi in SHARED] + [
 
 
 def published_runs_path() -> Path:
-    """``../shared/reference/published_runs.yaml`` next to the checkout; exits with a one-line error
-    when it is not there (the benchmarks that fit or score against the published runs need it)."""
+    """``tests/data/reference/published_runs.yaml`` (the vendored copy of the project's reference data,
+    provenance in ``tests/data/README.md``); exits with a one-line error when it is not there (the
+    benchmarks that fit or score against the published runs need it)."""
     path = REF / "published_runs.yaml"
     if not path.is_file():
         raise SystemExit(
-            f"error: {path} not found: these benchmarks read the shared reference data next to the checkout"
+            f"error: {path} not found: these benchmarks read the reference data vendored under tests/data"
         )
     return path
 

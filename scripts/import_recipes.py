@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Import the Megatron Bridge performance-recipe tables into ``mbridge_perf_recipes.yaml``.
 
-Dev-time tool, never imported by the package. Reads ``../shared/reference/megatron_recipes.md``
-(relative to the repository root) and writes ``src/moeplan/catalog/data/mbridge_perf_recipes.yaml``:
+Dev-time tool, never imported by the package. Reads ``tests/data/reference/megatron_recipes.md``
+(the vendored copy of the project's ``shared/reference/megatron_recipes.md``; tests/data/README.md)
+and writes ``src/moeplan/catalog/data/mbridge_perf_recipes.yaml`` (its header keeps naming the
+original, ``shared/reference/megatron_recipes.md``):
 
 * §1.4 Table A — flat perf recipes at Bridge HEAD ``067f987`` (one sub-table per model);
 * §1.5 Table B — legacy workload base configs at Bridge tag ``v0.5.1`` (one sub-table per model).
@@ -29,7 +31,7 @@ from typing import Any
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCE = ROOT.parent / "shared" / "reference" / "megatron_recipes.md"
+SOURCE = ROOT / "tests" / "data" / "reference" / "megatron_recipes.md"  # vendored: tests/data/README.md
 OUTPUT = ROOT / "src" / "moeplan" / "catalog" / "data" / "mbridge_perf_recipes.yaml"
 
 SCHEMA_VERSION = 1

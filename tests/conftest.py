@@ -1,25 +1,44 @@
-"""Shared test fixtures: the project's reference folder (../shared/reference) beside the repo."""
+"""Shared test fixtures: the project's reference data, vendored under ``tests/data/reference``
+(copied from the project's shared folder ``shared/reference``; provenance in ``tests/data/README.md``)."""
 
 from __future__ import annotations
 
+import importlib
 import pathlib
+import sys
+from types import ModuleType
 
-import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-REF = SHARED / "reference"
+DATA = ROOT / "tests" / "data"
+REF = DATA / "reference"
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: a benchmark over every published run (minutes); CI runs it, `-m 'not slow'` skips it"
+    )
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks/<name>.py``. The benchmarks are scripts, not a package: their folder goes on
+    ``sys.path`` as they put it there themselves (``accuracy.py`` imports ``timefit`` and ``ceiling``)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
 
 
 def load_cases() -> list[dict]:
-    if not REF.is_dir():
-        return []
-    return [yaml.safe_load(p.read_text()) for p in sorted((REF / "cases").glob("B*.yaml"))]
+    """Every bug-log case ``reference/cases/B*.yaml``, in file order (25 of them; an empty folder
+    is an error, never an empty list that would quietly drop the tests built from it)."""
+    paths = sorted((REF / "cases").glob("B*.yaml"))
+    if not paths:
+        raise FileNotFoundError(f"no bug-log cases under {REF / 'cases'} (see tests/data/README.md)")
+    return [yaml.safe_load(p.read_text()) for p in paths]
 
 
-@pytest.fixture(scope="session")
-def ref_dir() -> pathlib.Path:
-    if not REF.is_dir():
-        pytest.skip("../shared/reference not present")
-    return REF
+def load_published_runs() -> list[dict]:
+    """The 113 runs of ``reference/published_runs.yaml``."""
+    return yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,10 +15,11 @@ from moeplan.cli.app import app
 from moeplan.errors import InputError
 from moeplan.model.calibrate import Run, fit, holdout, load_profile, load_runs_yaml, predict, profile_json
 from moeplan.model.constants import TimeConstants, load_constants
+from tests.conftest import REF
 
 pytest.importorskip("scipy")
 runner = CliRunner()
-PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published_runs.yaml"
+PUBLISHED = REF / "published_runs.yaml"
 
 
 def _scenario(gbs: int, ep: int, release: str) -> dict:
@@ -86,7 +86,6 @@ def test_profile_round_trip(tmp_path):
         load_profile(bad)
 
 
-@pytest.mark.skipif(not PUBLISHED.is_file(), reason="shared/reference not checked out beside the repo")
 def test_leave_one_release_out_beats_uncalibrated():
     """Acceptance: fitted on all releases but one (per-release factors from the built-in defaults),
     the held-out release is predicted better than by the uncalibrated model, for every release."""

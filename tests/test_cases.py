@@ -1,4 +1,4 @@
-"""Golden tests: every HARD check of ../shared/reference/cases yields its expected verdict and the
+"""Golden tests: every HARD check of the bug-log cases (tests/data/reference/cases) yields its expected verdict and the
 expected rule (through RULE_MAP, the one table mapping the cases' rule names to our rule ids).
 
 Case inputs outside the scenario schema (``extra_inputs``) are mapped explicitly by
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from moeplan import load_scenario, validate
-from tests.conftest import REF, load_cases
+from tests.conftest import load_cases
 
 #: case rule name → moeplan rule id
 RULE_MAP = {
@@ -117,8 +117,6 @@ def _hard_checks():
             out.append(pytest.param(case["id"], entry, id=f"{case['id']}-{tag}-{exp['rule']}"))
     return out
 
-
-pytestmark = pytest.mark.skipif(not REF.is_dir(), reason="../shared/reference not present")
 
 HARD = _hard_checks()
 

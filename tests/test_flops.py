@@ -4,11 +4,10 @@ tokens/s ↔ TFLOP/s ratio of every published run."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from moeplan import get_model, load_scenario
-from moeplan.model.flops import model_flops
-from tests.conftest import REF
+from moeplan.spec.flops import model_flops
+from tests.conftest import load_published_runs
 
 
 def test_dense_by_hand():
@@ -31,12 +30,9 @@ def test_moe_counts_topk_not_all_experts():
 
 
 def _runs():
-    if not (REF / "published_runs.yaml").exists():
-        return []
-    return yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]
+    return load_published_runs()
 
 
-@pytest.mark.skipif(not _runs(), reason="reference data absent")
 def test_published_flops_per_token_within_2pct_for_90pct():
     """The published TFLOP/s ÷ tokens/s is the publisher's FLOPs per token. Outliers (explained in
     docs/accuracy.md): the 26.06 gpt-oss-120b MXFP8 rows count the gate with SiLU's 3 projections and a

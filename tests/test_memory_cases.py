@@ -1,4 +1,4 @@
-"""Memory verdicts: JUDGMENT cases of ../shared/reference/cases (direction only, both ways) and the
+"""Memory verdicts: JUDGMENT cases of tests/data/reference/cases (direction only, both ways) and the
 published Megatron Bridge runs (each ran on its GPU, so each should be predicted to fit). Published
 rows list only TP/PP/VPP/CP/EP; ``recipe_defaults: mbridge-perf`` fills the rest from the matching
 Megatron Bridge perf recipe (same model, GPU, precision and TP/PP/CP/EP) and the shared helpers."""
@@ -6,10 +6,9 @@ Megatron Bridge perf recipe (same model, GPU, precision and TP/PP/CP/EP) and the
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from moeplan import estimate_memory, load_scenario
-from tests.conftest import REF, load_cases
+from tests.conftest import load_cases, load_published_runs
 from tests.test_cases import case_to_scenario
 
 #: inputs the cases leave out and the estimate needs, filled explicitly (never from the answer)
@@ -18,8 +17,6 @@ CASE_FILLS = {
     "B12": {"system": {"gpu": "h100"}, "training": {"seq_length": 4096}},
 }
 #: cases where our estimate disagrees with the case's judgment (kept as strict xfails, explained)
-pytestmark = pytest.mark.skipif(not REF.is_dir(), reason="../shared/reference not present")
-
 KNOWN_MISSES = {
     ("B11", "main"): "we predict 80 % of HBM (static 36 GiB + 23 GiB activations at 0.46 GiB per layer); the run "
     "OOMed in NeMo 25.07, where routing was not force-balanced and mcore of that time kept expert outputs "
@@ -78,9 +75,7 @@ PUBLISHED_MISSES = {
 
 
 def _published():
-    if not (REF / "published_runs.yaml").exists():
-        return []
-    runs = yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]
+    runs = load_published_runs()
     out = []
     for r in runs:
         marks = (

@@ -1,4 +1,4 @@
-"""Memory model against published measurements (``../shared/reference/memory_measured.yaml``)."""
+"""Memory model against published measurements (``tests/data/reference/memory_measured.yaml``)."""
 
 from __future__ import annotations
 
@@ -68,10 +68,7 @@ def _paper_rows():
     return rows
 
 
-@pytest.mark.skipif(not (REF / "memory_measured.yaml").exists(), reason="reference data absent")
-@pytest.mark.parametrize(
-    "model_id,selective,paper_gib", _paper_rows() if (REF / "memory_measured.yaml").exists() else []
-)
+@pytest.mark.parametrize("model_id,selective,paper_gib", _paper_rows())
 def test_korthikanti_activations_within_5pct(model_id, selective, paper_gib):
     est = estimate_memory(load_scenario(_paper_scenario(PAPER_MODELS[model_id], selective)))
     first = est.stages[0]
@@ -149,8 +146,6 @@ def _mixtral_4l(tp: int, mbs: int) -> dict:
 
 
 def _mixtral_rows():
-    if not (REF / "memory_measured.yaml").exists():
-        return []
     runs = yaml.safe_load((REF / "memory_measured.yaml").read_text())["mbridge_mixtral_8x2b_4layer"]["runs"]
     return [
         pytest.param(

@@ -35,6 +35,7 @@ def test_sweep_directory(sweep_dir):
     ids = [e["id"] for e in man["entries"]]
     assert ids[0] == "baseline" and ids[1].startswith("01-") and any(i.startswith("02-") for i in ids)
     assert (out / "README.md").exists() and (out / "manifest.json").exists()
+    assert sum(e["predicted"] is not None for e in man["entries"]) >= 2  # the loop below checks them
     for e in man["entries"]:
         d = out / e["id"]
         assert (d / "scenario.yaml").exists()
@@ -116,19 +117,21 @@ def test_collect_rejects_corrupt_manifests(tmp_path, manifest):
         sweep.collect(tmp_path)
 
 
-def test_collect_uses_the_logged_batch_size(sweep_dir):
-    out, man = sweep_dir
-    e = [x for x in man["entries"] if x["predicted"]][-1]
+def test_collect_uses_the_logged_batch_size(tmp_path):
+    # a one-entry sweep directory written by hand (so no other log of the entry enters the median): the
+    # entry plans GBS 64, the log ran GBS 8 at 100 ms per iteration on the entry's 32 GPUs, seq 16384
+    (tmp_path / "manifest.json").write_text(json.dumps({"entries": [{"id": "only", "scenario": REQ}]}))
+    (tmp_path / "only").mkdir()
     log = "".join(
         f" iteration {i:>8d}/     100 | consumed samples: {i * 8:>10d} | elapsed time per iteration (ms): 100.0 | "
         f"global batch size:     8 | lm loss: 5.0E+00 |\n"
         for i in range(1, 30)
     )
-    (out / e["id"] / "run-9.log").write_text(log)
-    got = {r["id"]: r for r in sweep.collect(out)["entries"]}[e["id"]]
-    # 8 sequences · 16384 tokens / 0.1 s / 32 GPUs, with the other log of this entry in the median
-    assert any("global batch size 8" in n for n in got["notes"])
-    (out / e["id"] / "run-9.log").unlink()
+    (tmp_path / "only" / "run-9.log").write_text(log)
+    (got,) = sweep.collect(tmp_path)["entries"]
+    # 8 sequences · 16384 tokens / 0.1 s / 32 GPUs = 40 960 tokens/s/GPU (the planned GBS 64 would give 327 680)
+    assert got["measured_tokens_per_s_per_gpu"] == pytest.approx(8 * 16384 / 0.1 / 32)
+    assert any("global batch size 8" in n and "64" in n for n in got["notes"]), got["notes"]
 
 
 def test_collect_skips_zero_time_logs_and_sweeps_never_repeat_a_run(tmp_path):

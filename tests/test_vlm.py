@@ -8,6 +8,7 @@ import json
 import random
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from moeplan import count_params, estimate_memory, estimate_step, get_model, load_scenario
@@ -336,8 +337,9 @@ def test_bad_vlm_scenarios_are_input_errors():
 
 
 def test_vlm_stats_parquet_manifest(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    why = "Parquet manifests need the optional pyarrow (pip install pyarrow; not in the test extras)"
+    pa = pytest.importorskip("pyarrow", reason=why)
+    pq = pytest.importorskip("pyarrow.parquet", reason=why)
     table = pa.table({"image_sizes": [[[400, 300]], [[100, 100], [400, 300]]], "text_tokens": [10, 20]})
     p = tmp_path / "m.parquet"
     pq.write_table(table, p)
@@ -366,9 +368,16 @@ def test_vlm_stats_workload_of_truncated_samples_is_accepted_by_estimate(tmp_pat
         ],
     )
     assert r.exit_code == 0, r.output
+    wl = yaml.safe_load(w.read_text())["workload"]
+    # the premise: at seq 1024 samples are cut, so the ViT patches exceed image tokens × merge² (2² for Qwen3-VL)
+    assert wl["image_patches_per_sequence"] > 4 * wl["image_tokens_per_sequence"]
     r = CliRunner().invoke(
         app,
         ["estimate", "--model", "Qwen/Qwen3-VL-30B-A3B-Instruct", "--gpu", "h100", "-n", "16", "-s", "1024",
-         "--gbs", "64", "--ep", "8", "--workload", str(w)],
+         "--gbs", "64", "--ep", "8", "--workload", str(w), "--json"],
     )  # fmt: skip
-    assert r.exit_code in (0, 1), r.output  # fits or not, but the workload is accepted
+    assert r.exit_code in (0, 1), r.output  # fits or not, but the workload is accepted ...
+    th = json.loads(r.stdout)["throughput"]
+    # ... and used: the real-data workload is marked given, and its padding (useful fraction < 1) shows
+    assert th["real_data_workload"] == "given" and wl["useful_fraction"] < 1
+    assert th["useful_tokens_per_s_per_gpu"] == pytest.approx(th["tokens_per_s_per_gpu"] * wl["useful_fraction"])

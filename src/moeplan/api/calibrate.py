@@ -9,8 +9,12 @@ from pathlib import Path
 
 from moeplan.api.inputs import load_yaml_any
 from moeplan.diagnose import log_config, read_text_file
+from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
 from moeplan.errors import InputError
 from moeplan.io.write import write_atomically
+from moeplan.model.calibrate import Run, fit, holdout, load_runs_yaml, profile_json
+from moeplan.model.constants import TimeConstants, load_constants
+from moeplan.model.step import release_of
 from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario, load_scenario_file
 
 #: suffixes of a runs document (anything else is taken for a training log)
@@ -26,7 +30,6 @@ def _measured_tokens_per_s(path: Path, st, s: Scenario) -> float:
     Raises:
         InputError: no usable iteration time, or an impossible measurement.
     """
-    from moeplan.diagnose.logs import tokens_per_s_per_gpu
 
     summ = st.summary()
     if "tokens_per_s_per_gpu" in summ:
@@ -55,9 +58,6 @@ def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
         InputError: no scenario, an unreadable log, a scenario the log makes invalid (field prefixed
             with the log's path), no usable measurement, or a world size that does not fold.
     """
-    from moeplan.diagnose.logs import parse_log
-    from moeplan.model.calibrate import Run
-    from moeplan.model.step import release_of
 
     if scenario is None:
         raise InputError("--scenario", None, "a scenario (model, GPU, world size) for calibrating from logs")
@@ -114,8 +114,6 @@ def calibrate_report(
         InputError: unreadable sources, bad runs, an unknown mode / start / grouping, too few runs
             for the free constants, or an unwritable output.
     """
-    from moeplan.model.calibrate import fit, holdout, load_runs_yaml, profile_json
-    from moeplan.model.constants import TimeConstants, load_constants
 
     if len(sources) == 1 and sources[0].suffix.lower() in RUNS_SUFFIXES:
         runs = load_runs_yaml(load_yaml_any(sources[0]))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.errors import InputError
+from moeplan.io.imports import import_config
 from moeplan.rules import RULES, validate
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
 from moeplan.spec.params import count_params
@@ -20,7 +21,6 @@ def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
     Raises:
         InputError: a missing or unreadable file, an unknown format, or a configuration it cannot read.
     """
-    from moeplan.io.imports import import_config
 
     if path is None or not path.is_file():
         raise InputError("scenario", str(path), f"an existing {from_format} file")

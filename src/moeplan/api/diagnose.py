@@ -10,6 +10,12 @@ from pathlib import Path
 
 from moeplan.api.inputs import load_step_constants
 from moeplan.diagnose import log_config, read_text_file
+from moeplan.diagnose.compare import compare_runs, model_mismatch
+from moeplan.diagnose.doctor import check_environment, collect_environment, known_issue_findings
+from moeplan.diagnose.fixes import rank_memory_fixes
+from moeplan.diagnose.logs import derive_tokens_per_s, parse_log
+from moeplan.diagnose.oom import parse_oom, reconcile_with_model
+from moeplan.diagnose.plot import plot_runs
 from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
 from moeplan.spec.scenario import _deep_merge, load_scenario, load_scenario_file
@@ -29,7 +35,6 @@ def log_report(logs: list[Path]) -> list[dict]:
     Raises:
         InputError: a path that is not a readable file (the first one).
     """
-    from moeplan.diagnose.logs import derive_tokens_per_s, parse_log
 
     out = []
     for path in logs:
@@ -45,7 +50,6 @@ def log_report(logs: list[Path]) -> list[dict]:
 
 def _mismatch_warnings(base: dict, texts: list[str]) -> list[str]:
     """A warning per log (B's first) whose argument dump disagrees with the scenario's model."""
-    from moeplan.diagnose.compare import model_mismatch
 
     m = load_scenario(base).model
     out: list[str] = []
@@ -91,8 +95,6 @@ def compare_report(
         InputError: a bad plot path, unreadable logs, too few iterations, a broken scenario or
             profile, or matplotlib missing for the plot.
     """
-    from moeplan.diagnose.compare import compare_runs
-    from moeplan.diagnose.logs import parse_log
 
     if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError("--plot", str(plot), "a file ending in .png, .svg or .pdf")
@@ -111,8 +113,6 @@ def compare_report(
     if consts is not None:
         cmp.notes.append(f"step times from the calibration profile {calibration}")
     if plot is not None:
-        from moeplan.diagnose.plot import plot_runs
-
         plot_runs(stats[0], stats[1], plot, labels=(str(log_a), str(log_b)))
     return {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
 
@@ -137,7 +137,6 @@ def _oom_text(source: str) -> str:
 def _run_scenario(text: str, scenario: Path) -> tuple[dict, list[str]]:
     """The run's scenario mapping: ``scenario`` with the log's argument dump (when it holds one) laid
     over it, and notes on where it came from and on a model that disagrees with the dump."""
-    from moeplan.diagnose.compare import model_mismatch
 
     data = load_scenario_file(scenario)
     notes: list[str] = []
@@ -153,8 +152,6 @@ def _run_scenario(text: str, scenario: Path) -> tuple[dict, list[str]]:
 
 def _blame(rep, text: str, scenario: Path, calibration: Path | None):
     """The memory model's view of an OOM: (the report reconciled with the model, the blame dict)."""
-    from moeplan.diagnose.fixes import rank_memory_fixes
-    from moeplan.diagnose.oom import reconcile_with_model
 
     data, notes = _run_scenario(text, scenario)
     mem = estimate_memory(load_scenario(data))
@@ -208,7 +205,6 @@ def oom_report(source: str, scenario: Path | None = None, calibration: Path | No
         InputError: neither a file nor an OOM message, a bad scenario or calibration profile (a bad
             profile is refused even where no step time is needed).
     """
-    from moeplan.diagnose.oom import parse_oom
 
     load_step_constants(calibration)
     text = _oom_text(source)
@@ -228,7 +224,6 @@ def doctor_report(scenario: Path | None = None) -> dict:
     Raises:
         InputError: an unreadable or invalid scenario (nothing about the machine raises).
     """
-    from moeplan.diagnose.doctor import check_environment, collect_environment, known_issue_findings
 
     data = load_scenario_file(scenario) if scenario is not None else None
     s = load_scenario(data) if data is not None else None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from moeplan.api.inputs import load_step_constants, load_workload
 from moeplan.errors import InputError
+from moeplan.io.export import export
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.rules import validate
@@ -166,7 +167,6 @@ def export_report(
         InputError: ``output`` is the scenario file, bad flags or scenario, an unknown format, or a
             format that needs a value the scenario lacks.
     """
-    from moeplan.io.export import export
 
     same = output is not None and scenario is not None and str(output) != "-"
     if same and Path(output).resolve() == Path(scenario).resolve():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moeplan.diagnose import read_text_file
 from moeplan.errors import InputError
+from moeplan.model.calibrate import load_profile
 from moeplan.spec.scenario import load_scenario_file, load_yaml_text
 
 
@@ -37,7 +39,6 @@ def load_step_constants(calibration: Path | None):
     """
     if calibration is None:
         return None
-    from moeplan.model.calibrate import load_profile
 
     return load_profile(calibration)
 
@@ -48,7 +49,6 @@ def load_yaml_any(path: Path, field: str = "runs") -> object:
     Raises:
         InputError: an unreadable file or invalid YAML (named by ``field``).
     """
-    from moeplan.diagnose import read_text_file
 
     return load_yaml_text(read_text_file(path, field), field, str(path))
 

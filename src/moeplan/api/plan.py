@@ -10,9 +10,15 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from moeplan.api.inputs import load_step_constants, load_workload
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.io.write import check_writable, write_atomically
+from moeplan.plan import plan, sweep
+from moeplan.plan.fit import fit_layout
+from moeplan.plan.recipes import list_recipes
+from moeplan.plan.report import write_report
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
 from moeplan.spec.scenario import load_scenario_file, merge_overrides
@@ -116,7 +122,6 @@ def save_layout(best, path: Path) -> None:
     Raises:
         InputError: an unwritable path (field ``--save``).
     """
-    import yaml
 
     saved = best.data
     lay = saved.get("layout") or {}
@@ -171,7 +176,6 @@ def plan_report(
     Raises:
         InputError: bad options or request (field named), unwritable outputs.
     """
-    from moeplan.plan import plan
 
     _check_plan_options(objective, train_tokens, headroom_gib, save, report)
     data, rounding = plan_request(scenario, flags, workload, tokens_per_step)
@@ -192,8 +196,6 @@ def plan_report(
         res.notes.append(_calibration_note(consts, calibration))
     out = res.to_dict()
     if report is not None:
-        from moeplan.plan.report import write_report
-
         write_report(res, report)
         out["report"] = str(report)
     if save is not None and res.candidates:
@@ -222,7 +224,6 @@ def fit_report(
     Raises:
         InputError: bad flags or scenario, a bad profile.
     """
-    from moeplan.plan.fit import fit_layout
 
     data, _ = plan_request(scenario, flags)
     return fit_layout(data, headroom_gib=headroom_gib, top=top, constants=load_step_constants(calibration))
@@ -244,7 +245,6 @@ def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path
     Raises:
         InputError: an unknown kind or model, a target that is not a file, an unwritable folder.
     """
-    from moeplan.plan.recipes import list_recipes
 
     try:
         if kind not in ("all", "guidance", "published"):
@@ -258,7 +258,6 @@ def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path
 
 
 def _write_recipes(rows: list[dict], output_dir: Path) -> None:
-    import yaml
 
     targets = [(output_dir / (r["id"].replace("/", "__").replace("\\", "__") + ".yaml"), r) for r in rows]
     for path, _ in targets:  # check every target before writing any: nothing half-written
@@ -289,7 +288,6 @@ def hold_keys(hold: list[str] | tuple[str, ...], layout: dict) -> tuple[str, ...
 
 
 def _write_sweep(target, directory, output, flags, hold, calibration, progress, **kw) -> dict:
-    from moeplan.plan import sweep
 
     if target is not None and not Path(target).is_file():
         raise InputError("SCENARIO", target, "an existing scenario YAML, or collect DIR / submit DIR")
@@ -338,7 +336,6 @@ def sweep_report(
         InputError: a missing / extra argument, an unreadable scenario, bad hold keys, an existing
             directory, an unwritable one, unconfirmed submission.
     """
-    from moeplan.plan import sweep
 
     try:
         if target == "collect" or target == "submit":

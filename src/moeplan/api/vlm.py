@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from moeplan.catalog import get_model
 from moeplan.errors import InputError
 from moeplan.io.write import write_atomically
+from moeplan.vlm.stats import scan, summarize
 
 #: processor defaults when neither the flags nor a model give them (Qwen-VL)
 DEFAULT_PATCH_SIZE, DEFAULT_MERGE_SIZE = 16, 2
@@ -63,7 +66,6 @@ def vlm_stats_report(
         InputError: min_pixels > max_pixels, a model without vision, a missing path or an unreadable
             manifest, an unknown packing, an unwritable output. Bad image files are reported, not raised.
     """
-    from moeplan.vlm.stats import scan, summarize
 
     if min_pixels > max_pixels:
         raise InputError("--min-pixels", min_pixels, f"at most --max-pixels ({max_pixels})")
@@ -71,8 +73,6 @@ def vlm_stats_report(
     sc = scan(data, text_tokens, progress=progress)
     out = summarize(sc, seq_length, packing, p, mg, min_pixels, max_pixels)
     if output is not None:
-        import yaml
-
         write_atomically(output, yaml.safe_dump({"workload": out["workload"]}, sort_keys=False))
         out["written"] = str(output)
     return out

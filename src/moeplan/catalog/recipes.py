@@ -12,7 +12,13 @@ import yaml
 
 @functools.lru_cache(maxsize=1)
 def perf_recipes() -> list[dict]:
-    """Every recipe row: id, table, model (HF id), gpu, num_gpus, precisions, training, layout, extra."""
+    """Every recipe row (a list of mappings, cached): ``id``, ``table`` (``A``: flat perf recipes at
+    Megatron Bridge 067f987; ``B``: workload base configs at v0.5.1), ``model`` (HF id), ``gpu``
+    (catalog id), ``num_gpus``, ``precisions`` (moeplan names), ``training`` (seq_length,
+    micro_batch_size, global_batch_size in sequences), ``layout`` (LayoutSpec keys), ``extra``
+    (``file``: the Bridge source file; other knobs as strings), ``inherited``, ``row`` (the digest's
+    table row). Source: ``shared/reference/megatron_recipes.md`` §1.4–1.5 via
+    ``scripts/import_recipes.py``."""
     text = resources.files("moeplan.catalog").joinpath("data", "mbridge_perf_recipes.yaml").read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~20x faster
     return yaml.load(text, Loader=loader)["recipes"]  # noqa: S506 - a safe loader
@@ -55,9 +61,18 @@ def match_perf_recipe(
 ):
     """The recipe row a published run most likely used: same model, GPU and precision, and the same
     TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then the same GPU
-    count, then Table A (the newer recipes) first. When no row has the precision, the row of the precision it derives from
-    (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same way; the caller keeps only
-    its precision-neutral keys (:data:`PRECISION_KEYS`). Returns ``None`` when no row qualifies."""
+    count, then Table A (the newer recipes) first. When no row has the precision, the row of the
+    precision it derives from (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same
+    way; the caller keeps only its precision-neutral keys (:data:`PRECISION_KEYS`).
+
+    Args:
+        model_id: HF id (``deepseek-ai/DeepSeek-V3``); gpu_id: lower-case catalog id.
+        precision: moeplan precision name; layout: LayoutSpec keys (missing sizes count as 1).
+        micro_batch_size / num_gpus: tie-breaks (sequences; GPUs).
+
+    Returns:
+        the row mapping (:func:`perf_recipes`), or ``None`` when no row qualifies. Never raises.
+    """
 
     def norm_vpp(v):
         return None if v in (None, 1) else v

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moeplan.errors import InputError
+from moeplan.io.imports import import_config
 
 
 def read_text_file(path: Path, field: str = "log") -> str:
@@ -27,7 +28,6 @@ def read_text_file(path: Path, field: str = "log") -> str:
 def log_config(text: str) -> tuple[dict | None, list[str]]:
     """The scenario mapping read from a log's argument dump (and the import notes), or (None, [])
     when the log has no dump."""
-    from moeplan.io.imports import import_config
 
     try:
         return import_config(text, "megatron-log")

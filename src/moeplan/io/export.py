@@ -137,6 +137,8 @@ def _hydra_value(v: Any) -> str:
 
 
 def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
+    """``mbridge-overrides``: the header, then one Hydra ``section.key=value`` line per Bridge field of
+    :func:`bridge_sections` (keys a version lacks are left out and noted in ``notes``)."""
     lines = [header(s), f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}"]
     for sec, fields in bridge_sections(s, notes).items():
         for field, v in fields.items():
@@ -145,27 +147,28 @@ def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
 
 
 def to_yaml(s: Scenario, notes: list[str] | None = None) -> str:
+    """``mbridge-yaml``: the header, then :func:`bridge_sections` as a partial ConfigContainer."""
     body = bridge_sections(s, notes)
     return header(s) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 
 def matched_recipe(s: Scenario) -> str | None:
-    """``module:function`` of the Table A perf recipe the scenario's fills came from, if any."""
-    from moeplan.catalog.recipes import perf_recipes
-
-    for r in s.resolutions:
-        if r.reason.startswith("recipe fill: recipe ") and "(Table A" in r.reason:
-            rid = r.reason.split("recipe fill: recipe ", 1)[1].split(" ", 1)[0]
-            row = next((x for x in perf_recipes() if x["id"] == rid), None)
-            if row is None or "file" not in row.get("extra", {}):
-                return None
-            module = "megatron.bridge.perf_recipes." + row["extra"]["file"].removesuffix(".py").replace("/", ".")
-            section, suffix = rid.split("/", 1)
-            return f"{module}:{section}_pretrain_{suffix}_config"
-    return None
+    """``module:function`` of the Table A perf recipe whose row filled some of the scenario's keys
+    (from the scenario's recipe record, :attr:`Scenario.recipe`), e.g.
+    ``megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3:deepseek_v3_pretrain_256gpu_gb300_fp8mx_config``;
+    None without recipe fills, when no row key was filled, for a Table B row (a legacy workload config,
+    no recipe function) or a row without a source file. Source: the function naming of Megatron
+    Bridge @067f987 ``perf_recipes`` (``megatron_recipes.md`` §1.1)."""
+    rec = s.recipe
+    if rec is None or not rec.row_filled:
+        return None
+    return rec.row.function
 
 
 def to_python(s: Scenario, notes: list[str] | None = None) -> str:
+    """``mbridge-python``: a ``moeplan_config(cfg=None)`` function that builds the Table A recipe the
+    scenario's recipe fills came from (:func:`matched_recipe`; else takes ``cfg``) and sets every
+    field of :func:`bridge_sections` on it (dtypes as ``torch`` dtypes)."""
     recipe = matched_recipe(s)
     lines = [
         header(s),
@@ -289,7 +292,11 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
 
 def to_slurm(s: Scenario) -> str:
     """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
-    the environment the layout needs, and the Bridge overrides."""
+    the environment the layout needs, and the Bridge overrides.
+
+    Raises:
+        InputError: no GPU or no GPU count in the scenario.
+    """
     if s.gpu is None or not s.num_gpus:
         raise InputError("system", None, "system.gpu and system.num_gpus to write a Slurm script")
     gpn = s.gpus_per_node or 8

@@ -20,6 +20,7 @@ Verified against the paper's own figures in ``tests/test_memory_reference.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from moeplan.spec.model import ModelSpec
@@ -236,8 +237,6 @@ def mtp_activations(m: ModelSpec, c: ActContext, padded_vocab: int, fused_ce: bo
     kinds = list(m.attention_kinds or ("full",) * m.num_layers)
     proxy = m
     if kinds and kinds[-1] != "full":
-        import dataclasses
-
         proxy = dataclasses.replace(m, attention_kinds=tuple(kinds[:-1]) + ("full",))
     kept, _ = layer_activations(proxy, m.num_layers - 1, c, modules)
     for k, v in kept.items():

@@ -1,6 +1,6 @@
 """Compute time of one decoder layer for one microbatch on one GPU (forward + backward).
 
-Executed FLOPs per rank (not the model-FLOP convention of :mod:`moeplan.model.flops`): projections
+Executed FLOPs per rank (not the model-FLOP convention of :mod:`moeplan.spec.flops`): projections
 and MLPs split by TP, tokens split by CP, causal attention does half of the s² work (flash kernels skip
 the masked blocks), sliding-window layers are bounded by the window, routed experts process
 ``k·tokens·imbalance`` tokens. Time = FLOPs / achieved throughput, where the achieved throughput is

@@ -5,7 +5,7 @@ Per pipeline stage and microbatch: compute (dense GEMMs, grouped expert GEMMs, a
 wise memory traffic, kernel-launch overhead (reduced by CUDA graphs), recompute, exposed TP / CP / EP
 communication. The pipeline runs ``m`` microbatches on the slowest stage plus the bubble
 ``(p − 1)/v`` stage-times (Narayanan et al. 2021, interleaved schedule); then exposed data-parallel
-communication and the optimizer step. Model TFLOP/s uses :mod:`moeplan.model.flops` (Megatron
+communication and the optimizer step. Model TFLOP/s uses :mod:`moeplan.spec.flops` (Megatron
 Bridge's count); MFU divides it by the dense BF16 peak (say so in reports).
 """
 
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from moeplan.catalog.gpus import measured_gemm_fractions
 from moeplan.model.constants import TimeConstants, load_constants, release_of
-from moeplan.model.flops import model_flops
 from moeplan.model.time import notes
 from moeplan.model.time.context import StepContext, require_step_inputs, step_context
 from moeplan.model.time.data_parallel import data_parallel_time
@@ -23,6 +22,7 @@ from moeplan.model.time.optimizer import optimizer_step_s
 from moeplan.model.time.pipeline import pipeline_bubble_s, pipeline_comm_s
 from moeplan.model.time.stage import StageTime, stage_time
 from moeplan.model.validity import assess
+from moeplan.spec.flops import model_flops
 from moeplan.spec.placement import stage_params, stage_plan
 from moeplan.spec.scenario import Scenario
 

@@ -28,8 +28,9 @@ from moeplan.errors import MoeplanError
 from moeplan.model.constants import TimeConstants
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan.space import RECOMPUTE_KEYS, output_stage_layers, pipeline_split, recompute_ladder
+from moeplan.plan.space import RECOMPUTE_KEYS, recompute_ladder
 from moeplan.rules import validate
+from moeplan.spec.pipeline import output_stage_layers, pipeline_split
 from moeplan.spec.scenario import Scenario, load_scenario
 
 #: the kinds of change, in the order they are listed

@@ -19,6 +19,8 @@ from moeplan.model.constants import TimeConstants
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.changes import Change, Outcome, Rejection, apply_edits, combine, memory_changes, try_change
+from moeplan.plan.describe import describe
+from moeplan.plan.planner import plan
 from moeplan.plan.space import with_sections
 from moeplan.rules import validate
 from moeplan.rules.pipeline import uneven_split
@@ -104,7 +106,6 @@ def _singles_and_pairs(f: _Fit, s0: Scenario, fits_already: bool) -> None:
 
 def _replan(f: _Fit, headroom_gib: float | None) -> dict | None:
     """No small change is enough: the planner's best layout at the same size, model and batch."""
-    from moeplan.plan import describe, plan  # the planner package imports this module
 
     req = {k: v for k, v in f.data.items() if k != "layout"}
     req["training"] = {k: v for k, v in (f.data.get("training") or {}).items() if k != "micro_batch_size"}

@@ -10,6 +10,13 @@ from importlib import resources
 
 import yaml
 
+from moeplan.catalog.models import get_model
+from moeplan.errors import InputError
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.rules import validate
+from moeplan.spec.scenario import load_scenario
+
 
 @functools.lru_cache(maxsize=1)
 def skill_recipes() -> list[dict]:
@@ -43,8 +50,6 @@ def _published_scenario(r: dict) -> dict:
 
 def _evaluate(scn: dict) -> dict:
     """Rules, memory and (with a global batch size) throughput of one recipe scenario."""
-    from moeplan import estimate_memory, estimate_step, load_scenario, validate
-    from moeplan.errors import InputError
 
     out: dict = {}
     try:
@@ -95,7 +100,6 @@ def list_recipes(kind: str = "all", model: str | None = None) -> list[dict]:
     Raises:
         InputError: unknown model name.
     """
-    from moeplan import get_model
 
     want = get_model(model).name if model else None
     rows = []

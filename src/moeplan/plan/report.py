@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 
 from moeplan.errors import InputError
+from moeplan.io.write import write_atomically as _write_atomically
 from moeplan.units import GIB_BYTES
 
 _CATS = ("weights", "grads", "optimizer", "activations", "other")
@@ -149,7 +150,6 @@ variants).</p><p>{validity}</p><p>{family}</p>
 <h2>Caveats</h2><ul>{cav}</ul><h2>Why #1</h2><ul>{expl}</ul><h2>Baseline</h2><p>{base}</p><h2>Rejected</h2><ul>{rej}</ul>
 <h2>Plots</h2>{imgs}</body></html>
 """
-    from moeplan.io.write import write_atomically as _write_atomically
 
     try:
         _write_atomically(Path(path), doc, field="--report")

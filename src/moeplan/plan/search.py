@@ -7,6 +7,12 @@ ladder first (does anything fit?), then a binary search for the cheapest rung th
 requested headroom → the step-time model. The best ``refine`` layouts are then refined one knob family
 at a time (VPP, token dispatcher, CUDA graph scope, CP communication type), each variant re-checked
 by the rules and re-fitted. Ties break on the layout tuple, so results are identical across runs.
+
+Recipe defaults (``recipe_defaults: mbridge-perf``) are resolved once for the request
+(:func:`request_recipe`) and that record is applied to every candidate: no recipe row is matched
+per candidate, and no fill sets a key the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`),
+so the recompute rung and knob labels say what was estimated; a candidate's sizes and family (its
+label) are read from the scenario its estimates were computed for.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from moeplan.model.step import estimate_step
 from moeplan.plan.space import (
     FULL_ITERATION_MOE,
     OPTIMIZER_OFFLOAD_KEYS,
+    PLANNER_KEYS,
     RECOMPUTE_KEYS,
     Parallel,
     cp_comm_options,
@@ -30,16 +37,18 @@ from moeplan.plan.space import (
     ep_overlap_options,
     graph_options,
     offload_alternatives,
-    output_stage_layers,
     parallel_candidates,
-    pipeline_split,
     recompute_ladder,
     vpp_options,
     with_sections,
 )
 from moeplan.rules import validate
 from moeplan.spec.layout import PARALLEL_DIMS
-from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.spec.params import count_params
+from moeplan.spec.pipeline import output_stage_layers, pipeline_split
+from moeplan.spec.provenance import RecipeProvenance
+from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
+from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
 from moeplan.units import GIB_BYTES
 
 #: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
@@ -70,7 +79,7 @@ class Candidate:
     """One evaluated layout.
 
     Attributes:
-        parallel: the sizes.
+        parallel: the sizes and family, read from the resolved scenario (what was estimated).
         data: the full scenario mapping (what ``moeplan check``/``export`` take).
         scenario: resolved scenario.
         memory / throughput: :meth:`to_dict` of the memory and step-time estimates.
@@ -92,16 +101,21 @@ class Candidate:
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
+        """Predicted throughput, tokens per second per GPU."""
         return self.throughput["tokens_per_s_per_gpu"]
 
     @property
     def peak_gib(self) -> float:
+        """Predicted peak memory of the most loaded stage, GiB per GPU."""
         return self.memory["peak_bytes"] / GIB_BYTES
 
     def key(self) -> tuple:
+        """Sort key: fastest first, then the layout tuple (deterministic ties)."""
         return (-round(self.tokens_per_s_per_gpu, 6), self.parallel, self.recompute, tuple(sorted(self.knobs.items())))
 
     def summary(self) -> dict:
+        """JSON-ready mapping: label, layout and training as given to the estimate (null keys left
+        out), DP/EDP, microbatches, recompute rung, knobs, memory and throughput estimates."""
         s = self.scenario
         lay = {k: v for k, v in self.data["layout"].items() if v is not None}
         return {
@@ -127,10 +141,12 @@ class Rejections:
     examples: dict[str, str] = field(default_factory=dict)
 
     def add(self, reason: str, example: str) -> None:
+        """Count one rejected layout under ``reason``, keeping the first ``example``."""
         self.counts[reason] += 1
         self.examples.setdefault(reason, example)
 
     def to_list(self) -> list[dict]:
+        """``[{reason, count, example}]``, most frequent first."""
         return [
             {"reason": r, "count": n, "example": self.examples[r]}
             for r, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -139,6 +155,18 @@ class Rejections:
 
 @dataclass
 class SearchResult:
+    """Outcome of :func:`search`.
+
+    Attributes:
+        candidates: every fitting layout (refined variants included), best first.
+        rejected: the tally of rejected layouts by reason.
+        evaluated: layouts evaluated (phase one and refinement).
+        assumptions: what the search assumed for the request (e.g. a default global batch size).
+        request: the request as searched (model, GPU, sizes, batch, precision, held keys).
+        ladder: the recompute rungs' names.
+        recipe: the request's recipe fills applied to every candidate (None: ``recipe_defaults: none``).
+    """
+
     candidates: list[Candidate]
     rejected: Rejections
     evaluated: int
@@ -150,13 +178,19 @@ class SearchResult:
     considered: int = 0
     fitting_phase1: int = 0
     refined_variants: int = 0
+    #: the request's recipe fills, applied to every candidate (None: ``recipe_defaults: none``)
+    recipe: RecipeProvenance | None = None
 
 
 class _Evaluator:
     """Holds the request and evaluates layouts (rules → memory ladder → time)."""
 
-    def __init__(self, base: dict, capacity_margin_bytes: int | None, constants=None):
+    def __init__(
+        self, base: dict, capacity_margin_bytes: int | None, constants=None, recipe: RecipeProvenance | None = None
+    ):
         self.base = base
+        #: the request's recipe fills, the same for every candidate (:func:`request_recipe`)
+        self.recipe = recipe
         self.constants = constants
         self.margin = capacity_margin_bytes
         self.evaluated = 0
@@ -164,9 +198,11 @@ class _Evaluator:
         self.alternatives: list[tuple[str, dict]] = []
 
     def scenario(self, data: dict) -> Scenario:
-        return load_scenario(data)
+        """A candidate mapping resolved with the request's recipe fills (no row matched for it)."""
+        return load_scenario(data, recipe=self.recipe)
 
     def fits(self, s: Scenario) -> tuple[bool, dict]:
+        """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""
         mem = estimate_memory(s)
         cap = mem.capacity_bytes or 0
         margin = self.margin if self.margin is not None else int(cap * DEFAULT_HEADROOM_FRACTION)
@@ -263,10 +299,12 @@ class _Evaluator:
                     top = (tps, (alt_label, d2, s2, mem2, seen))
         return top[1]
 
-    def timed(self, found, parallel: Parallel, knobs: dict[str, str]) -> Candidate:
+    def timed(self, found, knobs: dict[str, str]) -> Candidate:
+        """A candidate from what :meth:`evaluate` found, timed; its sizes and family (its label) are
+        read from the same resolved scenario the memory and time estimates were computed for."""
         rung_label, d, s, mem, seen = found
         th = estimate_step(s, self.constants)
-        c = Candidate(parallel, d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
+        c = Candidate(Parallel.of(s), d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
         c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
         c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
         return c
@@ -282,11 +320,41 @@ def _copy(x):
     return x
 
 
-def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
-    """Complete the request: GBS from tokens_per_step or the default; check what the search needs."""
+def request_recipe(data: dict) -> RecipeProvenance | None:
+    """The recipe fills of a planner request, resolved once and applied to every candidate.
+
+    The row of the packaged Megatron Bridge perf recipes (Table A @067f987, Table B @v0.5.1) is matched
+    only when the request states the sizes a row is matched on (TP, PP, CP and, for MoE, EP): the
+    row of the user's layout; with any of them free the planner chooses the layout and no row
+    applies. The helpers' fills (``_benchmark_common``, ``_perf_precision``, ``run_script.py``, the
+    model family's) follow. Keys the planner decides (:data:`~moeplan.plan.space.PLANNER_KEYS`:
+    sizes, FSDP and sharding, pipeline split, recompute and optimizer offload, dispatcher, graphs, CP
+    exchange, EP overlap) are dropped: a candidate gets them from the planner or, when stated, from
+    the request.
+
+    Returns:
+        None for ``recipe_defaults: none``.
+
+    Raises:
+        InputError: a malformed request or an unknown model (as :func:`load_scenario`).
+    """
+    inp = scenario_from_dict(data)
+    if inp.recipe_defaults == "none":
+        return None
+    model = resolve_model(inp)
+    stated = inp.layout.model_fields_set
+    moe = model is not None and model.is_moe
+    own_layout = all(k in stated or (k == "expert_model_parallel_size" and not moe) for k in CORE_SIZES)
+    return recipe_for_input(inp, model, match_row=own_layout).without(PLANNER_KEYS)
+
+
+def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
+    """Complete the request: GBS from tokens_per_step or the default; check what the search needs;
+    resolve its recipe fills once (:func:`request_recipe`)."""
     data = copy.deepcopy(base)
     assumptions: list[str] = []
-    s0 = load_scenario(data)
+    recipe = request_recipe(data)
+    s0 = load_scenario(data, recipe=recipe)
     for name, v in (
         ("model", s0.model),
         ("system.gpu", s0.gpu),
@@ -302,7 +370,7 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str]]:
             f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
             "--tokens-per-step)"
         )
-    return data, load_scenario(data), assumptions
+    return data, load_scenario(data, recipe=recipe), assumptions, recipe
 
 
 def _companions(fixed: dict, m, gpu) -> tuple[dict, str]:
@@ -352,6 +420,312 @@ def _apply(data: dict, keys: dict, base_layout: dict) -> dict:
     return d
 
 
+@dataclass
+class _Setup:
+    """What the search of one request works from (built once by :func:`_setup`).
+
+    Attributes:
+        data: the completed request mapping every candidate is built from.
+        s0: the request resolved (model, GPU, sizes, training).
+        fixed_layout: every layout key the request holds (with the companions it needs).
+        fixed_sizes: the parallel sizes among them.
+        margin: headroom in bytes (None: :data:`DEFAULT_HEADROOM_FRACTION` of the capacity).
+        mbss: micro-batch sizes searched.
+        families: ``3d`` and/or ``fsdp``.
+    """
+
+    data: dict
+    s0: Scenario
+    assumptions: list[str]
+    fixed_layout: dict
+    fixed_sizes: dict
+    margin: int | None
+    ev: _Evaluator
+    rej: Rejections
+    ladder: list[tuple[str, dict]]
+    mbss: list[int]
+    families: tuple[str, ...]
+
+    @property
+    def world(self) -> int:
+        """The GPU count of the request."""
+        return self.s0.num_gpus
+
+
+def _check_request(base: dict, s0: Scenario, headroom_gib: float | None) -> None:
+    """Refuse what no layout can change: a precision the GPU does not run, headroom beyond the GPU's
+    memory, a micro-batch larger than the global batch.
+
+    Raises:
+        InputError: naming ``training.precision``, ``--headroom-gib`` or ``training.micro_batch_size``.
+    """
+    gpu = s0.gpu
+    for f in validate(s0).errors:
+        if f.rule_id == "precision.recipe_vs_gpu":  # no layout can change it: the request is wrong
+            raise InputError("training.precision", s0.training.precision, f"a precision {gpu.id} runs ({f.fix})")
+    if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
+        raise InputError(
+            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
+        )
+    mbs_given = (base.get("training") or {}).get("micro_batch_size")
+    if isinstance(mbs_given, int) and mbs_given > s0.training.global_batch_size:
+        raise InputError(
+            "training.micro_batch_size", mbs_given, f"at most the global batch size ({s0.training.global_batch_size})"
+        )
+
+
+def _families(fixed_layout: dict, m) -> tuple[str, ...]:
+    """Layout families searched: the one held (``use_megatron_fsdp``), else 3D, and for VLMs both
+    Megatron-FSDP and 3D parallel, as the guidance contrasts them."""
+    fam_fixed = fixed_layout.get("use_megatron_fsdp")
+    if fam_fixed is True:
+        return ("fsdp",)
+    if fam_fixed is False or m.vision is None:
+        return ("3d",)
+    return ("3d", "fsdp")
+
+
+def _mbs_options(base: dict, s0: Scenario) -> list[int]:
+    """Micro-batch sizes searched: the one given, else 1–4 up to 8K tokens, 1–2 up to 32K, else 1
+    (larger microbatches only where a sequence leaves room)."""
+    if "micro_batch_size" in (base.get("training") or {}):
+        return [s0.training.micro_batch_size]
+    seq = s0.training.seq_length
+    return [1, 2, 4] if seq <= 8192 else ([1, 2] if seq <= 32768 else [1])
+
+
+def _setup(base: dict, headroom_gib: float | None, constants) -> _Setup:
+    """Complete and check the request, hold its layout keys (with their companions), build the
+    evaluator, the recompute ladder and the micro-batch and family options.
+
+    Raises:
+        InputError: incomplete or malformed request (field named).
+    """
+    data, s0, assumptions, recipe = _request(base)
+    _check_request(base, s0, headroom_gib)
+    m, gpu = s0.model, s0.gpu
+    fixed_layout = dict(base.get("layout") or {})
+    added, why = _companions(fixed_layout, m, gpu)
+    if added:
+        fixed_layout.update(added)
+        data.setdefault("layout", {}).update(added)
+        assumptions.append(why)
+    fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS.values() and isinstance(v, int)}
+    margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
+    ev = _Evaluator(data, margin, constants, recipe)
+    ladder = _ladder(m, fixed_layout)
+    if not any(k in fixed_layout for k in RECOMPUTE_KEYS + OPTIMIZER_OFFLOAD_KEYS):
+        ev.alternatives = offload_alternatives(m)
+    return _Setup(
+        data,
+        s0,
+        assumptions,
+        fixed_layout,
+        fixed_sizes,
+        margin,
+        ev,
+        Rejections(),
+        ladder,
+        _mbs_options(base, s0),
+        _families(fixed_layout, m),
+    )
+
+
+def _combos(st: _Setup, min_dp: int) -> list[Parallel]:
+    """Every parallel layout of the request's families that folds into the world.
+
+    Raises:
+        InputError: none folds (the held sizes, ``--min-dp`` or the GPU count named).
+    """
+    m, gpu, world = st.s0.model, st.s0.gpu, st.world
+    combos = list(parallel_candidates(m, gpu, world, st.s0.training.seq_length, st.fixed_sizes, min_dp, st.families))
+    if combos:
+        return combos
+    if st.fixed_sizes:
+        held = ", ".join(f"{k}={v}" for k, v in st.fixed_sizes.items())
+        raise InputError(
+            "layout",
+            held,
+            f"sizes that fold into {world} GPUs: TP·CP·PP and EP·ETP·PP must divide the world with DP ≥ "
+            f"{min_dp}, TP ≤ 8 within the NVLink domain, EP dividing the {m.num_moe_experts or 0} experts, "
+            f"PP ≤ {min(32, m.num_layers)}",
+        )
+    if min_dp > world:
+        raise InputError("--min-dp", min_dp, f"at most the GPU count ({world})")
+    raise InputError(
+        "system.num_gpus",
+        world,
+        f"a world size that TP·CP·PP and EP·ETP·PP can divide with DP ≥ {min_dp}",
+    )
+
+
+@dataclass
+class _PhaseOne:
+    """Phase one's running state: the layouts found, the best throughput so far (the bound), the
+    layouts considered, and what every candidate of a layout starts from."""
+
+    defaults: dict
+    default_cp: dict
+    dense_params: float
+    expert_params: float
+    cap: float
+    tail: float
+    found: list[Candidate] = field(default_factory=list)
+    best_tps: float = 0.0
+    considered: int = 0
+
+
+def _phase_one_state(st: _Setup) -> _PhaseOne:
+    """Defaults of phase one: the all-to-all dispatcher for MoE (unless held), the a2a CP exchange for
+    models with attention sinks or sliding windows (rule sequence.cp_attention_support: they run
+    context parallelism only with it), the parameter counts for the weights floor, the capacity."""
+
+    m, gpu, fixed_layout = st.s0.model, st.s0.gpu, st.fixed_layout
+    default_disp = {}
+    if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
+        default_disp = {"moe_token_dispatcher_type": "alltoall"}
+    a2a_only = bool(m.attention_sinks) or "sliding" in set(m.attention_kinds or ())
+    default_cp = {"cp_comm_type": "a2a"} if a2a_only and "cp_comm_type" not in fixed_layout else {}
+    counts = count_params(m)
+    expert_params = counts.by_kind.get("routed_experts", 0)
+    dense_params = counts.total_with(mtp=True, vision=True) - expert_params
+    margin = st.margin
+    cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
+    tail = output_stage_layers(m, st.s0.training.seq_length, 1, st.s0.mtp_num_layers)
+    return _PhaseOne(default_disp, default_cp, dense_params, expert_params, cap, tail)
+
+
+def _phase_one_layout(st: _Setup, ph: _PhaseOne, p: Parallel) -> None:
+    """Evaluate one parallel layout at every micro-batch size: its pipeline split, the weights floor
+    (bf16 weights + grads of a balanced stage must fit), GBS divisibility, then the ladder and the
+    time model; what fits joins ``ph.found``."""
+    fixed_layout, rej, world = st.fixed_layout, st.rej, st.world
+    if p.vpp == 1 and "virtual_pipeline_model_parallel_size" in fixed_layout:
+        p = Parallel(p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1, p.fsdp)
+    ph.considered += len(st.mbss)
+    split = (
+        pipeline_split(st.s0.model.num_layers, p.pp, p.vpp, st.s0.mtp_num_layers, ph.tail)
+        if "pipeline_model_parallel_layout" not in fixed_layout
+        else {}
+    )
+    if split is None:
+        for _ in st.mbss:
+            rej.add("pipeline.too_few_layers", p.label())
+        return
+    dp = p.dp(world)
+    # lower bound before any model evaluation: bf16 weights + bf16 grads of a perfectly balanced
+    # stage (optimizer fully offloaded, activations zero) must fit
+    floor = 4.0 * (ph.dense_params / (p.tp * p.pp) + ph.expert_params / (p.ep * p.etp * p.pp))
+    if floor > ph.cap and not p.fsdp:
+        for _ in st.mbss:
+            rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
+        return
+    gbs = st.s0.training.global_batch_size
+    for mbs in st.mbss:
+        if gbs % (mbs * dp):
+            rej.add("gbs-divisibility", f"{p.label()}: GBS {gbs} % (MBS {mbs} · DP {dp}) ≠ 0")
+            continue
+        d = _copy(st.data)
+        d["training"]["micro_batch_size"] = mbs
+        cp_keys = ph.default_cp if p.cp > 1 else {}
+        d["layout"] = {**p.keys(), **split, **ph.defaults, **cp_keys, **fixed_layout}
+        got = st.ev.evaluate(d, st.ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * ph.best_tps)
+        if got is None:
+            continue
+        ph.found.append(st.ev.timed(got, _knob_labels(got[2])))
+        ph.best_tps = max(ph.best_tps, ph.found[-1].tokens_per_s_per_gpu)
+
+
+def _phase_one(st: _Setup, combos: list[Parallel], progress) -> _PhaseOne:
+    """Every parallel layout once, with the default knobs: a spread-out sample first, so the bound
+    is tight early (the order changes nothing but which dominated layouts get tallied); ETP > 1 only
+    when no ETP = 1 layout fits (the guidance: expert tensor parallelism is a last resort) unless ETP
+    is held. Returns the state with the fitting layouts (unsorted)."""
+    ph = _phase_one_state(st)
+    stride = 7
+    combos = combos[::stride] + [c for i, c in enumerate(combos) if i % stride]
+    deferred: list[Parallel] = []
+    if "expert_tensor_parallel_size" not in st.fixed_layout:
+        deferred = [p for p in combos if p.etp > 1]
+        combos = [p for p in combos if p.etp == 1]
+    todo = list(combos)
+    i = -1
+    while todo:
+        i += 1
+        p = todo.pop(0)
+        if not todo and deferred and not ph.found:
+            todo, deferred = deferred, []
+        if progress:
+            progress(i, len(combos))
+        _phase_one_layout(st, ph, p)
+    for p in deferred:
+        ph.considered += 1
+        st.rej.add("etp-not-needed", f"{p.label()}: EP alone places the experts (ETP 1 fits)")
+    if progress:
+        progress(len(combos), len(combos))
+    return ph
+
+
+def _refine_phase(st: _Setup, found: list[Candidate], refine: int) -> tuple[list[Candidate], int]:
+    """Refine the ``refine`` best layouts over every knob family, and the best layout of every other
+    CP size over the CP exchange only (what decides a CP size, so that "best of each CP" compares
+    each CP at its best, not at the p2p default). Returns (every candidate, deduplicated and sorted;
+    the number of variants refinement evaluated)."""
+    ev, ladder, fixed_layout, rej = st.ev, st.ladder, st.fixed_layout, st.rej
+    before = ev.evaluated
+    to_refine = list(found[:refine])
+    extra = []
+    for c in found[refine:]:
+        if all(x.parallel.cp != c.parallel.cp for x in to_refine + extra):
+            extra.append(c)
+    refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in to_refine]
+    refined += [_refine(c, ev, ladder, fixed_layout, rej, only=("cp_comm",)) for c in extra]
+    everything = {(_sig(c)): c for c in refined + found}
+    return sorted(everything.values(), key=Candidate.key), ev.evaluated - before
+
+
+def _simplest_leads(out: list[Candidate]) -> str | None:
+    """Within :data:`TIE_FRACTION` of the fastest the model cannot tell layouts apart (its error is
+    larger): the simplest such layout (least CP, then PP, TP, VPP, ETP) is moved to the front of
+    ``out`` (in place). Returns the note saying so, None when the fastest is already the simplest."""
+    if not out:
+        return None
+    top_tps = out[0].tokens_per_s_per_gpu
+    pool = [c for c in out if c.tokens_per_s_per_gpu >= (1 - TIE_FRACTION) * top_tps]
+    lead = min(
+        pool,
+        key=lambda c: (c.parallel.cp, c.parallel.pp, c.parallel.tp, c.parallel.vpp, c.parallel.etp, out.index(c)),
+    )
+    if lead is out[0]:
+        return None
+    note = (
+        f"{lead.parallel.label()} leads although {out[0].parallel.label()} is predicted "
+        f"{100 * (top_tps / lead.tokens_per_s_per_gpu - 1):.1f} % faster: within {100 * TIE_FRACTION:.0f} % "
+        "(below the model's resolution) the simpler layout wins (least CP, then PP, TP, VPP, ETP)"
+    )
+    out.remove(lead)
+    out.insert(0, lead)
+    return note
+
+
+def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | None) -> dict:
+    """The ``request`` block of the result (what was searched)."""
+    s0 = st.s0
+    return {
+        "model": s0.model.name,
+        "gpu": s0.gpu.id,
+        "num_gpus": st.world,
+        "seq_length": s0.training.seq_length,
+        "global_batch_size": s0.training.global_batch_size,
+        "precision": s0.training.precision,
+        "fixed": st.fixed_layout,
+        "min_dp": min_dp,
+        "headroom_gib": headroom_gib,
+        "families": list(st.families),
+        "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
+    }
+
+
 def search(
     base: dict,
     *,
@@ -379,207 +753,24 @@ def search(
         InputError: incomplete or malformed request (field named).
     """
     base = with_sections(base)
-    data, s0, assumptions = _request(base)
-    m, gpu, world = s0.model, s0.gpu, s0.num_gpus
-    for f in validate(s0).errors:
-        if f.rule_id == "precision.recipe_vs_gpu":  # no layout can change it: the request is wrong
-            raise InputError("training.precision", s0.training.precision, f"a precision {gpu.id} runs ({f.fix})")
-    if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
-        raise InputError(
-            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
-        )
-    mbs_given = (base.get("training") or {}).get("micro_batch_size")
-    if isinstance(mbs_given, int) and mbs_given > s0.training.global_batch_size:
-        raise InputError(
-            "training.micro_batch_size", mbs_given, f"at most the global batch size ({s0.training.global_batch_size})"
-        )
-    seq = s0.training.seq_length
-    gbs = s0.training.global_batch_size
-    fixed_layout = dict(base.get("layout") or {})
-    added, why = _companions(fixed_layout, m, gpu)
-    if added:
-        fixed_layout.update(added)
-        data.setdefault("layout", {}).update(added)
-        assumptions.append(why)
-    fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS.values() and isinstance(v, int)}
-    margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
-    ev = _Evaluator(data, margin, constants)
-    rej = Rejections()
-    ladder = _ladder(m, fixed_layout)
-    if not any(k in fixed_layout for k in RECOMPUTE_KEYS + OPTIMIZER_OFFLOAD_KEYS):
-        ev.alternatives = offload_alternatives(m)
-    if "micro_batch_size" in (base.get("training") or {}):
-        mbss = [s0.training.micro_batch_size]
-    else:
-        # larger microbatches only where a sequence leaves room: 1–4 up to 8K tokens, 1–2 up to 32K
-        mbss = [1, 2, 4] if seq <= 8192 else ([1, 2] if seq <= 32768 else [1])
-    mtp = s0.mtp_num_layers
-    layers = m.num_layers
-    tail = output_stage_layers(m, seq, 1, mtp)
-    fam_fixed = fixed_layout.get("use_megatron_fsdp")
-    if fam_fixed is True:
-        families: tuple[str, ...] = ("fsdp",)
-    elif fam_fixed is False or m.vision is None:
-        families = ("3d",)
-    else:
-        families = ("3d", "fsdp")  # VLMs: Megatron-FSDP and 3D parallel, as the guidance contrasts them
-    combos = list(parallel_candidates(m, gpu, world, seq, fixed_sizes, min_dp, families))
-    if not combos:
-        if fixed_sizes:
-            held = ", ".join(f"{k}={v}" for k, v in fixed_sizes.items())
-            raise InputError(
-                "layout",
-                held,
-                f"sizes that fold into {world} GPUs: TP·CP·PP and EP·ETP·PP must divide the world with DP ≥ "
-                f"{min_dp}, TP ≤ 8 within the NVLink domain, EP dividing the {m.num_moe_experts or 0} experts, "
-                f"PP ≤ {min(32, m.num_layers)}",
-            )
-        if min_dp > world:
-            raise InputError("--min-dp", min_dp, f"at most the GPU count ({world})")
-        raise InputError(
-            "system.num_gpus",
-            world,
-            f"a world size that TP·CP·PP and EP·ETP·PP can divide with DP ≥ {min_dp}",
-        )
-    default_disp = {}
-    if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
-        default_disp = {"moe_token_dispatcher_type": "alltoall"}
-    # attention sinks and sliding windows run context parallelism only with the all-to-all exchange
-    # (rule sequence.cp_attention_support): start such models there, not at the p2p default
-    a2a_only = bool(m.attention_sinks) or "sliding" in set(m.attention_kinds or ())
-    default_cp = {"cp_comm_type": "a2a"} if a2a_only and "cp_comm_type" not in fixed_layout else {}
-    from moeplan.spec.params import count_params
-
-    counts = count_params(m)
-    expert_params = counts.by_kind.get("routed_experts", 0)
-    dense_params = counts.total_with(mtp=True, vision=True) - expert_params
-    cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
-    found: list[Candidate] = []
-    best_tps = 0.0
-    considered = 0
-    # a spread-out sample first, so the bound is tight early (the order does not change the result
-    # beyond which dominated layouts get tallied)
-    stride = 7
-    combos = combos[::stride] + [c for i, c in enumerate(combos) if i % stride]
-    # ETP > 1 only when EP alone cannot fit the experts (the guidance: expert tensor parallelism is a
-    # last resort); unless ETP is held fixed
-    deferred: list[Parallel] = []
-    if "expert_tensor_parallel_size" not in fixed_layout:
-        deferred = [p for p in combos if p.etp > 1]
-        combos = [p for p in combos if p.etp == 1]
-    todo = list(combos)
-    i = -1
-    while todo:
-        i += 1
-        p = todo.pop(0)
-        if not todo and deferred and not found:
-            todo, deferred = deferred, []
-        if progress:
-            progress(i, len(combos))
-        if p.vpp == 1 and "virtual_pipeline_model_parallel_size" in fixed_layout:
-            p = Parallel(
-                p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1, p.fsdp
-            )
-        considered += len(mbss)
-        split = (
-            pipeline_split(layers, p.pp, p.vpp, mtp, tail)
-            if "pipeline_model_parallel_layout" not in fixed_layout
-            else {}
-        )
-        if split is None:
-            for _ in mbss:
-                rej.add("pipeline.too_few_layers", p.label())
-            continue
-        dp = p.dp(world)
-        # lower bound before any model evaluation: bf16 weights + bf16 grads of a perfectly balanced
-        # stage (optimizer fully offloaded, activations zero) must fit
-        floor = 4.0 * (dense_params / (p.tp * p.pp) + expert_params / (p.ep * p.etp * p.pp))
-        if floor > cap and not p.fsdp:
-            for _ in mbss:
-                rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
-            continue
-        for mbs in mbss:
-            if gbs % (mbs * dp):
-                rej.add("gbs-divisibility", f"{p.label()}: GBS {gbs} % (MBS {mbs} · DP {dp}) ≠ 0")
-                continue
-            d = _copy(data)
-            d["training"]["micro_batch_size"] = mbs
-            d["layout"] = {**p.keys(), **split, **default_disp, **(default_cp if p.cp > 1 else {}), **fixed_layout}
-            got = ev.evaluate(d, ladder, rej, f"{p.label()} MBS{mbs}", DOMINATED_FRACTION * best_tps)
-            if got is None:
-                continue
-            found.append(
-                ev.timed(
-                    got,
-                    p,
-                    _knob_labels(got[2]),
-                )
-            )
-            best_tps = max(best_tps, found[-1].tokens_per_s_per_gpu)
-    if deferred:
-        for p in deferred:
-            considered += 1
-            rej.add("etp-not-needed", f"{p.label()}: EP alone places the experts (ETP 1 fits)")
-    if progress:
-        progress(len(combos), len(combos))
-    found.sort(key=Candidate.key)
-    fitting_phase1 = len(found)
-    before_refine = ev.evaluated
-    # the best layout of every CP size is refined too (its CP exchange type above all), so that "best
-    # of each CP" compares each CP at its best, not at the p2p default
-    to_refine = list(found[:refine])
-    extra = []
-    for c in found[refine:]:
-        if all(x.parallel.cp != c.parallel.cp for x in to_refine + extra):
-            extra.append(c)  # refined over the CP exchange only (what decides a CP size), to stay fast
-    refined = [_refine(c, ev, ladder, fixed_layout, rej) for c in to_refine]
-    refined += [_refine(c, ev, ladder, fixed_layout, rej, only=("cp_comm",)) for c in extra]
-    refined_variants = ev.evaluated - before_refine
-    everything = {(_sig(c)): c for c in refined + found}
-    out = sorted(everything.values(), key=Candidate.key)
-    tie_note = None
-    if out:
-        # within TIE_FRACTION of the fastest the model cannot tell layouts apart (its error is larger):
-        # the simplest such layout leads — least CP, then PP, TP, VPP, ETP
-        top_tps = out[0].tokens_per_s_per_gpu
-        pool = [c for c in out if c.tokens_per_s_per_gpu >= (1 - TIE_FRACTION) * top_tps]
-        lead = min(
-            pool,
-            key=lambda c: (c.parallel.cp, c.parallel.pp, c.parallel.tp, c.parallel.vpp, c.parallel.etp, out.index(c)),
-        )
-        if lead is not out[0]:
-            tie_note = (
-                f"{lead.parallel.label()} leads although {out[0].parallel.label()} is predicted "
-                f"{100 * (top_tps / lead.tokens_per_s_per_gpu - 1):.1f} % faster: within {100 * TIE_FRACTION:.0f} % "
-                "(below the model's resolution) the simpler layout wins (least CP, then PP, TP, VPP, ETP)"
-            )
-            out.remove(lead)
-            out.insert(0, lead)
-    req = {
-        "model": m.name,
-        "gpu": gpu.id,
-        "num_gpus": world,
-        "seq_length": seq,
-        "global_batch_size": gbs,
-        "precision": s0.training.precision,
-        "fixed": fixed_layout,
-        "min_dp": min_dp,
-        "headroom_gib": headroom_gib,
-        "families": list(families),
-        "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
-    }
+    st = _setup(base, headroom_gib, constants)
+    ph = _phase_one(st, _combos(st, min_dp), progress)
+    ph.found.sort(key=Candidate.key)
+    out, refined_variants = _refine_phase(st, ph.found, refine)
+    tie_note = _simplest_leads(out)
     return SearchResult(
         out,
-        rej,
-        ev.evaluated,
-        assumptions,
-        req,
-        [n for n, _ in ladder],
-        ev,
+        st.rej,
+        st.ev.evaluated,
+        st.assumptions,
+        _request_summary(st, base, min_dp, headroom_gib),
+        [n for n, _ in st.ladder],
+        st.ev,
         tie_note,
-        considered,
-        fitting_phase1,
+        ph.considered,
+        len(ph.found),
         refined_variants,
+        st.ev.recipe,
     )
 
 
@@ -699,15 +890,12 @@ def _refine(
                 reasons = sorted(sub.counts)
                 start.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
                 continue
-            par = start.parallel
-            if fam == "vpp":
-                par = Parallel(par.tp, par.pp, par.cp, par.ep, par.etp, int(name[3:]), par.fsdp)
             knobs = dict(start.knobs)
             if fam != "vpp":
                 knobs[fam] = name
             if fam == "graphs" and "moe_flex_dispatcher_backend" in keys and "dispatcher" in knobs:
                 knobs["dispatcher"] = keys["moe_flex_dispatcher_backend"]  # the graph bundle sets it
-            cand = ev.timed(got, par, knobs)
+            cand = ev.timed(got, knobs)
             cand.tried = dict(start.tried)
             tried[name] = cand.tokens_per_s_per_gpu
             variants.append(cand)

@@ -12,15 +12,64 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeplan.model.compute import arch_family
+from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
+
+if TYPE_CHECKING:
+    from moeplan.spec.scenario import Scenario
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: the layout keys a recompute-ladder rung sets
 RECOMPUTE_KEYS = ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers")
 OPTIMIZER_OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
+#: layout-defining keys: the parallel sizes, the layout family (3D or Megatron-FSDP, with its sharding)
+#: and the pipeline split. The planner chooses them for every candidate (or holds what the request
+#: states), so a recipe fill (``recipe_defaults: mbridge-perf``) never sets them in a candidate: a
+#: 64-GPU Megatron-FSDP recipe row must not turn a 3D candidate of the same sizes into FSDP
+#: (docs/decisions.md, "Planner").
+LAYOUT_KEYS = frozenset(
+    {
+        *PARALLEL_DIMS.values(),
+        "sequence_parallel",
+        "use_megatron_fsdp",
+        "use_torch_fsdp2",
+        "data_parallel_sharding_strategy",
+        "outer_dp_sharding_strategy",
+        "num_distributed_optimizer_instances",
+        "pipeline_model_parallel_layout",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage",
+    }
+)
+#: the knobs the planner searches per candidate: the recompute / optimizer offload rung, the token
+#: dispatcher, the CUDA graphs (with the full-iteration graph's static-budget expert path), the CP
+#: exchange and the EP overlap; each candidate's ``recompute`` and ``knobs`` labels name them
+KNOB_KEYS = frozenset(
+    {
+        *RECOMPUTE_KEYS,
+        *OPTIMIZER_OFFLOAD_KEYS,
+        "moe_token_dispatcher_type",
+        "moe_flex_dispatcher_backend",
+        "cuda_graph_impl",
+        "cuda_graph_scope",
+        "cuda_graph_modules",
+        "moe_expert_rank_capacity_factor",
+        "moe_paged_stash",
+        "use_transformer_engine_op_fuser",
+        "cp_comm_type",
+        "overlap_moe_expert_parallel_comm",
+    }
+)
+#: every key the planner decides per candidate: a recipe fill never sets one in a candidate (the
+#: candidate's labels would no longer say what was estimated: a ``recompute none`` rung estimated
+#: with ``_deepseek_v3_common``'s selective recompute, a 3D label estimated as FSDP)
+PLANNER_KEYS = LAYOUT_KEYS | KNOB_KEYS
 
 
 def with_sections(data: dict) -> dict:
@@ -53,10 +102,17 @@ class Parallel:
     vpp: int = 1
     fsdp: bool = False
 
+    @classmethod
+    def of(cls, s: Scenario) -> Parallel:
+        """The sizes and family a resolved scenario runs (what its estimates were computed for)."""
+        return cls(s.tp, s.pp, s.cp, s.ep, s.etp, s.vpp, bool(s.layout.use_megatron_fsdp))
+
     def dp(self, world: int) -> int:
+        """Data-parallel size at ``world`` GPUs: W / (TP·PP·CP)."""
         return world // (self.tp * self.pp * self.cp)
 
     def edp(self, world: int) -> int:
+        """Expert data-parallel size at ``world`` GPUs: W / (EP·ETP·PP)."""
         return world // (self.ep * self.etp * self.pp)
 
     def keys(self) -> dict:
@@ -77,98 +133,10 @@ class Parallel:
         return d
 
     def label(self) -> str:
+        """``[FSDP ]TP<t> PP<p>[ VPP<v>] CP<c> EP<e> ETP<x>``."""
         v = f" VPP{self.vpp}" if self.vpp > 1 else ""
         f = "FSDP " if self.fsdp else ""
         return f"{f}TP{self.tp} PP{self.pp}{v} CP{self.cp} EP{self.ep} ETP{self.etp}"
-
-
-def output_stage_layers(m, seq_length: int, tp: int, mtp_layers: int) -> float:
-    """The last stage's work beyond its decoder layers, in average decoder layers: the output layer
-    (logits) and each MTP block (a decoder layer, its 2h→h projection and its own logits), from
-    Megatron's FLOP count (:func:`moeplan.model.flops.model_flops`). DeepSeek-V3 with one MTP block:
-    3.9 (logits 1.4, MTP block 2.5); 0 for a partial model without the dimensions to count."""
-    from moeplan.model.flops import model_flops
-
-    key = (id(m), seq_length, tp, mtp_layers)
-    hit = _TAIL_CACHE.get(key)
-    if hit is not None and hit[0] is m:
-        return hit[1]
-    try:
-        base = model_flops(m, seq_length, tp, 0).parts
-        decoder = sum(v for k, v in base.items() if k != "logits")
-        avg = decoder / max(1, m.num_layers)
-        extra = model_flops(m, seq_length, tp, mtp_layers).total - decoder
-    except (TypeError, ValueError, ZeroDivisionError):  # a partial model: no FLOP count to weigh with
-        avg = extra = 0.0
-    out = extra / avg if avg > 0 else 0.0
-    if len(_TAIL_CACHE) > 1000:
-        _TAIL_CACHE.clear()
-    _TAIL_CACHE[key] = (m, out)
-    return out
-
-
-_TAIL_CACHE: dict[tuple, tuple] = {}
-
-
-def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail_layers: float = 0.0) -> dict | None:
-    """Keys that make ``num_layers`` decoder layers split over ``pp × vpp`` virtual stages.
-
-    Even split when it divides; else counting the embedding and/or the loss as a layer
-    (``account_for_*_in_pipeline_split``, as Megatron Bridge's DeepSeek recipes do); else an explicit
-    ``pipeline_model_parallel_layout``. Its stages are balanced with the last one's output layer and
-    MTP blocks weighing ``tail_layers`` decoder layers (:func:`output_stage_layers`; the embedding
-    lookup weighs nothing): the fewest layers per stage such that all fit, extra layers on the middle
-    stages. DeepSeek-V3 (61 layers, one MTP block) on PP 16 gives ``Et*4|(t*4|)*14tmL``, the layout
-    Megatron Bridge's recipe sets. None when a virtual stage would be empty of decoder layers and
-    holds nothing else.
-
-    Returns:
-        a mapping of Megatron layout keys ({} for the even split).
-    """
-    n = pp * vpp
-    if pp == 1 and vpp == 1:
-        return {}
-    if num_layers < n:
-        return None
-    if num_layers % n == 0:
-        return {}
-    if (num_layers + 1) % n == 0:
-        return {"account_for_embedding_in_pipeline_split": True}
-    if (num_layers + 2) % n == 0:
-        return {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
-    weight = [0.0] * n
-    weight[-1] = max(0.0, tail_layers)
-    # the smallest stage load T (layers + weight) at which every layer has a place
-    loads = sorted({w + k for w in set(weight) for k in range(num_layers + 1)})
-    t = next(x for x in loads if sum(max(0, int(x - w + 1e-9)) for w in weight) >= num_layers)
-    counts = [max(0, int(t - w + 1e-9)) for w in weight]
-    # any surplus comes off the most loaded stages: the ends first (the first stage holds the most
-    # in-flight microbatches in 1F1B), then the stages farthest from the middle
-    for _ in range(sum(counts) - num_layers):
-        i = max(
-            (j for j in range(n) if counts[j] > 0),
-            key=lambda j: (counts[j] + weight[j], j in (0, n - 1), abs(j - (n - 1) / 2), j),
-        )
-        counts[i] -= 1
-    if counts[-1] == 0 and not (mtp_layers or tail_layers):
-        return None
-    stages = []
-    for i, c in enumerate(counts):
-        syms = ("E" if i == 0 else "") + "t" * c + ("m" * mtp_layers + "L" if i == n - 1 else "")
-        stages.append(syms)
-    return {"pipeline_model_parallel_layout": "|".join(_compress(s) for s in stages)}
-
-
-def _compress(stage: str) -> str:
-    """``Ettt`` → ``E,t*3`` in the layout grammar."""
-    out, i = [], 0
-    while i < len(stage):
-        j = i
-        while j < len(stage) and stage[j] == stage[i]:
-            j += 1
-        out.append(stage[i] if j - i == 1 else f"{stage[i]}*{j - i}")
-        i = j
-    return ",".join(out)
 
 
 def _divisors_pow2(n: int, limit: int) -> list[int]:
@@ -245,6 +213,7 @@ def parallel_candidates(
 
 
 def POW2_upto(n: int) -> list[int]:  # noqa: N802 - reads as a constant
+    """Powers of two from 1 up to ``n``."""
     return [p for p in POW2 if p <= n]
 
 

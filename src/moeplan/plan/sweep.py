@@ -18,12 +18,16 @@ from pathlib import Path
 
 import yaml
 
+from moeplan.diagnose import read_text_file
+from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
 from moeplan.errors import InputError
 from moeplan.io.export import to_slurm
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan import describe, plan
+from moeplan.plan.describe import describe
+from moeplan.plan.planner import plan
 from moeplan.rules import validate
+from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
@@ -48,10 +52,15 @@ def _predict(s: Scenario, constants=None) -> dict:
     }
 
 
-def smoke_scenario(data: dict, s: Scenario) -> tuple[dict, str]:
+def smoke_scenario(data: dict, s: Scenario, recipe: RecipeProvenance | None = None) -> tuple[dict, str]:
     """A reduced-layer proxy of a layout: the same TP/CP/PP/VPP/EP/ETP at the smallest world the sizes
     fold into (PP · lcm(TP·CP, EP·ETP)), two layers per virtual stage, a small batch, the same
-    sequence length; falls back to the full layout when the proxy breaks a rule."""
+    sequence length; falls back to the full layout when the proxy breaks a rule. ``recipe``: the
+    recipe fills the layout was resolved with (a planner candidate's request record; None: its own).
+
+    Returns:
+        (the proxy's scenario mapping, a note saying what it is).
+    """
     d = copy.deepcopy(data)
     lay = d.setdefault("layout", {})
     for k in (
@@ -68,7 +77,7 @@ def smoke_scenario(data: dict, s: Scenario) -> tuple[dict, str]:
     d["training"]["global_batch_size"] = mbs * dp * max(2, 2 * s.pp)
     d.setdefault("model_overrides", {})["num_layers"] = layers
     try:
-        proxy = load_scenario(d)
+        proxy = load_scenario(d, recipe=recipe)
         if not validate(proxy).errors:
             return d, f"proxy: {layers} layers on {world} GPUs (DP {dp}), {SMOKE_STEPS} steps"
     except InputError:
@@ -76,15 +85,73 @@ def smoke_scenario(data: dict, s: Scenario) -> tuple[dict, str]:
     return copy.deepcopy(data), f"full layout, {SMOKE_STEPS} steps (the reduced proxy breaks a rule)"
 
 
-def _scripts(data: dict, s: Scenario) -> tuple[str, str, str]:
+def _scripts(data: dict, s: Scenario, recipe: RecipeProvenance | None = None) -> tuple[str, str, str]:
     launch = to_slurm(s)
-    smoke_data, smoke_note = smoke_scenario(data, s)
-    smoke_s = load_scenario(smoke_data)
+    smoke_data, smoke_note = smoke_scenario(data, s, recipe)
+    smoke_s = load_scenario(smoke_data, recipe=recipe)
     smoke = to_slurm(smoke_s).replace("OVERRIDES=(", f"OVERRIDES=(\n  train.train_iters={SMOKE_STEPS}", 1)
     n = (smoke_data.get("model_overrides") or {}).get("num_layers")
     if n:
         smoke = smoke.replace("OVERRIDES=(", f"OVERRIDES=(\n  model.num_layers={n}", 1)
     return launch, smoke, smoke_note
+
+
+def _mbs_variant(c, picked: list, data: dict, recipe: RecipeProvenance | None) -> dict | None:
+    """The candidate at twice its micro-batch size when that is legal, divides the global batch and
+    fits, and is not already another run of the sweep (each costs GPU time); None otherwise."""
+    d2 = copy.deepcopy(c.data)
+    mbs = d2["training"]["micro_batch_size"] * 2
+    d2["training"]["micro_batch_size"] = mbs
+    try:
+        s2 = load_scenario(d2, recipe=recipe)
+        ok = (
+            not validate(s2).errors
+            and d2["training"]["global_batch_size"] % (mbs * s2.dp) == 0
+            and estimate_memory(s2).verdict in ("fits", "tight")
+        )
+    except InputError:
+        ok = False
+    if ok and _layout_sig(d2) in {_layout_sig(x) for x in [data, *(p.data for p in picked)]}:
+        ok = False
+    return d2 if ok else None
+
+
+def _sweep_items(data: dict, res, top: int, mbs_variants: bool) -> list[tuple[str, str, dict, RecipeProvenance | None]]:
+    """(directory name, label, scenario mapping, recipe record) of every run: the user's baseline
+    (resolved on its own), then the top candidates unlike it and their MBS×2 variants (resolved with
+    the request's recipe fills, as the planner estimated them)."""
+    recipe = res.search.recipe
+    items: list[tuple[str, str, dict, RecipeProvenance | None]] = []
+    if data.get("layout") or {}:
+        items.append(("baseline", "your scenario as given", data, None))
+    base_sig = _layout_sig(data)
+    picked = [c for c in res.candidates if _layout_sig(c.data) != base_sig][:top]
+    for i, c in enumerate(picked, start=1):
+        mbs = c.data["training"]["micro_batch_size"]
+        items.append((f"{i:02d}-{_slug(c.parallel.label())}-mbs{mbs}", describe(c), c.data, recipe))
+        d2 = _mbs_variant(c, picked, data, recipe) if mbs_variants else None
+        if d2 is not None:
+            label = describe(c).replace(f"MBS{mbs}", f"MBS{2 * mbs}")
+            items.append((f"{i:02d}b-{_slug(c.parallel.label())}-mbs{2 * mbs}", label, d2, recipe))
+    return items
+
+
+def _stage(name: str, label: str, d: dict, recipe: RecipeProvenance | None, constants) -> tuple[dict, dict[str, str]]:
+    """The manifest entry and the files of one run: scenario.yaml, and launch.sh / smoke.sh with the
+    predicted figures when the layout breaks no rule."""
+    s = load_scenario(d, recipe=recipe)
+    chk = validate(s)
+    entry = {"id": name, "label": label, "kind": "baseline" if name == "baseline" else "candidate", "scenario": d}
+    files: dict[str, str] = {"scenario.yaml": yaml.safe_dump(d, sort_keys=False)}
+    if chk.errors:
+        entry["predicted"] = None
+        entry["note"] = "breaks " + ", ".join(sorted({f.rule_id for f in chk.errors})) + ": no scripts"
+    else:
+        entry["predicted"] = _predict(s, constants)
+        launch, smoke, note = _scripts(d, s, recipe)
+        files["launch.sh"], files["smoke.sh"] = launch, smoke
+        entry["smoke"] = note
+    return entry, files
 
 
 def write_sweep(
@@ -99,77 +166,36 @@ def write_sweep(
 ) -> dict:
     """Write the sweep directory and return its manifest.
 
+    Args:
+        data: the scenario mapping; its layout is the baseline, not held fixed (``hold`` names the
+            layout keys to hold).
+        out_dir: a new or empty directory: one folder per run, ``manifest.json``, ``README.md``.
+        top: candidates to write (each with an MBS×2 variant when ``mbs_variants`` and it fits).
+
+    Returns:
+        the manifest: ``request``, ``entries`` (id, label, kind, scenario, predicted tokens/s/GPU,
+        step time, MFU, peak GiB, fits; smoke note), ``smoke_steps``.
+
     Raises:
         InputError: bad request, an existing non-empty ``out_dir``, or nothing fits.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise InputError("--output", str(out_dir), "a new or empty directory (a sweep never overwrites one)")
-    # the sweep explores around the scenario: its layout is the baseline, not held fixed (hold keys
-    # with ``hold``)
     req = {k: v for k, v in data.items() if k != "layout"}
     req["layout"] = {k: v for k, v in (data.get("layout") or {}).items() if k in hold}
     res = plan(req, top=top + 1, constants=constants, progress=progress)
     if not res.candidates:
         raise InputError("scenario", "no layout fits", "a request for which some layout fits (moeplan plan shows why)")
     entries: list[dict] = []
-    items: list[tuple[str, str, dict]] = []
-    base_layout = data.get("layout") or {}
-    if base_layout:
-        items.append(("baseline", "your scenario as given", data))
-    base_sig = _layout_sig(data)
-    picked = [c for c in res.candidates if _layout_sig(c.data) != base_sig][:top]
-    for i, c in enumerate(picked, start=1):
-        items.append(
-            (
-                f"{i:02d}-{_slug(c.parallel.label())}-mbs{c.data['training']['micro_batch_size']}",
-                describe(c),
-                c.data,
-            )
-        )
-        if mbs_variants:
-            d2 = copy.deepcopy(c.data)
-            mbs = d2["training"]["micro_batch_size"] * 2
-            d2["training"]["micro_batch_size"] = mbs
-            try:
-                s2 = load_scenario(d2)
-                ok = (
-                    not validate(s2).errors
-                    and d2["training"]["global_batch_size"] % (mbs * s2.dp) == 0
-                    and estimate_memory(s2).verdict in ("fits", "tight")
-                )
-            except InputError:
-                ok = False
-            # never twice the same run (an MBS×2 variant can be another pick exactly): each costs GPU time
-            if ok and _layout_sig(d2) in {_layout_sig(x) for x in [data, *(p.data for p in picked)]}:
-                ok = False
-            if ok:
-                items.append(
-                    (
-                        f"{i:02d}b-{_slug(c.parallel.label())}-mbs{mbs}",
-                        describe(c).replace(f"MBS{mbs // 2}", f"MBS{mbs}"),
-                        d2,
-                    )
-                )
-    staged: list[tuple[str, dict, dict[str, str]]] = []
-    for name, label, d in items:
-        s = load_scenario(d)
-        chk = validate(s)
-        entry = {"id": name, "label": label, "kind": "baseline" if name == "baseline" else "candidate", "scenario": d}
-        files: dict[str, str] = {"scenario.yaml": yaml.safe_dump(d, sort_keys=False)}
-        if chk.errors:
-            entry["predicted"] = None
-            entry["note"] = "breaks " + ", ".join(sorted({f.rule_id for f in chk.errors})) + ": no scripts"
-        else:
-            entry["predicted"] = _predict(s, constants)
-            launch, smoke, note = _scripts(d, s)
-            files["launch.sh"], files["smoke.sh"] = launch, smoke
-            entry["smoke"] = note
+    staged: list[tuple[str, dict[str, str]]] = []
+    for name, label, d, recipe in _sweep_items(data, res, top, mbs_variants):
+        entry, files = _stage(name, label, d, recipe, constants)
         entries.append(entry)
-        staged.append((name, entry, files))
+        staged.append((name, files))
     manifest = {"request": res.search.request, "entries": entries, "smoke_steps": SMOKE_STEPS}
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, _, files in staged:
+    for name, files in staged:
         (out_dir / name).mkdir()
         for fn, text in files.items():
             p = out_dir / name / fn
@@ -279,8 +305,6 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
     Raises:
         InputError: not a sweep directory.
     """
-    from moeplan.diagnose import read_text_file
-    from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
 
     out_dir = Path(out_dir)
     man = load_manifest(out_dir)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moeplan.rules.base import rule
-from moeplan.spec.pipeline import LayoutSyntaxError, parse_layout
+from moeplan.spec.pipeline import LayoutSyntaxError, output_stage_layers, parse_layout, pipeline_split
 
 
 def _uses_layout(s) -> bool:
@@ -50,10 +50,6 @@ def _uneven_hint(n_layers: int, pp: int, s=None) -> str:
         return f"PP ≤ {n_layers}"
     first, last, k = split
     if max(first, last) > k and s is not None and s.model is not None:
-        # upward (rules → plan): the planner's balanced split lives in plan.space; kept local until it
-        # moves to a lower layer, so that importing the rules does not load the planner
-        from moeplan.plan.space import output_stage_layers, pipeline_split
-
         tail = output_stage_layers(s.model, s.training.seq_length or 4096, 1, s.mtp_num_layers)
         bal = pipeline_split(n_layers, pp, 1, s.mtp_num_layers, tail)
         if bal and "pipeline_model_parallel_layout" in bal:

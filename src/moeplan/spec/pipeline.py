@@ -16,6 +16,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from moeplan.spec.flops import model_flops
+
 #: longest expanded layout accepted (layers, stage separators, E/m/L): far above any model's layers
 MAX_LAYOUT_SYMBOLS = 100_000
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
@@ -192,3 +194,90 @@ def balanced_stages(num_layers: int, pp: int, vpp: int | None = None, mtp_num_la
         counts[i] += 1
     mtp_at = [(pp - 1, v - 1)] * (1 if mtp_num_layers else 0)
     return StagePlan(_assign(counts, pp, v), (0, 0), (pp - 1, v - 1), mtp_at)
+
+
+def _compress(stage: str) -> str:
+    """``Ettt`` → ``E,t*3`` in the layout grammar."""
+    out, i = [], 0
+    while i < len(stage):
+        j = i
+        while j < len(stage) and stage[j] == stage[i]:
+            j += 1
+        out.append(stage[i] if j - i == 1 else f"{stage[i]}*{j - i}")
+        i = j
+    return ",".join(out)
+
+
+def output_stage_layers(m, seq_length: int, tp: int, mtp_layers: int) -> float:
+    """The last stage's work beyond its decoder layers, in average decoder layers: the output layer
+    (logits) and each MTP block (a decoder layer, its 2h→h projection and its own logits), from
+    Megatron's FLOP count (:func:`moeplan.spec.flops.model_flops`). DeepSeek-V3 with one MTP block:
+    3.9 (logits 1.4, MTP block 2.5); 0 for a partial model without the dimensions to count."""
+    key = (id(m), seq_length, tp, mtp_layers)
+    hit = _TAIL_CACHE.get(key)
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    try:
+        base = model_flops(m, seq_length, tp, 0).parts
+        decoder = sum(v for k, v in base.items() if k != "logits")
+        avg = decoder / max(1, m.num_layers)
+        extra = model_flops(m, seq_length, tp, mtp_layers).total - decoder
+    except (TypeError, ValueError, ZeroDivisionError):  # a partial model: no FLOP count to weigh with
+        avg = extra = 0.0
+    out = extra / avg if avg > 0 else 0.0
+    if len(_TAIL_CACHE) > 1000:
+        _TAIL_CACHE.clear()
+    _TAIL_CACHE[key] = (m, out)
+    return out
+
+
+_TAIL_CACHE: dict[tuple, tuple] = {}
+
+
+def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail_layers: float = 0.0) -> dict | None:
+    """Keys that make ``num_layers`` decoder layers split over ``pp × vpp`` virtual stages.
+
+    Even split when it divides; else counting the embedding and/or the loss as a layer
+    (``account_for_*_in_pipeline_split``, as Megatron Bridge's DeepSeek recipes do); else an explicit
+    ``pipeline_model_parallel_layout``. Its stages are balanced with the last one's output layer and
+    MTP blocks weighing ``tail_layers`` decoder layers (:func:`output_stage_layers`; the embedding
+    lookup weighs nothing): the fewest layers per stage such that all fit, extra layers on the middle
+    stages. DeepSeek-V3 (61 layers, one MTP block) on PP 16 gives ``Et*4|(t*4|)*14tmL``, the layout
+    Megatron Bridge's recipe sets. None when a virtual stage would be empty of decoder layers and
+    holds nothing else.
+
+    Returns:
+        a mapping of Megatron layout keys ({} for the even split).
+    """
+    n = pp * vpp
+    if pp == 1 and vpp == 1:
+        return {}
+    if num_layers < n:
+        return None
+    if num_layers % n == 0:
+        return {}
+    if (num_layers + 1) % n == 0:
+        return {"account_for_embedding_in_pipeline_split": True}
+    if (num_layers + 2) % n == 0:
+        return {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    weight = [0.0] * n
+    weight[-1] = max(0.0, tail_layers)
+    # the smallest stage load T (layers + weight) at which every layer has a place
+    loads = sorted({w + k for w in set(weight) for k in range(num_layers + 1)})
+    t = next(x for x in loads if sum(max(0, int(x - w + 1e-9)) for w in weight) >= num_layers)
+    counts = [max(0, int(t - w + 1e-9)) for w in weight]
+    # any surplus comes off the most loaded stages: the ends first (the first stage holds the most
+    # in-flight microbatches in 1F1B), then the stages farthest from the middle
+    for _ in range(sum(counts) - num_layers):
+        i = max(
+            (j for j in range(n) if counts[j] > 0),
+            key=lambda j: (counts[j] + weight[j], j in (0, n - 1), abs(j - (n - 1) / 2), j),
+        )
+        counts[i] -= 1
+    if counts[-1] == 0 and not (mtp_layers or tail_layers):
+        return None
+    stages = []
+    for i, c in enumerate(counts):
+        syms = ("E" if i == 0 else "") + "t" * c + ("m" * mtp_layers + "L" if i == n - 1 else "")
+        stages.append(syms)
+    return {"pipeline_model_parallel_layout": "|".join(_compress(s) for s in stages)}

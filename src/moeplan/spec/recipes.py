@@ -1,4 +1,5 @@
-"""Recipe defaults: values Megatron Bridge's performance recipes set for keys a scenario leaves out.
+"""Recipe defaults: values Megatron Bridge's performance recipes set for keys a scenario leaves out,
+computed as a :class:`~moeplan.spec.provenance.RecipeProvenance` record and applied once.
 
 Published throughput tables (``docs/performance-summary.md``) list only TP/PP/VPP/CP/EP/FSDP; the
 runs behind them come from the perf launcher (``scripts/performance``), whose helpers set more
@@ -13,16 +14,184 @@ runs behind them come from the perf launcher (``scripts/performance``), whose he
 - Qwen3-235B-A22B recipes: ``account_for_embedding/loss_in_pipeline_split``; Qwen3-Next-80B: its
   PP2×VPP4 layout; Qwen3-VL-235B: uneven 10/12 first/last stages.
 
-Only keys the user did not state are filled, and every fill is recorded.
+Only keys the user did not state are filled, and every fill is recorded (as a
+:class:`~moeplan.spec.scenario.Resolution` whose reason text is unchanged, and in the scenario's
+``recipe`` record, which is what other code reads).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
+from moeplan.spec.provenance import RecipeFill, RecipeProvenance, RecipeRow
+from moeplan.spec.resolved import Resolution
+
+if TYPE_CHECKING:
+    from moeplan.spec.inputs import ScenarioInput
+    from moeplan.spec.layout import LayoutSpec
+    from moeplan.spec.model import ModelSpec
 
 RECIPE_DEFAULTS = ("none", "mbridge-perf")
 
 _DSV3_LAYOUTS = {16: "Et*4|(t*4|)*14tmL", 32: "Et|(tt|)*30mL"}
+_SRC = "Megatron Bridge perf recipes"
+
+#: layout keys a recipe row sets as one choice (graphs, dispatcher, recompute); the static-budget
+#: expert path belongs to both the full-iteration graph and the HybridEP dispatcher
+_STATIC_BUDGET = ("moe_expert_rank_capacity_factor", "moe_paged_stash", "use_transformer_engine_op_fuser")
+_RECIPE_KEY_GROUPS = (
+    ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules", *_STATIC_BUDGET),
+    ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", *_STATIC_BUDGET),
+    ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"),
+)
+#: the sizes a recipe row is matched on (``catalog.recipes.match_perf_recipe``)
+CORE_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+)
+
+
+def _row_fills(
+    model_id: str,
+    gpu_id: str | None,
+    precision: str,
+    layout: dict,
+    micro_batch_size: int | None,
+    num_gpus: int | None,
+) -> tuple[RecipeRow | None, list[RecipeFill]]:
+    """The matching row of the packaged tables (``catalog.recipes.match_perf_recipe``) and its layout
+    keys as fills; a row borrowed from another precision lends no precision key."""
+
+    found = match_perf_recipe(model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
+    if found is None:
+        return None, []
+    row = RecipeRow(
+        id=found["id"],
+        table=found["table"],
+        file=(found.get("extra") or {}).get("file"),
+        num_gpus=found.get("num_gpus"),
+        precisions=tuple(found["precisions"]),
+        precision=precision,
+        borrowed=precision not in found["precisions"],
+    )
+    fills = [
+        RecipeFill(key, value, "row", row.reason)
+        for key, value in found["layout"].items()
+        if not (row.borrowed and key in PRECISION_KEYS)
+    ]
+    return row, fills
+
+
+def _shared_fills(precision: str, model: ModelSpec | None) -> list[RecipeFill]:
+    """What every perf recipe sets whatever the layout: ``_benchmark_common``, the library recipes'
+    distributed optimizer, ``_perf_precision``, ``run_script.py``, forced load balancing."""
+    out = [
+        RecipeFill("grad_reduce_in_fp32", False, "_benchmark_common", f"{_SRC}: _benchmark_common"),
+        RecipeFill("cross_entropy_loss_fusion", True, "_benchmark_common", f"{_SRC}: TE fused cross entropy"),
+        RecipeFill("check_for_nan_in_loss", False, "_benchmark_common", f"{_SRC}: _benchmark_common"),
+        RecipeFill("use_distributed_optimizer", True, "base_recipe", f"{_SRC}"),
+    ]
+    if precision in ("fp8-tensorwise", "mxfp8"):
+        out.append(RecipeFill("fp8_param_gather", True, "_perf_precision", f"{_SRC}: _perf_precision({precision})"))
+    if precision == "bf16":
+        out.append(
+            RecipeFill(
+                "use_precision_aware_optimizer", True, "run_script", f"{_SRC}: run_script.py forces it for BF16 + Adam"
+            )
+        )
+    if model is not None and model.is_moe:
+        out.append(
+            RecipeFill(
+                "moe_router_force_load_balancing", True, "perf_rows", f"{_SRC}: benchmarks force-balance routing"
+            )
+        )
+    return out
+
+
+def _model_fills(model: ModelSpec, pp: int, vpp: int | None) -> list[RecipeFill]:
+    """Model-family settings: ``_deepseek_v3_common`` and the DeepSeek-V3 base recipe (also Kimi-K2),
+    the DeepSeek-V3 layout map (PP·VPP = 16 / 32), Qwen3-235B-A22B's split accounting (PP > 1),
+    Qwen3-Next-80B's PP2×VPP4 layout and Qwen3-VL-235B's uneven PP 8 stages."""
+    out: list[RecipeFill] = []
+    mt = (model.model_type or "").lower()
+    nm = model.name.lower()
+    if mt in ("deepseek_v3", "kimi_k2"):
+        out.append(RecipeFill("recompute_granularity", "selective", "model_common", f"{_SRC}: _deepseek_v3_common"))
+        for key, value in (
+            ("use_precision_aware_optimizer", True),
+            ("main_grads_dtype", "bf16"),
+            ("exp_avg_dtype", "bf16"),
+            ("exp_avg_sq_dtype", "bf16"),
+        ):
+            out.append(RecipeFill(key, value, "base_recipe", f"{_SRC}: DeepSeek-V3 base recipe"))
+        stages = pp * (vpp or 1)
+        if model.num_layers == 61 and pp > 1 and stages in _DSV3_LAYOUTS:
+            why = f"{_SRC}: set_deepseek_v3_pipeline_model_parallel_layout for PP·VPP = {stages}"
+            out.append(RecipeFill("pipeline_model_parallel_layout", _DSV3_LAYOUTS[stages], "model_common", why))
+    if "qwen3-235b-a22b" in nm and pp > 1:
+        for key in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            out.append(RecipeFill(key, True, "base_recipe", f"{_SRC}: Qwen3-235B-A22B"))
+    if "qwen3-next-80b" in nm and pp == 2 and vpp == 4:
+        out.append(
+            RecipeFill(
+                "pipeline_model_parallel_layout",
+                "Et*4|(t*7|)*5t*8|tmL",
+                "model_recipe",
+                f"{_SRC}: Qwen3-Next-80B PP2×VPP4",
+            )
+        )
+    if "qwen3-vl-235b" in nm and pp == 8:
+        for key, value in (("num_layers_in_first_pipeline_stage", 10), ("num_layers_in_last_pipeline_stage", 12)):
+            out.append(RecipeFill(key, value, "model_recipe", f"{_SRC}: Qwen3-VL-235B uneven PP"))
+    return out
+
+
+def recipe_provenance(
+    name: str,
+    model: ModelSpec | None,
+    precision: str,
+    pp: int,
+    vpp: int | None,
+    gpu_id: str | None = None,
+    layout: dict | None = None,
+    micro_batch_size: int | None = None,
+    num_gpus: int | None = None,
+    *,
+    match_row: bool = True,
+) -> RecipeProvenance | None:
+    """The fills of recipe defaults ``name`` for this model and layout, as a record: first the
+    matching row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP; then VPP, MBS, GPU
+    count, Table A first; ``match_row=False`` skips it), then the helpers every perf recipe shares,
+    then the model family's. Earlier fills win when applied.
+
+    Args:
+        name: ``"none"`` or ``"mbridge-perf"``.
+        model: the resolved model (None: no row, no model-family fills).
+        precision: the training precision (``bf16``, ``mxfp8``, ...).
+        pp / vpp: pipeline sizes (layout-dependent model fills).
+        gpu_id: lower-case catalog GPU id (a custom GPU matches no row).
+        layout: LayoutSpec keys of the scenario (missing sizes count as 1).
+        micro_batch_size / num_gpus: tie-breaks between rows.
+
+    Returns:
+        None for ``recipe_defaults: none``; else the record (its ``row`` None when none matched).
+
+    Source: Megatron Bridge @067f987 perf recipes and helpers, Table B @v0.5.1
+    (``megatron_recipes.md`` §1.2–1.5).
+    """
+    if name != "mbridge-perf":
+        return None
+    row, fills = None, []
+    if match_row and model is not None and layout is not None:
+        row, fills = _row_fills(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus)
+    fills += _shared_fills(precision, model)
+    if model is not None:
+        fills += _model_fills(model, pp, vpp)
+    return RecipeProvenance(name, row, tuple(fills))
 
 
 def recipe_fills(
@@ -36,70 +205,58 @@ def recipe_fills(
     micro_batch_size: int | None = None,
     num_gpus: int | None = None,
 ) -> list[tuple[str, Any, str]]:
-    """(layout key, value, reason) fills of recipe defaults ``name`` for this model and layout: first
-    the matching recipe row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP), then the
-    helpers every perf recipe shares. Earlier fills win."""
-    if name != "mbridge-perf":
-        return []
-    src = "Megatron Bridge perf recipes"
-    out: list[tuple[str, Any, str]] = []
-    if model is not None and layout is not None:
-        from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
+    """(layout key, value, reason) of :func:`recipe_provenance`'s fills, in order (earlier fills win);
+    [] for ``recipe_defaults: none``. Arguments as :func:`recipe_provenance`."""
+    rec = recipe_provenance(name, model, precision, pp, vpp, gpu_id, layout, micro_batch_size, num_gpus)
+    return [] if rec is None else [(f.key, f.value, f.reason) for f in rec.fills]
 
-        row = match_perf_recipe(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus)
-        if row is not None:
-            table = "Table A @067f987" if row["table"] == "A" else "Table B @v0.5.1"
-            borrowed = precision not in row["precisions"]
-            note = (
-                f"; no {precision} row for this layout, {'/'.join(row['precisions'])} row's knobs" if borrowed else ""
-            )
-            for key, value in row["layout"].items():
-                if borrowed and key in PRECISION_KEYS:
-                    continue
-                out.append((key, value, f"recipe {row['id']} ({table}{note})"))
-    out += [
-        ("grad_reduce_in_fp32", False, f"{src}: _benchmark_common"),
-        ("cross_entropy_loss_fusion", True, f"{src}: TE fused cross entropy"),
-        ("check_for_nan_in_loss", False, f"{src}: _benchmark_common"),
-        ("use_distributed_optimizer", True, f"{src}"),
+
+def recipe_for_input(inp: ScenarioInput, model: ModelSpec | None, *, match_row: bool = True) -> RecipeProvenance | None:
+    """:func:`recipe_provenance` of a validated scenario input: its ``recipe_defaults``, precision,
+    stated layout (unstated sizes at their defaults), micro-batch size, GPU id and count. None for
+    ``recipe_defaults: none``."""
+    lay = inp.layout
+    gpu_id = inp.system.gpu if isinstance(inp.system.gpu, str) else None
+    return recipe_provenance(
+        inp.recipe_defaults,
+        model,
+        inp.training.precision,
+        lay.pipeline_model_parallel_size,
+        lay.virtual_pipeline_model_parallel_size,
+        gpu_id=gpu_id.lower() if gpu_id else None,
+        layout=lay.model_dump(),
+        micro_batch_size=inp.training.micro_batch_size,
+        num_gpus=inp.system.num_gpus,
+        match_row=match_row,
+    )
+
+
+def apply_recipe(
+    lay: LayoutSpec, stated: frozenset[str], record: RecipeProvenance
+) -> tuple[LayoutSpec, list[Resolution], RecipeProvenance]:
+    """Fill ``record``'s keys into ``lay`` where the user did not state them.
+
+    Keys that only make sense together come from one source (:data:`_RECIPE_KEY_GROUPS`): when a
+    stated key of a group differs from what the recipe sets, the rest of the group is not filled (a
+    stated full-iteration graph takes no TE-graph scope from a row; a stated all-to-all takes no
+    HybridEP budget). The first fill of a key wins.
+
+    Returns:
+        (the filled layout, one ``Resolution`` per fill with reason ``recipe fill: <reason>``, the
+        record of the fills applied).
+    """
+    offered: dict[str, Any] = {}
+    for f in record.fills:
+        offered.setdefault(f.key, f.value)
+    stated_values = lay.model_dump(include=set(stated))
+    clashing = [
+        g for g in _RECIPE_KEY_GROUPS if any(k in stated and k in offered and stated_values[k] != offered[k] for k in g)
     ]
-    if precision in ("fp8-tensorwise", "mxfp8"):
-        out.append(("fp8_param_gather", True, f"{src}: _perf_precision({precision})"))
-    if precision == "bf16":
-        out.append(("use_precision_aware_optimizer", True, f"{src}: run_script.py forces it for BF16 + Adam"))
-    if model is None:
-        return out
-    if model.is_moe:
-        out.append(("moe_router_force_load_balancing", True, f"{src}: benchmarks force-balance routing"))
-    mt = (model.model_type or "").lower()
-    nm = model.name.lower()
-    if mt in ("deepseek_v3", "kimi_k2"):
-        out += [
-            ("recompute_granularity", "selective", f"{src}: _deepseek_v3_common"),
-            ("use_precision_aware_optimizer", True, f"{src}: DeepSeek-V3 base recipe"),
-            ("main_grads_dtype", "bf16", f"{src}: DeepSeek-V3 base recipe"),
-            ("exp_avg_dtype", "bf16", f"{src}: DeepSeek-V3 base recipe"),
-            ("exp_avg_sq_dtype", "bf16", f"{src}: DeepSeek-V3 base recipe"),
-        ]
-        stages = pp * (vpp or 1)
-        if model.num_layers == 61 and pp > 1 and stages in _DSV3_LAYOUTS:
-            out.append(
-                (
-                    "pipeline_model_parallel_layout",
-                    _DSV3_LAYOUTS[stages],
-                    f"{src}: set_deepseek_v3_pipeline_model_parallel_layout for PP·VPP = {stages}",
-                )
-            )
-    if "qwen3-235b-a22b" in nm and pp > 1:
-        out += [
-            ("account_for_embedding_in_pipeline_split", True, f"{src}: Qwen3-235B-A22B"),
-            ("account_for_loss_in_pipeline_split", True, f"{src}: Qwen3-235B-A22B"),
-        ]
-    if "qwen3-next-80b" in nm and pp == 2 and vpp == 4:
-        out.append(("pipeline_model_parallel_layout", "Et*4|(t*7|)*5t*8|tmL", f"{src}: Qwen3-Next-80B PP2×VPP4"))
-    if "qwen3-vl-235b" in nm and pp == 8:
-        out += [
-            ("num_layers_in_first_pipeline_stage", 10, f"{src}: Qwen3-VL-235B uneven PP"),
-            ("num_layers_in_last_pipeline_stage", 12, f"{src}: Qwen3-VL-235B uneven PP"),
-        ]
-    return out
+    upd: dict[str, Any] = {}
+    applied: list[RecipeFill] = []
+    for f in record.fills:
+        if f.key not in stated and f.key not in upd and not any(f.key in g for g in clashing):
+            upd[f.key] = f.value
+            applied.append(f)
+    res = [Resolution(f.key, f.value, f"recipe fill: {f.reason}") for f in applied]
+    return (lay.model_copy(update=upd) if upd else lay), res, replace(record, fills=tuple(applied))

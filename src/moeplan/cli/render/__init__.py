@@ -14,10 +14,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
 
 def console(stderr: bool = False):
     """A rich console on stdout (or stderr), 140 columns wide when not a terminal and COLUMNS is unset."""
-    from rich.console import Console
 
     c = Console(stderr=stderr, highlight=False, soft_wrap=False)
     if not c.is_terminal and "COLUMNS" not in os.environ:
@@ -29,7 +31,6 @@ def console(stderr: bool = False):
 def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
     """A transient progress bar on stderr, shown only on a terminal and once the work has taken more
     than a second (so piped and captured output never contains it); yields ``tick(done, total)``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     t0 = time.perf_counter()
     prog = Progress(
@@ -63,7 +64,6 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
 def fit_spinner() -> Iterator[Callable[[int, int], None]]:
     """A transient spinner on stderr while constants are fitted, started by the first
     ``tick(evaluations, runs)`` (``tick(0, runs)`` when the fit starts)."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn
 
     prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True, console=console(True))
     state: dict = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+
 from moeplan.cli.render import console
 from moeplan.units import format_count
 
@@ -33,7 +35,6 @@ def render_check(d: dict) -> None:
 
 def render_models(rows: list[dict]) -> None:
     """The built-in models (:func:`moeplan.api.models_report` rows), counts as each publisher counts them."""
-    from rich.table import Table
 
     t = Table(title="built-in models (counts as each publisher counts them; `moeplan params` for every part)")
     for col in ("model", "kind", "layers", "experts", "total", "active", "published total / active"):
@@ -54,7 +55,6 @@ def render_models(rows: list[dict]) -> None:
 
 def render_gpus(rows: list[dict]) -> None:
     """The built-in GPUs (:func:`moeplan.api.gpus_report` rows): HBM GiB, dense TFLOP/s, NVLink, NIC, features."""
-    from rich.table import Table
 
     t = Table(title="built-in GPUs (dense peaks)")
     for col in (
@@ -91,7 +91,6 @@ def render_gpus(rows: list[dict]) -> None:
 
 def render_gpu_detail(row: dict) -> None:
     """One GPU (a :func:`moeplan.api.gpus_report` dict) in full, with the source of every figure."""
-    from rich.table import Table
 
     t = Table(title=f"{row['id']} ({row['name']})", show_header=False)
     t.add_column("field")
@@ -111,7 +110,6 @@ def render_gpu_detail(row: dict) -> None:
 
 def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> None:
     """Parameter counts by kind and in total (``counts``), and per rank for each pipeline stage (``stages``)."""
-    from rich.table import Table
 
     c = console()
     t = Table(title=f"{model_name}: parameters")
@@ -144,7 +142,6 @@ def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> N
 
 def render_rules(rows: list[dict]) -> None:
     """Every rule (:func:`moeplan.api.rules_report` rows): id, class, Megatron source, statement."""
-    from rich.table import Table
 
     t = Table(title="rules")
     for col in ("rule_id", "class", "source", "rule"):

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+from rich.table import Table
+
 from moeplan.cli.render import console
 from moeplan.diagnose.oom import human_bytes
 
 
 def render_logs(entries: list[dict]) -> None:
     """Training-log statistics (:func:`moeplan.api.log_report`): one column per log, then per-log notes."""
-    from rich.markup import escape
-    from rich.table import Table
 
     # one row per statistic, one column per log: readable at 100 columns for a few logs
     t = Table(title="training logs (steady state: median [IQR])")
@@ -93,8 +94,6 @@ def render_oom(rep: dict) -> None:
         for n in b.get("notes", []):
             c.print(n, style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
         if b.get("fixes"):
-            from rich.table import Table
-
             tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
             for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
                 tab.add_column(col, overflow="fold")
@@ -116,8 +115,6 @@ def render_oom(rep: dict) -> None:
 
 def render_compare(d: dict) -> None:
     """A comparison (:func:`moeplan.api.compare_report`): the time shift and its test, memory, ranked causes, notes."""
-    from rich.markup import escape
-    from rich.table import Table
 
     c = console()
     t = d["iteration_time_ms"]
@@ -161,8 +158,6 @@ def render_compare(d: dict) -> None:
 
 def render_doctor(d: dict) -> None:
     """The environment (:func:`moeplan.api.doctor_report`) as a table, then each finding."""
-    from rich.markup import escape
-    from rich.table import Table
 
     c = console()
     tab = Table(title="environment")
@@ -197,7 +192,6 @@ def render_doctor(d: dict) -> None:
 
 def render_calibration(d: dict) -> None:
     """A fit (:func:`moeplan.api.calibrate_report`): errors before / after, bounds hit, hold-out groups."""
-    from rich.table import Table
 
     c = console()
     f = d["fit"]

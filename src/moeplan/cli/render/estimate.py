@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+
 from moeplan.cli.render import console
 from moeplan.cli.render.check import render_check
 from moeplan.units import GIB_BYTES
@@ -28,7 +30,6 @@ def render_estimate(report) -> None:
 
 def _stage_tables(c, mem: dict) -> dict:
     """The per-stage table and the peak stage's itemised table; returns the peak stage."""
-    from rich.table import Table
 
     t = Table(title="peak memory per GPU (GiB)")
     cols = ("stage", "layers", "in-flight µbatches", "weights", "grads", "optimizer", "activations", "other", "total")
@@ -130,7 +131,6 @@ def render_memory(
 
 def _breakdown(c, th: dict) -> None:
     """The step-time breakdown table (seconds, % of the step) and what overlap / CUDA graphs hide."""
-    from rich.table import Table
 
     step = th["step_time_s"]
     n_stages = len(th.get("stage_microbatch_s") or [])

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+
 from moeplan.cli.render import console
 
 
@@ -45,7 +49,6 @@ def _plan_header(c, d: dict) -> None:
 
 def _candidates_table(c, d: dict) -> None:
     """The ranked candidates: layout, DP, MBS, knobs, GiB, tokens/s/GPU, MFU (and days to train)."""
-    from rich.table import Table
 
     # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
@@ -84,7 +87,6 @@ def _candidates_table(c, d: dict) -> None:
 
 def _why_first(c, d: dict) -> None:
     """Why #1 wins (and the next two), its useful tokens, known bias, validity and time to train."""
-    from rich.padding import Padding
 
     w = d["candidates"][0]
     c.print("[bold]why #1[/]")
@@ -217,7 +219,6 @@ def render_plan(d: dict) -> None:
 
 def render_fit(d: dict) -> None:
     """A fit document (:func:`moeplan.api.fit_report`): the current peak, the changes that make it fit, the rest."""
-    from rich.table import Table
 
     c = console()
     c.print(
@@ -317,8 +318,6 @@ def render_recipes(rows: list[dict]) -> None:
             highlight=False,
         )
         if chk["rule_ids"] == ["input"]:
-            from rich.markup import escape
-
             line = f"    [{style}]not evaluated[/] — {escape(chk['errors'][0]['message'])}"
         else:
             line = f"    [{style}]{chk['verdict']}[/]" + (
@@ -336,8 +335,6 @@ def render_sweep(target: str | None, d: dict) -> None:
     """A sweep document (:func:`moeplan.api.sweep_report`) for ``target`` collect, submit or a scenario (written)."""
     c = console()
     if target == "collect":
-        from rich.table import Table
-
         t = Table(title="measured vs predicted (tokens/s/GPU)", width=100)
         for col in ("entry", "logs", "measured", "predicted", "error"):
             t.add_column(col, justify="left" if col == "entry" else "right", overflow="fold")

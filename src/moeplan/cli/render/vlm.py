@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+from rich.table import Table
+
 from moeplan.cli.render import console
 
 
 def render_vlm_stats(d: dict) -> None:
     """Dataset token statistics (:func:`moeplan.api.vlm_stats_report`) and the workload per sequence."""
-    from rich.table import Table
 
     c = console()
     pr = d["processor"]
@@ -36,7 +38,6 @@ def render_vlm_stats(d: dict) -> None:
         f"{w['image_patches_per_sequence']:,.0f} ViT patches",
         highlight=False,
     )
-    from rich.markup import escape
 
     for b in d["bad_files"][:10]:
         c.print(f"[dim]skipped {escape(b['file'])}: {escape(b['reason'])}[/]", highlight=False)

@@ -1,0 +1,181 @@
+"""What the planner's pick is compared with: the rule of thumb (CP ≈ seq/4096), the guidance's
+layout family at the user's size (as written, and completed by a search when it does not run as
+written), and the best Megatron-FSDP layout against the best 3D one for VLMs."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from moeplan.errors import InputError
+from moeplan.model.memory import estimate_memory
+from moeplan.model.step import estimate_step
+from moeplan.plan.describe import candidate_dict, describe
+from moeplan.plan.recipes import skill_recipes
+from moeplan.plan.search import Candidate, SearchResult, search
+from moeplan.rules import validate
+from moeplan.spec.layout import PARALLEL_DIMS
+from moeplan.spec.scenario import load_scenario
+
+
+def rule_of_thumb_cp(seq_length: int) -> int:
+    """CP ≈ seq_len / 4096, rounded to the nearest power of two (≥ 1). Source: the long-context
+    guidance (``guidance.md``: "First guess CP ≈ seq_len / 4096, rounded to a power of two")."""
+    x = max(1.0, seq_length / 4096)
+    return 2 ** round(math.log2(x))
+
+
+def _held_search(base: dict, layout: dict, constants=None, refine: int = 1, **search_kw) -> SearchResult | None:
+    """A quick search of the request with ``layout`` held fixed (the ``refine`` best layouts refined);
+    None when those keys cannot fold into the world."""
+    try:
+        return search({**base, "layout": layout}, refine=refine, constants=constants, **search_kw)
+    except InputError:
+        return None
+
+
+def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict:
+    """The rule-of-thumb CP (best layout the search found with that CP; when the search pruned that
+    CP as far slower, a search with CP held at it, so its figure is its best) and the guidance's layout
+    family for this model and GPU, evaluated as written at the request's size."""
+    seq = res.request["seq_length"]
+    cp = rule_of_thumb_cp(seq)
+    out: dict = {"rule_of_thumb": {"rule": f"CP ≈ seq_len/4096 → CP {cp}", "context_parallel_size": cp}}
+    win = res.candidates[0] if res.candidates else None
+    match = next((c for c in res.candidates if c.parallel.cp == cp), None)
+    rank: int | None = res.candidates.index(match) + 1 if match is not None else None
+    held = dict((base or {}).get("layout") or {})
+    fam = family_baseline(res, base, constants, **search_kw)
+    if (win is None or win.parallel.cp != cp) and base is not None and "context_parallel_size" not in held:
+        # the main search refines only its best layouts; a search with CP held, and the guidance family
+        # completed at this CP, give the rule of thumb its best
+        sub = _held_search(base, {**held, "context_parallel_size": cp}, constants, refine=2, **search_kw)
+        others = [x for x in (sub.candidates[:1] if sub else []) + [(fam or {}).get("_candidate")] if x is not None]
+        others = [x for x in others if x.parallel.cp == cp]
+        best_other = max(others, key=lambda x: x.tokens_per_s_per_gpu, default=None)
+        if best_other is not None and (match is None or best_other.tokens_per_s_per_gpu > match.tokens_per_s_per_gpu):
+            match, rank = best_other, None
+            out["rule_of_thumb"]["note"] = "its best with CP held at it (a search of its own)"
+        elif match is None and sub is None:
+            out["rule_of_thumb"]["why_not"] = (
+                f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the "
+                "data-parallel minimum"
+            )
+        elif match is None and sub.rejected.counts:
+            top = max(sub.rejected.counts, key=lambda r: sub.rejected.counts[r])
+            out["rule_of_thumb"]["why_not"] = (
+                f"no legal layout with CP {cp} fits at this size ({sub.rejected.counts[top]} of "
+                f"{sum(sub.rejected.counts.values())} break {top}: {sub.rejected.examples[top]})"
+            )
+    if match is not None:
+        out["rule_of_thumb"]["candidate"] = candidate_dict(match, rank, None)
+        if win is not None:
+            out["rule_of_thumb"]["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / match.tokens_per_s_per_gpu - 1)
+    else:
+        out["rule_of_thumb"]["candidate"] = None
+        out["rule_of_thumb"].setdefault("why_not", f"no legal layout with CP {cp} fits at this size")
+    if fam is not None:
+        fam.pop("_candidate", None)
+        out["family"] = fam
+        if win is not None and fam.get("throughput"):
+            fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)
+    return out
+
+
+def family_baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict | None:
+    """The guidance layout family (packaged ``skill_recipes.yaml``) of the same model and GPU with the
+    nearest sequence length, its layout applied at the request's GPU count, sequence and batch; when
+    that breaks a rule or does not fit (the source often leaves EP, the pipeline layout or the offload
+    fraction unstated), also ``completed``: the search's best with the family's parallel sizes held."""
+    req = res.request
+    same = [
+        r
+        for r in skill_recipes()
+        if r["scenario"].get("model") == req["model"] and r["scenario"]["system"].get("gpu") == req["gpu"]
+    ]
+    if not same:
+        return None
+    rec = min(
+        same,
+        key=lambda r: (abs(math.log2(r["scenario"]["training"].get("seq_length", 4096) / req["seq_length"])), r["id"]),
+    )
+    data = copy.deepcopy(rec["scenario"])
+    data["system"]["num_gpus"] = req["num_gpus"]
+    data["training"].update(
+        seq_length=req["seq_length"], global_batch_size=req["global_batch_size"], precision=req["precision"]
+    )
+    data["training"].setdefault("micro_batch_size", 1)
+    out = {"recipe": rec["id"], "family": rec["family"], "layout": dict(data["layout"])}
+    try:
+        s = load_scenario(data)
+        chk = validate(s)
+        out["check"] = {"verdict": chk.verdict, "errors": [f"{f.rule_id}: {f.message}" for f in chk.errors]}
+        mem = estimate_memory(s)
+        out["memory"] = {"peak_gib": mem.peak_bytes / 2**30, "verdict": mem.verdict}
+        out["throughput"] = estimate_step(s).to_dict() if not chk.errors else None
+    except InputError as exc:
+        out["check"] = {"verdict": "invalid", "errors": [str(exc)]}
+        out["throughput"] = None
+    broken = out["check"]["errors"] or (out.get("memory") or {}).get("verdict") == "does-not-fit"
+    if broken and base is not None:
+        defining = (*PARALLEL_DIMS.values(), "use_megatron_fsdp", "data_parallel_sharding_strategy")
+        sizes = {k: v for k, v in data["layout"].items() if k in defining and v is not None}
+        sub = _held_search(base, {**sizes, **dict(base.get("layout") or {})}, constants, **search_kw)
+        if sub is not None and sub.candidates:
+            c = sub.candidates[0]
+            out["_candidate"] = c  # for the rule-of-thumb baseline; dropped before output
+            out["completed"] = {
+                "label": describe(c),
+                "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+                "peak_gib": c.peak_gib,
+                "held": sizes,
+            }
+    return out
+
+
+def fsdp_vs_3d(res: SearchResult) -> dict | None:
+    """For a search over both families (VLMs): the best Megatron-FSDP and the best 3D-parallel
+    layout side by side, with what each needs — the guidance's contrast (FSDP: bring-up simplicity and
+    memory first; 3D: higher ceiling after tuning) in numbers."""
+    fsdp = next((c for c in res.candidates if c.parallel.fsdp), None)
+    three = next((c for c in res.candidates if not c.parallel.fsdp), None)
+    if fsdp is None and three is None or res.request.get("families") != ["3d", "fsdp"]:
+        return None
+
+    def side(c: Candidate | None, needs: str) -> dict | None:
+        if c is None:
+            return None
+        bd = c.throughput["breakdown_s"]
+        step = c.throughput["step_time_s"]
+        return {
+            "label": c.parallel.label(),
+            "micro_batch_size": c.data["training"]["micro_batch_size"],
+            "recompute": c.recompute,
+            "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+            "peak_gib": c.peak_gib,
+            "vision_share_pct": 100 * (bd.get("vision_encoder", 0) + bd.get("vision_projector", 0)) / step,
+            "needs": needs,
+            "layout": {k: v for k, v in c.data["layout"].items() if v is not None},
+            "training": dict(c.data["training"]),
+        }
+
+    out = {
+        "fsdp": side(
+            fsdp,
+            "use_megatron_fsdp: true, data_parallel_sharding_strategy: optim_grads_params, EP inside; no "
+            "pipeline layout to place the vision tower, embedding and decoder — the simplest bring-up",
+        ),
+        "3d": side(
+            three,
+            (
+                "TP/PP/EP/ETP sizes, a pipeline split that puts the vision tower on stage 0 (it unbalances that "
+                "stage), VPP and recompute tuning — a higher ceiling once tuned"
+                if three is not None and three.parallel.pp > 1
+                else "TP/EP/ETP sizes and recompute tuning (no pipeline here: the vision tower shares every rank)"
+            ),
+        ),
+    }
+    if fsdp is not None and three is not None:
+        out["fsdp_vs_3d_pct"] = 100 * (fsdp.tokens_per_s_per_gpu / three.tokens_per_s_per_gpu - 1)
+        out["memory_gib_diff"] = fsdp.peak_gib - three.peak_gib
+    return out

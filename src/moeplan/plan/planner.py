@@ -1,0 +1,85 @@
+"""``moeplan plan``: search, rank and explain layouts for a request (:func:`plan`)."""
+
+from __future__ import annotations
+
+import time
+
+from moeplan.errors import InputError
+from moeplan.model.step import estimate_step
+from moeplan.plan.baseline import rule_of_thumb_baseline
+from moeplan.plan.explain import explain_winner, runner_up_diff
+from moeplan.plan.result import PlanResult
+from moeplan.plan.search import search
+
+
+def plan(
+    base: dict,
+    *,
+    top: int = 5,
+    min_dp: int = 1,
+    headroom_gib: float | None = None,
+    train_tokens: float | None = None,
+    refine: int = 16,
+    constants=None,
+    progress=None,
+    objective: str = "throughput",
+) -> PlanResult:
+    """Search, rank and explain layouts for a request.
+
+    Args:
+        base: scenario mapping (``model``, ``system.gpu``, ``system.num_gpus``,
+            ``training.seq_length``; optional ``global_batch_size``, ``micro_batch_size``, ``precision``;
+            every ``layout`` key given is held fixed).
+        top: candidates to keep (≥ 1).
+        min_dp / headroom_gib: see :func:`moeplan.plan.search.search`.
+        train_tokens: report the time to train this many tokens (the ranking is the same: the GPU
+            count is fixed, so time to train falls as tokens/s/GPU rises).
+
+    Raises:
+        InputError: bad request (field named).
+    """
+    if top < 1:
+        raise InputError("--top", top, "an integer ≥ 1")
+    t0 = time.perf_counter()
+    res = search(
+        base, min_dp=min_dp, headroom_gib=headroom_gib, refine=max(refine, top), constants=constants, progress=progress
+    )
+    expl = explain_winner(res)
+    runner = runner_up_diff(res)
+    base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
+    notes = []
+    m0 = res.candidates[0].scenario.model if res.candidates else None
+    if m0 is not None and m0.vision is not None:
+        w = res.candidates[0]
+        mock = estimate_step(w.scenario, constants, vision_patches=0.0).tokens_per_s_per_gpu
+        src = (
+            "your workload"
+            if w.scenario.input.workload is not None
+            else "no workload given: a planning mix (half the tokens are image tokens); use --workload from `moeplan vlm-stats`"
+        )
+        notes.append(
+            f"VLM: #1 with mock (image-free) data would show {mock:,.0f} tokens/s/GPU "
+            f"({100 * (mock / w.tokens_per_s_per_gpu - 1):+.0f} %) — not a real-data figure; the ranking uses {src}. "
+            "The model counts only the vision tower's compute and the padding; the guidance reports mock data "
+            "running up to about twice as fast as real multimodal input (data loading, preprocessing and "
+            "variable shapes, which it does not model)"
+        )
+    if not res.candidates:
+        counts = res.rejected.counts
+        rules = sorted(
+            (r for r in counts if r not in ("does-not-fit", "dominated", "gbs-divisibility", "dp-budget")),
+            key=lambda r: -counts[r],
+        )
+        if rules:
+            top_rule = rules[0]
+            notes.append(
+                f"no layout fits: {counts[top_rule]} of {sum(counts.values())} layouts break {top_rule} "
+                f"(e.g. {res.rejected.examples[top_rule]}) — with the keys you hold fixed; `moeplan check` on "
+                "one of them gives the fix"
+            )
+        else:
+            notes.append(
+                "no layout fits: see the rejected tally (try more GPUs, a shorter sequence, FP8, fewer keys "
+                "held fixed, or --headroom-gib 0)"
+            )
+    return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes, objective)

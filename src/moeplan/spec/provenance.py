@@ -1,0 +1,172 @@
+"""Recipe provenance as data: which Megatron Bridge performance recipe (and which of the helpers
+every perf recipe calls) set each key a scenario left out.
+
+The record is built once by :func:`moeplan.spec.recipes.recipe_provenance` (``recipe_defaults:
+mbridge-perf``), applied by :func:`moeplan.spec.recipes.apply_recipe` and carried by the resolved
+scenario (:attr:`moeplan.spec.scenario.Scenario.recipe`); output code (``summary()``, exports) reads
+the record, never the prose of a :class:`~moeplan.spec.scenario.Resolution`.
+
+Sources (``shared/reference/megatron_recipes.md``): Table A, flat perf recipes at Megatron Bridge
+``067f987`` (``src/megatron/bridge/perf_recipes/<family>/<gpu>/<model>.py``); Table B, legacy workload
+base configs at tag ``v0.5.1`` (``scripts/performance/configs/<family>/*_workload_base_configs.py``);
+the shared helpers of §1.2 and the base recipes of §1.3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+#: Megatron Bridge revision each recipe table was transcribed at
+TABLE_REFS = {"A": "067f987", "B": "v0.5.1"}
+#: Megatron Bridge source folder of each table's rows
+TABLE_SOURCES = {
+    "A": "src/megatron/bridge/perf_recipes/",
+    "B": "scripts/performance/configs/<family>/*_workload_base_configs.py",
+}
+
+#: where a filled value comes from (``RecipeFill.source``):
+#: ``row`` the matched recipe row itself; ``_benchmark_common`` and ``_perf_precision`` the helpers
+#: every flat recipe calls (§1.2); ``run_script`` the perf launcher ``scripts/performance/run_script.py``;
+#: ``base_recipe`` the library recipe a perf recipe builds on (``src/megatron/bridge/recipes/``, §1.3);
+#: ``model_common`` a model family's shared helper (``_deepseek_v3_common``, the DeepSeek-V3 layout map);
+#: ``model_recipe`` what every flat recipe of a model sets for a pipeline size (Qwen3-Next-80B PP2×VPP4
+#: layout, Qwen3-VL-235B uneven PP 8); ``perf_rows`` a setting every published row shares (forced load
+#: balancing, §1.4)
+FILL_SOURCES = (
+    "row",
+    "_benchmark_common",
+    "_perf_precision",
+    "run_script",
+    "base_recipe",
+    "model_common",
+    "model_recipe",
+    "perf_rows",
+)
+
+
+@dataclass(frozen=True)
+class RecipeRow:
+    """The packaged recipe row a scenario's fills came from.
+
+    Attributes:
+        id: row id, ``<section>/<suffix>`` for Table A (e.g. ``deepseek_v3/256gpu_gb300_fp8mx``), the
+            workload config name for Table B.
+        table: ``"A"`` or ``"B"``.
+        file: the row's Bridge source file relative to its table's folder (Table A:
+            ``deepseek/gb300/deepseek_v3.py``), None when the digest names none.
+        num_gpus: GPU count the row was published for.
+        precisions: the row's precisions (moeplan names, e.g. ``("mxfp8",)``).
+        precision: the scenario's precision the row was matched for.
+        borrowed: True when no row has ``precision`` and this row of the precision it derives from
+            lends its precision-neutral keys (``catalog.recipes.PRECISION_FALLBACK``).
+    """
+
+    id: str
+    table: str
+    file: str | None
+    num_gpus: int | None
+    precisions: tuple[str, ...]
+    precision: str
+    borrowed: bool
+
+    @property
+    def ref(self) -> str:
+        """Megatron Bridge commit or tag of the row's table (``067f987`` / ``v0.5.1``)."""
+        return TABLE_REFS.get(self.table, "?")
+
+    @property
+    def table_label(self) -> str:
+        """``Table A @067f987`` or ``Table B @v0.5.1`` (as printed in the fill reasons)."""
+        return f"Table {self.table} @{self.ref}"
+
+    @property
+    def function(self) -> str | None:
+        """``module:function`` of a Table A flat recipe (e.g.
+        ``megatron.bridge.perf_recipes.deepseek.gb300.deepseek_v3:deepseek_v3_pretrain_256gpu_gb300_fp8mx_config``,
+        the naming of megatron_recipes.md §1.1); None for Table B or a row without a file."""
+        if self.table != "A" or not self.file or "/" not in self.id:
+            return None
+        module = "megatron.bridge.perf_recipes." + self.file.removesuffix(".py").replace("/", ".")
+        section, suffix = self.id.split("/", 1)
+        return f"{module}:{section}_pretrain_{suffix}_config"
+
+    @property
+    def reason(self) -> str:
+        """The reason text of the row's fills: ``recipe <id> (Table A @067f987)``, with a note when the
+        row is borrowed from another precision."""
+        note = (
+            f"; no {self.precision} row for this layout, {'/'.join(self.precisions)} row's knobs"
+            if self.borrowed
+            else ""
+        )
+        return f"recipe {self.id} ({self.table_label}{note})"
+
+
+@dataclass(frozen=True)
+class RecipeFill:
+    """One layout key a recipe sets.
+
+    Attributes:
+        key: a LayoutSpec key (e.g. ``grad_reduce_in_fp32``).
+        value: the value the recipe sets (the LayoutSpec type: bool, int, str, list or None).
+        source: which part of the recipe sets it, one of :data:`FILL_SOURCES`.
+        reason: the text printed after ``recipe fill: `` in ``resolved_defaults`` (unchanged wording,
+            e.g. ``Megatron Bridge perf recipes: _benchmark_common``).
+    """
+
+    key: str
+    value: Any
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecipeProvenance:
+    """Recipe defaults of one scenario or one planner request.
+
+    Attributes:
+        name: the ``recipe_defaults`` value (``"mbridge-perf"``).
+        row: the matched recipe row, None when no row matches (or the planner chose the layout).
+        fills: in order, earlier fills win; on a resolved scenario only the fills applied.
+    """
+
+    name: str
+    row: RecipeRow | None
+    fills: tuple[RecipeFill, ...]
+
+    def filled_keys(self) -> frozenset[str]:
+        """Every key the record fills."""
+        return frozenset(f.key for f in self.fills)
+
+    def without(self, keys: Iterable[str]) -> RecipeProvenance:
+        """The record less the fills of ``keys`` (the matched row is kept: :attr:`row_filled` says
+        whether any of its own fills remain)."""
+        drop = frozenset(keys)
+        return replace(self, fills=tuple(f for f in self.fills if f.key not in drop))
+
+    @property
+    def row_filled(self) -> bool:
+        """True when at least one fill comes from the matched row itself."""
+        return self.row is not None and any(f.source == "row" for f in self.fills)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping (JSON-ready): name, row (id, table, ref, file, function, precisions,
+        borrowed) and each fill (key, value, source, reason)."""
+        r = self.row
+        return {
+            "name": self.name,
+            "row": None
+            if r is None
+            else {
+                "id": r.id,
+                "table": r.table,
+                "ref": r.ref,
+                "file": r.file,
+                "function": r.function,
+                "precisions": list(r.precisions),
+                "borrowed": r.borrowed,
+            },
+            "fills": [{"key": f.key, "value": f.value, "source": f.source, "reason": f.reason} for f in self.fills],
+        }

@@ -1,0 +1,201 @@
+"""The resolved scenario: a frozen :class:`Scenario` (inputs plus Megatron's effective defaults, each
+fill recorded as a :class:`Resolution`, the recipe fills also as a
+:class:`~moeplan.spec.provenance.RecipeProvenance` record), and version parsing.
+
+Built by :func:`moeplan.spec.defaults.resolve`; read by the rules and the estimators.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from moeplan.errors import InputError
+from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.model import ModelSpec
+from moeplan.spec.system import GpuSpec
+from moeplan.spec.training import TrainingSpec
+
+if TYPE_CHECKING:
+    from moeplan.spec.inputs import ScenarioInput
+    from moeplan.spec.provenance import RecipeProvenance
+
+NEWEST_MCORE = "0.20.0"
+NEWEST_BRIDGE = "0.3.0"
+
+
+@functools.lru_cache(maxsize=128)
+def parse_version(text: str | None, default: str) -> tuple[int, ...]:
+    """``"0.16.1"`` → ``(0, 16, 1)``; ``"core_r0.16.0"`` and ``"v0.16"`` also parse.
+
+    Raises:
+        InputError: when no version numbers are found.
+    """
+    s = (text or default).strip().lower()
+    for prefix in ("core_r", "core_v", "v", "r"):
+        if s.startswith(prefix):
+            s = s[len(prefix) :]
+    parts = []
+    for p in s.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        raise InputError("versions", text, "a version such as 0.16.1")
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts[:3])
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One effective value filled in because the user did not state it.
+
+    Attributes:
+        key: a LayoutSpec key, or ``system.gpus_per_node``.
+        value: the value filled (the key's type).
+        reason: why, as printed in ``resolved_defaults`` (e.g. ``unset: megatron-core resolves ETP
+            to TP``; ``recipe fill: ...`` for a recipe fill, whose structured record is
+            :attr:`Scenario.recipe`).
+    """
+
+    key: str
+    value: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A resolved scenario (immutable): the inputs plus Megatron's effective defaults, ready for the
+    rules and estimators. ``layout`` holds effective values; ``stated`` the keys the user gave.
+
+    Attributes:
+        input: the validated input it was resolved from.
+        model: None when the scenario names no model (rules needing it are skipped).
+        gpu: None when no GPU is named.
+        num_gpus / gpus_per_node: world size and GPUs per node (None when unknown).
+        mcore_version / bridge_version: (major, minor, patch) of megatron-core / Megatron Bridge.
+        resolutions: every default filled, in order (framework defaults and recipe fills).
+        recipe: the recipe fills applied (``recipe_defaults: mbridge-perf``): matched row and, per
+            key, its value and the helper that set it; None with ``recipe_defaults: none``.
+        dp / edp: derived data-parallel and expert-data-parallel sizes, None when W is unknown or
+            the division is not exact (the world-size rules report that).
+    """
+
+    input: ScenarioInput
+    model: ModelSpec | None
+    gpu: GpuSpec | None
+    num_gpus: int | None
+    gpus_per_node: int | None
+    training: TrainingSpec
+    layout: LayoutSpec
+    stated: frozenset[str]
+    framework: str
+    mcore_version: tuple[int, ...]
+    bridge_version: tuple[int, ...]
+    environment: dict[str, str]
+    resolutions: list[Resolution] = field(default_factory=list)
+    recipe: RecipeProvenance | None = None
+
+    # shorthand for the parallel sizes
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel size (GPUs per TP group)."""
+        return self.layout.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        """Pipeline-parallel size (stages)."""
+        return self.layout.pipeline_model_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        """Virtual stages per PP rank (1 when not interleaved; VPP 1 means no interleaving)."""
+        return self.layout.virtual_pipeline_model_parallel_size or 1
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel size (GPUs a sequence is split over)."""
+        return self.layout.context_parallel_size
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel size (GPUs the routed experts are spread over)."""
+        return self.layout.expert_model_parallel_size
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel size (1 when unset after resolution)."""
+        return self.layout.expert_tensor_parallel_size or 1
+
+    @property
+    def sp(self) -> bool:
+        """True when sequence parallelism is on."""
+        return bool(self.layout.sequence_parallel)
+
+    @property
+    def dp(self) -> int | None:
+        """Data-parallel size W / (TP·PP·CP); None when W is unknown or not divisible."""
+        w, d = self.num_gpus, self.tp * self.pp * self.cp
+        return w // d if w and w % d == 0 else None
+
+    @property
+    def edp(self) -> int | None:
+        """Expert data-parallel size W / (ETP·EP·PP); None when W is unknown or not divisible."""
+        w, d = self.num_gpus, self.etp * self.ep * self.pp
+        return w // d if w and w % d == 0 else None
+
+    @property
+    def mtp_num_layers(self) -> int:
+        """MTP blocks: the layout's ``mtp_num_layers``, else the model config's, else 0."""
+        if self.layout.mtp_num_layers is not None:
+            return self.layout.mtp_num_layers
+        return self.model.mtp_num_layers if self.model else 0
+
+    @property
+    def is_moe_sharded(self) -> bool:
+        """True when routed experts exist and are sharded over an expert grid (EDP matters)."""
+        return self.model is not None and self.model.is_moe
+
+    @property
+    def folds(self) -> bool:
+        """True when the world size divides by TP·PP·CP and, with routed experts, by ETP·EP·PP."""
+        return self.dp is not None and (not self.is_moe_sharded or self.edp is not None)
+
+    def graphs_on(self) -> bool:
+        """True when any CUDA graph capture is configured."""
+        return (self.layout.cuda_graph_impl or "none") != "none"
+
+    def graph_scopes(self) -> list[str]:
+        """Effective per-layer graph scopes (``cuda_graph_modules`` or the older ``cuda_graph_scope``)."""
+        lay = self.layout
+        src = lay.cuda_graph_modules if lay.cuda_graph_modules is not None else lay.cuda_graph_scope
+        if src is None:
+            return []
+        return [src] if isinstance(src, str) else list(src)
+
+    def summary(self) -> dict[str, Any]:
+        """Plain mapping for JSON output: model, GPU, GPU count, framework, megatron-core version,
+        sizes with derived DP/EDP, and each resolution as ``{key, value, reason}`` (the recipe fills'
+        reasons are the record's text, ``recipe fill: <reason>``)."""
+        return {
+            "model": self.model.name if self.model else None,
+            "gpu": self.gpu.id if self.gpu else None,
+            "num_gpus": self.num_gpus,
+            "framework": self.framework,
+            "megatron_core_version": ".".join(map(str, self.mcore_version)),
+            "parallel": {
+                "TP": self.tp,
+                "PP": self.pp,
+                "VPP": self.layout.virtual_pipeline_model_parallel_size,
+                "CP": self.cp,
+                "EP": self.ep,
+                "ETP": self.etp,
+                "DP": self.dp,
+                "EDP": self.edp,
+                "SP": self.sp,
+            },
+            "resolved_defaults": [{"key": r.key, "value": r.value, "reason": r.reason} for r in self.resolutions],
+        }
