@@ -265,19 +265,46 @@ def test_mtp_block_costs_one_more_decoder_layer():
 
 
 def test_cp_exchange_volumes_by_hand():
+    """Transformer Engine's CP exchanges (context_parallel.py), per attention layer, forward +
+    backward, bf16, for GQA with Q and O 4096 wide and K+V 2048 wide, 1000 tokens on the rank, TP 2."""
     from moeplan.catalog.gpus import get_gpu
-    from moeplan.model.comm import cp_time, link_bw
+    from moeplan.model.comm import cp_a2a_s, cp_all_gather_s, cp_ring_s, gdn_cp_a2a_s, link_bw
     from moeplan.model.constants import load_constants
 
     c, gpu = load_constants(), get_gpu("h100")
     bw = link_bw(gpu, 8, c)
-    # GQA: 32 query heads × 128 (Q and O 4096 wide), 8 KV heads (K+V 2048 wide), 1000 tokens, CP 4, TP 2
-    # a2a: forward and backward each move Q, K, V and O split by TP, bf16, 3/4 leaving the rank
+    # a2a (CP 4): forward and backward each move Q, K, V and O split by TP, 3/4 leaving the rank
     a2a = 2 * 1000 * (4096 + 2048 + 4096) / 2 * 2 * 3 / 4
-    assert cp_time(1000, 4096, 2048, 4096, 4, 2, "a2a", gpu, c) == pytest.approx(a2a / bw)
-    # ring: K/V blocks 3 passes (forward once, backward twice) × (CP − 1) hops
-    ring = 3 * 1000 * 2048 / 2 * 2 * 3
-    assert cp_time(1000, 4096, 2048, 4096, 4, 2, "p2p", gpu, c) == pytest.approx(ring / bw)
+    assert cp_a2a_s(1000, 4096 + 2048 + 4096, 4, 2, 8, gpu, c) == pytest.approx(a2a / bw)
+    # ring (CP 4): the local K/V forward 3 hops, K/V + dK/dV backward 6 hops
+    ring = 3 * 3 * 1000 * 2048 / 2 * 2
+    assert cp_ring_s(1000, 2048, 4, 2, 8, gpu, c) == pytest.approx(ring / bw)
+    # all_gather moves the same K/V volume as the ring (gather, gather again, reduce-scatter)
+    assert cp_all_gather_s(1000, 2048, 4, 2, gpu, c) == pytest.approx(ring / bw)
+    # hierarchical [2, 2]: the ring has 2 ranks, one hop forward and two backward
+    assert cp_ring_s(1000, 2048, 2, 2, 8, gpu, c) == pytest.approx(ring / 3 / bw)
+    # Gated DeltaNet (CP 4): in_proj output 100 wide and output 40 wide, forward + backward, 3/4 leaving
+    assert gdn_cp_a2a_s(1000, 100, 40, 4, 2, gpu, c) == pytest.approx(2 * 1000 * 140 / 2 * 2 * 3 / 4 / bw)
+
+
+def test_hierarchical_cp_moves_less_over_the_slow_links_than_the_ring():
+    """DeepSeek-V3 at 128K on 256 H100, CP 32 (TP 1): the p2p ring crosses nodes at every hop count
+    of 31; a2a+p2p [8, 4] all-to-alls inside the node and rings over 4: far less exposed CP time."""
+    base = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "h100", "num_gpus": 256},
+        "training": {"seq_length": 131072, "micro_batch_size": 1, "global_batch_size": 32, "precision": "fp8-blockwise"},
+        "layout": {"pipeline_model_parallel_size": 1, "context_parallel_size": 32, "expert_model_parallel_size": 64,
+                   "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+    }
+    import copy
+
+    exposed = {}
+    for ct, extra in (("p2p", {}), ("a2a+p2p", {"hierarchical_context_parallel_sizes": [8, 4]}), ("all_gather", {})):
+        d = copy.deepcopy(base)
+        d["layout"].update(cp_comm_type=ct, **extra)
+        exposed[ct] = estimate_step(load_scenario(d)).breakdown_s["cp_comm_exposed"]
+    assert exposed["a2a+p2p"] < exposed["p2p"] < exposed["all_gather"]
 
 
 def test_etp_adds_a_gather_and_scatter_over_its_group_not_a_wider_exchange():

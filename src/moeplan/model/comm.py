@@ -7,9 +7,12 @@ Volumes follow the collectives Megatron-Core issues (``megatron/core/tensor_para
   block and around a TP-split MLP, forward and the same backward (a MoE block with ETP 1 hands its
   tokens to the dispatcher without them); without SP the same volume moves as all-reduces; ring volume
   per rank ``(t−1)/t`` of it;
-- CP ring (p2p): per attention layer ``(cp−1)`` K/V block exchanges forward, twice that backward,
-  overlapped with the attention kernel (only the excess is exposed); a2a CP: Q, K, V and the output
-  (and their gradients) redistributed between sequence and head splits;
+- CP (Transformer Engine ``context_parallel.py``): the p2p ring passes the local K/V ``(cp−1)`` times
+  forward and K/V + dK/dV ``2(cp−1)`` times backward, overlapped with the attention kernel (only the
+  excess is exposed); a2a redistributes Q, K, V and the output (and their gradients) between sequence
+  and head splits, exposed; a2a+p2p does the all-to-all in the inner group and the ring over the outer
+  one; all_gather gathers K/V forward and again backward, reduce-scatters dK/dV, exposed; Gated
+  DeltaNet layers all-to-all their projections (Megatron-Core ``GatedDeltaNet``), exposed;
 - EP: per MoE layer dispatch + combine forward and backward, routed tokens·h bf16, ``(EP−1)/EP``
   leaving the rank; inside the NVLink domain at NVLink speed, across it limited by one NIC per GPU
   (nccl-tests #267/#290);
@@ -58,30 +61,63 @@ def tp_time(
     return t - (min(hidden, gemm_s) if gemm_s is not None else hidden)
 
 
-def cp_time(
-    tokens: float,
-    q_width: int,
-    kv_width: int,
-    o_width: int,
-    cp: int,
-    tp: int,
-    comm_type: str,
-    gpu: GpuSpec,
-    c: TimeConstants,
-) -> float:
-    """Context-parallel exchange of one attention layer, forward + backward (before overlap), bf16.
-    Widths are per token over all heads (TP splits the heads): ``kv_width`` is K and V together.
-    The ring (p2p) passes K/V blocks ``cp−1`` times forward and twice that backward; the all-to-all
-    redistributes Q, K, V and the output forward and their gradients backward, ``(cp−1)/cp`` of each
-    leaving the rank."""
-    if cp == 1:
+def cp_ring_s(tokens: float, kv_width: int, ring: int, tp: int, span: int, gpu: GpuSpec, c: TimeConstants) -> float:
+    """The K/V ring of one attention layer over ``ring`` ranks, forward + backward (s, before overlap).
+
+    Transformer Engine's ``AttnFuncWithCPAndKVP2P``: forward sends the rank's whole local K and V
+    (one message of ``tokens · kv_width / tp`` bf16 elements) ``ring − 1`` times; backward sends K/V
+    and the accumulating dK/dV, ``2(ring − 1)`` messages of the same size. Each hop overlaps one
+    step's attention kernel (the caller subtracts what the kernel hides). The ring's slowest hop sets
+    the pace: the group spans ``span`` GPUs (TP·CP in Megatron's tp-cp-ep-dp-pp order).
+    """
+    if ring <= 1:
         return 0.0
-    span = tp * cp
-    if comm_type == "a2a":
-        vol = 2 * tokens * (q_width + kv_width + o_width) / tp * 2 * (cp - 1) / cp
-    else:  # p2p ring (also the intra part of a2a+p2p, approximated)
-        vol = 3 * tokens * kv_width / tp * 2 * (cp - 1)
+    vol = 3 * (ring - 1) * tokens * kv_width / tp * 2
     return vol / link_bw(gpu, span, c)
+
+
+def cp_a2a_s(tokens: float, qkvo_width: int, group: int, tp: int, span: int, gpu: GpuSpec, c: TimeConstants) -> float:
+    """The all-to-alls of one attention layer over ``group`` ranks, forward + backward (s, exposed).
+
+    Transformer Engine's ``AttnFuncWithCPAndQKVOA2A`` (Ulysses): forward all-to-alls Q, K and V from
+    sequence- to head-split and the output back; backward the same for dO, dQ, dK and dV; each moves
+    ``(group − 1)/group`` of the local tensor (``tokens · width / tp`` bf16 elements). Nothing overlaps
+    them but reshape kernels.
+    """
+    if group <= 1:
+        return 0.0
+    vol = 2 * tokens * qkvo_width / tp * 2 * (group - 1) / group
+    return vol / link_bw(gpu, span, c)
+
+
+def cp_all_gather_s(tokens: float, kv_width: int, cp: int, tp: int, gpu: GpuSpec, c: TimeConstants) -> float:
+    """K/V all-gather of one attention layer, forward + backward (s, exposed).
+
+    Transformer Engine's ``AttnFuncWithCPAndKVAllGather``: forward all-gathers K and V over CP;
+    backward gathers them again and reduce-scatters dK and dV; each collective moves
+    ``(cp − 1)`` local K/V blocks per rank, and none overlaps the kernel ("KV all-gather between CP
+    ranks is exposed").
+    """
+    if cp <= 1:
+        return 0.0
+    vol = 3 * (cp - 1) * tokens * kv_width / tp * 2
+    return vol / link_bw(gpu, tp * cp, c)
+
+
+def gdn_cp_a2a_s(
+    tokens: float, in_width: int, out_width: int, cp: int, tp: int, gpu: GpuSpec, c: TimeConstants
+) -> float:
+    """The all-to-alls of one Gated DeltaNet layer under CP, forward + backward (s, exposed).
+
+    Megatron-Core's ``GatedDeltaNet`` (core 0.18+) runs CP as sequence → head all-to-alls: after
+    ``in_proj`` the q, k, v, z, β, α projections (``in_width`` = 2·qk + 2·v + 2·H_v per token) go to
+    head-split, after the gated norm the output (``out_width`` = v per token) comes back; backward
+    moves their gradients. Each moves ``(cp − 1)/cp`` of the local tensor; nothing overlaps them.
+    """
+    if cp <= 1:
+        return 0.0
+    vol = 2 * tokens * (in_width + out_width) / tp * 2 * (cp - 1) / cp
+    return vol / link_bw(gpu, tp * cp, c)
 
 
 def ep_time(

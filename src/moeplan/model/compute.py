@@ -181,9 +181,9 @@ def layer_flops(
     if kind == "linear":
         qk = m.linear_key_head_dim * m.linear_num_key_heads
         v = m.linear_value_head_dim * m.linear_num_value_heads
-        nv, dv = m.linear_num_value_heads, m.linear_value_head_dim
-        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * nv) + h * v) / tp
-        core += 2 * tokens * (m.linear_conv_kernel_dim * (2 * qk + v) + 4 * nv * dv * dv) / tp
+        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.linear_num_value_heads) + h * v) / tp
+        # the depthwise causal conv; the delta rule itself is timed by moeplan.model.gdn
+        core += 2 * tokens * m.linear_conv_kernel_dim * (2 * qk + v) / tp
     elif m.multi_latent_attention:
         nh = m.num_attention_heads
         qk, rope, vd = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim

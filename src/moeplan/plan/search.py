@@ -68,7 +68,7 @@ _KNOB_KEYS = {
     "recompute": RECOMPUTE_KEYS + OPTIMIZER_OFFLOAD_KEYS,
     "dispatcher": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend"),
     "graphs": ("cuda_graph_impl", "cuda_graph_scope"),
-    "cp_comm": ("cp_comm_type",),
+    "cp_comm": ("cp_comm_type", "hierarchical_context_parallel_sizes"),
     "vpp": ("virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout"),
     "ep_overlap": ("overlap_moe_expert_parallel_comm",),
 }
@@ -823,6 +823,9 @@ def _knob_labels(s: Scenario) -> dict[str, str]:
     else:
         graphs = "eager"
     cp_comm = lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p"
+    h = lay.hierarchical_context_parallel_sizes
+    if cp_comm == "a2a+p2p" and h:
+        cp_comm = f"a2a+p2p {'x'.join(map(str, h))}"
     return {
         "dispatcher": _disp_label(s),
         "ep_overlap": "on" if lay.overlap_moe_expert_parallel_comm else "off",
@@ -873,7 +876,8 @@ def _refine(
     if "cuda_graph_impl" not in fixed_layout:
         families.append(("graphs", [(n, {"cuda_graph_scope": None, **k}) for n, k in graph_options(m, gpu)]))
     if "cp_comm_type" not in fixed_layout:
-        families.append(("cp_comm", [(n, {"cp_comm_type": n}) for n in cp_comm_options(c.parallel.cp)]))
+        domain = gpu.scaleup_domain_gpus if gpu is not None else 8
+        families.append(("cp_comm", cp_comm_options(c.parallel.cp, c.parallel.tp, domain)))
     for fam, opts in families:
         if len(opts) < 2 or (only is not None and fam not in only):
             continue

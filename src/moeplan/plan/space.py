@@ -329,11 +329,24 @@ def vpp_options(num_layers: int, pp: int) -> list[int]:
     return [v for v in (1, 2, 4, 8) if num_layers / (pp * v) >= 2]
 
 
-def cp_comm_options(cp: int) -> list[str]:
-    """CP exchange types to try: ``p2p`` (ring, overlapped with attention) and ``a2a`` (Ulysses,
-    exposed but with less volume; needs heads per TP rank divisible by CP — the rules say when).
-    The hierarchical ``a2a+p2p`` is not searched: the time model has no separate cost for it."""
-    return ["p2p"] if cp == 1 else ["p2p", "a2a"]
+def cp_comm_options(cp: int, tp: int = 1, scaleup_domain_gpus: int = 8) -> list[tuple[str, dict]]:
+    """CP exchange types to try, as (label, layout keys): ``p2p`` (ring, overlapped with attention),
+    ``a2a`` (Ulysses, exposed, needs heads per TP rank divisible by CP — the rules say when), and the
+    hierarchical ``a2a+p2p`` with the all-to-all inside the NVLink domain: inner group ``a`` the
+    largest power of two with ``a·TP`` within the domain and ``a < CP``, the ring over ``CP / a``
+    (Megatron-Core's ``hierarchical_context_parallel_sizes``, inner group first)."""
+    none = {"hierarchical_context_parallel_sizes": None}
+    if cp == 1:
+        return [("p2p", {"cp_comm_type": "p2p", **none})]
+    out = [("p2p", {"cp_comm_type": "p2p", **none}), ("a2a", {"cp_comm_type": "a2a", **none})]
+    inner = 1
+    while inner * 2 < cp and inner * 2 * tp <= scaleup_domain_gpus and cp % (inner * 2) == 0:
+        inner *= 2
+    if inner > 1:
+        out.append(
+            (f"a2a+p2p {inner}x{cp // inner}", {"cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [inner, cp // inner]})
+        )
+    return out
 
 
 def ep_overlap_options(m: ModelSpec, ep: int) -> list[tuple[str, dict]]:

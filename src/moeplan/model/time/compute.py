@@ -5,7 +5,8 @@ Executed FLOPs from :func:`moeplan.model.compute.layer_flops`; backward runs 2×
 (3× in all). GEMMs run at the achieved GEMM rate (peak × measured best-shape fraction) times the
 grouped-GEMM occupancy for few tokens per expert; attention at the achieved attention rate for the
 kernel length (:func:`moeplan.model.compute.attention_fraction`, first principles); element-wise work
-moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte (fitted).
+moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte (fitted); a Gated
+DeltaNet layer's delta rule runs at the measured speed of its chunked kernel (:mod:`moeplan.model.gdn`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 
 from moeplan.model.activations import layer_activations
 from moeplan.model.compute import grouped_efficiency, layer_flops
-from moeplan.model.time.context import StepContext
+from moeplan.model.gdn import gdn_kernel_s
+from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
 
 
 @dataclass(frozen=True)
@@ -38,16 +40,24 @@ class LayerCompute:
         return self.dense_gemm_s + self.expert_gemm_s + self.attention_s
 
 
+def gated_deltanet_s(ctx: StepContext) -> float:
+    """The chunked delta rule of one Gated DeltaNet layer and microbatch on one rank (s): the whole
+    sequence for H_v / (TP·CP) value heads (Megatron-Core's head-split CP), :mod:`moeplan.model.gdn`."""
+    s, m = ctx.s, ctx.s.model
+    heads = m.linear_num_value_heads / (s.tp * s.cp)
+    return gdn_kernel_s(s.gpu, ctx.mbs, s.training.seq_length, heads, m.linear_key_head_dim, m.linear_value_head_dim)
+
+
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
-    s, sp = ctx.s, ctx.speeds
-    f = layer_flops(
-        s.model, layer, ctx.tokens, ctx.seq_local, s.training.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor
-    )
+    s, sp, m = ctx.s, ctx.speeds, ctx.s.model
+    f = layer_flops(m, layer, ctx.tokens, ctx.seq_local, s.training.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor)
     t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
     eff = grouped_efficiency(f.tokens_per_local_expert, ctx.c)
     t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
-    t_core = 3 * f.attention_core / ctx.attention_rate_flops_per_s
+    t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
+    if m.attention_kinds[layer] == "linear":
+        t_core += gated_deltanet_s(ctx)
     kept, rec = layer_activations(s.model, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
     t_mem = ctx.c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s

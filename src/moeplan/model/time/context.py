@@ -47,7 +47,9 @@ class StepContext:
         seq_local / tokens: sequence length per CP rank and tokens of one microbatch there.
         routing_factor: routed tokens on the busiest expert rank / the balanced share.
         speeds: achieved GEMM and attention-peak FLOP/s and HBM bytes/s.
-        attention_rate_flops_per_s: achieved attention FLOP/s at this kernel length.
+        attention_rate_flops_per_s: achieved attention FLOP/s for the rank's S/CP queries (the p2p
+            ring's kernel length; :func:`attention_rate` for the other CP exchanges).
+        fp8_attention: attention runs in FP8 (``fp8_dot_product_attention`` under an FP8 recipe).
         act: the activation context (what a layer saves for backward).
         recompute_modules / recompute_granularity / recompute_num_layers: the recompute settings.
         graphs / graph_share: ``cuda_graph_impl`` (``none`` when unset) and the share of the launch
@@ -72,6 +74,7 @@ class StepContext:
     routing_factor: float
     speeds: Speeds
     attention_rate_flops_per_s: float
+    fp8_attention: bool
     act: ActContext
     recompute_modules: frozenset[str]
     recompute_granularity: str | None
@@ -132,6 +135,48 @@ def cp_widths(s: Scenario) -> CpWidths:
         kv=2 * d * (m.num_query_groups or m.num_attention_heads),
         o=d * m.num_attention_heads,
     )
+
+
+def layer_cp_comm_type(s: Scenario, layer: int) -> str:
+    """The CP exchange of decoder layer ``layer``: ``cp_comm_type`` (one for all layers or one per
+    layer), ``p2p`` when unset (Megatron's default)."""
+    ct = s.layout.cp_comm_type
+    if isinstance(ct, list):
+        return ct[layer] if layer < len(ct) else "p2p"
+    return ct or "p2p"
+
+
+def hierarchical_a2a_size(s: Scenario) -> int:
+    """The all-to-all (inner, first) group of ``hierarchical_context_parallel_sizes``; CP itself when
+    unset (the rules refuse a2a+p2p without sizes)."""
+    h = s.layout.hierarchical_context_parallel_sizes
+    return h[0] if h else s.cp
+
+
+def attention_query_tokens(s: Scenario, comm_type: str) -> float:
+    """Queries per sequence of one attention kernel call under each CP exchange (what the kernel's
+    length term sees): the ring's steps run the rank's S/CP queries; the all-to-all gives each rank
+    the whole sequence (for 1/CP of the heads); a2a+p2p's ring steps run S·a/CP queries (inner group
+    a); all_gather runs each of the rank's two S/(2·CP) chunks against its causal key prefix."""
+    seq, cp = s.training.seq_length, s.cp
+    if cp == 1 or comm_type == "p2p":
+        return seq / cp
+    if comm_type == "a2a":
+        return float(seq)
+    if comm_type == "a2a+p2p":
+        return seq * hierarchical_a2a_size(s) / cp
+    return seq / (2 * cp)  # all_gather
+
+
+def attention_rate(ctx: StepContext, comm_type: str) -> float:
+    """Achieved attention FLOP/s of the kernels under CP exchange ``comm_type``
+    (:func:`attention_query_tokens`); the ring's rate for p2p or without CP."""
+    s = ctx.s
+    if s.cp == 1 or comm_type == "p2p":
+        return ctx.attention_rate_flops_per_s
+    q = attention_query_tokens(s, comm_type)
+    frac = attention_fraction(s.gpu, q, s.model.attention_head_dims, ctx.fp8_attention)
+    return ctx.speeds.attention_flops_per_s * frac
 
 
 def graph_share(s: Scenario) -> float:
@@ -197,6 +242,7 @@ def step_context(
         speeds=sp,
         attention_rate_flops_per_s=sp.attention_flops_per_s
         * attention_fraction(gpu, seq_local, m.attention_head_dims, fp8_attn),
+        fp8_attention=fp8_attn,
         act=_activation_context(s, mbs * seq_local, seq_local, mbs, route),
         recompute_modules=frozenset(modules) if gran == "selective" else frozenset(),
         recompute_granularity=gran,

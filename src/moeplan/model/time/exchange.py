@@ -8,16 +8,18 @@ Megatron's:
   GEMMs and attention, up to ``overlap_hidden_fraction`` of them;
 - TP: SP all-gathers / reduce-scatters around the attention block, and around the MLP unless it is a
   MoE block whose experts are not TP-split; ``tp_comm_overlap`` hides at most the dense GEMMs;
-- CP: the p2p ring overlaps its K/V exchange with the attention kernel; the all-to-all does not.
+- CP: the p2p ring (and a2a+p2p's outer ring) overlaps its K/V exchange with the attention kernel;
+  the all-to-alls and the all-gather do not (Transformer Engine ``context_parallel.py``); Gated
+  DeltaNet layers' head-split all-to-alls do not either (Megatron-Core ``GatedDeltaNet``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.model.comm import cp_time, ep_time, tp_time
+from moeplan.model.comm import cp_a2a_s, cp_all_gather_s, cp_ring_s, ep_time, gdn_cp_a2a_s, tp_time
 from moeplan.model.time.compute import LayerCompute
-from moeplan.model.time.context import StepContext
+from moeplan.model.time.context import StepContext, hierarchical_a2a_size, layer_cp_comm_type
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,39 @@ def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exc
     return Exchange(t, plain - t)
 
 
-def cp_exchange(ctx: StepContext, kind: str, compute: LayerCompute) -> Exchange:
-    """Context-parallel exchange of one attention layer (none for linear-attention layers); the ring
-    hides behind the attention kernel, the all-to-all does not."""
-    s = ctx.s
-    if kind == "linear":
+def _attention_cp(ctx: StepContext, comm_type: str, attention_s: float) -> Exchange:
+    """An attention layer's CP exchange (Transformer Engine ``context_parallel.py``): the p2p ring
+    hides behind the attention kernel; a2a and all_gather are exposed; a2a+p2p all-to-alls in its
+    inner group (exposed) and rings over the outer one (hidden behind the kernel)."""
+    s, c, w = ctx.s, ctx.c, ctx.cp_widths
+    tokens, cp, tp, span = ctx.tokens, s.cp, s.tp, s.tp * s.cp
+    qkvo = w.q + w.kv + w.o
+    if comm_type == "a2a":
+        t = cp_a2a_s(tokens, qkvo, cp, tp, span, s.gpu, c)
+        return Exchange(t, 0.0)
+    if comm_type == "all_gather":
+        return Exchange(cp_all_gather_s(tokens, w.kv, cp, tp, s.gpu, c), 0.0)
+    inner = hierarchical_a2a_size(s) if comm_type == "a2a+p2p" else 1
+    a2a = cp_a2a_s(tokens, qkvo, inner, tp, tp * inner, s.gpu, c)
+    ring = cp_ring_s(tokens, w.kv, cp // inner, tp, span, s.gpu, c)
+    ring_exposed = max(0.0, ring - attention_s)
+    return Exchange(a2a + ring_exposed, ring - ring_exposed)
+
+
+def _gdn_cp(ctx: StepContext) -> Exchange:
+    """A Gated DeltaNet layer's head-split all-to-alls under CP (exposed)."""
+    s, m = ctx.s, ctx.s.model
+    v = m.linear_value_head_dim * m.linear_num_value_heads
+    qk = m.linear_key_head_dim * m.linear_num_key_heads
+    t = gdn_cp_a2a_s(ctx.tokens, 2 * qk + 2 * v + 2 * m.linear_num_value_heads, v, s.cp, s.tp, s.gpu, ctx.c)
+    return Exchange(t, 0.0)
+
+
+def cp_exchange(ctx: StepContext, layer: int, compute: LayerCompute) -> Exchange:
+    """Context-parallel exchange of decoder layer ``layer``: its attention's ``cp_comm_type`` (per
+    layer when a list), or a Gated DeltaNet layer's all-to-alls (which ignore ``cp_comm_type``)."""
+    if ctx.s.cp == 1:
         return Exchange()
-    w = ctx.cp_widths
-    t = cp_time(ctx.tokens, w.q, w.kv, w.o, s.cp, s.tp, ctx.cp_comm_type, s.gpu, ctx.c)
-    exposed = max(0.0, t - (compute.attention_s if ctx.cp_comm_type != "a2a" else 0.0))
-    return Exchange(exposed, t - exposed)
+    if ctx.s.model.attention_kinds[layer] == "linear":
+        return _gdn_cp(ctx)
+    return _attention_cp(ctx, layer_cp_comm_type(ctx.s, layer), compute.attention_s)

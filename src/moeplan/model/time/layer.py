@@ -9,7 +9,7 @@ from moeplan.model.time.context import StepContext
 from moeplan.model.time.exchange import Exchange, cp_exchange, ep_exchange, tp_exchange
 from moeplan.model.time.launch import launch_overhead
 from moeplan.model.time.offload import activation_offload_s
-from moeplan.model.time.recompute import full_recompute_s, selective_recompute_s
+from moeplan.model.time.recompute import full_recompute_s, gdn_norm_out_a2a_s, selective_recompute_s
 
 #: the breakdown parts a layer contributes to (``ThroughputEstimate.breakdown_s`` keys)
 LAYER_PARTS = (
@@ -41,12 +41,12 @@ class LayerTime:
 def layer_time(ctx: StepContext, layer: int) -> LayerTime:
     """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
     m = ctx.s.model
-    kind = (m.attention_kinds or ("full",) * m.num_layers)[layer]
+    linear = m.attention_kinds[layer] == "linear"
     moe_layer = bool(m.moe_layers and m.moe_layers[layer])
     comp = layer_compute(ctx, layer)
     ep = ep_exchange(ctx, comp) if moe_layer else Exchange()
     tp = tp_exchange(ctx, moe_layer, comp)
-    cp = cp_exchange(ctx, kind, comp)
+    cp = cp_exchange(ctx, layer, comp)
     launch = launch_overhead(ctx, moe_layer)
     parts = {
         "dense_gemm": comp.dense_gemm_s,
@@ -54,7 +54,8 @@ def layer_time(ctx: StepContext, layer: int) -> LayerTime:
         "attention": comp.attention_s,
         "memory_bound": comp.memory_bound_s,
         "launch_overhead": launch.exposed_s,
-        "recompute": selective_recompute_s(ctx, moe_layer, comp, ep.exposed_s),
+        "recompute": selective_recompute_s(ctx, moe_layer, comp, ep.exposed_s)
+        + (gdn_norm_out_a2a_s(ctx) if linear else 0.0),
         "tp_comm": tp.exposed_s,
         "cp_comm_exposed": cp.exposed_s,
         "ep_comm_exposed": ep.exposed_s,

@@ -11,6 +11,7 @@ work (0.2 per element-wise module) are planning values.
 
 from __future__ import annotations
 
+from moeplan.model.comm import gdn_cp_a2a_s
 from moeplan.model.compute import ATTENTION_FWD_SHARE
 from moeplan.model.time.compute import LayerCompute
 from moeplan.model.time.context import StepContext
@@ -50,3 +51,14 @@ def selective_recompute_s(ctx: StepContext, moe_layer: bool, compute: LayerCompu
         extra += fwd_dense * SHARED_EXPERTS_DENSE_SHARE
     extra += compute.memory_bound_s / 3 * len(modules & _ELEMENTWISE) * ELEMENTWISE_SHARE
     return extra
+
+
+def gdn_norm_out_a2a_s(ctx: StepContext) -> float:
+    """``gdn_norm_out`` recompute re-runs the gated norm together with the output all-to-all that
+    follows it under CP (Megatron-Core ``_gated_norm_and_a2a``): one more forward all-to-all of the
+    output (half of the output all-to-all's forward + backward time); 0 without it or without CP."""
+    s, m = ctx.s, ctx.s.model
+    if "gdn_norm_out" not in ctx.recompute_modules or s.cp == 1:
+        return 0.0
+    v = m.linear_value_head_dim * m.linear_num_value_heads
+    return gdn_cp_a2a_s(ctx.tokens, 0, v, s.cp, s.tp, s.gpu, ctx.c) / 2
