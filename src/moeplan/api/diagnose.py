@@ -150,6 +150,31 @@ def _run_scenario(text: str, scenario: Path) -> tuple[dict, list[str]]:
     return data, notes
 
 
+def _like_for_like(rep, peak) -> list[str]:
+    """The message's figures against the memory model's, like for like: what the process had in use
+    including non-PyTorch memory against the predicted device use (``nvidia-smi``); PyTorch's
+    allocated memory plus the request against the predicted peak allocated (torch
+    ``max_memory_allocated``); allocated + reserved-but-unallocated against the predicted reserve."""
+    gib = 2**30
+    pairs = []
+    if rep.process_in_use_bytes is not None:
+        pairs.append(("the process had", rep.process_in_use_bytes, "in use (device)", peak.device_used_bytes))
+    if rep.allocated_bytes is not None:
+        pairs.append(("PyTorch had", rep.allocated_bytes, "allocated", peak.peak_allocated_bytes))
+        held = rep.allocated_bytes + (rep.reserved_unallocated_bytes or 0)
+        pairs.append(("PyTorch held", held, "reserved", peak.peak_reserved_bytes))
+    notes = []
+    for who, have, what, predicted in pairs:
+        need = have + rep.requested_bytes
+        if need > predicted * 1.05:
+            notes.append(
+                f"{who} {have / gib:.2f} GiB {what} and asked for {rep.requested_bytes / gib:.2f} GiB more, above "
+                f"the {predicted / gib:.2f} GiB the memory model predicts for that figure: it underestimates this "
+                f"run by at least {(need - predicted) / gib:.2f} GiB, so 'fits' below is the model's view"
+            )
+    return notes
+
+
 def _blame(rep, text: str, scenario: Path, calibration: Path | None):
     """The memory model's view of an OOM: (the report reconciled with the model, the blame dict)."""
 
@@ -158,20 +183,15 @@ def _blame(rep, text: str, scenario: Path, calibration: Path | None):
     peak = mem.peak_stage
     rep, more = reconcile_with_model(rep, peak.total_bytes, mem.capacity_bytes)
     notes += more
-    held = rep.held_bytes
-    if held is not None and held + rep.requested_bytes > peak.total_bytes * 1.05:
-        gap = held + rep.requested_bytes - peak.total_bytes
-        notes.append(
-            f"the memory model predicts a {peak.total_bytes / 2**30:.2f} GiB peak, but the process held "
-            f"{held / 2**30:.2f} GiB and asked for {rep.requested_bytes / 2**30:.2f} GiB more: the model "
-            f"underestimates this run by at least {gap / 2**30:.2f} GiB, so 'fits' below is the model's view"
-        )
+    notes += _like_for_like(rep, peak)
     terms = sorted(
         ((cat, name, v) for cat, items in peak.items.items() for name, v in items.items()), key=lambda x: -x[2]
     )[:BLAME_TERMS]
     blame = {
         "stage": peak.stage,
         "predicted_peak_bytes": peak.total_bytes,
+        "predicted_allocated_bytes": peak.peak_allocated_bytes,
+        "predicted_reserved_bytes": peak.peak_reserved_bytes,
         "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
         "capacity_bytes": mem.capacity_bytes,
         "notes": notes,
@@ -196,7 +216,8 @@ def oom_report(source: str, scenario: Path | None = None, calibration: Path | No
     Returns:
         :meth:`OomReport.to_dict` (requested / total / free / allocated / reserved bytes, GPU index,
         ``fragmentation`` True | False | None, ``diagnosis``, ``fixes``) and ``blame``: None without a
-        scenario, else ``{"stage", "predicted_peak_bytes", "largest_terms": [{category, part, bytes}]
+        scenario, else ``{"stage", "predicted_peak_bytes" (device use), "predicted_allocated_bytes",
+        "predicted_reserved_bytes", "largest_terms": [{category, part, bytes}]
         (the 3 largest), "capacity_bytes", "notes"}`` and, unless the message is fragmentation,
         ``fixes`` (each change's peak and saving in bytes, fits, relative step-time change) and
         ``rejected_fixes`` (change, rule, message).

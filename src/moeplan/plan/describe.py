@@ -34,6 +34,9 @@ def candidate_dict(c: Candidate, rank: int | None, train_tokens: float | None) -
         "verdict": c.memory["verdict"],
         "stages": c.memory["stages"],
         "peak_bytes": c.memory["peak_bytes"],
+        "peak_allocated_bytes": c.memory["peak_allocated_bytes"],
+        "peak_reserved_bytes": c.memory["peak_reserved_bytes"],
+        "device_used_bytes": c.memory["device_used_bytes"],
     }
     if train_tokens:
         d["time_to_train_s"] = time_to_train_s(c, train_tokens)

@@ -74,6 +74,8 @@ class _Fit:
             "kind": res.change.kind,
             "changes_numerics": res.change.changes_numerics,
             "peak_gib": mem.peak_bytes / GIB_BYTES,
+            "peak_allocated_gib": mem.peak_allocated_bytes / GIB_BYTES,
+            "peak_reserved_gib": mem.peak_reserved_bytes / GIB_BYTES,
             "saved_gib": (self.mem0.peak_bytes - mem.peak_bytes) / GIB_BYTES,
             "step_time_change_pct": 100 * (res.step_time_s / self.t0 - 1) if self.t0 and res.step_time_s else None,
             "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu,
@@ -185,6 +187,8 @@ def fit_layout(
     fixes = [r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes
     return {
         "peak_gib": mem0.peak_bytes / GIB_BYTES,
+        "peak_allocated_gib": mem0.peak_allocated_bytes / GIB_BYTES,
+        "peak_reserved_gib": mem0.peak_reserved_bytes / GIB_BYTES,
         "capacity_gib": cap / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
         "fits_already": fits_already,

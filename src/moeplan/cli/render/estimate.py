@@ -32,7 +32,19 @@ def _stage_tables(c, mem: dict) -> dict:
     """The per-stage table and the peak stage's itemised table; returns the peak stage."""
 
     t = Table(title="peak memory per GPU (GiB)")
-    cols = ("stage", "layers", "in-flight µbatches", "weights", "grads", "optimizer", "activations", "other", "total")
+    cols = (
+        "stage",
+        "layers",
+        "in-flight µbatches",
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "other",
+        "allocated",
+        "reserved",
+        "device",
+    )
     for col in cols:
         t.add_column(col, justify="right")
     for st in mem["stages"]:
@@ -41,9 +53,17 @@ def _stage_tables(c, mem: dict) -> dict:
             str(st["num_layers"]),
             f"{st['inflight_microbatches']:.2f}",
             *(_gib(st[f"{k}_bytes"]) for k in ("weights", "grads", "optimizer", "activations", "other")),
-            f"[bold]{_gib(st['total_bytes'])}[/]",
+            _gib(st["peak_allocated_bytes"]),
+            _gib(st["peak_reserved_bytes"]),
+            f"[bold]{_gib(st['device_used_bytes'])}[/]",
         )
     c.print(t)
+    c.print(
+        "[dim]allocated: torch max_memory_allocated (Megatron's 'max allocated'); reserved: plus the "
+        "allocator's fragmentation and CUDA graph pools (max_memory_reserved); device: plus CUDA context, "
+        "NCCL and dispatcher buffers (nvidia-smi)[/]",
+        markup=True,
+    )
     peak = next(st for st in mem["stages"] if st["stage"] == mem["peak_stage"])
     d = Table(title=f"stage {peak['stage']} (the peak), itemised (GiB)")
     d.add_column("category")
@@ -94,7 +114,8 @@ def _memory_footer(c, mem: dict, peak: dict) -> None:
         )
     head = mem["headroom_fraction"]
     c.print(
-        f"peak {_gib(mem['peak_bytes'])} GiB on stage {mem['peak_stage']} of {_gib(mem['capacity_bytes'])} GiB usable"
+        f"peak device use {_gib(mem['peak_bytes'])} GiB (allocated {_gib(mem['peak_allocated_bytes'])}, "
+        f"reserved {_gib(mem['peak_reserved_bytes'])}) on stage {mem['peak_stage']} of {_gib(mem['capacity_bytes'])} GiB usable"
         + (
             (f" ({head * 100:.1f} % headroom)" if head >= 0 else f" (over by {-head * 100:.1f} % of usable HBM)")
             if head is not None

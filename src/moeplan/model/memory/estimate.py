@@ -18,6 +18,7 @@ from moeplan.model.activations import ActContext
 from moeplan.model.memory.other import (
     backward_working_set,
     cp_kv_buffers,
+    figure_of,
     fixed_buffers,
     fragmentation,
     graph_buffers,
@@ -45,6 +46,11 @@ class StageMemory:
 
     ``items`` maps each category (weights, grads, optimizer, activations, other) to named parts;
     the category totals are the sums of their parts and ``total_bytes`` the sum of the categories.
+    Three figures name what each measures (:data:`moeplan.model.memory.other.FIGURE_OF_OTHER`):
+    ``peak_allocated_bytes`` (torch ``max_memory_allocated``, Megatron's "max allocated"),
+    ``peak_reserved_bytes`` (the caching allocator's reserve: plus fragmentation and CUDA graph
+    pools) and ``device_used_bytes`` (what ``nvidia-smi`` shows: plus the CUDA context, NCCL and
+    dispatcher buffers outside torch; equal to ``total_bytes``, the figure the verdict is judged on).
     """
 
     stage: int
@@ -81,12 +87,34 @@ class StageMemory:
     def total_bytes(self) -> int:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
 
+    def _other_in(self, figures: tuple[str, ...]) -> float:
+        return sum(v for k, v in self.items.get("other", {}).items() if figure_of(k) in figures)
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        """Tensors in PyTorch's caching allocator at the stage's peak (torch ``max_memory_allocated``)."""
+        tensors = sum(sum(self.items.get(c, {}).values()) for c in ("weights", "grads", "optimizer", "activations"))
+        return int(round(tensors + self._other_in(("allocated",))))
+
+    @property
+    def peak_reserved_bytes(self) -> int:
+        """The caching allocator's reserve at the peak (torch ``max_memory_reserved``)."""
+        return self.peak_allocated_bytes + int(round(self._other_in(("reserved",))))
+
+    @property
+    def device_used_bytes(self) -> int:
+        """Device memory in use at the peak as ``nvidia-smi`` shows it (the verdict's figure)."""
+        return self.total_bytes
+
     def to_dict(self) -> dict:
         return {
             "stage": self.stage,
             "num_layers": self.num_layers,
             "inflight_microbatches": self.inflight_microbatches,
             "total_bytes": self.total_bytes,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "device_used_bytes": self.device_used_bytes,
             "weights_bytes": self.weights_bytes,
             "grads_bytes": self.grads_bytes,
             "optimizer_bytes": self.optimizer_bytes,
@@ -122,7 +150,18 @@ class MemoryEstimate:
 
     @property
     def peak_bytes(self) -> int:
+        """Device memory in use on the peak stage (``nvidia-smi``'s figure; the verdict's)."""
         return self.peak_stage.total_bytes
+
+    @property
+    def peak_allocated_bytes(self) -> int:
+        """The largest torch ``max_memory_allocated`` over the stages."""
+        return max(st.peak_allocated_bytes for st in self.stages)
+
+    @property
+    def peak_reserved_bytes(self) -> int:
+        """The largest torch ``max_memory_reserved`` over the stages."""
+        return max(st.peak_reserved_bytes for st in self.stages)
 
     @property
     def headroom_fraction(self) -> float | None:
@@ -166,6 +205,9 @@ class MemoryEstimate:
     def to_dict(self) -> dict:
         return {
             "peak_bytes": self.peak_bytes,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "device_used_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage.stage,
             "capacity_bytes": self.capacity_bytes,
             "headroom_fraction": self.headroom_fraction,

@@ -19,6 +19,34 @@ from moeplan.spec.placement import StageParams
 from moeplan.spec.scenario import Scenario
 from moeplan.units import GIB_BYTES
 
+#: which of the three measured figures each ``other`` item enters (an item enters its own and every
+#: later one): ``allocated`` — tensors of PyTorch's caching allocator (torch ``max_memory_allocated``,
+#: Megatron's "max allocated"): working sets, CP buffers, cuBLAS / TE workspaces, CUDA graphs' static
+#: inputs and outputs; ``reserved`` — what the allocator holds beyond its tensors (fragmentation, CUDA
+#: graph pools; torch ``max_memory_reserved``); ``device`` — memory outside PyTorch that ``nvidia-smi``
+#: also shows: the CUDA context, NCCL communicator buffers, DeepEP / HybridEP registered buffers and
+#: Transformer Engine's TP-overlap userbuffers (allocated with cudaMalloc / NVSHMEM, not through torch).
+FIGURE_OF_OTHER = {
+    "backward_working_set": "allocated",
+    "vision_working_set": "allocated",
+    "cp_kv_buffers": "allocated",
+    "workspaces": "allocated",
+    "cuda_graph_static_buffers": "allocated",
+    "cuda_graph_pool": "reserved",
+    "allocator_fragmentation": "reserved",
+    "cuda_context": "device",
+    "nccl_buffers": "device",
+    "deepep_buffers": "device",
+    "hybridep_buffers": "device",
+    "tp_overlap_userbuffers": "device",
+}
+FIGURES = ("allocated", "reserved", "device")
+
+
+def figure_of(item: str) -> str:
+    """The first measured figure an ``other`` item counts in (``allocated`` for anything unlisted)."""
+    return FIGURE_OF_OTHER.get(item, "allocated")
+
 
 def backward_working_set(
     s: Scenario, sp: StageParams, ctx: ActContext, worst_layer_bytes: float, fused_ce: bool, vpad: int
