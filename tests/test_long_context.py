@@ -95,19 +95,21 @@ def test_nvidia_moe_runs_out_of_sample_within_fifteen_percent():
 # Headline figures (docs/long_context.md, README), asserted so that a regression fails CI: the values
 # measured on 2026-12-01 plus 0.5 percentage point. A change that improves them passes and should lower
 # the thresholds (rerun `python benchmarks/long_context.py`).
-#   LLAMA2-7B with CP, 4K–1024K: median 5.47 % (≤ 6.0), worst 9.27 % (≤ 9.8), shape worst 7.29 % (≤ 7.8)
-#   NVIDIA's MoE runs out of sample: median 7.34 % (≤ 7.8), worst 10.95 % (≤ 11.5)
+#   LLAMA2-7B with CP, 4K–1024K: median 5.55 % (≤ 6.0), worst 8.52 % (≤ 9.0), shape worst 8.30 % (≤ 8.8)
+#   NVIDIA's MoE runs out of sample: median 7.6 % (≤ 8.1), worst 12.7 % (≤ 13.2)
+#   (after the attention kernels were set to FlashAttention-3's own table, docs/decisions.md: the
+#   Hopper forward 0.75 → 0.686 of peak; before it 5.47 / 9.27 / 7.29 and 7.34 / 10.95)
 
 
 def test_long_context_headline_figures_do_not_regress(rows):
     s = lc.summary(rows)
     assert s["median_abs_pct"] <= 6.0, s
-    assert s["worst_abs_pct"] <= 9.8, s
-    assert s["shape_worst_pct"] <= 7.8, s
+    assert s["worst_abs_pct"] <= 9.0, s
+    assert s["shape_worst_pct"] <= 8.8, s
     moe = lc.moe_summary(lc.predict_moe(lc.load()))
     assert moe["runs"] == 4
-    assert moe["median_abs_pct"] <= 7.8, moe
-    assert moe["worst_abs_pct"] <= 11.5, moe
+    assert moe["median_abs_pct"] <= 8.1, moe
+    assert moe["worst_abs_pct"] <= 13.2, moe
 
 
 def test_the_packaged_long_context_check_is_the_benchmarks_current_figures(rows):

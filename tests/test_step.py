@@ -146,17 +146,17 @@ def test_softmax_exponential_against_tensor_work_sets_the_forward_rate():
     #   rate ratio (128/0.935) / (256/1.435) = 0.7674 — FlashAttention-3's 497 / 648 at 16K.
     # B200 (exp 1.0): dims 128 → t = 1 + 0.435 = 1.435 vs 256 → 1 + 0.87 = 1.87: ratio 0.6516.
     # GB300 (SFUs doubled, exp 0.5) against B200's measured f: dims 256 → 1.87 / 1.435 = 1.3031.
-    # combined = 3 / (1/f_fwd + 2.5/(0.8 f)), f = 0.75 (Hopper), 0.546 (Blackwell)
+    # combined = 3 / (1/f_fwd + 2.5/(0.866 f)), f = 0.686 (Hopper), 0.546 (Blackwell)
     from moeplan.catalog import get_gpu
     from moeplan.model.compute import attention_fraction
 
     def combined(f, m):
-        return 3 / (1 / (f * m) + 2.5 / (0.8 * f))
+        return 3 / (1 / (f * m) + 2.5 / (0.866 * f))
 
     q = 1e12  # the length term q / (q + 768) → 1
     h100, b200, gb300 = get_gpu("h100"), get_gpu("b200"), get_gpu("gb300")
-    assert attention_fraction(h100, q, 256) == pytest.approx(combined(0.75, 1.0), rel=1e-6)
-    assert attention_fraction(h100, q, 128) == pytest.approx(combined(0.75, (128 / 0.935) / (256 / 1.435)), rel=1e-6)
+    assert attention_fraction(h100, q, 256) == pytest.approx(combined(0.686, 1.0), rel=1e-6)
+    assert attention_fraction(h100, q, 128) == pytest.approx(combined(0.686, (128 / 0.935) / (256 / 1.435)), rel=1e-6)
     assert attention_fraction(b200, q, 128) == pytest.approx(combined(0.546, (128 / 1.435) / (256 / 1.87)), rel=1e-6)
     assert attention_fraction(gb300, q, 256) == pytest.approx(combined(0.546, 1.87 / 1.435), rel=1e-6)
     # FP8 attention halves the tensor work: head dim 64 loses more than in BF16

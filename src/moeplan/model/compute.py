@@ -18,16 +18,18 @@ from moeplan.model.hardware import hbm_bytes_per_s
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.system import GpuSpec
 
-#: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak, by
-#: architecture: Hopper 0.75 (FlashAttention-3, arXiv 2407.08608: 740 TFLOP/s on H100); Blackwell
+#: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak for head
+#: dim 128 (d_qk + d_v = 256), by architecture: Hopper 0.686 (FlashAttention-3, arXiv 2407.08608,
+#: Fig. 5: 648 TFLOP/s forward at 16K tokens, head dim 128, BF16, on H100 = 0.655 of 989, divided by
+#: this module's length term at 16K, 0.955; its 740 TFLOP/s headline is head dim 256); Blackwell
 #: 0.71 / 1.3 = 0.546 (FlashAttention-4, arXiv 2603.05451: 1613 TFLOP/s = 71 % on B200, "up to 1.3×
 #: over cuDNN 9.13", the kernel Transformer Engine uses); Ampere 0.70 (FlashAttention-2, arXiv
 #: 2307.08691: up to 73 % on A100); others 0.55.
-ATTENTION_FWD_FRACTION = {"Hopper": 0.75, "Blackwell": 0.546, "Ampere": 0.70}
+ATTENTION_FWD_FRACTION = {"Hopper": 0.686, "Blackwell": 0.546, "Ampere": 0.70}
 ATTENTION_FWD_FRACTION_DEFAULT = 0.55
-#: backward / forward FLOP-rate ratio of flash attention (FlashAttention-2, arXiv 2307.08691: backward
-#: up to 63 % vs forward up to 73 % of A100 peak → 0.86; FA3 reports a similar gap) — planning value 0.8
-ATTENTION_BWD_RATE = 0.8
+#: backward / forward FLOP-rate ratio of flash attention: FlashAttention-3 on H100, head dim 128 at 16K,
+#: 561 TFLOP/s backward against 648 forward (arXiv 2407.08608, Figs. 5 and 7) → 0.866
+ATTENTION_BWD_RATE = 0.866
 #: share of the attention kernels' forward + backward time that is the forward (backward executes
 #: 2.5 × the forward's FLOPs at ATTENTION_BWD_RATE of its rate): what recomputing core attention costs
 ATTENTION_FWD_SHARE = 1 / (1 + 2.5 / ATTENTION_BWD_RATE)
@@ -81,6 +83,47 @@ def _fwd_time_per_flop(head_dims: float, exp_time: float, fp8: bool) -> float:
     return t / head_dims
 
 
+def _length_term(query_tokens: float) -> float:
+    """How far a kernel over ``query_tokens`` queries gets to its long-sequence throughput:
+    q / (q + 768) (:data:`ATTENTION_HALF_QUERY_TOKENS`)."""
+    q = max(1.0, query_tokens)
+    return q / (q + ATTENTION_HALF_QUERY_TOKENS)
+
+
+def _forward_at_length(gpu: GpuSpec, head_dims: float, fp8: bool) -> float:
+    """The forward kernel's long-sequence fraction of the attention peak for ``head_dims``
+    (d_qk + d_v): the family's measured fraction moved by tensor work per score against the softmax
+    exponential (:data:`EXP_TIME_PER_SCORE`, :data:`EXP_OVERLAP`)."""
+    key, family = _arch_key(gpu), arch_family(gpu)
+    f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    exp_time = EXP_TIME_PER_SCORE.get(key)
+    if exp_time is None:
+        return f
+    # f was measured on the family's base GPU (H100, B200): Blackwell Ultra's doubled SFUs shorten
+    # the exponential against that measurement
+    measured_exp = EXP_TIME_PER_SCORE[family]
+    ref = REFERENCE_HEAD_DIMS_FP8 if fp8 else REFERENCE_HEAD_DIMS
+    return f * _fwd_time_per_flop(ref, measured_exp, fp8) / _fwd_time_per_flop(head_dims, exp_time, fp8)
+
+
+def attention_forward_fraction(
+    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+) -> float:
+    """Forward attention kernel throughput as a fraction of the attention peak (BF16, or FP8 with
+    ``fp8``) for ``query_tokens`` queries per sequence and head dims ``head_dims`` (d_qk + d_v)."""
+    return _forward_at_length(gpu, head_dims, fp8) * _length_term(query_tokens)
+
+
+def attention_backward_fraction(
+    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+) -> float:
+    """Backward attention kernel throughput (its own executed FLOPs, 2.5 × the forward's) as a
+    fraction of the attention peak: :data:`ATTENTION_BWD_RATE` of the family's head-dim-128 forward."""
+    family = arch_family(gpu)
+    f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    return ATTENTION_BWD_RATE * f * _length_term(query_tokens)
+
+
 def attention_fraction(
     gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
 ) -> float:
@@ -89,27 +132,18 @@ def attention_fraction(
     value head dimensions ``head_dims`` (d_qk + d_v: 256 for head dim 128, 320 for MLA's 192 + 128).
 
     Megatron counts attention as 3 × forward FLOPs; flash backward executes 2.5 × forward (it recomputes
-    QKᵀ), so the effective fraction is 3 / (1/f_fwd + 2.5/(0.8 f)) of the measured forward fraction f,
-    scaled by the length term q / (q + 768). The forward's rate moves with the head dimensions as the
-    tensor-core work per score against the softmax exponential (:data:`EXP_TIME_PER_SCORE`,
-    :data:`EXP_OVERLAP`), relative to the head dimensions and GPU f was measured on (H100, B200): head
-    dim 64 runs the forward at 0.77× on Hopper and 0.65× on Blackwell; Blackwell Ultra's doubled SFUs
-    run the head-dim-128 forward 1.3× faster than B200's; FP8 attention (tensor work halved) is more
+    QKᵀ), so the effective fraction is 3 / (1/f_fwd + 2.5/f_bwd) of the forward and backward kernels'
+    fractions (:func:`attention_forward_fraction`, :func:`attention_backward_fraction`), both scaled by the
+    length term q / (q + 768). The forward's rate moves with the head dimensions as the tensor-core work
+    per score against the softmax exponential (:data:`EXP_TIME_PER_SCORE`, :data:`EXP_OVERLAP`): head dim
+    64 runs the forward at 0.77× on Hopper and 0.65× on Blackwell; Blackwell Ultra's doubled SFUs run the
+    head-dim-128 forward 1.3× faster than B200's; FP8 attention (tensor work halved) is more
     exponential-bound still. Sources in the module constants; nothing here is fitted.
     """
-    key, family = _arch_key(gpu), arch_family(gpu)
-    f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
-    exp_time = EXP_TIME_PER_SCORE.get(key)
-    f_fwd = f
-    if exp_time is not None:
-        # f was measured on the family's base GPU (H100, B200): Blackwell Ultra's doubled SFUs shorten
-        # the exponential against that measurement
-        measured_exp = EXP_TIME_PER_SCORE[family]
-        ref = REFERENCE_HEAD_DIMS_FP8 if fp8 else REFERENCE_HEAD_DIMS
-        f_fwd = f * _fwd_time_per_flop(ref, measured_exp, fp8) / _fwd_time_per_flop(head_dims, exp_time, fp8)
-    combined = 3.0 / (1.0 / f_fwd + 2.5 / (ATTENTION_BWD_RATE * f))
-    q = max(1.0, query_tokens)
-    return combined * q / (q + ATTENTION_HALF_QUERY_TOKENS)
+    f_fwd = _forward_at_length(gpu, head_dims, fp8)
+    family = arch_family(gpu)
+    f_bwd = ATTENTION_BWD_RATE * ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    return 3.0 / (1.0 / f_fwd + 2.5 / f_bwd) * _length_term(query_tokens)
 
 
 #: best-shape GEMM fraction of peak when the catalog has no measurement for a GPU / precision:
