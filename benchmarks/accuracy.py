@@ -137,7 +137,37 @@ def pair_bias(known, ours, meas, anomalies) -> dict[str, dict]:
     return {k: {"median_signed_pct": round(float(np.median(v)), 1), "runs": len(v)} for k, v in sorted(pairs.items())}
 
 
-def write_validity(known, ours, meas, held, held_out_errors, anomalies) -> None:
+#: fewest runs a regime needs for its own band
+REGIME_MIN_RUNS = 5
+
+
+def _p90(errors: list[float]) -> float:
+    return round(float(np.percentile(errors, 90)), 1)
+
+
+def regime_bands(known, ours, meas, anomalies, logo_errors, lomo_errors) -> dict:
+    """The 90th-percentile |error| of each regime an estimate can fall in (release anomalies left
+    out): per (model, GPU) pair, per GPU type and per model in sample (regimes with at least
+    ``REGIME_MIN_RUNS`` runs), and out of sample for a GPU type or a model the fit did not see."""
+    groups: dict[str, dict[str, list[float]]] = {"pair": {}, "gpu": {}, "model": {}}
+    for r, p, m in zip(known, ours, meas, strict=True):
+        if r["id"] in anomalies:
+            continue
+        e = abs(p / m - 1) * 100
+        for kind, key in (("pair", f"{r['model']}|{r['gpu']}"), ("gpu", r["gpu"]), ("model", r["model"])):
+            groups[kind].setdefault(key, []).append(e)
+    out: dict = {
+        kind: {k: {"p90_pct": _p90(v), "runs": len(v)} for k, v in sorted(d.items()) if len(v) >= REGIME_MIN_RUNS}
+        for kind, d in groups.items()
+    }
+    if logo_errors:
+        out["held_out_gpu"] = {"p90_pct": _p90(logo_errors), "runs": len(logo_errors)}
+    if lomo_errors:
+        out["held_out_model"] = {"p90_pct": _p90(lomo_errors), "runs": len(lomo_errors)}
+    return out
+
+
+def write_validity(known, ours, meas, held, held_out_errors, anomalies, bands: dict | None = None) -> None:
     """Coverage of the fitted runs and the measured error bands, read by moeplan.model.validity."""
     import json
 
@@ -167,6 +197,7 @@ def write_validity(known, ours, meas, held, held_out_errors, anomalies) -> None:
         "band; outside measured ground errors are not bounded",
     }
     data["pair_bias"] = pair_bias(known, ours, meas, anomalies)
+    data["regime_bands"] = bands or {}
     out = ROOT / "src" / "moeplan" / "catalog" / "data" / "time_validity.json"
     out.write_text(json.dumps(data, indent=2) + "\n")
 
@@ -187,12 +218,13 @@ def main() -> None:
         res[name] = metrics(_baseline(known, keyf), meas)
         clean_res[name] = metrics(_baseline(known, keyf, set(np.flatnonzero(clean)))[clean], meas[clean])
     within = fig["within"]
-    logo, held_out, lomo = {}, [], {}
+    logo, held_out, lomo, logo_errors, lomo_errors = {}, [], {}, [], []
     if "--no-logo" not in sys.argv:
         logo, held_out = held_out_fits(runs, known, anomalies, "gpu", ("h100", "b200", "gb200", "gb300"), baselines)
         lomo, lomo_errors = held_out_fits(
             runs, known, anomalies, "model", sorted({r["model"] for r in known}), baselines
         )
+        logo_errors = list(held_out)
         held_out += lomo_errors
     unk = metrics(predict(unknown, c), np.array([r["measured"] for r in unknown])) if unknown else None
     lines = [
@@ -288,7 +320,8 @@ def main() -> None:
     (ROOT / "docs" / "accuracy.md").write_text("\n".join(lines) + "\n")
     if logo:
         held = {k.split("/")[-1]: v["moeplan"] for t in (logo, lomo) for k, v in t.items()}
-        write_validity(known, ours, meas, held, held_out, anomalies)
+        bands = regime_bands(known, ours, meas, anomalies, logo_errors, lomo_errors)
+        write_validity(known, ours, meas, held, held_out, anomalies, bands)
     for name, m in res.items():
         print(
             f"{name:38s} median {m['median_pct']:5.1f} %  worst {m['worst_pct']:6.1f} %  Spearman {m['spearman']:.3f}"

@@ -21,11 +21,26 @@ def _scn(seq=4096, cp=1, gpu="gb200", model="Qwen/Qwen3-30B-A3B", precision="mxf
     )
 
 
-def test_covered_case_gets_the_in_sample_band():
+def test_covered_case_gets_its_regimes_band():
+    """Qwen3-30B-A3B on GB200 has its own validated band (the pair's runs); a pair without enough
+    runs falls back to the GPU type's, then the model's, then the overall in-sample band."""
     cov = coverage()
     v = assess(_scn())
     assert v.validated and v.outside == []
-    assert v.error_band_pct == cov["in_sample_band_pct"]
+    pair = cov["regime_bands"]["pair"]["Qwen/Qwen3-30B-A3B|gb200"]
+    assert v.error_band_pct == pair["p90_pct"] and f"{pair['runs']} published runs" in v.band_source
+
+
+def test_regime_band_falls_back_by_regime(monkeypatch):
+    fake = dict(coverage())
+    fake["regime_bands"] = {"pair": {}, "gpu": {"gb200": {"p90_pct": 33.0, "runs": 9}}, "model": {}}
+    monkeypatch.setattr(validity, "coverage", lambda: fake)
+    assert assess(_scn()).error_band_pct == 33.0
+    fake["regime_bands"] = {"pair": {}, "gpu": {}, "model": {}}
+    assert assess(_scn()).error_band_pct == fake["in_sample_band_pct"]
+    fake["regime_bands"] = {"held_out_gpu": {"p90_pct": 49.0, "runs": 81}}
+    v = assess(_scn(gpu="h200", precision="mxfp8"))  # only the GPU type is new
+    assert v.error_band_pct == 49.0 and "GPU type was held out" in v.band_source
 
 
 def test_long_context_with_cp_is_extrapolated_and_says_why():

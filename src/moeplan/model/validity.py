@@ -158,6 +158,43 @@ def assess(s: Scenario, constants=None) -> Validity:
             f"tokens/s/GPU by a median {b:+.0f} % ({n} run(s), benchmarks/accuracy.py)"
         )
     extra = {"measured_bias_pct": b, "measured_bias_runs": n, "bias_note": note}
-    if out:
-        return Validity(False, out, cov["extrapolation_band_pct"], cov["extrapolation_band_source"], **extra)
-    return Validity(True, [], cov["in_sample_band_pct"], cov["in_sample_band_source"], **extra)
+    band, source = regime_band(cov, name, gpu, out)
+    return Validity(not out, out, band, source, **extra)
+
+
+def regime_band(cov: dict, model: str | None, gpu: str | None, outside: list[str]) -> tuple[float, str]:
+    """The error band (90th-percentile |error| of tokens/s/GPU, %) of the estimate's own regime, from
+    the accuracy benchmark's validation (``regime_bands`` in ``time_validity.json``), and its source.
+
+    Inside the fitted runs' coverage: the (model, GPU) pair's band when it has enough runs, else the
+    GPU type's, else the model's, else the overall in-sample band. Outside it: the band of runs whose
+    GPU type (or model) was held out of the fit when that is what is new, the larger when both are,
+    else (a longer sequence, a layout feature never measured, an unfitted release) the general
+    extrapolation band.
+    """
+    bands = cov.get("regime_bands") or {}
+    if not outside:
+        for kind, key, what in (
+            ("pair", f"{model}|{gpu}", f"{model} on {gpu}"),
+            ("gpu", gpu, f"{gpu}"),
+            ("model", model, f"{model}"),
+        ):
+            hit = (bands.get(kind) or {}).get(key or "")
+            if hit:
+                return hit["p90_pct"], (
+                    f"90th percentile of |error| over the {hit['runs']} published runs of {what} "
+                    "(benchmarks/accuracy.py)"
+                )
+        return cov["in_sample_band_pct"], cov["in_sample_band_source"]
+    new_gpu = any(line.startswith("GPU ") for line in outside)
+    new_model = any(line.startswith("model ") for line in outside)
+    others = [line for line in outside if not line.startswith(("GPU ", "model "))]
+    held = [bands[k] for k, new in (("held_out_gpu", new_gpu), ("held_out_model", new_model)) if new and k in bands]
+    if held and not others:
+        worst = max(held, key=lambda h: h["p90_pct"])
+        what = " and ".join(w for w, new in (("GPU type", new_gpu), ("model", new_model)) if new)
+        return worst["p90_pct"], (
+            f"90th percentile of |error| over {worst['runs']} predictions of runs whose {what} was held out of "
+            "the fit (benchmarks/accuracy.py); outside measured ground errors are not bounded"
+        )
+    return cov["extrapolation_band_pct"], cov["extrapolation_band_source"]

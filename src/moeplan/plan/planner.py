@@ -12,6 +12,24 @@ from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search
 
 
+def within_band_note(cands: list) -> str | None:
+    """A note when the candidates shown lie within #1's error band (its regime's 90th-percentile
+    |error|, ``throughput.validity.error_band_pct``): the model cannot tell them apart, measure them."""
+    if len(cands) < 2:
+        return None
+    band = (cands[0].throughput.get("validity") or {}).get("error_band_pct")
+    if not isinstance(band, (int, float)) or band != band:  # NaN: no band packaged
+        return None
+    best = cands[0].tokens_per_s_per_gpu
+    close = [i for i, c in enumerate(cands[1:], start=2) if c.tokens_per_s_per_gpu >= best * (1 - band / 100)]
+    if not close:
+        return None
+    return (
+        f"#{', #'.join(map(str, close))} lie within #1's error band (±{band:.0f} %, its regime's validation): the "
+        "model does not resolve their order; measure them before committing (moeplan sweep)"
+    )
+
+
 def plan(
     base: dict,
     *,
@@ -64,6 +82,9 @@ def plan(
             "running up to about twice as fast as real multimodal input (data loading, preprocessing and "
             "variable shapes, which it does not model)"
         )
+    band_note = within_band_note(res.candidates[:top])
+    if band_note:
+        notes.append(band_note)
     if not res.candidates:
         counts = res.rejected.counts
         rules = sorted(
