@@ -41,14 +41,12 @@ class LayerCompute:
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
     s, sp = ctx.s, ctx.speeds
-    f = layer_flops(
-        s.model, layer, ctx.tokens, ctx.seq_local, s.training.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor
-    )
+    f = layer_flops(ctx.model, layer, ctx.tokens, ctx.seq_local, ctx.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor)
     t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
     eff = grouped_efficiency(f.tokens_per_local_expert, ctx.c)
     t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
     t_core = 3 * f.attention_core / ctx.attention_rate_flops_per_s
-    kept, rec = layer_activations(s.model, layer, ctx.act, ctx.recompute_modules)
+    kept, rec = layer_activations(ctx.model, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
     t_mem = ctx.c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
     return LayerCompute(t_dense, t_exp, t_core, t_mem, kept)

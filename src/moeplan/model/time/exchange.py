@@ -31,11 +31,11 @@ class Exchange:
 def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     """Token dispatch + combine of one MoE layer over EP (and ETP), less what shared-expert overlap
     and EP A2A overlap hide."""
-    s, m = ctx.s, ctx.s.model
-    routed = ctx.tokens / s.tp * m.moe_router_topk * ctx.routing_factor
+    s, m = ctx.s, ctx.model
+    routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
     fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
     raw = ep_time(
-        routed, m.hidden_size, s.ep, s.etp, ctx.dispatcher, s.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0
+        routed, m.hidden_size, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0
     )
     t = raw
     if s.layout.moe_shared_expert_overlap and m.moe_shared_expert_intermediate_size:
@@ -50,13 +50,13 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
 def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exchange:
     """SP collectives of one layer over TP: 4 around attention, 4 more around a TP-split MLP (dense,
     or a MoE block with shared experts); without SP the same volume moves as all-reduces."""
-    s, m = ctx.s, ctx.s.model
+    s, m = ctx.s, ctx.model
     if s.tp == 1:
         return Exchange()
     mlp_tp = not moe_layer or bool(m.moe_shared_expert_intermediate_size)
     n_coll = 4 + (4 if mlp_tp else 0)
-    t = tp_time(ctx.tokens, m.hidden_size, s.tp, s.gpu, ctx.c, s.layout.tp_comm_overlap, n_coll, compute.dense_gemm_s)
-    plain = tp_time(ctx.tokens, m.hidden_size, s.tp, s.gpu, ctx.c, False, n_coll)
+    t = tp_time(ctx.tokens, m.hidden_size, s.tp, ctx.gpu, ctx.c, s.layout.tp_comm_overlap, n_coll, compute.dense_gemm_s)
+    plain = tp_time(ctx.tokens, m.hidden_size, s.tp, ctx.gpu, ctx.c, False, n_coll)
     return Exchange(t, plain - t)
 
 
@@ -67,6 +67,6 @@ def cp_exchange(ctx: StepContext, kind: str, compute: LayerCompute) -> Exchange:
     if kind == "linear":
         return Exchange()
     w = ctx.cp_widths
-    t = cp_time(ctx.tokens, w.q, w.kv, w.o, s.cp, s.tp, ctx.cp_comm_type, s.gpu, ctx.c)
+    t = cp_time(ctx.tokens, w.q, w.kv, w.o, s.cp, s.tp, ctx.cp_comm_type, ctx.gpu, ctx.c)
     exposed = max(0.0, t - (compute.attention_s if ctx.cp_comm_type != "a2a" else 0.0))
     return Exchange(exposed, t - exposed)

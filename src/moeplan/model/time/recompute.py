@@ -44,7 +44,7 @@ def selective_recompute_s(ctx: StepContext, moe_layer: bool, compute: LayerCompu
         extra += fwd_dense * MLP_DENSE_SHARE
     if "moe" in modules and moe_layer:
         extra += compute.expert_gemm_s / 3 + ep_exposed_s / 2
-    if "mla_up_proj" in modules and ctx.s.model.multi_latent_attention:
+    if "mla_up_proj" in modules and ctx.model.multi_latent_attention:
         extra += fwd_dense * MLA_UP_PROJ_DENSE_SHARE
     if "shared_experts" in modules and moe_layer:
         extra += fwd_dense * SHARED_EXPERTS_DENSE_SHARE
