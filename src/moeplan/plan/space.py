@@ -117,7 +117,7 @@ class Parallel:
 
     def keys(self) -> dict:
         """Megatron key names of these sizes (VPP omitted when 1, SP on with TP > 1)."""
-        d = {
+        d: dict[str, int | bool | str] = {
             "tensor_model_parallel_size": self.tp,
             "pipeline_model_parallel_size": self.pp,
             "context_parallel_size": self.cp,
@@ -312,7 +312,7 @@ def graph_options(m: ModelSpec, gpu: GpuSpec | None = None) -> list[tuple[str, d
     needs (:data:`FULL_ITERATION_MOE`, as NVIDIA's full-iteration recipes run it; the fused grouped
     MLP it relies on is a Blackwell kernel, so Hopper is not offered it; nor are vision-language models,
     whose images change shape from step to step). The rules drop the ones a layout cannot use."""
-    out = [("eager", {"cuda_graph_impl": "none"})]
+    out: list[tuple[str, dict]] = [("eager", {"cuda_graph_impl": "none"})]
     scopes = [["attn", "moe_router", "moe_preprocess"], ["attn"]] if m.is_moe else [["attn"]]
     for scope in scopes:
         out.append(("te:" + "+".join(scope), {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}))
