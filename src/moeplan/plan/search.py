@@ -877,14 +877,8 @@ def _refine(
     ):
         vopts = []
         for v in vpp_options(m.num_layers, c.parallel.pp):
-            mtp_c = c.scenario.mtp_num_layers
-            split = pipeline_split(
-                m.num_layers,
-                c.parallel.pp,
-                v,
-                mtp_c,
-                output_stage_layers(m, cast(int, c.scenario.training.seq_length), 1, mtp_c),
-            )
+            mtp_c, seq = c.scenario.mtp_num_layers, cast(int, c.scenario.training.seq_length)
+            split = pipeline_split(m.num_layers, c.parallel.pp, v, mtp_c, output_stage_layers(m, seq, 1, mtp_c))
             if split is None:
                 continue
             keys = {

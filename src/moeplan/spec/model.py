@@ -170,6 +170,34 @@ class PartialModelSpec:
         """True when a vision tower is attached."""
         return self.vision is not None
 
+    # ----- fields optional by architecture, for code that only runs where the model has them ----
+    def given(self, name: str) -> int:
+        """The integer field ``name``, for code that only runs where the model has it: MoE, MLA and
+        linear-attention widths may be None even on a complete model (any field on a partial one).
+
+        Raises:
+            InputError (a ValueError): naming the field when the model does not give it.
+        """
+        value = getattr(self, name)
+        if value is None:
+            raise InputError(f"model_overrides.{name}", None, "a value: this model's estimate needs it")
+        return value
+
+    @property
+    def moe_topk(self) -> int:
+        """``moe_router_topk`` of a MoE model (raises InputError when not given)."""
+        return self.given("moe_router_topk")
+
+    @property
+    def moe_experts(self) -> int:
+        """``num_moe_experts`` of a MoE model (raises InputError when not given)."""
+        return self.given("num_moe_experts")
+
+    @property
+    def moe_ffn(self) -> int:
+        """``moe_ffn_hidden_size`` of a MoE model (raises InputError when not given)."""
+        return self.given("moe_ffn_hidden_size")
+
     def missing_fields(self) -> list[str]:
         """Fields a complete model needs that this one lacks: :data:`REQUIRED_FIELDS`, the expert
         count's top-k and expert width for MoE, the MLP width of a model with dense layers, the
@@ -294,34 +322,6 @@ class ModelSpec(PartialModelSpec):
                 incomplete (e.g. ``num_layers: null``).
         """
         return cast(ModelSpec, super().with_overrides(overrides))  # dataclasses.replace keeps the class
-
-    # ----- fields optional by architecture, for code that only runs where the model has them ----
-    def given(self, name: str) -> int:
-        """The integer field ``name``, which may be None even on a complete model (MoE, MLA and
-        linear-attention widths), for code that only runs where the architecture has it.
-
-        Raises:
-            InputError: naming the field when the model does not give it.
-        """
-        value = getattr(self, name)
-        if value is None:
-            raise InputError(f"model_overrides.{name}", None, "a value: this model's estimate needs it")
-        return value
-
-    @property
-    def moe_topk(self) -> int:
-        """``moe_router_topk`` of a MoE model (raises InputError when not given)."""
-        return self.given("moe_router_topk")
-
-    @property
-    def moe_experts(self) -> int:
-        """``num_moe_experts`` of a MoE model (raises InputError when not given)."""
-        return self.given("num_moe_experts")
-
-    @property
-    def moe_ffn(self) -> int:
-        """``moe_ffn_hidden_size`` of a MoE model (raises InputError when not given)."""
-        return self.given("moe_ffn_hidden_size")
 
 
 def _check_consistent(m: PartialModelSpec, changed: set[str]) -> None:
