@@ -783,3 +783,18 @@ def test_fit_climbs_the_recompute_ladder_from_where_the_scenario_stands():
     # a precision change alters numerics: marked, and ranked after every layout change that fits
     kinds = [r["changes_numerics"] for r in out["fixes"]]
     assert kinds == sorted(kinds)
+
+
+def test_a_null_micro_batch_size_is_searched_as_not_given():
+    """Regression (found by mypy): ``training.micro_batch_size: null`` in a planner request made the
+    search try MBS None and fail with an internal TypeError; null means unset, as in ``estimate``."""
+    from moeplan.plan.search import _mbs_options
+
+    base = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_size": 64, "micro_batch_size": None},
+    }
+    assert _mbs_options(base, load_scenario(base)) == [1, 2, 4]
+    base["training"]["micro_batch_size"] = 2
+    assert _mbs_options(base, load_scenario(base)) == [2]

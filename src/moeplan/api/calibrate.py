@@ -31,11 +31,10 @@ def _measured_tokens_per_s(path: Path, st, s: Scenario) -> float:
         InputError: no usable iteration time, or an impossible measurement.
     """
 
-    summ = st.summary()
+    summ, t = st.summary(), s.training
     if "tokens_per_s_per_gpu" in summ:
         meas = summ["tokens_per_s_per_gpu"]["median"]
-    elif "iteration_time_ms" in summ and s.training.global_batch_size and s.training.seq_length and s.num_gpus:
-        t = s.training
+    elif "iteration_time_ms" in summ and t.global_batch_size and t.seq_length and s.num_gpus:
         meas = tokens_per_s_per_gpu(t.global_batch_size, t.seq_length, summ["iteration_time_ms"]["median"], s.num_gpus)
     elif st.iterations:
         # iteration lines, but none with a possible time (zero, negative or non-finite): the log's fault

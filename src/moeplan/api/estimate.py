@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from moeplan.api.inputs import load_step_constants, load_workload
 from moeplan.errors import InputError
@@ -93,7 +94,7 @@ def estimate_report(
         if not broken:
             raise
         # the layout does not fold into the world: the rules say why
-        doc = {"scenario": scn.summary(), "check": {"verdict": checked.verdict, "errors": errors}}
+        doc: dict[str, Any] = {"scenario": scn.summary(), "check": {"verdict": checked.verdict, "errors": errors}}
         return EstimateReport({**doc, "memory": None, "throughput": None}, checked.to_dict())
     consts = load_step_constants(calibration)
     throughput = None
@@ -168,8 +169,12 @@ def export_report(
             format that needs a value the scenario lacks.
     """
 
-    same = output is not None and scenario is not None and str(output) != "-"
-    if same and Path(output).resolve() == Path(scenario).resolve():
+    if (
+        output is not None
+        and scenario is not None
+        and str(output) != "-"
+        and Path(output).resolve() == Path(scenario).resolve()
+    ):
         raise InputError("--output", str(output), "a path other than the scenario file it is exported from")
     ov = scenario_overrides(flags)
     if megatron_core_version:

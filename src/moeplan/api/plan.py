@@ -192,7 +192,7 @@ def plan_report(
     )
     if rounding:
         res.notes.append(rounding)
-    if consts is not None:
+    if calibration is not None:  # (then consts is the profile's)
         res.notes.append(_calibration_note(consts, calibration))
     out = res.to_dict()
     if report is not None:

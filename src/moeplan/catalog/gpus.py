@@ -39,7 +39,7 @@ _COMPUTE_CAPABILITY = {
 
 @functools.lru_cache(maxsize=1)
 def _raw() -> dict:
-    return json.loads(resources.files("moeplan.catalog").joinpath("data", "gpus.json").read_text())
+    return json.loads((resources.files("moeplan.catalog") / "data" / "gpus.json").read_text())
 
 
 def _from_entry(gpu_id: str, key: str, e: dict, sources: dict) -> GpuSpec:

@@ -61,7 +61,7 @@ COUNTING_CONVENTIONS: dict[str, CountingConvention] = {
 
 
 def _data_dir():
-    return resources.files("moeplan.catalog").joinpath("data", "models")
+    return resources.files("moeplan.catalog") / "data" / "models"
 
 
 @functools.lru_cache(maxsize=1)

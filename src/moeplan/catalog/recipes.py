@@ -19,7 +19,7 @@ def perf_recipes() -> list[dict]:
     (``file``: the Bridge source file; other knobs as strings), ``inherited``, ``row`` (the digest's
     table row). Source: ``shared/reference/megatron_recipes.md`` §1.4–1.5 via
     ``scripts/import_recipes.py``."""
-    text = resources.files("moeplan.catalog").joinpath("data", "mbridge_perf_recipes.yaml").read_text()
+    text = (resources.files("moeplan.catalog") / "data" / "mbridge_perf_recipes.yaml").read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~20x faster
     return yaml.load(text, Loader=loader)["recipes"]  # noqa: S506 - a safe loader
 

@@ -59,7 +59,7 @@ def gpus(
         doc = gpus_report(gpu_id)
     if as_json:
         render.print_json(doc)
-    elif gpu_id:
+    elif isinstance(doc, dict):  # one GPU: gpu_id was given
         tables.render_gpu_detail(doc)
     else:
         tables.render_gpus(doc)

@@ -119,7 +119,8 @@ def scenario_options(*names: str, **replace: Any) -> Callable[[Callable], Callab
             return fn(flags=ScenarioFlags(**given), **kwargs)
 
         del command.__wrapped__  # typer reads the signature below, not fn's
-        command.__signature__ = sig.replace(parameters=params)
+        # mypy types functools.wraps' result without __signature__; inspect (and typer) read it off any function
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
 

@@ -35,7 +35,8 @@ def cli_surface(app: typer.Typer | None = None) -> dict[str, dict]:
     group = typer.main.get_command(app or moeplan_app)
     return {
         name: {"help": (cmd.help or "").strip().splitlines()[0], "params": [_describe(p) for p in cmd.params]}
-        for name, cmd in group.commands.items()
+        # get_command() is typed as a click.Command; an app of several commands gives a click.Group
+        for name, cmd in group.commands.items()  # type: ignore[attr-defined]
     }
 
 

@@ -20,6 +20,7 @@ import copy
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from moeplan.diagnose.logs import LogStats
 from moeplan.errors import InputError, MoeplanError
@@ -233,7 +234,7 @@ def rank_causes(
         (None where the change alone is not a valid layout); notes on what could not be evaluated.
     """
     fa, fb = _flatten(config_a), _flatten(config_b)
-    diff = [
+    diff: list[dict[str, Any]] = [
         {"key": k, "a": fa.get(k), "b": fb.get(k)}
         for k in sorted(set(fa) | set(fb))
         if fa.get(k) != fb.get(k) and k not in ("name", "notes")
@@ -245,7 +246,7 @@ def rank_causes(
     except MoeplanError as exc:
         notes.append(f"causes not ranked: run A's configuration is not a complete scenario ({exc}); pass --scenario")
         return diff, [], notes
-    causes = []
+    causes: list[dict[str, Any]] = []
     for d in diff:
         trial = copy.deepcopy(full_a)  # each key applied alone: never share nested sections
         _set(trial, d["key"], d["b"])

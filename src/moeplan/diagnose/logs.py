@@ -207,7 +207,7 @@ def parse_log(text: str) -> LogStats:
             it = int(mt.group(1))
             vals: dict[str, float] = {}
             for name, val in _FIELD.findall(line[mt.end() :]):
-                key = _NAMES.get(re.sub(r"\s+", "", name).lower())
+                key = _NAMES.get(re.sub(r"\s+", "", name).lower(), "")
                 if key:
                     try:
                         vals[key] = float(val)
@@ -256,7 +256,7 @@ def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:
         return summary
     tr = config.get("training") or {}
     gbs, seq, world = tr.get("global_batch_size"), tr.get("seq_length"), (config.get("system") or {}).get("num_gpus")
-    if not all(isinstance(v, int) and v > 0 for v in (gbs, seq, world)):
+    if not (isinstance(gbs, int) and isinstance(seq, int) and isinstance(world, int) and min(gbs, seq, world) > 0):
         return summary
     it = summary["iteration_time_ms"]
 

@@ -52,7 +52,7 @@ def exported_layout(s: Scenario) -> dict[str, Any]:
 def header(s: Scenario) -> str:
     """The ``# moeplan:`` line: what a ConfigContainer does not hold."""
     inp = s.input
-    meta = {
+    meta: dict[str, Any] = {
         "model": inp.model,
         "model_overrides": inp.model_overrides or None,
         "system": inp.system.model_dump(exclude_none=True, exclude_defaults=True) or None,
@@ -160,7 +160,7 @@ def matched_recipe(s: Scenario) -> str | None:
     no recipe function) or a row without a source file. Source: the function naming of Megatron
     Bridge @067f987 ``perf_recipes`` (``megatron_recipes.md`` §1.1)."""
     rec = s.recipe
-    if rec is None or not rec.row_filled:
+    if rec is None or rec.row is None or not rec.row_filled:
         return None
     return rec.row.function
 

@@ -71,8 +71,8 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
     _add(out, KEEP, "attn_norm_input", c.seq_tokens * h * a)
     _add(out, "layernorm", "attn_norm_output", c.seq_tokens * h * li)
     if kind == "linear":
-        nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
-        dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+        nk, nv = m.given("linear_num_key_heads"), m.given("linear_num_value_heads")
+        dk, dv = m.given("linear_key_head_dim"), m.given("linear_value_head_dim")
         conv_ch = 2 * nk * dk + nv * dv
         # conv input and SiLU output (the q/k/v fed to the delta-rule kernel), z gate, beta/g (fp32)
         _add(out, KEEP, "gdn_conv_in_out", n * 2 * conv_ch / t * a)
@@ -86,14 +86,15 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         return
     nh = m.num_attention_heads
     if m.multi_latent_attention:
-        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
-        lat = (m.q_lora_rank or 0) * (a + li) + m.kv_lora_rank * (a + li) + (m.kv_lora_rank + m.qk_pos_emb_head_dim) * a
+        rope, kv, vd = m.given("qk_pos_emb_head_dim"), m.given("kv_lora_rank"), m.given("v_head_dim")
+        qk = m.given("qk_head_dim") + rope
+        lat = (m.q_lora_rank or 0) * (a + li) + kv * (a + li) + (kv + rope) * a
         _add(out, KEEP, "mla_latents", c.seq_tokens * lat)
         qa = 1.0 if c.fp8_attention else a  # fp8_dot_product_attention keeps Q/K/V in FP8
-        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + m.v_head_dim) / t * qa)
-        o_width = nh * m.v_head_dim
+        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + vd) / t * qa)
+        o_width = nh * vd
     else:
-        d, g = m.kv_channels, m.num_query_groups
+        d, g = m.given("kv_channels"), m.num_query_groups
         qa = 1.0 if c.fp8_attention else a
         _add(out, KEEP, "qkv", n * (nh * d + 2 * g * d) / t * qa)
         o_width = nh * d
@@ -124,11 +125,11 @@ def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
     if c.hidden_dropout > 0:
         _add(out, KEEP, "mlp_dropout_mask", c.seq_tokens * h * 1)
     if not moe:
-        f = m.ffn_hidden_size
+        f = m.given("ffn_hidden_size")
         _add(out, "mlp", "fc1_out", n * glu * f / t * a)
         _add(out, "mlp", "fc2_in", n * f / t * li)
         return
-    e, k, fe = m.num_moe_experts, m.moe_router_topk, m.moe_ffn_hidden_size
+    e, k, fe = m.moe_experts, m.moe_topk, m.moe_ffn
     local_tokens = c.seq_tokens  # the router sees SP-local tokens
     # router: logits (bf16), scores (fp32) and the boolean routing map, per local token
     _add(out, "moe", "router", local_tokens * e * (a + 4 + 1))
@@ -192,7 +193,7 @@ def _layer_activations(m: ModelSpec, kind: str, moe: bool, c: ActContext, module
     raw: dict[str, dict[str, float]] = {}
     _attention(m, kind, c, raw)
     _mlp(m, moe, c, raw)
-    dropped_tags = set()
+    dropped_tags: set[str] = set()
     for mod in modules:
         dropped_tags.update(_WIDER.get(mod, (mod,)))
     kept: dict[str, float] = {}

@@ -28,11 +28,13 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
 from moeplan.model.constants import TimeConstants, release_key, release_of
 from moeplan.model.step import estimate_step
 from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario
+from moeplan.spec.system import GpuSpec
 
 # name, lower, upper (physically plausible ranges; a fit that ends at a bound is reported)
 SHARED: list[tuple[str, float, float]] = [
@@ -106,7 +108,7 @@ def values_of(c: TimeConstants) -> dict[str, float]:
 
 def with_values(c: TimeConstants, shared: dict[str, float], releases: dict[str, float]) -> TimeConstants:
     """``c`` with some shared constants and release factors replaced."""
-    plain = {k: v for k, v in shared.items() if not k.startswith("a2a_")}
+    plain: dict[str, Any] = {k: v for k, v in shared.items() if not k.startswith("a2a_")}
     a2a = dict(c.a2a_efficiency)
     a2a.update({k[4:]: v for k, v in shared.items() if k.startswith("a2a_")})
     rel = dict(c.release_factor)
@@ -306,7 +308,8 @@ def holdout(
         raise InputError("--holdout", by, "release or gpu")
 
     def key(r: Run) -> str:
-        return (r.release or base.newest_release) if by == "release" else r.scenario.gpu.id
+        # _run_scenario() refused runs without a GPU
+        return (r.release or base.newest_release) if by == "release" else cast(GpuSpec, r.scenario.gpu).id
 
     groups = sorted({key(r) for r in runs})
     if len(groups) < 2:
@@ -324,7 +327,7 @@ def holdout(
     return out
 
 
-def _run_entries(data: object, defaults: dict | None) -> tuple[list, dict]:
+def _run_entries(data: object, defaults: dict | None) -> tuple[list, dict | None]:
     """The run entries of ``data`` (a list, or a mapping with ``runs:``) and the scenario mapping laid
     under each (``defaults``, with the mapping's own ``defaults:`` over it).
 
@@ -593,6 +596,7 @@ def load_profile(path) -> TimeConstants:
     """
     data = _read_profile(path)
     _check_profile_keys(data, path)
+    data = cast(dict, data)  # _check_profile_keys() refused anything but a JSON object
     _check_profile_tables(data, path)
     try:
         c = TimeConstants(**data)

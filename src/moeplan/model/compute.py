@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import hbm_bytes_per_s
 from moeplan.spec.model import ModelSpec
@@ -175,6 +176,8 @@ def speeds(
     peak = gpu.peak_dense_tflops.get(key) or gpu.peak_dense_tflops.get("bf16")
     frac = (measured or {}).get(key if key != "fp4" else "fp8", DEFAULT_GEMM_FRACTION)
     bf16 = gpu.peak_dense_tflops.get("bf16")
+    if peak is None or bf16 is None:
+        raise InputError("system.gpu.peak_dense_tflops", dict(gpu.peak_dense_tflops), "a bf16 dense peak in TFLOP/s")
     attn_peak = gpu.peak_dense_tflops.get("fp8", bf16) * ATTENTION_FP8_RELATIVE if fp8_attention else bf16
     return Speeds(
         gemm_flops_per_s=peak * 1e12 * frac,
@@ -213,22 +216,22 @@ def layer_flops(
     dense = 0.0
     core = 0.0
     if kind == "linear":
-        qk = m.linear_key_head_dim * m.linear_num_key_heads
-        v = m.linear_value_head_dim * m.linear_num_value_heads
-        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.linear_num_value_heads) + h * v) / tp
+        qk = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
+        v = m.given("linear_value_head_dim") * m.given("linear_num_value_heads")
+        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.given("linear_num_value_heads")) + h * v) / tp
         # the depthwise causal conv; the delta rule itself is timed by moeplan.model.gdn
-        core += 2 * tokens * m.linear_conv_kernel_dim * (2 * qk + v) / tp
+        core += 2 * tokens * m.given("linear_conv_kernel_dim") * (2 * qk + v) / tp
     elif m.multi_latent_attention:
         nh = m.num_attention_heads
-        qk, rope, vd = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+        qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
         q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope))
-        lin = q_term + m.kv_lora_rank * (h + nh * (qk + vd)) + h * rope + nh * vd * h
+        lin = q_term + m.given("kv_lora_rank") * (h + nh * (qk + vd)) + h * rope + nh * vd * h
         dense += 2 * tokens * lin / tp
         # causal: each of the seq_local queries on this CP rank sees on average half the keys
         core += 2 * tokens * seq_full * nh * (qk + rope + vd) / 2 / tp
     else:
-        q = m.kv_channels * m.num_attention_heads
-        kv = m.kv_channels * m.num_query_groups
+        q = m.given("kv_channels") * m.num_attention_heads
+        kv = m.given("kv_channels") * m.num_query_groups
         gate = q if m.attention_output_gate else 0
         dense += 2 * tokens * (h * (q + 2 * kv + gate) + q * h) / tp
         span = seq_full / 2
@@ -239,12 +242,12 @@ def layer_flops(
     expert = 0.0
     per_expert = 0.0
     if moe:
-        expert = 2 * tokens * h * m.moe_ffn_hidden_size * g * m.moe_router_topk * routing_factor / tp
-        routed_rank = tokens / tp * m.moe_router_topk * routing_factor  # routed tokens arriving on this rank
+        expert = 2 * tokens * h * m.moe_ffn * g * m.moe_topk * routing_factor / tp
+        routed_rank = tokens / tp * m.moe_topk * routing_factor  # routed tokens arriving on this rank
         per_expert = routed_rank / max(1, m.num_moe_experts // ep) if m.num_moe_experts else 0.0
         if m.moe_shared_expert_intermediate_size:
             dense += 2 * tokens * h * m.moe_shared_expert_intermediate_size * g / tp
-        dense += 2 * tokens * h * m.num_moe_experts / tp  # router
+        dense += 2 * tokens * h * m.moe_experts / tp  # router
     else:
         dense += 2 * tokens * h * (m.ffn_hidden_size or 0) * g / tp
     return LayerFlops(dense, core, expert, per_expert)

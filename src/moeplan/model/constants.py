@@ -85,7 +85,7 @@ def release_key(r: str) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=1)
 def load_constants() -> TimeConstants:
     """The packaged fitted constants (defaults when the data file is absent)."""
-    path = resources.files("moeplan.catalog").joinpath("data", "time_constants.json")
+    path = resources.files("moeplan.catalog") / "data" / "time_constants.json"
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

@@ -12,6 +12,7 @@ Bridge's count); MFU divides it by the dense BF16 peak (say so in reports).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from moeplan.catalog.gpus import measured_gemm_fractions
 from moeplan.model.constants import TimeConstants, load_constants, release_of
@@ -23,8 +24,10 @@ from moeplan.model.time.pipeline import pipeline_bubble_s, pipeline_comm_s
 from moeplan.model.time.stage import StageTime, stage_time
 from moeplan.model.validity import assess
 from moeplan.spec.flops import model_flops
+from moeplan.spec.model import ModelSpec
 from moeplan.spec.placement import stage_params, stage_plan
 from moeplan.spec.scenario import Scenario
+from moeplan.spec.system import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,8 @@ class ThroughputEstimate:
 def _notes_before(ctx: StepContext, stated_release: str | None, release_used: str) -> list[str]:
     s, c = ctx.s, ctx.c
     return [
-        *notes.calibration_notes(c, s.gpu),
-        *notes.hardware_notes(s.gpu),
+        *notes.calibration_notes(c, ctx.gpu),
+        *notes.hardware_notes(ctx.gpu),
         *notes.release_notes(c, stated_release, s.input.versions.container, release_used),
         *notes.precision_notes(ctx),
         *notes.workload_notes(ctx),
@@ -113,7 +116,7 @@ def _step_parts(ctx: StepContext, stages: list, crit: int, per_stage: list[Stage
     dpt = data_parallel_time(ctx, stages[crit].params, cs)
     breakdown["dp_comm_exposed"] = dpt.dp_exposed_s
     hidden["dp_comm"] = dpt.dp_hidden_s
-    if dpt.fsdp_exposed_s is not None:
+    if dpt.fsdp_exposed_s is not None and dpt.fsdp_hidden_s is not None:  # (set together)
         breakdown["fsdp_comm_exposed"] = dpt.fsdp_exposed_s
         hidden["fsdp_comm"] = dpt.fsdp_hidden_s
     breakdown["optimizer"] = optimizer_step_s(ctx, stages[crit].params)
@@ -136,7 +139,7 @@ def estimate_step(
     """
     c = c or load_constants()
     require_step_inputs(s)
-    m, t, gpu = s.model, s.training, s.gpu
+    m, t, gpu = cast(ModelSpec, s.model), s.training, cast(GpuSpec, s.gpu)  # require_step_inputs() checked them
     ctx = step_context(s, c, measured_gemm_fractions(gpu.id), vision_patches)
     stated_release = release_of(s)
     rel_name, rel = c.release(stated_release)
@@ -150,8 +153,8 @@ def estimate_step(
     breakdown = {k: v / rel for k, v in breakdown.items()}
     hidden = {k: v / rel for k, v in hidden.items()}
     step = sum(breakdown.values())
-    tps = t.global_batch_size * t.seq_length / (step * s.num_gpus)
-    tflops = model_flops(m, t.seq_length, s.tp, s.mtp_num_layers).per_token * tps / 1e12
+    tps = ctx.global_batch_size * ctx.seq_length / (step * ctx.num_gpus)
+    tflops = model_flops(m, ctx.seq_length, s.tp, s.mtp_num_layers).per_token * tps / 1e12
     bf16 = gpu.peak_dense_tflops.get("bf16") or 1.0
     prec_peak = gpu.peak_tflops(t.precision) or bf16
     assumptions += notes.outcome_notes(s, stage_plan(s) is not None, tflops, bf16, prec_peak)

@@ -17,6 +17,7 @@ import json
 import math
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from moeplan.model.constants import load_constants, release_of
 from moeplan.spec.scenario import Scenario
@@ -59,7 +60,7 @@ class Validity:
 
 
 def _packaged_json(name: str) -> dict:
-    path = resources.files("moeplan.catalog").joinpath("data", name)
+    path = resources.files("moeplan.catalog") / "data" / name
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -157,7 +158,7 @@ def assess(s: Scenario, constants=None) -> Validity:
             f"on the published runs of {name} on {gpu} the model {'over' if b > 0 else 'under'}-predicted "
             f"tokens/s/GPU by a median {b:+.0f} % ({n} run(s), benchmarks/accuracy.py)"
         )
-    extra = {"measured_bias_pct": b, "measured_bias_runs": n, "bias_note": note}
+    extra: dict[str, Any] = {"measured_bias_pct": b, "measured_bias_runs": n, "bias_note": note}
     band, source = regime_band(cov, name, gpu, out)
     return Validity(not out, out, band, source, **extra)
 

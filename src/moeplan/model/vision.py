@@ -62,7 +62,7 @@ def workload_patches(s: Scenario) -> tuple[float, float, bool]:
             than the sequence holds.
     """
     w = s.input.workload
-    v = s.model.vision
+    v = s.model.vision if s.model is not None else None
     merge = max(1, v.spatial_merge_size if v is not None else 1) ** 2
     seq = s.training.seq_length or 0
     if w is not None:

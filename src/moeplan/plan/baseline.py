@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
@@ -61,7 +62,7 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
                 f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the "
                 "data-parallel minimum"
             )
-        elif match is None and sub.rejected.counts:
+        elif match is None and sub is not None and sub.rejected.counts:
             top = max(sub.rejected.counts, key=lambda r: sub.rejected.counts[r])
             out["rule_of_thumb"]["why_not"] = (
                 f"no legal layout with CP {cp} fits at this size ({sub.rejected.counts[top]} of "
@@ -159,7 +160,7 @@ def fsdp_vs_3d(res: SearchResult) -> dict | None:
             "training": dict(c.data["training"]),
         }
 
-    out = {
+    out: dict[str, Any] = {
         "fsdp": side(
             fsdp,
             "use_megatron_fsdp: true, data_parallel_sharding_strategy: optim_grads_params, EP inside; no "

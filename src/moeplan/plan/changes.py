@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from moeplan.errors import MoeplanError
 from moeplan.model.constants import TimeConstants
@@ -128,7 +128,7 @@ def _current_rung(s: Scenario, ladder: list[tuple[str, dict]]) -> int:
 def recompute_changes(s: Scenario) -> list[Change]:
     """Every rung of the recompute ladder above the scenario's, modules added to those already set."""
     lay = s.layout
-    ladder = [r for r in recompute_ladder(s.model) if "optimizer_cpu_offload" not in r[1]]
+    ladder = [r for r in recompute_ladder(s.complete_model) if "optimizer_cpu_offload" not in r[1]]
     here = max(_current_rung(s, ladder), 0)
     out = []
     for name, keys in ladder[here + 1 :]:
@@ -154,9 +154,10 @@ def offload_changes(s: Scenario) -> list[Change]:
 
 def parallel_changes(s: Scenario) -> list[Change]:
     """CP×2, PP×2 (with a legal split of the layers), TP×2 (SP), and for MoE EP×2 and ETP = TP."""
-    m = s.model
+    m = s.complete_model
     out = [Change(f"CP {s.cp} → {s.cp * 2}", {"layout": {"context_parallel_size": s.cp * 2}}, "parallel")]
-    tail = output_stage_layers(m, s.training.seq_length, 1, s.mtp_num_layers)
+    seq = cast(int, s.training.seq_length)  # the callers estimated memory for s, which needs it
+    tail = output_stage_layers(m, seq, 1, s.mtp_num_layers)
     split = pipeline_split(m.num_layers, s.pp * 2, 1, s.mtp_num_layers, tail)
     pp = {**_SPLIT_RESET, "pipeline_model_parallel_size": s.pp * 2, "virtual_pipeline_model_parallel_size": None}
     pp.update(split or {})

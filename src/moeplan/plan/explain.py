@@ -116,7 +116,7 @@ def _knob_line(w: Candidate, fam: str, title: str) -> str | None:
     t = w.tried.get(fam)
     if not t:
         return None
-    chosen = w.knobs.get(fam) if fam != "vpp" else f"VPP{w.parallel.vpp}"
+    chosen = w.knobs[fam] if fam != "vpp" else f"VPP{w.parallel.vpp}"  # (a label for every family: _knob_labels)
     if fam == "dispatcher" and w.knobs.get("graphs") == "full_iteration":
         seen = ", ".join(f"{n} {v:,.0f}" if v is not None else f"{n} rejected" for n, v in t.items())
         return (
@@ -124,6 +124,7 @@ def _knob_line(w: Candidate, fam: str, title: str) -> str | None:
             f"tried before EP overlap and graphs were set, the dispatchers gave {seen} tok/s/GPU."
         )
     why = w.tried.get("_why", {})
+    ref = t.get(chosen)
     parts = []
     for name, val in t.items():
         if name == chosen:
@@ -131,7 +132,7 @@ def _knob_line(w: Candidate, fam: str, title: str) -> str | None:
         if val is None:
             parts.append(f"{name} rejected ({why.get(f'{fam}:{name}', 'a rule or memory')})")
         else:
-            parts.append(f"{name} " + (_pct(val, t[chosen]) if t.get(chosen) else f"{val:,.0f}"))
+            parts.append(f"{name} " + (_pct(val, ref) if ref else f"{val:,.0f}"))
     return (
         f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + _knob_note(w, fam, t, chosen) + "."
     )

@@ -13,6 +13,7 @@ one); when nothing fits, the planner's best layout for the same model, GPUs and 
 from __future__ import annotations
 
 import itertools
+from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.model.constants import TimeConstants
@@ -171,7 +172,7 @@ def fit_layout(
     """
     s0, data, split_fix = _baseline(with_sections(data), headroom_gib, constants)
     mem0 = estimate_memory(s0)
-    cap = mem0.capacity_bytes
+    cap = cast(int, mem0.capacity_bytes)  # _baseline() refused a scenario without a GPU
     limit = cap - (headroom_gib * GIB_BYTES if headroom_gib is not None else 0.05 * cap)
     errors = validate(s0).errors
     timed = s0.training.global_batch_size is not None and not errors

@@ -21,14 +21,14 @@ from moeplan.spec.scenario import load_scenario
 @functools.lru_cache(maxsize=1)
 def skill_recipes() -> list[dict]:
     """The guidance layout families (id, family, scenario, notes, as_written)."""
-    text = resources.files("moeplan.catalog").joinpath("data", "skill_recipes.yaml").read_text(encoding="utf-8")
+    text = (resources.files("moeplan.catalog") / "data" / "skill_recipes.yaml").read_text(encoding="utf-8")
     return list(yaml.safe_load(text)["recipes"])
 
 
 @functools.lru_cache(maxsize=1)
 def published_recipes() -> list[dict]:
     """The packaged Megatron Bridge performance recipe rows (Table A @067f987, Table B @v0.5.1)."""
-    text = resources.files("moeplan.catalog").joinpath("data", "mbridge_perf_recipes.yaml").read_text(encoding="utf-8")
+    text = (resources.files("moeplan.catalog") / "data" / "mbridge_perf_recipes.yaml").read_text(encoding="utf-8")
     return list(yaml.safe_load(text)["recipes"])
 
 

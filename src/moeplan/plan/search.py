@@ -22,9 +22,10 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from moeplan.errors import InputError
-from moeplan.model.memory import estimate_memory
+from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.space import (
     FULL_ITERATION_MOE,
@@ -44,11 +45,13 @@ from moeplan.plan.space import (
 )
 from moeplan.rules import validate
 from moeplan.spec.layout import PARALLEL_DIMS
+from moeplan.spec.model import ModelSpec
 from moeplan.spec.params import count_params
 from moeplan.spec.pipeline import output_stage_layers, pipeline_split
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
 from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
+from moeplan.spec.system import GpuSpec
 from moeplan.units import GIB_BYTES
 
 #: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
@@ -85,7 +88,8 @@ class Candidate:
         memory / throughput: :meth:`to_dict` of the memory and step-time estimates.
         recompute: the ladder rung chosen (label); dispatcher / graphs / cp_comm labels likewise.
         tried: per knob family, label → tokens/s/GPU (None: rejected or does not fit) of the variants
-            tried in refinement (for the explanation).
+            tried in refinement (for the explanation); under ``_why``, ``family:label`` → why that
+            variant was rejected.
     """
 
     parallel: Parallel
@@ -97,7 +101,7 @@ class Candidate:
     knobs: dict[str, str]
     ladder_tried: list[tuple[str, float | None]] = field(default_factory=list)
     capacity_gib: float = 0.0
-    tried: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    tried: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -182,6 +186,10 @@ class SearchResult:
     recipe: RecipeProvenance | None = None
 
 
+#: what :meth:`_Evaluator.evaluate` finds: (rung label, data, scenario, memory, peak GiB of each rung tried)
+_Found = tuple[str, dict, Scenario, MemoryEstimate, dict[str, float | None]]
+
+
 class _Evaluator:
     """Holds the request and evaluates layouts (rules → memory ladder → time)."""
 
@@ -201,7 +209,7 @@ class _Evaluator:
         """A candidate mapping resolved with the request's recipe fills (no row matched for it)."""
         return load_scenario(data, recipe=self.recipe)
 
-    def fits(self, s: Scenario) -> tuple[bool, dict]:
+    def fits(self, s: Scenario) -> tuple[bool, MemoryEstimate]:
         """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""
         mem = estimate_memory(s)
         cap = mem.capacity_bytes or 0
@@ -211,8 +219,9 @@ class _Evaluator:
 
     def evaluate(
         self, data: dict, ladder: list[tuple[str, dict]], rej: Rejections, label: str, floor_tps: float = 0.0
-    ) -> tuple[str, dict, Scenario, object] | None:
-        """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory)."""
+    ) -> _Found | None:
+        """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory, the
+        peak GiB of each rung tried)."""
 
         def rung(i: int) -> tuple[dict, Scenario | None, str | None]:
             return self._with(data, ladder[i][1])
@@ -241,8 +250,8 @@ class _Evaluator:
                 if bound < floor_tps:
                     rej.add("dominated", f"{label}: ≤ {bound:,.0f} tok/s/GPU even without recompute")
                     return None
-        seen = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
-        best = (ladder[last][0], d, s, mem, seen)
+        seen: dict[str, float | None] = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
+        best: _Found = (ladder[last][0], d, s, mem, seen)
         lo, hi = 0, last - 1
         # binary search for the cheapest fitting rung (memory falls along the ladder)
         while lo <= hi:
@@ -250,7 +259,7 @@ class _Evaluator:
             d2, s2, _ = rung(mid)
             ok2, mem2 = self.fits(s2) if s2 is not None else (False, None)
             seen[ladder[mid][0]] = mem2.peak_bytes / GIB_BYTES if mem2 is not None else None
-            if ok2:
+            if ok2 and s2 is not None and mem2 is not None:  # (ok2 only with both)
                 best = (ladder[mid][0], d2, s2, mem2, seen)
                 hi = mid - 1
             else:
@@ -279,7 +288,7 @@ class _Evaluator:
             return d, None, res.errors[0].rule_id
         return d, s, None
 
-    def _faster_alternative(self, best: tuple, data: dict) -> tuple:
+    def _faster_alternative(self, best: _Found, data: dict) -> _Found:
         """When only full recompute fits: the off-ladder rungs (every selective module with the
         optimizer state offloaded, :func:`offload_alternatives`) that fit too, and the fastest of them
         and the ladder's choice by predicted step time: offloading the optimizer can cost less than
@@ -345,7 +354,8 @@ def request_recipe(data: dict) -> RecipeProvenance | None:
     stated = inp.layout.model_fields_set
     moe = model is not None and model.is_moe
     own_layout = all(k in stated or (k == "expert_model_parallel_size" and not moe) for k in CORE_SIZES)
-    return recipe_for_input(inp, model, match_row=own_layout).without(PLANNER_KEYS)
+    rec = recipe_for_input(inp, model, match_row=own_layout)  # None only for recipe_defaults: none
+    return rec.without(PLANNER_KEYS) if rec is not None else None
 
 
 def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
@@ -364,7 +374,7 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | 
         if v is None:
             raise InputError(name, None, "a value: the planner needs model, GPU, GPU count and sequence length")
     if s0.training.global_batch_size is None:
-        gbs = max(1, DEFAULT_TOKENS_PER_STEP // s0.training.seq_length)
+        gbs = max(1, DEFAULT_TOKENS_PER_STEP // cast(int, s0.training.seq_length))  # checked above
         data["training"]["global_batch_size"] = gbs
         assumptions.append(
             f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
@@ -397,13 +407,13 @@ def _companions(fixed: dict, m, gpu) -> tuple[dict, str]:
     offload = fixed.get("optimizer_cpu_offload")
     frac = fixed.get("optimizer_offload_fraction")
     if offload is True or (isinstance(frac, (int, float)) and frac > 0 and offload is None):
-        for k, v in (
+        for k, value in (
             ("optimizer_cpu_offload", True),
             ("optimizer_offload_fraction", 1.0),
             ("use_precision_aware_optimizer", True),
         ):
             if k not in fixed:
-                add[k] = v
+                add[k] = value
     if not add:
         return {}, ""
     return add, "completed what the fixed keys need: " + ", ".join(f"{k}={v}" for k, v in add.items())
@@ -446,10 +456,31 @@ class _Setup:
     mbss: list[int]
     families: tuple[str, ...]
 
+    # what _request() checked (and _setup(): a complete model), with the types that guarantees
     @property
     def world(self) -> int:
         """The GPU count of the request."""
-        return self.s0.num_gpus
+        return cast(int, self.s0.num_gpus)
+
+    @property
+    def model(self) -> ModelSpec:
+        """The request's model, complete."""
+        return cast(ModelSpec, self.s0.model)
+
+    @property
+    def gpu(self) -> GpuSpec:
+        """The request's GPU."""
+        return cast(GpuSpec, self.s0.gpu)
+
+    @property
+    def seq_length(self) -> int:
+        """The request's sequence length."""
+        return cast(int, self.s0.training.seq_length)
+
+    @property
+    def global_batch_size(self) -> int:
+        """The request's global batch size (given, or completed by :func:`_request`)."""
+        return cast(int, self.s0.training.global_batch_size)
 
 
 def _check_request(base: dict, s0: Scenario, headroom_gib: float | None) -> None:
@@ -459,7 +490,7 @@ def _check_request(base: dict, s0: Scenario, headroom_gib: float | None) -> None
     Raises:
         InputError: naming ``training.precision``, ``--headroom-gib`` or ``training.micro_batch_size``.
     """
-    gpu = s0.gpu
+    gpu = cast(GpuSpec, s0.gpu)  # _request() checked it
     for f in validate(s0).errors:
         if f.rule_id == "precision.recipe_vs_gpu":  # no layout can change it: the request is wrong
             raise InputError("training.precision", s0.training.precision, f"a precision {gpu.id} runs ({f.fix})")
@@ -468,10 +499,9 @@ def _check_request(base: dict, s0: Scenario, headroom_gib: float | None) -> None
             "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
         )
     mbs_given = (base.get("training") or {}).get("micro_batch_size")
-    if isinstance(mbs_given, int) and mbs_given > s0.training.global_batch_size:
-        raise InputError(
-            "training.micro_batch_size", mbs_given, f"at most the global batch size ({s0.training.global_batch_size})"
-        )
+    gbs = cast(int, s0.training.global_batch_size)  # given, or completed by _request()
+    if isinstance(mbs_given, int) and mbs_given > gbs:
+        raise InputError("training.micro_batch_size", mbs_given, f"at most the global batch size ({gbs})")
 
 
 def _families(fixed_layout: dict, m) -> tuple[str, ...]:
@@ -488,9 +518,10 @@ def _families(fixed_layout: dict, m) -> tuple[str, ...]:
 def _mbs_options(base: dict, s0: Scenario) -> list[int]:
     """Micro-batch sizes searched: the one given, else 1–4 up to 8K tokens, 1–2 up to 32K, else 1
     (larger microbatches only where a sequence leaves room)."""
-    if "micro_batch_size" in (base.get("training") or {}):
-        return [s0.training.micro_batch_size]
-    seq = s0.training.seq_length
+    mbs = s0.training.micro_batch_size
+    if "micro_batch_size" in (base.get("training") or {}) and mbs is not None:  # (null: not given)
+        return [mbs]
+    seq = cast(int, s0.training.seq_length)  # _request() checked it
     return [1, 2, 4] if seq <= 8192 else ([1, 2] if seq <= 32768 else [1])
 
 
@@ -503,7 +534,7 @@ def _setup(base: dict, headroom_gib: float | None, constants) -> _Setup:
     """
     data, s0, assumptions, recipe = _request(base)
     _check_request(base, s0, headroom_gib)
-    m, gpu = s0.model, s0.gpu
+    m, gpu = s0.complete_model, cast(GpuSpec, s0.gpu)  # _request() checked the GPU
     fixed_layout = dict(base.get("layout") or {})
     added, why = _companions(fixed_layout, m, gpu)
     if added:
@@ -537,8 +568,8 @@ def _combos(st: _Setup, min_dp: int) -> list[Parallel]:
     Raises:
         InputError: none folds (the held sizes, ``--min-dp`` or the GPU count named).
     """
-    m, gpu, world = st.s0.model, st.s0.gpu, st.world
-    combos = list(parallel_candidates(m, gpu, world, st.s0.training.seq_length, st.fixed_sizes, min_dp, st.families))
+    m, gpu, world = st.model, st.gpu, st.world
+    combos = list(parallel_candidates(m, gpu, world, st.seq_length, st.fixed_sizes, min_dp, st.families))
     if combos:
         return combos
     if st.fixed_sizes:
@@ -580,7 +611,7 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     models with attention sinks or sliding windows (rule sequence.cp_attention_support: they run
     context parallelism only with it), the parameter counts for the weights floor, the capacity."""
 
-    m, gpu, fixed_layout = st.s0.model, st.s0.gpu, st.fixed_layout
+    m, gpu, fixed_layout = st.model, st.gpu, st.fixed_layout
     default_disp = {}
     if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
         default_disp = {"moe_token_dispatcher_type": "alltoall"}
@@ -591,7 +622,7 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     dense_params = counts.total_with(mtp=True, vision=True) - expert_params
     margin = st.margin
     cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
-    tail = output_stage_layers(m, st.s0.training.seq_length, 1, st.s0.mtp_num_layers)
+    tail = output_stage_layers(m, st.seq_length, 1, st.s0.mtp_num_layers)
     return _PhaseOne(default_disp, default_cp, dense_params, expert_params, cap, tail)
 
 
@@ -604,7 +635,7 @@ def _phase_one_layout(st: _Setup, ph: _PhaseOne, p: Parallel) -> None:
         p = Parallel(p.tp, p.pp, p.cp, p.ep, p.etp, fixed_layout["virtual_pipeline_model_parallel_size"] or 1, p.fsdp)
     ph.considered += len(st.mbss)
     split = (
-        pipeline_split(st.s0.model.num_layers, p.pp, p.vpp, st.s0.mtp_num_layers, ph.tail)
+        pipeline_split(st.model.num_layers, p.pp, p.vpp, st.s0.mtp_num_layers, ph.tail)
         if "pipeline_model_parallel_layout" not in fixed_layout
         else {}
     )
@@ -620,7 +651,7 @@ def _phase_one_layout(st: _Setup, ph: _PhaseOne, p: Parallel) -> None:
         for _ in st.mbss:
             rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
         return
-    gbs = st.s0.training.global_batch_size
+    gbs = st.global_batch_size
     for mbs in st.mbss:
         if gbs % (mbs * dp):
             rej.add("gbs-divisibility", f"{p.label()}: GBS {gbs} % (MBS {mbs} · DP {dp}) ≠ 0")
@@ -674,7 +705,7 @@ def _refine_phase(st: _Setup, found: list[Candidate], refine: int) -> tuple[list
     ev, ladder, fixed_layout, rej = st.ev, st.ladder, st.fixed_layout, st.rej
     before = ev.evaluated
     to_refine = list(found[:refine])
-    extra = []
+    extra: list[Candidate] = []
     for c in found[refine:]:
         if all(x.parallel.cp != c.parallel.cp for x in to_refine + extra):
             extra.append(c)
@@ -712,8 +743,8 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
     """The ``request`` block of the result (what was searched)."""
     s0 = st.s0
     return {
-        "model": s0.model.name,
-        "gpu": s0.gpu.id,
+        "model": st.model.name,
+        "gpu": st.gpu.id,
         "num_gpus": st.world,
         "seq_length": s0.training.seq_length,
         "global_batch_size": s0.training.global_batch_size,
@@ -787,7 +818,7 @@ def _ladder(m, fixed: dict) -> list[tuple[str, dict]]:
         if gran != "selective"
         else "selective " + ",".join(fixed.get("recompute_modules") or ["core_attn"]) + " (given)"
     )
-    out = [(given, {})]
+    out: list[tuple[str, dict]] = [(given, {})]
     if not off_fixed:
         for _name, keys in full:
             if any(k in keys for k in OPTIMIZER_OFFLOAD_KEYS):
@@ -839,8 +870,8 @@ def _refine(
 ) -> Candidate:
     """Coordinate descent over VPP, dispatcher, EP overlap, graphs and CP comm type (``only`` these
     families when given); keeps the best variant and records what each option gave."""
-    m = c.scenario.model
-    gpu = c.scenario.gpu
+    m = c.scenario.complete_model
+    gpu = cast(GpuSpec, c.scenario.gpu)  # the request's (_request() checked it)
     best = c
     families: list[tuple[str, list[tuple[str, dict]]]] = []
     if (
@@ -849,10 +880,8 @@ def _refine(
     ):
         vopts = []
         for v in vpp_options(m.num_layers, c.parallel.pp):
-            mtp_c = c.scenario.mtp_num_layers
-            split = pipeline_split(
-                m.num_layers, c.parallel.pp, v, mtp_c, output_stage_layers(m, c.scenario.training.seq_length, 1, mtp_c)
-            )
+            mtp_c, seq = c.scenario.mtp_num_layers, cast(int, c.scenario.training.seq_length)
+            split = pipeline_split(m.num_layers, c.parallel.pp, v, mtp_c, output_stage_layers(m, seq, 1, mtp_c))
             if split is None:
                 continue
             keys = {
@@ -916,5 +945,5 @@ def _refine(
 
 def time_to_train_s(c: Candidate, train_tokens: float) -> float:
     """Seconds to train ``train_tokens`` tokens at the candidate's predicted throughput."""
-    tps = c.tokens_per_s_per_gpu * c.scenario.num_gpus
+    tps = c.tokens_per_s_per_gpu * cast(int, c.scenario.num_gpus)  # the request's (_request() checked it)
     return math.inf if tps <= 0 else train_tokens / tps

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moeplan.model.compute import arch_family
 from moeplan.spec.layout import PARALLEL_DIMS
@@ -117,7 +117,7 @@ class Parallel:
 
     def keys(self) -> dict:
         """Megatron key names of these sizes (VPP omitted when 1, SP on with TP > 1)."""
-        d = {
+        d: dict[str, int | bool | str] = {
             "tensor_model_parallel_size": self.tp,
             "pipeline_model_parallel_size": self.pp,
             "context_parallel_size": self.cp,
@@ -312,7 +312,7 @@ def graph_options(m: ModelSpec, gpu: GpuSpec | None = None) -> list[tuple[str, d
     needs (:data:`FULL_ITERATION_MOE`, as NVIDIA's full-iteration recipes run it; the fused grouped
     MLP it relies on is a Blackwell kernel, so Hopper is not offered it; nor are vision-language models,
     whose images change shape from step to step). The rules drop the ones a layout cannot use."""
-    out = [("eager", {"cuda_graph_impl": "none"})]
+    out: list[tuple[str, dict]] = [("eager", {"cuda_graph_impl": "none"})]
     scopes = [["attn", "moe_router", "moe_preprocess"], ["attn"]] if m.is_moe else [["attn"]]
     for scope in scopes:
         out.append(("te:" + "+".join(scope), {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}))
@@ -335,16 +335,22 @@ def cp_comm_options(cp: int, tp: int = 1, scaleup_domain_gpus: int = 8) -> list[
     hierarchical ``a2a+p2p`` with the all-to-all inside the NVLink domain: inner group ``a`` the
     largest power of two with ``a·TP`` within the domain and ``a < CP``, the ring over ``CP / a``
     (Megatron-Core's ``hierarchical_context_parallel_sizes``, inner group first)."""
-    none = {"hierarchical_context_parallel_sizes": None}
+    none: dict[str, Any] = {"hierarchical_context_parallel_sizes": None}
     if cp == 1:
         return [("p2p", {"cp_comm_type": "p2p", **none})]
-    out = [("p2p", {"cp_comm_type": "p2p", **none}), ("a2a", {"cp_comm_type": "a2a", **none})]
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("p2p", {"cp_comm_type": "p2p", **none}),
+        ("a2a", {"cp_comm_type": "a2a", **none}),
+    ]
     inner = 1
     while inner * 2 < cp and inner * 2 * tp <= scaleup_domain_gpus and cp % (inner * 2) == 0:
         inner *= 2
     if inner > 1:
         out.append(
-            (f"a2a+p2p {inner}x{cp // inner}", {"cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [inner, cp // inner]})
+            (
+                f"a2a+p2p {inner}x{cp // inner}",
+                {"cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [inner, cp // inner]},
+            )
         )
     return out
 

@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -141,7 +142,12 @@ def _stage(name: str, label: str, d: dict, recipe: RecipeProvenance | None, cons
     predicted figures when the layout breaks no rule."""
     s = load_scenario(d, recipe=recipe)
     chk = validate(s)
-    entry = {"id": name, "label": label, "kind": "baseline" if name == "baseline" else "candidate", "scenario": d}
+    entry: dict[str, Any] = {
+        "id": name,
+        "label": label,
+        "kind": "baseline" if name == "baseline" else "candidate",
+        "scenario": d,
+    }
     files: dict[str, str] = {"scenario.yaml": yaml.safe_dump(d, sort_keys=False)}
     if chk.errors:
         entry["predicted"] = None

@@ -21,14 +21,14 @@ from moeplan.catalog.models import get_model
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.inputs import ScenarioInput, SystemInput, _pydantic_to_input_error
 from moeplan.spec.layout import LayoutSpec
-from moeplan.spec.model import ModelSpec, partial_model
+from moeplan.spec.model import PartialModelSpec, partial_model
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import apply_recipe, recipe_for_input
 from moeplan.spec.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario, parse_version
 from moeplan.spec.system import GpuSpec
 
 
-def resolve_model(inp: ScenarioInput) -> ModelSpec | None:
+def resolve_model(inp: ScenarioInput) -> PartialModelSpec | None:
     """The scenario's model: a catalog model or config.json with ``model_overrides`` applied, a
     partial model from the overrides alone, or None.
 
@@ -103,7 +103,7 @@ def _parallel_defaults(lay: LayoutSpec, bridge: bool) -> list[Resolution]:
     return out
 
 
-def _moe_defaults(lay: LayoutSpec, model: ModelSpec | None, bridge: bool) -> list[Resolution]:
+def _moe_defaults(lay: LayoutSpec, model: PartialModelSpec | None, bridge: bool) -> list[Resolution]:
     """Token dispatcher (``alltoall`` in Bridge HF providers, ``allgather`` in megatron-core), the
     flex backend (``deepep``, megatron-core's default), ``flex`` when only a backend is given, grouped
     GEMM (on in Bridge MoE providers, off in megatron-core)."""
@@ -172,14 +172,14 @@ def _graph_defaults(lay: LayoutSpec) -> list[Resolution]:
     return out
 
 
-def _mtp_default(lay: LayoutSpec, model: ModelSpec | None) -> list[Resolution]:
+def _mtp_default(lay: LayoutSpec, model: PartialModelSpec | None) -> list[Resolution]:
     """MTP layers from the model config when the layout does not set them."""
     if lay.mtp_num_layers is None and model is not None and model.mtp_num_layers:
         return [Resolution("mtp_num_layers", model.mtp_num_layers, "unset: from the model config")]
     return []
 
 
-def framework_defaults(lay: LayoutSpec, model: ModelSpec | None, framework: str) -> list[Resolution]:
+def framework_defaults(lay: LayoutSpec, model: PartialModelSpec | None, framework: str) -> list[Resolution]:
     """Every framework default for keys ``lay`` leaves unset, in resolution order: parallel sizes,
     MoE, optimizer, CUDA graphs, MTP (each reads ``lay`` as filled by the recipe, before these)."""
     bridge = framework == "megatron-bridge"

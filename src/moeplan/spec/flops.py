@@ -66,12 +66,12 @@ def _attention_terms(m: ModelSpec) -> tuple[float, float]:
     h = m.hidden_size
     if m.multi_latent_attention:
         nh = m.num_attention_heads
-        qk, rope, v = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+        qk, rope, v = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
         q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope) + 1)
-        lin = q_term + m.kv_lora_rank * (h + nh * (qk + v) + 1) + h * rope + nh * v * h
+        lin = q_term + m.given("kv_lora_rank") * (h + nh * (qk + v) + 1) + h * rope + nh * v * h
         return lin, nh * (qk + rope) / 2 + nh * v / 2
-    q = m.kv_channels * m.num_attention_heads
-    kv = m.kv_channels * m.num_query_groups
+    q = m.given("kv_channels") * m.num_attention_heads
+    kv = m.given("kv_channels") * m.num_query_groups
     gate = q if m.attention_output_gate else 0
     return h * (q + 2 * kv + gate) + q * h, q
 
@@ -79,12 +79,12 @@ def _attention_terms(m: ModelSpec) -> tuple[float, float]:
 def _gdn_term(m: ModelSpec) -> float:
     """Per-token FLOPs / 2 of one Gated DeltaNet layer: in, conv and out projections and ``4·nv·dv²``."""
     h = m.hidden_size
-    qk_dim = m.linear_key_head_dim * m.linear_num_key_heads
-    v_dim = m.linear_value_head_dim * m.linear_num_value_heads
-    nv, dv = m.linear_num_value_heads, m.linear_value_head_dim
+    nv, dv = m.given("linear_num_value_heads"), m.given("linear_value_head_dim")
+    qk_dim = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
+    v_dim = dv * nv
     return (
         h * (2 * qk_dim + 2 * v_dim + 2 * nv)
-        + m.linear_conv_kernel_dim * (2 * qk_dim + v_dim)
+        + m.given("linear_conv_kernel_dim") * (2 * qk_dim + v_dim)
         + nv * dv * dv * 4
         + h * v_dim
     )
@@ -121,7 +121,7 @@ def model_flops(
     if window:
         n_swa = sum(1 for k in kinds if k == "sliding")
         ctx = min(window + 1, seq_length)  # Bridge: window (left, right=0) + 1
-        q = m.kv_channels * m.num_attention_heads
+        q = m.given("kv_channels") * m.num_attention_heads
         parts["attention_quadratic"] = 6 * ((n_std - n_swa) * s2 * quad + n_swa * s * q * ctx)
     else:
         parts["attention_quadratic"] = 6 * n_std * s2 * quad
@@ -131,7 +131,7 @@ def model_flops(
     if n_dense:
         mlp += (m.ffn_hidden_size or 0) * gated * n_dense
     if n_moe:
-        mlp += m.moe_ffn_hidden_size * m.moe_router_topk * gated * n_moe
+        mlp += m.moe_ffn * m.moe_topk * gated * n_moe
         parts["shared_experts"] = 6 * s * h * (m.moe_shared_expert_intermediate_size or 0) * gated * n_moe
     parts["mlp"] = 6 * s * h * mlp
     if mtp:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -53,7 +54,8 @@ _UniqueKeyLoader.add_implicit_resolver(
     re.compile(r"^[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
     list("-+0123456789."),
 )
-_UniqueKeyLoader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node)))
+# the int resolver matches plain scalars only, so the node is a ScalarNode
+_UniqueKeyLoader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(cast(yaml.ScalarNode, node))))
 
 
 def parse_yaml_value(raw: str) -> object:

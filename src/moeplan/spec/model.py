@@ -135,7 +135,7 @@ class PartialModelSpec:
     @property
     def is_moe(self) -> bool:
         """True when the model has routed experts."""
-        return bool(self.num_moe_experts) and self.num_moe_experts > 1
+        return self.num_moe_experts is not None and self.num_moe_experts > 1
 
     @property
     def num_moe_layers(self) -> int | None:
@@ -159,12 +159,44 @@ class PartialModelSpec:
         128; ``hidden_size / num_attention_heads`` when kv_channels is unset)."""
         if self.qk_head_dim:
             return self.qk_head_dim + (self.qk_pos_emb_head_dim or 0) + (self.v_head_dim or self.qk_head_dim)
-        return 2 * (self.kv_channels or self.hidden_size // max(1, self.num_attention_heads or 1))
+        if self.kv_channels:
+            return 2 * self.kv_channels
+        if self.hidden_size is None:
+            raise InputError("model_overrides.hidden_size", None, "a value: the attention head width needs it")
+        return 2 * (self.hidden_size // max(1, self.num_attention_heads or 1))
 
     @property
     def is_vlm(self) -> bool:
         """True when a vision tower is attached."""
         return self.vision is not None
+
+    # ----- fields optional by architecture, for code that only runs where the model has them ----
+    def given(self, name: str) -> int:
+        """The integer field ``name``, for code that only runs where the model has it: MoE, MLA and
+        linear-attention widths may be None even on a complete model (any field on a partial one).
+
+        Raises:
+            InputError (a ValueError): naming the field when the model does not give it.
+        """
+        value = getattr(self, name)
+        if value is None:
+            raise InputError(f"model_overrides.{name}", None, "a value: this model's estimate needs it")
+        return value
+
+    @property
+    def moe_topk(self) -> int:
+        """``moe_router_topk`` of a MoE model (raises InputError when not given)."""
+        return self.given("moe_router_topk")
+
+    @property
+    def moe_experts(self) -> int:
+        """``num_moe_experts`` of a MoE model (raises InputError when not given)."""
+        return self.given("num_moe_experts")
+
+    @property
+    def moe_ffn(self) -> int:
+        """``moe_ffn_hidden_size`` of a MoE model (raises InputError when not given)."""
+        return self.given("moe_ffn_hidden_size")
 
     def missing_fields(self) -> list[str]:
         """Fields a complete model needs that this one lacks: :data:`REQUIRED_FIELDS`, the expert
@@ -195,11 +227,12 @@ class PartialModelSpec:
             raise InputError(
                 "model", self.name, "a complete model: give " + ", ".join(f"model_overrides.{f}" for f in missing)
             )
-        n, heads = self.num_layers, self.num_attention_heads
+        # missing_fields() covers REQUIRED_FIELDS, so these are set
+        n, heads, hidden = cast(int, self.num_layers), cast(int, self.num_attention_heads), cast(int, self.hidden_size)
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         fields["num_query_groups"] = self.num_query_groups or heads
         if not self.multi_latent_attention and self.kv_channels is None:
-            fields["kv_channels"] = self.hidden_size // heads
+            fields["kv_channels"] = hidden // heads
         if self.moe_layers is None:
             fields["moe_layers"] = (self.is_moe,) * n
         if self.attention_kinds is None:

@@ -53,10 +53,16 @@ class Shard:
         return Shard(self.tp + o.tp, self.rep + o.rep, self.exp + o.exp)
 
 
-def _require(model: PartialModelSpec, *names: str) -> None:
+def _require(model: PartialModelSpec, *names: str) -> tuple[int, ...]:
+    """The integer fields ``names`` of ``model``, in order.
+
+    Raises:
+        InputError: naming every one of them the model does not give.
+    """
     missing = [n for n in names if getattr(model, n) is None]
     if missing:
         raise InputError(f"model.{missing[0]}", None, "a value: parameter counting needs " + ", ".join(missing))
+    return tuple(getattr(model, n) for n in names)
 
 
 def _div(n: int, d: int, what: str) -> int:
@@ -79,7 +85,7 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
     """
     h = model.hidden_size
     if kind == "linear":
-        _require(
+        nk, nv, dk, dv, conv_k = _require(
             model,
             "linear_num_key_heads",
             "linear_num_value_heads",
@@ -87,30 +93,28 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
             "linear_value_head_dim",
             "linear_conv_kernel_dim",
         )
-        nk, nv = model.linear_num_key_heads, model.linear_num_value_heads
-        dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
         conv_ch = 2 * nk * dk + nv * dv
         # in_proj_qkvz (h → 2·nk·dk + 2·nv·dv), in_proj_ba (h → 2·nv), depthwise conv1d (no bias),
         # dt_bias and A_log (nv each), out_proj (nv·dv → h): all split by TP over heads.
-        sharded = h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + conv_ch * model.linear_conv_kernel_dim
+        sharded = h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + conv_ch * conv_k
         sharded += 2 * nv + nv * dv * h
         # gated RMSNorm over the value head dim: replicated.
         return {"attention": Shard(tp=_div(sharded, tp, "gated-deltanet heads vs TP"), rep=dv)}
     if model.multi_latent_attention:
-        _require(model, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_attention_heads")
-        nh = model.num_attention_heads
-        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
-        rep = h * (model.kv_lora_rank + model.qk_pos_emb_head_dim) + model.kv_lora_rank  # kv down + norm
-        sharded = model.kv_lora_rank * nh * (model.qk_head_dim + model.v_head_dim)  # kv up
+        kv, qk_nope, rope, vd, nh = _require(
+            model, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_attention_heads"
+        )
+        qk = qk_nope + rope
+        rep = h * (kv + rope) + kv  # kv down + norm
+        sharded = kv * nh * (qk_nope + vd)  # kv up
         if model.q_lora_rank:
             rep += h * model.q_lora_rank + model.q_lora_rank  # q down + q norm
             sharded += model.q_lora_rank * nh * qk
         else:
             sharded += h * nh * qk
-        sharded += nh * model.v_head_dim * h  # output projection
+        sharded += nh * vd * h  # output projection
         return {"attention": Shard(tp=_div(sharded, tp, "attention heads vs TP"), rep=rep)}
-    _require(model, "num_attention_heads", "num_query_groups", "kv_channels")
-    nh, ng, d = model.num_attention_heads, model.num_query_groups, model.kv_channels
+    nh, ng, d = _require(model, "num_attention_heads", "num_query_groups", "kv_channels")
     heads_rank = _div(nh, tp, "num_attention_heads vs TP")
     if ng % tp and tp % ng:
         raise InputError("num_query_groups vs TP", ng, f"a multiple or a divisor of TP={tp}")
@@ -144,12 +148,10 @@ def mlp_shard(model: ModelSpec, moe: bool, tp: int = 1, ep: int = 1, etp: int = 
     h = model.hidden_size
     glu = 2 if model.gated_linear_unit else 1
     if not moe:
-        _require(model, "ffn_hidden_size")
-        f = model.ffn_hidden_size
+        (f,) = _require(model, "ffn_hidden_size")
         n = h * f * glu + f * h
         return {"dense_mlp": Shard(tp=_div(n, tp, "ffn_hidden_size vs TP"))}
-    _require(model, "num_moe_experts", "moe_ffn_hidden_size")
-    e, fe = model.num_moe_experts, model.moe_ffn_hidden_size
+    e, fe = _require(model, "num_moe_experts", "moe_ffn_hidden_size")
     local = _div(e, ep, "num_moe_experts vs EP")
     per_expert_split = h * fe * glu + fe * h + (fe * glu if model.moe_expert_bias else 0)
     per_expert_rep = h if model.moe_expert_bias else 0  # FC2 bias is not split by ETP
@@ -322,7 +324,7 @@ def count_params(model: PartialModelSpec) -> ParamCounts:
         for k, s in parts.items():
             by[k] += s.total
         if "routed_experts" in parts:
-            routed_active += parts["routed_experts"].total * model.moe_router_topk // model.num_moe_experts
+            routed_active += parts["routed_experts"].total * model.moe_topk // model.moe_experts
         kinds = model.attention_kinds or ("full",) * model.num_layers
         key = f"{kinds[i]}+{'moe' if model.moe_layers and model.moe_layers[i] else 'dense'}"
         per_layer_kind[key] = per_layer_kind.get(key, 0) + sum(s.total for s in parts.values())

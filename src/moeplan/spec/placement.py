@@ -37,8 +37,14 @@ class StageParams:
 
 def stage_plan(s: Scenario, allow_balanced: bool = False) -> StagePlan | None:
     """The scenario's :class:`StagePlan` (``None`` when its split is illegal), or with
-    ``allow_balanced`` a near-even split for layers that do not divide (see ``balanced_stages``)."""
+    ``allow_balanced`` a near-even split for layers that do not divide (see ``balanced_stages``).
+
+    Raises:
+        InputError: no model, or one without num_layers.
+    """
     m = s.model
+    if m is None or m.num_layers is None:
+        raise InputError("model", None, "a model with num_layers to place layers")
     lay = s.layout
     plan = plan_stages(
         m.num_layers,
@@ -101,7 +107,7 @@ _CACHE: dict[tuple, tuple] = {}
 
 
 def _stage_params(s: Scenario, make_vocab_size_divisible_by: int, allow_balanced: bool) -> list[StageParams]:
-    m = s.model
+    m = s.complete_model  # rank_params needs a complete model anyway
     plan = stage_plan(s, allow_balanced)
     if plan is None:
         lay = s.layout

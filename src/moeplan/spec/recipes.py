@@ -31,7 +31,7 @@ from moeplan.spec.resolved import Resolution
 if TYPE_CHECKING:
     from moeplan.spec.inputs import ScenarioInput
     from moeplan.spec.layout import LayoutSpec
-    from moeplan.spec.model import ModelSpec
+    from moeplan.spec.model import PartialModelSpec
 
 RECIPE_DEFAULTS = ("none", "mbridge-perf")
 
@@ -86,7 +86,7 @@ def _row_fills(
     return row, fills
 
 
-def _shared_fills(precision: str, model: ModelSpec | None) -> list[RecipeFill]:
+def _shared_fills(precision: str, model: PartialModelSpec | None) -> list[RecipeFill]:
     """What every perf recipe sets whatever the layout: ``_benchmark_common``, the library recipes'
     distributed optimizer, ``_perf_precision``, ``run_script.py``, forced load balancing."""
     out = [
@@ -112,7 +112,7 @@ def _shared_fills(precision: str, model: ModelSpec | None) -> list[RecipeFill]:
     return out
 
 
-def _model_fills(model: ModelSpec, pp: int, vpp: int | None) -> list[RecipeFill]:
+def _model_fills(model: PartialModelSpec, pp: int, vpp: int | None) -> list[RecipeFill]:
     """Model-family settings: ``_deepseek_v3_common`` and the DeepSeek-V3 base recipe (also Kimi-K2),
     the DeepSeek-V3 layout map (PP·VPP = 16 / 32), Qwen3-235B-A22B's split accounting (PP > 1),
     Qwen3-Next-80B's PP2×VPP4 layout and Qwen3-VL-235B's uneven PP 8 stages."""
@@ -145,14 +145,14 @@ def _model_fills(model: ModelSpec, pp: int, vpp: int | None) -> list[RecipeFill]
             )
         )
     if "qwen3-vl-235b" in nm and pp == 8:
-        for key, value in (("num_layers_in_first_pipeline_stage", 10), ("num_layers_in_last_pipeline_stage", 12)):
-            out.append(RecipeFill(key, value, "model_recipe", f"{_SRC}: Qwen3-VL-235B uneven PP"))
+        for key, n in (("num_layers_in_first_pipeline_stage", 10), ("num_layers_in_last_pipeline_stage", 12)):
+            out.append(RecipeFill(key, n, "model_recipe", f"{_SRC}: Qwen3-VL-235B uneven PP"))
     return out
 
 
 def recipe_provenance(
     name: str,
-    model: ModelSpec | None,
+    model: PartialModelSpec | None,
     precision: str,
     pp: int,
     vpp: int | None,
@@ -185,7 +185,8 @@ def recipe_provenance(
     """
     if name != "mbridge-perf":
         return None
-    row, fills = None, []
+    row: RecipeRow | None = None
+    fills: list[RecipeFill] = []
     if match_row and model is not None and layout is not None:
         row, fills = _row_fills(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus)
     fills += _shared_fills(precision, model)
@@ -211,7 +212,9 @@ def recipe_fills(
     return [] if rec is None else [(f.key, f.value, f.reason) for f in rec.fills]
 
 
-def recipe_for_input(inp: ScenarioInput, model: ModelSpec | None, *, match_row: bool = True) -> RecipeProvenance | None:
+def recipe_for_input(
+    inp: ScenarioInput, model: PartialModelSpec | None, *, match_row: bool = True
+) -> RecipeProvenance | None:
     """:func:`recipe_provenance` of a validated scenario input: its ``recipe_defaults``, precision,
     stated layout (unstated sizes at their defaults), micro-batch size, GPU id and count. None for
     ``recipe_defaults: none``."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from moeplan.errors import InputError
 from moeplan.spec.layout import LayoutSpec
-from moeplan.spec.model import ModelSpec
+from moeplan.spec.model import ModelSpec, PartialModelSpec
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
 
@@ -85,7 +85,7 @@ class Scenario:
     """
 
     input: ScenarioInput
-    model: ModelSpec | None
+    model: PartialModelSpec | None
     gpu: GpuSpec | None
     num_gpus: int | None
     gpus_per_node: int | None
@@ -146,6 +146,17 @@ class Scenario:
         """Expert data-parallel size W / (ETP·EP·PP); None when W is unknown or not divisible."""
         w, d = self.num_gpus, self.etp * self.ep * self.pp
         return w // d if w and w % d == 0 else None
+
+    @property
+    def complete_model(self) -> ModelSpec:
+        """The model as a complete :class:`ModelSpec`, for the estimators (parameters, memory, time).
+
+        Raises:
+            InputError: no model, or a partial one (naming the fields it lacks).
+        """
+        if self.model is None:
+            raise InputError("model", None, "a value: the estimate needs a model")
+        return self.model.completed()
 
     @property
     def mtp_num_layers(self) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,7 +246,7 @@ def scan(
     return _scan_manifest(data, text_tokens, progress)
 
 
-def _dist(vals: list[float]) -> dict:
+def _dist(vals: Sequence[float]) -> dict:
     if not vals:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "max": 0.0}
     qs = statistics.quantiles(vals, n=10, method="inclusive") if len(vals) > 1 else [vals[0]] * 9

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.console import JustifyMethod
 from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
@@ -54,7 +55,7 @@ def _candidates_table(c, d: dict) -> None:
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
     t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts", width=100)
     ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
-    cols = [
+    cols: list[tuple[str, JustifyMethod]] = [
         ("#", "right"),
         ("layout", "left"),
         ("DP", "right"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.model.activations import ActContext
@@ -23,7 +24,7 @@ from moeplan.model.memory.other import (
     fragmentation,
     graph_buffers,
 )
-from moeplan.model.memory.stage_activations import decoder_activations, tail_activations
+from moeplan.model.memory.stage_activations import DecoderActivations, decoder_activations, tail_activations
 from moeplan.model.memory.static import static_memory
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
@@ -268,7 +269,7 @@ def _num_microbatches(s: Scenario) -> int | None:
 def _pipeline(s: Scenario, assumptions: list[str]) -> StagePlan:
     """The stage plan as given, or a near-even split (said in ``assumptions``) when the layers do not
     divide; refuses a layout that does not parse or leaves ranks empty."""
-    m, lay = s.model, s.layout
+    m, lay = s.complete_model, s.layout
     plan = stage_plan(s, allow_balanced=True)
     if plan is None:
         raise InputError(
@@ -317,7 +318,7 @@ def _activation_context(s: Scenario, assumptions: list[str]) -> ActContext:
             "mean tokens (assumptions.routing_imbalance_factor)"
         )
     mbs = t.micro_batch_size or 1
-    seq_local = t.seq_length / s.cp
+    seq_local = cast(int, t.seq_length) / s.cp  # _need() checked it
     return ActContext(
         tokens=mbs * seq_local,
         seq_local=seq_local,
@@ -361,7 +362,7 @@ def _common(s: Scenario, assumptions: list[str]) -> _Common:
         ctx=ctx,
         modules=frozenset(modules) if gran == "selective" else frozenset(),
         fused_ce=fused_ce,
-        vpad=padded_vocab_size(s.model.vocab_size, s.tp),
+        vpad=padded_vocab_size(s.complete_model.vocab_size, s.tp),
         num_microbatches=n_mb,
         numerics=num,
         overheads=ov,
@@ -383,7 +384,7 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     host_cap = None
     if s.gpu is not None and s.gpu.host_mem_per_gpu_gb and s.gpus_per_node:
         host_cap = int(s.gpu.host_mem_per_gpu_gb * 1e9 * s.gpus_per_node)
-    vc = vision_cost(s) if s.model.vision is not None else None
+    vc = vision_cost(s) if s.complete_model.vision is not None else None
     if vc is not None and vc.assumed:
         assumptions.append(
             "no workload: the vision tower is costed for a planning mix (half the sequence image tokens); "
@@ -392,7 +393,9 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     return MemoryEstimate(stages, cap, s.gpus_per_node, host_cap, com.overheads, assumptions)
 
 
-def _activations(s: Scenario, sp: StageParams, com: _Common, other: dict[str, float]) -> tuple[dict, float, object]:
+def _activations(
+    s: Scenario, sp: StageParams, com: _Common, other: dict[str, float]
+) -> tuple[dict, float, DecoderActivations]:
     """A stage's activations (bytes, named), its in-flight microbatches and its decoder record; the
     ViT's working set goes to ``other``."""
     lay, ctx = s.layout, com.ctx
@@ -401,13 +404,13 @@ def _activations(s: Scenario, sp: StageParams, com: _Common, other: dict[str, fl
         s.pp, sp.stage, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage
     )
     act = {"decoder_layers": dec.per_microbatch_bytes * inflight}
-    if sp.embedding and s.model.vision is not None:
+    v = s.complete_model.vision
+    if sp.embedding and v is not None:
         vc = vision_cost(s)
         if vc is not None:
             # ViT activations of every in-flight microbatch on the first stage (none kept when frozen),
             # and one ViT layer's working set in backward
             act["vision_tower"] = vc.activation_bytes * inflight
-            v = s.model.vision
             other["vision_working_set"] = 2 * (9 * v.hidden_size + 2 * v.intermediate_size) * vc.patches / s.tp
     if lay.overlap_moe_expert_parallel_comm and sp.layers:
         # combined 1F1B (pipeline_parallel/combined_1f1b.py) interleaves the forward of one microbatch

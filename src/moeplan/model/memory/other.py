@@ -64,11 +64,12 @@ def backward_working_set(
 
 def cp_kv_buffers(s: Scenario, ctx: ActContext) -> float:
     """K/V blocks in flight of the CP ring (send + receive), bf16 (0 without CP)."""
-    m = s.model
+    m = s.complete_model
     if s.cp == 1:
         return 0.0
     if m.multi_latent_attention:
-        width = m.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
+        qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
+        width = m.num_attention_heads * (qk + rope + vd)
     else:
         width = 2 * (m.num_query_groups or 0) * (m.kv_channels or 0)
     return 2 * ctx.tokens * width / s.tp * ctx.act_bytes
@@ -87,7 +88,7 @@ def fixed_buffers(s: Scenario, ctx: ActContext, ov: Overheads) -> dict[str, floa
         gib = ov.hybridep_buffers_gib if backend == "hybridep" else ov.deepep_buffers_gib
         out[f"{backend}_buffers"] = gib * GIB_BYTES
     if lay.tp_comm_overlap and s.tp > 1:
-        out["tp_overlap_userbuffers"] = 2 * ctx.tokens * s.model.hidden_size * ctx.act_bytes
+        out["tp_overlap_userbuffers"] = 2 * ctx.tokens * s.complete_model.hidden_size * ctx.act_bytes
     return out
 
 
@@ -100,7 +101,7 @@ def graph_buffers(
         return {}
     out = {"cuda_graph_pool": ov.cuda_graph_pool_fraction * activations}
     if s.layout.cuda_graph_impl != "full_iteration":
-        static = 2 * ctx.seq_tokens * s.model.hidden_size * ctx.act_bytes  # captured input + output per layer
+        static = 2 * ctx.seq_tokens * s.complete_model.hidden_size * ctx.act_bytes  # captured input + output per layer
         out["cuda_graph_static_buffers"] = static * layers * max(1.0, inflight)
     return out
 

@@ -60,7 +60,7 @@ def offload_items(s: Scenario) -> frozenset[str]:
 
 
 def _saved(s: Scenario, ctx: ActContext, modules: frozenset[str], cache: dict, li: int) -> LayerSaved:
-    m = s.model
+    m = s.complete_model
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe = m.moe_layers or (False,) * m.num_layers
     key = (kinds[li], bool(moe[li]))
@@ -80,7 +80,7 @@ def _full_recompute_kept(s: Scenario, ctx: ActContext, pos: int) -> float | None
     if block and pos >= n_rc:
         return None
     if block or pos % n_rc == 0:
-        return layer_input_bytes(s.model, ctx, lay.distribute_saved_activations)
+        return layer_input_bytes(s.complete_model, ctx, lay.distribute_saved_activations)
     return 0.0
 
 
@@ -92,7 +92,8 @@ def decoder_activations(
     items = offload_items(s)
     layer_offload = lay.cpu_offloading and s.pp == 1
     n_layer_off = lay.cpu_offloading_num_layers or 0
-    out, cache = DecoderActivations(), {}
+    out = DecoderActivations()
+    cache: dict[tuple[str, bool], LayerSaved] = {}
     for vp, chunk in enumerate(plan.layers[sp.stage]):
         before = out.per_microbatch_bytes
         for pos, li in enumerate(chunk):
@@ -118,8 +119,8 @@ def tail_activations(
     """The last stage's output layer / loss and MTP blocks of one microbatch (bytes, named)."""
     out: dict[str, float] = {}
     if sp.output_layer:
-        out.update(output_layer_activations(s.model, ctx, padded_vocab, fused_ce))
+        out.update(output_layer_activations(s.complete_model, ctx, padded_vocab, fused_ce))
     if sp.mtp_layers:
-        mtp = mtp_activations(s.model, ctx, padded_vocab, fused_ce, modules)
+        mtp = mtp_activations(s.complete_model, ctx, padded_vocab, fused_ce, modules)
         out["mtp"] = sum(mtp.values()) * sp.mtp_layers
     return out

@@ -43,22 +43,23 @@ class LayerCompute:
 def gated_deltanet_s(ctx: StepContext) -> float:
     """The chunked delta rule of one Gated DeltaNet layer and microbatch on one rank (s): the whole
     sequence for H_v / (TP·CP) value heads (Megatron-Core's head-split CP), :mod:`moeplan.model.gdn`."""
-    s, m = ctx.s, ctx.s.model
-    heads = m.linear_num_value_heads / (s.tp * s.cp)
-    return gdn_kernel_s(s.gpu, ctx.mbs, s.training.seq_length, heads, m.linear_key_head_dim, m.linear_value_head_dim)
+    s, m = ctx.s, ctx.model
+    heads = m.given("linear_num_value_heads") / (s.tp * s.cp)
+    d_k, d_v = m.given("linear_key_head_dim"), m.given("linear_value_head_dim")
+    return gdn_kernel_s(ctx.gpu, ctx.mbs, ctx.seq_length, heads, d_k, d_v)
 
 
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
-    s, sp, m = ctx.s, ctx.speeds, ctx.s.model
-    f = layer_flops(m, layer, ctx.tokens, ctx.seq_local, s.training.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor)
+    s, sp, m = ctx.s, ctx.speeds, ctx.model
+    f = layer_flops(m, layer, ctx.tokens, ctx.seq_local, ctx.seq_length, s.tp, s.cp, s.ep, ctx.routing_factor)
     t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
     eff = grouped_efficiency(f.tokens_per_local_expert, ctx.c)
     t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
     t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
     if m.attention_kinds[layer] == "linear":
         t_core += gated_deltanet_s(ctx)
-    kept, rec = layer_activations(s.model, layer, ctx.act, ctx.recompute_modules)
+    kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
     t_mem = ctx.c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
     return LayerCompute(t_dense, t_exp, t_core, t_mem, kept)

@@ -8,6 +8,7 @@ achieved GEMM / attention / HBM rates from :func:`moeplan.model.compute.speeds`;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.model.activations import OFFLOAD_ITEMS, ActContext
@@ -19,6 +20,7 @@ from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import linear_input_bytes, routing
 from moeplan.spec.params import padded_vocab_size
 from moeplan.spec.scenario import Scenario
+from moeplan.spec.system import GpuSpec
 
 #: graph scopes and the share of a layer's launch overhead they remove (attention and router/
 #: preprocess are the launch-heavy parts of an MoE layer; ``full_iteration`` removes all)
@@ -91,6 +93,37 @@ class StepContext:
     lm_factor: float
     vision: VisionCost | None
 
+    # what require_step_inputs() checked, with the types it guarantees (the scenario's own are optional)
+    @property
+    def model(self) -> ModelSpec:
+        """The scenario's model, complete."""
+        return cast(ModelSpec, self.s.model)
+
+    @property
+    def gpu(self) -> GpuSpec:
+        """The scenario's GPU."""
+        return cast(GpuSpec, self.s.gpu)
+
+    @property
+    def num_gpus(self) -> int:
+        """The world size."""
+        return cast(int, self.s.num_gpus)
+
+    @property
+    def dp(self) -> int:
+        """The data-parallel size (the world size folds)."""
+        return cast(int, self.s.dp)
+
+    @property
+    def seq_length(self) -> int:
+        """The training sequence length."""
+        return cast(int, self.s.training.seq_length)
+
+    @property
+    def global_batch_size(self) -> int:
+        """The global batch size (sequences)."""
+        return cast(int, self.s.training.global_batch_size)
+
 
 def require_step_inputs(s: Scenario) -> None:
     """Refuse a scenario the step-time model cannot estimate.
@@ -108,7 +141,7 @@ def require_step_inputs(s: Scenario) -> None:
         ("training.global_batch_size", t.global_batch_size),
     )
     missing = [name for name, value in needs if value is None]
-    if missing:
+    if missing or s.model is None or gpu is None:  # (both are in `missing` when None: this narrows them)
         raise InputError(missing[0], None, "a value: the step-time estimate needs " + ", ".join(missing))
     if not isinstance(s.model, ModelSpec):
         s.model.completed()  # raises, naming the fields the model lacks
@@ -124,11 +157,11 @@ def require_step_inputs(s: Scenario) -> None:
 
 def cp_widths(s: Scenario) -> CpWidths:
     """The per-token widths context parallelism moves (see :class:`CpWidths`)."""
-    m = s.model
+    m = s.complete_model
     if m.multi_latent_attention:
-        nh = m.num_attention_heads
-        q = nh * (m.qk_head_dim + m.qk_pos_emb_head_dim)
-        return CpWidths(q=q, kv=q + nh * m.v_head_dim, o=nh * m.v_head_dim)
+        nh, vd = m.num_attention_heads, m.given("v_head_dim")
+        q = nh * (m.given("qk_head_dim") + m.given("qk_pos_emb_head_dim"))
+        return CpWidths(q=q, kv=q + nh * vd, o=nh * vd)
     d = m.kv_channels or 128
     return CpWidths(
         q=d * m.num_attention_heads,
@@ -158,7 +191,7 @@ def attention_query_tokens(s: Scenario, comm_type: str) -> float:
     length term sees): the ring's steps run the rank's S/CP queries; the all-to-all gives each rank
     the whole sequence (for 1/CP of the heads); a2a+p2p's ring steps run S·a/CP queries (inner group
     a); all_gather runs each of the rank's two S/(2·CP) chunks against its causal key prefix."""
-    seq, cp = s.training.seq_length, s.cp
+    seq, cp = s.training.seq_length or 0, s.cp
     if cp == 1 or comm_type == "p2p":
         return seq / cp
     if comm_type == "a2a":
@@ -175,7 +208,7 @@ def attention_rate(ctx: StepContext, comm_type: str) -> float:
     if s.cp == 1 or comm_type == "p2p":
         return ctx.attention_rate_flops_per_s
     q = attention_query_tokens(s, comm_type)
-    frac = attention_fraction(s.gpu, q, s.model.attention_head_dims, ctx.fp8_attention)
+    frac = attention_fraction(ctx.gpu, q, ctx.model.attention_head_dims, ctx.fp8_attention)
     return ctx.speeds.attention_flops_per_s * frac
 
 
@@ -217,12 +250,14 @@ def step_context(
     """Derive the :class:`StepContext` of a scenario that passed :func:`require_step_inputs`;
     ``measured_gemm`` the GPU's measured GEMM fractions (catalog), ``vision_patches`` overrides a
     VLM's ViT patches per sequence (0 = mock data)."""
-    m, lay, t, gpu = s.model, s.layout, s.training, s.gpu
+    lay, t = s.layout, s.training
+    # require_step_inputs() checked these and that the world size folds (so DP is known)
+    m, gpu, dp = cast(ModelSpec, s.model), cast(GpuSpec, s.gpu), cast(int, s.dp)
     mbs = t.micro_batch_size or 1
-    n_mb = max(1, t.global_batch_size // (mbs * s.dp))
+    n_mb = max(1, cast(int, t.global_batch_size) // (mbs * dp))
     fp8_attn = bool(lay.fp8_dot_product_attention) and t.precision != "bf16"
     sp = speeds(gpu, t.precision, fp8_attn, c, measured_gemm)
-    seq_local = t.seq_length / s.cp
+    seq_local = cast(int, t.seq_length) / s.cp
     route = routing(s).factor
     gran = lay.recompute_granularity
     modules = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]
@@ -249,7 +284,9 @@ def step_context(
         recompute_num_layers=lay.recompute_num_layers or 1,
         graphs=lay.cuda_graph_impl or "none",
         graph_share=graph_share(s),
-        dispatcher=lay.moe_flex_dispatcher_backend if lay.moe_token_dispatcher_type == "flex" else "alltoall",
+        dispatcher=(lay.moe_flex_dispatcher_backend or "deepep")
+        if lay.moe_token_dispatcher_type == "flex"
+        else "alltoall",
         cp_widths=cp_widths(s),
         cp_comm_type=lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p",
         padded_vocab=padded_vocab_size(m.vocab_size, s.tp),

@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.comm import dp_time
+from moeplan.model.constants import TimeConstants
 from moeplan.model.time.context import StepContext
 from moeplan.model.time.stage import StageTime
 from moeplan.spec.numerics import fsdp_strategy, grad_bytes, param_gather_bytes
 from moeplan.spec.params import RankParams
+from moeplan.spec.system import GpuSpec
 
 #: Megatron DDP's smallest gradient bucket, parameters (bucket size max(40M, 1M·DP))
 MIN_BUCKET_PARAMS = 40e6
@@ -51,9 +53,9 @@ def _trained_params(ctx: StepContext, params: RankParams) -> tuple[float, float]
     return dense, expert
 
 
-def _group_args(ctx: StepContext) -> tuple:
+def _group_args(ctx: StepContext) -> tuple[int, int, int, int, GpuSpec, TimeConstants]:
     s = ctx.s
-    return (s.dp * s.cp, s.edp or 1, s.tp * s.cp * s.dp, s.etp * s.ep * (s.edp or 1), s.gpu, ctx.c)
+    return (ctx.dp * s.cp, s.edp or 1, s.tp * s.cp * ctx.dp, s.etp * s.ep * (s.edp or 1), ctx.gpu, ctx.c)
 
 
 def _reduce_and_gather_s(ctx: StepContext, dense: float, expert: float) -> tuple[float, float]:
@@ -82,14 +84,14 @@ def data_parallel_time(ctx: StepContext, params: RankParams, crit: StageTime) ->
     """DP traffic of one step for the critical stage ``crit`` holding ``params``."""
     s, c, lay = ctx.s, ctx.c, ctx.s.layout
     if fsdp_strategy(s) == "optim_grads_params":
-        if s.dp * s.cp > 1 or (s.edp or 1) > 1:
+        if ctx.dp * s.cp > 1 or (s.edp or 1) > 1:
             return DataParallelTime(0.0, 0.0, *_fsdp(ctx, params, crit))
         return DataParallelTime(0.0, 0.0)
     dense, expert = _trained_params(ctx, params)
     t_rs, t_ag = _reduce_and_gather_s(ctx, dense, expert)
     exchanges = ("ep_comm_exposed", "cp_comm_exposed", "tp_comm")
     compute_mb = crit.total_s - sum(crit.parts.get(k, 0.0) for k in exchanges)
-    tail = min(1.0, max(MIN_BUCKET_PARAMS, 1e6 * s.dp * s.cp) / max(1.0, dense + expert))
+    tail = min(1.0, max(MIN_BUCKET_PARAMS, 1e6 * ctx.dp * s.cp) / max(1.0, dense + expert))
     floor = max(tail, c.dp_exposed_fraction)
     rs = t_rs if lay.overlap_grad_reduce is False else max(floor * t_rs, t_rs - BACKWARD_SHARE * compute_mb)
     ag = t_ag if lay.overlap_param_gather is False else max(floor * t_ag, t_ag - FORWARD_SHARE * compute_mb)

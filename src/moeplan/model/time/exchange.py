@@ -33,11 +33,11 @@ class Exchange:
 def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     """Token dispatch + combine of one MoE layer over EP (and ETP), less what shared-expert overlap
     and EP A2A overlap hide."""
-    s, m = ctx.s, ctx.s.model
-    routed = ctx.tokens / s.tp * m.moe_router_topk * ctx.routing_factor
+    s, m = ctx.s, ctx.model
+    routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
     fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
     raw = ep_time(
-        routed, m.hidden_size, s.ep, s.etp, ctx.dispatcher, s.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0
+        routed, m.hidden_size, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0
     )
     t = raw
     if s.layout.moe_shared_expert_overlap and m.moe_shared_expert_intermediate_size:
@@ -52,13 +52,13 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
 def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exchange:
     """SP collectives of one layer over TP: 4 around attention, 4 more around a TP-split MLP (dense,
     or a MoE block with shared experts); without SP the same volume moves as all-reduces."""
-    s, m = ctx.s, ctx.s.model
+    s, m = ctx.s, ctx.model
     if s.tp == 1:
         return Exchange()
     mlp_tp = not moe_layer or bool(m.moe_shared_expert_intermediate_size)
     n_coll = 4 + (4 if mlp_tp else 0)
-    t = tp_time(ctx.tokens, m.hidden_size, s.tp, s.gpu, ctx.c, s.layout.tp_comm_overlap, n_coll, compute.dense_gemm_s)
-    plain = tp_time(ctx.tokens, m.hidden_size, s.tp, s.gpu, ctx.c, False, n_coll)
+    t = tp_time(ctx.tokens, m.hidden_size, s.tp, ctx.gpu, ctx.c, s.layout.tp_comm_overlap, n_coll, compute.dense_gemm_s)
+    plain = tp_time(ctx.tokens, m.hidden_size, s.tp, ctx.gpu, ctx.c, False, n_coll)
     return Exchange(t, plain - t)
 
 
@@ -70,23 +70,24 @@ def _attention_cp(ctx: StepContext, comm_type: str, attention_s: float) -> Excha
     tokens, cp, tp, span = ctx.tokens, s.cp, s.tp, s.tp * s.cp
     qkvo = w.q + w.kv + w.o
     if comm_type == "a2a":
-        t = cp_a2a_s(tokens, qkvo, cp, tp, span, s.gpu, c)
+        t = cp_a2a_s(tokens, qkvo, cp, tp, span, ctx.gpu, c)
         return Exchange(t, 0.0)
     if comm_type == "all_gather":
-        return Exchange(cp_all_gather_s(tokens, w.kv, cp, tp, s.gpu, c), 0.0)
+        return Exchange(cp_all_gather_s(tokens, w.kv, cp, tp, ctx.gpu, c), 0.0)
     inner = hierarchical_a2a_size(s) if comm_type == "a2a+p2p" else 1
-    a2a = cp_a2a_s(tokens, qkvo, inner, tp, tp * inner, s.gpu, c)
-    ring = cp_ring_s(tokens, w.kv, cp // inner, tp, span, s.gpu, c)
+    a2a = cp_a2a_s(tokens, qkvo, inner, tp, tp * inner, ctx.gpu, c)
+    ring = cp_ring_s(tokens, w.kv, cp // inner, tp, span, ctx.gpu, c)
     ring_exposed = max(0.0, ring - attention_s)
     return Exchange(a2a + ring_exposed, ring - ring_exposed)
 
 
 def _gdn_cp(ctx: StepContext) -> Exchange:
     """A Gated DeltaNet layer's head-split all-to-alls under CP (exposed)."""
-    s, m = ctx.s, ctx.s.model
-    v = m.linear_value_head_dim * m.linear_num_value_heads
-    qk = m.linear_key_head_dim * m.linear_num_key_heads
-    t = gdn_cp_a2a_s(ctx.tokens, 2 * qk + 2 * v + 2 * m.linear_num_value_heads, v, s.cp, s.tp, s.gpu, ctx.c)
+    s, m = ctx.s, ctx.model
+    nv = m.given("linear_num_value_heads")
+    v = m.given("linear_value_head_dim") * nv
+    qk = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
+    t = gdn_cp_a2a_s(ctx.tokens, 2 * qk + 2 * v + 2 * nv, v, s.cp, s.tp, ctx.gpu, ctx.c)
     return Exchange(t, 0.0)
 
 
@@ -95,6 +96,6 @@ def cp_exchange(ctx: StepContext, layer: int, compute: LayerCompute) -> Exchange
     layer when a list), or a Gated DeltaNet layer's all-to-alls (which ignore ``cp_comm_type``)."""
     if ctx.s.cp == 1:
         return Exchange()
-    if ctx.s.model.attention_kinds[layer] == "linear":
+    if ctx.model.attention_kinds[layer] == "linear":
         return _gdn_cp(ctx)
     return _attention_cp(ctx, layer_cp_comm_type(ctx.s, layer), compute.attention_s)

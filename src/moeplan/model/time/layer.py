@@ -40,7 +40,7 @@ class LayerTime:
 
 def layer_time(ctx: StepContext, layer: int) -> LayerTime:
     """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
-    m = ctx.s.model
+    m = ctx.model
     linear = m.attention_kinds[layer] == "linear"
     moe_layer = bool(m.moe_layers and m.moe_layers[layer])
     comp = layer_compute(ctx, layer)

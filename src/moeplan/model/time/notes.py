@@ -64,7 +64,7 @@ def release_notes(c: TimeConstants, stated: str | None, given: str | None, used:
 def precision_notes(ctx: StepContext) -> list[str]:
     """A precision whose peak the GPU does not give, and HybridEP's weakly identified efficiency."""
     s, c = ctx.s, ctx.c
-    gpu, precision = s.gpu, s.training.precision
+    gpu, precision = ctx.gpu, s.training.precision
     out = []
     peak_key = "bf16" if precision == "bf16" else ("fp4" if precision == "nvfp4" else "fp8")
     if not gpu.peak_dense_tflops.get(peak_key):
@@ -72,7 +72,7 @@ def precision_notes(ctx: StepContext) -> list[str]:
             f"{gpu.id} has no dense {peak_key} peak: its GEMMs are costed at the BF16 peak (give "
             f"system.gpu.peak_dense_tflops.{peak_key})"
         )
-    if ctx.dispatcher == "hybridep" and s.model.is_moe and s.ep * s.etp > 1:
+    if ctx.dispatcher == "hybridep" and ctx.model.is_moe and s.ep * s.etp > 1:
         out.append(
             f"HybridEP's exchange runs at {c.a2a_efficiency.get('hybridep', 0):.2f} of the link rate against "
             f"{c.a2a_efficiency.get('alltoall', 0):.2f} for all-to-all: the least identified fitted constant (every "
@@ -86,7 +86,7 @@ def workload_notes(ctx: StepContext) -> list[str]:
     """Frozen parts, a workload measured at another length or for a model without a vision tower, and
     the planning mix of a VLM without a workload."""
     s, vc = ctx.s, ctx.vision
-    t, m, w = s.training, s.model, s.input.workload
+    t, m, w = s.training, ctx.model, s.input.workload
     out = []
     if t.freeze_language_model and ctx.lm_factor < 2 / 3:
         out.append("nothing is trainable (language model frozen and no trainable vision tower)")

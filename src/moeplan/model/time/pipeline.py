@@ -21,10 +21,10 @@ def pipeline_bubble_s(ctx: StepContext, stage_microbatch_s: float) -> float:
 
 def pipeline_comm_s(ctx: StepContext) -> float:
     """Exposed stage-boundary sends and receives of one step on the critical stage."""
-    s, m = ctx.s, ctx.s.model
+    s, m = ctx.s, ctx.model
     if s.pp == 1:
         return 0.0
     v = s.vpp
-    per_mb = pp_time(ctx.tokens, m.hidden_size, s.tp, s.sp, s.gpu, ctx.c, s.num_gpus)
+    per_mb = pp_time(ctx.tokens, m.hidden_size, s.tp, s.sp, ctx.gpu, ctx.c, ctx.num_gpus)
     exposed = (1 - ctx.c.overlap_hidden_fraction) * v if v > 1 else 1.0
     return per_mb * (ctx.num_microbatches * exposed + 2 * (s.pp - 1) / v)

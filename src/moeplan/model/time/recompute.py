@@ -45,7 +45,7 @@ def selective_recompute_s(ctx: StepContext, moe_layer: bool, compute: LayerCompu
         extra += fwd_dense * MLP_DENSE_SHARE
     if "moe" in modules and moe_layer:
         extra += compute.expert_gemm_s / 3 + ep_exposed_s / 2
-    if "mla_up_proj" in modules and ctx.s.model.multi_latent_attention:
+    if "mla_up_proj" in modules and ctx.model.multi_latent_attention:
         extra += fwd_dense * MLA_UP_PROJ_DENSE_SHARE
     if "shared_experts" in modules and moe_layer:
         extra += fwd_dense * SHARED_EXPERTS_DENSE_SHARE
@@ -57,8 +57,8 @@ def gdn_norm_out_a2a_s(ctx: StepContext) -> float:
     """``gdn_norm_out`` recompute re-runs the gated norm together with the output all-to-all that
     follows it under CP (Megatron-Core ``_gated_norm_and_a2a``): one more forward all-to-all of the
     output (half of the output all-to-all's forward + backward time); 0 without it or without CP."""
-    s, m = ctx.s, ctx.s.model
+    s, m = ctx.s, ctx.model
     if "gdn_norm_out" not in ctx.recompute_modules or s.cp == 1:
         return 0.0
-    v = m.linear_value_head_dim * m.linear_num_value_heads
-    return gdn_cp_a2a_s(ctx.tokens, 0, v, s.cp, s.tp, s.gpu, ctx.c) / 2
+    v = m.given("linear_value_head_dim") * m.given("linear_num_value_heads")
+    return gdn_cp_a2a_s(ctx.tokens, 0, v, s.cp, s.tp, ctx.gpu, ctx.c) / 2

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from moeplan.model.compute import attention_fraction
 from moeplan.model.time.context import StepContext
 from moeplan.model.time.layer import LAYER_HIDDEN, LAYER_PARTS, layer_time
+from moeplan.model.vision import VisionCost
 from moeplan.spec.pipeline import StagePlan
 from moeplan.spec.placement import StageParams
 
@@ -44,7 +45,7 @@ def _recomputed_layers(ctx: StepContext, st: StageParams, plan: StagePlan | None
 def layer_groups(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> dict[int, list[bool]]:
     """The stage's layers grouped by kind: the layer that stands for each kind → whether each layer
     of that kind is fully recomputed (MTP blocks counted as the decoder's last layer)."""
-    m = ctx.s.model
+    m = ctx.model
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe = m.moe_layers or (False,) * m.num_layers
     recomputed = _recomputed_layers(ctx, st, plan)
@@ -74,9 +75,9 @@ def _decoder_layers(ctx: StepContext, groups: dict[int, list[bool]]) -> StageTim
     return StageTime(parts, hidden)
 
 
-def _vision_tower(ctx: StepContext) -> dict[str, float]:
+def _vision_tower(ctx: StepContext, vc: VisionCost) -> dict[str, float]:
     """The vision encoder and projector of one microbatch (forward only when frozen)."""
-    vc, sp, gpu = ctx.vision, ctx.speeds, ctx.s.gpu
+    sp, gpu = ctx.speeds, ctx.gpu
     passes = 3 if vc.trainable else 1
     v_rate = sp.attention_flops_per_s * attention_fraction(
         gpu, vc.patches / max(1, ctx.s.training.micro_batch_size or 1)
@@ -90,7 +91,7 @@ def _vision_tower(ctx: StepContext) -> dict[str, float]:
 def stage_time(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> StageTime:
     """One microbatch's forward + backward on stage ``st``: decoder layers and MTP blocks, the MTP
     projections and the output layer(s) on the last stage, the vision tower on a VLM's first."""
-    s, m, sp = ctx.s, ctx.s.model, ctx.speeds
+    s, m, sp = ctx.s, ctx.model, ctx.speeds
     out = _decoder_layers(ctx, layer_groups(ctx, st, plan))
     parts = out.parts
     h, tokens = m.hidden_size, ctx.tokens
@@ -103,5 +104,5 @@ def stage_time(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> Sta
         parts["dense_gemm"] *= ctx.lm_factor
         parts["expert_gemm"] *= ctx.lm_factor
     if st.embedding and ctx.vision is not None:
-        parts.update(_vision_tower(ctx))
+        parts.update(_vision_tower(ctx, ctx.vision))
     return out
