@@ -181,5 +181,26 @@ def test_bad_value_is_shown_beside_its_field(server_url, browser):
     err = d.find_element(By.CSS_SELECTOR, '[data-error-for="sets"]')
     WebDriverWait(d, 30).until(lambda drv: err.text != "")
     assert "layout.tensor_model_parallel_size" in err.text and "not valid" in err.text
-    assert "invalid" in d.find_element(By.ID, "f-sets").get_attribute("class")
+    assert "field-invalid" in d.find_element(By.ID, "f-sets").get_attribute("class")
     assert "Traceback" not in d.page_source
+
+
+def test_an_uploaded_config_json_is_planned(server_url, browser, tmp_path):
+    """A model outside the catalog: its config.json chosen in the page is read there and sent as text."""
+    from importlib import resources
+
+    config = tmp_path / "my_model_config.json"
+    config.write_text((resources.files("moeplan.catalog") / "data" / "models" / "Qwen__Qwen3-8B.json").read_text())
+    d = browser
+    d.get(server_url)
+    WebDriverWait(d, 30).until(lambda drv: len(Select(drv.find_element(By.ID, "f-model")).options) > 10)
+    d.find_element(By.ID, "f-config").send_keys(str(config))
+    WebDriverWait(d, 10).until(lambda drv: "my_model_config.json" in drv.find_element(By.ID, "config-name").text)
+    assert not d.find_element(By.ID, "f-model").is_enabled()
+    _type(d, "f-num_gpus", "8")
+    _type(d, "f-seq_length", "4096")
+    d.find_element(By.ID, "btn-plan").click()
+    WebDriverWait(d, PLAN_WAIT).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "#plan-table tbody tr")))
+    WebDriverWait(d, 30).until(lambda drv: drv.find_element(By.ID, "verdict").text.strip() != "")
+    assert "config.json" in d.find_element(By.ID, "plan-summary").text
+    assert "moeplan-web-" not in d.page_source  # the server's temporary folder never shows

@@ -13,12 +13,12 @@ const MEMORY_PARTS = [
   ["other", "other", "#9c755f"],
 ];
 const TIME_COLORS = {
-  dense_gemm: "#4e79a7", expert_gemm: "#76b7b2", attention: "#e15759", memory_bound: "#af7aa1",
+  dense_gemm: "#4e79a7", expert_gemm: "#a0cbe8", attention: "#e15759", memory_bound: "#9c755f",
   launch_overhead: "#bab0ac", recompute: "#ff9da7", tp_comm: "#f28e2b", cp_comm_exposed: "#edc948",
-  ep_comm_exposed: "#59a14f", activation_offload: "#9c755f", pipeline_bubble: "#b07aa1",
+  ep_comm_exposed: "#59a14f", activation_offload: "#d4a6c8", pipeline_bubble: "#b07aa1",
   pp_comm: "#86bcb6", dp_comm_exposed: "#8cd17d", optimizer: "#499894",
 };
-const EXTRA_COLORS = ["#d37295", "#fabfd2", "#a0cbe8", "#ffbe7d", "#d4a6c8", "#79706e"];
+const EXTRA_COLORS = ["#d37295", "#fabfd2", "#ffbe7d", "#79706e", "#f1ce63", "#b6992d"];
 
 const state = {
   mode: "form", // form | yaml
@@ -106,7 +106,7 @@ async function api(path, body) {
 // ---------- errors beside their fields ----------
 function clearErrors() {
   for (const e of document.querySelectorAll("[data-error-for]")) e.textContent = "";
-  for (const e of document.querySelectorAll(".invalid")) e.classList.remove("invalid");
+  for (const e of document.querySelectorAll(".field-invalid")) e.classList.remove("field-invalid");
   $("form-error").hidden = true;
 }
 const INPUT_IDS = {
@@ -119,7 +119,7 @@ function showError(err) {
   const input = err.input && INPUT_IDS[err.input] && $(INPUT_IDS[err.input]);
   if (where && input && input.offsetParent !== null) { // beside its field, when that field is on show
     where.textContent = err.message;
-    input.classList.add("invalid");
+    input.classList.add("field-invalid");
     input.focus();
   } else {
     $("form-error").textContent = err.message;
@@ -257,7 +257,7 @@ const PLAN_COLUMNS = [
   ["recompute", "recompute · offload", (c) => c.recompute.replace(/,/g, ",\u200b"), (c) => c.recompute, "recompute"],
   ["peak", "peak GiB", (c) => num(c.memory.peak_gib, 1), (c) => c.memory.peak_gib, "num"],
   ["tps", "tokens/s/GPU", (c) => num(c.throughput.tokens_per_s_per_gpu), (c) => c.throughput.tokens_per_s_per_gpu, "num"],
-  ["tflops", "TFLOP/s/GPU", (c) => num(c.throughput.model_tflops_per_gpu), (c) => c.throughput.model_tflops_per_gpu, "num"],
+  ["tflops", "TFLOP/s", (c) => num(c.throughput.model_tflops_per_gpu), (c) => c.throughput.model_tflops_per_gpu, "num"],
   ["mfu", "MFU", (c) => pct(c.throughput.mfu), (c) => c.throughput.mfu, "num"],
 ];
 
@@ -412,7 +412,7 @@ function renderMemory(mem, scenario) {
   root.append(svg("text", { x: left + (W - left - right) / 2, y: H - 4, "text-anchor": "middle", "font-size": 10, fill: "#5f6b7a" }, "pipeline stage (outlined: the peak)"));
   if (capacity > 0) {
     root.append(svg("line", { x1: left, x2: W - right, y1: y(capacity), y2: y(capacity), stroke: "#b42318", "stroke-dasharray": "5 4", "stroke-width": 1.5 }));
-    root.append(svg("text", { x: W - right - 2, y: y(capacity) - 4, "text-anchor": "end", "font-size": 10, fill: "#b42318" }, `usable ${gib(capacity)} GiB`));
+    root.append(svg("text", { x: W - right - 2, y: y(capacity) - 4, "text-anchor": "end", "font-size": 10, fill: "#b42318", stroke: "#fff", "stroke-width": 3, "paint-order": "stroke" }, `usable ${gib(capacity)} GiB`));
   }
   chart.append(root);
   const legend = $("memory-legend");
