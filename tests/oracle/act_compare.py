@@ -78,11 +78,12 @@ def classify(r: dict[str, Any], arch: dict[str, Any]) -> str:
     if "rope_utils" in site:
         return "rope_cos_sin"
     if si.startswith("self_attention.core_attention"):
-        return "core_scores" if shape[-1] == shape[-2] == SEQ and len(shape) == 4 or (
-            len(shape) == 3 and shape[-1] == SEQ and shape[-2] == SEQ
-        ) else "core_qkv"
+        # the softmax keeps its s x s output; baddbmm / bmm keep q, k, v (and the same probs)
+        return "core_scores" if si.endswith("scale_mask_softmax") else "core_qkv"
     if si == "self_attention.linear_proj":
         return "attn_out"
+    if si == "self_attention.q_layernorm" and arch.get("multi_latent_attention"):
+        return "mla_q_compressed"
     if si in ("self_attention.q_layernorm", "self_attention.k_layernorm"):
         return "qk_norm_input"
     if si == "self_attention.kv_layernorm":
@@ -92,17 +93,17 @@ def classify(r: dict[str, Any], arch: dict[str, Any]) -> str:
     if si == "self_attention.linear_q_up_proj":
         return "mla_q_norm_out"
     if si == "self_attention" and "attention.py" in site and "multi_latent" not in site:
-        return "attn_gate" if dt == "float32" else "attn_gate_core_out"
+        # torch.compile'd _apply_output_gate keeps the ungated core output and the gate
+        return "attn_gate_core_out" if pb.endswith("core_attention") else "attn_gate"
     if si == "self_attention" and "random.py" in site:
         # inputs kept by a checkpoint inside the attention (core_attn / mla_up_proj recompute)
         if r["numel"] <= 1:
             return "misc_scalar"
-        if arch.get("multi_latent_attention") and shape[-1] in (
-            arch.get("q_lora_rank") or -1, arch["kv_lora_rank"], arch["qk_pos_emb_head_dim"]
-        ):
-            return {arch.get("q_lora_rank") or -1: "mla_q_norm_out", arch["kv_lora_rank"]: "mla_kv_norm_out"}.get(
-                shape[-1], "mla_kv_combined"
-            )
+        if arch.get("multi_latent_attention") and len(shape) == 3:
+            # mla_up_proj's checkpoint keeps the latents [s, b, r] (q/k/v are [s, b, heads, d])
+            if shape[-1] == arch.get("q_lora_rank"):
+                return "mla_q_norm_out"
+            return "mla_kv_norm_out" if shape[-1] == arch["kv_lora_rank"] else "mla_kv_combined"
         return "core_qkv"
     if si == "mlp" and "fused_bias_swiglu" in site:
         return "fc1_out"
@@ -115,7 +116,7 @@ def classify(r: dict[str, Any], arch: dict[str, Any]) -> str:
     if si == "mlp.experts":
         if dt.startswith("int"):
             return "tokens_per_expert"
-        if "fused_bias_swiglu" in site:
+        if "fused_bias_swiglu" in site or "random.py" in site:  # the activation, or moe_act's checkpoint
             return "routed_probs" if shape[-1] == 1 else "expert_fc1_out"
         return "expert_fc1_in" if shape[-1] == h else "expert_fc2_in"
     if si == "mlp.router":

@@ -34,6 +34,8 @@ Stand-ins (CPU has no Transformer Engine, no grouped_gemm, no fused kernels):
   reduction, not the forward).
 * MLA core attention: the local ``DotProductAttention`` does not take MLA's ``k_channels`` /
   ``v_channels`` in 0.16.1; a subclass accepts them and sizes its output with ``v_channels``.
+* Gated attention output: ``Attention._apply_output_gate`` is compiled with ``torch.compile``
+  (inductor on CPU), as ``jit_fuser`` does on GPU.
 * Attention is the unfused local one (``baddbmm`` -> softmax -> ``bmm``), with
   ``attention_softmax_in_fp32=False`` (the bf16 fused upper-triangular softmax keeps a bf16 output)
   and dropout 0.
@@ -88,10 +90,20 @@ class _GroupedGemm(torch.autograd.Function):
 
 
 class _RMSNormFn(torch.autograd.Function):
-    """RMSNorm that saves what TE's / Apex's fused RMSNorm save: the input and rsigma (fp32)."""
+    """RMSNorm that saves what Transformer Engine's RMSNorm saves: the input and rsigma (fp32).
+
+    ``contiguous=True`` is TE's ``RMSNorm`` op (``ops/basic/rmsnorm.py``: ``x = input_.contiguous()``,
+    ``ctx.save_for_backward(x, rstdevs)``), used for TENorm (input / pre-MLP / q / k layernorm): a
+    non-contiguous input (the K slice of the fused QKV output) is kept as a compact copy.
+    ``contiguous=False`` is TE's ``LayerNormLinear`` (``inputmat = inp.view(-1, in_features)``, saved),
+    which the TE spec uses for MLA's q/kv up-projections: the kept input is a view, and so the whole
+    ``linear_kv_down_proj`` output ([kv_lora_rank | rope dims]) stays alive.
+    """
 
     @staticmethod
-    def forward(ctx, x, weight, eps):  # type: ignore[override]
+    def forward(ctx, x, weight, eps, contiguous):  # type: ignore[override]
+        if contiguous:
+            x = x.contiguous()
         xf = x.float()
         rsigma = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rsigma)
@@ -107,9 +119,10 @@ class _TELikeRMSNorm(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=dtype))
         self.eps = eps
+        self.contiguous = True
 
     def forward(self, x):
-        return _RMSNormFn.apply(x, self.weight, self.eps)
+        return _RMSNormFn.apply(x, self.weight, self.eps, self.contiguous)
 
 
 def _gmm(a, b, batch_sizes, trans_b=False):
@@ -382,6 +395,21 @@ def _build_layer(config):
         mla.HAVE_TE = False
         spec.submodules.self_attention.submodules.core_attention = _mla_core_attention_cls()
     layer = build_module(spec, config=config, layer_number=1)
+    if config.multi_latent_attention:  # TE spec: norms fused into the up-projections (keep a view)
+        for name in ("q_layernorm", "kv_layernorm"):
+            norm = getattr(layer.self_attention, name, None)
+            if isinstance(norm, _TELikeRMSNorm):
+                norm.contiguous = False
+    if config.attention_output_gate:
+        # megatron-core decorates Attention._apply_output_gate with jit_fuser (torch.compile on GPU);
+        # compile it here too (inductor on CPU; what the compiled graph keeps for backward is what
+        # the GPU run keeps), instead of the eager fp32 sigmoid that disable_jit_fuser leaves.
+        from megatron.core.transformer.attention import Attention
+
+        if not getattr(Attention._apply_output_gate, "_oracle_compiled", False):
+            fn = torch.compile(Attention._apply_output_gate)
+            fn._oracle_compiled = True  # type: ignore[attr-defined]
+            Attention._apply_output_gate = fn  # type: ignore[method-assign]
     experts = getattr(getattr(layer, "mlp", None), "experts", None)
     if experts is not None and hasattr(experts, "activation_func_with_probs"):
         _weighted_swiglu_experts(experts)
