@@ -43,7 +43,6 @@ Stand-ins (CPU has no Transformer Engine, no grouped_gemm, no fused kernels):
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import sys
@@ -328,7 +327,9 @@ def measure_layer(layer, hidden, rotary_pos_emb, attention_mask=None) -> list[di
                 layer_input=rec["layer_input"],
             )
         )
-    del out, keep_alive, outputs_alive
+    del out
+    keep_alive.clear()
+    outputs_alive.clear()
     return rows
 
 

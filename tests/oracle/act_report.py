@@ -41,7 +41,6 @@ def collect(runs=RUNS, cache: str | None = None) -> dict[str, dict]:
 def main() -> None:
     cache = sys.argv[1] if len(sys.argv) > 1 else "/tmp/act_oracle_rows.json"
     data = collect(cache=cache)
-    tokens = SEQ * MBS
     print("| kind | TP | setting | mcore B/token (modelled) | moeplan B/token | ratio | core mcore | core moeplan | unmodelled (mcore) |")
     print("|---|---|---|---|---|---|---|---|---|")
     cmp = {}
