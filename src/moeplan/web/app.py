@@ -165,7 +165,7 @@ class Jobs:
         self.limiter = anyio.CapacityLimiter(workers)
         self.timeout = timeout
 
-    async def run(self, req: ScenarioRequest, job: Callable[[ScenarioRequest, Path], Any]) -> Response:
+    async def run(self, req: Any, job: Callable[[Any, Path], Any]) -> Response:
         """``job(req, tmp)`` in a worker with a private temporary folder ``tmp``; its answer scrubbed
         of that folder's path. A job past the timeout is answered 504 and left to finish alone."""
 
@@ -247,7 +247,8 @@ def options() -> dict:
 def _add_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        model = {"/api/plan": PlanRequest, "/api/export": ExportRequest}.get(request.url.path, ScenarioRequest)
+        models: dict[str, type[ScenarioRequest]] = {"/api/plan": PlanRequest, "/api/export": ExportRequest}
+        model = models.get(request.url.path, ScenarioRequest)
         return _validation_response(exc, list(model.model_fields))
 
     @app.exception_handler(TooLarge)

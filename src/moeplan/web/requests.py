@@ -141,7 +141,7 @@ def _write_scenario(req: ScenarioRequest, tmp: Path) -> Path | None:
     if req.scenario is not None:
         path.write_text(yaml.safe_dump(req.scenario, sort_keys=False), encoding="utf-8")
     else:
-        path.write_text(req.scenario_yaml, encoding="utf-8")
+        path.write_text(req.scenario_yaml or "", encoding="utf-8")
     data = load_scenario_file(path)  # the library's strict reading: its errors, its messages
     if req.config_json is None:
         refuse_paths(data.get("model"), "model")
