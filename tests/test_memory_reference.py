@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import yaml
 
 from moeplan import estimate_memory, load_scenario
 from moeplan.units import GB_BYTES, GIB_BYTES
-from tests.conftest import REF
+from tests.conftest import REF, ROOT
 
 # Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv
 # 2205.05198), Table 3: GPT models (GeLU MLP with 4h, multi-head attention, vocab 51200, sequence
@@ -111,38 +113,13 @@ def test_optimizer_offload_saving_within_15pct(fraction, saved_gb):
 
 
 # mbridge memory-estimator README (ISEEKYAN/mbridge @ 10cb17f59dd0, memory_measured.yaml): a 4-layer
-# "Mixtral-8x2B" on one 8-GPU node, seq 4096. Its shape is not published as a config; the README's
-# module dump fixes it: RMSNorm of 2048 (hidden 2048), word embeddings 65,536,000 = 32000 × 2048,
-# linear_qkv 8,388,608 = 2048 × (2048 + 2·1024) (16 heads of 128, 8 KV groups), expert fc1 22,282,240
-# = 2 × 5440 × 2048 (8 experts of 5440, SwiGLU), "num_bytes_per_parameter=7.5" = 6 + 12/8 (distributed
-# optimizer over DP 8), an embedding dropout (Megatron-LM's default dropout 0.1). Top-2 routing as in
-# Mixtral. The table's "Real" total is tensor memory (Real model + Real act.), in GiB (its MB → GB
-# conversions divide by 1024), so we compare weights + grads + optimizer + activations.
-def _mixtral_4l(tp: int, mbs: int) -> dict:
-    return {
-        "model": None,
-        "model_overrides": {
-            "num_layers": 4,
-            "hidden_size": 2048,
-            "num_attention_heads": 16,
-            "num_query_groups": 8,
-            "kv_channels": 128,
-            "vocab_size": 32000,
-            "num_moe_experts": 8,
-            "moe_router_topk": 2,
-            "moe_ffn_hidden_size": 5440,
-            "moe_layers": [True] * 4,
-        },
-        "system": {"gpu": "h100", "num_gpus": 8},
-        "training": {"seq_length": 4096, "micro_batch_size": mbs, "global_batch_size": 8 * mbs},
-        "layout": {
-            "tensor_model_parallel_size": tp,
-            "hidden_dropout": 0.1,
-            "attention_dropout": 0.1,
-            "use_distributed_optimizer": True,
-        },
-        "framework": "megatron-core",
-    }
+# "Mixtral-8x2B" on one 8-GPU node, seq 4096; its shape (benchmarks/memory_accuracy.py: mixtral_4l) is
+# fixed by the README's module dump. The table's "Real" total is tensor memory (Real model + Real act.),
+# in GiB (its MB → GB conversions divide by 1024), so we compare weights + grads + optimizer + activations.
+_spec = importlib.util.spec_from_file_location("memory_accuracy", ROOT / "benchmarks" / "memory_accuracy.py")
+_ma = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_ma)
+_mixtral_4l = _ma.mixtral_4l
 
 
 def _mixtral_rows():

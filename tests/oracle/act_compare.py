@@ -48,6 +48,9 @@ ROLE_TO_MOEPLAN = {
     "mla_q_compressed": "mla_latents",
     "mla_q_norm_out": "mla_latents",
     "attn_gate": "attn_output_gate",
+    "attn_gate_core_out": "attn_gate_core_out",
+    "qk_norm_input": "qk_norm_input",
+    "norm_rsigma": "norm_rsigma",
 }
 MODELLED = set(ROLE_TO_MOEPLAN)
 #: moeplan names of the attention core (reported separately; MLA's mla_qkv is compared)
@@ -68,6 +71,12 @@ def classify(r: dict[str, Any], arch: dict[str, Any]) -> str:
     if r["layer_input"]:
         return "attn_norm_input"
     if _norm_module(si) and dt == "float32" and shape[-1] == 1:
+        if si in ("self_attention.q_layernorm", "self_attention.k_layernorm") and not arch.get(
+            "multi_latent_attention"
+        ):
+            return "qk_norm_input"  # the q/k norms' 1/rms per head, kept with their inputs
+        if si in ("self_attention.q_layernorm", "self_attention.kv_layernorm"):
+            return "mla_q_compressed"  # the latent norms' 1/rms, counted with the latents
         return "norm_rsigma"
     if pb.endswith("pre_cross_attn_layernorm") or (si == "pre_mlp_layernorm"):
         return "mlp_norm_input"  # the residual after attention (IdentityOp pre-cross-attn norm)

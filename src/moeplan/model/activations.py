@@ -70,6 +70,7 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
     h = m.hidden_size
     _add(out, KEEP, "attn_norm_input", c.seq_tokens * h * a)
     _add(out, "layernorm", "attn_norm_output", c.seq_tokens * h * li)
+    _add(out, "layernorm", "norm_rsigma", c.seq_tokens * 4)  # fp32 1/rms per token (TE RMSNorm)
     if kind == "linear":
         nk, nv = m.given("linear_num_key_heads"), m.given("linear_num_value_heads")
         dk, dv = m.given("linear_key_head_dim"), m.given("linear_value_head_dim")
@@ -88,7 +89,10 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
     if m.multi_latent_attention:
         rope, kv, vd = m.given("qk_pos_emb_head_dim"), m.given("kv_lora_rank"), m.given("v_head_dim")
         qk = m.given("qk_head_dim") + rope
-        lat = (m.q_lora_rank or 0) * (a + li) + kv * (a + li) + (kv + rope) * a
+        # the q and kv down-projections' outputs (the kv norm's input is a view of [kv_lora | rope]) and
+        # the normed latents the up-projections take
+        lat = (m.q_lora_rank or 0) * (a + li) + kv * li + (kv + rope) * a
+        lat += 4 * (2 if m.q_lora_rank else 1)  # fp32 1/rms of the q and kv latent norms
         _add(out, KEEP, "mla_latents", c.seq_tokens * lat)
         qa = 1.0 if c.fp8_attention else a  # fp8_dot_product_attention keeps Q/K/V in FP8
         _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + vd) / t * qa)
@@ -98,8 +102,13 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         qa = 1.0 if c.fp8_attention else a
         _add(out, KEEP, "qkv", n * (nh * d + 2 * g * d) / t * qa)
         o_width = nh * d
+        if m.qk_layernorm:
+            # the q/k norms keep their inputs (Q and K before the norm) and fp32 1/rms per head
+            _add(out, KEEP, "qk_norm_input", n * (nh + g) * d / t * a + n * (nh + g) / t * 4)
         if m.attention_output_gate:
             _add(out, KEEP, "attn_output_gate", n * nh * d / t * a)
+            # the gating multiply keeps the ungated core output beside the gate
+            _add(out, KEEP, "attn_gate_core_out", n * nh * d / t * a)
     # flash attention keeps its output (also the input of the output projection) and the
     # log-sum-exp per head (fp32); FP8 keeps the projection's quantized input too.
     if c.fp8_attention:  # FP8 attention output, which is also the projection's FP8 input
@@ -122,6 +131,7 @@ def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
     glu = 2 if m.gated_linear_unit else 1
     _add(out, KEEP, "mlp_norm_input", c.seq_tokens * h * a)
     _add(out, "layernorm", "mlp_norm_output", c.seq_tokens * h * li)
+    _add(out, "layernorm", "norm_rsigma", c.seq_tokens * 4)
     if c.hidden_dropout > 0:
         _add(out, KEEP, "mlp_dropout_mask", c.seq_tokens * h * 1)
     if not moe:

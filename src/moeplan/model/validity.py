@@ -74,6 +74,13 @@ def coverage() -> dict:
 
 
 @functools.lru_cache(maxsize=1)
+def memory_validity() -> dict:
+    """The packaged memory-accuracy figures (``benchmarks/memory_accuracy.py``: allocated vs allocated
+    against public readings; ``band_pct`` the band a memory verdict carries); empty when absent."""
+    return _packaged_json("memory_validity.json")
+
+
+@functools.lru_cache(maxsize=1)
 def long_context_check() -> dict:
     """The packaged out-of-sample long-context check (empty when the data file is absent)."""
     return _packaged_json("long_context_check.json")

@@ -123,6 +123,12 @@ def _memory_footer(c, mem: dict, peak: dict) -> None:
         )
         + f" → [{_MEM_STYLE[mem['verdict']]}]{mem['verdict']}[/]"
     )
+    if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:
+        c.print(
+            f"[dim]margin {_gib(mem['margin_bytes'])} GiB; the memory model's band ±{mem['error_band_pct']:.0f} % "
+            "(allocated vs measured runs, docs/memory_accuracy.md)[/]",
+            markup=True,
+        )
 
 
 def render_memory(

@@ -28,6 +28,7 @@ from moeplan.model.memory.stage_activations import DecoderActivations, decoder_a
 from moeplan.model.memory.static import static_memory
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
+from moeplan.model.validity import memory_validity
 from moeplan.model.vision import vision_cost
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
@@ -180,7 +181,28 @@ class MemoryEstimate:
             return "unknown"
         if h < 0:
             return "does-not-fit"
-        return "tight" if h < TIGHT_HEADROOM else "fits"
+        return "tight" if h < TIGHT_HEADROOM or self.band_crosses_limit else "fits"
+
+    @property
+    def error_band_pct(self) -> float | None:
+        """The memory model's error band (%): the worst |error| of its allocated-vs-allocated
+        validation (``benchmarks/memory_accuracy.py``), None when no validation is packaged."""
+        band = memory_validity().get("band_pct")
+        return float(band) if isinstance(band, (int, float)) else None
+
+    @property
+    def band_crosses_limit(self) -> bool:
+        """Whether the peak plus its error band would pass the usable HBM (the verdict is then
+        ``tight`` however much headroom the estimate itself leaves)."""
+        band = self.error_band_pct
+        if band is None or not self.capacity_bytes:
+            return False
+        return self.peak_bytes * (1 + band / 100) > self.capacity_bytes
+
+    @property
+    def margin_bytes(self) -> int | None:
+        """Usable HBM minus the peak device use (negative when it does not fit)."""
+        return None if self.capacity_bytes is None else self.capacity_bytes - self.peak_bytes
 
     @property
     def fits(self) -> bool | None:
@@ -212,6 +234,13 @@ class MemoryEstimate:
             "peak_stage": self.peak_stage.stage,
             "capacity_bytes": self.capacity_bytes,
             "headroom_fraction": self.headroom_fraction,
+            "margin_bytes": self.margin_bytes,
+            "error_band_pct": self.error_band_pct,
+            "verdict_basis": (
+                "device use (nvidia-smi) of the peak stage against usable HBM; tight below "
+                f"{TIGHT_HEADROOM:.0%} headroom or when the peak plus the memory model's error band "
+                "(docs/memory_accuracy.md) would pass the limit"
+            ),
             "fits": self.fits,
             "verdict": self.verdict,
             "host_bytes_per_node": self.host_bytes_per_node,

@@ -1,0 +1,56 @@
+"""Memory as users measure it: moeplan's peak allocated memory (torch ``max_memory_allocated``) against
+public readings of the same figure (``tests/data/memory_readings.yaml``, sources there), and the
+packaged figures ``estimate`` carries beside a memory verdict (``catalog/data/memory_validity.json``)
+regenerated from them, so the band cannot drift from its validation.
+
+Measured 2026-12-01: median |error| 9.6 %, worst 10.1 % over 5 readings (the issue's goal: median
+≤ 8 %, worst ≤ 20 %: the worst is met, the median is not). Thresholds sit just above today's."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import pytest
+
+from moeplan import estimate_memory, load_scenario
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("memory_accuracy", ROOT / "benchmarks" / "memory_accuracy.py")
+ma = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ma)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return ma.evaluate()
+
+
+def test_allocated_matches_public_readings(rows):
+    s = ma.summary(rows)
+    assert len(rows) >= 5
+    assert s["median_abs_pct"] <= 10.0, s
+    assert s["worst_abs_pct"] <= 11.0, s
+
+
+def test_packaged_band_is_the_validation(rows):
+    """``python benchmarks/memory_accuracy.py`` has been rerun since the memory model last changed."""
+    assert ma.main(["--check"]) == 0
+
+
+def test_a_verdict_near_the_limit_is_tight():
+    """A peak whose band crosses usable HBM is 'tight' even with more than 5 % headroom."""
+    base = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": 8},
+    }
+    est = estimate_memory(load_scenario(base))
+    band = est.error_band_pct
+    assert band is not None and band > 5
+    cap = est.peak_bytes * (1 + band / 200)  # the peak leaves band/2 % headroom: inside the band
+    fake = {**base, "system": {**base["system"], "gpu_overrides": {"usable_hbm_gib": cap / 2**30}}}
+    near = estimate_memory(load_scenario(fake))
+    assert near.headroom_fraction > 0.05 and near.verdict == "tight"  # not "tight" by headroom alone
+    assert near.to_dict()["margin_bytes"] == near.capacity_bytes - near.peak_bytes
