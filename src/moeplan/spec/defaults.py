@@ -24,8 +24,9 @@ from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.model import ModelSpec, partial_model
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import apply_recipe, recipe_for_input
-from moeplan.spec.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario, parse_version
+from moeplan.spec.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario
 from moeplan.spec.system import GpuSpec
+from moeplan.spec.versions import PACKAGES, release_tuple, resolve_versions
 
 
 def resolve_model(inp: ScenarioInput) -> ModelSpec | None:
@@ -223,6 +224,8 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     - ``cuda_graph_impl`` unset but a graph scope given: ``transformer_engine`` (scoped capture).
     - ``use_te_rng_tracker`` unset: True when graphs are on (Megatron-LM and Bridge enable it).
     - ``mtp_num_layers`` unset: the model config's MTP layers.
+    - ``versions.*`` unset with ``versions.container`` naming a release in the container table
+      (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last).
 
     Raises:
         InputError / UnknownNameError: unknown model or GPU, bad overrides, both freeze flags set.
@@ -240,6 +243,8 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     res += defaults
     layout = lay.model_copy(update=_updates(defaults)) if defaults else lay
     _check_training(inp)
+    vers, vfills = resolve_versions({k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container)
+    res += [Resolution(key, value, reason) for key, value, reason in vfills]
     return Scenario(
         input=inp,
         model=model,
@@ -250,11 +255,12 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
         layout=layout,
         stated=stated,
         framework=inp.framework,
-        mcore_version=parse_version(inp.versions.megatron_core, NEWEST_MCORE),
-        bridge_version=parse_version(inp.versions.megatron_bridge, NEWEST_BRIDGE),
+        mcore_version=release_tuple(vers.get("megatron_core"), NEWEST_MCORE),
+        bridge_version=release_tuple(vers.get("megatron_bridge"), NEWEST_BRIDGE),
         environment=dict(inp.environment),
         resolutions=res,
         recipe=applied,
+        versions=vers,
     )
 
 
