@@ -114,13 +114,16 @@ def test_container_fills_only_unstated_versions_and_records_each_fill():
     fills = {r.key: r for r in s.resolutions if r.key.startswith("versions.")}
     assert set(fills) == {"versions.torch", "versions.transformer_engine", "versions.megatron_bridge"}
     assert "nemo:26.04" in fills["versions.torch"].reason and "software-versions.md" in fills["versions.torch"].reason
-    assert s.mcore_version == (0, 17, 1) and s.bridge_version == (0, 4, 0)
+    assert s.mcore_version == (0, 17, 1) and s.bridge_version == (0, 3, 0)  # bridge: filled, not stated
 
 
-def test_container_sets_the_rules_megatron_core_version():
+def test_container_versions_feed_known_issues_not_the_layout_rules_version():
     s = load_scenario({"versions": {"container": "nvcr.io/nvidia/nemo:25.11"}})
-    assert s.mcore_version == (0, 15, 0)
+    assert s.versions.get("megatron_core") == Version("0.15.0")
     assert s.versions.sources["megatron_core"].startswith("container 25.11")
+    # the recipe fills and the key-availability rules keep the newest megatron-core unless stated
+    assert s.mcore_version == (0, 20, 0)
+    assert load_scenario({"versions": {"container": "25.11", "megatron_core": "0.15.1"}}).mcore_version == (0, 15, 1)
 
 
 def test_patch_release_not_in_the_table_uses_its_base_release_and_says_so():

@@ -225,7 +225,9 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     - ``use_te_rng_tracker`` unset: True when graphs are on (Megatron-LM and Bridge enable it).
     - ``mtp_num_layers`` unset: the model config's MTP layers.
     - ``versions.*`` unset with ``versions.container`` naming a release in the container table
-      (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last).
+      (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last). They feed
+      :attr:`Scenario.versions` (known issues, doctor, compare); ``mcore_version`` / ``bridge_version``,
+      which the layout rules compare, stay the stated versions (else the newest).
 
     Raises:
         InputError / UnknownNameError: unknown model or GPU, bad overrides, both freeze flags set.
@@ -255,13 +257,20 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
         layout=layout,
         stated=stated,
         framework=inp.framework,
-        mcore_version=release_tuple(vers.get("megatron_core"), NEWEST_MCORE),
-        bridge_version=release_tuple(vers.get("megatron_bridge"), NEWEST_BRIDGE),
+        # the layout rules read the versions as stated (a container's table row feeds the known-issue
+        # ranges, doctor and compare, not the key-availability rules: recipe fills use the newest keys)
+        mcore_version=release_tuple(_stated(vers, "megatron_core"), NEWEST_MCORE),
+        bridge_version=release_tuple(_stated(vers, "megatron_bridge"), NEWEST_BRIDGE),
         environment=dict(inp.environment),
         resolutions=res,
         recipe=applied,
         versions=vers,
     )
+
+
+def _stated(vers, key: str):
+    """The version of ``key`` when the user stated it (not filled from a container row), else None."""
+    return vers.get(key) if vers.sources.get(key) == f"versions.{key}" else None
 
 
 def _updates(resolutions: list[Resolution]) -> Mapping[str, Any]:

@@ -166,7 +166,10 @@ def resolve_versions(stated: dict[str, str | None], container: str | None) -> tu
                 if values.get(key) is None:
                     values[key] = parse_version(text, f"container {rel[1]} table ({key})")
                     sources[key] = f"container {rel[1]}: {row.source}"
-                    fills.append((f"versions.{key}", text, f"container {rel[0]}:{rel[1]}: {row.source}"))
+                    why = f"container {rel[0]}:{rel[1]}: {row.source}"
+                    if key in ("megatron_core", "megatron_bridge"):
+                        why += " (known-issue ranges; the layout rules check the stated or newest version)"
+                    fills.append((f"versions.{key}", text, why))
     return (
         ResolvedVersions(values, sources, rel[1] if rel else None, note),
         fills,
