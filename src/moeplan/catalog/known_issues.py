@@ -34,6 +34,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.placement import stage_plan
 from moeplan.spec.training import TrainingSpec
 from moeplan.spec.versions import PACKAGE_NAMES, PACKAGES, ResolvedVersions
 
@@ -133,8 +134,6 @@ def _nodes(s: Scenario) -> int | None:
 def _stage_plan(s: Scenario):
     if s.model is None or not s.model.num_layers:
         return None
-    from moeplan.spec.placement import stage_plan
-
     try:
         return stage_plan(s)
     except (ValueError, TypeError):
@@ -367,10 +366,11 @@ class PackageRange:
     package: str
     affected: SpecifierSet
     fixed: Version | None
+    text: str = ""
 
     def describe(self) -> str:
         fixed = f", fixed in {self.fixed}" if self.fixed is not None else ", no fixed release"
-        return f"{PACKAGE_NAMES[self.package]} {self.affected}{fixed}"
+        return f"{PACKAGE_NAMES[self.package]} {self.text or self.affected}{fixed}"
 
 
 @dataclass(frozen=True)
@@ -417,7 +417,7 @@ class KnownIssue:
             if v is None:
                 unknown.append(pr.describe())
             elif pr.affected.contains(v, prereleases=True):
-                matched.append(f"{PACKAGE_NAMES[pr.package]} {v} in {pr.affected}")
+                matched.append(f"{PACKAGE_NAMES[pr.package]} {v} in {pr.text or pr.affected}")
             else:
                 return "not_affected", []
         return ("possible", unknown) if unknown else ("affected", matched)
@@ -439,7 +439,7 @@ class KnownIssue:
             "related": list(self.related),
             "reported": self.reported,
             "packages": {
-                p.package: {"affected": str(p.affected), "fixed": str(p.fixed) if p.fixed else None}
+                p.package: {"affected": p.text or str(p.affected), "fixed": str(p.fixed) if p.fixed else None}
                 for p in self.packages
             },
             "trigger": self.trigger_data,
@@ -504,7 +504,7 @@ def _parse_entry(raw: Any, index: int) -> KnownIssue:
                 raise KnownIssueDataError(f"{where}: {pkg} fixed {rng['fixed']!r} is not a PEP 440 version") from None
             if spec.contains(fixed, prereleases=True):
                 raise KnownIssueDataError(f"{where}: {pkg} fixed {fixed} lies inside affected {spec}")
-        ranges.append(PackageRange(pkg, spec, fixed))
+        ranges.append(PackageRange(pkg, spec, fixed, str(rng["affected"]).replace(" ", "")))
     pred, paths = compile_trigger(raw["trigger"], f"{where}: trigger")
     for key in ("example", "near_miss"):
         if raw.get(key) is not None and not isinstance(raw[key], dict):

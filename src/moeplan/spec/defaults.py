@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from moeplan.catalog.containers import lookup_container
 from moeplan.catalog.gpus import get_gpu
 from moeplan.catalog.models import get_model
 from moeplan.errors import InputError, UnknownNameError
@@ -245,7 +246,9 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     res += defaults
     layout = lay.model_copy(update=_updates(defaults)) if defaults else lay
     _check_training(inp)
-    vers, vfills = resolve_versions({k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container)
+    vers, vfills = resolve_versions(
+        {k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container, lookup_container
+    )
     res += [Resolution(key, value, reason) for key, value, reason in vfills]
     return Scenario(
         input=inp,

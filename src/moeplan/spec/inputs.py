@@ -19,6 +19,7 @@ from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
+from moeplan.spec.versions import parse_version
 
 FRAMEWORKS = ("megatron-bridge", "megatron-core")
 
@@ -72,8 +73,6 @@ class VersionsInput(BaseModel):
     def _pep440(cls, v):
         if v is None:
             return v
-        from moeplan.spec.versions import parse_version
-
         try:
             parse_version(v)
         except InputError as exc:

@@ -14,7 +14,9 @@ and where each came from (the user, or a container release's table row).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -129,12 +131,16 @@ def container_release(text: str | None) -> tuple[str, str] | None:
     return family, release
 
 
-def resolve_versions(stated: dict[str, str | None], container: str | None) -> tuple[ResolvedVersions, list[tuple]]:
+def resolve_versions(
+    stated: dict[str, str | None], container: str | None, lookup: Callable[[str, str], tuple[Any, str]]
+) -> tuple[ResolvedVersions, list[tuple]]:
     """Parse the stated versions and fill the others from the container release's table.
 
     Args:
         stated: ``versions.<key>`` → text (None when not given), for every key of :data:`PACKAGES`.
         container: ``versions.container`` as written.
+        lookup: ``(family, release) → (row or None, note)``, the container table
+            (:func:`moeplan.catalog.containers.lookup_container`); a row has ``packages`` and ``source``.
 
     Returns:
         (versions, fills): ``fills`` is one ``(key, value, reason)`` per version taken from the
@@ -143,8 +149,6 @@ def resolve_versions(stated: dict[str, str | None], container: str | None) -> tu
     Raises:
         InputError: a stated version that is not PEP 440.
     """
-    from moeplan.catalog.containers import lookup_container
-
     values: dict[str, Version | None] = {}
     sources: dict[str, str] = {}
     for key in PACKAGES:
@@ -160,7 +164,7 @@ def resolve_versions(stated: dict[str, str | None], container: str | None) -> tu
     if container is not None and rel is None:
         note = f"versions.container {container!r}: no NN.NN release found; package versions not filled"
     elif rel is not None:
-        row, note = lookup_container(*rel)
+        row, note = lookup(*rel)
         if row is not None:
             for key, text in row.packages.items():
                 if values.get(key) is None:
