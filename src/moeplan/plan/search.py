@@ -43,6 +43,7 @@ from moeplan.plan.space import (
     with_sections,
 )
 from moeplan.rules import validate
+from moeplan.rules.known_issues import blocking_finding
 from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.params import count_params
 from moeplan.spec.pipeline import output_stage_layers, pipeline_split
@@ -277,6 +278,9 @@ class _Evaluator:
         res = validate(s)
         if res.errors:
             return d, None, res.errors[0].rule_id
+        blocked = blocking_finding(res.findings)  # a hang/crash/NaN-class known issue at the stated versions
+        if blocked:
+            return d, None, blocked
         return d, s, None
 
     def _faster_alternative(self, best: tuple, data: dict) -> tuple:
@@ -893,6 +897,9 @@ def _refine(
                 tried[name] = None
                 reasons = sorted(sub.counts)
                 start.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
+                for r in reasons:  # a variant dropped for a known issue is counted in the tally too
+                    if r.startswith("known_issue."):
+                        rej.add(r, f"{start.parallel.label()} {fam} {name}")
                 continue
             knobs = dict(start.knobs)
             if fam != "vpp":

@@ -15,7 +15,7 @@ Generic warnings of the other rule families never stand in for these findings.
 
 from __future__ import annotations
 
-from moeplan.catalog.known_issues import AVOID_SYMPTOMS, KnownIssue, known_issues
+from moeplan.catalog.known_issues import AVOID_SYMPTOMS, KnownIssue, get_known_issue, known_issues
 from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
 
@@ -76,6 +76,17 @@ def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]]) 
     )
 
 
+def blocking_finding(findings) -> str | None:
+    """Rule id of the first ``known_issue.<id>`` finding (of a check already run) whose issue a planner
+    must avoid (hang, crash, assertion, NaN or wrong result at the scenario's versions); None otherwise."""
+    for f in findings:
+        if f.rule_id.startswith("known_issue.") and f.severity != "info":
+            k = get_known_issue(f.rule_id)
+            if k is not None and k.symptom in AVOID_SYMPTOMS:
+                return f.rule_id
+    return None
+
+
 def blocking_issue(s: Scenario) -> str | None:
     """Rule id of the first issue a planner must avoid for ``s``: its versions are all in range and its
     symptom is a hang, crash, assertion, NaN or wrong result (slowdowns and OOMs are only flagged)."""
@@ -110,4 +121,13 @@ def _known(s, e):
     return out
 
 
-__all__ = ["SOURCE", "UNKNOWN_RULE", "blocking_issue", "finding", "matches", "summary", "unknown_versions_finding"]
+__all__ = [
+    "SOURCE",
+    "UNKNOWN_RULE",
+    "blocking_finding",
+    "blocking_issue",
+    "finding",
+    "matches",
+    "summary",
+    "unknown_versions_finding",
+]
