@@ -158,7 +158,11 @@ def test_database_rule_is_registered():
 
 
 def test_blocking_issue_only_for_hang_or_crash_class_at_affected_versions():
-    assert {"hang", "crash", "assertion"} <= AVOID_SYMPTOMS
+    assert {"hang", "crash", "assertion"} == AVOID_SYMPTOMS
+    # open reports are flagged, not avoided; a NaN is flagged
+    assert not get_known_issue("ep_overlap_shared_event_deadlock").avoid
+    assert not get_known_issue("qwen3_mxfp8_vpp_graphs_nan").avoid
+    assert get_known_issue("nccl_2_29_2_hang").avoid and get_known_issue("gdn_context_parallel_assert").avoid
     k = get_known_issue("mtp_aux_loss_tracker_hang")
     assert blocking_issue(load_scenario(copy.deepcopy(k.example))) == k.rule_id
     data = copy.deepcopy(k.example)
@@ -167,7 +171,8 @@ def test_blocking_issue_only_for_hang_or_crash_class_at_affected_versions():
     slow = get_known_issue("nccl_2_30_moe_alltoall_small_message_slowdown")
     data = copy.deepcopy(slow.example)
     s = load_scenario(data)
-    assert blocking_issue(s) == "known_issue.nccl_2_30_nvls_moe_hang"  # the same NCCL's NVLS hang
+    assert "known_issue.nccl_2_30_nvls_moe_hang" in validate(s).rule_ids("warning")  # the same NCCL's NVLS hang
+    assert blocking_issue(s) is None  # an open report: flagged, not avoided
     s = load_scenario({**data, "environment": {"NCCL_NVLS_ENABLE": "0"}})
     assert slow.rule_id in validate(s).rule_ids("warning")
     assert blocking_issue(s) is None  # a slowdown is flagged, not avoided

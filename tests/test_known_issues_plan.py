@@ -1,6 +1,6 @@
-"""`plan` and known issues: candidates list the issues they may hit, a hang/crash/NaN-class issue at the
-stated versions removes the layouts that trigger it (rejection reason known_issue.<id>), a slowdown is
-flagged in a note, and unstated versions leave the ranking as it was."""
+"""`plan` and known issues: candidates list the issues they may hit, a confirmed hang, crash or assertion
+at the stated versions removes the layouts that trigger it (rejection reason known_issue.<id>), a slowdown
+(or NaN, or an open report) is flagged in a note, and unstated versions leave the ranking as it was."""
 
 from __future__ import annotations
 

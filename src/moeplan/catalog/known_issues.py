@@ -51,8 +51,10 @@ SYMPTOMS: dict[str, str] = {
     "crash": "crash",
     "assertion": "assertion at start-up",
 }
-#: symptoms a planner must not recommend a layout for when the versions are affected
-AVOID_SYMPTOMS = frozenset({"hang", "crash", "assertion", "nan", "wrong_result"})
+#: symptoms a planner must not recommend a layout for when the versions are affected and the bug is
+#: confirmed (a guaranteed failure, or one with a fixed release); NaN, wrong results, slowdowns, OOMs and
+#: open reports are flagged instead
+AVOID_SYMPTOMS = frozenset({"hang", "crash", "assertion"})
 CERTAINTIES = ("guaranteed", "reported")
 _ENTRY_KEYS = {
     "id",
@@ -161,6 +163,17 @@ def _mtp_stage_without_decoder(s: Scenario) -> bool | None:
     return any(not plan.layers[r][v] for r, v in plan.mtp)
 
 
+def _mtp_standalone_middle(s: Scenario) -> bool | None:
+    """True when a standalone MTP stage (no decoder layers) is neither the loss stage nor the embedding
+    stage: a middle stage, which Megatron Bridge's batch routing fed no tokens before 0.6."""
+    if s.mtp_num_layers <= 0:
+        return False
+    plan = _stage_plan(s)
+    if plan is None:
+        return None
+    return any(not plan.layers[r][v] and (r, v) not in (plan.loss, plan.embedding) for r, v in plan.mtp)
+
+
 def _uniform_recompute_remainder(s: Scenario) -> int | None:
     """Layers per virtual stage modulo ``recompute_num_layers`` for uniform full recompute (None otherwise)."""
     lay = s.layout
@@ -247,6 +260,7 @@ FACTS: dict[str, Callable[[Scenario], Any]] = {
     "derived.ep_spans_nodes": _ep_spans_nodes,
     "derived.pp_rank_without_moe_layer": _pp_rank_without_moe,
     "derived.mtp_stage_without_decoder_layers": _mtp_stage_without_decoder,
+    "derived.mtp_standalone_middle_stage": _mtp_standalone_middle,
     "derived.uniform_recompute_remainder": _uniform_recompute_remainder,
     "derived.cp_comm_types": _cp_comm_types,
     "derived.full_iteration_graphs": _full_iteration_graphs,
@@ -421,6 +435,13 @@ class KnownIssue:
             else:
                 return "not_affected", []
         return ("possible", unknown) if unknown else ("affected", matched)
+
+    @property
+    def avoid(self) -> bool:
+        """True when a planner must drop layouts that hit it at affected versions: a hang, crash or
+        assertion that is guaranteed or confirmed by a fix (open reports are only flagged)."""
+        confirmed = self.certainty == "guaranteed" or any(p.fixed is not None for p in self.packages)
+        return self.symptom in AVOID_SYMPTOMS and confirmed
 
     def symptom_text(self) -> str:
         text = SYMPTOMS[self.symptom]

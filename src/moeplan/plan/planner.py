@@ -15,8 +15,8 @@ from moeplan.rules.known_issues import summary as known_issue_summary
 
 def known_issue_notes(candidates) -> list[str]:
     """One note naming the known issues the listed candidates may hit: those whose versions are in
-    range (slowdowns and OOMs; hang-, crash- and NaN-class issues were rejected as ``known_issue.<id>``)
-    and those the request's unstated versions leave open."""
+    range (flagged: NaN, wrong results, slowdowns, OOMs and open reports; confirmed hangs, crashes and
+    assertions were rejected as ``known_issue.<id>``) and those the request's unstated versions leave open."""
     seen: dict[str, set[str]] = {"affected": set(), "possible": set()}
     for c in candidates:
         for k in known_issue_summary(c.scenario):
@@ -25,7 +25,7 @@ def known_issue_notes(candidates) -> list[str]:
     if seen["affected"]:
         notes.append(
             "known issues at the stated versions (flagged, not avoided): " + ", ".join(sorted(seen["affected"]))
-            + "; hang-, crash- and NaN-class issues are rejected (see the rejected tally)"
+            + "; confirmed hangs, crashes and assertions are rejected (see the rejected tally)"
         )
     if seen["possible"]:
         notes.append(

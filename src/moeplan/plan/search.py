@@ -278,7 +278,7 @@ class _Evaluator:
         res = validate(s)
         if res.errors:
             return d, None, res.errors[0].rule_id
-        blocked = blocking_finding(res.findings)  # a hang/crash/NaN-class known issue at the stated versions
+        blocked = blocking_finding(res.findings)  # a confirmed hang, crash or assertion at the stated versions
         if blocked:
             return d, None, blocked
         return d, s, None
@@ -838,6 +838,13 @@ def _knob_labels(s: Scenario) -> dict[str, str]:
     }
 
 
+def _tally_known_issues(rej: Rejections, reasons: list[str], example: str) -> None:
+    """Count a knob variant dropped for a known issue (``known_issue.<id>``) in the rejected tally."""
+    for r in reasons:
+        if r.startswith("known_issue."):
+            rej.add(r, example)
+
+
 def _refine(
     c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejections, only: tuple[str, ...] | None = None
 ) -> Candidate:
@@ -897,9 +904,7 @@ def _refine(
                 tried[name] = None
                 reasons = sorted(sub.counts)
                 start.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
-                for r in reasons:  # a variant dropped for a known issue is counted in the tally too
-                    if r.startswith("known_issue."):
-                        rej.add(r, f"{start.parallel.label()} {fam} {name}")
+                _tally_known_issues(rej, reasons, f"{start.parallel.label()} {fam} {name}")
                 continue
             knobs = dict(start.knobs)
             if fam != "vpp":

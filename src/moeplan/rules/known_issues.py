@@ -15,7 +15,7 @@ Generic warnings of the other rule families never stand in for these findings.
 
 from __future__ import annotations
 
-from moeplan.catalog.known_issues import AVOID_SYMPTOMS, KnownIssue, get_known_issue, known_issues
+from moeplan.catalog.known_issues import KnownIssue, get_known_issue, known_issues
 from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
 
@@ -78,20 +78,22 @@ def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]]) 
 
 def blocking_finding(findings) -> str | None:
     """Rule id of the first ``known_issue.<id>`` finding (of a check already run) whose issue a planner
-    must avoid (hang, crash, assertion, NaN or wrong result at the scenario's versions); None otherwise."""
+    must avoid (:attr:`KnownIssue.avoid`: a confirmed hang, crash or assertion at the scenario's
+    versions); None otherwise."""
     for f in findings:
         if f.rule_id.startswith("known_issue.") and f.severity != "info":
             k = get_known_issue(f.rule_id)
-            if k is not None and k.symptom in AVOID_SYMPTOMS:
+            if k is not None and k.avoid:
                 return f.rule_id
     return None
 
 
 def blocking_issue(s: Scenario) -> str | None:
-    """Rule id of the first issue a planner must avoid for ``s``: its versions are all in range and its
-    symptom is a hang, crash, assertion, NaN or wrong result (slowdowns and OOMs are only flagged)."""
+    """Rule id of the first issue a planner must avoid for ``s``: its versions are all in range and it
+    is a confirmed hang, crash or assertion (NaN, wrong results, slowdowns, OOMs and open reports are
+    only flagged)."""
     for k, status, _ in matches(s):
-        if status == "affected" and k.symptom in AVOID_SYMPTOMS:
+        if status == "affected" and k.avoid:
             return k.rule_id
     return None
 
