@@ -37,7 +37,7 @@ RULE_MAP = {
     "fp8_param_gather_with_optimizer_cpu_offload": "offload.fp8_param_gather_with_optimizer_offload",
     "fp8_token_alignment": "precision.fp8_token_alignment",
     "num_query_groups_vs_tp": "attention.query_groups_vs_tp",
-    "known_issue_ep_overlap_nccl_order_deadlock": "known_issue.version_table",
+    "known_issue_ep_overlap_nccl_order_deadlock": "known_issue.ep_overlap_shared_event_deadlock",
 }
 #: case rules that belong to later issues (not checked by `moeplan check` yet)
 DEFERRED = {
@@ -133,9 +133,16 @@ def test_hard_case(case_id, entry):
     result = validate(load_scenario(case_to_scenario(case_id, entry)))
     rid = RULE_MAP[exp["rule"]]
     if entry.get("certainty") == "KNOWN-ISSUE":
-        # a known-issue warning must appear; the partial scenario may break other rules too (here EP
-        # overlap with EP unstated, i.e. Megatron's default 1)
-        assert rid in result.rule_ids("warning"), [(f.rule_id, f.message) for f in result.findings]
+        # the report pins no versions: the issue is named by the one "versions unknown" info (never a
+        # generic warning); with a version in its affected range it is a warning of its own. The partial
+        # scenario may break other rules too (here EP overlap with EP unstated, i.e. Megatron's default 1)
+        iid = rid.removeprefix("known_issue.")
+        unknown = [f.message for f in result.findings if f.rule_id == "known_issue.versions_unknown"]
+        assert any(f"{iid} [" in m for m in unknown), [(f.rule_id, f.message) for f in result.findings]
+        assert rid not in result.rule_ids("warning")
+        sc = case_to_scenario(case_id, entry)
+        pinned = validate(load_scenario({**sc, "versions": {"megatron_core": VERSION_AT_REPORT.get(case_id, "0.14.0")}}))
+        assert rid in pinned.rule_ids("warning"), [(f.rule_id, f.message) for f in pinned.findings]
         return
     assert result.verdict == exp["verdict"], [(f.rule_id, f.message) for f in result.findings]
     if exp["verdict"] in ("invalid", "unsupported"):

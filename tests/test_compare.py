@@ -238,3 +238,43 @@ def test_compare_says_how_much_of_the_shift_the_configuration_explains():
     note = next(n for n in cmp.notes if n.startswith("all changed keys together"))
     assert f"{100 * got:+.1f} %" in note and "not explained" in note
     assert modelled_change(ca, cb, None) is None  # the logs alone lack model and GPU
+
+
+def _with_banner(log: str, release: str) -> str:
+    return f"NVIDIA Release {release} (build 1)\n" + log
+
+
+def test_known_issue_offered_when_versions_cross_its_range():
+    """Run B uses NeMo 26.06 (PyTorch 2.12, Megatron Bridge 0.5.0), run A 26.04: the 26.06 known issue
+    'MoE slowdown with TP > 1' (Megatron Bridge release notes) is offered as a possible cause of B's
+    regression; the same container on both sides offers nothing."""
+    from moeplan.diagnose.compare import known_issue_causes, run_versions
+    from moeplan.io.imports import import_config
+
+    dump = dict(DUMP_A, tensor_model_parallel_size=2)
+    log_a = _with_banner(make_log(1, 0.0, dump=dump), "26.04")
+    log_b = _with_banner(make_log(2, 0.06, dump=dump), "26.06")
+    a, b = parse_log(log_a), parse_log(log_b)
+    ca, cb = import_config(log_a, "megatron-log")[0], import_config(log_b, "megatron-log")[0]
+    assert run_versions(b, cb, BASE)["container"] == "26.06"
+    cmp = compare_runs(a, b, ca, cb, BASE)
+    assert cmp.time.verdict == "higher"
+    ids = [c["id"] for c in cmp.known_issue_causes]
+    assert ids[0] == "nemo_26_06_tp_slowdown_pytorch_base", cmp.known_issue_causes
+    first = cmp.known_issue_causes[0]
+    assert first["run"] == "B" and first["symptom"] == "slowdown"
+    assert first["b_versions"]["megatron_bridge"] == "0.5.0" and first["a_versions"]["megatron_bridge"] == "0.4.0"
+    assert "known_issue_causes" in cmp.to_dict() and any("known issues" in n for n in cmp.notes)
+    same, notes = known_issue_causes(a, parse_log(_with_banner(make_log(3, 0.0, dump=dump), "26.04")), ca, ca, BASE)
+    assert same == [] and notes == []
+    # the versions may also come from the scenario: megatron-core 0.16.1 vs 0.17.0 crosses the MTP hang fix
+    dsv3 = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "h100", "num_gpus": 256},
+        "layout": {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 64,
+                   "pipeline_model_parallel_layout": "Ettt|t*58mL"},
+    }
+    causes, _ = known_issue_causes(
+        a, b, {"versions": {"megatron_core": "0.17.0"}}, {"versions": {"megatron_core": "0.16.1"}}, dsv3
+    )
+    assert "mtp_aux_loss_tracker_hang" in [c["id"] for c in causes if c["run"] == "B"]

@@ -136,3 +136,36 @@ def test_alloc_conf_option_list_is_accepted():
     env["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:512"
     f = _by_rule(check_environment(_report("NVIDIA GB300", 10.3, env), s))
     assert f["doctor.environment"][0]["severity"] == "warning"
+
+
+def test_known_issues_of_the_installed_versions():
+    """doctor reads the installed versions (NCCL from torch's build) and reports the known issues they have."""
+    from moeplan.diagnose.doctor import installed_versions, known_issue_findings
+
+    data = {
+        "model": "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "system": {"gpu": "gb200", "num_gpus": 32},
+        "training": {"seq_length": 65536, "micro_batch_size": 1, "global_batch_size": 32},
+        "layout": {"context_parallel_size": 2, "expert_model_parallel_size": 8},
+        "versions": {"megatron_core": "0.18.0"},  # what the scenario says; the machine has 0.17.0
+    }
+    rep = _report("NVIDIA GB200", 10.0, packages=dict(STACK, megatron_core="0.17.0", deep_ep="1.2.1+9af0e0d"))
+    rep.nccl = "2.29.2"
+    assert installed_versions(rep)[0]["nccl"] == "2.29.2" and installed_versions(rep)[0]["deepep"] == "1.2.1+9af0e0d"
+    f = _by_rule(known_issue_findings(rep, data))
+    (gdn,) = f["known_issue.gdn_context_parallel_assert"]
+    assert gdn["severity"] == "error" and "megatron-core 0.17.0" in gdn["message"]
+    assert f["known_issue.nccl_2_29_2_hang"][0]["severity"] == "warning"
+    rep.nccl = "2.29.3"
+    rep.packages["megatron_core"] = "0.18.0"
+    f = _by_rule(known_issue_findings(rep, data))
+    assert not any(r.startswith("known_issue.") and r != "known_issue.versions_unknown" for r in f)
+
+
+def test_unparsable_installed_version_is_reported_and_left_unknown():
+    from moeplan.diagnose.doctor import known_issue_findings
+
+    rep = _report("NVIDIA H100", 9.0, packages=dict(STACK, megatron_core="main (local build)"))
+    f = _by_rule(known_issue_findings(rep, {"model": "Qwen/Qwen3-30B-A3B"}))
+    (v,) = f["doctor.version"]
+    assert v["severity"] == "info" and "megatron_core 'main (local build)'" in v["message"]

@@ -10,7 +10,15 @@ import sys
 
 import typer
 
-from moeplan.cli import check_cmds, diagnose_cmds, estimate_cmds, plan_cmds, serve_cmds, vlm_cmds
+from moeplan.cli import (
+    check_cmds,
+    diagnose_cmds,
+    estimate_cmds,
+    known_issues_cmds,
+    plan_cmds,
+    serve_cmds,
+    vlm_cmds,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -39,6 +47,7 @@ COMMANDS = (
     ("sweep", plan_cmds.sweep_cmd),
     ("vlm-stats", vlm_cmds.vlm_stats_cmd),
     ("serve", serve_cmds.serve_cmd),
+    ("known-issues", known_issues_cmds.known_issues_cmd),
 )
 for _name, _command in COMMANDS:
     app.command(_name)(_command)

@@ -12,6 +12,10 @@ detectable but irrelevant change on a long log is not called a regression.
 
 Causes: the keys that differ between the two argument dumps, each applied alone to run A's scenario and
 ranked by how much our step-time and memory models say it moves the step time and the peak memory.
+Known issues (:mod:`moeplan.catalog.known_issues`): when the two runs' software versions differ (their
+``versions:``, or the container release and PyTorch version of the log banners) across an issue's
+affected range — one run affected, the other not — the issue is offered as a possible cause
+(``known_issue_causes``), the slower run's first.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from moeplan.catalog.known_issues import known_issues
 from moeplan.diagnose.logs import LogStats
 from moeplan.errors import InputError, MoeplanError
 from moeplan.io.imports import dump_args
@@ -138,6 +143,7 @@ class Comparison:
     config_diff: list[dict] = field(default_factory=list)
     causes: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    known_issue_causes: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         t = self.time
@@ -163,6 +169,7 @@ class Comparison:
             },
             "config_diff": self.config_diff,
             "causes": self.causes,
+            "known_issue_causes": self.known_issue_causes,
             "notes": self.notes,
         }
 
@@ -274,6 +281,78 @@ def modelled_change(config_a: dict, config_b: dict, base: dict | None, constants
     return (t1 - t0) / t0
 
 
+def run_versions(stats: LogStats, config: dict | None, base: dict | None) -> dict[str, str]:
+    """A run's ``versions:`` mapping: the base scenario's, the run's configuration's over it, and the
+    log banner's container release and PyTorch version where neither states them."""
+    v = {**((base or {}).get("versions") or {}), **((config or {}).get("versions") or {})}
+    env = stats.environment or {}
+    if "container" not in v and env.get("container_release"):
+        v["container"] = str(env["container_release"])
+    if "torch" not in v and env.get("torch"):
+        v["torch"] = str(env["torch"])
+    return {k: str(x) for k, x in v.items() if x is not None}
+
+
+def _run_scenario(config: dict | None, base: dict | None, versions: dict[str, str]):
+    data = _deep_merge(copy.deepcopy(base or {}), copy.deepcopy(config or {}))
+    data["versions"] = dict(versions)
+    try:
+        return load_scenario(data), None
+    except InputError as exc:
+        if exc.field == "versions.torch" and "torch" in versions:  # a banner build string that is not PEP 440
+            return _run_scenario(config, base, {k: v for k, v in versions.items() if k != "torch"})
+        return None, str(exc)
+    except MoeplanError as exc:
+        return None, str(exc)
+
+
+def known_issue_causes(
+    a: LogStats, b: LogStats, config_a: dict | None, config_b: dict | None, base: dict | None, direction: int = 1
+) -> tuple[list[dict], list[str]]:
+    """Known issues one run has and the other not because their versions differ.
+
+    Returns:
+        (causes, notes): each cause ``{id, rule_id, run (A | B: the affected run), symptom, size, title,
+        source, a_versions, b_versions (the issue's packages in each run), workaround}``, the issues of
+        the slower run (``direction`` +1: B) first and slowdowns before other symptoms; notes on what
+        could not be evaluated.
+    """
+    va, vb = run_versions(a, config_a, base), run_versions(b, config_b, base)
+    if va == vb:
+        return [], []
+    sa, why_a = _run_scenario(config_a, base, va)
+    sb, why_b = _run_scenario(config_b, base, vb)
+    if sa is None or sb is None:
+        return [], [f"known issues not compared: {why_a or why_b}"]
+    out = []
+    for k in known_issues():
+        status = {
+            run: (k.version_status(s.versions)[0] if k.triggered(s) else "not_affected")
+            for run, s in (("A", sa), ("B", sb))
+        }
+        if sorted(status.values()) != ["affected", "not_affected"]:
+            continue
+        run = "B" if status["B"] == "affected" else "A"
+        pkgs = [p.package for p in k.packages]
+        out.append(
+            {
+                "id": k.id,
+                "rule_id": k.rule_id,
+                "run": run,
+                "symptom": k.symptom,
+                "size": k.size,
+                "title": k.title,
+                "source": k.source,
+                "a_versions": {p: str(sa.versions.get(p)) if sa.versions.get(p) else None for p in pkgs},
+                "b_versions": {p: str(sb.versions.get(p)) if sb.versions.get(p) else None for p in pkgs},
+                "workaround": k.workaround,
+            }
+        )
+    slower = "B" if direction >= 0 else "A"
+    out.sort(key=lambda c: (c["run"] != slower, c["symptom"] != "slowdown"))
+    return out, []
+
+
 def compare_runs(
     a: LogStats,
     b: LogStats,
@@ -306,4 +385,9 @@ def compare_runs(
             )
     else:
         cmp.notes.append("no argument dump in one of the logs: no config diff")
+    cmp.known_issue_causes, notes = known_issue_causes(a, b, config_a, config_b, base, -1 if t.shift < 0 else 1)
+    cmp.notes += notes
+    if cmp.known_issue_causes:
+        ids = ", ".join(f"{c['id']} (run {c['run']})" for c in cmp.known_issue_causes)
+        cmp.notes.append(f"the runs' software versions differ across known issues: {ids} (see known_issue_causes)")
     return cmp

@@ -17,7 +17,8 @@ Rules (id → severity):
   scenario) must be installed — error; a flex dispatcher backend (DeepEP / HybridEP, both in the
   ``deep_ep`` package) must be importable, since a missing backend fails at model construction — error;
 - ``doctor.version``: installed megatron-core / bridge / TE / torch differ from the scenario's
-  ``versions:`` — warning; known issues of the installed versions are reported as ``known_issue.*``;
+  ``versions:`` — warning; known issues of the installed versions (NCCL from torch's build, DeepEP from
+  ``deep_ep``) are reported as ``known_issue.*`` with their own severity (:func:`known_issue_findings`);
 - ``doctor.environment``: each variable the layout needs (:func:`moeplan.io.export.layout_environment`)
   unset or different — warning, except ``NCCL_GRAPH_REGISTER`` (TE CUDA graphs with expandable
   segments) and ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` (HybridEP on NVL72), which are errors.
@@ -37,6 +38,7 @@ from moeplan.errors import MoeplanError
 from moeplan.io.export import layout_environment
 from moeplan.rules import validate
 from moeplan.spec.scenario import load_scenario
+from moeplan.spec.versions import parse_version
 
 PACKAGES: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
@@ -46,6 +48,15 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "deep_ep": ("deep_ep", "deep-ep"),
     "nvidia_ml_py": ("nvidia-ml-py",),
 }
+#: doctor's package keys → the scenario's versions.* keys (the NCCL version comes from torch's build)
+_VERSION_KEYS = {
+    "megatron_core": "megatron_core",
+    "megatron_bridge": "megatron_bridge",
+    "transformer_engine": "transformer_engine",
+    "torch": "torch",
+    "deep_ep": "deepep",
+}
+
 MODULES = {
     "torch": "torch",
     "transformer_engine": "transformer_engine",
@@ -280,23 +291,19 @@ def _packages(rep: EnvironmentReport, s) -> list[dict]:
 
 
 def _versions(rep: EnvironmentReport, s) -> list[dict]:
-    """``doctor.version`` warnings: an installed megatron-core / bridge / TE / torch whose version (its
+    """``doctor.version`` warnings: an installed megatron-core / bridge / TE / torch / DeepEP / NCCL whose version (its
     leading numbers, as far as the scenario gives them) differs from the scenario's ``versions:``."""
     out = []
-    for key, pkg in (
-        ("megatron_core", "megatron_core"),
-        ("megatron_bridge", "megatron_bridge"),
-        ("transformer_engine", "transformer_engine"),
-        ("torch", "torch"),
-    ):
-        want, have = _norm(getattr(s.input.versions, key)), _norm(rep.packages.get(pkg))
+    installed = {**{key: rep.packages.get(pkg) for pkg, key in _VERSION_KEYS.items()}, "nccl": rep.nccl}
+    for key, have_text in installed.items():
+        want, have = _norm(getattr(s.input.versions, key)), _norm(have_text)
         if want and have and want != have[: len(want)]:
             out.append(
                 _finding(
                     "doctor.version",
                     "warning",
-                    f"versions.{key} is {getattr(s.input.versions, key)} but {rep.packages.get(pkg)} is installed",
-                    f"set versions.{key}: '{rep.packages.get(pkg)}' so the rules check the installed version",
+                    f"versions.{key} is {getattr(s.input.versions, key)} but {have_text} is installed",
+                    f"set versions.{key}: '{have_text}' so the rules check the installed version",
                 )
             )
     return out
@@ -346,20 +353,42 @@ def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
     return [*out, *_gpu_fit(rep, s), *_packages(rep, s), *_versions(rep, s), *_environment_variables(rep, s)]
 
 
+def installed_versions(rep: EnvironmentReport) -> tuple[dict[str, str], list[str]]:
+    """The installed versions as a scenario's ``versions:`` mapping (PEP 440 strings), and the
+    packages whose version string is not PEP 440 (left out, so that they read as unknown)."""
+    found = {key: rep.packages.get(pkg) for pkg, key in _VERSION_KEYS.items()}
+    found["nccl"] = rep.nccl
+    out, skipped = {}, []
+    for key, text in found.items():
+        if not text:
+            continue
+        try:
+            parse_version(text, f"versions.{key}")
+        except MoeplanError:
+            skipped.append(f"{key} {text!r}")
+            continue
+        out[key] = text
+    return out, skipped
+
+
 def known_issue_findings(rep: EnvironmentReport, data: dict) -> list[dict]:
-    """Known issues of the *installed* megatron-core / bridge / TE / torch versions for a scenario
-    mapping (as read from YAML); the installed versions replace its ``versions:``."""
-    versions = {k: rep.packages.get(k) for k in ("megatron_core", "megatron_bridge", "transformer_engine", "torch")}
-    versions = {k: v for k, v in versions.items() if v}
+    """Known issues of the *installed* megatron-core / Bridge / TE / torch / NCCL / DeepEP versions for a
+    scenario mapping (as read from YAML): the installed versions replace its ``versions:`` and every
+    ``known_issue.*`` finding of ``check`` is returned with its severity (``known_issue.<id>`` for an issue
+    the installed versions have, ``known_issue.versions_unknown`` for one a missing package leaves open).
+    A version string that is not PEP 440 is reported (``doctor.version``, info) and treated as unknown."""
+    versions, skipped = installed_versions(rep)
+    out = [
+        _finding("doctor.version", "info", f"installed {w} is not a PEP 440 version: known issues treat it as unknown")
+        for w in skipped
+    ]
     if not versions:
-        return []
+        return out
     data = {**data, "versions": {**(data.get("versions") or {}), **versions}}
     try:
         res = validate(load_scenario(data))
-    except MoeplanError:  # e.g. a version string the rules cannot parse: no known-issue lookup
-        return []
-    return [
-        _finding(f.rule_id, "warning", f.message, f.fix or "")
-        for f in res.findings
-        if f.rule_id.startswith("known_issue")
+    except MoeplanError:  # a scenario the rules cannot read: no known-issue lookup
+        return out
+    return out + [
+        _finding(f.rule_id, f.severity, f.message, f.fix or "") for f in res.findings if f.rule_id.startswith("known_issue")
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from moeplan.plan.search import Candidate, time_to_train_s
 from moeplan.rules import validate
+from moeplan.rules.known_issues import summary as known_issue_summary
 
 
 def describe(c: Candidate) -> str:
@@ -23,10 +24,12 @@ def describe(c: Candidate) -> str:
 
 def candidate_dict(c: Candidate, rank: int | None, train_tokens: float | None) -> dict:
     """A candidate as the ``plan --json`` document lists it: its summary, rank, the rule warnings
-    it carries, memory in GiB and bytes, and (with ``train_tokens``) the time to train them (s)."""
+    it carries, the known issues it may hit (``known_issues``: id, status affected | possible, symptom,
+    severity, source), memory in GiB and bytes, and (with ``train_tokens``) the time to train them (s)."""
     d = c.summary()
     d["rank"] = rank
     d["warnings"] = [f"{f.rule_id}: {f.message}" for f in validate(c.scenario).warnings]
+    d["known_issues"] = known_issue_summary(c.scenario)
     d["memory"] = {
         "peak_gib": c.peak_gib,
         "capacity_gib": c.capacity_gib,

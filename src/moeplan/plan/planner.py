@@ -10,6 +10,30 @@ from moeplan.plan.baseline import rule_of_thumb_baseline
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search
+from moeplan.rules.known_issues import summary as known_issue_summary
+
+
+def known_issue_notes(candidates) -> list[str]:
+    """One note naming the known issues the listed candidates may hit: those whose versions are in
+    range (flagged: NaN, wrong results, slowdowns, OOMs and open reports; confirmed hangs, crashes and
+    assertions were rejected as ``known_issue.<id>``) and those the request's unstated versions leave open."""
+    seen: dict[str, set[str]] = {"affected": set(), "possible": set()}
+    for c in candidates:
+        for k in known_issue_summary(c.scenario):
+            seen[k["status"]].add(k["id"])
+    notes = []
+    if seen["affected"]:
+        notes.append(
+            "known issues at the stated versions (flagged, not avoided): " + ", ".join(sorted(seen["affected"]))
+            + "; confirmed hangs, crashes and assertions are rejected (see the rejected tally)"
+        )
+    if seen["possible"]:
+        notes.append(
+            "candidates may hit known issues if the versions not stated are in their ranges: "
+            + ", ".join(sorted(seen["possible"]))
+            + " — state versions.* or versions.container to check (each candidate lists its known_issues)"
+        )
+    return notes
 
 
 def within_band_note(cands: list) -> str | None:
@@ -85,6 +109,7 @@ def plan(
     band_note = within_band_note(res.candidates[:top])
     if band_note:
         notes.append(band_note)
+    notes += known_issue_notes(res.candidates[:top])
     if not res.candidates:
         counts = res.rejected.counts
         rules = sorted(

@@ -44,6 +44,7 @@ from moeplan.plan.space import (
     with_sections,
 )
 from moeplan.rules import validate
+from moeplan.rules.known_issues import blocking_finding
 from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.params import count_params
@@ -286,6 +287,9 @@ class _Evaluator:
         res = validate(s)
         if res.errors:
             return d, None, res.errors[0].rule_id
+        blocked = blocking_finding(res.findings)  # a confirmed hang, crash or assertion at the stated versions
+        if blocked:
+            return d, None, blocked
         return d, s, None
 
     def _faster_alternative(self, best: _Found, data: dict) -> _Found:
@@ -865,6 +869,13 @@ def _knob_labels(s: Scenario) -> dict[str, str]:
     }
 
 
+def _tally_known_issues(rej: Rejections, reasons: list[str], example: str) -> None:
+    """Count a knob variant dropped for a known issue (``known_issue.<id>``) in the rejected tally."""
+    for r in reasons:
+        if r.startswith("known_issue."):
+            rej.add(r, example)
+
+
 def _refine(
     c: Candidate, ev: _Evaluator, ladder, fixed_layout: dict, rej: Rejections, only: tuple[str, ...] | None = None
 ) -> Candidate:
@@ -922,6 +933,7 @@ def _refine(
                 tried[name] = None
                 reasons = sorted(sub.counts)
                 start.tried.setdefault("_why", {})[f"{fam}:{name}"] = reasons[0] if reasons else "rejected"
+                _tally_known_issues(rej, reasons, f"{start.parallel.label()} {fam} {name}")
                 continue
             knobs = dict(start.knobs)
             if fam != "vpp":

@@ -372,7 +372,8 @@ def _inflight(s, e):
     inflight = s.pp if s.vpp <= 1 else s.pp * s.vpp
     return [
         e.warning(
-            f"per-layer CUDA graphs capture static input/output buffers for every in-flight microbatch "
+            f"generic memory advisory (not a release-bug check; known issues are known_issue.*): per-layer "
+            f"CUDA graphs capture static input/output buffers for every in-flight microbatch "
             f"(up to {inflight} with PP = {s.pp}{', VPP = ' + str(s.vpp) if s.vpp > 1 else ''}): graph memory "
             "grows with PP; check the memory estimate",
             "narrow the graph scope or lower PP if memory is tight",

@@ -1,65 +1,135 @@
-"""Known issues: problems of specific Megatron-Core / Bridge versions, containers or GPUs, reported as
-warnings only when the scenario's versions (or unpinned reports) match.
+"""Known issues: release-specific bugs from the known-issue database
+(:mod:`moeplan.catalog.known_issues`, ``catalog/data/known_issues.yaml``), reported only when the
+scenario meets an entry's trigger.
 
-Each entry names its source and the versions it affects; ``affected_mcore`` is an inclusive range of
-megatron-core versions, or None when the report pins none (then the warning asks the user to check).
-Add entries here as they are found.
+- Every package version the entry names is known and in its affected range: one finding with rule id
+  ``known_issue.<id>`` — an error for a guaranteed failure (an assertion every run hits), else a
+  warning — naming the symptom, the versions matched and the source; the fix is the workaround and
+  the upgrade.
+- Some of those versions are not stated (and no ``versions.container`` fills them): one info finding,
+  ``known_issue.versions_unknown``, listing the issues that could apply and the versions to check.
+- A stated version outside the range: nothing.
+
+Generic warnings of the other rule families never stand in for these findings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from moeplan.rules.base import rule
+from moeplan.catalog.known_issues import KnownIssue, get_known_issue, known_issues
+from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
 
-
-@dataclass(frozen=True)
-class KnownIssue:
-    issue_id: str
-    summary: str
-    source: str
-    applies: Callable[[Scenario], bool]
-    affected_mcore: tuple[tuple[int, ...], tuple[int, ...]] | None
-    workaround: str
+SOURCE = "moeplan known-issue database (catalog/data/known_issues.yaml)"
+UNKNOWN_RULE = "known_issue.versions_unknown"
 
 
-KNOWN_ISSUES: tuple[KnownIssue, ...] = (
-    KnownIssue(
-        "ep_overlap_nccl_order_deadlock",
-        "EP all-to-all overlap can issue NCCL operations in different orders on different ranks and hang at "
-        "scale (reported with interleaved pipelines)",
-        "NVIDIA/Megatron-LM issue #1810 (also #1852)",
-        lambda s: s.layout.overlap_moe_expert_parallel_comm and s.pp > 1,
+def matches(s: Scenario) -> list[tuple[KnownIssue, str, list[str]]]:
+    """Every entry whose trigger the scenario meets and whose versions do not rule it out:
+    ``(issue, "affected" | "possible", details)`` in database order."""
+    out = []
+    for k in known_issues():
+        if not k.triggered(s):
+            continue
+        status, details = k.version_status(s.versions)
+        if status != "not_affected":
+            out.append((k, status, details))
+    return out
+
+
+def _keys(k: KnownIssue) -> tuple[str, ...]:
+    keys = [f"versions.{p.package}" for p in k.packages]
+    keys += [p.split(".", 1)[1] for p in k.paths if p.startswith("layout.")]
+    return tuple(dict.fromkeys(keys))
+
+
+def finding(k: KnownIssue, details: list[str]) -> Finding:
+    """The finding of an issue whose versions are all in range."""
+    fix = k.workaround
+    up = k.upgrade_text()
+    if up:
+        fix = f"{fix}; fixed by: {up}"
+    return Finding(
+        k.rule_id,
+        k.severity,
+        f"known issue {k.id}: {k.title} — {k.symptom_text()} ({'; '.join(details)}; {k.source})",
+        fix,
+        "unsupported" if k.severity == "error" else "warn",
+        SOURCE,
+        _keys(k),
+    )
+
+
+def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]]) -> Finding:
+    """One info finding for the issues that apply unless a version not stated rules them out."""
+    parts = [f"{k.id} [{k.symptom}] if {' and '.join(d)}" for k, _, d in possible]
+    keys = sorted({f"versions.{p.package}" for k, _, _ in possible for p in k.packages})
+    return Finding(
+        UNKNOWN_RULE,
+        "info",
+        f"{len(possible)} known issue(s) match this layout but the versions that decide them are not stated: "
+        + "; ".join(parts)
+        + " — state versions.* or versions.container (moeplan known-issues lists them)",
         None,
-        "run a short job at full scale first; if it hangs, turn overlap_moe_expert_parallel_comm off or upgrade",
-    ),
-)
+        "info",
+        SOURCE,
+        tuple(keys),
+    )
+
+
+def blocking_finding(findings) -> str | None:
+    """Rule id of the first ``known_issue.<id>`` finding (of a check already run) whose issue a planner
+    must avoid (:attr:`KnownIssue.avoid`: a confirmed hang, crash or assertion at the scenario's
+    versions); None otherwise."""
+    for f in findings:
+        if f.rule_id.startswith("known_issue.") and f.severity != "info":
+            k = get_known_issue(f.rule_id)
+            if k is not None and k.avoid:
+                return f.rule_id
+    return None
+
+
+def blocking_issue(s: Scenario) -> str | None:
+    """Rule id of the first issue a planner must avoid for ``s``: its versions are all in range and it
+    is a confirmed hang, crash or assertion (NaN, wrong results, slowdowns, OOMs and open reports are
+    only flagged)."""
+    for k, status, _ in matches(s):
+        if status == "affected" and k.avoid:
+            return k.rule_id
+    return None
+
+
+def summary(s: Scenario) -> list[dict]:
+    """The issues a scenario may hit, as the planner's candidate JSON lists them: ``{id, status
+    (affected | possible), symptom, severity, source}``."""
+    return [
+        {"id": k.id, "status": status, "symptom": k.symptom, "severity": k.severity, "source": k.source}
+        for k, status, _ in matches(s)
+    ]
 
 
 @rule(
-    "known_issue.version_table",
-    "moeplan known-issue table (rules/known_issues.py)",
-    "warns about issues known for the scenario's versions, containers or GPUs",
+    "known_issue.database",
+    SOURCE,
+    "release-specific bugs (public issues / PRs) whose trigger the scenario meets and whose affected "
+    "versions include the scenario's: known_issue.<id> per issue, known_issue.versions_unknown when "
+    "versions are not stated",
 )
 def _known(s, e):
-    out = []
-    for k in KNOWN_ISSUES:
-        if not k.applies(s):
-            continue
-        if k.affected_mcore is None:
-            versions = "affected versions not pinned by the report: check yours"
-        else:
-            lo, hi = k.affected_mcore
-            if not (lo <= s.mcore_version <= hi):
-                continue
-            versions = f"megatron-core {'.'.join(map(str, lo))}–{'.'.join(map(str, hi))}"
-        out.append(
-            e.warning(
-                f"known issue {k.issue_id}: {k.summary} ({versions}; {k.source})",
-                k.workaround,
-                "versions.megatron_core",
-            )
-        )
+    found = matches(s)
+    out = [finding(k, d) for k, status, d in found if status == "affected"]
+    possible = [m for m in found if m[1] == "possible"]
+    if possible:
+        out.append(unknown_versions_finding(possible))
     return out
+
+
+__all__ = [
+    "SOURCE",
+    "UNKNOWN_RULE",
+    "blocking_finding",
+    "blocking_issue",
+    "finding",
+    "matches",
+    "summary",
+    "unknown_versions_finding",
+]

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from moeplan.catalog.containers import lookup_container
 from moeplan.catalog.gpus import get_gpu
 from moeplan.catalog.models import get_model
 from moeplan.errors import InputError, UnknownNameError
@@ -24,8 +25,9 @@ from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.model import PartialModelSpec, partial_model
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import apply_recipe, recipe_for_input
-from moeplan.spec.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario, parse_version
+from moeplan.spec.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario
 from moeplan.spec.system import GpuSpec
+from moeplan.spec.versions import PACKAGES, release_tuple, resolve_versions
 
 
 def resolve_model(inp: ScenarioInput) -> PartialModelSpec | None:
@@ -223,6 +225,10 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     - ``cuda_graph_impl`` unset but a graph scope given: ``transformer_engine`` (scoped capture).
     - ``use_te_rng_tracker`` unset: True when graphs are on (Megatron-LM and Bridge enable it).
     - ``mtp_num_layers`` unset: the model config's MTP layers.
+    - ``versions.*`` unset with ``versions.container`` naming a release in the container table
+      (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last). They feed
+      :attr:`Scenario.versions` (known issues, doctor, compare); ``mcore_version`` / ``bridge_version``,
+      which the layout rules compare, stay the stated versions (else the newest).
 
     Raises:
         InputError / UnknownNameError: unknown model or GPU, bad overrides, both freeze flags set.
@@ -240,6 +246,10 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     res += defaults
     layout = lay.model_copy(update=_updates(defaults)) if defaults else lay
     _check_training(inp)
+    vers, vfills = resolve_versions(
+        {k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container, lookup_container
+    )
+    res += [Resolution(key, value, reason) for key, value, reason in vfills]
     return Scenario(
         input=inp,
         model=model,
@@ -250,12 +260,20 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
         layout=layout,
         stated=stated,
         framework=inp.framework,
-        mcore_version=parse_version(inp.versions.megatron_core, NEWEST_MCORE),
-        bridge_version=parse_version(inp.versions.megatron_bridge, NEWEST_BRIDGE),
+        # the layout rules read the versions as stated (a container's table row feeds the known-issue
+        # ranges, doctor and compare, not the key-availability rules: recipe fills use the newest keys)
+        mcore_version=release_tuple(_stated(vers, "megatron_core"), NEWEST_MCORE),
+        bridge_version=release_tuple(_stated(vers, "megatron_bridge"), NEWEST_BRIDGE),
         environment=dict(inp.environment),
         resolutions=res,
         recipe=applied,
+        versions=vers,
     )
+
+
+def _stated(vers, key: str):
+    """The version of ``key`` when the user stated it (not filled from a container row), else None."""
+    return vers.get(key) if vers.sources.get(key) == f"versions.{key}" else None
 
 
 def _updates(resolutions: list[Resolution]) -> Mapping[str, Any]:

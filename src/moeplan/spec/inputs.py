@@ -19,6 +19,7 @@ from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
+from moeplan.spec.versions import parse_version
 
 FRAMEWORKS = ("megatron-bridge", "megatron-core")
 
@@ -44,20 +45,38 @@ class ReportedInput(BaseModel):
 
 
 class VersionsInput(BaseModel):
-    """``versions:`` software versions (strings such as ``"0.16.1"``)."""
+    """``versions:`` software versions, each a PEP 440 string (``"0.16.1"``, ``"0.19.0rc1"``,
+    ``"2.14+71bbefb"``), and ``container``: the container release the run uses
+    (``nvcr.io/nvidia/nemo:26.04``), whose known package versions fill the ones not stated
+    (:mod:`moeplan.spec.versions`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     megatron_core: str | None = None
     megatron_bridge: str | None = None
     transformer_engine: str | None = None
     torch: str | None = None
+    nccl: str | None = None
+    deepep: str | None = None
     container: str | None = None
 
-    @field_validator("megatron_core", "megatron_bridge", "transformer_engine", "torch", "container", mode="before")
+    @field_validator(
+        "megatron_core", "megatron_bridge", "transformer_engine", "torch", "nccl", "deepep", "container", mode="before"
+    )
     @classmethod
     def _quoted(cls, v):
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             raise ValueError("a quoted string, e.g. '26.10': unquoted, YAML reads 26.10 as the number 26.1")
+        return v
+
+    @field_validator("megatron_core", "megatron_bridge", "transformer_engine", "torch", "nccl", "deepep")
+    @classmethod
+    def _pep440(cls, v):
+        if v is None:
+            return v
+        try:
+            parse_version(v)
+        except InputError as exc:
+            raise ValueError(exc.allowed) from None
         return v
 
 

@@ -16,6 +16,8 @@ from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.model import ModelSpec, PartialModelSpec
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
+from moeplan.spec.versions import ResolvedVersions, release_tuple
+from moeplan.spec.versions import parse_version as _parse
 
 if TYPE_CHECKING:
     from moeplan.spec.inputs import ScenarioInput
@@ -26,27 +28,16 @@ NEWEST_BRIDGE = "0.3.0"
 
 
 @functools.lru_cache(maxsize=128)
-def parse_version(text: str | None, default: str) -> tuple[int, ...]:
-    """``"0.16.1"`` → ``(0, 16, 1)``; ``"core_r0.16.0"`` and ``"v0.16"`` also parse.
+def parse_version(text: str | None, default: str, field_name: str = "versions") -> tuple[int, ...]:
+    """(major, minor, micro) of a version string, ``default`` when None: ``"0.16.1"`` → ``(0, 16, 1)``;
+    ``"core_r0.16.0"``, ``"v0.16"`` and PEP 440 pre/dev/post/local forms also read (``"0.19.0rc1"`` →
+    ``(0, 19, 0)``: the rules compare releases; the known-issue ranges see the full version through
+    :attr:`Scenario.versions`).
 
     Raises:
-        InputError: when no version numbers are found.
+        InputError: not a PEP 440 version (free text such as ``"before PR 5401"``), naming ``field_name``.
     """
-    s = (text or default).strip().lower()
-    for prefix in ("core_r", "core_v", "v", "r"):
-        if s.startswith(prefix):
-            s = s[len(prefix) :]
-    parts = []
-    for p in s.split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    if not parts:
-        raise InputError("versions", text, "a version such as 0.16.1")
-    while len(parts) < 3:
-        parts.append(0)
-    return tuple(parts[:3])
+    return release_tuple(_parse(text if text is not None else default, field_name), default)
 
 
 @dataclass(frozen=True)
@@ -76,7 +67,10 @@ class Scenario:
         model: None when the scenario names no model (rules needing it are skipped).
         gpu: None when no GPU is named.
         num_gpus / gpus_per_node: world size and GPUs per node (None when unknown).
-        mcore_version / bridge_version: (major, minor, patch) of megatron-core / Megatron Bridge.
+        mcore_version / bridge_version: (major, minor, patch) of megatron-core / Megatron Bridge (the
+            newest moeplan knows when unknown): what the layout rules compare.
+        versions: every package's full PEP 440 version (None when unknown) and its source (the user
+            or the container table): what the known-issue ranges compare.
         resolutions: every default filled, in order (framework defaults and recipe fills).
         recipe: the recipe fills applied (``recipe_defaults: mbridge-perf``): matched row and, per
             key, its value and the helper that set it; None with ``recipe_defaults: none``.
@@ -98,6 +92,7 @@ class Scenario:
     environment: dict[str, str]
     resolutions: list[Resolution] = field(default_factory=list)
     recipe: RecipeProvenance | None = None
+    versions: ResolvedVersions = field(default_factory=ResolvedVersions)
 
     # shorthand for the parallel sizes
     @property

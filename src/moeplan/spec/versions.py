@@ -1,0 +1,192 @@
+"""Software versions of a scenario: parsing (PEP 440), the packages moeplan tracks, and filling the
+versions a user did not state from a named container release.
+
+Every version string is read as PEP 440 (``packaging.version.Version``): pre-releases, dev and post
+releases and local labels are kept (``0.19.0rc1`` sorts before ``0.19.0``; ``2.14+71bbefb`` is 2.14 with
+a local label), and Megatron's tag spellings ``core_v0.16.0`` / ``core_r0.16.0`` / ``v0.16`` are
+accepted. Anything else (``before PR 5401``, ``r2d2``, full-width digits) is an
+:class:`~moeplan.errors.InputError` naming the field.
+
+:class:`ResolvedVersions` is what the rules read: one ``Version`` (or None when unknown) per package,
+and where each came from (the user, or a container release's table row).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from moeplan.errors import InputError
+
+#: packages whose versions a scenario may state (``versions.<key>``), in display order
+PACKAGES: tuple[str, ...] = (
+    "megatron_core",
+    "megatron_bridge",
+    "transformer_engine",
+    "torch",
+    "nccl",
+    "deepep",
+)
+
+#: how each package is usually spelled (messages)
+PACKAGE_NAMES: dict[str, str] = {
+    "megatron_core": "megatron-core",
+    "megatron_bridge": "Megatron Bridge",
+    "transformer_engine": "Transformer Engine",
+    "torch": "PyTorch",
+    "nccl": "NCCL",
+    "deepep": "DeepEP",
+}
+
+_PREFIXES = ("core_v", "core_r", "v", "r")
+_ALLOWED = "a PEP 440 version such as 0.16.1, 0.19.0rc1, 2.14+71bbefb or 2.9.0a0 (core_v0.16.0 and r0.16.0 also read)"
+
+
+def parse_version(text: str, field_name: str = "versions") -> Version:
+    """``"0.16.1"`` → ``Version("0.16.1")``; ``core_v0.16.0``, ``core_r0.16.0`` and ``v0.16`` also read.
+
+    Raises:
+        InputError: not a PEP 440 version (free text, non-ASCII digits, empty), naming ``field_name``.
+    """
+    if not isinstance(text, str):
+        raise InputError(field_name, text, _ALLOWED)
+    s = text.strip()
+    if not s or not s.isascii():
+        raise InputError(field_name, text, _ALLOWED)
+    low = s.lower()
+    for p in _PREFIXES:
+        if low.startswith(p) and len(low) > len(p) and low[len(p)].isdigit():
+            s = s[len(p) :]
+            break
+    try:
+        return Version(s)
+    except InvalidVersion:
+        raise InputError(field_name, text, _ALLOWED) from None
+
+
+def release_tuple(v: Version | None, default: str) -> tuple[int, int, int]:
+    """(major, minor, micro) of ``v`` (``default`` when None): the form the layout rules compare
+    (``0.19.0rc1`` → ``(0, 19, 0)``; its pre-release tag matters only to the known-issue ranges)."""
+    if v is None:
+        v = Version(default)
+    rel = (*v.release, 0, 0)[:3]
+    return (int(rel[0]), int(rel[1]), int(rel[2]))
+
+
+def version_text(v: Version | None) -> str | None:
+    """The version as written back (``str(Version)``), None when unknown."""
+    return None if v is None else str(v)
+
+
+@dataclass(frozen=True)
+class ResolvedVersions:
+    """Per package: the version (None when neither the user nor a known container states it) and its
+    source (``"versions.<key>"`` or ``"container <release>: <table source>"``).
+
+    Attributes:
+        values: package key (see :data:`PACKAGES`) → ``Version`` or None.
+        sources: package key → where the value came from (absent when unknown).
+        container: the container release named in ``versions.container`` (``26.04``), or None.
+        container_note: why the container's versions were or were not used (None without a container).
+    """
+
+    values: dict[str, Version | None] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    container: str | None = None
+    container_note: str | None = None
+
+    def get(self, package: str) -> Version | None:
+        """The package's version, None when unknown."""
+        return self.values.get(package)
+
+    def known(self) -> dict[str, str]:
+        """Package key → version text, for the packages whose version is known."""
+        return {k: str(v) for k, v in self.values.items() if v is not None}
+
+    def unknown(self) -> list[str]:
+        """Package keys whose version is not known."""
+        return [k for k in PACKAGES if self.values.get(k) is None]
+
+
+_RELEASE = re.compile(r"(?<![\d.])(\d\d)\.(\d\d)(?:\.(\d\d))?(?![\d.])")
+
+
+def container_release(text: str | None) -> tuple[str, str] | None:
+    """(family, release) of a container tag: ``nvcr.io/nvidia/nemo:26.04.01`` → ``("nemo", "26.04.01")``;
+    a bare ``26.04`` is a NeMo release; ``nvcr.io/nvidia/pytorch:26.04-py3`` → ``("pytorch", "26.04")``.
+    None when no single ``NN.NN[.NN]`` release is in the text."""
+    if not text:
+        return None
+    found = _RELEASE.findall(text)
+    if len(found) != 1:
+        return None
+    yy, mm, patch = found[0]
+    release = f"{yy}.{mm}" + (f".{patch}" if patch else "")
+    low = text.lower()
+    family = "pytorch" if "pytorch" in low else "nemo"
+    return family, release
+
+
+def resolve_versions(
+    stated: dict[str, str | None], container: str | None, lookup: Callable[[str, str], tuple[Any, str]]
+) -> tuple[ResolvedVersions, list[tuple]]:
+    """Parse the stated versions and fill the others from the container release's table.
+
+    Args:
+        stated: ``versions.<key>`` → text (None when not given), for every key of :data:`PACKAGES`.
+        container: ``versions.container`` as written.
+        lookup: ``(family, release) → (row or None, note)``, the container table
+            (:func:`moeplan.catalog.containers.lookup_container`); a row has ``packages`` and ``source``.
+
+    Returns:
+        (versions, fills): ``fills`` is one ``(key, value, reason)`` per version taken from the
+        container table (recorded by the resolver as a Resolution).
+
+    Raises:
+        InputError: a stated version that is not PEP 440.
+    """
+    values: dict[str, Version | None] = {}
+    sources: dict[str, str] = {}
+    for key in PACKAGES:
+        text = stated.get(key)
+        if text is None:
+            values[key] = None
+            continue
+        values[key] = parse_version(text, f"versions.{key}")
+        sources[key] = f"versions.{key}"
+    fills: list[tuple] = []
+    rel = container_release(container)
+    note = None
+    if container is not None and rel is None:
+        note = f"versions.container {container!r}: no NN.NN release found; package versions not filled"
+    elif rel is not None:
+        row, note = lookup(*rel)
+        if row is not None:
+            for key, text in row.packages.items():
+                if values.get(key) is None:
+                    values[key] = parse_version(text, f"container {rel[1]} table ({key})")
+                    sources[key] = f"container {rel[1]}: {row.source}"
+                    why = f"container {rel[0]}:{rel[1]}: {row.source}"
+                    if key in ("megatron_core", "megatron_bridge"):
+                        why += " (known-issue ranges; the layout rules check the stated or newest version)"
+                    fills.append((f"versions.{key}", text, why))
+    return (
+        ResolvedVersions(values, sources, rel[1] if rel else None, note),
+        fills,
+    )
+
+
+__all__ = [
+    "PACKAGES",
+    "PACKAGE_NAMES",
+    "ResolvedVersions",
+    "container_release",
+    "parse_version",
+    "release_tuple",
+    "resolve_versions",
+    "version_text",
+]

@@ -1,0 +1,151 @@
+"""Version strings as PEP 440 (rc, dev, post, local; free text is an input error naming the field) and
+the container release → package versions table (NeMo Framework containers, Megatron Bridge's
+docs/releases/software-versions.md)."""
+
+from __future__ import annotations
+
+import pytest
+from packaging.version import Version
+
+from moeplan.catalog.containers import ContainerTableError, container_table, lookup_container, parse_table
+from moeplan.errors import InputError
+from moeplan.spec.scenario import load_scenario, parse_version
+from moeplan.spec.versions import PACKAGES, container_release, release_tuple
+from moeplan.spec.versions import parse_version as parse_pep440
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0.16.1", "0.16.1"),
+        ("0.19.0rc1", "0.19.0rc1"),
+        ("0.20.0.dev3", "0.20.0.dev3"),
+        ("2.8.0.post1", "2.8.0.post1"),
+        ("2.14+71bbefb", "2.14+71bbefb"),
+        ("2.12.0a0+0291f960b6", "2.12.0a0+0291f960b6"),
+        ("core_v0.16.0", "0.16.0"),
+        ("core_r0.16.0", "0.16.0"),
+        ("v0.16", "0.16"),
+        ("r0.16.0", "0.16.0"),
+        (" 0.15.0 ", "0.15.0"),
+    ],
+)
+def test_pep440_versions_parse(text, expected):
+    assert parse_pep440(text) == Version(expected)
+
+
+def test_pre_dev_post_and_local_order_as_pep440():
+    assert parse_pep440("0.19.0rc1") < parse_pep440("0.19.0")
+    assert parse_pep440("0.19.0.dev0") < parse_pep440("0.19.0rc1")
+    assert parse_pep440("0.19.0.post1") > parse_pep440("0.19.0")
+    assert parse_pep440("2.14+71bbefb") > parse_pep440("2.14")
+
+
+def test_rc_is_no_longer_read_as_a_patch_release():
+    # the old parser read "0.19.0rc1" as 0.19.1 (digits of every dot part)
+    assert parse_version("0.19.0rc1", "0.20.0") == (0, 19, 0)
+    assert release_tuple(parse_pep440("0.19.0rc1"), "0.20.0") == (0, 19, 0)
+    s = load_scenario({"versions": {"megatron_core": "0.19.0rc1"}})
+    assert s.mcore_version == (0, 19, 0)
+    assert s.versions.get("megatron_core") == Version("0.19.0rc1")
+
+
+@pytest.mark.parametrize("text", ["before PR 5401", "r2d2", "０.１６.１", "latest", "", "0.16.1 (patched)", "dev:0.15.0"])
+def test_free_text_is_an_input_error_naming_the_field(text):
+    with pytest.raises(InputError) as exc:
+        load_scenario({"versions": {"megatron_core": text}})
+    assert exc.value.field == "versions.megatron_core"
+    assert "PEP 440" in exc.value.allowed
+
+
+@pytest.mark.parametrize("key", PACKAGES)
+def test_every_package_version_is_validated(key):
+    with pytest.raises(InputError) as exc:
+        load_scenario({"versions": {key: "before PR 5401"}})
+    assert exc.value.field == f"versions.{key}"
+    s = load_scenario({"versions": {key: "1.2.3rc1"}})
+    assert s.versions.get(key) == Version("1.2.3rc1")
+    assert s.versions.sources[key] == f"versions.{key}"
+
+
+def test_old_parser_behaviour_kept_for_valid_inputs():
+    assert parse_version("0.16.1", "0.20.0") == (0, 16, 1)
+    assert parse_version("core_r0.16.0", "0.20.0") == (0, 16, 0)
+    assert parse_version("v0.16", "0.20.0") == (0, 16, 0)
+    assert parse_version(None, "0.20.0") == (0, 20, 0)
+    assert load_scenario({}).mcore_version == (0, 20, 0)
+    assert load_scenario({}).versions.unknown() == list(PACKAGES)
+
+
+def test_container_release_is_read_from_a_tag():
+    assert container_release("nvcr.io/nvidia/nemo:26.04.01") == ("nemo", "26.04.01")
+    assert container_release("26.04") == ("nemo", "26.04")
+    assert container_release("nvcr.io/nvidia/pytorch:26.04-py3") == ("pytorch", "26.04")
+    assert container_release("latest") is None
+    assert container_release("25.09 or 25.11") is None
+
+
+def test_container_map_rows_follow_the_bridge_release_notes():
+    table = container_table()
+    row = table[("nemo", "26.04")]
+    assert row.packages == {
+        "torch": "2.11.0a0+eb65b36914.nv26.02",
+        "megatron_core": "0.17.0",
+        "transformer_engine": "2.14+71bbefb",
+        "megatron_bridge": "0.4.0",
+    }
+    assert "software-versions.md" in row.source
+    assert table[("nemo", "25.09")].packages["megatron_bridge"] == "0.1.0rc3"
+    assert table[("nemo", "26.06")].packages["megatron_core"] == "0.18.0"
+    # 26.02.01 is 26.02 with Megatron Bridge r0.3.1 (known-issues.md: "Fixed in 26.02.01 (r0.3.1)")
+    patch = table[("nemo", "26.02.01")].packages
+    assert patch["megatron_bridge"] == "0.3.1" and patch["megatron_core"] == "0.16.0"
+    for r in table.values():
+        for text in r.packages.values():
+            Version(text)
+
+
+def test_container_fills_only_unstated_versions_and_records_each_fill():
+    s = load_scenario({"versions": {"container": "nvcr.io/nvidia/nemo:26.04", "megatron_core": "0.17.1"}})
+    assert s.versions.get("megatron_core") == Version("0.17.1")
+    assert s.versions.get("transformer_engine") == Version("2.14+71bbefb")
+    assert s.versions.get("megatron_bridge") == Version("0.4.0")
+    assert s.versions.get("nccl") is None  # not in the release notes
+    fills = {r.key: r for r in s.resolutions if r.key.startswith("versions.")}
+    assert set(fills) == {"versions.torch", "versions.transformer_engine", "versions.megatron_bridge"}
+    assert "nemo:26.04" in fills["versions.torch"].reason and "software-versions.md" in fills["versions.torch"].reason
+    assert s.mcore_version == (0, 17, 1) and s.bridge_version == (0, 3, 0)  # bridge: filled, not stated
+
+
+def test_container_versions_feed_known_issues_not_the_layout_rules_version():
+    s = load_scenario({"versions": {"container": "nvcr.io/nvidia/nemo:25.11"}})
+    assert s.versions.get("megatron_core") == Version("0.15.0")
+    assert s.versions.sources["megatron_core"].startswith("container 25.11")
+    # the recipe fills and the key-availability rules keep the newest megatron-core unless stated
+    assert s.mcore_version == (0, 20, 0)
+    assert load_scenario({"versions": {"container": "25.11", "megatron_core": "0.15.1"}}).mcore_version == (0, 15, 1)
+
+
+def test_patch_release_not_in_the_table_uses_its_base_release_and_says_so():
+    row, note = lookup_container("nemo", "26.04.07")
+    assert row is not None and row.release == "26.04" and "not in the table" in note
+    row, note = lookup_container("nemo", "24.03")
+    assert row is None and "not in moeplan's container table" in note
+    s = load_scenario({"versions": {"container": "24.03"}})
+    assert s.versions.known() == {} and "24.03" in s.versions.container_note
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"schema": 1, "families": {"nemo": {"26.04": {"source": "x", "packages": {"cuda": "13.1"}}}}},
+        {"schema": 1, "families": {"nemo": {"26.04": {"source": "x", "packages": {"torch": "two point eleven"}}}}},
+        {"schema": 1, "families": {"nemo": {"26.04": {"packages": {"torch": "2.11"}}}}},
+        {"schema": 1, "families": {"nemo": {"26.04": {"source": "x", "colour": "green"}}}},
+        {"schema": 1, "families": {"nemo": {"26.04.01": {"source": "x", "inherits": "26.03"}}}},
+        {"schema": 2, "families": {}},
+    ],
+)
+def test_container_table_is_validated_on_load(bad):
+    with pytest.raises(ContainerTableError):
+        parse_table(bad)
