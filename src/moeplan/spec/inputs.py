@@ -17,10 +17,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.policy import check_plain
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
 
 FRAMEWORKS = ("megatron-bridge", "megatron-core")
+#: the largest world size a scenario may state (GPUs); beyond it no cluster exists
+MAX_GPUS = 2**20
+#: the most GPUs per node
+MAX_GPUS_PER_NODE = 1024
+#: the largest integer a layout key may take (parallel sizes, layer counts, warm-up steps): a world size
+MAX_LAYOUT_INT = MAX_GPUS
+#: the largest float a layout key may take (capacity factors, fractions, dropout)
+MAX_LAYOUT_FLOAT = 1e6
+#: layout keys that list labels, each label at most once
+LABEL_LISTS = ("recompute_modules", "offload_modules", "cuda_graph_scope", "cuda_graph_modules")
+#: a software version as moeplan reads it: ASCII digits, dots, a pre-release / dev / post suffix and a
+#: local part (``0.16.1``, ``core_r0.16.0``, ``2.8.0a0+5228986c39.nv25.09``); not ``r2d2``, not ``８``
+VERSION_PATTERN = re.compile(
+    r"(core_r|core_v|v|r)?[0-9]{1,9}(\.[0-9]{1,9}){0,3}"
+    r"((rc|a|b|alpha|beta|dev|post|pre|\.dev|\.post|\.rc)[0-9]{0,9})*(\+[A-Za-z0-9._-]{1,64})?",
+    re.ASCII | re.IGNORECASE,
+)
 
 
 class SystemInput(BaseModel):
@@ -30,8 +48,8 @@ class SystemInput(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     gpu: str | GpuSpec | None = None
-    num_gpus: int | None = Field(default=None, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    num_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_overrides: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -58,6 +76,13 @@ class VersionsInput(BaseModel):
     def _quoted(cls, v):
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             raise ValueError("a quoted string, e.g. '26.10': unquoted, YAML reads 26.10 as the number 26.1")
+        return v
+
+    @field_validator("megatron_core", "megatron_bridge", "transformer_engine", "torch")
+    @classmethod
+    def _version(cls, v):
+        if v is not None and not VERSION_PATTERN.fullmatch(v):
+            raise ValueError("a version in ASCII digits such as '0.16.1', '0.17.0rc1' or 'core_r0.16.0'")
         return v
 
 
@@ -169,18 +194,43 @@ def _pydantic_to_input_error(exc: ValidationError) -> InputError:
     return InputError(loc, value, allowed)
 
 
-def scenario_from_dict(data: dict | None) -> ScenarioInput:
-    """Validate a scenario mapping.
+def _check_layout_values(data: dict) -> None:
+    """Layout values within plausible bounds (integers up to :data:`MAX_LAYOUT_INT`, floats up to
+    :data:`MAX_LAYOUT_FLOAT`, list items too) and label lists without repeats (a repeated unknown
+    label would be reported once per repeat).
 
     Raises:
-        InputError: unknown keys (with did-you-mean), wrong types, out-of-range values; the message
-            names the field, the value and what is allowed.
+        InputError: naming ``layout.KEY``.
+    """
+    layout = data.get("layout")
+    if not isinstance(layout, dict):
+        return
+    for key, v in layout.items():
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                continue
+            top = MAX_LAYOUT_INT if isinstance(x, int) else MAX_LAYOUT_FLOAT
+            if abs(x) > top:
+                raise InputError(f"layout.{key}", v, f"a value of magnitude at most {top:g}")
+        if key in LABEL_LISTS and isinstance(v, list) and len({str(x) for x in v}) != len(v):
+            raise InputError(f"layout.{key}", v, "a list naming each label once")
+
+
+def scenario_from_dict(data: dict | None) -> ScenarioInput:
+    """Validate a scenario mapping under the input policy (:func:`moeplan.spec.policy.check_plain`:
+    plain text without control characters, bounded numbers, bounded nesting).
+
+    Raises:
+        InputError: unknown keys (with did-you-mean), wrong types, out-of-range values, control
+            characters; the message names the field, the value and what is allowed.
     """
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError("scenario", data, "a YAML mapping with model, system, training, layout")
+    check_plain(data, "")
     _check_unknown_keys(data)
+    _check_layout_values(data)
     gpu = (data.get("system") or {}).get("gpu") if isinstance(data.get("system"), dict) else None
     if isinstance(gpu, dict):
         unknown = [k for k in gpu if k not in GpuSpec.model_fields]

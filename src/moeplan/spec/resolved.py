@@ -8,6 +8,7 @@ Built by :func:`moeplan.spec.defaults.resolve`; read by the rules and the estima
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +38,11 @@ def parse_version(text: str | None, default: str) -> tuple[int, ...]:
         if s.startswith(prefix):
             s = s[len(prefix) :]
     parts = []
-    for p in s.split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
+    for p in s.split(".")[:3]:
+        digits = re.match(r"[0-9]{1,9}", p)  # the leading ASCII digits: 1rc1 is 1, r2d2 no version
         if not digits:
             break
-        parts.append(int(digits))
+        parts.append(int(digits.group()))
     if not parts:
         raise InputError("versions", text, "a version such as 0.16.1")
     while len(parts) < 3:
