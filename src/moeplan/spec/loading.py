@@ -220,6 +220,20 @@ def load_scenario_file(path: str | Path) -> dict:
     return data
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """SafeDumper that never writes an alias (``&id001`` / ``*id001``): what moeplan writes, its
+    strict loader reads back."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def dump_yaml(data: object, **kw) -> str:
+    """YAML text of ``data`` as ``yaml.safe_dump(data, sort_keys=False, **kw)`` writes it, without
+    aliases (a list shared by two keys is written twice), so that :func:`load_yaml_text` reads it back."""
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, **kw)
+
+
 def _deep_merge(base: dict, top: dict) -> dict:
     """A new mapping: ``top`` laid over ``base`` section by section; neither argument is changed (a
     shared base, e.g. calibration defaults, must not carry one run's settings into the next)."""
