@@ -26,6 +26,8 @@ from moeplan.spec.scenario import load_scenario_file, merge_overrides
 Progress = Callable[[int, int], None]
 #: how far (relative) a global batch may be from tokens-per-step / seq-length
 BATCH_TOLERANCE = 0.1
+#: the largest global batch (sequences) a request may ask for: the training schema's cap
+MAX_GLOBAL_BATCH = 2**24
 
 
 def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
@@ -79,6 +81,10 @@ def plan_request(
         raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
     if tokens_per_step < seq:
         raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
+    if tokens_per_step // seq > MAX_GLOBAL_BATCH:  # before any range of batches is built
+        raise InputError(
+            "--tokens-per-step", tokens_per_step, f"at most {MAX_GLOBAL_BATCH:,} sequences of {seq} tokens per step"
+        )
     gbs = batch_for_tokens(tokens_per_step, seq)
     data.setdefault("training", {})["global_batch_size"] = gbs
     if tokens_per_step % seq == 0:

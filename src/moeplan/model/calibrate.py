@@ -27,11 +27,11 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
 from moeplan.model.constants import TimeConstants, release_key, release_of
 from moeplan.model.step import estimate_step
+from moeplan.spec.loading import load_json_file
 from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario
 
 # name, lower, upper (physically plausible ranges; a fit that ends at a bound is reported)
@@ -477,23 +477,16 @@ def profile_json(c: TimeConstants) -> str:
 
 
 def _read_profile(path) -> object:
-    """The JSON value of the profile file at ``path``.
+    """The JSON value of the profile file at ``path`` (strict JSON under the input policy: a regular
+    file of bounded size, no duplicate key, no NaN, bounded nesting; a FIFO is refused, never read).
 
     Raises:
         InputError: missing or unreadable file, not JSON, or a key repeated within an object.
     """
-
-    def unique(pairs):
-        keys = [k for k, _ in pairs]
-        dup = next((k for k in keys if keys.count(k) > 1), None)
-        if dup is not None:
-            raise InputError("--calibration", str(path), f"a profile without duplicate keys ({dup!r} repeats)")
-        return dict(pairs)
-
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise InputError("--calibration", str(path), f"a readable calibration profile ({type(exc).__name__})") from None
+        return load_json_file(path, "--calibration")
+    except InputError as exc:
+        raise InputError("--calibration", str(path), f"a readable calibration profile ({exc.allowed})") from None
 
 
 def _check_profile_keys(data: object, path) -> None:

@@ -30,6 +30,21 @@ MAX_GPUS_PER_NODE = 1024
 MAX_LAYOUT_INT = MAX_GPUS
 #: the largest float a layout key may take (capacity factors, fractions, dropout)
 MAX_LAYOUT_FLOAT = 1e6
+#: layout keys that count pipeline stages or layers: at most the largest layer count a model may
+#: have (a pipeline never has more virtual stages than layers); the product PP · VPP too
+LAYER_COUNT_KEYS = (
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "microbatch_group_size_per_vp_stage",
+    "recompute_num_layers",
+    "cpu_offloading_num_layers",
+    "num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16",
+    "mtp_num_layers",
+)
+MAX_STAGES = 10_000
 #: layout keys that list labels, each label at most once
 LABEL_LISTS = ("recompute_modules", "offload_modules", "cuda_graph_scope", "cuda_graph_modules")
 #: a software version as moeplan reads it: ASCII digits, dots, a pre-release / dev / post suffix and a
@@ -214,6 +229,13 @@ def _check_layout_values(data: dict) -> None:
                 raise InputError(f"layout.{key}", v, f"a value of magnitude at most {top:g}")
         if key in LABEL_LISTS and isinstance(v, list) and len({str(x) for x in v}) != len(v):
             raise InputError(f"layout.{key}", v, "a list naming each label once")
+        if key in LAYER_COUNT_KEYS and isinstance(v, int) and v > MAX_STAGES:
+            raise InputError(f"layout.{key}", v, f"at most {MAX_STAGES:,} (a model's largest layer count)")
+    pp, vpp = layout.get("pipeline_model_parallel_size"), layout.get("virtual_pipeline_model_parallel_size")
+    if isinstance(pp, int) and isinstance(vpp, int) and pp * vpp > MAX_STAGES:
+        raise InputError(
+            "layout.virtual_pipeline_model_parallel_size", vpp, f"PP · VPP at most {MAX_STAGES:,} virtual stages"
+        )
 
 
 def scenario_from_dict(data: dict | None) -> ScenarioInput:

@@ -1,0 +1,109 @@
+"""Fuzz the scenario readers (issue #22): mutated scenario files and model overrides through
+``check``, ``estimate``, ``params``, ``fit``, ``export`` and ``plan`` must exit 0, 1 or 2 (never 3),
+print no traceback, finish within the bound and write nothing."""
+
+from __future__ import annotations
+
+import pathlib
+
+import yaml
+from harness import fuzz_settings, judge, listing, outside, run_cli, sandbox
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import SECTION_KEYS, hostile_value, mutated_mapping, mutated_text, to_yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SEEDS = [
+    yaml.safe_load(p.read_text())
+    for p in sorted([*(ROOT / "tests" / "golden" / "scenarios").glob("*.yaml"), *(ROOT / "examples").glob("*.yaml")])
+    if "model" in yaml.safe_load(p.read_text())
+]
+#: a small seed that plans in about a second (the planner fuzzer's budget is small)
+SMALL = {
+    "model": "qwen3-30b-a3b",
+    "system": {"gpu": "h100", "num_gpus": 16},
+    "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+    "layout": {"tensor_model_parallel_size": 1, "expert_model_parallel_size": 8},
+}
+#: the most files a command may write: none (the scenario commands only read)
+NOTHING: set[str] = set()
+
+
+def _run(cls: str, args_of, text: str):
+    """Write ``text`` as ``s.yaml`` in a sandbox, run the command ``args_of(path)`` and judge it."""
+    with sandbox() as box:
+        path = box / "s.yaml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        before = listing(box)
+        out = run_cli(args_of(path))
+        stray = outside(before, listing(box), NOTHING)
+        return judge(cls, out, [f"outside: {stray}"] if stray else [])
+
+
+@fuzz_settings(40)
+@given(seed=st.sampled_from(SEEDS), data=st.data(), command=st.sampled_from(["check", "estimate", "params"]))
+def test_mutated_scenarios_check_estimate(seed, data, command):
+    mutated = data.draw(mutated_mapping(seed))
+    text = to_yaml(mutated)
+    if data.draw(st.booleans()):
+        text = data.draw(mutated_text(text))
+    _run("scenarios", lambda p: [command, p, "--json"], text)
+
+
+@fuzz_settings(30)
+@given(seed=st.sampled_from(SEEDS), key=st.sampled_from(SECTION_KEYS["model_overrides"]), value=hostile_value)
+def test_mutated_model_overrides(seed, key, value):
+    sc = {**seed, "model_overrides": {**(seed.get("model_overrides") or {}), key: value}}
+    _run("model overrides", lambda p: ["estimate", p, "--json"], to_yaml(sc))
+
+
+@fuzz_settings(10)
+@given(data=st.data(), command=st.sampled_from(["check", "estimate"]))
+def test_mutated_model_overrides_without_a_catalog_model(data, command):
+    """A model made of overrides alone: the rules take a partial model, the rest need it complete."""
+    base = {
+        "num_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "vocab_size": 1000,
+        "num_moe_experts": 8,
+        "moe_router_topk": 2,
+        "moe_ffn_hidden_size": 256,
+    }
+    key = data.draw(st.sampled_from(SECTION_KEYS["model_overrides"]))
+    sc = {**SMALL, "model": None, "model_overrides": {**base, key: data.draw(hostile_value)}}
+    sc["system"] = {"gpu": "h100", "num_gpus": 8}
+    _run("model overrides", lambda p: [command, p, "--json"], to_yaml(sc))
+
+
+@fuzz_settings(12)
+@given(seed=st.sampled_from(SEEDS), data=st.data())
+def test_mutated_scenarios_export_every_format(seed, data):
+    fmt = data.draw(st.sampled_from(["mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm"]))
+    _run("scenarios", lambda p: ["export", p, "-f", fmt, "--force"], to_yaml(data.draw(mutated_mapping(seed))))
+
+
+@fuzz_settings(5)
+@given(data=st.data(), command=st.sampled_from(["plan", "fit"]))
+def test_mutated_requests_plan_and_fit(data, command):
+    mutated = data.draw(mutated_mapping(SMALL, max_mutations=2))
+    extra = ["--top", "1"] if command == "plan" else []
+    _run("scenarios", lambda p: [command, p, "--json", *extra], to_yaml(mutated))
+
+
+@fuzz_settings(15)
+@given(
+    flag=st.sampled_from(["--num-gpus", "--seq-length", "--mbs", "--gbs", "--tp", "--pp", "--vpp", "--cp", "--ep", "--etp"]),
+    value=st.sampled_from(["1", "2", "3", "64", "1048576", "1048577", "99999999999999999999", "9" * 400]),
+    command=st.sampled_from(["check", "estimate"]),
+)
+def test_hostile_flags(flag, value, command):
+    _run("scenarios", lambda p: [command, p, flag, value], to_yaml(SMALL))
+
+
+@fuzz_settings(15)
+@given(key=st.sampled_from(sorted(SECTION_KEYS["layout"]) + ["model_overrides.num_layers", "versions.megatron_core"]),
+       value=st.sampled_from(["1", "-1", "1e999", ".nan", "[]", "{a: 1}", "&a 1", "*a", "9" * 5000, "'x\\ny'", "null"]))
+def test_hostile_set_values(key, value):
+    full = key if "." in key else f"layout.{key}"
+    _run("scenarios", lambda p: ["check", p, "--set", f"{full}={value}"], to_yaml(SMALL))
