@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, short_repr
 from moeplan.io.keys import (
     BRIDGE_PATHS,
     DTYPE_KEYS,
@@ -105,7 +105,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
             if s.mcore_version < KEY_MIN_MCORE.get(field, (0, 0, 0)):
                 if notes is not None:
                     notes.append(
-                        f"{field}={value!r} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
+                        f"{field}={short_repr(value)} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
                     )
                 continue
             out.setdefault(sec, {})[field] = value
@@ -258,7 +258,7 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
     lay = exported_layout(s)
     for key, v in lay.items():
         if key in MLM_UNSUPPORTED:
-            notes.append(f"{key}={v!r} has no Megatron-LM flag (Bridge only)")
+            notes.append(f"{key}={short_repr(v)} has no Megatron-LM flag (Bridge only)")
             continue
         flag = mlm_flag(key)
         if key == "grad_reduce_in_fp32":

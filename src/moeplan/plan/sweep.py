@@ -369,11 +369,12 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
 
     out_dir = Path(out_dir)
     man = load_manifest(out_dir)
-    rows, runs = [], []
+    rows, runs, read = [], [], []
     for e in man["entries"]:
         logs = sorted((out_dir / e["id"]).glob("*.log"))
         if not include_smoke:
             logs = [p for p in logs if not p.name.startswith("smoke")]
+        read += logs
         notes: list[str] = []
         vals = [v for p in logs if (v := _log_tokens_per_s(p, e, notes)) is not None]
         measured = statistics.median(vals) if vals else None
@@ -399,7 +400,8 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
     runs_file = None
     if runs:
         runs_file = out_dir / "runs.yaml"
-        write_atomically(runs_file, dump_yaml({"runs": runs}), field="runs.yaml")
+        inputs = [out_dir / MANIFEST, *read]  # runs.yaml may not be (a link to) a file collect read
+        write_atomically(runs_file, dump_yaml({"runs": runs}), field="runs.yaml", inputs=inputs)
     return {
         "entries": rows,
         "measured_ranking": [r["id"] for r in both],

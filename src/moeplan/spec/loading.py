@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, short_repr
 from moeplan.spec.policy import MAX_DEPTH, MAX_JSON_BYTES, MAX_YAML_BYTES, read_text
 
 #: integers longer than this cannot be converted by Python at all (its limit is 4300 digits)
@@ -51,7 +51,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}", key_node.start_mark)
         seen.add(key)
     return yaml.SafeLoader.construct_mapping(loader, node, deep)
 
@@ -124,7 +124,7 @@ def _json_pairs(pairs: list[tuple[str, object]]) -> dict:
     if len(out) != len(pairs):
         seen: set[str] = set()
         dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup[:40]!r}")
+        raise ValueError(f"duplicate key {short_repr(dup)}")
     return out
 
 
