@@ -12,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SECTION_KEYS, hostile_value, mutated_mapping, mutated_text, to_yaml
 
+from moeplan.spec.model import MODEL_INT_RANGES
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEEDS = [
     yaml.safe_load(p.read_text())
@@ -107,3 +109,28 @@ def test_hostile_flags(flag, value, command):
 def test_hostile_set_values(key, value):
     full = key if "." in key else f"layout.{key}"
     _run("scenarios", lambda p: ["check", p, "--set", f"{full}={value}"], to_yaml(SMALL))
+
+
+@st.composite
+def extreme_overrides(draw) -> dict:
+    """Several model fields at once at the edges of their plausible ranges (valid, but extreme)."""
+    keys = draw(st.lists(st.sampled_from(sorted(MODEL_INT_RANGES)), min_size=1, max_size=5, unique=True))
+    out = {}
+    for k in keys:
+        lo, hi = MODEL_INT_RANGES[k]
+        out[k] = draw(st.sampled_from([lo, hi, (lo + hi) // 2]) | st.integers(lo, hi))
+    return out
+
+
+@fuzz_settings(15)
+@given(seed=st.sampled_from(SEEDS), overrides=extreme_overrides(), command=st.sampled_from(["estimate", "check", "params"]))
+def test_extreme_but_valid_model_overrides(seed, overrides, command):
+    """Valid values at the caps (10^4 layers, 2^24 widths, 2^16 experts) finish within the bound."""
+    sc = {**seed, "model_overrides": {**(seed.get("model_overrides") or {}), **overrides}}
+    _run("model overrides", lambda p: [command, p, "--json"], to_yaml(sc))
+
+
+@fuzz_settings(3)
+@given(overrides=extreme_overrides())
+def test_extreme_but_valid_model_overrides_plan(overrides):
+    _run("model overrides", lambda p: ["plan", p, "--json", "--top", "1"], to_yaml({**SMALL, "model_overrides": overrides}))
