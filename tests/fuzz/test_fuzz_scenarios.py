@@ -134,3 +134,52 @@ def test_extreme_but_valid_model_overrides(seed, overrides, command):
 @given(overrides=extreme_overrides())
 def test_extreme_but_valid_model_overrides_plan(overrides):
     _run("model overrides", lambda p: ["plan", p, "--json", "--top", "1"], to_yaml({**SMALL, "model_overrides": overrides}))
+
+
+@st.composite
+def random_layout(draw) -> dict:
+    """A request with a drawn layout: parallel sizes, batch, precision and the switches the planner
+    turns (legal or not: the rules say which), on a drawn model and GPU."""
+    dims = st.sampled_from([1, 1, 2, 3, 4, 8, 16])
+    lay = {
+        k: draw(dims)
+        for k in (
+            "tensor_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "context_parallel_size",
+            "expert_model_parallel_size",
+            "expert_tensor_parallel_size",
+        )
+    }
+    if draw(st.booleans()):
+        lay["virtual_pipeline_model_parallel_size"] = draw(dims)
+    for key, values in (
+        ("recompute_granularity", ["full", "selective", None]),
+        ("moe_token_dispatcher_type", ["alltoall", "allgather", "flex", None]),
+        ("cuda_graph_impl", ["none", "local", "transformer_engine", None]),
+        ("sequence_parallel", [True, False, None]),
+        ("use_distributed_optimizer", [True, False, None]),
+        ("optimizer_cpu_offload", [True, False]),
+        ("num_distributed_optimizer_instances", [1, 2, 3, 64]),
+    ):
+        if draw(st.booleans()):
+            lay[key] = draw(st.sampled_from(values))
+    world = draw(st.sampled_from([8, 16, 24, 64, 256, 1024]))
+    return {
+        "model": draw(st.sampled_from(["qwen3-30b-a3b", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-Next-80B-A3B-Instruct", "gpt-oss-120b"])),
+        "system": {"gpu": draw(st.sampled_from(["h100", "gb200", "b200"])), "num_gpus": world},
+        "training": {
+            "seq_length": draw(st.sampled_from([1024, 4096, 4097, 32768, 131072])),
+            "micro_batch_size": draw(st.sampled_from([1, 2, 3])),
+            "global_batch_size": draw(st.sampled_from([1, 64, 96, 1024])),
+            "precision": draw(st.sampled_from(["bf16", "fp8-blockwise", "mxfp8", "nvfp4"])),
+        },
+        "layout": lay,
+    }
+
+
+@fuzz_settings(25)
+@given(sc=random_layout(), command=st.sampled_from(["check", "estimate", "estimate", "params", "fit"]))
+def test_random_layouts(sc, command):
+    """Drawn layouts, legal or not (ETP above TP, instances above DP, ...): the rules answer, never a bug."""
+    _run("scenarios", lambda p: [command, p, "--json"], to_yaml(sc))
