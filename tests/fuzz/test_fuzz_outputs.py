@@ -71,6 +71,9 @@ TARGETS = [
     "missing folder",
     "empty",
     "too long",
+    "newline in the name",
+    "symlink to a folder",
+    "chain of links to the input",
 ]
 
 
@@ -95,6 +98,17 @@ def _target(box: pathlib.Path, kind: str, first_input: str | None, suffix: str) 
         else:
             os.link(box / first_input, box / name)
         return name, set()
+    elif kind == "chain of links to the input" and first_input:
+        os.symlink(first_input, box / "link1")
+        os.symlink("link1", box / name)
+        return name, set()
+    elif kind == "newline in the name":
+        weird = "out\nx" + (suffix if suffix != "/" else "")
+        return weird, {weird}
+    elif kind == "symlink to a folder":
+        (box / "real_dir").mkdir()
+        os.symlink("real_dir", box / name)
+        return name, {name, "real_dir"}
     elif kind == "symlink loop":
         os.symlink("loop2" + suffix.strip("/"), box / name)
         os.symlink(name, box / ("loop2" + suffix.strip("/")))
@@ -180,7 +194,7 @@ def test_slow_writers_on_hostile_targets(writer, kind):
 def test_every_writer_refuses_its_own_input():
     """The reproducers: ``plan s.yaml --report s.yaml`` and the others replaced the scenario with the output."""
     for writer in ("export", "plan --save", "plan --report", "calibrate -o", "vlm-stats -o", "compare --plot"):
-        for kind in ("the input", "symlink to the input", "hard link to the input"):
+        for kind in ("the input", "symlink to the input", "hard link to the input", "chain of links to the input"):
             _run_writer(writer, kind)
 
 

@@ -37,6 +37,9 @@ _ITER = re.compile(r"iteration\s+([0-9]{1,18})\s*/\s*([0-9]{1,18})", re.ASCII)
 #: a field name as Megatron prints it (``elapsed time per iteration (ms)``), and its value
 _FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z /()\-_]*")
 _FIELD_VALUE = re.compile(r"\s*([-+0-9.eE]{1,64}(?![-+0-9.eE])|nan|inf)")
+#: ``| name: value`` fields, linear on any line: the name runs to the next ':' or '|' (a negated class,
+#: no backtracking into it), the value is at most 64 characters
+_FIELDS = re.compile(r"\|([^|:]*):\s*([-+0-9.eE]{1,64}(?![-+0-9.eE])|nan|inf)")
 _MEM = re.compile(
     r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]{1,64})\s*\|\s*max allocated:\s*([0-9.]{1,64})\s*\|"
     r"\s*reserved:\s*([0-9.]{1,64})\s*\|\s*max reserved:\s*([0-9.]{1,64})",
@@ -336,15 +339,16 @@ class _Parser:
         if after and math.isfinite(ma):
             st.memory_reports.append((int(after.group(1)), ma))
 
-    def _key(self, name: str) -> str | None:
-        """The figure a field name stands for (None: not one moeplan keeps); names are cached."""
-        if len(name) > 64:
-            return None  # no field moeplan keeps has a name this long
-        key = self._names.get(name, "")
+    def _key(self, raw: str) -> str | None:
+        """The figure a field name stands for (None: not one moeplan keeps); names are cached as
+        they appear (with their blanks)."""
+        key = self._names.get(raw, "")
         if key == "":
-            key = _NAMES.get("".join(name.split()).lower()) if _FIELD_NAME.fullmatch(name) else None
-            if len(self._names) < 4096:
-                self._names[name] = key
+            name = raw.strip()
+            ok = len(name) <= 64 and _FIELD_NAME.fullmatch(name)  # no field moeplan keeps has a longer name
+            key = _NAMES.get("".join(name.split()).lower()) if ok else None
+            if len(self._names) < 4096 and len(raw) <= 128:
+                self._names[raw] = key
         return key
 
     def _iteration(self, line: str) -> None:
@@ -354,20 +358,16 @@ class _Parser:
             st.unreadable_lines += 1
             return
         vals: dict[str, float] = {}
-        for seg in line[mt.end() :].split("|")[1:]:
-            name, sep, rest = seg.partition(":")
-            if not sep:
-                continue
-            key = self._key(name.strip())
-            if key is None:
-                continue
-            mv = _FIELD_VALUE.match(rest)
-            if mv is None:
-                continue
-            try:
-                vals[key] = float(mv.group(1))
-            except ValueError:
-                continue
+        names = self._names
+        for raw, val in _FIELDS.findall(line, mt.end()):
+            key = names.get(raw, "")
+            if key == "":
+                key = self._key(raw)
+            if key is not None:
+                try:
+                    vals[key] = float(val)
+                except ValueError:
+                    continue
         if not vals:
             st.unreadable_lines += 1
             return
