@@ -297,7 +297,7 @@ def test_export_report_refuses_a_broken_layout_unless_forced():
     assert not forced.refused and forced.text and forced.broken_rules == res.broken_rules
     ok = export_report(DSV3, fmt="megatron-lm-args")
     assert not ok.refused and ok.broken_rules == [] and "--tensor-model-parallel-size" in ok.text
-    with pytest.raises(InputError, match="a path other than the scenario file"):
+    with pytest.raises(InputError, match="a path other than the input"):
         export_report(DSV3, output=DSV3)
 
 
@@ -345,7 +345,7 @@ def test_compare_and_doctor_refuse_bad_paths(tmp_path):
     a = tmp_path / "a.log"
     with pytest.raises(InputError, match="--plot"):
         compare_report(a, a, plot=tmp_path / "plot.txt")
-    with pytest.raises(InputError, match="a path other than the input logs"):
+    with pytest.raises(InputError, match="a path other than the input"):
         compare_report(tmp_path / "a.png", tmp_path / "b.log", plot=tmp_path / "a.png")
     with pytest.raises(InputError):
         doctor_report(tmp_path / "missing.yaml")

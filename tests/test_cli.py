@@ -503,7 +503,7 @@ def test_export_refuses_to_overwrite_its_scenario_and_plan_checks_paths_first(tm
     sc = tmp_path / "s.yaml"
     sc.write_text(pathlib.Path("examples/deepseek_v3_gb300.yaml").read_text())
     r = run(["export", str(sc), "-f", "mbridge-yaml", "-o", str(sc)])
-    assert r.exit_code == 2 and "scenario file" in r.stderr
+    assert r.exit_code == 2 and "other than the input" in r.stderr
     assert sc.read_text() == pathlib.Path("examples/deepseek_v3_gb300.yaml").read_text()
     rep = tmp_path / "r.html"
     r = run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moeplan import load_scenario
+from moeplan import InputError, load_scenario
 from moeplan.model.step import estimate_step
 
 SCN = {
@@ -103,9 +103,11 @@ def _rel_assumption(container):
 
 def test_container_text_must_name_exactly_one_release():
     newest = _rel_assumption("latest")[0]
-    for bad in ("latest", "1234.5678", "26.04.1", "26.04\n26.02"):
+    for bad in ("latest", "1234.5678", "26.04.1", "26.04 26.02"):
         rel, notes = _rel_assumption(bad)
         assert rel == newest and notes and "not readable as one NN.NN[.NN] release" in notes[0], bad
+    with pytest.raises(InputError, match="control characters"):  # a newline is refused at input (#22)
+        _rel_assumption("26.04\n26.02")
     assert _rel_assumption("nvcr.io/nvidia/nemo:26.02.01") == ("26.02.01", [])
 
 

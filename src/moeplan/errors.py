@@ -3,7 +3,43 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
+
+#: the most characters of a value quoted in an error or a note (longer values are cut with "...")
+QUOTE_LIMIT = 80
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` bounded in time as well as length: a huge integer is described, never converted
+    (``repr`` of a 5,000-digit int raises, of a 10**6-digit one takes seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 4, 6, 6, 6
+        self.maxstring, self.maxother, self.maxlong = QUOTE_LIMIT, QUOTE_LIMIT, 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+    def repr_str(self, x: str, level: int) -> str:
+        return super().repr_str(x[: 2 * QUOTE_LIMIT], level) if len(x) <= QUOTE_LIMIT else repr(x[:QUOTE_LIMIT]) + "..."
+
+
+_SHORT = _ShortRepr()
+
+
+def short_repr(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, in time bounded by ``limit`` (not by the
+    value's size): containers show their first items, strings their first characters, huge integers
+    their size. For quoting user values in errors and notes."""
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still quoted
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit + 8 else text[:limit] + "..."
 
 
 class MoeplanError(Exception):
@@ -24,7 +60,7 @@ class InputError(MoeplanError, ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        shown = "missing" if value is None else f"{value!r} is not valid"
+        shown = "missing" if value is None else f"{short_repr(value)} is not valid"
         msg = f"{field}: {shown}; allowed: {allowed}"
         if hint:
             msg += f" ({hint})"

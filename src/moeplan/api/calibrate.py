@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from moeplan.api.inputs import load_yaml_any
-from moeplan.diagnose import log_config, read_text_file
-from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
+from moeplan.diagnose import read_log, stats_config
+from moeplan.diagnose.logs import tokens_per_s_per_gpu
 from moeplan.errors import InputError
-from moeplan.io.write import write_atomically
+from moeplan.io.write import check_writable, write_atomically
 from moeplan.model.calibrate import Run, fit, holdout, load_runs_yaml, profile_json
 from moeplan.model.constants import TimeConstants, load_constants
 from moeplan.model.step import release_of
@@ -63,9 +63,8 @@ def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     base = load_scenario_file(scenario)
     runs = []
     for path in logs:
-        text = read_text_file(path)
-        st = parse_log(text)
-        merged = _deep_merge(base, log_config(text)[0] or {})
+        st = read_log(path)  # one streaming pass; the argument dump kept with the statistics
+        merged = _deep_merge(base, stats_config(st)[0] or {})
         banner = (st.environment or {}).get("container_release")
         if banner and not (merged.get("versions") or {}).get("container"):
             # the log's own container banner (NVIDIA Release 26.04) names the release it measured
@@ -114,6 +113,8 @@ def calibrate_report(
             for the free constants, or an unwritable output.
     """
 
+    if output is not None:  # before any work: never onto an input, nothing half-done
+        check_writable(output, inputs=(*sources, scenario))
     if len(sources) == 1 and sources[0].suffix.lower() in RUNS_SUFFIXES:
         runs = load_runs_yaml(load_yaml_any(sources[0]))
     else:
@@ -130,7 +131,7 @@ def calibrate_report(
     c, info = fit(runs, base, constants, max_nfev, tick)
     folds = holdout(runs, base, holdout_by, constants, max_nfev, tick) if holdout_by else None
     if output is not None:
-        write_atomically(output, profile_json(c))
+        write_atomically(output, profile_json(c), inputs=(*sources, scenario))
     return {"fit": info, "holdout": folds, "profile": str(output) if output else None}
 
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
+from moeplan.diagnose import read_log
 from moeplan.errors import InputError
-from moeplan.io.imports import import_config
+from moeplan.io.imports import import_config, import_dump
 from moeplan.rules import RULES, validate
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
 from moeplan.spec.params import count_params
 from moeplan.spec.placement import stage_params
+from moeplan.spec.policy import MAX_JSON_BYTES, read_text
 from moeplan.spec.scenario import load_scenario
+
+#: the longest configuration file imported (a Bridge YAML, an overrides file, a command line)
+MAX_CONFIG_BYTES = MAX_JSON_BYTES
 
 
 def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
@@ -24,11 +29,9 @@ def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
 
     if path is None or not path.is_file():
         raise InputError("scenario", str(path), f"an existing {from_format} file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
-        raise InputError("scenario", str(path), f"a readable text file ({type(exc).__name__})") from None
-    return import_config(text, from_format)
+    if from_format == "megatron-log":  # a training log of any length: streamed, its dump kept
+        return import_dump(read_log(path, "scenario").dump)
+    return import_config(read_text(path, "scenario", MAX_CONFIG_BYTES), from_format)
 
 
 def check_report(

@@ -9,14 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from moeplan.api.inputs import load_step_constants
-from moeplan.diagnose import log_config, read_text_file
+from moeplan.diagnose import log_config, read_log, read_text_file, stats_config
 from moeplan.diagnose.compare import compare_runs, model_mismatch
 from moeplan.diagnose.doctor import check_environment, collect_environment, known_issue_findings
 from moeplan.diagnose.fixes import rank_memory_fixes
-from moeplan.diagnose.logs import derive_tokens_per_s, parse_log
+from moeplan.diagnose.logs import derive_tokens_per_s
 from moeplan.diagnose.oom import parse_oom, reconcile_with_model
 from moeplan.diagnose.plot import plot_runs
 from moeplan.errors import InputError
+from moeplan.io.write import check_writable
 from moeplan.model.memory import estimate_memory
 from moeplan.spec.scenario import _deep_merge, load_scenario, load_scenario_file
 
@@ -38,9 +39,8 @@ def log_report(logs: list[Path]) -> list[dict]:
 
     out = []
     for path in logs:
-        text = read_text_file(path)
-        st = parse_log(text)
-        config, notes = log_config(text)
+        st = read_log(path)  # one streaming pass: memory bounded by the statistics, not the file
+        config, notes = stats_config(st)
         entry = {"log": str(path), **derive_tokens_per_s(st.summary(), config), "config": config}
         if config is not None:
             entry["config_notes"] = notes
@@ -48,12 +48,12 @@ def log_report(logs: list[Path]) -> list[dict]:
     return out
 
 
-def _mismatch_warnings(base: dict, texts: list[str]) -> list[str]:
+def _mismatch_warnings(base: dict, dumps: list[dict[str, str]]) -> list[str]:
     """A warning per log (B's first) whose argument dump disagrees with the scenario's model."""
 
     m = load_scenario(base).model
     out: list[str] = []
-    for name, t in (("A", texts[0]), ("B", texts[1])):
+    for name, t in (("A", dumps[0]), ("B", dumps[1])):
         diff = model_mismatch(t, m) if m is not None else []
         if diff:
             out.insert(
@@ -98,22 +98,21 @@ def compare_report(
 
     if plot is not None and plot.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError("--plot", str(plot), "a file ending in .png, .svg or .pdf")
-    if plot is not None and plot.resolve() in (log_a.resolve(), log_b.resolve()):
-        raise InputError("--plot", str(plot), "a path other than the input logs")
-    texts = [read_text_file(log_a), read_text_file(log_b)]
-    stats = [parse_log(t) for t in texts]
-    configs = [log_config(t)[0] for t in texts]
+    if plot is not None:
+        check_writable(plot, "--plot", inputs=(log_a, log_b, scenario, calibration))
+    stats = [read_log(log_a), read_log(log_b)]  # streamed: the texts are never held
+    configs = [stats_config(st)[0] for st in stats]
     base = load_scenario_file(scenario) if scenario is not None else None
     if base is not None:
         load_scenario(base)  # a broken --scenario is the user's mistake: refused here, not a note later
     consts = load_step_constants(calibration)
     cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect, consts)
     if base is not None:
-        cmp.notes[:0] = _mismatch_warnings(base, texts)
+        cmp.notes[:0] = _mismatch_warnings(base, [st.args for st in stats])
     if consts is not None:
         cmp.notes.append(f"step times from the calibration profile {calibration}")
     if plot is not None:
-        plot_runs(stats[0], stats[1], plot, labels=(str(log_a), str(log_b)))
+        plot_runs(stats[0], stats[1], plot, labels=(str(log_a), str(log_b)), inputs=(log_a, log_b, scenario, calibration))
     return {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from moeplan.api.inputs import load_step_constants, load_workload
 from moeplan.errors import InputError
 from moeplan.io.export import export
+from moeplan.io.write import check_writable
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.rules import validate
@@ -169,13 +170,8 @@ def export_report(
             format that needs a value the scenario lacks.
     """
 
-    if (
-        output is not None
-        and scenario is not None
-        and str(output) != "-"
-        and Path(output).resolve() == Path(scenario).resolve()
-    ):
-        raise InputError("--output", str(output), "a path other than the scenario file it is exported from")
+    if output is not None and str(output) != "-":  # before any work: a writable path, not the scenario
+        check_writable(output, "--output", inputs=(scenario,))
     ov = scenario_overrides(flags)
     if megatron_core_version:
         ov.setdefault("versions", {})["megatron_core"] = megatron_core_version

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeplan.diagnose import read_text_file
 from moeplan.errors import InputError
 from moeplan.model.calibrate import load_profile
-from moeplan.spec.scenario import load_scenario_file, load_yaml_text
+from moeplan.spec.loading import load_yaml_file
+from moeplan.spec.scenario import load_scenario_file
 
 
 def load_workload(path: Path) -> dict:
@@ -50,7 +50,7 @@ def load_yaml_any(path: Path, field: str = "runs") -> object:
         InputError: an unreadable file or invalid YAML (named by ``field``).
     """
 
-    return load_yaml_text(read_text_file(path, field), field, str(path))
+    return load_yaml_file(path, field)
 
 
 __all__ = ["load_step_constants", "load_workload", "load_yaml_any"]

@@ -10,16 +10,15 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from moeplan.api.inputs import load_step_constants, load_workload
 from moeplan.errors import InputError, UnknownNameError
-from moeplan.io.write import check_writable, write_atomically
+from moeplan.io.write import atomic_directory, check_writable, resolve_output, write_atomically, write_file_in
 from moeplan.plan import plan, sweep
 from moeplan.plan.fit import fit_layout
 from moeplan.plan.recipes import list_recipes
 from moeplan.plan.report import write_report
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.loading import dump_yaml
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
 from moeplan.spec.scenario import load_scenario_file, merge_overrides
 
@@ -27,6 +26,8 @@ from moeplan.spec.scenario import load_scenario_file, merge_overrides
 Progress = Callable[[int, int], None]
 #: how far (relative) a global batch may be from tokens-per-step / seq-length
 BATCH_TOLERANCE = 0.1
+#: the largest global batch (sequences) a request may ask for: the training schema's cap
+MAX_GLOBAL_BATCH = 2**24
 
 
 def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
@@ -80,6 +81,10 @@ def plan_request(
         raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
     if tokens_per_step < seq:
         raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
+    if tokens_per_step // seq > MAX_GLOBAL_BATCH:  # before any range of batches is built
+        raise InputError(
+            "--tokens-per-step", tokens_per_step, f"at most {MAX_GLOBAL_BATCH:,} sequences of {seq} tokens per step"
+        )
     gbs = batch_for_tokens(tokens_per_step, seq)
     data.setdefault("training", {})["global_batch_size"] = gbs
     if tokens_per_step % seq == 0:
@@ -92,7 +97,12 @@ def plan_request(
 
 
 def _check_plan_options(
-    objective: str, train_tokens: float | None, headroom_gib: float | None, save: Path | None, report: Path | None
+    objective: str,
+    train_tokens: float | None,
+    headroom_gib: float | None,
+    save: Path | None,
+    report: Path | None,
+    inputs: tuple = (),
 ) -> None:
     """Refuse bad planning options before any search (and before anything is written).
 
@@ -108,14 +118,15 @@ def _check_plan_options(
         raise InputError("--train-tokens", train_tokens, "a finite token count")
     if headroom_gib is not None and not math.isfinite(headroom_gib):
         raise InputError("--headroom-gib", headroom_gib, "a finite number of GiB")
-    if save is not None and report is not None and save.resolve() == report.resolve():
-        raise InputError("--save", str(save), "a different path from --report")
+    targets = {}
     for path, field in ((save, "--save"), (report, "--report")):
-        if path is not None:
-            check_writable(path, field)  # both before the search: a bad one leaves nothing written
+        if path is not None:  # both before the search: a bad one leaves nothing written
+            targets[field] = check_writable(path, field, inputs)  # never onto the scenario, workload, profile
+    if len(targets) == 2 and targets["--save"] == targets["--report"]:
+        raise InputError("--save", str(save), "a different path from --report")
 
 
-def save_layout(best, path: Path) -> None:
+def save_layout(best, path: Path, inputs: tuple = ()) -> None:
     """Write a planned candidate's scenario mapping as YAML (``cuda_graph_scope`` spelled
     ``cuda_graph_modules`` for megatron-core ≥ 0.18, which reads that name).
 
@@ -128,7 +139,7 @@ def save_layout(best, path: Path) -> None:
     if "cuda_graph_scope" in lay and best.scenario.mcore_version >= (0, 18, 0):
         lay = {("cuda_graph_modules" if k == "cuda_graph_scope" else k): v for k, v in lay.items()}
         saved = {**saved, "layout": lay}
-    write_atomically(path, yaml.safe_dump(saved, sort_keys=False), field="--save")
+    write_atomically(path, dump_yaml(saved), field="--save", inputs=inputs)
 
 
 def _calibration_note(consts, calibration: Path) -> str:
@@ -177,7 +188,8 @@ def plan_report(
         InputError: bad options or request (field named), unwritable outputs.
     """
 
-    _check_plan_options(objective, train_tokens, headroom_gib, save, report)
+    inputs = (scenario, workload, calibration)
+    _check_plan_options(objective, train_tokens, headroom_gib, save, report, inputs)
     data, rounding = plan_request(scenario, flags, workload, tokens_per_step)
     consts = load_step_constants(calibration)
     res = plan(
@@ -196,10 +208,10 @@ def plan_report(
         res.notes.append(_calibration_note(consts, calibration))
     out = res.to_dict()
     if report is not None:
-        write_report(res, report)
+        write_report(res, report, inputs)
         out["report"] = str(report)
     if save is not None and res.candidates:
-        save_layout(res.candidates[0], save)
+        save_layout(res.candidates[0], save, inputs)
         out["saved"] = str(save)
     elif save is not None:
         out["notes"].append(f"--save {save}: nothing written, no layout fits")
@@ -258,15 +270,29 @@ def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path
 
 
 def _write_recipes(rows: list[dict], output_dir: Path) -> None:
+    """Write each recipe's scenario into ``output_dir``: a new folder is built under a temporary name
+    and renamed into place (all of it or nothing); into an existing folder each file is written
+    atomically, every target checked before any is written.
 
-    targets = [(output_dir / (r["id"].replace("/", "__").replace("\\", "__") + ".yaml"), r) for r in rows]
-    for path, _ in targets:  # check every target before writing any: nothing half-written
-        if path.exists() and not path.is_file():
-            raise InputError("--write", str(path), "a folder whose recipe file names are free (this is not a file)")
-    if targets:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    for path, r in targets:
-        write_atomically(path, yaml.safe_dump(r["scenario"], sort_keys=False), field="--write")
+    Raises:
+        InputError: a target that is not a regular file, a symlink loop, an unwritable folder.
+    """
+    files = {r["id"].replace("/", "__").replace("\\", "__") + ".yaml": r["scenario"] for r in rows}
+    if not files:
+        return
+    target = resolve_output(output_dir, "--write")
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(target, "--write") as tmp:
+            for name, sc in files.items():
+                write_file_in(tmp, name, dump_yaml(sc))
+        return
+    if not target.is_dir():
+        raise InputError("--write", str(output_dir), "a folder (it is a file)")
+    for name in files:  # check every target before writing any: nothing half-written
+        check_writable(target / name, "--write")
+    for name, sc in files.items():
+        write_atomically(target / name, dump_yaml(sc), field="--write")
 
 
 def hold_keys(hold: list[str] | tuple[str, ...], layout: dict) -> tuple[str, ...]:
@@ -298,7 +324,8 @@ def _write_sweep(target, directory, output, flags, hold, calibration, progress, 
     data, _ = plan_request(Path(target) if target else None, flags)
     held = hold_keys(hold or (), data.get("layout") or {})
     consts = load_step_constants(calibration)
-    man = sweep.write_sweep(data, output, constants=consts, progress=progress, hold=held, **kw)
+    inputs = (target, calibration)
+    man = sweep.write_sweep(data, output, constants=consts, progress=progress, hold=held, inputs=inputs, **kw)
     return {
         "directory": str(output),
         "entries": [{k: v for k, v in e.items() if k != "scenario"} for e in man["entries"]],

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from moeplan.catalog import get_model
 from moeplan.errors import InputError
-from moeplan.io.write import write_atomically
+from moeplan.io.write import check_writable, write_atomically
+from moeplan.spec.loading import dump_yaml
 from moeplan.vlm.stats import scan, summarize
 
 #: processor defaults when neither the flags nor a model give them (Qwen-VL)
@@ -69,11 +68,15 @@ def vlm_stats_report(
 
     if min_pixels > max_pixels:
         raise InputError("--min-pixels", min_pixels, f"at most --max-pixels ({max_pixels})")
+    if output is not None:  # before the scan: never onto the manifest, nor onto a file of the folder scanned
+        target = check_writable(output, inputs=(data,))
+        if data.is_dir() and target.exists() and target.is_relative_to(data.resolve()):
+            raise InputError("--output", str(output), f"a path other than the files of {data} (it would be overwritten)")
     p, mg = _vision_processor(model, patch_size, merge_size)
     sc = scan(data, text_tokens, progress=progress)
     out = summarize(sc, seq_length, packing, p, mg, min_pixels, max_pixels)
     if output is not None:
-        write_atomically(output, yaml.safe_dump({"workload": out["workload"]}, sort_keys=False))
+        write_atomically(output, dump_yaml({"workload": out["workload"]}), inputs=(data,))
         out["written"] = str(output)
     return out
 

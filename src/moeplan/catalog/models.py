@@ -15,7 +15,8 @@ from importlib import resources
 from pathlib import Path
 
 from moeplan.errors import InputError, UnknownNameError
-from moeplan.spec.model import ModelSpec, model_from_hf_config
+from moeplan.spec.loading import load_json_file
+from moeplan.spec.model import ModelSpec, check_model_ranges, model_from_hf_config
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def _load_raw(hf_id: str) -> dict:
 
 
 def load_config_file(path: str | Path) -> dict:
-    """Read a user ``config.json``.
+    """Read a user ``config.json`` (strict JSON under the input policy: bounded size and nesting, no
+    duplicate keys, no NaN).
 
     Raises:
         InputError: missing file or invalid JSON.
@@ -120,15 +122,26 @@ def load_config_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError("model", str(path), "a built-in model name or an existing config.json path")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, OSError) as exc:
-        raise InputError("model", str(path), f"a readable UTF-8 config.json ({type(exc).__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError("model", str(path), f"a valid JSON file ({exc.msg} at line {exc.lineno})") from None
+    data = load_json_file(p, "model")
     if not isinstance(data, dict):
         raise InputError("model", str(path), "a JSON object (a Hugging Face config.json)")
     return data
+
+
+def _model_from_file(path: str) -> ModelSpec:
+    """The model of a user's ``config.json``, every field within the plausible ranges.
+
+    Raises:
+        InputError: unreadable, or a value of the wrong type or out of range.
+    """
+    try:
+        m = model_from_hf_config(load_config_file(path), path, source="file")
+    except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError("model", path, f"a Hugging Face config.json moeplan can read ({type(exc).__name__})") from None
+    check_model_ranges(m, "config.json:")
+    return m
 
 
 @functools.lru_cache(maxsize=64)
@@ -144,5 +157,5 @@ def get_model(name_or_path: str) -> ModelSpec:
     """
     looks_like_path = name_or_path.endswith(".json") or "/" in name_or_path and Path(name_or_path).exists()
     if looks_like_path:
-        return model_from_hf_config(load_config_file(name_or_path), str(name_or_path), source="file")
+        return _model_from_file(str(name_or_path))
     return _get_catalog_model(resolve_model_name(name_or_path))

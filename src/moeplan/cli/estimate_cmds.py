@@ -84,7 +84,7 @@ def export_cmd(
         sys.stdout.write(res.text)
         return
     with input_errors():
-        write_atomically(output, res.text, executable=fmt == "slurm")
+        write_atomically(output, res.text, executable=fmt == "slurm", inputs=(scenario,))
 
 
 __all__ = ["estimate", "export_cmd"]

@@ -32,6 +32,7 @@ from moeplan.errors import InputError, MoeplanError
 from moeplan.io.imports import dump_args
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
+from moeplan.spec.policy import ascii_int
 from moeplan.spec.scenario import _deep_merge, load_scenario
 
 
@@ -121,7 +122,8 @@ def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: 
         z = (d - math.copysign(0.5, d)) / math.sqrt(var) if abs(d) > 0.5 else 0.0
     p = min(1.0, math.erfc(abs(z) / math.sqrt(2)))
     med_a, med_b = statistics.median(a), statistics.median(b)
-    shift = statistics.median([y - x for x in _thin(a) for y in _thin(b)])
+    thin_a, thin_b = _thin(a), _thin(b)  # each sorted once (not once per element of the other)
+    shift = statistics.median([y - x for x in thin_a for y in thin_b])
     rel = shift / med_a if med_a else 0.0
     verdict = "no change"
     # the smallest p these sample sizes can reach (complete separation, no ties)
@@ -184,15 +186,18 @@ ARCH_KEYS = (
 )
 
 
-def model_mismatch(text: str, model) -> list[str]:
-    """Architecture values in a log's argument dump that differ from ``model`` (a ModelSpec): the
-    scenario names another model than the run trained. Empty when they agree or the dump lacks them."""
-    args, _ = dump_args(text)
+def model_mismatch(dump: str | dict[str, str], model) -> list[str]:
+    """Architecture values in a log's argument dump (the log's text, or the dump's ``name → value``
+    text as :class:`~moeplan.io.imports.DumpReader` keeps it) that differ from ``model`` (a
+    ModelSpec): the scenario names another model than the run trained. Empty when they agree or the
+    dump lacks them."""
+    args = dump_args(dump)[0] if isinstance(dump, str) else dump
     out = []
     for k in ARCH_KEYS:
         raw, ours = args.get(k), getattr(model, k, None)
-        if raw is not None and raw.isdigit() and ours is not None and int(raw) != int(ours):
-            out.append(f"{k}: log {raw}, {getattr(model, 'name', 'model')} {ours}")
+        v = ascii_int(raw, 0) if raw is not None else None
+        if v is not None and ours is not None and v != int(ours):
+            out.append(f"{k}: log {v}, {getattr(model, 'name', 'model')} {ours}")
     return out
 
 

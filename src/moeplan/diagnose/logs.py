@@ -21,29 +21,43 @@ second half are skipped (at most 20, at most half), and the statistics are media
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import statistics
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TextIO
+
+from moeplan.io.imports import DumpReader
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)")
-_FIELD = re.compile(r"\|\s*([A-Za-z][A-Za-z /()\-_]*?)\s*:\s*([-+0-9.eE]+|nan|inf)")
+_ITER = re.compile(r"iteration\s+([0-9]{1,18})\s*/\s*([0-9]{1,18})", re.ASCII)
+#: a field name as Megatron prints it (``elapsed time per iteration (ms)``), and its value
+_FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z /()\-_]*")
+_FIELD_VALUE = re.compile(r"\s*([-+0-9.eE]{1,64}(?![-+0-9.eE])|nan|inf)")
+#: ``| name: value`` fields, linear on any line: the name runs to the next ':' or '|' (a negated class,
+#: no backtracking into it), the value is at most 64 characters
+_FIELDS = re.compile(r"\|([^|:]*):\s*([-+0-9.eE]{1,64}(?![-+0-9.eE])|nan|inf)")
 _MEM = re.compile(
-    r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]+)\s*\|\s*max allocated:\s*([0-9.]+)\s*\|\s*reserved:\s*([0-9.]+)"
-    r"\s*\|\s*max reserved:\s*([0-9.]+)"
+    r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]{1,64})\s*\|\s*max allocated:\s*([0-9.]{1,64})\s*\|"
+    r"\s*reserved:\s*([0-9.]{1,64})\s*\|\s*max reserved:\s*([0-9.]{1,64})",
+    re.ASCII,
 )
 _BANNER = [
-    ("container_release", re.compile(r"NVIDIA Release (\d\d\.\d\d(?:\.\d\d)?)")),
-    ("torch", re.compile(r"PyTorch Version\s+(\S+)")),
-    ("world_size", re.compile(r"using world size:\s*(\d+)")),
-    ("data_parallel_size", re.compile(r"data-parallel[- ]size:\s*(\d+)")),
-    ("context_parallel_size", re.compile(r"(?<!hierarchical )context-parallel[- ]size:\s*(\d+)")),
-    ("tensor_model_parallel_size", re.compile(r"(?<!encoder-)tensor-model-parallel[- ]size:\s*(\d+)")),
-    ("pipeline_model_parallel_size", re.compile(r"(?<!encoder-)pipeline-model-parallel[- ]size:\s*(\d+)")),
+    ("container_release", re.compile(r"NVIDIA Release ([0-9]{2}\.[0-9]{2}(?:\.[0-9]{2})?)")),
+    ("torch", re.compile(r"PyTorch Version\s+(\S{1,200})")),
+    ("world_size", re.compile(r"using world size:\s*([0-9]{1,9})")),
+    ("data_parallel_size", re.compile(r"data-parallel[- ]size:\s*([0-9]{1,9})")),
+    ("context_parallel_size", re.compile(r"(?<!hierarchical )context-parallel[- ]size:\s*([0-9]{1,9})")),
+    ("tensor_model_parallel_size", re.compile(r"(?<!encoder-)tensor-model-parallel[- ]size:\s*([0-9]{1,9})")),
+    ("pipeline_model_parallel_size", re.compile(r"(?<!encoder-)pipeline-model-parallel[- ]size:\s*([0-9]{1,9})")),
 ]
-_RANK_PARAMS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\):\s*(\d+)")
-_AFTER = re.compile(r"after (\d+) iterations")
+_RANK_PARAMS = re.compile(
+    r"number of parameters on \(tensor, pipeline\) model parallel rank \(([0-9]{1,9}), ([0-9]{1,9})\):\s*([0-9]{1,18})"
+)
+_AFTER = re.compile(r"after ([0-9]{1,18}) iterations")
 _NAMES_SPACED = {
     "elapsed time per iteration (ms)": "iteration_time_ms",
     "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
@@ -55,7 +69,9 @@ _NAMES_SPACED = {
     "global batch size": "global_batch_size",
 }
 _NAMES = {re.sub(r"\s+", "", k): v for k, v in _NAMES_SPACED.items()}
-
+#: the per-iteration figures kept, one column each
+KEYS: tuple[str, ...] = tuple(dict.fromkeys(_NAMES.values()))
+_BIT = {k: 1 << i for i, k in enumerate(KEYS)}
 
 #: keys whose logged values must be positive to be real measurements
 POSITIVE_KEYS = frozenset({"iteration_time_ms", "tflops_per_gpu", "tokens_per_s_per_gpu", "global_batch_size"})
@@ -63,13 +79,72 @@ POSITIVE_KEYS = frozenset({"iteration_time_ms", "tflops_per_gpu", "tokens_per_s_
 MAX_ITERATION_MS = 7 * 86400 * 1e3
 #: shortest plausible iteration (a microsecond, in ms): below it a value is corrupt, not fast
 MIN_ITERATION_MS = 1e-3
+#: the longest physical line read whole (a longer one is cut there and counted unreadable)
+MAX_LINE_CHARS = 2**20
+#: the longest record rejoined from hard-wrapped lines (its pieces beyond are not joined)
+MAX_RECORD_CHARS = 2**16
+
+
+class IterationTable(Mapping):
+    """The iterations of a log as a read-only mapping ``iteration → {key: value}`` (the keys that
+    iteration logged), in iteration order, backed by one compact column per figure (8 bytes per
+    iteration and figure) instead of a dict per iteration."""
+
+    def __init__(self, its: array, cols: dict[str, array], mask: array) -> None:
+        self._its, self._cols, self._mask = its, cols, mask
+        self._index: dict[int, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._its)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._its)
+
+    def _row(self, r: int) -> dict[str, float]:
+        m = self._mask[r]
+        return {k: self._cols[k][r] for k in KEYS if m & _BIT[k]}
+
+    def __getitem__(self, it: int) -> dict[str, float]:
+        if self._index is None:
+            self._index = {i: r for r, i in enumerate(self._its)}
+        return self._row(self._index[it])
+
+    def values(self):  # noqa: D102 - Mapping's, without a lookup per row
+        return (self._row(r) for r in range(len(self._its)))
+
+    def items(self):  # noqa: D102
+        return ((i, self._row(r)) for r, i in enumerate(self._its))
+
+    def column(self, key: str) -> list[float]:
+        """The values of ``key`` in iteration order, for the iterations that logged it."""
+        if key not in self._cols:
+            return []
+        bit, col, mask = _BIT[key], self._cols[key], self._mask
+        return [col[r] for r in range(len(mask)) if mask[r] & bit]
+
+    def points(self, key: str) -> tuple[list[int], list[float]]:
+        """(iterations, values) of ``key`` where it was logged with a finite value, in iteration order."""
+        col = self._cols.get(key)
+        if col is None:
+            return [], []
+        bit, mask = _BIT[key], self._mask
+        rows = [r for r in range(len(mask)) if mask[r] & bit and math.isfinite(col[r])]
+        return [self._its[r] for r in rows], [col[r] for r in rows]
+
+    def count(self, key: str, start: int = 0) -> int:
+        """How many iterations from position ``start`` on logged ``key``."""
+        bit, mask = _BIT[key], self._mask
+        return sum(1 for r in range(start, len(mask)) if mask[r] & bit)
 
 
 @dataclass
 class LogStats:
-    """Steady-state statistics of one log (times in seconds, memory in MiB as Megatron prints it)."""
+    """Steady-state statistics of one log (times in seconds, memory in MiB as Megatron prints it).
 
-    iterations: dict[int, dict[str, float]] = field(default_factory=dict)
+    ``iterations`` holds each iteration's figures (first report wins) in iteration order; ``dump`` the
+    log's last argument dump (:class:`~moeplan.io.imports.DumpReader`: raw text per name)."""
+
+    iterations: IterationTable = field(default_factory=lambda: IterationTable(array("q"), {}, array("B")))
     memory_mb: dict[str, float] = field(default_factory=dict)
     memory_reports: list[tuple[int, float]] = field(default_factory=list)  # (iteration, max allocated MiB)
     environment: dict[str, str | int] = field(default_factory=dict)  # banner facts (first seen wins)
@@ -78,16 +153,23 @@ class LogStats:
     lines: int = 0
     unreadable_lines: int = 0
     warmup_skipped: int = 0
-    text: str = ""
+    dump: DumpReader = field(default_factory=DumpReader)
+
+    @property
+    def args(self) -> dict[str, str]:
+        """The log's last argument dump: name → value text (empty without one)."""
+        return self.dump.args
 
     def series(self, key: str, steady: bool = True) -> list[float]:
         """Finite values of ``key`` in iteration order (after the warm-up when ``steady``); for the
         rates, times and batch sizes only physically possible ones (positive, and an iteration under
         :data:`MAX_ITERATION_MS`), so a corrupt line cannot turn a median into 0, a negative or inf."""
-        its = sorted(self.iterations)
-        if steady:
-            its = its[self.warmup_skipped :]
-        vals = [v for i in its if math.isfinite(v := self.iterations[i].get(key, math.nan))]
+        tab = self.iterations
+        bit, col, mask = _BIT[key], tab._cols.get(key), tab._mask
+        if col is None:
+            return []
+        start = self.warmup_skipped if steady else 0
+        vals = [v for r in range(start, len(mask)) if mask[r] & bit and math.isfinite(v := col[r])]
         if key in POSITIVE_KEYS:
             lo, hi = (MIN_ITERATION_MS, MAX_ITERATION_MS) if key == "iteration_time_ms" else (0.0, math.inf)
             vals = [v for v in vals if lo < v < hi]
@@ -95,8 +177,9 @@ class LogStats:
 
     def impossible(self, key: str) -> int:
         """How many logged values of ``key`` (after the warm-up) :meth:`series` left out as impossible."""
-        its = sorted(self.iterations)[self.warmup_skipped :]
-        return sum(1 for i in its if key in self.iterations[i]) - len(self.series(key))
+        if key not in self.iterations._cols:
+            return 0
+        return self.iterations.count(key, self.warmup_skipped) - len(self.series(key))
 
     def summary(self) -> dict:
         out: dict = {
@@ -116,15 +199,18 @@ class LogStats:
                 quart = statistics.quantiles(vals, n=4) if len(vals) >= 4 else None
                 spread = quart[2] - quart[0] if quart else None
                 out[key] = {"median": med, "iqr": spread, "min": min(vals), "max": max(vals), "n": len(vals)}
-        if "loss" in out:
-            out["loss"]["last"] = self.series("loss")[-1]  # the loss falls: its median says little alone
-        bad = sum(1 for v in self.iterations.values() if "grad_norm" in v and not math.isfinite(v["grad_norm"]))
-        if bad:
-            out["grad_norm_nonfinite_iterations"] = bad  # NaN / inf grad norms are left out of the statistics
-        if self.iterations:
+                if key == "loss":
+                    out["loss"]["last"] = vals[-1]  # the loss falls: its median says little alone
+        tab = self.iterations
+        if "grad_norm" in tab._cols:
+            bad = sum(1 for v in tab.column("grad_norm") if not math.isfinite(v))
+            if bad:
+                out["grad_norm_nonfinite_iterations"] = bad  # NaN / inf grad norms are left out of the statistics
+        if len(tab):
             # Megatron resets both counters every log interval (training_log): the run's totals are sums
             for key, name in (("skipped", "skipped_iterations"), ("nan", "nan_iterations")):
-                out[name] = sum(v.get(key, 0.0) for v in self.iterations.values() if math.isfinite(v.get(key, 0.0)))
+                vals = tab.column(key) if key in tab._cols else []
+                out[name] = math.fsum(v for v in vals if math.isfinite(v))
         if self.memory_mb:
             out["memory_mb"] = dict(self.memory_mb)
         if self.environment:
@@ -134,109 +220,271 @@ class LogStats:
         return out
 
 
-_RECORD_START = re.compile(r"iteration\s+\d+\s*/\s*\d+|memory \(MB\)")
+_RECORD_START = re.compile(r"iteration\s+[0-9]+\s*/\s*[0-9]+|memory \(MB\)", re.ASCII)
+_RANK_PREFIX = re.compile(r"[0-9]+:", re.ASCII)
 
 
-def _logical_lines(text: str) -> tuple[list[str], int]:
-    """ANSI-free lines, with hard-wrapped continuations of an iteration or memory record joined back
-    (as when a log is pasted at a fixed width: ``... | number of s`` / ``kipped iterations: 0 |``).
-
-    A continuation starts with neither white space nor ``[`` (timestamps and rank prefixes do), holds
-    a ``|`` and starts no record itself; it is appended without a separator (wraps fall mid-word, and
-    field names are matched with white space removed)."""
-    out: list[str] = []
-    in_record = False
-    physical = 0
-    for raw in text.splitlines():
-        physical += 1
-        line = _ANSI.sub("", raw)
-        cont = (
-            in_record
-            and line[:1] not in ("", " ", "\t", "[")
-            and "|" in line
-            and not _RECORD_START.search(line)
-            and not re.match(r"\d+:", line)
-        )
-        if cont:
-            out[-1] += line.rstrip()
-            continue
-        in_record = bool(_RECORD_START.search(line))
-        out.append(line)
-    return out, physical
+def _completes_a_field(tail: str, line: str) -> bool:
+    """True when ``line`` reads as the rest of a hard-wrapped record whose last piece ends in
+    ``tail`` (the text after its last ``|``): joined, they start with ``name: number`` (``number of s``
+    + ``kipped iterations: 0 |``), as Megatron's fields do; a line of another logger (``2025-10-02
+    12:00:00 | INFO | ...``) does not."""
+    head = (tail + line.split("|", 1)[0]).strip()
+    name, sep, rest = head.partition(":")
+    if not sep or not _FIELD_NAME.fullmatch(name.strip()):
+        return False
+    return _FIELD_VALUE.match(rest) is not None
 
 
-def parse_log(text: str) -> LogStats:
-    """Parse a training log (any number of ranks interleaved, hard-wrapped records rejoined).
-    Never raises on content."""
-    st = LogStats(text=text)
-    lines, st.lines = _logical_lines(text)
-    last = lines[-1].rstrip() if lines else ""
-    if text and not text.endswith(("\n", "\r")) and _ITER.search(last) and not last.endswith("|"):
-        lines.pop()  # an iteration record (which ends in '|') cut off by truncation ("...(ms): 99" of 994.2) is not trusted
-        st.unreadable_lines += 1
-        st.truncated = True
-    for line in lines:
-        if "iteration" not in line or "|" not in line:
+class _Records:
+    """Physical lines → logical lines: ANSI colours removed, hard-wrapped continuations of an
+    iteration or memory record joined back (a continuation starts with neither white space nor
+    ``[``, holds a ``|``, starts no record, and completes the record's last field, see
+    :func:`_completes_a_field`); it is appended without a separator (wraps fall mid-word, and field
+    names are matched with white space removed). Linear: the pieces of a record are joined once, and
+    a record is at most :data:`MAX_RECORD_CHARS` long."""
+
+    def __init__(self, on_physical) -> None:
+        self._pieces: list[str] = []
+        self._size = 0
+        self._in_record = False
+        self._on_physical = on_physical
+
+    def feed(self, raw: str) -> str | None:
+        """Read one physical line; returns the logical line it completes, if any."""
+        line = _ANSI.sub("", raw) if "\x1b" in raw else raw
+        self._on_physical(line)
+        if self._in_record and self._continues(line):
+            self._pieces.append(line.rstrip())
+            self._size += len(line)
+            return None
+        done = self.flush()
+        self._in_record = bool(("iteration" in line or "memory (MB)" in line) and _RECORD_START.search(line))
+        self._pieces, self._size = [line], len(line)
+        return done
+
+    def _continues(self, line: str) -> bool:
+        if line[:1] in ("", " ", "\t", "[") or "|" not in line or self._size + len(line) > MAX_RECORD_CHARS:
+            return False
+        if ("iteration" in line or "memory (MB)" in line) and _RECORD_START.search(line):
+            return False
+        if _RANK_PREFIX.match(line):
+            return False
+        last = self._pieces[-1]
+        return _completes_a_field(last[last.rfind("|") + 1 :], line)
+
+    def flush(self) -> str | None:
+        """The logical line in progress (None when there is none)."""
+        if not self._pieces:
+            return None
+        out = self._pieces[0] if len(self._pieces) == 1 else "".join(self._pieces)
+        self._pieces, self._size = [], 0
+        return out
+
+
+class _Parser:
+    """One pass over a log's lines into a :class:`LogStats`; memory bounded by the statistics kept
+    (one column entry per iteration and figure, the argument dump, the banner), never by the file."""
+
+    def __init__(self) -> None:
+        self.st = LogStats()
+        self.dump = DumpReader()
+        self._its = array("q")
+        self._cols: dict[str, array] = {}
+        self._mask = array("B")
+        self._last: int | None = None
+        self._sorted = True
+        self._names: dict[str, str | None] = {}
+
+    def line(self, line: str) -> None:
+        """Read one logical line."""
+        has_iter = "iteration" in line and "|" in line
+        if not has_iter:
+            self._banner(line)
+        if "memory (MB)" in line:  # checked first: the memory report also says "(after N iterations) ... |"
+            mm = _MEM.search(line)
+            if mm:
+                self._memory(line, mm)
+                return
+        if has_iter:
+            self._iteration(line)
+
+    def _banner(self, line: str) -> None:
+        st = self.st
+        if "number of parameters on" in line:
             rp = _RANK_PARAMS.search(line)
             if rp:
                 st.rank_params.setdefault(f"{rp.group(1)},{rp.group(2)}", int(rp.group(3)))
-                continue
-            for key, rx in _BANNER:
+                return
+        if not ("Release" in line or "Version" in line or "size" in line):
+            return
+        for key, rx in _BANNER:
+            if key not in st.environment:
                 mb = rx.search(line)
-                if mb and key not in st.environment:
+                if mb:
                     v = mb.group(1)
-                    st.environment[key] = int(v) if v.isdigit() else v
-        mm = _MEM.search(line)  # checked first: the memory report also says "(after N iterations) ... |"
-        if mm:
-            try:
-                a, ma, r, mr = (float(x) for x in mm.groups())
-            except ValueError:  # "1.2.3"
-                st.unreadable_lines += 1
-                continue
-            for k, v in (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr)):
+                    st.environment[key] = int(v) if v.isdigit() and v.isascii() else v
+
+    def _memory(self, line: str, mm: re.Match) -> None:
+        st = self.st
+        try:
+            a, ma, r, mr = (float(x) for x in mm.groups())
+        except ValueError:  # "1.2.3"
+            st.unreadable_lines += 1
+            return
+        for k, v in (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr)):
+            if math.isfinite(v):
                 st.memory_mb[k] = max(st.memory_mb.get(k, 0.0), v)
-            after = _AFTER.search(line)
-            if after:
-                st.memory_reports.append((int(after.group(1)), ma))
+        after = _AFTER.search(line)
+        if after and math.isfinite(ma):
+            st.memory_reports.append((int(after.group(1)), ma))
+
+    def _key(self, raw: str) -> str | None:
+        """The figure a field name stands for (None: not one moeplan keeps); names are cached as
+        they appear (with their blanks)."""
+        key = self._names.get(raw, "")
+        if key == "":
+            name = raw.strip()
+            ok = len(name) <= 64 and _FIELD_NAME.fullmatch(name)  # no field moeplan keeps has a longer name
+            key = _NAMES.get("".join(name.split()).lower()) if ok else None
+            if len(self._names) < 4096 and len(raw) <= 128:
+                self._names[raw] = key
+        return key
+
+    def _iteration(self, line: str) -> None:
+        st = self.st
+        mt = _ITER.search(line)
+        if not mt:
+            st.unreadable_lines += 1
+            return
+        vals: dict[str, float] = {}
+        names = self._names
+        for raw, val in _FIELDS.findall(line, mt.end()):
+            key = names.get(raw, "")
+            if key == "":
+                key = self._key(raw)
+            if key is not None:
+                try:
+                    vals[key] = float(val)
+                except ValueError:
+                    continue
+        if not vals:
+            st.unreadable_lines += 1
+            return
+        self._add(int(mt.group(1)), vals)
+
+    def _add(self, it: int, vals: dict[str, float]) -> None:
+        """Append an iteration (the first report of it wins: a repeat of the last one is dropped
+        here, earlier ones when the columns are put in order)."""
+        if self._last is not None and it <= self._last:
+            if it == self._last:
+                return
+            self._sorted = False
+        self._last = it if self._last is None else max(self._last, it)
+        n = len(self._its)
+        self._its.append(it)
+        mask = 0
+        for k, v in vals.items():
+            col = self._cols.get(k)
+            if col is None:
+                col = self._cols[k] = array("d", bytes(8 * n))
+            col.append(v)
+            mask |= _BIT[k]
+        for k, col in self._cols.items():
+            if not mask & _BIT[k]:
+                col.append(math.nan)
+        self._mask.append(mask)
+
+    def finish(self) -> LogStats:
+        """The statistics: columns in iteration order, first report of each iteration kept, the
+        warm-up measured, the argument dump attached."""
+        its, cols, mask = self._its, self._cols, self._mask
+        if not self._sorted:
+            order = sorted(range(len(its)), key=its.__getitem__)  # stable: the first report first
+            keep = [r for j, r in enumerate(order) if j == 0 or its[r] != its[order[j - 1]]]
+            its = array("q", (its[r] for r in keep))
+            cols = {k: array("d", (c[r] for r in keep)) for k, c in cols.items()}
+            mask = array("B", (mask[r] for r in keep))
+        st = self.st
+        st.iterations = IterationTable(its, cols, mask)
+        st.dump = self.dump
+        st.warmup_skipped = _warmup(st)
+        return st
+
+
+def read_lines(stream: TextIO) -> Iterator[tuple[str, bool]]:
+    """``(line, ended)`` for each physical line of ``stream`` (without its line break; ``ended``:
+    it had one). A line longer than :data:`MAX_LINE_CHARS` is returned cut there, its rest skipped:
+    memory stays bounded on a file without line breaks."""
+    while True:
+        line = stream.readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        if line.endswith(("\n", "\r")):
+            yield line.rstrip("\r\n"), True
             continue
-        if "iteration" in line and "|" in line:
-            mt = _ITER.search(line)
-            if not mt:
-                st.unreadable_lines += 1
-                continue
-            it = int(mt.group(1))
-            vals: dict[str, float] = {}
-            for name, val in _FIELD.findall(line[mt.end() :]):
-                key = _NAMES.get(re.sub(r"\s+", "", name).lower(), "")
-                if key:
-                    try:
-                        vals[key] = float(val)
-                    except ValueError:
-                        continue
-            if not vals:
-                st.unreadable_lines += 1
-                continue
-            st.iterations.setdefault(it, vals)  # first report of an iteration wins
-            continue
-    st.warmup_skipped = _warmup(st)
-    return st
+        if len(line) < MAX_LINE_CHARS:
+            yield line, False  # the last line, without a break
+            return
+        rest = line
+        while rest and not rest.endswith(("\n", "\r")):
+            rest = stream.readline(MAX_LINE_CHARS)
+        yield line, bool(rest)
+
+
+def parse_log_stream(stream: TextIO) -> LogStats:
+    """Parse a training log read line by line from ``stream`` (any number of ranks interleaved,
+    hard-wrapped records rejoined), in time linear in its length and memory bounded by the
+    statistics kept. Never raises on content."""
+    parser = _Parser()
+    st = parser.st
+    records = _Records(parser.dump.feed)
+    ended = True
+    for raw, line_ended in read_lines(stream):
+        st.lines += 1
+        ended = line_ended
+        if len(raw) >= MAX_LINE_CHARS:
+            st.unreadable_lines += 1
+        done = records.feed(raw)
+        if done is not None:
+            parser.line(done)
+    last = records.flush()
+    if last is not None:
+        tail = last.rstrip()
+        if not ended and _ITER.search(tail) and not tail.endswith("|"):
+            # an iteration record (which ends in '|') cut off by truncation ("...(ms): 99" of 994.2) is not trusted
+            st.unreadable_lines += 1
+            st.truncated = True
+        else:
+            parser.line(last)
+    return parser.finish()
+
+
+def parse_log(text: str) -> LogStats:
+    """Parse a training log given as text (see :func:`parse_log_stream`). Never raises on content."""
+    return parse_log_stream(io.StringIO(text, newline=None))
 
 
 def _warmup(st: LogStats) -> int:
     """Leading iterations slower than 1.1 × the median time of the second half (at most 20, at most
     half of the iterations, at least one may go). A log excerpt that starts in steady state skips
     nothing; a run start or a resume (compilation, allocator growth, NCCL setup) is skipped."""
-    its = sorted(st.iterations)
-    n = len(its)
-    if n < 2:
+    tab = st.iterations
+    n = len(tab)
+    col = tab._cols.get("iteration_time_ms")
+    if n < 2 or col is None:
         return 0
-    times = [st.iterations[i].get("iteration_time_ms", math.nan) for i in its]
-    tail = [t for t in times[n // 2 :] if math.isfinite(t)]
+    bit, mask = _BIT["iteration_time_ms"], tab._mask
+
+    def time(r: int) -> float:
+        return col[r] if mask[r] & bit else math.nan
+
+    tail = [t for r in range(n // 2, n) if math.isfinite(t := time(r))]
     if not tail:
         return 0
     ref = statistics.median(tail)
     k = 0
-    while k < min(20, max(1, n // 2)) and math.isfinite(times[k]) and times[k] > 1.1 * ref:
+    while k < min(20, max(1, n // 2)) and math.isfinite(time(k)) and time(k) > 1.1 * ref:
         k += 1
     return k
 

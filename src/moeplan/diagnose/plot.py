@@ -5,19 +5,22 @@ Uses matplotlib (a core dependency); the figure is written atomically.
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 
 from moeplan.diagnose.logs import LogStats
 from moeplan.errors import InputError
+from moeplan.io.write import write_atomically
 
 
-def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("A", "B")) -> None:
-    """Write a two-panel figure (iteration time in s; max allocated memory in GiB) to ``path``.
+def plot_runs(
+    a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("A", "B"), inputs: tuple = ()
+) -> None:
+    """Write a two-panel figure (iteration time in s; max allocated memory in GiB) to ``path``
+    (atomically, under the output policy of :mod:`moeplan.io.write`: a symlink is written through).
 
     Raises:
-        InputError: matplotlib is not installed, or ``path`` cannot be written.
+        InputError: matplotlib is not installed, or ``path`` cannot be written (or is one of ``inputs``).
     """
     try:
         import matplotlib
@@ -31,8 +34,8 @@ def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     steady = [v / 1e3 for st in (a, b) for v in st.series("iteration_time_ms")]
     for st, label in ((a, labels[0]), (b, labels[1])):
-        its = sorted(i for i in st.iterations if "iteration_time_ms" in st.iterations[i])
-        ax_t.plot(its, [st.iterations[i]["iteration_time_ms"] / 1e3 for i in its], label=label, lw=1)
+        its, ms = st.iterations.points("iteration_time_ms")  # finite values only
+        ax_t.plot(its, [v / 1e3 for v in ms], label=label, lw=1)
         if its and st.warmup_skipped:
             ax_t.axvline(its[min(st.warmup_skipped, len(its) - 1)], color="grey", ls=":", lw=0.8)
         if st.memory_reports:
@@ -50,18 +53,9 @@ def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("
     ax_m.set_xlabel("iteration")
     ax_t.set_title("iteration time, steady-state scale (dotted: end of warm-up), and memory")
     fig.tight_layout()
-    path = Path(path)
+    buf = io.BytesIO()
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", suffix=path.suffix)
-        os.close(fd)
-        fig.savefig(tmp, format=path.suffix.lstrip(".").lower())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plot is an ordinary file
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise InputError("--plot", str(path), f"a writable file ({exc.strerror})") from None
+        fig.savefig(buf, format=Path(path).suffix.lstrip(".").lower())
     finally:
         plt.close(fig)
-        if "tmp" in locals() and os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomically(path, buf.getvalue(), field="--plot", inputs=inputs)

@@ -15,12 +15,12 @@ models (``megatron_facts.md`` §6.1), with the spelling of the target megatron-c
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from dataclasses import dataclass, replace
 from typing import Any
 
-import yaml
-
-from moeplan.errors import InputError
+from moeplan.errors import InputError, short_repr
 from moeplan.io.keys import (
     BRIDGE_PATHS,
     DTYPE_KEYS,
@@ -33,6 +33,8 @@ from moeplan.io.keys import (
     bridge_key_for_version,
     mlm_flag,
 )
+from moeplan.spec.loading import dump_yaml
+from moeplan.spec.policy import bad_char
 from moeplan.spec.scenario import Scenario
 
 FORMATS = ("mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm")
@@ -103,7 +105,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
             if s.mcore_version < KEY_MIN_MCORE.get(field, (0, 0, 0)):
                 if notes is not None:
                     notes.append(
-                        f"{field}={value!r} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
+                        f"{field}={short_repr(value)} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
                     )
                 continue
             out.setdefault(sec, {})[field] = value
@@ -121,7 +123,47 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
     return out
 
 
-def _hydra_value(v: Any) -> str:
+#: text Hydra reads back as the same string without quotes, unless it spells a number, bool or null
+_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_./@%+-]+", re.ASCII)
+_HYDRA_NUMBER = re.compile(r"[+-]?([0-9_]+\.?[0-9_]*|\.[0-9_]+)([eE][+-]?[0-9_]+)?", re.ASCII)
+
+
+def hydra_quote(text: str) -> str:
+    """``text`` as a single-quoted Hydra (≥ 1.1) value that reads back as exactly ``text``: a quote
+    is ``\\'``, a run of backslashes before a quote, before ``${`` or at the end is doubled, and
+    ``${`` is written ``\\${`` so that OmegaConf never resolves an interpolation from user text.
+
+    Raises:
+        InputError: a control character (refused at input; never written into a script).
+    """
+    if bad_char(text) is not None:
+        raise InputError("export", text, "values without control characters")
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            j = i
+            while j < n and text[j] == "\\":
+                j += 1
+            special = j == n or text[j] == "'" or text.startswith("${", j)
+            out.append("\\" * ((j - i) * (2 if special else 1)))
+            i = j
+        elif ch == "'":
+            out.append("\\'")
+            i += 1
+        elif text.startswith("${", i):
+            out.append("\\${")
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "'" + "".join(out) + "'"
+
+
+def hydra_value(v: Any) -> str:
+    """A value as Hydra override text: null, true / false, numbers, ``[a,b]`` lists, plain names
+    unquoted, any other text quoted (:func:`hydra_quote`)."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -129,27 +171,35 @@ def _hydra_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, list):
-        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
     text = str(v)
-    if any(ch in text for ch in " |*()[]{},=:'\"") or text in ("null", "true", "false"):
-        return "'" + text.replace("'", "\\'") + "'"
-    return text
+    plain = _HYDRA_PLAIN.fullmatch(text) and not _HYDRA_NUMBER.fullmatch(text)
+    if plain and text.lower().lstrip("+-") not in ("null", "true", "false", "nan", "inf"):
+        return text
+    return hydra_quote(text)
+
+
+_hydra_value = hydra_value  # the name this module used before
+
+
+def bridge_overrides(s: Scenario, notes: list[str] | None = None) -> list[tuple[str, Any]]:
+    """``(section.field, value)`` of every Bridge field of :func:`bridge_sections`, in order: the one
+    structured list every overrides file and launch script is rendered from."""
+    return [(f"{sec}.{field}", v) for sec, fields in bridge_sections(s, notes).items() for field, v in fields.items()]
 
 
 def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
     """``mbridge-overrides``: the header, then one Hydra ``section.key=value`` line per Bridge field of
     :func:`bridge_sections` (keys a version lacks are left out and noted in ``notes``)."""
     lines = [header(s), f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}"]
-    for sec, fields in bridge_sections(s, notes).items():
-        for field, v in fields.items():
-            lines.append(f"{sec}.{field}={_hydra_value(v)}")
+    lines += [f"{key}={hydra_value(v)}" for key, v in bridge_overrides(s, notes)]
     return "\n".join(lines) + "\n"
 
 
 def to_yaml(s: Scenario, notes: list[str] | None = None) -> str:
     """``mbridge-yaml``: the header, then :func:`bridge_sections` as a partial ConfigContainer."""
     body = bridge_sections(s, notes)
-    return header(s) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
+    return header(s) + "\n" + dump_yaml(body, default_flow_style=None, width=120)
 
 
 def matched_recipe(s: Scenario) -> str | None:
@@ -208,7 +258,7 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
     lay = exported_layout(s)
     for key, v in lay.items():
         if key in MLM_UNSUPPORTED:
-            notes.append(f"{key}={v!r} has no Megatron-LM flag (Bridge only)")
+            notes.append(f"{key}={short_repr(v)} has no Megatron-LM flag (Bridge only)")
             continue
         flag = mlm_flag(key)
         if key == "grad_reduce_in_fp32":
@@ -290,9 +340,72 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
     return env
 
 
-def to_slurm(s: Scenario) -> str:
-    """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
-    the environment the layout needs, and the Bridge overrides.
+@dataclass(frozen=True)
+class LaunchScript:
+    """An sbatch launch script as data: every line is rendered from these fields, each value quoted
+    for its context (shell words by :func:`shlex.quote`, Hydra values by :func:`hydra_value`), so no
+    value can end a line, a comment or a word it sits in. Variants (a smoke run) are made by changing
+    the data (:meth:`with_overrides`), never by editing the rendered text.
+
+    Attributes:
+        header: the ``# moeplan:`` line (JSON, one line: control characters are escaped).
+        sbatch: ``#SBATCH`` options (``--nodes=64``), each a plain ``--name=value`` word.
+        env: environment variables to export (name, value); names are shell identifiers.
+        overrides: Hydra overrides (``section.field``, value) passed to ``run_recipe.py``.
+    """
+
+    header: str
+    sbatch: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    overrides: tuple[tuple[str, Any], ...]
+
+    def with_overrides(self, extra: list[tuple[str, Any]]) -> LaunchScript:
+        """The script with ``extra`` overrides first (one of the same key replaces the script's)."""
+        keys = {k for k, _ in extra}
+        return replace(self, overrides=(*extra, *((k, v) for k, v in self.overrides if k not in keys)))
+
+    def render(self) -> str:
+        """The script text.
+
+        Raises:
+            InputError: a value holding a control character, a key or name that is not plain (both
+                refused at input: this is the last line of defence).
+        """
+        if "\n" in self.header or "\r" in self.header:
+            raise InputError("export", self.header, "a one-line header")
+        for opt in self.sbatch:
+            if not _SBATCH_OPT.fullmatch(opt):
+                raise InputError("export", opt, "an #SBATCH option --name=value")
+        lines = ["#!/bin/bash", self.header, *(f"#SBATCH {o}" for o in self.sbatch), *_PREAMBLE]
+        for name, value in self.env:
+            if not _ENV_NAME.fullmatch(name) or bad_char(value) is not None:
+                raise InputError(f"environment.{name}", value, "a variable name and a value without control characters")
+            lines.append(f"export {name}={shlex.quote(value)}")
+        lines.append("OVERRIDES=(")
+        for key, value in self.overrides:
+            if not _OVERRIDE_KEY.fullmatch(key):
+                raise InputError("export", key, "a Hydra key section.field")
+            lines.append(f"  {shlex.quote(f'{key}={hydra_value(value)}')}")
+        lines.append(")")
+        lines.append('srun --container-image="$CONTAINER" --container-mounts="$MOUNTS" \\')
+        lines.append('  python scripts/training/run_recipe.py --recipe "$RECIPE" "${OVERRIDES[@]}"')
+        return "\n".join(lines) + "\n"
+
+
+_SBATCH_OPT = re.compile(r"--[a-z-]+(=[0-9A-Za-z_-]+)?", re.ASCII)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+_OVERRIDE_KEY = re.compile(r"[+~]?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
+_PREAMBLE = (
+    "set -euo pipefail",
+    'CONTAINER="${CONTAINER:?set CONTAINER to a NeMo / Megatron Bridge image}"',
+    'MOUNTS="${MOUNTS:-}"',
+    'RECIPE="${RECIPE:?set RECIPE to a Megatron Bridge recipe, e.g. a perf recipe name}"',
+)
+
+
+def launch_script(s: Scenario) -> LaunchScript:
+    """The sbatch script of a scenario as data: nodes and tasks from the system spec, the environment
+    the layout needs, and the Bridge overrides (:func:`bridge_overrides`).
 
     Raises:
         InputError: no GPU or no GPU count in the scenario.
@@ -301,31 +414,26 @@ def to_slurm(s: Scenario) -> str:
         raise InputError("system", None, "system.gpu and system.num_gpus to write a Slurm script")
     gpn = s.gpus_per_node or 8
     nodes = -(-s.num_gpus // gpn)
-    env = layout_environment(s)
-    overrides = [line for line in to_overrides(s).splitlines() if not line.startswith("#")]
     if s.num_gpus % gpn:
-        tasks = [f"#SBATCH --ntasks={s.num_gpus}", f"#SBATCH --gpus-per-node={gpn}"]
+        tasks = (f"--ntasks={s.num_gpus}", f"--gpus-per-node={gpn}")
     else:
-        tasks = [f"#SBATCH --ntasks-per-node={gpn}", f"#SBATCH --gpus-per-node={gpn}"]
-    lines = [
-        "#!/bin/bash",
-        header(s),
-        f"#SBATCH --nodes={nodes}",
-        *tasks,
-        "#SBATCH --exclusive",
-        "#SBATCH --job-name=moeplan",
-        "set -euo pipefail",
-        'CONTAINER="${CONTAINER:?set CONTAINER to a NeMo / Megatron Bridge image}"',
-        'MOUNTS="${MOUNTS:-}"',
-        'RECIPE="${RECIPE:?set RECIPE to a Megatron Bridge recipe, e.g. a perf recipe name}"',
-    ]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    lines.append("OVERRIDES=(")
-    lines += [f"  {shlex.quote(o)}" for o in overrides]
-    lines.append(")")
-    lines.append('srun --container-image="$CONTAINER" --container-mounts="$MOUNTS" \\')
-    lines.append('  python scripts/training/run_recipe.py --recipe "$RECIPE" "${OVERRIDES[@]}"')
-    return "\n".join(lines) + "\n"
+        tasks = (f"--ntasks-per-node={gpn}", f"--gpus-per-node={gpn}")
+    return LaunchScript(
+        header=header(s),
+        sbatch=(f"--nodes={nodes}", *tasks, "--exclusive", "--job-name=moeplan"),
+        env=tuple(layout_environment(s).items()),
+        overrides=tuple(bridge_overrides(s)),
+    )
+
+
+def to_slurm(s: Scenario) -> str:
+    """An sbatch script: nodes and tasks from the system spec, container and mounts as placeholders,
+    the environment the layout needs, and the Bridge overrides (:func:`launch_script`, rendered).
+
+    Raises:
+        InputError: no GPU or no GPU count in the scenario.
+    """
+    return launch_script(s).render()
 
 
 def export(s: Scenario, fmt: str) -> tuple[str, list[str]]:

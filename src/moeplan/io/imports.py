@@ -11,18 +11,20 @@ Bridge nor megatron-core (the switch is ``comm_overlap.overlap_moe_expert_parall
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import shlex
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
-import yaml
 from pydantic import ValidationError
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, short_repr
 from moeplan.io.export import HEADER
 from moeplan.io.keys import BRIDGE_PATHS, MIXED_PRECISION, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
 from moeplan.spec.layout import PARALLEL_DIMS, LayoutSpec
+from moeplan.spec.loading import load_json_text, load_yaml_text, parse_yaml_value
+from moeplan.spec.policy import ascii_int
 
 SOURCES = ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args", "megatron-log")
 
@@ -69,19 +71,53 @@ def _precision_from(mp: dict) -> str | None:
     return None
 
 
+#: the longest ``# moeplan:`` header read (the export writes a few hundred characters)
+MAX_HEADER_CHARS = 2**20
+#: what each key of the ``# moeplan:`` header must be (others are dropped with a note)
+_HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model": str,
+    "model_overrides": dict,
+    "system": dict,
+    "framework": str,
+    "versions": dict,
+    "precision": str,
+    "training": dict,
+    "stated": list,
+}
+#: the most import notes listed (identical notes are listed once; the rest are counted)
+MAX_NOTES = 50
+
+
 def _header(text: str, notes: list[str]) -> dict:
+    """The ``# moeplan:`` header's mapping (strict JSON under the input policy), each key of the type
+    the export writes; a header that cannot be read is ignored with a note."""
     for line in text.splitlines():
         if line.startswith(HEADER):
             try:
-                meta = json.loads(line[len(HEADER) :])
-            except json.JSONDecodeError:
-                notes.append("the '# moeplan:' header is not valid JSON: ignored")
+                meta = load_json_text(line[len(HEADER) :], "header", "# moeplan:", MAX_HEADER_CHARS)
+            except InputError as exc:
+                notes.append(f"the '# moeplan:' header is not valid JSON ({exc.allowed}): ignored")
                 return {}
             if not isinstance(meta, dict):
                 notes.append("the '# moeplan:' header is not a JSON object: ignored")
                 return {}
-            return meta
+            return _typed_header(meta, notes)
     return {}
+
+
+def _typed_header(meta: dict, notes: list[str]) -> dict:
+    out = {}
+    for key, v in meta.items():
+        want = _HEADER_TYPES.get(key)
+        if want is None:
+            notes.append(f"the '# moeplan:' header key {short_repr(key)} is not one moeplan writes: ignored")
+        elif v is not None and not isinstance(v, want):
+            notes.append(f"the '# moeplan:' header's {key}={short_repr(v)} is not a {getattr(want, '__name__', want)}: ignored")
+        elif key == "stated" and not all(isinstance(x, str) for x in cast(list, v)):
+            notes.append("the '# moeplan:' header's stated is not a list of key names: ignored")
+        else:
+            out[key] = v
+    return out
 
 
 def _value(key: str, v: Any) -> Any:
@@ -108,7 +144,7 @@ def _keep_valid(layout: dict, notes: list[str]) -> dict:
             if key in PARALLEL_DIMS.values():
                 # a parallel size cannot be dropped: the layout checked would not be the one written
                 raise InputError(key, v, f"a valid {key} ({exc.errors()[0]['msg'].lower()})") from None
-            notes.append(f"{key}={v!r} dropped: {exc.errors()[0]['msg']}")
+            notes.append(f"{key}={short_repr(v)} dropped: {exc.errors()[0]['msg']}")
             continue
         out[key] = v
     return out
@@ -145,7 +181,9 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
             if isinstance(fields, str):
                 prec = _PRESET_TO_PRECISION.get(fields)
                 if prec is None:
-                    notes.append(f"mixed_precision={fields!r} is not a preset moeplan knows: precision left bf16")
+                    notes.append(
+                        f"mixed_precision={short_repr(fields)} is not a preset moeplan knows: precision left bf16"
+                    )
                 else:
                     training["precision"] = prec
             elif isinstance(fields, dict):
@@ -158,13 +196,13 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
                         layout[key] = v
             continue
         if not isinstance(fields, dict):
-            notes.append(f"{sec}: not a mapping, ignored")
+            notes.append(f"{short_repr(sec)}: not a mapping, ignored")
             continue
         for field, v in fields.items():
             path = f"{sec}.{field}"
             if field == "moe_a2a_overlap":
                 notes.append(
-                    f"{path}={v!r} is read by neither Bridge nor megatron-core (ignored); the EP-overlap "
+                    f"{path}={short_repr(v)} is read by neither Bridge nor megatron-core (ignored); the EP-overlap "
                     "switch is comm_overlap.overlap_moe_expert_parallel_comm"
                 )
                 continue
@@ -175,12 +213,13 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
                 v = _value(key, v)
                 if key in layout and layout[key] != v:
                     notes.append(
-                        f"{path}={v!r} disagrees with {key}={layout[key]!r} from another section; kept the first"
+                        f"{path}={short_repr(v)} disagrees with {key}={short_repr(layout[key])} from another section; "
+                        "kept the first"
                     )
                     continue
                 layout[key] = v
             else:
-                notes.append(f"{path} is not modelled by moeplan (ignored)")
+                notes.append(f"{short_repr(path)[1:-1]} is not modelled by moeplan (ignored)")
     return layout, training
 
 
@@ -211,12 +250,38 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
+def _hydra_unquote(body: str, quote: str) -> str:
+    """The text of a Hydra quoted value's body: a run of backslashes before the quote or at the end
+    stands for half as many (an odd one escapes the quote), ``\\${`` is a literal ``${``; other
+    backslashes are literal (Hydra ≥ 1.1, as :func:`moeplan.io.export.hydra_quote` writes them)."""
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        if body[i] != "\\":
+            out.append(body[i])
+            i += 1
+            continue
+        j = i
+        while j < n and body[j] == "\\":
+            j += 1
+        run = j - i
+        if j == n or body[j] == quote or body.startswith("${", j):
+            out.append("\\" * (run // 2))
+            if run % 2:  # the last backslash escapes what follows
+                out.append(body[j] if body[j] == quote else "${")
+                j += 1 if body[j] == quote else 2
+        else:
+            out.append("\\" * run)
+        i = j
+    return "".join(out)
+
+
 def hydra_value(text: str) -> Any:
     """A Hydra override value (its grammar, not YAML 1.1): quoted strings, lists, null/true/false,
-    decimal ints (no octal), floats; anything else is a plain string."""
+    decimal ints (ASCII digits, no octal), finite floats; anything else is a plain string."""
     t = text.strip()
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
-        return t[1:-1].replace("\\'", "'")
+        return _hydra_unquote(t[1:-1], t[0])
     if t.startswith("[") and t.endswith("]"):
         return [hydra_value(p) for p in _split_top(t[1:-1])]
     low = t.lower()
@@ -224,10 +289,21 @@ def hydra_value(text: str) -> Any:
         return None
     if low in ("true", "false"):
         return low == "true"
-    if re.fullmatch(r"[+-]?\d+", t):
+    return _number(t)
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,4000}", re.ASCII)
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def _number(t: str) -> Any:
+    """``t`` as an int or a finite float when it spells one in ASCII digits (ints of at most 4000
+    digits; a float beyond the double range stays text), else ``t`` itself."""
+    if _INT_TEXT.fullmatch(t):
         return int(t)
-    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", t):
-        return float(t)
+    if len(t) <= 400 and _FLOAT_TEXT.fullmatch(t):
+        v = float(t)
+        return v if math.isfinite(v) else t
     return t
 
 
@@ -279,7 +355,7 @@ def _mlm_tokens(text: str, notes: list[str]) -> dict[str, list[str]]:
     while i < len(toks):
         tok = toks[i]
         if not tok.startswith("--"):
-            notes.append(f"{tok!r} is not a flag (ignored)")
+            notes.append(f"{short_repr(tok)} is not a flag (ignored)")
             i += 1
             continue
         flag, eq, inline = tok.partition("=")
@@ -295,13 +371,9 @@ def _mlm_tokens(text: str, notes: list[str]) -> dict[str, list[str]]:
 def _scalar(v: str) -> Any:
     if v in _REPR:
         return _REPR[v]
-    if re.fullmatch(r"-?\d+", v):
-        return int(v)
-    if re.fullmatch(r"-?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", v):
-        return float(v)
     if v in ("true", "false"):
         return v == "true"
-    return v
+    return v if v.startswith("+") else _number(v)
 
 
 def _accepts(key: str, value: Any) -> bool:
@@ -347,10 +419,11 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
             continue
         key = _FLAG_TO_KEY.get(flag) or flag[2:].replace("-", "_")
         if key in ("seq_length", "micro_batch_size", "global_batch_size", "world_size"):
-            try:
-                training[key] = int(vals[0])
-            except (IndexError, ValueError):
-                notes.append(f"{flag} {' '.join(vals)}: not an integer (ignored)")
+            v = ascii_int(vals[0]) if vals else None
+            if v is None:
+                notes.append(f"{flag} {short_repr(' '.join(vals))}: not an integer (ignored)")
+            else:
+                training[key] = v
         elif key == "fp8_recipe":
             fp8 = vals[0] if vals else None
         elif key == "fp4_recipe":
@@ -359,71 +432,143 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
             continue
         elif key == "num_layers_per_virtual_pipeline_stage":
             notes.append(
-                f"{flag} {' '.join(vals)}: VPP depends on the model's layers; give "
+                f"{flag} {short_repr(' '.join(vals))}: VPP depends on the model's layers; give "
                 "virtual_pipeline_model_parallel_size instead (ignored)"
             )
         elif key in LayoutSpec.model_fields:
             layout[key] = _typed(key, vals)
         else:
-            notes.append(f"{flag} is not modelled by moeplan (ignored)")
+            notes.append(f"{short_repr(flag)[1:-1]} is not modelled by moeplan (ignored)")
     if fp8:
         training["precision"] = _FP8_RECIPES.get(fp8, "bf16")
     training.setdefault("precision", "bf16")
     return layout, training
 
 
-_ARG_LINE = re.compile(r"^\s*(?:\S*\]:|\d+:)?\s*([a-z_][a-z0-9_]*)\s*\.{2,}\s*(.*?)\s*$")
+_ARG_NAME = re.compile(r"([a-z_][a-z0-9_]*)[ \t]*\.{2,}", re.ASCII)
+_RANK_NUMBER = re.compile(r"[0-9]{1,9}:", re.ASCII)
+#: the most arguments kept from one dump, and the longest value kept (a longer one is noted)
+MAX_DUMP_ARGS = 10_000
+MAX_DUMP_VALUE = 65536
+
+
+def arg_line(line: str) -> tuple[str, str] | None:
+    """``(name, value)`` of one ``  name ........ value`` line of an argument dump (after an optional
+    rank prefix ``[rank3]:`` or ``3:``), None for any other line. Linear in the line's length (no
+    backtracking regular expression over the value)."""
+    t = line.lstrip()
+    if not t:
+        return None
+    first = t.split(None, 1)[0]
+    cut = first.rfind("]:")
+    if cut >= 0:
+        t = t[cut + 2 :].lstrip()
+    elif m := _RANK_NUMBER.match(t):
+        t = t[m.end() :].lstrip()
+    m = _ARG_NAME.match(t)
+    if m is None:
+        return None
+    return m.group(1), t[m.end() :].strip()
+
+
+class DumpReader:
+    """The last argument dump of a Megatron-LM log, fed one line at a time (ANSI colours removed):
+    ``args`` (name → raw value text), ``ended`` (the dump's closing banner was seen), ``too_long``
+    (names whose value was longer than :data:`MAX_DUMP_VALUE`, left out). Memory is bounded by the
+    dump, never by the log (:data:`MAX_DUMP_ARGS` names at most)."""
+
+    def __init__(self) -> None:
+        self.args: dict[str, str] = {}
+        self.ended = False
+        self.too_long: list[str] = []
+        self.header: str | None = None  # the first '# moeplan:' line, as an exported file has
+        self._inside = False
+
+    def feed(self, line: str) -> None:
+        """Read one line (without its newline)."""
+        if self.header is None and line.startswith(HEADER) and len(line) <= MAX_HEADER_CHARS:
+            self.header = line
+        if "---" in line and "arguments" in line:
+            if "end of arguments" in line:
+                self._inside, self.ended = False, True
+            else:
+                self._inside, self.ended = True, False
+                self.args, self.too_long = {}, []  # the last dump wins
+            return
+        if not self._inside or ".." not in line:
+            return
+        kv = arg_line(line)
+        if kv is None:
+            return
+        name, value = kv
+        if len(value) > MAX_DUMP_VALUE:
+            if len(self.too_long) < MAX_DUMP_ARGS:
+                self.too_long.append(name)
+        elif name in self.args or len(self.args) < MAX_DUMP_ARGS:
+            self.args[name] = value
 
 
 def dump_args(text: str) -> tuple[dict[str, str], bool]:
     """The last argument dump of a Megatron-LM log as raw strings, and whether it is complete."""
-    args: dict[str, str] = {}
-    inside = False
-    ended = False
+    reader = DumpReader()
     for raw in text.splitlines():
-        line = _ANSI.sub("", raw)
-        if "arguments" in line and "---" in line:
-            if "end of arguments" in line:
-                inside, ended = False, True
-            else:
-                inside, ended = True, False
-                args = {}  # the last dump wins
-            continue
-        if inside:
-            mt = _ARG_LINE.match(line)
-            if mt:
-                args[mt.group(1)] = mt.group(2)
-    return args, ended
+        reader.feed(_ANSI.sub("", raw) if "\x1b" in raw else raw)
+    return reader.args, reader.ended
 
 
-def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
-    """The argument dump of a Megatron-LM log (``name ....... value`` lines between the banners)."""
-    args, ended = dump_args(text)
+def from_dump(args: dict[str, str], ended: bool, notes: list[str], too_long: Sequence[str] = ()) -> tuple[dict, dict]:
+    """(layout, training) of an argument dump's raw values (``name → text`` as :class:`DumpReader`
+    keeps them): integers in ASCII digits, other values read as strict YAML (Python reprs such as
+    ``None``, ``torch.bfloat16`` or ``['p2p']`` included).
+
+    Raises:
+        InputError: an empty dump.
+    """
     if not args:
         raise InputError("log", "(no argument dump)", "a Megatron-LM log with its '-- arguments --' block")
     if not ended:
         notes.append("the argument dump is cut off (no 'end of arguments'): later arguments are missing")
+    for name in too_long[:5]:
+        notes.append(f"{name}: value longer than {MAX_DUMP_VALUE} characters (ignored)")
     layout: dict[str, Any] = {}
     training: dict[str, Any] = {}
     for name, raw in args.items():
         if name in ("seq_length", "micro_batch_size", "global_batch_size", "world_size"):
-            if raw.isdigit():
-                training[name] = int(raw)
+            v = ascii_int(raw, 0)
+            if v is not None:
+                training[name] = v
+            elif raw != "None":
+                notes.append(f"{name}={short_repr(raw)}: not an integer in ASCII digits (ignored)")
         elif name == "fp8_recipe" and args.get("fp8") not in (None, "None"):
             training["precision"] = _FP8_RECIPES.get(raw, "bf16")
         elif name == "fp4_recipe" and args.get("fp4") not in (None, "None"):
             training["precision"] = "nvfp4"
         elif name in LayoutSpec.model_fields:
-            if raw in _REPR:
-                layout[name] = _REPR[raw]
-                continue
-            try:
-                val = yaml.safe_load(raw)
-            except yaml.YAMLError:
-                val = raw
-            layout[name] = val
+            layout[name] = _REPR[raw] if raw in _REPR else parse_yaml_value(raw)
     training.setdefault("precision", "bf16")
     return layout, training
+
+
+def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:
+    """The argument dump of a Megatron-LM log (``name ....... value`` lines between the banners)."""
+    reader = DumpReader()
+    for raw in text.splitlines():
+        reader.feed(_ANSI.sub("", raw) if "\x1b" in raw else raw)
+    return from_dump(reader.args, reader.ended, notes, reader.too_long)
+
+
+def import_dump(reader: DumpReader) -> tuple[dict, list[str]]:
+    """The scenario mapping of a log's argument dump kept by a :class:`DumpReader` (a streaming log
+    parse), as :func:`import_config` reads it from the log's text with ``megatron-log``.
+
+    Raises:
+        InputError: the log has no argument dump.
+    """
+    notes: list[str] = []
+    meta = _header(reader.header or "", notes)
+    layout, training = from_dump(reader.args, reader.ended, notes, reader.too_long)
+    meta.setdefault("framework", "megatron-core")
+    return _scenario(meta, layout, training, notes), bounded_notes(notes)
 
 
 def import_config(text: str, source: str) -> tuple[dict, list[str]]:
@@ -435,10 +580,7 @@ def import_config(text: str, source: str) -> tuple[dict, list[str]]:
     notes: list[str] = []
     meta = _header(text, notes)
     if source == "mbridge-yaml":
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise InputError("mbridge-yaml", "(file)", f"valid YAML ({exc.__class__.__name__})") from None
+        data = load_yaml_text(text, "mbridge-yaml", "(file)") or {}
         if not isinstance(data, dict):
             raise InputError("mbridge-yaml", "(file)", "a mapping of ConfigContainer sections")
         layout, training = from_sections(data, notes)
@@ -454,4 +596,14 @@ def import_config(text: str, source: str) -> tuple[dict, list[str]]:
         raise InputError("--from", source, ", ".join(SOURCES))
     if not layout and not training and not meta:
         raise InputError(source, "(file)", f"a {source} configuration with at least one key moeplan reads")
-    return _scenario(meta, layout, training, notes), notes
+    sc = _scenario(meta, layout, training, notes)
+    return sc, bounded_notes(notes)
+
+
+def bounded_notes(notes: list[str]) -> list[str]:
+    """``notes`` with repeats listed once and at most :data:`MAX_NOTES` of them (the rest counted in
+    a last note): a file of 10^5 unknown keys gives a readable answer, not 10^5 lines."""
+    unique = list(dict.fromkeys(notes))
+    if len(unique) <= MAX_NOTES:
+        return unique
+    return [*unique[:MAX_NOTES], f"... and {len(unique) - MAX_NOTES} more notes like these"]

@@ -27,12 +27,12 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
-from moeplan.errors import InputError, MoeplanError, UnknownNameError
+from moeplan.errors import InputError, MoeplanError, UnknownNameError, short_repr
 from moeplan.model.constants import TimeConstants, release_key, release_of
 from moeplan.model.step import estimate_step
+from moeplan.spec.loading import load_json_file
 from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario
 from moeplan.spec.system import GpuSpec
 
@@ -480,23 +480,16 @@ def profile_json(c: TimeConstants) -> str:
 
 
 def _read_profile(path) -> object:
-    """The JSON value of the profile file at ``path``.
+    """The JSON value of the profile file at ``path`` (strict JSON under the input policy: a regular
+    file of bounded size, no duplicate key, no NaN, bounded nesting; a FIFO is refused, never read).
 
     Raises:
         InputError: missing or unreadable file, not JSON, or a key repeated within an object.
     """
-
-    def unique(pairs):
-        keys = [k for k, _ in pairs]
-        dup = next((k for k in keys if keys.count(k) > 1), None)
-        if dup is not None:
-            raise InputError("--calibration", str(path), f"a profile without duplicate keys ({dup!r} repeats)")
-        return dict(pairs)
-
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise InputError("--calibration", str(path), f"a readable calibration profile ({type(exc).__name__})") from None
+        return load_json_file(path, "--calibration")
+    except InputError as exc:
+        raise InputError("--calibration", str(path), f"a readable calibration profile ({exc.allowed})") from None
 
 
 def _check_profile_keys(data: object, path) -> None:
@@ -537,7 +530,7 @@ def _check_profile_tables(data: dict, path) -> None:
     """
     for key in ("release_factor", "a2a_efficiency"):
         if key in data and not (isinstance(data[key], dict) and all(_finite_positive(v) for v in data[key].values())):
-            raise InputError("--calibration", f"{key}={data[key]!r}", "a mapping of names to positive finite numbers")
+            raise InputError("--calibration", f"{key}={short_repr(data[key])}", "a mapping of names to positive finite numbers")
     if not data.get("release_factor"):
         raise InputError(
             "--calibration", str(path), "a profile with a release_factor (moeplan calibrate -o writes one)"
@@ -546,13 +539,13 @@ def _check_profile_tables(data: dict, path) -> None:
     if not isinstance(newest, str) or newest not in data["release_factor"]:
         raise InputError(
             "--calibration",
-            f"newest_release={newest!r}",
+            f"newest_release={short_repr(newest)}",
             f"one of the profile's releases {sorted(data['release_factor'])}",
         )
     if "a2a_efficiency" in data and set(data["a2a_efficiency"]) != set(A2A_BACKENDS):
         raise InputError(
             "--calibration",
-            f"a2a_efficiency={data['a2a_efficiency']!r}",
+            f"a2a_efficiency={short_repr(data['a2a_efficiency'])}",
             f"one efficiency for each of {list(A2A_BACKENDS)}",
         )
     prov = data.get("provenance", {})
@@ -561,7 +554,7 @@ def _check_profile_tables(data: dict, path) -> None:
         gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus))
     ):
         raise InputError(
-            "--calibration", f"provenance={prov!r}", "a mapping whose gpus, if given, is a list of GPU ids"
+            "--calibration", f"provenance={short_repr(prov)}", "a mapping whose gpus, if given, is a list of GPU ids"
         )
     lo, hi = RELEASE_BOUNDS
     for name, v in data["release_factor"].items():
@@ -579,7 +572,7 @@ def _check_constant_ranges(c: TimeConstants) -> None:
     bounds = {n: (lo, hi) for n, lo, hi in SHARED}
     for n, v in values_of(c).items():
         if not _finite_positive(v):
-            raise InputError("--calibration", f"{n}={v!r}", "a positive finite number")
+            raise InputError("--calibration", f"{n}={short_repr(v)}", "a positive finite number")
         lo, hi = bounds.get(n, (0, math.inf))
         top = min(hi * 10, 1.0) if n in FRACTIONS else hi * 10
         if not lo / 10 <= v <= top:

@@ -76,8 +76,9 @@ def _plots(res) -> list[tuple[str, str]]:
     return out
 
 
-def write_report(res, path: Path) -> None:
-    """Write the HTML report of a :class:`~moeplan.plan.PlanResult` to ``path`` (atomically).
+def write_report(res, path: Path, inputs: tuple = ()) -> None:
+    """Write the HTML report of a :class:`~moeplan.plan.PlanResult` to ``path`` (atomically, never
+    onto one of ``inputs``).
 
     Raises:
         InputError: matplotlib missing, or the path cannot be written.
@@ -152,6 +153,6 @@ variants).</p><p>{validity}</p><p>{family}</p>
 """
 
     try:
-        _write_atomically(Path(path), doc, field="--report")
+        _write_atomically(Path(path), doc, field="--report", inputs=inputs)
     except OSError as exc:
         raise InputError("--report", str(path), f"a writable path ({exc.strerror})") from None

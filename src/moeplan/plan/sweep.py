@@ -17,17 +17,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from moeplan.diagnose import read_text_file
-from moeplan.diagnose.logs import parse_log, tokens_per_s_per_gpu
+from moeplan.diagnose import read_log
+from moeplan.diagnose.logs import tokens_per_s_per_gpu
 from moeplan.errors import InputError
-from moeplan.io.export import to_slurm
+from moeplan.io.export import launch_script
+from moeplan.io.write import atomic_directory, check_new_directory, write_atomically, write_file_in
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.describe import describe
 from moeplan.plan.planner import plan
 from moeplan.rules import validate
+from moeplan.spec.loading import dump_yaml, load_json_file
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
@@ -87,14 +87,18 @@ def smoke_scenario(data: dict, s: Scenario, recipe: RecipeProvenance | None = No
 
 
 def _scripts(data: dict, s: Scenario, recipe: RecipeProvenance | None = None) -> tuple[str, str, str]:
-    launch = to_slurm(s)
+    """(launch.sh, smoke.sh, what the smoke run is): both rendered from data (:class:`LaunchScript`);
+    the smoke script is the proxy's with ``model.num_layers`` and ``train.train_iters`` added to its
+    overrides, never an edit of the rendered text."""
+    launch = launch_script(s).render()
     smoke_data, smoke_note = smoke_scenario(data, s, recipe)
     smoke_s = load_scenario(smoke_data, recipe=recipe)
-    smoke = to_slurm(smoke_s).replace("OVERRIDES=(", f"OVERRIDES=(\n  train.train_iters={SMOKE_STEPS}", 1)
+    extra: list[tuple[str, object]] = []
     n = (smoke_data.get("model_overrides") or {}).get("num_layers")
     if n:
-        smoke = smoke.replace("OVERRIDES=(", f"OVERRIDES=(\n  model.num_layers={n}", 1)
-    return launch, smoke, smoke_note
+        extra.append(("model.num_layers", n))
+    extra.append(("train.train_iters", SMOKE_STEPS))
+    return launch, launch_script(smoke_s).with_overrides(extra).render(), smoke_note
 
 
 def _mbs_variant(c, picked: list, data: dict, recipe: RecipeProvenance | None) -> dict | None:
@@ -148,7 +152,7 @@ def _stage(name: str, label: str, d: dict, recipe: RecipeProvenance | None, cons
         "kind": "baseline" if name == "baseline" else "candidate",
         "scenario": d,
     }
-    files: dict[str, str] = {"scenario.yaml": yaml.safe_dump(d, sort_keys=False)}
+    files: dict[str, str] = {"scenario.yaml": dump_yaml(d)}
     if chk.errors:
         entry["predicted"] = None
         entry["note"] = "breaks " + ", ".join(sorted({f.rule_id for f in chk.errors})) + ": no scripts"
@@ -169,6 +173,7 @@ def write_sweep(
     constants=None,
     progress=None,
     hold: tuple[str, ...] = (),
+    inputs: tuple = (),
 ) -> dict:
     """Write the sweep directory and return its manifest.
 
@@ -177,6 +182,7 @@ def write_sweep(
             layout keys to hold).
         out_dir: a new or empty directory: one folder per run, ``manifest.json``, ``README.md``.
         top: candidates to write (each with an MBS×2 variant when ``mbs_variants`` and it fits).
+        inputs: the command's input files (``out_dir`` may be none of them).
 
     Returns:
         the manifest: ``request``, ``entries`` (id, label, kind, scenario, predicted tokens/s/GPU,
@@ -186,8 +192,7 @@ def write_sweep(
         InputError: bad request, an existing non-empty ``out_dir``, or nothing fits.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise InputError("--output", str(out_dir), "a new or empty directory (a sweep never overwrites one)")
+    check_new_directory(out_dir, "--output", inputs)  # before the search: a bad target costs nothing
     req = {k: v for k, v in data.items() if k != "layout"}
     req["layout"] = {k: v for k, v in (data.get("layout") or {}).items() if k in hold}
     res = plan(req, top=top + 1, constants=constants, progress=progress)
@@ -200,16 +205,15 @@ def write_sweep(
         entries.append(entry)
         staged.append((name, files))
     manifest = {"request": res.search.request, "entries": entries, "smoke_steps": SMOKE_STEPS}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, files in staged:
-        (out_dir / name).mkdir()
-        for fn, text in files.items():
-            p = out_dir / name / fn
-            p.write_text(text)
-            if fn.endswith(".sh"):
-                p.chmod(0o755)
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    (out_dir / "README.md").write_text(_readme(manifest))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # built under a temporary name and renamed into place: a full disk or kill -9 leaves no half sweep
+    with atomic_directory(out_dir, "--output", inputs) as tmp:
+        for name, files in staged:
+            (tmp / name).mkdir()
+            for fn, text in files.items():
+                write_file_in(tmp / name, fn, text, executable=fn.endswith(".sh"))
+        write_file_in(tmp, MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
+        write_file_in(tmp, "README.md", _readme(manifest))
     return manifest
 
 
@@ -282,7 +286,7 @@ def submit(out_dir: Path, *, smoke: bool, yes: bool) -> list[dict]:
 
 
 def load_manifest(out_dir: Path) -> dict:
-    """The manifest of a sweep directory, its structure checked.
+    """The manifest of a sweep directory (strict JSON under the input policy), its structure checked.
 
     Raises:
         InputError: no readable manifest, or one that is not what ``moeplan sweep`` writes.
@@ -290,23 +294,83 @@ def load_manifest(out_dir: Path) -> dict:
     p = Path(out_dir) / MANIFEST
     what = f"a sweep directory written by `moeplan sweep` (a readable {MANIFEST})"
     try:
-        man = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise InputError("DIR", str(out_dir), what) from None
-    ok = isinstance(man, dict) and isinstance(man.get("entries"), list)
+        man = load_json_file(p, "DIR")
+    except InputError as exc:
+        raise InputError("DIR", str(out_dir), f"{what}: {exc.allowed}") from None
+    if not isinstance(man, dict):
+        raise InputError("DIR", str(out_dir), what + ": entries[] each with a plain id and a scenario")
+    ok = isinstance(man.get("entries"), list)
     for e in man.get("entries", []) if ok else []:
         ok = ok and isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("scenario"), dict)
-        ok = ok and re.fullmatch(r"[A-Za-z0-9._-]+", e.get("id", "")) is not None and e["id"] not in (".", "..")
+        ok = ok and re.fullmatch(r"[A-Za-z0-9._-]{1,200}", e.get("id", ""), re.ASCII) is not None
+        ok = ok and e["id"] not in (".", "..")
     if not ok:
         raise InputError("DIR", str(out_dir), what + ": entries[] each with a plain id and a scenario")
     for e in man["entries"]:
-        e.setdefault("label", e["id"])
+        if not isinstance(e.get("label"), str):
+            e["label"] = e["id"]
     return man
+
+
+#: the most sequences per step and tokens per sequence a manifest entry may state (TrainingSpec's caps)
+_MAX_BATCH = 2**24
+
+
+def _planned(sc: dict) -> tuple[int, int, int] | None:
+    """(global batch, sequence length, world size) a manifest entry's scenario states, each a
+    positive integer within the schema's caps; None when one is missing or impossible (``num_gpus: 0``)."""
+    try:
+        vals = (sc["training"]["global_batch_size"], sc["training"]["seq_length"], sc["system"]["num_gpus"])
+    except (KeyError, TypeError):
+        return None
+    caps = (_MAX_BATCH, _MAX_BATCH, 2**20)
+    if all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= cap for v, cap in zip(vals, caps, strict=True)):
+        return vals
+    return None
+
+
+def _log_tokens_per_s(p: Path, e: dict, notes: list[str]) -> float | None:
+    """Measured tokens/s/GPU of one log of a sweep entry: the printed figure, else GBS · seq / (median
+    iteration time · GPUs) from the entry's scenario (the log's logged batch size when it gives one);
+    None (with a note) when the log gives no usable figure."""
+    try:
+        st = read_log(p)
+    except InputError as exc:
+        notes.append(f"{p.name}: {exc.allowed}")
+        return None
+    summ = st.summary()
+    tps = (summ.get("tokens_per_s_per_gpu") or {}).get("median")
+    if tps is None and summ.get("iteration_time_ms"):
+        planned = _planned(e["scenario"])
+        if planned is None:
+            notes.append(f"{p.name}: the entry's scenario lacks a positive global_batch_size / seq_length / num_gpus")
+            return None
+        gbs_planned, seq, world = planned
+        logged = [v for v in st.series("global_batch_size") if v <= _MAX_BATCH]
+        gbs = int(statistics.median(logged)) if logged else gbs_planned
+        if gbs != gbs_planned:
+            notes.append(f"{p.name}: the log's global batch size {gbs} differs from the entry's {gbs_planned}")
+        tps = tokens_per_s_per_gpu(gbs, seq, summ["iteration_time_ms"]["median"], world)
+    if tps is None or not (math.isfinite(tps) and tps > 0):
+        notes.append(f"{p.name}: no usable iteration times")
+        return None
+    return tps
+
+
+def _predicted(e: dict) -> float | None:
+    """The entry's predicted tokens/s/GPU when the manifest gives a positive finite number (an edited
+    manifest may not)."""
+    pred = e.get("predicted")
+    v = pred.get("tokens_per_s_per_gpu") if isinstance(pred, dict) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    return float(v) if math.isfinite(v) and 0 < v < 1e30 else None
 
 
 def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
     """Measured tokens/s/GPU of each entry from the ``*.log`` files in it (steady state, median over
-    logs), beside the prediction; Spearman rank correlation; writes ``runs.yaml`` for ``calibrate``.
+    logs), beside the prediction; Spearman rank correlation; writes ``runs.yaml`` for ``calibrate``
+    (atomically).
 
     Raises:
         InputError: not a sweep directory.
@@ -314,40 +378,16 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
 
     out_dir = Path(out_dir)
     man = load_manifest(out_dir)
-    rows, runs = [], []
+    rows, runs, read = [], [], []
     for e in man["entries"]:
         logs = sorted((out_dir / e["id"]).glob("*.log"))
         if not include_smoke:
             logs = [p for p in logs if not p.name.startswith("smoke")]
-        vals, notes = [], []
-        for p in logs:
-            try:
-                st = parse_log(read_text_file(p))
-            except InputError as exc:
-                notes.append(f"{p.name}: {exc.allowed}")
-                continue
-            summ = st.summary()
-            tps = (summ.get("tokens_per_s_per_gpu") or {}).get("median")
-            if tps is None and summ.get("iteration_time_ms"):
-                sc = e["scenario"]
-                try:
-                    gbs_planned = int(sc["training"]["global_batch_size"])
-                    seq = int(sc["training"]["seq_length"])
-                    world = int(sc["system"]["num_gpus"])
-                except (KeyError, TypeError, ValueError):
-                    notes.append(f"{p.name}: the entry's scenario lacks global_batch_size / seq_length / num_gpus")
-                    continue
-                logged = st.series("global_batch_size")
-                gbs = int(statistics.median(logged)) if logged else gbs_planned
-                if gbs != gbs_planned:
-                    notes.append(f"{p.name}: the log's global batch size {gbs} differs from the entry's {gbs_planned}")
-                tps = tokens_per_s_per_gpu(gbs, seq, summ["iteration_time_ms"]["median"], world)
-            if tps is None or not (math.isfinite(tps) and tps > 0):
-                notes.append(f"{p.name}: no usable iteration times")
-            else:
-                vals.append(tps)
+        read += logs
+        notes: list[str] = []
+        vals = [v for p in logs if (v := _log_tokens_per_s(p, e, notes)) is not None]
         measured = statistics.median(vals) if vals else None
-        pred = (e.get("predicted") or {}).get("tokens_per_s_per_gpu")
+        pred = _predicted(e)
         rows.append(
             {
                 "id": e["id"],
@@ -369,10 +409,8 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
     runs_file = None
     if runs:
         runs_file = out_dir / "runs.yaml"
-        try:
-            runs_file.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
-        except OSError as exc:
-            raise InputError("runs.yaml", str(runs_file), f"a writable file in the sweep ({exc.strerror})") from None
+        inputs = [out_dir / MANIFEST, *read]  # runs.yaml may not be (a link to) a file collect read
+        write_atomically(runs_file, dump_yaml({"runs": runs}), field="runs.yaml", inputs=inputs)
     return {
         "entries": rows,
         "measured_ranking": [r["id"] for r in both],

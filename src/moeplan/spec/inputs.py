@@ -17,11 +17,44 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.policy import check_plain
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
 from moeplan.spec.versions import parse_version
 
 FRAMEWORKS = ("megatron-bridge", "megatron-core")
+#: the largest world size a scenario may state (GPUs); beyond it no cluster exists
+MAX_GPUS = 2**20
+#: the most GPUs per node
+MAX_GPUS_PER_NODE = 1024
+#: the largest integer a layout key may take (parallel sizes, layer counts, warm-up steps): a world size
+MAX_LAYOUT_INT = MAX_GPUS
+#: the largest float a layout key may take (capacity factors, fractions, dropout)
+MAX_LAYOUT_FLOAT = 1e6
+#: layout keys that count pipeline stages or layers: at most the largest layer count a model may
+#: have (a pipeline never has more virtual stages than layers); the product PP · VPP too
+LAYER_COUNT_KEYS = (
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "microbatch_group_size_per_vp_stage",
+    "recompute_num_layers",
+    "cpu_offloading_num_layers",
+    "num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16",
+    "mtp_num_layers",
+)
+MAX_STAGES = 10_000
+#: layout keys that list labels, each label at most once
+LABEL_LISTS = ("recompute_modules", "offload_modules", "cuda_graph_scope", "cuda_graph_modules")
+#: a software version as moeplan reads it: ASCII digits, dots, a pre-release / dev / post suffix and a
+#: local part (``0.16.1``, ``core_r0.16.0``, ``2.8.0a0+5228986c39.nv25.09``); not ``r2d2``, not ``８``
+VERSION_PATTERN = re.compile(
+    r"(core_r|core_v|v|r)?[0-9]{1,9}(\.[0-9]{1,9}){0,3}"
+    r"((rc|a|b|alpha|beta|dev|post|pre|\.dev|\.post|\.rc)[0-9]{0,9})*(\+[A-Za-z0-9._-]{1,64})?",
+    re.ASCII | re.IGNORECASE,
+)
 
 
 class SystemInput(BaseModel):
@@ -31,8 +64,8 @@ class SystemInput(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     gpu: str | GpuSpec | None = None
-    num_gpus: int | None = Field(default=None, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    num_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_overrides: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -188,18 +221,50 @@ def _pydantic_to_input_error(exc: ValidationError) -> InputError:
     return InputError(loc, value, allowed)
 
 
-def scenario_from_dict(data: dict | None) -> ScenarioInput:
-    """Validate a scenario mapping.
+def _check_layout_values(data: dict) -> None:
+    """Layout values within plausible bounds (integers up to :data:`MAX_LAYOUT_INT`, floats up to
+    :data:`MAX_LAYOUT_FLOAT`, list items too) and label lists without repeats (a repeated unknown
+    label would be reported once per repeat).
 
     Raises:
-        InputError: unknown keys (with did-you-mean), wrong types, out-of-range values; the message
-            names the field, the value and what is allowed.
+        InputError: naming ``layout.KEY``.
+    """
+    layout = data.get("layout")
+    if not isinstance(layout, dict):
+        return
+    for key, v in layout.items():
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                continue
+            top = MAX_LAYOUT_INT if isinstance(x, int) else MAX_LAYOUT_FLOAT
+            if abs(x) > top:
+                raise InputError(f"layout.{key}", v, f"a value of magnitude at most {top:g}")
+        if key in LABEL_LISTS and isinstance(v, list) and len({str(x) for x in v}) != len(v):
+            raise InputError(f"layout.{key}", v, "a list naming each label once")
+        if key in LAYER_COUNT_KEYS and isinstance(v, int) and v > MAX_STAGES:
+            raise InputError(f"layout.{key}", v, f"at most {MAX_STAGES:,} (a model's largest layer count)")
+    pp, vpp = layout.get("pipeline_model_parallel_size"), layout.get("virtual_pipeline_model_parallel_size")
+    if isinstance(pp, int) and isinstance(vpp, int) and pp * vpp > MAX_STAGES:
+        raise InputError(
+            "layout.virtual_pipeline_model_parallel_size", vpp, f"PP · VPP at most {MAX_STAGES:,} virtual stages"
+        )
+
+
+def scenario_from_dict(data: dict | None) -> ScenarioInput:
+    """Validate a scenario mapping under the input policy (:func:`moeplan.spec.policy.check_plain`:
+    plain text without control characters, bounded numbers, bounded nesting).
+
+    Raises:
+        InputError: unknown keys (with did-you-mean), wrong types, out-of-range values, control
+            characters; the message names the field, the value and what is allowed.
     """
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError("scenario", data, "a YAML mapping with model, system, training, layout")
+    check_plain(data, "")
     _check_unknown_keys(data)
+    _check_layout_values(data)
     gpu = (data.get("system") or {}).get("gpu") if isinstance(data.get("system"), dict) else None
     if isinstance(gpu, dict):
         unknown = [k for k in gpu if k not in GpuSpec.model_fields]

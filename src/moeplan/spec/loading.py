@@ -1,5 +1,8 @@
 """Reading scenarios: strict YAML (YAML 1.2 numbers, duplicate keys and aliases refused, nesting
-bounded), scenario files, ``--set`` values, and the section-by-section merge of CLI overrides.
+and size bounded), strict JSON (the same rules), scenario files, ``--set`` values, and the
+section-by-section merge of CLI overrides. Every YAML and JSON document moeplan reads from a user
+goes through :func:`load_yaml_text` or :func:`load_json_text` (the input policy of
+:mod:`moeplan.spec.policy`).
 
 Everything here works on plain mappings; validation is :mod:`moeplan.spec.inputs`, resolution
 :mod:`moeplan.spec.defaults`.
@@ -8,13 +11,18 @@ Everything here works on plain mappings; validation is :mod:`moeplan.spec.inputs
 from __future__ import annotations
 
 import copy
+import json
+import math
 import re
 from pathlib import Path
-from typing import cast
 
 import yaml
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, short_repr
+from moeplan.spec.policy import MAX_DEPTH, MAX_JSON_BYTES, MAX_YAML_BYTES, read_text
+
+#: integers longer than this cannot be converted by Python at all (its limit is 4300 digits)
+_PARSE_INT_DIGITS = 4000
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -22,11 +30,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     aliases (``*name``: a few lines of aliases can expand to gigabytes)."""
 
     def compose_node(self, parent, index):
-        """A node of the document; an alias raises ``yaml.composer.ComposerError``."""
+        """A node of the document; an alias, or nesting deeper than :data:`MAX_DEPTH`, raises
+        ``yaml.composer.ComposerError``."""
         if self.check_event(yaml.AliasEvent):
             mark = self.peek_event().start_mark
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
-        return super().compose_node(parent, index)
+        depth = getattr(self, "_depth", 0)
+        if depth >= MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -34,7 +51,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}", key_node.start_mark)
         seen.add(key)
     return yaml.SafeLoader.construct_mapping(loader, node, deep)
 
@@ -54,35 +71,141 @@ _UniqueKeyLoader.add_implicit_resolver(
     re.compile(r"^[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
     list("-+0123456789."),
 )
-# the int resolver matches plain scalars only, so the node is a ScalarNode
-_UniqueKeyLoader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(cast(yaml.ScalarNode, node))))
+
+
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    if len(text) > _PARSE_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(None, None, "an integer of thousands of digits", node.start_mark)
+    return int(text)
+
+
+_UniqueKeyLoader.add_constructor(_INT, _construct_int)
 
 
 def parse_yaml_value(raw: str) -> object:
-    """One ``--set`` value, read as the scenario files are (YAML 1.2 numbers, no aliases); the text
-    itself when it is not YAML. Never raises."""
+    """One ``--set`` value (or one value of a log's argument dump), read as the scenario files are
+    (YAML 1.2 numbers, no aliases, bounded size and nesting); the text itself when it is not such
+    YAML. Never raises."""
+    if len(raw) > MAX_YAML_BYTES:
+        return raw
     try:
         return yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError, ValueError):
         return raw
 
 
+_SHOWN_PROBLEMS = ("duplicate", "aliases", "nesting", "digits")
+
+
 def load_yaml_text(text: str, field: str, where: str) -> object:
-    """Parse YAML strictly: duplicate keys and aliases refused, nesting bounded.
+    """Parse YAML strictly: duplicate keys, aliases and tags refused, nesting bounded
+    (:data:`~moeplan.spec.policy.MAX_DEPTH`), at most :data:`~moeplan.spec.policy.MAX_YAML_BYTES`.
 
     Raises:
         InputError: named by ``field`` with ``where`` (a path) as the value.
     """
+    if len(text) > MAX_YAML_BYTES:
+        raise InputError(field, where, f"a YAML document of at most {MAX_YAML_BYTES // 2**20} MiB")
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = str(getattr(exc, "problem", None) or "")
-        detail = f": {problem}" if ("duplicate" in problem or "aliases" in problem) else ""
+        detail = f": {problem}" if any(w in problem for w in _SHOWN_PROBLEMS) else ""
         raise InputError(field, where, f"valid YAML (parse error{at}{detail})") from None
+    except (RecursionError, ValueError):
+        raise InputError(field, where, "YAML nested less deeply, with numbers Python can read") from None
+
+
+def _json_pairs(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = None
+        for k, _ in pairs:
+            if k in seen:
+                dup = k
+                break
+            seen.add(k)
+        raise ValueError(f"duplicate key {short_repr(dup)}")
+    return out
+
+
+def _json_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number")
+
+
+def _json_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"number {text[:20]}... is beyond a float")
+    return v
+
+
+def _json_int(text: str) -> int:
+    if len(text) > _PARSE_INT_DIGITS:
+        raise ValueError("an integer of thousands of digits")
+    return int(text)
+
+
+def load_json_text(text: str, field: str, where: str, limit: int | None = None) -> object:
+    """Parse JSON strictly: duplicate keys, ``NaN`` / ``Infinity`` and numbers beyond a float
+    refused, nesting bounded (:data:`~moeplan.spec.policy.MAX_DEPTH`), at most ``limit`` characters
+    (default :data:`~moeplan.spec.policy.MAX_JSON_BYTES`). Linear in the size.
+
+    Raises:
+        InputError: named by ``field`` with ``where`` (a path) as the value.
+    """
+    limit = MAX_JSON_BYTES if limit is None else limit
+    if len(text) > limit:
+        raise InputError(field, where, f"a JSON document of at most {limit // 2**20 or 1} MiB")
+    try:
+        data = json.loads(
+            text,
+            object_pairs_hook=_json_pairs,
+            parse_constant=_json_constant,
+            parse_float=_json_float,
+            parse_int=_json_int,
+        )
     except RecursionError:
-        raise InputError(field, where, "YAML nested less deeply") from None
+        raise InputError(field, where, f"JSON nested at most {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError; so are the hooks' refusals
+        raise InputError(field, where, f"valid JSON ({str(exc)[:120]})") from None
+    _check_depth(data, field, where)
+    return data
+
+
+def _check_depth(data: object, field: str, where: str) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DEPTH` (iterative: no recursion limit)."""
+    stack = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(field, where, f"a document nested at most {MAX_DEPTH} levels deep")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+
+
+def load_yaml_file(path: str | Path, field: str) -> object:
+    """Read a YAML (or JSON) document from a regular file under the input policy.
+
+    Raises:
+        InputError: missing or not a regular file, too long, not UTF-8, not strict YAML.
+    """
+    return load_yaml_text(read_text(path, field, MAX_YAML_BYTES), field, str(path))
+
+
+def load_json_file(path: str | Path, field: str) -> object:
+    """Read a JSON document from a regular file under the input policy.
+
+    Raises:
+        InputError: missing or not a regular file, too long, not UTF-8, not strict JSON.
+    """
+    return load_json_text(read_text(path, field, MAX_JSON_BYTES), field, str(path))
 
 
 def load_scenario_file(path: str | Path) -> dict:
@@ -94,16 +217,26 @@ def load_scenario_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError("scenario", str(path), "an existing YAML file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
-        raise InputError("scenario", str(path), f"a readable UTF-8 YAML file ({type(exc).__name__})") from None
-    data = load_yaml_text(text, "scenario", str(path))
+    data = load_yaml_file(p, "scenario")
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise InputError("scenario", str(path), "a YAML mapping with model, system, training, layout")
     return data
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """SafeDumper that never writes an alias (``&id001`` / ``*id001``): what moeplan writes, its
+    strict loader reads back."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def dump_yaml(data: object, **kw) -> str:
+    """YAML text of ``data`` as ``yaml.safe_dump(data, sort_keys=False, **kw)`` writes it, without
+    aliases (a list shared by two keys is written twice), so that :func:`load_yaml_text` reads it back."""
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, **kw)
 
 
 def _deep_merge(base: dict, top: dict) -> dict:

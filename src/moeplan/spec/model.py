@@ -18,8 +18,100 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.spec.policy import bad_char
 
 AttentionKind = Literal["full", "sliding", "chunked", "linear"]
+#: the attention kinds a layer may have (:data:`AttentionKind`)
+ATTENTION_KINDS: tuple[str, ...] = ("full", "sliding", "chunked", "linear")
+
+_WIDTH = (1, 2**24)  # elements: far beyond any published width, far short of overflowing a float
+_HEADS = (1, 2**16)
+_TOKENS = (1, 2**30)
+#: plausible range of each integer model field (overrides and config.json): 10^4 layers, 2^24-element
+#: widths and vocabularies, 2^16 heads and experts, 2^30-token windows
+MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
+    "num_layers": (1, 10_000),
+    "mtp_num_layers": (0, 100),
+    "vocab_size": _WIDTH,
+    "num_moe_experts": _HEADS,
+    "moe_router_topk": _HEADS,
+    "linear_conv_kernel_dim": (1, 1024),
+    **{k: _HEADS for k in ("num_attention_heads", "num_query_groups", "linear_num_key_heads", "linear_num_value_heads")},
+    **{k: _TOKENS for k in ("max_position_embeddings", "sliding_window", "attention_chunk_size")},
+    **{
+        k: _WIDTH
+        for k in (
+            "hidden_size",
+            "ffn_hidden_size",
+            "kv_channels",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+            "moe_ffn_hidden_size",
+            "moe_shared_expert_intermediate_size",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+        )
+    },
+}
+#: text model fields (at most 200 printable characters) and the one field with a closed set of values
+_TEXT_FIELDS = ("name", "model_type", "source")
+_NORMALIZATIONS = ("RMSNorm", "LayerNorm")
+
+
+def _override_list(key: str, value: Any) -> tuple:
+    """A per-layer override (``moe_layers``: booleans; ``attention_kinds``: kinds) as a tuple.
+
+    Raises:
+        InputError: not a list, longer than the layer cap, or an item of the wrong kind.
+    """
+    field = f"model_overrides.{key}"
+    top = MODEL_INT_RANGES["num_layers"][1]
+    what = "a list of true/false, one per layer" if key == "moe_layers" else f"a list of {', '.join(ATTENTION_KINDS)}"
+    if not isinstance(value, (list, tuple)) or len(value) > top:
+        raise InputError(field, value, f"{what} (at most {top} entries)")
+    for item in value:
+        ok = isinstance(item, bool) if key == "moe_layers" else item in ATTENTION_KINDS and isinstance(item, str)
+        if not ok:
+            raise InputError(field, item, what)
+    return tuple(value)
+
+
+def override_value(key: str, value: Any, is_bool: bool) -> Any:
+    """A model override checked and typed like the rest of the schema: booleans for the switches,
+    integers within :data:`MODEL_INT_RANGES` (None where the field may be unset), per-layer lists,
+    a normalization name, short plain text.
+
+    Raises:
+        InputError: naming ``model_overrides.KEY``, the value (cut) and what is allowed.
+    """
+    field = f"model_overrides.{key}"
+    if is_bool:
+        if not isinstance(value, bool):
+            raise InputError(field, value, "true or false")
+        return value
+    if key in ("moe_layers", "attention_kinds"):
+        return None if value is None else _override_list(key, value)
+    if key == "normalization":
+        if value not in _NORMALIZATIONS or not isinstance(value, str):
+            raise InputError(field, value, " or ".join(_NORMALIZATIONS))
+        return value
+    if key in _TEXT_FIELDS:
+        if value is None and key == "model_type":
+            return None
+        if not isinstance(value, str) or not value or len(value) > 200 or bad_char(value) is not None:
+            raise InputError(field, value, "a name of 1 to 200 printable characters")
+        return value
+    lo, hi = MODEL_INT_RANGES[key]
+    if value is None and key != "mtp_num_layers":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InputError(field, value, f"an integer from {lo} to {hi:,}")
+    return value
+
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,20 +348,7 @@ class PartialModelSpec:
         for key, value in overrides.items():
             if key not in names or key in ("vision", "published_params", "measured_params"):
                 raise UnknownNameError(f"model_overrides.{key}", key, sorted(names), "a ModelSpec field:")
-            current = getattr(self, key)
-            if isinstance(current, bool) or key.startswith(("add_", "untie", "gated", "qk_", "moe_router_b")):
-                if not isinstance(value, bool):
-                    raise InputError(f"model_overrides.{key}", value, "true or false")
-            elif key in ("moe_layers", "attention_kinds"):
-                value = tuple(value)
-            elif key in ("normalization", "model_type", "name", "source"):
-                value = str(value)
-            elif value is not None:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise InputError(f"model_overrides.{key}", value, "an integer")
-                if value < (0 if key == "mtp_num_layers" else 1):
-                    raise InputError(f"model_overrides.{key}", value, "a positive integer")
-            changes[key] = value
+            changes[key] = override_value(key, value, isinstance(getattr(self, key), bool))
         new_layers = changes.get("num_layers")
         if new_layers is not None:
             for tup in ("moe_layers", "attention_kinds"):
@@ -279,6 +358,19 @@ class PartialModelSpec:
         out = dataclasses.replace(self, **changes)
         _check_consistent(out, set(changes))
         return out
+
+
+def check_model_ranges(m: PartialModelSpec, prefix: str) -> None:
+    """Every integer field of ``m`` within :data:`MODEL_INT_RANGES` (a user's config.json is held to
+    the plausible ranges the overrides are).
+
+    Raises:
+        InputError: naming ``prefix`` + the field.
+    """
+    for key, (lo, hi) in MODEL_INT_RANGES.items():
+        v = getattr(m, key)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi):
+            raise InputError(f"{prefix}{key}", v, f"an integer from {lo} to {hi:,}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -332,6 +424,10 @@ def _check_consistent(m: PartialModelSpec, changed: set[str]) -> None:
     def blame(*keys: str) -> str:
         return next((k for k in keys if k in changed), keys[0])
 
+    for tup in ("moe_layers", "attention_kinds"):
+        seq = getattr(m, tup)
+        if seq is not None and m.num_layers is not None and len(seq) != m.num_layers and tup in changed:
+            raise InputError(f"model_overrides.{tup}", len(seq), f"one entry per layer ({m.num_layers})")
     topk, experts = m.moe_router_topk, m.num_moe_experts
     if topk and experts and topk > experts:
         key = blame("moe_router_topk", "num_moe_experts")
@@ -596,6 +692,9 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
     num_layers = _need(text, "num_hidden_layers", "num_layers", "n_layer")
     heads = _need(text, "num_attention_heads", "n_head")
     vocab = _need(text, "vocab_size")
+    for key, v in (("hidden_size", hidden), ("num_layers", num_layers), ("num_attention_heads", heads)):
+        if v > MODEL_INT_RANGES[key][1]:  # checked before any per-layer tuple is built
+            raise InputError(f"config.json:{key}", v, f"an integer up to {MODEL_INT_RANGES[key][1]:,}")
     tie = top.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
     return ModelSpec(
         name=name,

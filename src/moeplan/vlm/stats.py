@@ -14,13 +14,15 @@ sequence tokens; the ``workload`` mapping a scenario takes (``image_patches_per_
 
 from __future__ import annotations
 
-import json
+import io
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, short_repr
+from moeplan.spec.loading import load_json_text
+from moeplan.spec.policy import open_regular
 from moeplan.vlm.tokens import image_grid
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
@@ -78,9 +80,13 @@ def image_size(path: Path) -> tuple[int, int]:
     return w, h
 
 
+#: the largest image side a manifest may state (pixels): far beyond any training image
+MAX_IMAGE_SIDE = 2**24
+
+
 def _int_size(v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise BadImage(f"sizes must be positive integers (got {v!r})")
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_IMAGE_SIDE:
+        raise BadImage(f"sizes must be positive integers up to {MAX_IMAGE_SIDE} (got {short_repr(v)})")
     return v
 
 
@@ -100,18 +106,38 @@ def _rows(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
             yield i, row, None
         return
     try:
-        with path.open(encoding="utf-8-sig") as fh:
-            for i, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield i, None, f"not JSON ({exc.msg})"
-                    continue
-                yield i, row if isinstance(row, dict) else None, None if isinstance(row, dict) else "not an object"
+        with open_regular(path, "DATA") as raw, io.TextIOWrapper(raw, encoding="utf-8-sig") as fh:
+            yield from _jsonl_rows(fh, path)
     except UnicodeDecodeError:
         raise InputError("DATA", str(path), "a UTF-8 JSONL manifest (or .parquet, or a folder of images)") from None
+
+
+#: the longest manifest row read (a longer one is reported as a bad row)
+MAX_ROW_CHARS = 2**20
+
+
+def _jsonl_rows(fh, path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    """(line number, row, why not) of each non-blank line of a JSONL manifest, each read as strict
+    JSON under the input policy (bounded length and nesting, finite numbers, no duplicate keys)."""
+    i = 0
+    while True:
+        line = fh.readline(MAX_ROW_CHARS)
+        if not line:
+            return
+        i += 1
+        if len(line) >= MAX_ROW_CHARS and not line.endswith("\n"):
+            while line and not line.endswith("\n"):
+                line = fh.readline(MAX_ROW_CHARS)
+            yield i, None, f"a row longer than {MAX_ROW_CHARS} characters"
+            continue
+        if not line.strip():
+            continue
+        try:
+            row = load_json_text(line, "DATA", f"{path}:{i}")
+        except InputError as exc:
+            yield i, None, f"not JSON ({exc.allowed})"
+            continue
+        yield i, row if isinstance(row, dict) else None, None if isinstance(row, dict) else "not an object"
 
 
 def _scan_folder(folder: Path, text_tokens: int, progress: Callable[[int, int], None] | None) -> Scan:
