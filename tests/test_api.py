@@ -264,7 +264,7 @@ def test_catalogue_reports():
 def test_estimate_report_fits_and_throughput():
     rep = estimate_report(DSV3)
     doc = rep.document
-    assert list(doc) == ["scenario", "check", "memory", "throughput"]
+    assert list(doc) == ["scenario", "assumes", "check", "memory", "throughput"]
     assert rep.fits == (doc["memory"]["verdict"] != "does-not-fit")
     assert rep.check["verdict"] == doc["check"]["verdict"]
     s = load_scenario(DSV3)

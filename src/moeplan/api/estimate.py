@@ -12,6 +12,7 @@ from moeplan.io.export import export
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.rules import validate
+from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
 from moeplan.spec.scenario import Scenario, load_scenario
 
@@ -102,6 +103,7 @@ def estimate_report(
     warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
     doc = {
         "scenario": scn.summary(),
+        "assumes": [a.to_dict() for a in verdict_assumptions(scn)],
         "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings},
         "memory": mem.to_dict(),
         "throughput": throughput,
@@ -126,6 +128,18 @@ class ExportResult:
     broken_rules: list[str]
     refused: bool = False
     warnings: list[str] = field(default_factory=list)
+
+
+def _benchmark_warnings(scn: Scenario) -> list[str]:
+    """A warning when the export carries benchmark-only settings (forced load balancing, no NaN check)."""
+    bench = benchmark_settings(scn)
+    if not bench:
+        return []
+    keys = ", ".join(f"{b['key']}={str(b['value']).lower()} ({b['how']}: {b['why']})" for b in bench)
+    return [
+        f"benchmark-only settings exported: {keys}; for a training run use recipe_defaults: mbridge-perf "
+        "and do not state them"
+    ]
 
 
 def _memory_warnings(scn: Scenario) -> list[str]:
@@ -180,7 +194,7 @@ def export_report(
     broken = [f.rule_id for f in result.errors]
     if result.verdict in BROKEN and not force:
         return ExportResult(text, notes, broken, refused=True)
-    return ExportResult(text, notes, broken, warnings=_memory_warnings(scn))
+    return ExportResult(text, notes, broken, warnings=_benchmark_warnings(scn) + _memory_warnings(scn))
 
 
 __all__ = ["EstimateReport", "ExportResult", "estimate_report", "export_report"]

@@ -24,6 +24,7 @@ from moeplan.plan.planner import plan
 from moeplan.plan.space import with_sections
 from moeplan.rules import validate
 from moeplan.rules.pipeline import uneven_split
+from moeplan.spec.assumptions import verdict_assumptions
 from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
@@ -186,6 +187,7 @@ def fit_layout(
             replanned = True
     fixes = [r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes
     return {
+        "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
         "peak_gib": mem0.peak_bytes / GIB_BYTES,
         "peak_allocated_gib": mem0.peak_allocated_bytes / GIB_BYTES,
         "peak_reserved_gib": mem0.peak_reserved_bytes / GIB_BYTES,

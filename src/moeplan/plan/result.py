@@ -44,8 +44,10 @@ class PlanResult:
                     f"{100 * (c.tokens_per_s_per_gpu / self.candidates[0].tokens_per_s_per_gpu - 1):+.1f} % vs #1"
                 ]
             cands.append(d)
+        request = {k: v for k, v in self.search.request.items() if k != "assumes"}
         out = {
-            "request": {**self.search.request, "objective": self.objective},
+            "request": {**request, "objective": self.objective},
+            "assumes": list(self.search.request.get("assumes", [])),
             "assumptions": list(self.search.assumptions),
             "notes": list(self.notes),
             "considered_layouts": self.search.considered,

@@ -43,6 +43,7 @@ from moeplan.plan.space import (
     with_sections,
 )
 from moeplan.rules import validate
+from moeplan.spec.assumptions import verdict_assumptions
 from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.params import count_params
 from moeplan.spec.pipeline import output_stage_layers, pipeline_split
@@ -723,6 +724,7 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
         "headroom_gib": headroom_gib,
         "families": list(st.families),
         "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
+        "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
     }
 
 
