@@ -370,7 +370,7 @@ def test_cli_plan_json_and_table(tmp_path):
     assert len(d["candidates"]) == 3 and d["request"]["global_batch_size"] == 32
     r = _run(args + ["--report", str(tmp_path / "r.html")])
     assert r.exit_code == 0, r.output
-    assert "why #1" in r.output and "baseline" in r.output
+    assert "why #1" in r.output and "rule of thumb" in r.output
     html = (tmp_path / "r.html").read_text()
     assert html.count("data:image/png;base64,") == 3
 

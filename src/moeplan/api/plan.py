@@ -212,21 +212,46 @@ def fit_report(
     headroom_gib: float | None = None,
     top: int = 8,
     calibration: Path | None = None,
+    save: Path | None = None,
+    pick: int = 1,
+    tokens_per_step: int | None = None,
 ) -> dict:
     """The smallest changes that make a layout fit: one change at a time, then pairs of those not
     enough alone, each checked by every rule, with the GiB it saves and the step time it costs.
 
+    Args:
+        save: also write the ``pick``-th fix (1 = the least costly) as a scenario YAML here.
+        tokens_per_step: the global batch in tokens (as ``plan``).
+
     Returns:
         :func:`moeplan.plan.fit.fit_layout`'s document (``fits_already``, ``peak_gib``,
-        ``capacity_gib``, ``limit_gib``, ``check_errors``, ``fixes`` [change, peak_gib, saved_gib,
-        step_time_change_pct, tokens_per_s_per_gpu], ``not_enough``, ``rejected``, ...).
+        ``capacity_gib``, ``limit_gib``, ``check_errors``, ``fixes`` [change, kind,
+        changes_numerics, peak_gib, saved_gib, step_time_change_pct, tokens_per_s_per_gpu],
+        ``more_fixes``, ``not_enough``, ``rejected``, ...), with ``saved`` (the path and the change
+        written) when ``save`` is given and a fix exists.
 
     Raises:
-        InputError: bad flags or scenario, a bad profile.
+        InputError: bad flags or scenario, a bad profile, an unwritable ``save`` path, ``pick``
+            beyond the fixes found.
     """
 
-    data, _ = plan_request(scenario, flags)
-    return fit_layout(data, headroom_gib=headroom_gib, top=top, constants=load_step_constants(calibration))
+    if save is not None:
+        check_writable(save, "--save")
+    data, rounding = plan_request(scenario, flags, tokens_per_step=tokens_per_step)
+    out = fit_layout(data, headroom_gib=headroom_gib, top=max(top, pick), constants=load_step_constants(calibration))
+    if rounding:
+        out.setdefault("notes", []).append(rounding)
+    if save is not None:
+        fixes = out["fixes"]
+        if not fixes:
+            out.setdefault("notes", []).append(f"--save {save}: nothing written, no change makes it fit")
+        elif pick > len(fixes):
+            raise InputError("--pick", pick, f"a fix number from 1 to {len(fixes)}")
+        else:
+            chosen = fixes[pick - 1]
+            write_atomically(save, yaml.safe_dump(chosen["scenario"], sort_keys=False), field="--save")
+            out["saved"] = {"path": str(save), "change": chosen["change"], "rank": pick}
+    return out
 
 
 def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path | None = None) -> list[dict]:

@@ -38,6 +38,9 @@ def exit_with(ok: bool) -> None:
 # Options shared by several commands (typer reads the Annotated metadata).
 ScenarioArg = Annotated[Optional[Path], typer.Argument(help="Scenario YAML (model, system, training, layout).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Every reason, source and default behind the short default output.")
+]
 CalibrationOpt = Annotated[
     Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
 ]
@@ -136,6 +139,7 @@ __all__ = [
     "JsonOpt",
     "ModelOpt",
     "ScenarioArg",
+    "VerboseOpt",
     "WorkloadOpt",
     "exit_with",
     "input_errors",

@@ -14,6 +14,7 @@ from moeplan.cli.options import (
     HeadroomOpt,
     JsonOpt,
     ScenarioArg,
+    VerboseOpt,
     WorkloadOpt,
     exit_with,
     input_errors,
@@ -59,6 +60,7 @@ def plan_cmd(
     workload: WorkloadOpt = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Search the layout space (TP, PP, VPP, CP, EP, ETP, MBS, recompute, dispatcher, CUDA graphs,
     CP comm, optimizer offload) and rank what fits by predicted tokens/s/GPU, with why the winner wins,
@@ -84,31 +86,52 @@ def plan_cmd(
     if as_json:
         render.print_json(out)
     else:
-        tables.render_plan(out)
+        tables.render_plan(out, verbose)
     exit_with(bool(out["candidates"]))
 
 
-@scenario_options()
+FitSaveOpt = Annotated[
+    Optional[Path], typer.Option("--save", help="Write the chosen fix (--pick, default #1) as a scenario YAML.")
+]
+PickOpt = Annotated[int, typer.Option("--pick", min=1, help="Which fix --save writes (1 = the least costly).")]
+
+
+@scenario_options(*_PLAN_FLAGS, gbs=PlanGbsOpt)
 def fit_cmd(
     scenario: ScenarioArg = None,
     flags: ScenarioFlags = ScenarioFlags(),
+    tokens_per_step: TokensPerStepOpt = None,
     headroom_gib: HeadroomOpt = None,
     top: TopOpt = 8,
+    save: FitSaveOpt = None,
+    pick: PickOpt = 1,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Propose the smallest changes that make a layout fit (or that OOMed): one change at a time,
-    then pairs of those not enough alone, each checked by every rule, with the GiB it saves and the
-    step time it costs, the cheapest in time first.
+    """Propose the smallest changes that make a layout fit (or that OOMed): every rung of the
+    recompute ladder above the layout's, optimizer offload, CP/PP/TP/EP/ETP, MBS and precision, then
+    pairs of those not enough alone, each checked by every rule, with the GiB it saves and the step
+    time it costs, the cheapest in time first (changes of the numerics ranked apart); every change
+    tried is listed (fits, not enough, rejected with its rule). --save writes the chosen one.
 
     Exit code 0 when the layout fits already (and breaks no rule) or a fix is found, 1 when none is,
     2 on bad input."""
     with input_errors():
-        out = fit_report(scenario, flags, headroom_gib=headroom_gib, top=top, calibration=calibration)
+        out = fit_report(
+            scenario,
+            flags,
+            headroom_gib=headroom_gib,
+            top=top,
+            calibration=calibration,
+            save=save,
+            pick=pick,
+            tokens_per_step=tokens_per_step,
+        )
     if as_json:
         render.print_json(out)
     else:
-        tables.render_fit(out)
+        tables.render_fit(out, verbose)
     # a layout that breaks a rule "fits" only on paper: exit 1 unless a change makes it legal and fit
     exit_with(bool(out["fixes"] or (out["fits_already"] and not out["check_errors"])))
 

@@ -56,6 +56,7 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
         if best_other is not None and (match is None or best_other.tokens_per_s_per_gpu > match.tokens_per_s_per_gpu):
             match, rank = best_other, None
             out["rule_of_thumb"]["note"] = "its best with CP held at it (a search of its own)"
+            out["_extra"] = [best_other]  # the planner ranks it with its own candidates
         elif match is None and sub is None:
             out["rule_of_thumb"]["why_not"] = (
                 f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the "
@@ -75,7 +76,9 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
         out["rule_of_thumb"]["candidate"] = None
         out["rule_of_thumb"].setdefault("why_not", f"no legal layout with CP {cp} fits at this size")
     if fam is not None:
-        fam.pop("_candidate", None)
+        extra = fam.pop("_candidate", None)
+        if extra is not None:
+            out.setdefault("_extra", []).append(extra)
         out["family"] = fam
         if win is not None and fam.get("throughput"):
             fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)

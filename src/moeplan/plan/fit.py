@@ -159,8 +159,11 @@ def fit_layout(
     """Changes that make the scenario fit, least step-time cost first (numerics changes last).
 
     Returns:
-        ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
-        rejected[], check_errors[], applied_first}``: ``replanned`` when no single change or pair fits
+        ``{assumes, peak_gib, capacity_gib, limit_gib, fits_already, fixes[], more_fixes[], tried,
+        not_enough[], replanned, rejected[], check_errors[], applied_first}``: ``fixes`` the ``top``
+        least costly changes that fit, ``more_fixes`` the other changes that fit (every change tried
+        is in one of ``fixes``, ``more_fixes``, ``not_enough`` or ``rejected``; ``tried`` counts them);
+        ``replanned`` when no single change or pair fits
         (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
         before anything else when the layers do not divide by PP, else None; each fix: ``change``,
         ``kind``, ``changes_numerics``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None
@@ -185,7 +188,7 @@ def fit_layout(
         if row is not None:
             f.fixes.append(row)
             replanned = True
-    fixes = [r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes
+    fixes = sorted([r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes, key=_cost)
     return {
         "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
         "peak_gib": mem0.peak_bytes / GIB_BYTES,
@@ -194,7 +197,9 @@ def fit_layout(
         "capacity_gib": cap / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
         "fits_already": fits_already,
-        "fixes": sorted(fixes, key=_cost)[:top],
+        "fixes": fixes[:top],
+        "more_fixes": fixes[top:],
+        "tried": len(f.fixes) + len(f.not_enough) + len(f.rejected) - int(replanned),
         "not_enough": sorted(f.not_enough, key=lambda r: -r["saved_gib"]),
         "replanned": replanned,
         "rejected": f.rejected,

@@ -42,7 +42,7 @@ from moeplan.plan.space import (
     vpp_options,
     with_sections,
 )
-from moeplan.rules import validate
+from moeplan.rules import RULES, validate
 from moeplan.spec.assumptions import verdict_assumptions
 from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.params import count_params
@@ -147,11 +147,31 @@ class Rejections:
         self.examples.setdefault(reason, example)
 
     def to_list(self) -> list[dict]:
-        """``[{reason, count, example}]``, most frequent first."""
+        """``[{reason, count, example, meaning}]``, most frequent first; ``meaning`` says in words what
+        the reason is (the rule's statement for a rule id)."""
         return [
-            {"reason": r, "count": n, "example": self.examples[r]}
+            {"reason": r, "count": n, "example": self.examples[r], "meaning": rejection_meaning(r)}
             for r, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
+
+
+#: what the planner's own rejection tags mean (the other reasons are rule ids)
+REJECTION_TAGS = {
+    "does-not-fit": "over the GPU's memory even at the last recompute / offload rung",
+    "dominated": "cannot beat a layout already found, even without recompute (bound)",
+    "etp-not-needed": "ETP > 1 where EP alone places the experts",
+    "gbs-divisibility": "the global batch does not divide by MBS · DP",
+    "dp-budget": "below the data-parallel minimum (--min-dp)",
+    "rules": "breaks a Megatron-Core rule",
+}
+
+
+def rejection_meaning(reason: str) -> str:
+    """A rejection reason in words: the planner's own tags, else the rule's one-line statement."""
+    if reason in REJECTION_TAGS:
+        return REJECTION_TAGS[reason]
+    r = RULES.get(reason)
+    return r.summary if r is not None else reason
 
 
 @dataclass

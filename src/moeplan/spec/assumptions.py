@@ -65,7 +65,7 @@ def _optimizer(s: Scenario) -> Assumption:
             if src == "default"
             else None
         )
-        return Assumption("optimizer", "Adam state FP32 (no precision-aware optimizer)", src, hint)
+        return Assumption("optimizer", "Adam state in FP32", src, hint)
     moments = {lay.exp_avg_dtype or "fp32", lay.exp_avg_sq_dtype or "fp32"}
     m = "/".join(sorted(x.upper() for x in moments))
     return Assumption("optimizer", f"precision-aware optimizer, moments {m}", src)
