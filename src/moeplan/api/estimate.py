@@ -14,7 +14,7 @@ from moeplan.model.step import estimate_step
 from moeplan.rules import validate
 from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
-from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.spec.scenario import Scenario, load_scenario, load_scenario_file, merge_overrides
 
 BROKEN = ("invalid", "unsupported")
 
@@ -28,7 +28,10 @@ class EstimateReport:
             [finding dicts]}, "memory": MemoryEstimate.to_dict() (bytes per GPU per stage, itemised,
             verdict fits | tight | does-not-fit | unknown), "throughput": ThroughputEstimate.to_dict()
             (seconds, tokens/s/GPU, TFLOP/s/GPU, MFU) or None}``; throughput is None without a global
-            batch size or when the layout breaks a rule. For a layout that does not fold into the
+            batch size or when the layout breaks a rule. A layout whose only errors each carry one
+            applicable fix (the pipeline split) is estimated with the fix applied: ``fixed`` then
+            says which (``rule_ids``, ``edits``, ``text``) and ``check`` still lists the errors of
+            the layout as given. For a layout that does not fold into the
             world (memory cannot be estimated) ``check`` holds only verdict and errors, and memory
             and throughput are None.
         check: the full check (:meth:`moeplan.rules.CheckResult.to_dict`), every finding.
@@ -84,10 +87,15 @@ def estimate_report(
     ov = scenario_overrides(flags)
     if workload is not None:
         ov["workload"] = load_workload(workload)
-    scn = load_scenario(scenario, ov)
+    data = merge_overrides(load_scenario_file(scenario) if scenario is not None else {}, ov)
+    scn = load_scenario(data)
     checked = validate(scn)
     broken = checked.verdict in BROKEN
     errors = [f.to_dict() for f in checked.errors]
+    fixed = _fixed_split(data, checked) if broken else None
+    if fixed is not None:
+        # the layout breaks only rules whose fix is one change (the pipeline split): estimate it fixed
+        scn, broken = fixed.pop("_scenario"), False
     try:
         mem = estimate_memory(scn)
     except InputError:
@@ -108,7 +116,43 @@ def estimate_report(
         "memory": mem.to_dict(),
         "throughput": throughput,
     }
+    if fixed is not None:
+        doc["fixed"] = fixed
+    if throughput is None and scn.training.global_batch_size is None:
+        doc["withheld"] = "no global batch size"
     return EstimateReport(doc, checked.to_dict())
+
+
+def _fixed_split(data: dict, checked) -> dict | None:
+    """The scenario with the check's own fix applied, when every error it has comes with one
+    applicable change (``Finding.edits``: the pipeline split) and the fixed layout breaks no rule:
+    ``{rule_ids, edits, text, _scenario}``; None otherwise."""
+    errs = checked.errors
+    if not errs or any(f.edits is None for f in errs):
+        return None
+    edits: dict = {}
+    for f in errs:
+        edits.update(f.edits)
+    fixed = {**data, "layout": dict(data.get("layout") or {})}
+    for k, v in edits.items():
+        if v is None:
+            fixed["layout"].pop(k, None)
+        else:
+            fixed["layout"][k] = v
+    try:
+        scn = load_scenario(fixed)
+    except InputError:
+        return None
+    if validate(scn).verdict in BROKEN:
+        return None
+    shown = {True: "true", False: "false", None: "unset"}
+    text = ", ".join(f"{k}: {shown.get(v, v) if isinstance(v, bool) or v is None else v}" for k, v in edits.items())
+    return {
+        "rule_ids": sorted({f.rule_id for f in errs}),
+        "edits": edits,
+        "text": f"{text} ({', '.join(sorted({f.rule_id for f in errs}))}); the check's errors are for the layout as given",
+        "_scenario": scn,
+    }
 
 
 @dataclass(frozen=True)

@@ -23,32 +23,19 @@ from moeplan.plan.describe import describe
 from moeplan.plan.planner import plan
 from moeplan.plan.space import with_sections
 from moeplan.rules import validate
-from moeplan.rules.pipeline import uneven_split
 from moeplan.spec.assumptions import verdict_assumptions
 from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
 
 def _split_fix(s: Scenario) -> dict | None:
-    """The uneven first/last-stage split for a layout whose layers do not divide by PP (no VPP, no
-    layout string or stage sizes given), as edits; None when it divides or cannot be split."""
-    lay, m = s.layout, s.model
-    if s.pp < 2 or s.vpp > 1 or m is None or not m.num_layers:
-        return None
-    given = (lay.num_layers_in_first_pipeline_stage, lay.num_layers_in_last_pipeline_stage)
-    if lay.pipeline_model_parallel_layout or any(v is not None for v in given):
-        return None
-    if lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
-        return None  # uneven stage sizes cannot be combined with account_for_*
-    if m.num_layers % s.pp == 0:
-        return None
-    split = uneven_split(m.num_layers, s.pp)
-    if split is None:
-        return None
-    first, last, k = split
-    if max(first, last) > k:
-        return None  # the ends would carry more than a middle stage: a layout string is needed (moeplan plan)
-    return {"layout": {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}}
+    """The check's own fix for layers that do not divide by PP (``account_for_*`` where counting the
+    embedding and/or the loss makes it divide, else the uneven split or the balanced layout string:
+    :func:`moeplan.rules.pipeline.split_fix`), as edits; None when the split is legal or unfixable."""
+    for f in validate(s).errors:
+        if f.rule_id == "pipeline.num_layers_divisible_by_pp" and f.edits:
+            return {"layout": dict(f.edits)}
+    return None
 
 
 class _Fit:
@@ -129,6 +116,10 @@ def _replan(f: _Fit, headroom_gib: float | None) -> dict | None:
     }
 
 
+def _yaml(v) -> str:
+    return {True: "true", False: "false", None: "unset"}[v] if isinstance(v, bool) or v is None else str(v)
+
+
 def _cost(r: dict) -> tuple:
     """Layout changes before numerics changes, then the least step-time cost, then the most saved."""
     t = r["step_time_change_pct"]
@@ -207,7 +198,7 @@ def fit_layout(
         "applied_first": (
             None
             if split_fix is None
-            else "uneven pipeline split (the check's fix for pipeline.num_layers_divisible_by_pp): "
-            + ", ".join(f"{k}={v}" for k, v in split_fix["layout"].items())
+            else "pipeline split (the check's fix for pipeline.num_layers_divisible_by_pp): "
+            + ", ".join(f"{k}={_yaml(v)}" for k, v in split_fix["layout"].items())
         ),
     }

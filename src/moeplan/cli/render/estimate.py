@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from moeplan.cli.render import console
@@ -51,14 +52,24 @@ _COLS = (
 
 
 def _stage_tables(c, mem: dict) -> dict:
-    """The per-stage table (short headers with a legend below 100 columns) and the peak stage's
+    """The per-stage table (short headers with a legend where the full ones do not fit) and the peak stage's
     itemised table; returns the peak stage."""
 
-    narrow = c.width < 100
-    t = Table(title="peak memory per GPU (GiB)", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
-    for full, short in _COLS:
-        t.add_column(short if narrow else full, justify="right", no_wrap=True)
-    dg = 1 if narrow else 2  # GiB to 0.1 below 100 columns: every figure stays visible
+    narrow = False
+    for narrow in (False, True):  # full headers where they fit, else short ones with a legend
+        t = Table(title="peak memory per GPU (GiB)", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+        for full, short in _COLS:
+            t.add_column(short if narrow else full, justify="right", no_wrap=True)
+        dg = 1 if narrow else 2  # GiB to 0.1 when narrow: every figure stays visible
+        _stage_rows(t, mem, dg)
+        if Measurement.get(c, c.options.update(max_width=10_000), t).maximum <= c.width:
+            break
+    c.print(t)
+    _stage_legend(c, narrow)
+    return _peak_table(c, mem)
+
+
+def _stage_rows(t: Table, mem: dict, dg: int) -> None:
     for st in mem["stages"]:
         t.add_row(
             str(st["stage"]),
@@ -69,7 +80,9 @@ def _stage_tables(c, mem: dict) -> dict:
             _gib(st["peak_reserved_bytes"], dg),
             f"[bold]{_gib(st['device_used_bytes'], dg)}[/]",
         )
-    c.print(t)
+
+
+def _stage_legend(c, narrow: bool) -> None:
     short = "µb: in-flight microbatches; optim, activ: optimizer state, activations; " if narrow else ""
     c.print(
         f"{short}{'alloc' if narrow else 'allocated'}: torch max_memory_allocated (Megatron's 'max allocated'); "
@@ -79,6 +92,9 @@ def _stage_tables(c, mem: dict) -> dict:
         highlight=False,
         markup=False,
     )
+
+
+def _peak_table(c, mem: dict) -> dict:
     peak = next(st for st in mem["stages"] if st["stage"] == mem["peak_stage"])
     d = Table(title=f"stage {peak['stage']} (the peak), itemised (GiB)", box=box.SIMPLE_HEAD)
     d.add_column("category")
