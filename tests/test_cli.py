@@ -356,7 +356,8 @@ def test_empty_scenario_says_what_was_not_checked(tmp_path):
     p.write_text("")
     r = run(["check", str(p), "--json"])
     d = json.loads(r.output)
-    assert r.exit_code == 0
+    # nothing was checked: not "valid" (issue #20, problem 6), exit 1
+    assert r.exit_code == 1 and d["verdict"] == "incomplete"
     assert any(f["rule_id"] == "scenario.inputs_missing" for f in d["findings"])
 
 

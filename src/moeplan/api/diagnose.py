@@ -18,6 +18,7 @@ from moeplan.diagnose.oom import parse_oom, reconcile_with_model
 from moeplan.diagnose.plot import plot_runs
 from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
+from moeplan.rules import validate
 from moeplan.spec.scenario import _deep_merge, load_scenario, load_scenario_file
 
 #: the largest memory terms named by the OOM blame
@@ -179,7 +180,14 @@ def _blame(rep, text: str, scenario: Path, calibration: Path | None):
     """The memory model's view of an OOM: (the report reconciled with the model, the blame dict)."""
 
     data, notes = _run_scenario(text, scenario)
-    mem = estimate_memory(load_scenario(data))
+    s_run = load_scenario(data)
+    broke = validate(s_run).errors
+    if broke:
+        notes.append(
+            f"the run's configuration breaks {len(broke)} rule(s) (moeplan check): "
+            + "; ".join(f"{f.rule_id}: {f.message}" for f in broke)
+        )
+    mem = estimate_memory(s_run)
     peak = mem.peak_stage
     rep, more = reconcile_with_model(rep, peak.total_bytes, mem.capacity_bytes)
     notes += more

@@ -16,7 +16,7 @@ from typing import Literal
 from moeplan.spec.scenario import Scenario
 
 Severity = Literal["error", "warning", "info"]
-Verdict = Literal["invalid", "unsupported", "warn", "valid"]
+Verdict = Literal["invalid", "unsupported", "incomplete", "warn", "valid"]
 
 
 @dataclass(frozen=True)

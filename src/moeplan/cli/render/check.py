@@ -55,8 +55,6 @@ def render_check(d: dict) -> None:
             highlight=False,
             markup=False,
         )
-    for note in d.get("import_notes") or []:
-        c.print(f"import: {note}", style="dim", highlight=False, markup=False)
     style = {
         "valid": "bold green",
         "warn": "yellow",
@@ -69,6 +67,14 @@ def render_check(d: dict) -> None:
         f"verdict: [{style}]{d['verdict']}[/] ({n['error']} errors, {n['warning']} warnings, {n['info']} info)",
         highlight=False,
     )
+    if d["verdict"] == "incomplete":
+        c.print(
+            "incomplete: the rules that need the missing inputs were skipped (see the info lines); "
+            "give them (--model, --gpu, --num-gpus, --seq-length) for a verdict",
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
 
 
 def render_models(rows: list[dict]) -> None:
