@@ -35,9 +35,9 @@ from moeplan.io.keys import (
     MLM_UNSUPPORTED,
     PRECISION_FIELDS,
     TORCH_DTYPE,
-    TRAINING_PATHS,
     bridge_key_for_version,
     mlm_flag,
+    training_paths,
 )
 from moeplan.spec.assumptions import benchmark_settings
 from moeplan.spec.scenario import Scenario
@@ -128,7 +128,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 continue
             out.setdefault(sec, {})[field] = value
     t = s.training
-    for key, paths in TRAINING_PATHS.items():
+    for key, paths in training_paths(t.task).items():
         v = getattr(t, key)
         if v is not None:
             for path in paths:
