@@ -170,3 +170,35 @@ def test_fit_save_writes_the_chosen_fix(tmp_path):
     assert chk.exit_code == 0, chk.output
     bad = _run(["fit", str(src), "--save", str(dst), "--pick", "99"])
     assert bad.exit_code == 2 and "--pick" in bad.output
+
+
+def test_the_html_report_has_legends_a_breakdown_and_caveats(tmp_path, monkeypatch):
+    """Problem 8: model TFLOP/s/GPU in the report's table, a chart of where the step goes, a legend on
+    every chart with more than one series, and a Caveats section that is never empty."""
+    import re
+
+    from moeplan.api.plan import plan_report
+    from moeplan.plan import report
+    from moeplan.spec.overrides import ScenarioFlags
+
+    figs = []
+    real = report._png
+
+    def keep(fig):
+        figs.append(fig)
+        return real(fig)
+
+    monkeypatch.setattr(report, "_png", keep)
+    flags = ScenarioFlags(model="Qwen/Qwen3-30B-A3B", gpu="h100", num_gpus=16, seq_length=32768, gbs=32)
+    out = plan_report(None, flags, report=tmp_path / "r.html", top=3)
+    text = (tmp_path / "r.html").read_text()
+    assert "<th>model TFLOP/s/GPU</th>" in text
+    titles = re.findall(r"<h3>(.*?)</h3>", text)
+    assert "where the step goes" in titles and "memory per stage" in titles
+    caveats = re.search(r"<h2>Caveats</h2><ul>(.*?)</ul>", text, re.S).group(1)
+    assert caveats.count("<li>") >= 3 and "expected error" in caveats and "assumes:" in caveats
+    for fig in figs:
+        series = sum(len(ax.containers) + len(ax.lines) for ax in fig.axes)
+        if series > 1 and len(fig.axes[0].containers) > 1:
+            assert fig.legends or any(ax.get_legend() for ax in fig.axes), fig.axes[0].get_title()
+    assert out["report"] == str(tmp_path / "r.html")
