@@ -233,7 +233,7 @@ def test_check_report(tmp_path):
     assert doc["verdict"] in ("invalid", "unsupported") and "import_notes" not in doc
     assert doc["counts"]["error"] == sum(f["severity"] == "error" for f in doc["findings"]) > 0
     assert check_report(DSV3, ScenarioFlags(pp=16))["scenario"]["parallel"]["PP"] == 16
-    with pytest.raises(InputError, match="an existing mbridge-yaml file"):
+    with pytest.raises(InputError, match="no such mbridge-yaml file"):
         check_report(tmp_path / "missing.yaml", from_format="mbridge-yaml")
 
 

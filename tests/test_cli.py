@@ -80,7 +80,7 @@ def test_check_scenario_file_and_flag_override(tmp_path):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["check", "missing.yaml"], "an existing YAML file"),
+        (["check", "missing.yaml"], "no such YAML file: missing.yaml"),
         (["check", "--model", "no-such-model"], "built-in model"),
         (["check", "--gpu", "h900"], "did you mean 'h200'"),
         (["check", "--set", "layout.tensor_model_paralel_size=2"], "did you mean 'tensor_model_parallel_size'"),

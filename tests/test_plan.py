@@ -372,7 +372,7 @@ def test_cli_plan_json_and_table(tmp_path):
     assert r.exit_code == 0, r.output
     assert "why #1" in r.output and "rule of thumb" in r.output
     html = (tmp_path / "r.html").read_text()
-    assert html.count("data:image/png;base64,") == 3
+    assert html.count("data:image/png;base64,") == 4  # memory, step breakdown, CP, recompute
 
 
 def test_cli_plan_bad_input_and_nothing_fits():

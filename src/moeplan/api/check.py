@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
-from moeplan.errors import InputError
+from moeplan.errors import InputError, missing_file
 from moeplan.io.imports import import_config
 from moeplan.rules import RULES, validate
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
@@ -23,7 +23,7 @@ def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
     """
 
     if path is None or not path.is_file():
-        raise InputError("scenario", str(path), f"an existing {from_format} file")
+        raise missing_file("scenario", path, f"{from_format} file")
     try:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError) as exc:

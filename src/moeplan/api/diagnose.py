@@ -131,7 +131,13 @@ def _oom_text(source: str) -> str:
     if is_path:
         return read_text_file(Path(source), "oom")
     if "Tried to allocate" not in source and not any(ch.isspace() for ch in source):
-        raise InputError("oom", source, "an existing log file, or the text of a CUDA out-of-memory message")
+        raise InputError(
+            "oom",
+            source,
+            "an existing log file, or the text of a CUDA out-of-memory message",
+            sentence=f"{source!r} is neither an existing file nor a CUDA out-of-memory message "
+            "(one reads 'CUDA out of memory. Tried to allocate ...')",
+        )
     return source
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, missing_file
 from moeplan.io.imports import import_config
 
 
@@ -16,7 +16,7 @@ def read_text_file(path: Path, field: str = "log") -> str:
     """
     try:
         if not path.is_file():
-            raise InputError(field, str(path), "an existing file")
+            raise missing_file(field, path)
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(field, str(path), f"a readable file ({exc.strerror or type(exc).__name__})") from None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, missing_file
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -91,7 +91,7 @@ def load_scenario_file(path: str | Path) -> dict:
     """
     p = Path(path)
     if not p.is_file():
-        raise InputError("scenario", str(path), "an existing YAML file")
+        raise missing_file("scenario", path, "YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError) as exc:
