@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moeplan.api.inputs import scenario_request
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.errors import InputError, missing_file
 from moeplan.io.imports import import_config
@@ -51,13 +52,14 @@ def check_report(
     Raises:
         InputError: bad flags, an unreadable or invalid scenario / configuration.
     """
-    ov = scenario_overrides(flags)
     source: Path | dict | None = scenario
     notes: list[str] = []
     if from_format is not None:
         source, notes = _read_config(scenario, from_format)
-    result = validate(load_scenario(source, ov))
-    return {**result.to_dict(), "import_notes": notes} if from_format else result.to_dict()
+    data, batch = scenario_request(source, flags)
+    result = validate(load_scenario(data))
+    notes += batch
+    return {**result.to_dict(), "import_notes": notes} if from_format or notes else result.to_dict()
 
 
 def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = None) -> dict:

@@ -66,6 +66,14 @@ def _mismatch_warnings(base: dict, texts: list[str]) -> list[str]:
     return out
 
 
+def plot_labels(log_a: Path, log_b: Path) -> tuple[str, str]:
+    """Legend labels of a comparison plot: ``A: name`` and ``B: name`` with the file names only (the
+    parent folder too when the names are the same), never absolute paths."""
+    a, b = Path(log_a), Path(log_b)
+    na, nb = (a.name, b.name) if a.name != b.name else (f"{a.parent.name}/{a.name}", f"{b.parent.name}/{b.name}")
+    return f"A: {na}", f"B: {nb}"
+
+
 def compare_report(
     log_a: Path,
     log_b: Path,
@@ -114,7 +122,7 @@ def compare_report(
     if consts is not None:
         cmp.notes.append(f"step times from the calibration profile {calibration}")
     if plot is not None:
-        plot_runs(stats[0], stats[1], plot, labels=(str(log_a), str(log_b)))
+        plot_runs(stats[0], stats[1], plot, labels=plot_labels(log_a, log_b))
     return {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
 
 

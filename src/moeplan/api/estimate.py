@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moeplan.api.inputs import load_step_constants, load_workload
+from moeplan.api.inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError
 from moeplan.io.export import export
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.rules import validate
 from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
-from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
-from moeplan.spec.scenario import Scenario, load_scenario, load_scenario_file, merge_overrides
+from moeplan.spec.overrides import ScenarioFlags
+from moeplan.spec.scenario import Scenario, load_scenario
 
 BROKEN = ("invalid", "unsupported")
 
@@ -71,8 +71,10 @@ def estimate_report(
     workload: Path | None = None,
     calibration: Path | None = None,
 ) -> EstimateReport:
-    """Peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM; and, with
-    a global batch size, step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
+    """Peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM; and the
+    step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised (at the scenario's global batch, or
+    ``--tokens-per-step``, else about 4 Mi tokens per step as ``plan`` assumes: stated among the
+    throughput's assumptions).
 
     Args:
         scenario: scenario YAML (None: the flags alone).
@@ -84,10 +86,7 @@ def estimate_report(
         InputError: bad flags, scenario, workload or profile, or a scenario the memory model cannot
             estimate although it breaks no rule (e.g. no sequence length).
     """
-    ov = scenario_overrides(flags)
-    if workload is not None:
-        ov["workload"] = load_workload(workload)
-    data = merge_overrides(load_scenario_file(scenario) if scenario is not None else {}, ov)
+    data, batch_notes = scenario_request(scenario, flags, workload, default_batch=True)
     scn = load_scenario(data)
     checked = validate(scn)
     broken = checked.verdict in BROKEN
@@ -118,8 +117,8 @@ def estimate_report(
     }
     if fixed is not None:
         doc["fixed"] = fixed
-    if throughput is None and scn.training.global_batch_size is None:
-        doc["withheld"] = "no global batch size"
+    if throughput is not None:
+        throughput["assumptions"][:0] = batch_notes
     return EstimateReport(doc, checked.to_dict())
 
 
@@ -229,10 +228,10 @@ def export_report(
     same = output is not None and scenario is not None and str(output) != "-"
     if same and Path(output).resolve() == Path(scenario).resolve():
         raise InputError("--output", str(output), "a path other than the scenario file it is exported from")
-    ov = scenario_overrides(flags)
+    data, _ = scenario_request(scenario, flags)
     if megatron_core_version:
-        ov.setdefault("versions", {})["megatron_core"] = megatron_core_version
-    scn = load_scenario(scenario, ov)
+        data = {**data, "versions": {**(data.get("versions") or {}), "megatron_core": megatron_core_version}}
+    scn = load_scenario(data)
     result = validate(scn)
     text, notes = export(scn, fmt)
     broken = [f.rule_id for f in result.errors]

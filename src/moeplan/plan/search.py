@@ -50,11 +50,9 @@ from moeplan.spec.pipeline import output_stage_layers, pipeline_split
 from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
 from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
+from moeplan.spec.training import default_global_batch
 from moeplan.units import GIB_BYTES
 
-#: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
-#: tokens, the usual pretraining step of the published Megatron Bridge recipes at 4K × 1024)
-DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 #: headroom kept free on every GPU unless ``headroom_gib`` says otherwise (allocator spikes, NCCL
 #: growth; ``estimate`` calls < 5 % "tight")
 DEFAULT_HEADROOM_FRACTION = 0.05
@@ -385,12 +383,9 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | 
         if v is None:
             raise InputError(name, None, "a value: the planner needs model, GPU, GPU count and sequence length")
     if s0.training.global_batch_size is None:
-        gbs = max(1, DEFAULT_TOKENS_PER_STEP // s0.training.seq_length)
+        gbs, why = default_global_batch(s0.training.seq_length)
         data["training"]["global_batch_size"] = gbs
-        assumptions.append(
-            f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
-            "--tokens-per-step)"
-        )
+        assumptions.append(why)
     return data, load_scenario(data, recipe=recipe), assumptions, recipe
 
 
