@@ -151,6 +151,14 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
         else:
             parts.append(f"{name} " + (_pct(val, t[chosen]) if t.get(chosen) else f"{val:,.0f}"))
     note = "" if brief else _knob_note(w, fam, t, chosen)
+    weak = (w.tried.get("_weak_tie") or {}).get(fam)
+    if weak is not None:
+        note += (
+            f" — the model puts the fastest option {weak:.0f} % ahead, but that gap rests on HybridEP's exchange rate,"
+            " the least identified fitted constant: a tie, and the guidance's HybridEP on NVL72 is kept (measure both)"
+        )
+    elif fam == "dispatcher" and brief and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
+        note += " (HybridEP's rate is the least identified constant: measure both)"
     return f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + "."
 
 
