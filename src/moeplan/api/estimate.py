@@ -11,6 +11,7 @@ from moeplan.errors import InputError
 from moeplan.io.export import export
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
+from moeplan.plan.changes import apply_check_fixes
 from moeplan.rules import validate
 from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
 from moeplan.spec.overrides import ScenarioFlags
@@ -93,7 +94,7 @@ def estimate_report(
     errors = [f.to_dict() for f in checked.errors]
     fixed = _fixed_split(data, checked) if broken else None
     if fixed is not None:
-        # the layout breaks only rules whose fix is one change (the pipeline split): estimate it fixed
+        # every rule the layout breaks has a one-change fix (the pipeline split, ...): estimate it fixed
         scn, broken = fixed.pop("_scenario"), False
     try:
         mem = estimate_memory(scn)
@@ -123,34 +124,20 @@ def estimate_report(
 
 
 def _fixed_split(data: dict, checked) -> dict | None:
-    """The scenario with the check's own fix applied, when every error it has comes with one
-    applicable change (``Finding.edits``: the pipeline split) and the fixed layout breaks no rule:
-    ``{rule_ids, edits, text, _scenario}``; None otherwise."""
-    errs = checked.errors
-    if not errs or any(f.edits is None for f in errs):
+    """The scenario with the check's own fixes applied (:func:`moeplan.plan.changes.apply_check_fixes`):
+    ``{rule_ids, edits, text, _scenario}``; None when some error has no such fix."""
+    got = apply_check_fixes(data, checked.errors)
+    if got is None:
         return None
-    edits: dict = {}
-    for f in errs:
-        edits.update(f.edits)
-    fixed = {**data, "layout": dict(data.get("layout") or {})}
-    for k, v in edits.items():
-        if v is None:
-            fixed["layout"].pop(k, None)
-        else:
-            fixed["layout"][k] = v
-    try:
-        scn = load_scenario(fixed)
-    except InputError:
-        return None
-    if validate(scn).verdict in BROKEN:
-        return None
+    fixed, edits = got
+    ids = sorted({f.rule_id for f in checked.errors})
     shown = {True: "true", False: "false", None: "unset"}
     text = ", ".join(f"{k}: {shown.get(v, v) if isinstance(v, bool) or v is None else v}" for k, v in edits.items())
     return {
-        "rule_ids": sorted({f.rule_id for f in errs}),
+        "rule_ids": ids,
         "edits": edits,
-        "text": f"{text} ({', '.join(sorted({f.rule_id for f in errs}))}); the check's errors are for the layout as given",
-        "_scenario": scn,
+        "text": f"{text} ({', '.join(ids)}); the check's errors are for the layout as given",
+        "_scenario": load_scenario(fixed),
     }
 
 

@@ -149,16 +149,19 @@ def recipes_cmd(
         typer.Option("--write", help="Also write each recipe as a scenario YAML into this folder ('/' in ids → '__')."),
     ] = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Built-in starting points — the layout families of the long-context and VLM guidance and the
-    published Megatron Bridge layouts — each checked by the rules (what they break as written) and
-    estimated (memory; throughput where a batch size is known)."""
+    published Megatron Bridge layouts — each as published (checked by every rule: what it breaks as
+    written, with the messages; estimated: memory, throughput where a batch size is known) and, for a
+    guidance layout that does not run as written, as completed (what it needs to run, with its memory
+    and step time)."""
     with input_errors():
         rows = recipes_report(kind, model, output_dir)
     if as_json:
         render.print_json(rows)
     else:
-        tables.render_recipes(rows)
+        tables.render_recipes(rows, verbose)
     exit_with(True)
 
 

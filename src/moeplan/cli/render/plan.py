@@ -124,6 +124,24 @@ def _rule_of_thumb(c, d: dict) -> None:
         c.print(f"[bold]rule of thumb[/] {rot['rule']}: {escape(str(rot.get('why_not')))}", highlight=False)
 
 
+def _published(c, pub: dict) -> None:
+    """The published run at the request's size: measured figure first, then the model's prediction
+    for it and how far #1's prediction is from that one against the error band."""
+    meas = pub["measured_tokens_per_s_per_gpu"]
+    text = (
+        f"published (Megatron Bridge {pub['release']}, GBS {pub['global_batch_size']}, as benchmarked): "
+        f"{pub['label']}, measured {meas:,.0f} tok/s/GPU"
+    )
+    pred = pub.get("predicted_tokens_per_s_per_gpu")
+    if pred is not None:
+        text += f"; predicted {pred:,.0f} ({pub['prediction_error_pct']:+.1f} %)"
+    gap, band = pub.get("first_vs_published_pct"), pub.get("error_band_pct")
+    if gap is not None and band is not None:
+        verdict = "within the error band: measure both" if abs(gap) < band else "beyond the error band"
+        text += f"; #1 is predicted {gap:+.1f} % against it, {verdict} (±{band:.0f} %)"
+    c.print(text, highlight=False, markup=False)
+
+
 def _family(c, fam: dict, verbose: bool) -> None:
     """The guidance's layout family at the request's size: as written, then as completed."""
     errs = fam["check"]["errors"]
@@ -141,6 +159,13 @@ def _family(c, fam: dict, verbose: bool) -> None:
         + (f"; #1 is {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
         highlight=False,
     )
+    if fam.get("first_differs"):
+        c.print(
+            Padding("#1 runs differently: " + "; ".join(fam["first_differs"]), (0, 0, 0, 2)),
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
     done = fam.get("completed")
     if done:
         c.print(
@@ -170,11 +195,26 @@ def _tally(c, d: dict, verbose: bool) -> None:
     )
 
 
-def _baselines(c, d: dict, verbose: bool = False) -> None:
-    """The guidance family at this size, the rule-of-thumb baseline and the rejection tally."""
-    fam = d["baseline"].get("family")
+def _published_layouts(c, d: dict, verbose: bool = False) -> None:
+    """NVIDIA's layouts at the request's size, beside #1: the published run (measured figure first)
+    and the guidance family (as written, how #1 differs, as completed); a line saying so when there
+    is neither."""
+    pub, fam = d["baseline"].get("published"), d["baseline"].get("family")
+    if pub:
+        _published(c, pub)
     if fam:
         _family(c, fam, verbose)
+    if not pub and not fam:
+        c.print(
+            "published: no NVIDIA layout for this model, GPU, size and precision (moeplan recipes lists them)",
+            style="dim",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _baselines(c, d: dict, verbose: bool = False) -> None:
+    """The rule-of-thumb baseline and the rejection tally."""
     _rule_of_thumb(c, d)
     _tally(c, d, verbose)
 
@@ -225,13 +265,16 @@ def _plan_footer(c, d: dict) -> None:
 
 def render_plan(d: dict, verbose: bool = False) -> None:
     """A plan document (:func:`moeplan.api.plan_report`): the request and its assumptions, the ranked
-    candidates, where #1's step goes and why it wins, the guidance family and baselines, FSDP vs 3D
+    candidates, NVIDIA's published layouts at this size beside them, where #1's step goes and why it
+    wins, the baselines, FSDP vs 3D
     for a VLM, notes and assumptions (``verbose``: every reason, the runner-ups, the error band's
     sources, every rejection reason)."""
     c = console()
     _plan_header(c, d, verbose)
     if d["candidates"]:
         _candidates_table(c, d)
+    _published_layouts(c, d, verbose)
+    if d["candidates"]:
         _why_first(c, d, verbose)
     _baselines(c, d, verbose)
     if d.get("fsdp_vs_3d"):
@@ -342,54 +385,108 @@ def render_fit(d: dict, verbose: bool = False) -> None:
         )
 
 
-def render_recipes(rows: list[dict]) -> None:
-    """The built-in starting points (:func:`moeplan.api.recipes_report` rows), two lines each."""
+def _recipe_head(c, r: dict) -> None:
+    sc = r["scenario"]
+    n = sc["system"].get("num_gpus")
+    seq = sc.get("training", {}).get("seq_length")
+    c.print(
+        f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "
+        f"{n or '?'} × {sc['system'].get('gpu')}, seq {f'{seq:,}' if seq else 'not given'}",
+        highlight=False,
+    )
+
+
+def _as_published(c, r: dict, verbose: bool) -> None:
+    """The layout as the source writes it: its sizes, verdict, memory, step time, each broken rule
+    with its message."""
+    lay = r["scenario"].get("layout", {})
+    short = " ".join(
+        f"{k}{lay[key]}"
+        for k, key in (
+            ("TP", "tensor_model_parallel_size"),
+            ("PP", "pipeline_model_parallel_size"),
+            ("VPP", "virtual_pipeline_model_parallel_size"),
+            ("CP", "context_parallel_size"),
+            ("EP", "expert_model_parallel_size"),
+        )
+        if lay.get(key) is not None
+    )
+    chk = r["check"]
+    style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
+    mem, th = r.get("memory"), r.get("throughput")
+    figs = []
+    if mem:
+        figs.append(f"{mem['peak_gib']:.1f} GiB {mem['verdict']}")
+    if th:
+        figs.append(f"{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %")
+    if chk["rule_ids"] == ["input"]:
+        c.print(Padding(f"[{style}]not evaluated[/]: {escape(chk['errors'][0]['message'])}", (0, 0, 0, 2)))
+        return
+    c.print(
+        Padding(
+            f"as published: {short or 'no sizes'} — [{style}]{chk['verdict']}[/]"
+            + ("; " if figs else "")
+            + "; ".join(figs),
+            (0, 0, 0, 2),
+        ),
+        highlight=False,
+    )
+    for e in chk["errors"]:
+        c.print(Padding(f"{e['rule_id']}: {e['message']}", (0, 0, 0, 4)), style="red", highlight=False, markup=False)
+    if verbose:
+        for note in r.get("notes", []):
+            c.print(Padding(f"note: {note}", (0, 0, 0, 4)), style="dim", highlight=False, markup=False)
+
+
+def _completed(c, r: dict, verbose: bool) -> None:
+    """The layout as completed (what it needs to run), with its memory and step time."""
+    if "completed" not in r:
+        return
+    done = r["completed"]
+    if done is None:
+        c.print(
+            Padding("completed: not possible (no GPU count given, or nothing fits with its sizes)", (0, 0, 0, 2)),
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
+        return
+    c.print(
+        Padding(
+            f"completed: {done['label']} — {done['peak_gib']:.1f}/{done['capacity_gib']:.0f} GiB, "
+            f"{done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {done['model_tflops_per_gpu']:,.0f} TFLOP/s/GPU",
+            (0, 0, 0, 2),
+        ),
+        style="green",
+        highlight=False,
+        markup=False,
+    )
+    needs = done["needs"] if verbose else [n for n in done["needs"] if "pipeline_model_parallel_layout" not in n]
+    lines = [f"needs: {'; '.join(needs) or 'nothing more'} (held: {done['held']})"]
+    if verbose:
+        lines.append("recipe training settings: " + "; ".join(done.get("settings") or []))
+        lines += [f"assumed: {a}" for a in done.get("assumed", [])]
+    for line in lines:
+        c.print(Padding(line, (0, 0, 0, 4)), highlight=False, markup=False)
+
+
+def render_recipes(rows: list[dict], verbose: bool = False) -> None:
+    """The built-in starting points (:func:`moeplan.api.recipes_report` rows): each as published
+    (verdict, every broken rule with its message, memory, step time) and, where it does not run as
+    written, as completed (what it needs, its memory and step time)."""
     c = console()
     c.print(f"[bold]{len(rows)} built-in starting points[/] (checked by every rule; memory per GPU at their size)")
     for r in rows:
-        sc = r["scenario"]
-        lay = sc.get("layout", {})
-        short = " ".join(
-            f"{k}{lay[key]}"
-            for k, key in (
-                ("TP", "tensor_model_parallel_size"),
-                ("PP", "pipeline_model_parallel_size"),
-                ("VPP", "virtual_pipeline_model_parallel_size"),
-                ("CP", "context_parallel_size"),
-                ("EP", "expert_model_parallel_size"),
-            )
-            if lay.get(key) is not None
-        )
-        chk = r["check"]
-        style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
-        mem = r.get("memory")
-        if mem:
-            mem_s = f"{mem['peak_gib']:.1f} GiB {mem['verdict']}"
-        elif chk["rule_ids"] == ["input"]:
-            mem_s = "memory: not estimated"
-        else:
-            mem_s = "memory: needs seq_length / GPU count"
-        th = r.get("throughput")
-        if th:
-            mem_s += f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %"
-        n = sc["system"].get("num_gpus")
-        c.print(
-            f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "
-            f"{n or '?'} × {sc['system'].get('gpu')}, seq {sc.get('training', {}).get('seq_length', '?')}: {short}",
-            highlight=False,
-        )
-        if chk["rule_ids"] == ["input"]:
-            line = f"    [{style}]not evaluated[/] — {escape(chk['errors'][0]['message'])}"
-        else:
-            line = f"    [{style}]{chk['verdict']}[/]" + (
-                f" — breaks {', '.join(chk['rule_ids'])}" if chk["rule_ids"] else ""
-            )
-        c.print(line + f"; {mem_s}", highlight=False)
-        # what the source leaves out explains rows that look broken (e.g. no EP below 128K)
-        for note in r.get("notes", []):
-            if "not given" in note:
-                c.print(f"    note: {note}", style="dim", highlight=False, markup=False)
-    c.print("[dim]messages and fixes: --json; each as a scenario YAML: --write DIR[/]")
+        _recipe_head(c, r)
+        _as_published(c, r, verbose)
+        _completed(c, r, verbose)
+    c.print(
+        "guidance layouts are completed with the recipes' training settings (--verbose lists them and what the "
+        "source leaves out); each as a scenario YAML: --write DIR; --json for every field",
+        style="dim",
+        highlight=False,
+        markup=False,
+    )
 
 
 def render_sweep(target: str | None, d: dict) -> None:
