@@ -149,6 +149,7 @@ def published_baseline(res: SearchResult, constants=None) -> dict | None:
     out["error_band_pct"] = th.validity.get("error_band_pct")
     if res.candidates:
         out["first_vs_published_pct"] = 100 * (res.candidates[0].tokens_per_s_per_gpu / pred - 1)
+        out["first_differs"] = differs(pick["layout"], res.candidates[0].scenario)
     return out
 
 

@@ -125,7 +125,9 @@ def _needs(source: Scenario, done: dict, training: dict) -> list[str]:
 
 
 def _show(v) -> str:
-    return {True: "true", False: "false", None: "unset"}[v] if isinstance(v, bool) or v is None else str(v)
+    if isinstance(v, bool) or v is None:
+        return {True: "true", False: "false", None: "unset"}[v]
+    return "[" + ", ".join(map(str, v)) + "]" if isinstance(v, (list, tuple)) else str(v)
 
 
 #: what completion relaxes, in turn, when the layout as stated cannot fit: the recompute / offload

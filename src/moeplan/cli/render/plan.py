@@ -140,6 +140,14 @@ def _published(c, pub: dict) -> None:
         verdict = "within the error band: measure both" if abs(gap) < band else "beyond the error band"
         text += f"; #1 is predicted {gap:+.1f} % against it, {verdict} (±{band:.0f} %)"
     c.print(text, highlight=False, markup=False)
+    diff = [x for x in pub.get("first_differs", []) if not x.startswith("moe_router_force_load_balancing")]
+    if diff:
+        c.print(
+            Padding("#1 runs differently: " + "; ".join(diff), (0, 0, 0, 2)),
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _family(c, fam: dict, verbose: bool) -> None:
