@@ -86,7 +86,7 @@ def predict_moe(table: dict) -> list[dict]:
     out = []
     for r in table.get("moe_runs", []):
         sc = load_scenario(
-            {**r["scenario"], "versions": {"container": r["container"]}, "recipe_defaults": "mbridge-perf"}
+            {**r["scenario"], "versions": {"container": r["container"]}, "recipe_defaults": "mbridge-perf-benchmark"}
         )
         t = estimate_step(sc)
         meas = r["measured"]

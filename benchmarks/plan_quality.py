@@ -73,7 +73,7 @@ def one(r: dict) -> dict:
     }
     # the run's optimizer numerics are held like its precision: the optimizer-state dtypes its recipe
     # sets (BF16 main grads and moments for DeepSeek-V3), with the precision-aware optimizer they need
-    resolved = load_scenario({**sc, "recipe_defaults": "mbridge-perf", "versions": {"container": r["release"]}})
+    resolved = load_scenario({**sc, "recipe_defaults": "mbridge-perf-benchmark", "versions": {"container": r["release"]}})
     filled = {x.key for x in resolved.resolutions if "recipe" in x.reason.lower()} | resolved.layout.model_fields_set
     held = {k: getattr(resolved.layout, k) for k in NUMERICS if k in filled and getattr(resolved.layout, k) == "bf16"}
     if held:
@@ -90,7 +90,7 @@ def one(r: dict) -> dict:
     fixed_req = {**req, "layout": {**req["layout"], **fixed}, "training": {**req["training"], "micro_batch_size": mbs}}
     alone = plan(fixed_req, top=1)
     # as published: the recipe's knobs
-    as_pub = {**sc, "recipe_defaults": "mbridge-perf", "versions": {"container": r["release"]}}
+    as_pub = {**sc, "recipe_defaults": "mbridge-perf-benchmark", "versions": {"container": r["release"]}}
     try:
         pub_tps = estimate_step(load_scenario(as_pub)).tokens_per_s_per_gpu
     except Exception:  # noqa: BLE001 - a published layout our estimate cannot take is reported

@@ -59,7 +59,7 @@ def load_runs() -> list[dict]:
     out = []
     for r in runs:
         sc = dict(r["scenario"])
-        sc["recipe_defaults"] = "mbridge-perf"
+        sc["recipe_defaults"] = "mbridge-perf-benchmark"
         sc["versions"] = {"container": r["release"]}
         if r.get("mtp_included") is False:
             sc["layout"] = {**sc["layout"], "mtp_num_layers": 0}

@@ -4,7 +4,10 @@
 - JSON outputs: for every ``tests/golden/scenarios/<name>.yaml``, ``moeplan estimate --json`` into
   ``tests/golden/estimate/<name>.json`` and ``moeplan plan --json`` of the same request without its
   layout into ``tests/golden/plan/<name>.json`` (normalised by :func:`normalise`: wall-clock fields
-  dropped, floats to 9 significant digits).
+  dropped, floats to 9 significant digits);
+- text snapshots: the README tour (``check``, ``estimate``, ``plan``, ``fit``, ``recipes``) as a
+  terminal of 80 and of 120 columns shows it, into ``tests/golden/text/<name>.<columns>.txt``
+  (:data:`TEXT_COMMANDS`; trailing spaces stripped).
 
 Usage: python scripts/regen_golden.py [--check]   (--check: exit 1 listing the files that would change)
 """
@@ -78,6 +81,58 @@ def outputs(name: str, tmp_dir: Path) -> dict[str, str]:
     return out
 
 
+#: the text snapshots: name → arguments of ``moeplan`` (the README tour)
+TEXT_COMMANDS = {
+    "check_long_context_broken": ["check", "examples/long_context_broken.yaml"],
+    "estimate_deepseek_v3_gb300": ["estimate", "examples/deepseek_v3_gb300.yaml"],
+    "plan_deepseek_v3_h100_128k": [
+        "plan",
+        "--model",
+        "deepseek-ai/DeepSeek-V3",
+        "--gpu",
+        "h100",
+        "--num-gpus",
+        "256",
+        "--seq-length",
+        "131072",
+        "--precision",
+        "fp8-blockwise",
+        "--gbs",
+        "32",
+    ],
+    "fit_qwen3_30b_64k_oom": ["fit", "examples/qwen3_30b_64k_oom.yaml", "--gbs", "64"],
+    "recipes_qwen3_235b_guidance": ["recipes", "--model", "Qwen/Qwen3-235B-A22B", "--kind", "guidance"],
+}
+#: the terminal widths of the snapshots
+TEXT_WIDTHS = (80, 120)
+
+
+def text_outputs(names: list[str] | None = None) -> dict[str, str]:
+    """The text snapshots (relative path → text): each command of :data:`TEXT_COMMANDS` run in-process
+    from the repository root at each of :data:`TEXT_WIDTHS` columns, with its exit code."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from moeplan.cli.app import app
+
+    out = {}
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        for name, args in TEXT_COMMANDS.items():
+            if names is not None and name not in names:
+                continue
+            for width in TEXT_WIDTHS:
+                res = CliRunner().invoke(app, args, env={"COLUMNS": str(width), "TERM": "dumb"})
+                lines = [ln.rstrip() for ln in res.output.splitlines()]
+                text = f"$ moeplan {' '.join(args)}   # {width} columns, exit {res.exit_code}\n" + "\n".join(lines)
+                out[f"text/{name}.{width}.txt"] = text + "\n"
+    finally:
+        os.chdir(cwd)
+    return out
+
+
 def scenario_names() -> list[str]:
     return sorted(p.stem for p in (GOLDEN / "scenarios").glob("*.yaml"))
 
@@ -96,6 +151,7 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     with tempfile.TemporaryDirectory() as tmp:
         files = export_outputs()
+        files.update(text_outputs())
         for name in scenario_names():
             files.update(outputs(name, Path(tmp)))
     changed = []

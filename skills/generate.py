@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 BLOCK = re.compile(r"(<!-- moeplan-output: (?P<args>.*?) -->\n)```text\n.*?```\n(<!-- /moeplan-output -->)", re.S)
-MAX_LINES = 60
+MAX_LINES = 70
 
 
 def run(args: str) -> str:

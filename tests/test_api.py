@@ -233,7 +233,7 @@ def test_check_report(tmp_path):
     assert doc["verdict"] in ("invalid", "unsupported") and "import_notes" not in doc
     assert doc["counts"]["error"] == sum(f["severity"] == "error" for f in doc["findings"]) > 0
     assert check_report(DSV3, ScenarioFlags(pp=16))["scenario"]["parallel"]["PP"] == 16
-    with pytest.raises(InputError, match="an existing mbridge-yaml file"):
+    with pytest.raises(InputError, match="no such mbridge-yaml file"):
         check_report(tmp_path / "missing.yaml", from_format="mbridge-yaml")
 
 
@@ -264,7 +264,7 @@ def test_catalogue_reports():
 def test_estimate_report_fits_and_throughput():
     rep = estimate_report(DSV3)
     doc = rep.document
-    assert list(doc) == ["scenario", "check", "memory", "throughput"]
+    assert list(doc) == ["scenario", "assumes", "check", "memory", "throughput"]
     assert rep.fits == (doc["memory"]["verdict"] != "does-not-fit")
     assert rep.check["verdict"] == doc["check"]["verdict"]
     s = load_scenario(DSV3)

@@ -91,7 +91,7 @@ def test_leave_one_release_out_beats_uncalibrated():
     the held-out release is predicted better than by the uncalibrated model, for every release."""
     data = yaml.safe_load(PUBLISHED.read_text())
     data["runs"] = [r for r in data["runs"] if "precision" in r["scenario"]["training"]]
-    runs = load_runs_yaml(data, {"recipe_defaults": "mbridge-perf"})
+    runs = load_runs_yaml(data, {"recipe_defaults": "mbridge-perf-benchmark"})
     folds = holdout(runs, TimeConstants(), "release", "scale", max_nfev=30)
     assert len(folds) == 6
     for release, f in folds.items():

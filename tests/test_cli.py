@@ -80,7 +80,7 @@ def test_check_scenario_file_and_flag_override(tmp_path):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["check", "missing.yaml"], "an existing YAML file"),
+        (["check", "missing.yaml"], "no such YAML file: missing.yaml"),
         (["check", "--model", "no-such-model"], "built-in model"),
         (["check", "--gpu", "h900"], "did you mean 'h200'"),
         (["check", "--set", "layout.tensor_model_paralel_size=2"], "did you mean 'tensor_model_parallel_size'"),
@@ -356,7 +356,8 @@ def test_empty_scenario_says_what_was_not_checked(tmp_path):
     p.write_text("")
     r = run(["check", str(p), "--json"])
     d = json.loads(r.output)
-    assert r.exit_code == 0
+    # nothing was checked: not "valid" (issue #20, problem 6), exit 1
+    assert r.exit_code == 1 and d["verdict"] == "incomplete"
     assert any(f["rule_id"] == "scenario.inputs_missing" for f in d["findings"])
 
 

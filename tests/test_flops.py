@@ -40,7 +40,7 @@ def test_published_flops_per_token_within_2pct_for_90pct():
     ok, outliers = 0, []
     for r in _runs():
         sc = dict(r["scenario"])
-        sc["recipe_defaults"] = "mbridge-perf"
+        sc["recipe_defaults"] = "mbridge-perf-benchmark"
         if r.get("mtp_included") is False:
             sc["layout"] = {**sc["layout"], "mtp_num_layers": 0}
         s = load_scenario(sc)

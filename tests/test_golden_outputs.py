@@ -61,3 +61,19 @@ def test_estimate_and_plan_match_golden(name, tmp_path):
 
 def test_normalise_drops_wall_clock_and_rounds():
     assert regen.normalise({"seconds": 1.5, "a": [1 / 3, 2]}) == {"a": [0.333333333, 2]}
+
+
+@pytest.mark.parametrize("name", sorted(regen.TEXT_COMMANDS))
+def test_text_snapshots_at_80_and_120_columns(name):
+    """The README tour as a terminal of 80 and of 120 columns shows it (issue #20, problem 3): every
+    number visible at 80 columns, no line longer than the terminal."""
+    for rel, text in regen.text_outputs([name]).items():
+        golden = ROOT / "tests" / "golden" / rel
+        assert golden.is_file(), f"{rel} missing: python scripts/regen_golden.py"
+        width = int(rel.rsplit(".", 2)[-2])
+        body = text.splitlines()[1:]
+        assert all(len(line) <= width for line in body), rel
+        assert "…" not in text, f"{rel}: a cell was cut (ellipsis)"
+        assert golden.read_text() == text, (
+            f"{rel} differs from the golden (python scripts/regen_golden.py if deliberate)"
+        )

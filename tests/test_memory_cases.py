@@ -88,6 +88,6 @@ def _published():
 @pytest.mark.parametrize("run", _published())
 def test_published_run_fits(run):
     sc = dict(run["scenario"])
-    sc["recipe_defaults"] = "mbridge-perf"
+    sc["recipe_defaults"] = "mbridge-perf-benchmark"
     est = estimate_memory(load_scenario(sc))
     assert est.fits, f"peak {est.peak_bytes / est.capacity_bytes:.2f} of usable HBM"

@@ -73,3 +73,23 @@ def test_eval_task(skill, task, monkeypatch):
     assert res.exit_code in task["exit_codes"], res.output[-2000:]
     for fact in task["facts"]:
         assert fact in res.output, f"{fact!r} missing from `moeplan {task['command']}`"
+    # the skill states the point, so that an agent following it makes it (offline: the text itself)
+    text = " ".join((ROOT / "skills" / skill / "SKILL.md").read_text(encoding="utf-8").split())
+    for fact in task.get("skill_facts", []):
+        assert " ".join(fact.split()) in text, f"{fact!r} missing from skills/{skill}/SKILL.md"
+
+
+def test_every_point_of_issue_20_has_an_eval():
+    """The points the skills missed (issue #20, problem 14), one eval each."""
+    points = [t.get("point", "") for p in EVALS for t in yaml.safe_load(p.read_text())["positive"]]
+    for needle in (
+        "moeplan recipes",
+        "published, measured layout",
+        "not cut",
+        "eager",
+        "core-attention",
+        "differ from the published",
+        "benchmark-only",
+        "assumptions",
+    ):
+        assert any(needle in p for p in points), needle

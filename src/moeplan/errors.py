@@ -53,29 +53,82 @@ class InputError(MoeplanError, ValueError):
         field: dotted path of the offending field (``layout.tensor_model_parallel_size``).
         value: the value given.
         allowed: what would have been accepted, in words.
+        sentence: the message as one plain sentence when the ``not valid; allowed:`` template reads
+            badly (a missing file, a missing optional package): ``field: sentence``.
     """
 
-    def __init__(self, field: str, value: object, allowed: str, hint: str | None = None):
+    def __init__(
+        self, field: str, value: object, allowed: str, hint: str | None = None, *, sentence: str | None = None
+    ):
         self.field = field
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        shown = "missing" if value is None else f"{short_repr(value)} is not valid"
-        msg = f"{field}: {shown}; allowed: {allowed}"
-        if hint:
-            msg += f" ({hint})"
+        self.sentence = sentence
+        if sentence is not None:
+            msg = f"{field}: {sentence}"
+        else:
+            shown = "missing" if value is None else f"{short_repr(value)} is not valid"
+            msg = f"{field}: {shown}; allowed: {allowed}"
+            if hint:
+                msg += f" ({hint})"
         super().__init__(msg)
+
+    def renamed(self, field: str) -> InputError:
+        """The same error for another field name (e.g. inside a runs file), sentence and hint kept."""
+        return InputError(field, self.value, self.allowed, self.hint, sentence=self.sentence)
+
+
+def missing_file(field: str, path: object, what: str = "file") -> InputError:
+    """``field: no such file: PATH`` (``what`` names the kind, e.g. ``YAML file``)."""
+    return InputError(field, str(path), f"an existing {what}", sentence=f"no such {what}: {path}")
+
+
+def missing_extra(field: str, packages: str, extra: str) -> InputError:
+    """``field: needs PACKAGES, which are not installed: pip install 'moeplan[EXTRA]'``."""
+    return InputError(
+        field,
+        packages,
+        f"{packages} installed",
+        sentence=f"needs {packages}, which are not installed: pip install 'moeplan[{extra}]'",
+    )
+
+
+#: what people type for a Megatron key (flag names, Megatron-LM's abbreviations) → the key
+ALIASES = {
+    "tp": "tensor_model_parallel_size",
+    "pp": "pipeline_model_parallel_size",
+    "vpp": "virtual_pipeline_model_parallel_size",
+    "cp": "context_parallel_size",
+    "ep": "expert_model_parallel_size",
+    "etp": "expert_tensor_parallel_size",
+    "sp": "sequence_parallel",
+    "mbs": "micro_batch_size",
+    "gbs": "global_batch_size",
+    "seq": "seq_length",
+    "seq_len": "seq_length",
+    "sequence_length": "seq_length",
+    "gpus": "num_gpus",
+    "world_size": "num_gpus",
+}
 
 
 class UnknownNameError(InputError):
-    """A name (model, GPU, key) that is not known; suggests the closest known names."""
+    """A name (model, GPU, key) that is not known; suggests the closest known names (an abbreviation
+    such as ``tp`` first: :data:`ALIASES`). With a suggestion the message is one sentence (``'tp' is
+    not known; did you mean 'tensor_model_parallel_size'?``); without one it lists what is known."""
 
     def __init__(self, field: str, value: str, known: Iterable[str], what: str = "one of"):
         known = sorted(set(known))
+        alias = ALIASES.get(str(value).lower().replace("-", "_"))
         close = difflib.get_close_matches(str(value), known, n=3, cutoff=0.5)
+        if alias in known:
+            close = [alias, *[c for c in close if c != alias]][:3]
         hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else None
         shown = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
-        super().__init__(field, value, f"{what} {shown}", hint)
+        kind = what.strip().rstrip(":")
+        sentence = f"{value!r} is not {'known' if kind == 'one of' else kind}; {hint}" if close else None
+        super().__init__(field, value, f"{what} {shown}", hint, sentence=sentence)
         self.known = known
         self.suggestions = close
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# moeplan: {"model":"deepseek-ai/DeepSeek-V3","system":{"gpu":"gb300","num_gpus":256},"framework":"megatron-bridge","precision":"mxfp8","stated":["context_parallel_size","expert_model_parallel_size","moe_flex_dispatcher_backend","moe_router_force_load_balancing","moe_token_dispatcher_type","pipeline_model_parallel_layout","pipeline_model_parallel_size","recompute_granularity","recompute_modules","tensor_model_parallel_size","virtual_pipeline_model_parallel_size"]}
+# moeplan: {"model":"deepseek-ai/DeepSeek-V3","system":{"gpu":"gb300","num_gpus":256},"framework":"megatron-bridge","precision":"mxfp8","stated":["context_parallel_size","expert_model_parallel_size","moe_flex_dispatcher_backend","moe_token_dispatcher_type","pipeline_model_parallel_layout","pipeline_model_parallel_size","recompute_granularity","recompute_modules","tensor_model_parallel_size","virtual_pipeline_model_parallel_size"]}
 #SBATCH --nodes=64
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4
@@ -33,7 +33,7 @@ OVERRIDES=(
   model.moe_flex_dispatcher_backend=hybridep
   model.moe_grouped_gemm=true
   model.moe_expert_rank_capacity_factor=1.5
-  model.moe_router_force_load_balancing=true
+  model.moe_router_force_load_balancing=false
   model.moe_paged_stash=true
   model.use_transformer_engine_op_fuser=true
   model.mtp_num_layers=1

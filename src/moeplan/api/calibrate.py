@@ -72,7 +72,7 @@ def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
         try:
             s = load_scenario(merged)
         except InputError as exc:
-            raise InputError(f"{path}: {exc.field}", exc.value, exc.allowed, exc.hint) from None
+            raise exc.renamed(f"{path}: {exc.field}") from None
         meas = _measured_tokens_per_s(path, st, s)
         if not s.folds:
             raise InputError(f"{path}: system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")

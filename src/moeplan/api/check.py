@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moeplan.api.inputs import scenario_request
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.diagnose import read_log
-from moeplan.errors import InputError
+from moeplan.errors import InputError, missing_file
 from moeplan.io.imports import import_config, import_dump
 from moeplan.rules import RULES, validate
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
@@ -28,7 +29,7 @@ def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
     """
 
     if path is None or not path.is_file():
-        raise InputError("scenario", str(path), f"an existing {from_format} file")
+        raise missing_file("scenario", path, f"{from_format} file")
     if from_format == "megatron-log":  # a training log of any length: streamed, its dump kept
         return import_dump(read_log(path, "scenario").dump)
     return import_config(read_text(path, "scenario", MAX_CONFIG_BYTES), from_format)
@@ -54,13 +55,14 @@ def check_report(
     Raises:
         InputError: bad flags, an unreadable or invalid scenario / configuration.
     """
-    ov = scenario_overrides(flags)
     source: Path | dict | None = scenario
     notes: list[str] = []
     if from_format is not None:
         source, notes = _read_config(scenario, from_format)
-    result = validate(load_scenario(source, ov))
-    return {**result.to_dict(), "import_notes": notes} if from_format else result.to_dict()
+    data, batch = scenario_request(source, flags)
+    result = validate(load_scenario(data))
+    notes += batch
+    return {**result.to_dict(), "import_notes": notes} if from_format or notes else result.to_dict()
 
 
 def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = None) -> dict:

@@ -19,6 +19,7 @@ from moeplan.diagnose.plot import plot_runs
 from moeplan.errors import InputError
 from moeplan.io.write import check_writable
 from moeplan.model.memory import estimate_memory
+from moeplan.rules import validate
 from moeplan.spec.scenario import _deep_merge, load_scenario, load_scenario_file
 
 #: the largest memory terms named by the OOM blame
@@ -63,6 +64,14 @@ def _mismatch_warnings(base: dict, dumps: list[dict[str, str]]) -> list[str]:
                 + "): the causes are ranked for the scenario's model, not the run's",
             )
     return out
+
+
+def plot_labels(log_a: Path, log_b: Path) -> tuple[str, str]:
+    """Legend labels of a comparison plot: ``A: name`` and ``B: name`` with the file names only (the
+    parent folder too when the names are the same), never absolute paths."""
+    a, b = Path(log_a), Path(log_b)
+    na, nb = (a.name, b.name) if a.name != b.name else (f"{a.parent.name}/{a.name}", f"{b.parent.name}/{b.name}")
+    return f"A: {na}", f"B: {nb}"
 
 
 def compare_report(
@@ -112,7 +121,7 @@ def compare_report(
     if consts is not None:
         cmp.notes.append(f"step times from the calibration profile {calibration}")
     if plot is not None:
-        plot_runs(stats[0], stats[1], plot, labels=(str(log_a), str(log_b)), inputs=(log_a, log_b, scenario, calibration))
+        plot_runs(stats[0], stats[1], plot, labels=plot_labels(log_a, log_b), inputs=(log_a, log_b, scenario, calibration))
     return {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
 
 
@@ -129,7 +138,13 @@ def _oom_text(source: str) -> str:
     if is_path:
         return read_text_file(Path(source), "oom")
     if "Tried to allocate" not in source and not any(ch.isspace() for ch in source):
-        raise InputError("oom", source, "an existing log file, or the text of a CUDA out-of-memory message")
+        raise InputError(
+            "oom",
+            source,
+            "an existing log file, or the text of a CUDA out-of-memory message",
+            sentence=f"{source!r} is neither an existing file nor a CUDA out-of-memory message "
+            "(one reads 'CUDA out of memory. Tried to allocate ...')",
+        )
     return source
 
 
@@ -178,7 +193,14 @@ def _blame(rep, text: str, scenario: Path, calibration: Path | None):
     """The memory model's view of an OOM: (the report reconciled with the model, the blame dict)."""
 
     data, notes = _run_scenario(text, scenario)
-    mem = estimate_memory(load_scenario(data))
+    s_run = load_scenario(data)
+    broke = validate(s_run).errors
+    if broke:
+        notes.append(
+            f"the run's configuration breaks {len(broke)} rule(s) (moeplan check): "
+            + "; ".join(f"{f.rule_id}: {f.message}" for f in broke)
+        )
+    mem = estimate_memory(s_run)
     peak = mem.peak_stage
     rep, more = reconcile_with_model(rep, peak.total_bytes, mem.capacity_bytes)
     notes += more

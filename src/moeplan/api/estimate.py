@@ -7,14 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeplan.api.inputs import load_step_constants, load_workload
+from moeplan.api.inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError
 from moeplan.io.export import export
 from moeplan.io.write import check_writable
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
+from moeplan.plan.changes import apply_check_fixes
 from moeplan.rules import validate
-from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
+from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
+from moeplan.spec.overrides import ScenarioFlags
 from moeplan.spec.scenario import Scenario, load_scenario
 
 BROKEN = ("invalid", "unsupported")
@@ -29,7 +31,10 @@ class EstimateReport:
             [finding dicts]}, "memory": MemoryEstimate.to_dict() (bytes per GPU per stage, itemised,
             verdict fits | tight | does-not-fit | unknown), "throughput": ThroughputEstimate.to_dict()
             (seconds, tokens/s/GPU, TFLOP/s/GPU, MFU) or None}``; throughput is None without a global
-            batch size or when the layout breaks a rule. For a layout that does not fold into the
+            batch size or when the layout breaks a rule. A layout whose only errors each carry one
+            applicable fix (the pipeline split) is estimated with the fix applied: ``fixed`` then
+            says which (``rule_ids``, ``edits``, ``text``) and ``check`` still lists the errors of
+            the layout as given. For a layout that does not fold into the
             world (memory cannot be estimated) ``check`` holds only verdict and errors, and memory
             and throughput are None.
         check: the full check (:meth:`moeplan.rules.CheckResult.to_dict`), every finding.
@@ -69,8 +74,10 @@ def estimate_report(
     workload: Path | None = None,
     calibration: Path | None = None,
 ) -> EstimateReport:
-    """Peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM; and, with
-    a global batch size, step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
+    """Peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM; and the
+    step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised (at the scenario's global batch, or
+    ``--tokens-per-step``, else about 4 Mi tokens per step as ``plan`` assumes: stated among the
+    throughput's assumptions).
 
     Args:
         scenario: scenario YAML (None: the flags alone).
@@ -82,13 +89,15 @@ def estimate_report(
         InputError: bad flags, scenario, workload or profile, or a scenario the memory model cannot
             estimate although it breaks no rule (e.g. no sequence length).
     """
-    ov = scenario_overrides(flags)
-    if workload is not None:
-        ov["workload"] = load_workload(workload)
-    scn = load_scenario(scenario, ov)
+    data, batch_notes = scenario_request(scenario, flags, workload, default_batch=True)
+    scn = load_scenario(data)
     checked = validate(scn)
     broken = checked.verdict in BROKEN
     errors = [f.to_dict() for f in checked.errors]
+    fixed = _fixed_split(data, checked) if broken else None
+    if fixed is not None:
+        # every rule the layout breaks has a one-change fix (the pipeline split, ...): estimate it fixed
+        scn, broken = fixed.pop("_scenario"), False
     try:
         mem = estimate_memory(scn)
     except InputError:
@@ -104,11 +113,34 @@ def estimate_report(
     warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
     doc = {
         "scenario": scn.summary(),
+        "assumes": [a.to_dict() for a in verdict_assumptions(scn)],
         "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings},
         "memory": mem.to_dict(),
         "throughput": throughput,
     }
+    if fixed is not None:
+        doc["fixed"] = fixed
+    if throughput is not None:
+        throughput["assumptions"][:0] = batch_notes
     return EstimateReport(doc, checked.to_dict())
+
+
+def _fixed_split(data: dict, checked) -> dict | None:
+    """The scenario with the check's own fixes applied (:func:`moeplan.plan.changes.apply_check_fixes`):
+    ``{rule_ids, edits, text, _scenario}``; None when some error has no such fix."""
+    got = apply_check_fixes(data, checked.errors)
+    if got is None:
+        return None
+    fixed, edits = got
+    ids = sorted({f.rule_id for f in checked.errors})
+    shown = {True: "true", False: "false", None: "unset"}
+    text = ", ".join(f"{k}: {shown.get(v, v) if isinstance(v, bool) or v is None else v}" for k, v in edits.items())
+    return {
+        "rule_ids": ids,
+        "edits": edits,
+        "text": f"{text} ({', '.join(ids)}); the check's errors are for the layout as given",
+        "_scenario": load_scenario(fixed),
+    }
 
 
 @dataclass(frozen=True)
@@ -128,6 +160,18 @@ class ExportResult:
     broken_rules: list[str]
     refused: bool = False
     warnings: list[str] = field(default_factory=list)
+
+
+def _benchmark_warnings(scn: Scenario) -> list[str]:
+    """A warning when the export carries benchmark-only settings (forced load balancing, no NaN check)."""
+    bench = benchmark_settings(scn)
+    if not bench:
+        return []
+    keys = ", ".join(f"{b['key']}={str(b['value']).lower()} ({b['how']}: {b['why']})" for b in bench)
+    return [
+        f"benchmark-only settings exported: {keys}; for a training run use recipe_defaults: mbridge-perf "
+        "and do not state them"
+    ]
 
 
 def _memory_warnings(scn: Scenario) -> list[str]:
@@ -172,16 +216,16 @@ def export_report(
 
     if output is not None and str(output) != "-":  # before any work: a writable path, not the scenario
         check_writable(output, "--output", inputs=(scenario,))
-    ov = scenario_overrides(flags)
+    data, _ = scenario_request(scenario, flags)
     if megatron_core_version:
-        ov.setdefault("versions", {})["megatron_core"] = megatron_core_version
-    scn = load_scenario(scenario, ov)
+        data = {**data, "versions": {**(data.get("versions") or {}), "megatron_core": megatron_core_version}}
+    scn = load_scenario(data)
     result = validate(scn)
     text, notes = export(scn, fmt)
     broken = [f.rule_id for f in result.errors]
     if result.verdict in BROKEN and not force:
         return ExportResult(text, notes, broken, refused=True)
-    return ExportResult(text, notes, broken, warnings=_memory_warnings(scn))
+    return ExportResult(text, notes, broken, warnings=_benchmark_warnings(scn) + _memory_warnings(scn))
 
 
 __all__ = ["EstimateReport", "ExportResult", "estimate_report", "export_report"]

@@ -7,7 +7,64 @@ from pathlib import Path
 from moeplan.errors import InputError
 from moeplan.model.calibrate import load_profile
 from moeplan.spec.loading import load_yaml_file
-from moeplan.spec.scenario import load_scenario_file
+from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
+from moeplan.spec.scenario import load_scenario_file, merge_overrides
+from moeplan.spec.training import batch_for_tokens, default_global_batch
+
+#: the largest global batch (sequences) a request may ask for: the training schema's cap
+MAX_GLOBAL_BATCH = 2**24
+
+
+def scenario_request(
+    scenario: Path | dict | None = None,
+    flags: ScenarioFlags | None = None,
+    workload: Path | None = None,
+    *,
+    tokens_per_step: int | None = None,
+    default_batch: bool = False,
+) -> tuple[dict, list[str]]:
+    """The scenario mapping a command is asked: the file (or a mapping, e.g. an imported config) with
+    the flags laid over it, the
+    workload under ``workload:``, the global batch from ``--tokens-per-step`` (:func:`batch_for_tokens`)
+    and, with ``default_batch``, about 4 Mi tokens when no batch is given (as ``plan`` assumes).
+
+    Returns:
+        (mapping, notes): how the batch was rounded or assumed (each one sentence).
+
+    Raises:
+        InputError: both a global batch size and tokens per step, bad flags, an unreadable scenario
+            or workload, tokens per step without a sequence length or below one sequence.
+    """
+    tps = tokens_per_step if tokens_per_step is not None else (flags.tokens_per_step if flags else None)
+    if flags is not None and flags.gbs is not None and tps is not None:
+        raise InputError("--tokens-per-step", tps, "either --gbs or --tokens-per-step")
+    ov = scenario_overrides(flags)
+    if workload is not None:
+        ov["workload"] = load_workload(workload)
+    base = scenario if isinstance(scenario, dict) else load_scenario_file(scenario) if scenario is not None else {}
+    data = merge_overrides(base, ov)
+    training = data.get("training") if isinstance(data.get("training"), dict) else None
+    seq = (training or {}).get("seq_length")
+    notes: list[str] = []
+    if tps is not None:
+        if not isinstance(seq, int):
+            raise InputError("--tokens-per-step", tps, "a --seq-length to divide it by")
+        if tps < seq:
+            raise InputError("--tokens-per-step", tps, f"at least one sequence ({seq} tokens)")
+        if tps // seq > MAX_GLOBAL_BATCH:  # before any range of batches is built
+            raise InputError("--tokens-per-step", tps, f"at most {MAX_GLOBAL_BATCH:,} sequences of {seq} tokens per step")
+        gbs = batch_for_tokens(tps, seq)
+        data.setdefault("training", {})["global_batch_size"] = gbs
+        if tps % seq:
+            notes.append(
+                f"--tokens-per-step {tps:,} is not a multiple of the sequence length: global batch {gbs} "
+                f"({gbs * seq:,} tokens per step; within 10 %, the batch that divides best by data-parallel sizes)"
+            )
+    elif default_batch and isinstance(seq, int) and seq > 0 and (training or {}).get("global_batch_size") is None:
+        gbs, why = default_global_batch(seq)
+        data.setdefault("training", {})["global_batch_size"] = gbs
+        notes.append(why)
+    return data, notes
 
 
 def load_workload(path: Path) -> dict:
@@ -53,4 +110,4 @@ def load_yaml_any(path: Path, field: str = "runs") -> object:
     return load_yaml_file(path, field)
 
 
-__all__ = ["load_step_constants", "load_workload", "load_yaml_any"]
+__all__ = ["load_step_constants", "load_workload", "load_yaml_any", "scenario_request"]

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from moeplan.api.inputs import load_step_constants, load_workload
+from moeplan.api.inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.io.write import atomic_directory, check_writable, resolve_output, write_atomically, write_file_in
 from moeplan.plan import plan, sweep
@@ -19,35 +19,11 @@ from moeplan.plan.recipes import list_recipes
 from moeplan.plan.report import write_report
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.loading import dump_yaml
-from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
-from moeplan.spec.scenario import load_scenario_file, merge_overrides
+from moeplan.spec.overrides import ScenarioFlags
+from moeplan.spec.training import batch_for_tokens  # noqa: F401 - re-exported (moeplan.api)
 
 #: ``progress(done, total)``, called as the search advances
 Progress = Callable[[int, int], None]
-#: how far (relative) a global batch may be from tokens-per-step / seq-length
-BATCH_TOLERANCE = 0.1
-#: the largest global batch (sequences) a request may ask for: the training schema's cap
-MAX_GLOBAL_BATCH = 2**24
-
-
-def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
-    """Global batch size (sequences) for ``tokens_per_step`` tokens of ``seq``-token sequences: the
-    exact quotient when it divides; otherwise, among batches within 10 % of the quotient, the one
-    with the most factors of two (GBS must divide by MBS·DP, and DP sizes are powers of two in
-    practice), closest on ties; the quotient rounded down (at least 1) when none is that close.
-    E.g. 1,000,000 tokens at 131,072 → 8 rather than the prime 7. Raises nothing (positive ints)."""
-    if tokens_per_step % seq == 0:
-        return tokens_per_step // seq
-    exact = tokens_per_step / seq
-    lo, hi = max(1, math.floor(exact * (1 - BATCH_TOLERANCE))), math.ceil(exact * (1 + BATCH_TOLERANCE))
-    near = [g for g in range(lo, hi + 1) if abs(g / exact - 1) <= BATCH_TOLERANCE]
-    if not near:
-        return max(1, tokens_per_step // seq)
-
-    def twos(g: int) -> int:
-        return (g & -g).bit_length()
-
-    return max(near, key=lambda g: (twos(g), -abs(g - exact)))
 
 
 def plan_request(
@@ -57,8 +33,8 @@ def plan_request(
     tokens_per_step: int | None = None,
 ) -> tuple[dict, str | None]:
     """The scenario mapping a planning command is asked: the file (if any) with the flags laid over
-    it, the workload under ``workload:``, and ``tokens_per_step`` turned into a global batch size
-    (:func:`batch_for_tokens`).
+    it, the workload under ``workload:``, and ``tokens_per_step`` (or ``flags.tokens_per_step``)
+    turned into a global batch size (:func:`moeplan.api.inputs.scenario_request`).
 
     Returns:
         (mapping, note): the note says how the batch was rounded when ``tokens_per_step`` is not a
@@ -68,32 +44,8 @@ def plan_request(
         InputError: both ``flags.gbs`` and ``tokens_per_step``, bad flags, an unreadable scenario or
             workload, ``tokens_per_step`` without a sequence length or below one sequence.
     """
-    if flags is not None and flags.gbs is not None and tokens_per_step is not None:
-        raise InputError("--tokens-per-step", tokens_per_step, "either --gbs or --tokens-per-step")
-    ov = scenario_overrides(flags)
-    if workload is not None:
-        ov["workload"] = load_workload(workload)
-    data = merge_overrides(load_scenario_file(scenario) if scenario is not None else {}, ov)
-    if tokens_per_step is None:
-        return data, None
-    seq = (data.get("training") or {}).get("seq_length")
-    if not isinstance(seq, int):
-        raise InputError("--tokens-per-step", tokens_per_step, "a --seq-length to divide it by")
-    if tokens_per_step < seq:
-        raise InputError("--tokens-per-step", tokens_per_step, f"at least one sequence ({seq} tokens)")
-    if tokens_per_step // seq > MAX_GLOBAL_BATCH:  # before any range of batches is built
-        raise InputError(
-            "--tokens-per-step", tokens_per_step, f"at most {MAX_GLOBAL_BATCH:,} sequences of {seq} tokens per step"
-        )
-    gbs = batch_for_tokens(tokens_per_step, seq)
-    data.setdefault("training", {})["global_batch_size"] = gbs
-    if tokens_per_step % seq == 0:
-        return data, None
-    return data, (
-        f"--tokens-per-step {tokens_per_step:,} is not a multiple of the sequence length: global "
-        f"batch {gbs} ({gbs * seq:,} tokens per step; within 10 %, the batch that divides "
-        "best by data-parallel sizes)"
-    )
+    data, notes = scenario_request(scenario, flags, workload, tokens_per_step=tokens_per_step)
+    return data, (notes[0] if notes else None)
 
 
 def _check_plan_options(
@@ -164,10 +116,13 @@ def plan_report(
     workload: Path | None = None,
     calibration: Path | None = None,
     progress: Progress | None = None,
+    hold: list[str] | tuple[str, ...] = (),
+    free: list[str] | tuple[str, ...] = (),
 ) -> dict:
     """Search the layout space and rank what fits by predicted tokens/s/GPU (or time to train), with
     why the winner wins, the rule-of-thumb baseline and a tally of what was rejected. Every layout key
-    of the request is held fixed.
+    of the request is held fixed, less those ``free`` names (``all``: every one), or only ``hold``
+    (:func:`held_keys`, the rule ``sweep`` follows too).
 
     Args:
         scenario, flags, workload, tokens_per_step: the request (:func:`plan_request`).
@@ -191,6 +146,9 @@ def plan_report(
     inputs = (scenario, workload, calibration)
     _check_plan_options(objective, train_tokens, headroom_gib, save, report, inputs)
     data, rounding = plan_request(scenario, flags, workload, tokens_per_step)
+    if hold or free:
+        lay = data.get("layout") or {}
+        data = {**data, "layout": {k: lay[k] for k in held_keys(lay, hold, free)}}
     consts = load_step_constants(calibration)
     res = plan(
         data,
@@ -224,21 +182,46 @@ def fit_report(
     headroom_gib: float | None = None,
     top: int = 8,
     calibration: Path | None = None,
+    save: Path | None = None,
+    pick: int = 1,
+    tokens_per_step: int | None = None,
 ) -> dict:
     """The smallest changes that make a layout fit: one change at a time, then pairs of those not
     enough alone, each checked by every rule, with the GiB it saves and the step time it costs.
 
+    Args:
+        save: also write the ``pick``-th fix (1 = the least costly) as a scenario YAML here.
+        tokens_per_step: the global batch in tokens (as ``plan``); with neither it nor a global batch
+            size, about 4 Mi tokens are assumed (a note says so) to rank the changes by their cost.
+
     Returns:
         :func:`moeplan.plan.fit.fit_layout`'s document (``fits_already``, ``peak_gib``,
-        ``capacity_gib``, ``limit_gib``, ``check_errors``, ``fixes`` [change, peak_gib, saved_gib,
-        step_time_change_pct, tokens_per_s_per_gpu], ``not_enough``, ``rejected``, ...).
+        ``capacity_gib``, ``limit_gib``, ``check_errors``, ``fixes`` [change, kind,
+        changes_numerics, peak_gib, saved_gib, step_time_change_pct, tokens_per_s_per_gpu],
+        ``more_fixes``, ``not_enough``, ``rejected``, ...), with ``saved`` (the path and the change
+        written) when ``save`` is given and a fix exists.
 
     Raises:
-        InputError: bad flags or scenario, a bad profile.
+        InputError: bad flags or scenario, a bad profile, an unwritable ``save`` path, ``pick``
+            beyond the fixes found.
     """
 
-    data, _ = plan_request(scenario, flags)
-    return fit_layout(data, headroom_gib=headroom_gib, top=top, constants=load_step_constants(calibration))
+    if save is not None:
+        check_writable(save, "--save", inputs=(scenario, calibration))
+    data, notes = scenario_request(scenario, flags, tokens_per_step=tokens_per_step, default_batch=True)
+    out = fit_layout(data, headroom_gib=headroom_gib, top=max(top, pick), constants=load_step_constants(calibration))
+    out["notes"] = notes
+    if save is not None:
+        fixes = out["fixes"]
+        if not fixes:
+            out.setdefault("notes", []).append(f"--save {save}: nothing written, no change makes it fit")
+        elif pick > len(fixes):
+            raise InputError("--pick", pick, f"a fix number from 1 to {len(fixes)}")
+        else:
+            chosen = fixes[pick - 1]
+            write_atomically(save, dump_yaml(chosen["scenario"]), field="--save", inputs=(scenario, calibration))
+            out["saved"] = {"path": str(save), "change": chosen["change"], "rank": pick}
+    return out
 
 
 def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path | None = None) -> list[dict]:
@@ -295,8 +278,8 @@ def _write_recipes(rows: list[dict], output_dir: Path) -> None:
         write_atomically(target / name, dump_yaml(sc), field="--write")
 
 
-def hold_keys(hold: list[str] | tuple[str, ...], layout: dict) -> tuple[str, ...]:
-    """``--hold`` keys as layout keys of the scenario (``layout.`` prefix allowed).
+def hold_keys(hold: list[str] | tuple[str, ...], layout: dict, option: str = "--hold") -> tuple[str, ...]:
+    """``--hold`` (or ``--free``) keys as layout keys of the scenario (``layout.`` prefix allowed).
 
     Raises:
         UnknownNameError: a key that is not a layout key, or one the scenario does not set (nothing
@@ -306,11 +289,31 @@ def hold_keys(hold: list[str] | tuple[str, ...], layout: dict) -> tuple[str, ...
     for key in hold:
         k = key.removeprefix("layout.")
         if k not in LayoutSpec.model_fields:
-            raise UnknownNameError("--hold", key, LayoutSpec.model_fields, "a layout key:")
+            raise UnknownNameError(option, key, LayoutSpec.model_fields, "a layout key:")
         if k not in layout:
-            raise UnknownNameError("--hold", key, layout, "a layout key the scenario sets:")
+            raise UnknownNameError(option, key, layout, "a layout key the scenario sets:")
         out.append(k)
     return tuple(out)
+
+
+def held_keys(
+    layout: dict, hold: list[str] | tuple[str, ...] = (), free: list[str] | tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The layout keys ``plan`` and ``sweep`` hold fixed — one rule for both: every key the scenario
+    sets (in its file or by a flag), less those ``free`` names (``all``: every one); with ``hold``,
+    only those.
+
+    Raises:
+        InputError: both ``hold`` and ``free``; UnknownNameError: a key the scenario does not set.
+    """
+    if hold and free:
+        raise InputError("--free", ",".join(free), "either --hold (hold only these) or --free (free these), not both")
+    if hold:
+        return hold_keys(hold, layout)
+    if "all" in free:
+        return ()
+    freed = set(hold_keys(free, layout, "--free"))
+    return tuple(k for k in layout if k not in freed)
 
 
 def _write_sweep(target, directory, output, flags, hold, calibration, progress, **kw) -> dict:
@@ -322,7 +325,7 @@ def _write_sweep(target, directory, output, flags, hold, calibration, progress, 
     if directory is not None:
         raise InputError("DIR", str(directory), "no second argument when writing a sweep (use -o DIR)")
     data, _ = plan_request(Path(target) if target else None, flags)
-    held = hold_keys(hold or (), data.get("layout") or {})
+    held = held_keys(data.get("layout") or {}, hold or (), kw.pop("free", ()) or ())
     consts = load_step_constants(calibration)
     inputs = (target, calibration)
     man = sweep.write_sweep(data, output, constants=consts, progress=progress, hold=held, inputs=inputs, **kw)
@@ -340,6 +343,7 @@ def sweep_report(
     top: int = 4,
     mbs_variants: bool = True,
     hold: list[str] | tuple[str, ...] = (),
+    free: list[str] | tuple[str, ...] = (),
     smoke: bool = False,
     yes: bool = False,
     flags: ScenarioFlags | None = None,
@@ -350,8 +354,10 @@ def sweep_report(
 
     Args:
         target: a scenario YAML (write a sweep into ``output``, with MBS×2 variants unless
-            ``mbs_variants`` is False, holding the ``hold`` layout keys), or ``collect`` / ``submit``
-            with the sweep ``directory``.
+            ``mbs_variants`` is False), or ``collect`` / ``submit`` with the sweep ``directory``.
+        hold / free: which layout keys the search holds (:func:`held_keys`, as ``plan``): all the
+            scenario sets, less ``free`` (``all`` frees them; the scenario stays the baseline), or
+            only ``hold``.
         smoke / yes: submit the smoke scripts / confirm the submission (sbatch; nothing otherwise).
 
     Returns:
@@ -372,7 +378,7 @@ def sweep_report(
                 return sweep.collect(directory)
             return {"submitted": sweep.submit(directory, smoke=smoke, yes=yes)}
         return _write_sweep(
-            target, directory, output, flags, hold, calibration, progress, top=top, mbs_variants=mbs_variants
+            target, directory, output, flags, hold, calibration, progress, top=top, mbs_variants=mbs_variants, free=free
         )
     except OSError as exc:
         raise InputError("--output", str(output or directory), f"a writable directory ({exc.strerror})") from None
@@ -381,6 +387,7 @@ def sweep_report(
 __all__ = [
     "batch_for_tokens",
     "fit_report",
+    "held_keys",
     "hold_keys",
     "plan_report",
     "plan_request",

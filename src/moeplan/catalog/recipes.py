@@ -5,6 +5,7 @@ workload base configs at v0.5.1), read lazily from ``catalog/data/mbridge_perf_r
 from __future__ import annotations
 
 import functools
+import json
 from importlib import resources
 
 import yaml
@@ -22,6 +23,16 @@ def perf_recipes() -> list[dict]:
     text = (resources.files("moeplan.catalog") / "data" / "mbridge_perf_recipes.yaml").read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~20x faster
     return yaml.load(text, Loader=loader)["recipes"]  # noqa: S506 - a safe loader
+
+
+@functools.lru_cache(maxsize=1)
+def published_runs() -> list[dict]:
+    """The measured Megatron Bridge performance-summary runs (cached): ``id``, ``release``, ``model``,
+    ``gpu``, ``num_gpus``, ``training`` (seq_length, micro/global batch in sequences, precision),
+    ``layout`` (the published sizes), ``measured`` (tokens_per_s_per_gpu, model_tflops_per_gpu).
+    Source: ``catalog/data/published_measured.json`` (``scripts/package_measured.py``)."""
+    text = resources.files("moeplan.catalog").joinpath("data").joinpath("published_measured.json").read_text()
+    return json.loads(text)["runs"]
 
 
 _CORE = (

@@ -15,6 +15,7 @@ from moeplan.cli.options import (
     CalibrationOpt,
     JsonOpt,
     ScenarioArg,
+    VerboseOpt,
     WorkloadOpt,
     exit_with,
     input_errors,
@@ -43,6 +44,7 @@ def estimate(
     workload: WorkloadOpt = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM,
     and (with a global batch size) step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
@@ -53,7 +55,7 @@ def estimate(
     if as_json:
         render.print_json(report.document)
     else:
-        tables.render_estimate(report)
+        tables.render_estimate(report, verbose)
     exit_with(report.fits and not report.broken)
 
 

@@ -38,6 +38,9 @@ def exit_with(ok: bool) -> None:
 # Options shared by several commands (typer reads the Annotated metadata).
 ScenarioArg = Annotated[Optional[Path], typer.Argument(help="Scenario YAML (model, system, training, layout).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Every reason, source and default behind the short default output.")
+]
 CalibrationOpt = Annotated[
     Optional[Path], typer.Option("--calibration", help="A profile from `moeplan calibrate` for step times.")
 ]
@@ -56,7 +59,13 @@ SCENARIO_OPTIONS: dict[str, Any] = {
     "num_gpus": Annotated[Optional[int], typer.Option("--num-gpus", "-n", min=1, help="World size.")],
     "seq_length": Annotated[Optional[int], typer.Option("--seq-length", "-s", min=1, help="Tokens per sequence.")],
     "mbs": Annotated[Optional[int], typer.Option("--mbs", min=1, help="micro_batch_size (sequences).")],
-    "gbs": Annotated[Optional[int], typer.Option("--gbs", min=1, help="global_batch_size (sequences).")],
+    "gbs": Annotated[
+        Optional[int], typer.Option("--global-batch-size", "--gbs", min=1, help="global_batch_size (sequences).")
+    ],
+    "tokens_per_step": Annotated[
+        Optional[int],
+        typer.Option("--tokens-per-step", min=1, help="The global batch in tokens (GBS ≈ this / seq length)."),
+    ],
     "precision": Annotated[
         Optional[str],
         typer.Option("--precision", help="bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4."),
@@ -83,7 +92,7 @@ def scenario_options(*names: str, **replace: Any) -> Callable[[Callable], Callab
     ``flags: ScenarioFlags``, and typer sees, in its place, one option per flag.
 
     Args:
-        names: the flags to offer, in ``--help`` order (default: all 14). A name that is not a flag
+        names: the flags to offer, in ``--help`` order (default: all 15). A name that is not a flag
             is one of the function's own parameters, moved to that place in ``--help``.
         replace: another declaration for a flag (e.g. ``gbs=Annotated[...]`` with more names).
 
@@ -137,6 +146,7 @@ __all__ = [
     "JsonOpt",
     "ModelOpt",
     "ScenarioArg",
+    "VerboseOpt",
     "WorkloadOpt",
     "exit_with",
     "input_errors",

@@ -14,19 +14,16 @@ from moeplan.cli.options import (
     HeadroomOpt,
     JsonOpt,
     ScenarioArg,
+    VerboseOpt,
     WorkloadOpt,
     exit_with,
     input_errors,
     scenario_options,
 )
 from moeplan.cli.render import plan as tables
-from moeplan.spec.overrides import FLAG_NAMES, ScenarioFlags
+from moeplan.spec.overrides import ScenarioFlags
 
 TopOpt = Annotated[int, typer.Option("--top", min=1, max=50, help="Candidates to show.")]
-PlanGbsOpt = Annotated[Optional[int], typer.Option("--global-batch-size", "--gbs", min=1, help="Sequences per step.")]
-TokensPerStepOpt = Annotated[
-    Optional[int], typer.Option("--tokens-per-step", min=1, help="Tokens per step (GBS = this / seq length).")
-]
 MinDpOpt = Annotated[int, typer.Option("--min-dp", min=1, help="Smallest data-parallel size accepted.")]
 ObjectiveOpt = Annotated[
     str, typer.Option("--objective", help="throughput (tokens/s/GPU) or time-to-train (needs --train-tokens).")
@@ -40,15 +37,22 @@ ReportOpt = Annotated[
 SaveOpt = Annotated[
     Optional[Path], typer.Option("--save", help="Write the #1 layout as a scenario YAML (for check/export).")
 ]
-#: plan's flags: --tokens-per-step is listed right after --gbs
-_PLAN_FLAGS = (*FLAG_NAMES[:6], "tokens_per_step", *FLAG_NAMES[6:])
+HoldOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--hold", help="Hold only this layout key of the scenario (repeatable); the rest are searched."),
+]
+FreeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--free", help="Search this layout key although the scenario sets it (repeatable; 'all': every one)."),
+]
 
 
-@scenario_options(*_PLAN_FLAGS, gbs=PlanGbsOpt)
+@scenario_options()
 def plan_cmd(
     scenario: ScenarioArg = None,
     flags: ScenarioFlags = ScenarioFlags(),
-    tokens_per_step: TokensPerStepOpt = None,
+    hold: HoldOpt = None,
+    free: FreeOpt = None,
     top: TopOpt = 5,
     min_dp: MinDpOpt = 1,
     headroom_gib: HeadroomOpt = None,
@@ -59,17 +63,20 @@ def plan_cmd(
     workload: WorkloadOpt = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Search the layout space (TP, PP, VPP, CP, EP, ETP, MBS, recompute, dispatcher, CUDA graphs,
     CP comm, optimizer offload) and rank what fits by predicted tokens/s/GPU, with why the winner wins,
-    the rule-of-thumb baseline and a tally of what was rejected. Every layout key given is held fixed.
+    the rule-of-thumb baseline and a tally of what was rejected. Every layout key given (file or flag)
+    is held fixed unless --free names it; --hold holds only the keys it names (as `sweep`).
 
     Exit code 0 when something fits, 1 when nothing does, 2 on bad input."""
     with input_errors(), render.progress_bar("searching layouts") as tick:
         out = plan_report(
             scenario,
             flags,
-            tokens_per_step=tokens_per_step,
+            hold=hold or (),
+            free=free or (),
             top=top,
             min_dp=min_dp,
             headroom_gib=headroom_gib,
@@ -84,8 +91,14 @@ def plan_cmd(
     if as_json:
         render.print_json(out)
     else:
-        tables.render_plan(out)
+        tables.render_plan(out, verbose)
     exit_with(bool(out["candidates"]))
+
+
+FitSaveOpt = Annotated[
+    Optional[Path], typer.Option("--save", help="Write the chosen fix (--pick, default #1) as a scenario YAML.")
+]
+PickOpt = Annotated[int, typer.Option("--pick", min=1, help="Which fix --save writes (1 = the least costly).")]
 
 
 @scenario_options()
@@ -94,21 +107,34 @@ def fit_cmd(
     flags: ScenarioFlags = ScenarioFlags(),
     headroom_gib: HeadroomOpt = None,
     top: TopOpt = 8,
+    save: FitSaveOpt = None,
+    pick: PickOpt = 1,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Propose the smallest changes that make a layout fit (or that OOMed): one change at a time,
-    then pairs of those not enough alone, each checked by every rule, with the GiB it saves and the
-    step time it costs, the cheapest in time first.
+    """Propose the smallest changes that make a layout fit (or that OOMed): every rung of the
+    recompute ladder above the layout's, optimizer offload, CP/PP/TP/EP/ETP, MBS and precision, then
+    pairs of those not enough alone, each checked by every rule, with the GiB it saves and the step
+    time it costs, the cheapest in time first (changes of the numerics ranked apart); every change
+    tried is listed (fits, not enough, rejected with its rule). --save writes the chosen one.
 
     Exit code 0 when the layout fits already (and breaks no rule) or a fix is found, 1 when none is,
     2 on bad input."""
     with input_errors():
-        out = fit_report(scenario, flags, headroom_gib=headroom_gib, top=top, calibration=calibration)
+        out = fit_report(
+            scenario,
+            flags,
+            headroom_gib=headroom_gib,
+            top=top,
+            calibration=calibration,
+            save=save,
+            pick=pick,
+        )
     if as_json:
         render.print_json(out)
     else:
-        tables.render_fit(out)
+        tables.render_fit(out, verbose)
     # a layout that breaks a rule "fits" only on paper: exit 1 unless a change makes it legal and fit
     exit_with(bool(out["fixes"] or (out["fits_already"] and not out["check_errors"])))
 
@@ -123,20 +149,23 @@ def recipes_cmd(
         typer.Option("--write", help="Also write each recipe as a scenario YAML into this folder ('/' in ids → '__')."),
     ] = None,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Built-in starting points — the layout families of the long-context and VLM guidance and the
-    published Megatron Bridge layouts — each checked by the rules (what they break as written) and
-    estimated (memory; throughput where a batch size is known)."""
+    published Megatron Bridge layouts — each as published (checked by every rule: what it breaks as
+    written, with the messages; estimated: memory, throughput where a batch size is known) and, for a
+    guidance layout that does not run as written, as completed (what it needs to run, with its memory
+    and step time)."""
     with input_errors():
         rows = recipes_report(kind, model, output_dir)
     if as_json:
         render.print_json(rows)
     else:
-        tables.render_recipes(rows)
+        tables.render_recipes(rows, verbose)
     exit_with(True)
 
 
-@scenario_options("model", "gpu", "num_gpus", "seq_length", "gbs", "precision", "sets")
+@scenario_options("model", "gpu", "num_gpus", "seq_length", "gbs", "tokens_per_step", "precision", "sets")
 def sweep_cmd(
     target: Annotated[
         Optional[str],
@@ -148,10 +177,8 @@ def sweep_cmd(
     ] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="Candidates to write scripts for.")] = 4,
     no_mbs_variants: Annotated[bool, typer.Option("--no-mbs-variants", help="Skip the MBS×2 variants.")] = False,
-    hold: Annotated[
-        Optional[list[str]],
-        typer.Option("--hold", help="A layout key of the scenario to hold fixed in the search (repeatable)."),
-    ] = None,
+    hold: HoldOpt = None,
+    free: FreeOpt = None,
     smoke: Annotated[bool, typer.Option("--smoke", help="submit: the smoke scripts instead of the full runs.")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="submit: confirm that jobs will be submitted (sbatch).")] = False,
     flags: ScenarioFlags = ScenarioFlags(),
@@ -161,7 +188,9 @@ def sweep_cmd(
     """Write a directory of launch scripts for the top-K planned layouts (plus MBS×2 variants), a smoke
     variant of each and your baseline, with a manifest and a README (`moeplan sweep SCENARIO -o DIR`);
     `moeplan sweep collect DIR` ranks the measured logs against the predictions and writes runs.yaml for
-    `calibrate`; `moeplan sweep submit DIR --yes` submits through sbatch (nothing is submitted otherwise)."""
+    `calibrate`; `moeplan sweep submit DIR --yes` submits through sbatch (nothing is submitted otherwise).
+    The layout keys the scenario sets are held as in `plan` (--free KEY or --free all to search them;
+    the scenario stays the baseline)."""
     with input_errors(), render.progress_bar("planning") as tick:
         out = sweep_report(
             target,
@@ -170,6 +199,7 @@ def sweep_cmd(
             top=top,
             mbs_variants=not no_mbs_variants,
             hold=hold or (),
+            free=free or (),
             smoke=smoke,
             yes=yes,
             flags=flags,

@@ -32,6 +32,7 @@ from moeplan.errors import InputError, MoeplanError
 from moeplan.io.imports import dump_args
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
+from moeplan.rules import validate
 from moeplan.spec.policy import ascii_int
 from moeplan.spec.scenario import _deep_merge, load_scenario
 
@@ -228,6 +229,15 @@ def _predict(data: dict, constants=None) -> tuple[float, float]:
     return estimate_step(s, constants).step_time_s, float(estimate_memory(s).peak_stage.total_bytes)
 
 
+def _broken(data: dict) -> list[str]:
+    """``rule_id: message`` of every rule a scenario mapping breaks ([] when it loads and is legal or
+    does not load: the prediction says why)."""
+    try:
+        return [f"{f.rule_id}: {f.message}" for f in validate(load_scenario(data)).errors]
+    except MoeplanError:
+        return []
+
+
 def rank_causes(
     config_a: dict, config_b: dict, base: dict | None = None, direction: int = 1, constants=None
 ) -> tuple[list[dict], list[dict], list[str]]:
@@ -265,11 +275,28 @@ def rank_causes(
         try:
             t1, m1 = _predict(trial, constants)
             causes.append(
-                {**d, "step_time_change_rel": (t1 - t0) / t0, "peak_memory_change_rel": (m1 - m0) / m0 if m0 else None}
+                {
+                    **d,
+                    "step_time_change_rel": (t1 - t0) / t0,
+                    "peak_memory_change_rel": (m1 - m0) / m0 if m0 else None,
+                    "rejected_by": _broken(trial),
+                }
             )
         except MoeplanError as exc:  # a change that is only valid together with others
-            causes.append({**d, "step_time_change_rel": None, "peak_memory_change_rel": None, "why_not": str(exc)})
+            causes.append(
+                {
+                    **d,
+                    "step_time_change_rel": None,
+                    "peak_memory_change_rel": None,
+                    "why_not": str(exc),
+                    "rejected_by": [],
+                }
+            )
     causes.sort(key=lambda c: -direction * c["step_time_change_rel"] if c["step_time_change_rel"] is not None else 1e9)
+    for name, run in (("A", full_a), ("B", _deep_merge(copy.deepcopy(base or {}), config_b))):
+        broke = _broken(run)
+        if broke:
+            notes.append(f"run {name}'s configuration breaks {len(broke)} rule(s) (moeplan check): " + "; ".join(broke))
     return diff, causes, notes
 
 

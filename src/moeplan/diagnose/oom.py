@@ -125,10 +125,12 @@ def parse_oom(text: str) -> OomReport:
     """
     idx = text.rfind("Tried to allocate")
     if idx < 0:
+        shown = text[:60] + ("..." if len(text) > 60 else "")
         raise InputError(
             "oom",
-            text[:60] + ("…" if len(text) > 60 else ""),
-            "a CUDA out-of-memory message ('CUDA out of memory. Tried to allocate …')",
+            shown,
+            "a CUDA out-of-memory message ('CUDA out of memory. Tried to allocate ...')",
+            sentence=f"no CUDA out-of-memory message in {shown!r} (one reads 'CUDA out of memory. Tried to allocate ...')",
         )
     msg = re.sub(r"\s+", " ", text[idx : idx + 1200])
 

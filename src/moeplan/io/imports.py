@@ -567,8 +567,65 @@ def import_dump(reader: DumpReader) -> tuple[dict, list[str]]:
     notes: list[str] = []
     meta = _header(reader.header or "", notes)
     layout, training = from_dump(reader.args, reader.ended, notes, reader.too_long)
+    _model_from(architecture(reader.args), meta, notes)
     meta.setdefault("framework", "megatron-core")
     return _scenario(meta, layout, training, notes), bounded_notes(notes)
+
+
+def _model_from(arch: dict, meta: dict, notes: list[str]) -> None:
+    """The run's architecture as the scenario's model when the import names none (a partial model:
+    the rules on heads, layers and experts run; ``--model`` gives the rest)."""
+    if arch and not meta.get("model") and not meta.get("model_overrides"):
+        meta["model_overrides"] = arch
+        notes.append(
+            "model: none named; the run's own architecture is checked ("
+            + ", ".join(f"{k} {v}" for k, v in arch.items())
+            + "); --model M adds what a config dump lacks"
+        )
+
+
+#: Megatron-LM arguments (dump names, or flags with dashes as underscores) → model fields: a run's
+#: own architecture, which the model rules need when the import names no model
+_ARCH_ARGS = {
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_query_groups": "num_query_groups",
+    "kv_channels": "kv_channels",
+    "padded_vocab_size": "vocab_size",
+    "vocab_size": "vocab_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "num_experts": "num_moe_experts",
+    "moe_router_topk": "moe_router_topk",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_head_dim": "qk_head_dim",
+    "qk_pos_emb_head_dim": "qk_pos_emb_head_dim",
+    "v_head_dim": "v_head_dim",
+}
+
+
+def architecture(args: dict[str, Any]) -> dict[str, Any]:
+    """The model fields of a Megatron-LM argument dump or flag set (raw strings, or lists of them for
+    flags): every positive integer of :data:`_ARCH_ARGS`, ``multi_latent_attention``, and the query
+    groups as the heads when the run does not use grouped-query attention."""
+    out: dict[str, Any] = {}
+    for name, field in _ARCH_ARGS.items():
+        raw = args.get(name)
+        raw = raw[0] if isinstance(raw, list) and raw else raw
+        if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 12 and int(raw) > 0 and field not in out:
+            out[field] = int(raw)
+    gqa = args.get("group_query_attention")
+    if gqa in ("False", []) or (gqa is None and "num_query_groups" not in args):
+        out.pop("num_query_groups", None)
+        if "num_attention_heads" in out and gqa is not None:
+            out["num_query_groups"] = out["num_attention_heads"]
+    if args.get("multi_latent_attention") in ("True", []):
+        out["multi_latent_attention"] = True
+    return out
 
 
 def import_config(text: str, source: str) -> tuple[dict, list[str]]:
@@ -589,9 +646,11 @@ def import_config(text: str, source: str) -> tuple[dict, list[str]]:
     elif source == "megatron-lm-args":
         layout, training = from_megatron_lm(text, notes)
         meta.setdefault("framework", "megatron-core")
+        _model_from(architecture({k[2:].replace("-", "_"): v for k, v in _mlm_tokens(text, []).items()}), meta, notes)
     elif source == "megatron-log":
         layout, training = from_log(text, notes)
         meta.setdefault("framework", "megatron-core")
+        _model_from(architecture(dump_args(text)[0]), meta, notes)
     else:
         raise InputError("--from", source, ", ".join(SOURCES))
     if not layout and not training and not meta:

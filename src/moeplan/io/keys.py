@@ -104,6 +104,16 @@ TRAINING_PATHS: dict[str, tuple[str, ...]] = {
     "micro_batch_size": ("train.micro_batch_size",),
     "global_batch_size": ("train.global_batch_size",),
 }
+#: the dataset's sequence-length field per task: pretraining's ``GPTDatasetConfig.sequence_length``,
+#: fine-tuning's ``FinetuningDatasetConfig.seq_length`` (Megatron Bridge ``data/builders``)
+DATASET_SEQ_FIELD = {"pretrain": "dataset.sequence_length", "finetune": "dataset.seq_length"}
+
+
+def training_paths(task: str) -> dict[str, tuple[str, ...]]:
+    """:data:`TRAINING_PATHS` with the dataset's sequence-length field of ``task``."""
+    seq = tuple(DATASET_SEQ_FIELD.get(task, p) if p.startswith("dataset.") else p for p in TRAINING_PATHS["seq_length"])
+    return {**TRAINING_PATHS, "seq_length": seq}
+
 
 #: moeplan precision → the ``MixedPrecisionConfig`` fields of Bridge's matching recipe
 #: (``training/mixed_precision.py``: bf16_mixed, bf16_with_fp8_current_scaling_mixed,

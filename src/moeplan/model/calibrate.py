@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from moeplan.errors import InputError, MoeplanError, UnknownNameError, short_repr
+from moeplan.errors import InputError, MoeplanError, UnknownNameError, missing_extra, short_repr
 from moeplan.model.constants import TimeConstants, release_key, release_of
 from moeplan.model.step import estimate_step
 from moeplan.spec.loading import load_json_file
@@ -136,7 +136,7 @@ def _require_numerics() -> None:
         import numpy as np  # noqa: F401
         from scipy.optimize import least_squares  # noqa: F401
     except ImportError:
-        raise InputError("calibrate", "numpy/scipy", "installed: pip install 'moeplan[calibrate]'") from None
+        raise missing_extra("calibrate", "numpy and scipy", "calibrate") from None
 
 
 @dataclass(frozen=True)
@@ -416,7 +416,7 @@ def _run_scenario(r: dict, i: int, rid: str, defaults: dict | None, release: str
     try:
         s = load_scenario(sc)
     except InputError as exc:
-        raise InputError(f"runs[{i}] ({rid}).{exc.field}", exc.value, exc.allowed, exc.hint) from None
+        raise exc.renamed(f"runs[{i}] ({rid}).{exc.field}") from None
     except MoeplanError as exc:
         raise InputError(f"runs[{i}] ({rid})", "its scenario", f"a valid scenario ({exc})") from None
     if not s.folds:

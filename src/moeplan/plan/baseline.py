@@ -8,6 +8,7 @@ import copy
 import math
 from typing import Any
 
+from moeplan.catalog.recipes import published_runs
 from moeplan.errors import InputError
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
@@ -57,6 +58,7 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
         if best_other is not None and (match is None or best_other.tokens_per_s_per_gpu > match.tokens_per_s_per_gpu):
             match, rank = best_other, None
             out["rule_of_thumb"]["note"] = "its best with CP held at it (a search of its own)"
+            out["_extra"] = [best_other]  # the planner ranks it with its own candidates
         elif match is None and sub is None:
             out["rule_of_thumb"]["why_not"] = (
                 f"CP {cp} does not fold into {res.request['num_gpus']} GPUs with the keys held and the "
@@ -75,12 +77,94 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
     else:
         out["rule_of_thumb"]["candidate"] = None
         out["rule_of_thumb"].setdefault("why_not", f"no legal layout with CP {cp} fits at this size")
+    pub = published_baseline(res, constants)
+    if pub is not None:
+        out["published"] = pub
     if fam is not None:
-        fam.pop("_candidate", None)
+        extra = fam.pop("_candidate", None)
+        if extra is not None:
+            out.setdefault("_extra", []).append(extra)
         out["family"] = fam
         if win is not None and fam.get("throughput"):
             fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)
     return out
+
+
+def _layout_label(lay: dict) -> str:
+    names = (
+        ("TP", "tensor_model_parallel_size"),
+        ("PP", "pipeline_model_parallel_size"),
+        ("VPP", "virtual_pipeline_model_parallel_size"),
+        ("CP", "context_parallel_size"),
+        ("EP", "expert_model_parallel_size"),
+    )
+    out = " ".join(f"{n}{lay[k]}" for n, k in names if lay.get(k) is not None)
+    return ("FSDP " if lay.get("use_megatron_fsdp") else "") + out
+
+
+def published_baseline(res: SearchResult, constants=None) -> dict | None:
+    """The published Megatron Bridge run of the request's model, GPU, GPU count, precision and
+    sequence length (the newest release; the request's global batch when one was published), with its
+    measured tokens/s/GPU, what the model predicts for it as benchmarked (its own batch, release and
+    the recipe's benchmark settings), and how far #1's prediction is from that prediction against the
+    error band. None when no such run is published."""
+    req = res.request
+    same = [
+        r
+        for r in published_runs()
+        if (r["model"], r["gpu"], r["num_gpus"]) == (req["model"], req["gpu"], req["num_gpus"])
+        and r["training"].get("precision") == req["precision"]
+        and r["training"].get("seq_length") == req["seq_length"]
+    ]
+    if not same:
+        return None
+    newest = max(r["release"] for r in same)
+    pick = sorted(
+        (r for r in same if r["release"] == newest),
+        key=lambda r: (r["training"].get("global_batch_size") != req["global_batch_size"], r["id"]),
+    )[0]
+    data = {
+        "model": pick["model"],
+        "system": {"gpu": pick["gpu"], "num_gpus": pick["num_gpus"]},
+        "training": dict(pick["training"]),
+        "layout": dict(pick["layout"]),
+        "recipe_defaults": "mbridge-perf-benchmark",
+        "versions": {"container": pick["release"]},
+    }
+    out = {
+        "id": pick["id"],
+        "release": pick["release"],
+        "label": _layout_label(pick["layout"]),
+        "global_batch_size": pick["training"].get("global_batch_size"),
+        "micro_batch_size": pick["training"].get("micro_batch_size"),
+        "measured_tokens_per_s_per_gpu": pick["measured"]["tokens_per_s_per_gpu"],
+        "measured_model_tflops_per_gpu": pick["measured"].get("model_tflops_per_gpu"),
+    }
+    try:
+        th = estimate_step(load_scenario(data), constants)
+    except InputError:
+        return out
+    pred = th.tokens_per_s_per_gpu
+    out["predicted_tokens_per_s_per_gpu"] = pred
+    out["prediction_error_pct"] = 100 * (pred / out["measured_tokens_per_s_per_gpu"] - 1)
+    out["error_band_pct"] = th.validity.get("error_band_pct")
+    if res.candidates:
+        out["first_vs_published_pct"] = 100 * (res.candidates[0].tokens_per_s_per_gpu / pred - 1)
+        out["first_differs"] = differs(pick["layout"], res.candidates[0].scenario)
+    return out
+
+
+def differs(layout: dict, s) -> list[str]:
+    """The keys a published layout states that a candidate's scenario ``s`` runs differently, as
+    ``key: published → candidate`` (e.g. ``moe_flex_dispatcher_backend: hybridep → unset``)."""
+    eff = s.layout.model_dump()
+
+    def show(v) -> str:
+        if isinstance(v, bool) or v is None:
+            return {True: "true", False: "false", None: "unset"}[v]
+        return "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else str(v)
+
+    return [f"{k}: {show(v)} → {show(eff.get(k))}" for k, v in layout.items() if k in eff and eff.get(k) != v]
 
 
 def family_baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict | None:
@@ -107,6 +191,8 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
     )
     data["training"].setdefault("micro_batch_size", 1)
     out = {"recipe": rec["id"], "family": rec["family"], "layout": dict(data["layout"])}
+    if res.candidates:
+        out["first_differs"] = differs(data["layout"], res.candidates[0].scenario)
     try:
         s = load_scenario(data)
         chk = validate(s)

@@ -96,6 +96,24 @@ def apply_edits(data: dict, edits: dict[str, dict[str, Any]]) -> dict:
     return d
 
 
+def apply_check_fixes(data: dict, errors) -> tuple[dict, dict] | None:
+    """``data`` with the check's own fixes applied, when every error comes with one applicable change
+    (``Finding.edits``: the pipeline split, the precision-aware optimizer offload needs, SP for MoE
+    with TP) and the fixed layout breaks no rule: (fixed mapping, the edits); None otherwise."""
+    if not errors or any(f.edits is None for f in errors):
+        return None
+    edits: dict = {}
+    for f in errors:
+        edits.update(f.edits)
+    fixed = apply_edits(data, {"layout": edits})
+    try:
+        if validate(load_scenario(fixed)).errors:
+            return None
+    except MoeplanError:
+        return None
+    return fixed, edits
+
+
 def combine(a: Change, b: Change) -> Change | None:
     """Two changes together; None when they set the same key differently."""
     edits = copy.deepcopy(a.edits)
@@ -207,6 +225,7 @@ def try_change(data: dict, change: Change, constants: TimeConstants | None, time
 
 __all__ = [
     "KINDS",
+    "apply_check_fixes",
     "Change",
     "Outcome",
     "Rejection",

@@ -33,15 +33,18 @@ def _nvl72(c) -> bool:
     return bool(gpu and gpu.is_nvl72 and c.parallel.ep > 1)
 
 
-def _size_line(res: SearchResult, w: Candidate, attr: str, name: str, key: str) -> str:
-    """One parallel size of the winner against the best layout of each other value of it."""
+def _size_line(res: SearchResult, w: Candidate, attr: str, name: str, key: str, brief: bool = False) -> str:
+    """One parallel size of the winner against the best layout of each other value of it (``brief``:
+    the relative figures only)."""
     if key in (res.request.get("fixed") or {}):
         return f"{name} {getattr(w.parallel, attr)}: held fixed by the request."
     tps = w.tokens_per_s_per_gpu
     per = best_by(res, attr)
     v = getattr(w.parallel, attr)
     others = [
-        f"{name}{alt} {per[alt].tokens_per_s_per_gpu:,.0f} ({_pct(per[alt].tokens_per_s_per_gpu, tps)})"
+        f"{name}{alt} {100 * (per[alt].tokens_per_s_per_gpu / tps - 1):+.0f} %"
+        if brief
+        else f"{name}{alt} {per[alt].tokens_per_s_per_gpu:,.0f} ({_pct(per[alt].tokens_per_s_per_gpu, tps)})"
         for alt in sorted(per)
         if alt != v
     ]
@@ -49,10 +52,24 @@ def _size_line(res: SearchResult, w: Candidate, attr: str, name: str, key: str) 
     text = f"{name} {v}"
     if attr == "cp":
         text += f" ({res.request['seq_length'] // v:,} tokens per CP rank)"
-    text += f": best of each {name} — " + (", ".join(others) if others else "no other value fits or is legal")
+    lead = ": " if brief else f": best of each {name} — "
+    text += lead + (", ".join(others) if others else "no other value fits or is legal")
     if missing:
         text += f"; {name}{'/'.join(map(str, missing))}: nothing legal fits"
     return text + "."
+
+
+def _recompute_brief(w: Candidate) -> str:
+    """The recompute rung chosen and its cost, in one short line."""
+    bd = w.throughput["breakdown_s"]
+    cost = (
+        f"; costs {100 * bd['recompute'] / w.throughput['step_time_s']:.1f} % of the step"
+        if bd.get("recompute")
+        else ""
+    )
+    if " + optimizer offload" in w.recompute and w.recompute.startswith("selective"):
+        return f"recompute {w.recompute}: beats full recompute, the only rung that fits alone{cost}."
+    return f"recompute {w.recompute}: the cheapest rung that fits ({w.peak_gib:.1f} of {w.capacity_gib:.1f} GiB){cost}."
 
 
 def _recompute_line(w: Candidate) -> str:
@@ -111,8 +128,9 @@ def _knob_note(w: Candidate, fam: str, t: dict, chosen: str) -> str:
     return note
 
 
-def _knob_line(w: Candidate, fam: str, title: str) -> str | None:
-    """One knob family of the refinement: the setting chosen against the variants tried."""
+def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str | None:
+    """One knob family of the refinement: the setting chosen against the variants tried (``brief``:
+    without the notes on ties and the guidance)."""
     t = w.tried.get(fam)
     if not t:
         return None
@@ -133,15 +151,28 @@ def _knob_line(w: Candidate, fam: str, title: str) -> str | None:
             parts.append(f"{name} rejected ({why.get(f'{fam}:{name}', 'a rule or memory')})")
         else:
             parts.append(f"{name} " + (_pct(val, ref) if ref else f"{val:,.0f}"))
-    return (
-        f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + _knob_note(w, fam, t, chosen) + "."
-    )
+    note = "" if brief else _knob_note(w, fam, t, chosen)
+    weak = (w.tried.get("_weak_tie") or {}).get(fam)
+    if weak is not None:
+        note += (
+            f" — the model puts the fastest option {weak:.0f} % ahead, but that gap rests on HybridEP's exchange rate,"
+            " the least identified fitted constant: a tie, and the guidance's HybridEP on NVL72 is kept (measure both)"
+        )
+    elif fam == "dispatcher" and brief and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
+        note += " (HybridEP's rate is the least identified constant: measure both)"
+    return f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + "."
 
 
-def _context_lines(w: Candidate) -> list[str]:
+def _context_lines(w: Candidate, brief: bool = False) -> list[str]:
     """Optimizer offload's cost, DP at its floor, and CP on a MoE VLM (the guidance's caveats)."""
     lines = []
     sw, bd = w.scenario, w.throughput["breakdown_s"]
+    if brief:
+        if sw.dp == 1 and not w.parallel.fsdp:
+            lines.append("DP 1: no data parallelism left; scaling is brittle at DP's floor (--verbose).")
+        if sw.model is not None and sw.model.vision is not None and sw.model.is_moe and w.parallel.cp > 1:
+            lines.append(f"CP {w.parallel.cp} on a MoE VLM: untested by the guidance; validate on a short run.")
+        return lines
     if sw.layout.optimizer_cpu_offload:
         lines.append(
             f"optimizer offload {sw.layout.optimizer_offload_fraction}: needed to fit; the host-side "
@@ -170,16 +201,17 @@ _KNOB_TITLES = (
 )
 
 
-def explain_winner(res: SearchResult) -> list[str]:
-    """Plain-language lines: each parallel size, recompute, dispatcher, graphs, offload, CP comm."""
+def explain_winner(res: SearchResult, brief: bool = False) -> list[str]:
+    """Plain-language lines: each parallel size, recompute, dispatcher, graphs, offload, CP comm
+    (``brief``: one short line per decision, relative figures only — what ``plan`` prints by default)."""
     if not res.candidates:
         return []
     w = res.candidates[0]
     lines = [res.tie_note + "."] if res.tie_note else []
-    lines += [_size_line(res, w, attr, name, key) for attr, name, key in _DIMS]
-    lines.append(_recompute_line(w))
-    lines += [x for fam, title in _KNOB_TITLES if (x := _knob_line(w, fam, title)) is not None]
-    return lines + _context_lines(w)
+    lines += [_size_line(res, w, attr, name, key, brief) for attr, name, key in _DIMS]
+    lines.append(_recompute_brief(w) if brief else _recompute_line(w))
+    lines += [x for fam, title in _KNOB_TITLES if (x := _knob_line(w, fam, title, brief)) is not None]
+    return lines + _context_lines(w, brief)
 
 
 def runner_up_diff(res: SearchResult) -> list[str]:

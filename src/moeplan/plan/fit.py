@@ -24,31 +24,19 @@ from moeplan.plan.describe import describe
 from moeplan.plan.planner import plan
 from moeplan.plan.space import with_sections
 from moeplan.rules import validate
-from moeplan.rules.pipeline import uneven_split
+from moeplan.spec.assumptions import verdict_assumptions
 from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
 
 def _split_fix(s: Scenario) -> dict | None:
-    """The uneven first/last-stage split for a layout whose layers do not divide by PP (no VPP, no
-    layout string or stage sizes given), as edits; None when it divides or cannot be split."""
-    lay, m = s.layout, s.model
-    if s.pp < 2 or s.vpp > 1 or m is None or not m.num_layers:
-        return None
-    given = (lay.num_layers_in_first_pipeline_stage, lay.num_layers_in_last_pipeline_stage)
-    if lay.pipeline_model_parallel_layout or any(v is not None for v in given):
-        return None
-    if lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
-        return None  # uneven stage sizes cannot be combined with account_for_*
-    if m.num_layers % s.pp == 0:
-        return None
-    split = uneven_split(m.num_layers, s.pp)
-    if split is None:
-        return None
-    first, last, k = split
-    if max(first, last) > k:
-        return None  # the ends would carry more than a middle stage: a layout string is needed (moeplan plan)
-    return {"layout": {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}}
+    """The check's own fix for layers that do not divide by PP (``account_for_*`` where counting the
+    embedding and/or the loss makes it divide, else the uneven split or the balanced layout string:
+    :func:`moeplan.rules.pipeline.split_fix`), as edits; None when the split is legal or unfixable."""
+    for f in validate(s).errors:
+        if f.rule_id == "pipeline.num_layers_divisible_by_pp" and f.edits:
+            return {"layout": dict(f.edits)}
+    return None
 
 
 class _Fit:
@@ -129,6 +117,10 @@ def _replan(f: _Fit, headroom_gib: float | None) -> dict | None:
     }
 
 
+def _yaml(v) -> str:
+    return {True: "true", False: "false", None: "unset"}[v] if isinstance(v, bool) or v is None else str(v)
+
+
 def _cost(r: dict) -> tuple:
     """Layout changes before numerics changes, then the least step-time cost, then the most saved."""
     t = r["step_time_change_pct"]
@@ -159,8 +151,11 @@ def fit_layout(
     """Changes that make the scenario fit, least step-time cost first (numerics changes last).
 
     Returns:
-        ``{peak_gib, capacity_gib, limit_gib, fits_already, fixes[], not_enough[], replanned,
-        rejected[], check_errors[], applied_first}``: ``replanned`` when no single change or pair fits
+        ``{assumes, peak_gib, capacity_gib, limit_gib, fits_already, fixes[], more_fixes[], tried,
+        not_enough[], replanned, rejected[], check_errors[], applied_first}``: ``fixes`` the ``top``
+        least costly changes that fit, ``more_fixes`` the other changes that fit (every change tried
+        is in one of ``fixes``, ``more_fixes``, ``not_enough`` or ``rejected``; ``tried`` counts them);
+        ``replanned`` when no single change or pair fits
         (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
         before anything else when the layers do not divide by PP, else None; each fix: ``change``,
         ``kind``, ``changes_numerics``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None
@@ -185,15 +180,18 @@ def fit_layout(
         if row is not None:
             f.fixes.append(row)
             replanned = True
-    fixes = [r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes
+    fixes = sorted([r for r in f.fixes if r["saved_gib"] > 0] if fits_already else f.fixes, key=_cost)
     return {
+        "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
         "peak_gib": mem0.peak_bytes / GIB_BYTES,
         "peak_allocated_gib": mem0.peak_allocated_bytes / GIB_BYTES,
         "peak_reserved_gib": mem0.peak_reserved_bytes / GIB_BYTES,
         "capacity_gib": cap / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
         "fits_already": fits_already,
-        "fixes": sorted(fixes, key=_cost)[:top],
+        "fixes": fixes[:top],
+        "more_fixes": fixes[top:],
+        "tried": len(f.fixes) + len(f.not_enough) + len(f.rejected) - int(replanned),
         "not_enough": sorted(f.not_enough, key=lambda r: -r["saved_gib"]),
         "replanned": replanned,
         "rejected": f.rejected,
@@ -201,7 +199,7 @@ def fit_layout(
         "applied_first": (
             None
             if split_fix is None
-            else "uneven pipeline split (the check's fix for pipeline.num_layers_divisible_by_pp): "
-            + ", ".join(f"{k}={v}" for k, v in split_fix["layout"].items())
+            else "pipeline split (the check's fix for pipeline.num_layers_divisible_by_pp): "
+            + ", ".join(f"{k}={_yaml(v)}" for k, v in split_fix["layout"].items())
         ),
     }

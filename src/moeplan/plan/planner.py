@@ -9,7 +9,7 @@ from moeplan.model.step import estimate_step
 from moeplan.plan.baseline import rule_of_thumb_baseline
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
-from moeplan.plan.search import search
+from moeplan.plan.search import _simplest_leads, search
 from moeplan.rules.known_issues import summary as known_issue_summary
 
 
@@ -24,14 +24,15 @@ def known_issue_notes(candidates) -> list[str]:
     notes = []
     if seen["affected"]:
         notes.append(
-            "known issues at the stated versions (flagged, not avoided): " + ", ".join(sorted(seen["affected"]))
+            "known issues at the stated versions (flagged, not avoided): "
+            + ", ".join(sorted(seen["affected"]))
             + "; confirmed hangs, crashes and assertions are rejected (see the rejected tally)"
         )
     if seen["possible"]:
         notes.append(
-            "candidates may hit known issues if the versions not stated are in their ranges: "
+            "possible known issues (versions not stated): "
             + ", ".join(sorted(seen["possible"]))
-            + " — state versions.* or versions.container to check (each candidate lists its known_issues)"
+            + "; set versions.container to check"
         )
     return notes
 
@@ -48,10 +49,67 @@ def within_band_note(cands: list) -> str | None:
     close = [i for i, c in enumerate(cands[1:], start=2) if c.tokens_per_s_per_gpu >= best * (1 - band / 100)]
     if not close:
         return None
-    return (
-        f"#{', #'.join(map(str, close))} lie within #1's error band (±{band:.0f} %, its regime's validation): the "
-        "model does not resolve their order; measure them before committing (moeplan sweep)"
+    ranks = (
+        f"#{close[0]}"
+        if len(close) == 1
+        else f"#{close[0]}–#{close[-1]}"
+        if close == list(range(close[0], close[-1] + 1))
+        else "#" + ", #".join(map(str, close))
     )
+    return f"{ranks} within #1's error band (±{band:.0f} %): the model cannot order them; measure (moeplan sweep)"
+
+
+def _rank_baselines(res, base_d: dict) -> list[str]:
+    """Rank the layouts the baselines' own searches found (the rule of thumb with its CP held, the
+    guidance family completed) with the main search's: the main search refines only its best layouts,
+    so such a layout can beat its #1, and a plan must never say "#1 is −7 % against the rule of thumb".
+    Updates the baselines' ranks and gains; returns a note per layout promoted."""
+    extra = base_d.pop("_extra", [])
+    if not res.candidates:
+        return []
+
+    def same(c) -> tuple:
+        lay = tuple(sorted((k, str(v)) for k, v in c.data["layout"].items() if v is not None))
+        return lay, c.data["training"].get("micro_batch_size")
+
+    seen = {same(c) for c in res.candidates}
+    top = res.candidates[0].tokens_per_s_per_gpu
+    added = []
+    for c in extra:
+        if same(c) not in seen and c.tokens_per_s_per_gpu > top:
+            seen.add(same(c))
+            added.append(c)
+    notes = []
+    for c in added:
+        res.candidates.append(c)
+        notes.append(
+            f"{c.parallel.label()} was found by the baselines' own search (the main search refines only its best "
+            "layouts) and is ranked with the rest"
+        )
+    if not added:
+        return notes
+    res.candidates.sort(key=lambda c: c.key())
+    tie = _simplest_leads(res.candidates)
+    res.tie_note = tie or res.tie_note
+    win = res.candidates[0]
+    rot = base_d.get("rule_of_thumb", {})
+    cand = rot.get("candidate")
+    if cand is not None:
+        rank = next(
+            (
+                i
+                for i, c in enumerate(res.candidates, 1)
+                if c.parallel.label() == cand["label"]
+                and abs(c.tokens_per_s_per_gpu - cand["throughput"]["tokens_per_s_per_gpu"]) < 1e-6
+            ),
+            None,
+        )
+        cand["rank"] = rank
+        rot["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / cand["throughput"]["tokens_per_s_per_gpu"] - 1)
+    fam = base_d.get("family")
+    if fam is not None and fam.get("throughput"):
+        fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)
+    return notes
 
 
 def plan(
@@ -86,10 +144,10 @@ def plan(
     res = search(
         base, min_dp=min_dp, headroom_gib=headroom_gib, refine=max(refine, top), constants=constants, progress=progress
     )
+    base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
+    notes = _rank_baselines(res, base_d)
     expl = explain_winner(res)
     runner = runner_up_diff(res)
-    base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
-    notes = []
     m0 = res.candidates[0].scenario.model if res.candidates else None
     if m0 is not None and m0.vision is not None:
         w = res.candidates[0]
@@ -128,4 +186,5 @@ def plan(
                 "no layout fits: see the rejected tally (try more GPUs, a shorter sequence, FP8, fewer keys "
                 "held fixed, or --headroom-gib 0)"
             )
-    return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes, objective)
+    brief = explain_winner(res, brief=True)
+    return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes, objective, brief)

@@ -24,6 +24,7 @@ class PlanResult:
     train_tokens: float | None = None
     notes: list[str] = field(default_factory=list)
     objective: str = "throughput"
+    brief: list[str] = field(default_factory=list)
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -39,13 +40,16 @@ class PlanResult:
             d = candidate_dict(c, i, self.train_tokens)
             if i == 1:
                 d["explanation"] = list(self.explanation)
+                d["explanation_brief"] = list(self.brief)
             else:
                 d["explanation"] = [line for line in self.runner_up if line.startswith(f"#{i} ")] or [
                     f"{100 * (c.tokens_per_s_per_gpu / self.candidates[0].tokens_per_s_per_gpu - 1):+.1f} % vs #1"
                 ]
             cands.append(d)
+        request = {k: v for k, v in self.search.request.items() if k != "assumes"}
         out = {
-            "request": {**self.search.request, "objective": self.objective},
+            "request": {**request, "objective": self.objective},
+            "assumes": list(self.search.request.get("assumes", [])),
             "assumptions": list(self.search.assumptions),
             "notes": list(self.notes),
             "considered_layouts": self.search.considered,

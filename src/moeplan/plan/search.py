@@ -43,8 +43,9 @@ from moeplan.plan.space import (
     vpp_options,
     with_sections,
 )
-from moeplan.rules import validate
+from moeplan.rules import RULES, validate
 from moeplan.rules.known_issues import blocking_finding
+from moeplan.spec.assumptions import verdict_assumptions
 from moeplan.spec.layout import PARALLEL_DIMS
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.params import count_params
@@ -53,11 +54,9 @@ from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
 from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
 from moeplan.spec.system import GpuSpec
+from moeplan.spec.training import default_global_batch
 from moeplan.units import GIB_BYTES
 
-#: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
-#: tokens, the usual pretraining step of the published Megatron Bridge recipes at 4K × 1024)
-DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 #: headroom kept free on every GPU unless ``headroom_gib`` says otherwise (allocator spikes, NCCL
 #: growth; ``estimate`` calls < 5 % "tight")
 DEFAULT_HEADROOM_FRACTION = 0.05
@@ -65,6 +64,11 @@ OBJECTIVES = ("throughput", "time-to-train")
 #: predicted throughputs closer than this fraction are treated as a tie, broken toward the simpler
 #: layout (the step-time model's in-sample error is far larger, docs/accuracy.md)
 TIE_FRACTION = 0.02
+#: how far all-to-all may lead HybridEP on an NVL72 rack before the planner prefers it: the gap rests
+#: on HybridEP's exchange rate, the least identified fitted constant (every HybridEP run measured is
+#: also an MXFP8 run with CUDA graphs; docs/decisions.md), so within this margin the two are a tie and
+#: the guidance's choice (HybridEP on NVL72) is kept, with a note saying why
+WEAK_DISPATCHER_TIE = 0.25
 #: a layout whose throughput without any recompute is below this fraction of the best found so far
 #: is not fitted (branch and bound; tallied as ``dominated``)
 DOMINATED_FRACTION = 0.5
@@ -151,11 +155,31 @@ class Rejections:
         self.examples.setdefault(reason, example)
 
     def to_list(self) -> list[dict]:
-        """``[{reason, count, example}]``, most frequent first."""
+        """``[{reason, count, example, meaning}]``, most frequent first; ``meaning`` says in words what
+        the reason is (the rule's statement for a rule id)."""
         return [
-            {"reason": r, "count": n, "example": self.examples[r]}
+            {"reason": r, "count": n, "example": self.examples[r], "meaning": rejection_meaning(r)}
             for r, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
+
+
+#: what the planner's own rejection tags mean (the other reasons are rule ids)
+REJECTION_TAGS = {
+    "does-not-fit": "over the GPU's memory even at the last recompute / offload rung",
+    "dominated": "cannot beat a layout already found, even without recompute (bound)",
+    "etp-not-needed": "ETP > 1 where EP alone places the experts",
+    "gbs-divisibility": "the global batch does not divide by MBS · DP",
+    "dp-budget": "below the data-parallel minimum (--min-dp)",
+    "rules": "breaks a Megatron-Core rule",
+}
+
+
+def rejection_meaning(reason: str) -> str:
+    """A rejection reason in words: the planner's own tags, else the rule's one-line statement."""
+    if reason in REJECTION_TAGS:
+        return REJECTION_TAGS[reason]
+    r = RULES.get(reason)
+    return r.summary if r is not None else reason
 
 
 @dataclass
@@ -378,12 +402,9 @@ def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | 
         if v is None:
             raise InputError(name, None, "a value: the planner needs model, GPU, GPU count and sequence length")
     if s0.training.global_batch_size is None:
-        gbs = max(1, DEFAULT_TOKENS_PER_STEP // cast(int, s0.training.seq_length))  # checked above
+        gbs, why = default_global_batch(cast(int, s0.training.seq_length))  # checked above
         data["training"]["global_batch_size"] = gbs
-        assumptions.append(
-            f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
-            "--tokens-per-step)"
-        )
+        assumptions.append(why)
     return data, load_scenario(data, recipe=recipe), assumptions, recipe
 
 
@@ -758,6 +779,7 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
         "headroom_gib": headroom_gib,
         "families": list(st.families),
         "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
+        "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
     }
 
 
@@ -951,7 +973,22 @@ def _refine(
         close = [x for x in variants if x.tokens_per_s_per_gpu >= top / (1 + TIE_FRACTION)]
         if start.tokens_per_s_per_gpu < top / (1 + TIE_FRACTION) and close:
             best = close[0]
+        if fam == "dispatcher":
+            best = _weak_dispatcher_tie(best, variants, top, gpu)
         best.tried[fam] = tried
+    return best
+
+
+def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
+    """On an NVL72 rack, HybridEP within :data:`WEAK_DISPATCHER_TIE` of the fastest dispatcher is a tie
+    (the gap rests on HybridEP's least identified constant): keep HybridEP, the guidance's choice, and
+    record the gap (``tried["_weak_tie"]``) for the explanation."""
+    hyb = next((x for x in variants if x.knobs.get("dispatcher") == "hybridep"), None)
+    if gpu is None or not gpu.is_nvl72 or hyb is None or best is hyb:
+        return best
+    if hyb.tokens_per_s_per_gpu >= top / (1 + WEAK_DISPATCHER_TIE):
+        hyb.tried["_weak_tie"] = {"dispatcher": 100 * (top / hyb.tokens_per_s_per_gpu - 1)}
+        return hyb
     return best
 
 

@@ -178,8 +178,9 @@ def write_sweep(
     """Write the sweep directory and return its manifest.
 
     Args:
-        data: the scenario mapping; its layout is the baseline, not held fixed (``hold`` names the
-            layout keys to hold).
+        data: the scenario mapping; its layout is the baseline; ``hold`` names the layout keys the
+            search holds (``moeplan sweep`` holds every key the scenario sets unless ``--free`` says
+            otherwise, as ``plan`` does: :func:`moeplan.api.plan.held_keys`).
         out_dir: a new or empty directory: one folder per run, ``manifest.json``, ``README.md``.
         top: candidates to write (each with an MBS×2 variant when ``mbs_variants`` and it fits).
         inputs: the command's input files (``out_dir`` may be none of them).

@@ -26,10 +26,18 @@ from moeplan.spec.scenario import Scenario
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
+#: model rules skipped for lack of the model's fields from which a check without errors is
+#: ``incomplete``, not valid
+INCOMPLETE_SKIPS = 3
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """All findings for one scenario, sorted by severity then rule id, and the overall verdict
-    (``valid`` | ``warn`` | ``invalid`` | ``unsupported``)."""
+    (``valid`` | ``warn`` | ``incomplete`` | ``invalid`` | ``unsupported``). ``incomplete``: no rule
+    is broken, but the scenario names no model, or :data:`INCOMPLETE_SKIPS` or more model rules were
+    skipped for lack of the model's fields (a check that skipped most of its rules is not "valid";
+    a missing GPU, world size or batch skips a few rules each, named by info findings)."""
 
     verdict: str
     findings: list[Finding]
@@ -65,7 +73,11 @@ def validate(scenario: Scenario) -> CheckResult:
     for r in RULES.values():
         found.extend(r.check(scenario))
     found.sort(key=lambda f: (_ORDER[f.severity], f.rule_id))
-    return CheckResult(overall_verdict(found), found, scenario)
+    verdict = overall_verdict(found)
+    skipped = sum(f.severity == "info" and f.message.startswith("skipped: needs the model's") for f in found)
+    if verdict in ("valid", "warn") and (scenario.model is None or skipped >= INCOMPLETE_SKIPS):
+        verdict = "incomplete"
+    return CheckResult(verdict, found, scenario)
 
 
-__all__ = ["RULES", "CheckResult", "Finding", "Rule", "validate"]
+__all__ = ["INCOMPLETE_SKIPS", "RULES", "CheckResult", "Finding", "Rule", "validate"]

@@ -16,7 +16,7 @@ from typing import Literal
 from moeplan.spec.scenario import Scenario
 
 Severity = Literal["error", "warning", "info"]
-Verdict = Literal["invalid", "unsupported", "warn", "valid"]
+Verdict = Literal["invalid", "unsupported", "incomplete", "warn", "valid"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class Finding:
         kind: ``invalid`` or ``unsupported`` for errors; ``warn``/``info`` otherwise.
         source: the Megatron file (tag) that enforces the rule.
         keys: scenario keys involved.
+        edits: the fix as layout keys → values, when it is one change a program can apply (``estimate``
+            applies it to estimate the fixed layout, ``fit`` before looking for memory); None otherwise.
     """
 
     rule_id: str
@@ -41,9 +43,14 @@ class Finding:
     kind: str = "invalid"
     source: str = ""
     keys: tuple[str, ...] = ()
+    edits: dict | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain mapping (JSON-ready); ``edits`` only when the finding has them."""
+        d = asdict(self)
+        if d["edits"] is None:
+            del d["edits"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,10 @@ class Emitter:
     def __init__(self, rule: Rule):
         self.rule = rule
 
-    def error(self, message: str, fix: str | None, *keys: str, kind: str | None = None) -> Finding:
-        return Finding(self.rule.rule_id, "error", message, fix, kind or self.rule.kind, self.rule.source, keys)
+    def error(
+        self, message: str, fix: str | None, *keys: str, kind: str | None = None, edits: dict | None = None
+    ) -> Finding:
+        return Finding(self.rule.rule_id, "error", message, fix, kind or self.rule.kind, self.rule.source, keys, edits)
 
     def warning(self, message: str, fix: str | None = None, *keys: str) -> Finding:
         return Finding(self.rule.rule_id, "warning", message, fix, "warn", self.rule.source, keys)

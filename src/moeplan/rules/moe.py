@@ -147,9 +147,15 @@ def _backend_spelling(s, e) -> list:
     return out
 
 
+#: flex dispatcher backends newer than the oldest megatron-core moeplan knows → the first version
+#: that has each (HybridEP arrived in 0.15, NCCL-EP in 0.19)
+BACKEND_MIN_MCORE: dict[str, tuple[int, int, int]] = {"hybridep": (0, 15, 0), "ncclep": (0, 19, 0)}
+
+
 def _backend_needs(s, e, b: str | None) -> list:
     """What the flex backend ``b`` in force (None without flex) needs: an expert TP × EP group of more
-    than one rank, megatron-core ≥ 0.19 for ncclep, and no pad-to-capacity with DeepEP."""
+    than one rank, a megatron-core that has it (:data:`BACKEND_MIN_MCORE`), and no pad-to-capacity
+    with DeepEP."""
     out = []
     if b is not None and s.etp * s.ep <= 1:
         # MoEFlexTokenDispatcher asserts TP×EP > 1 (its expert TP × EP group) before choosing a backend
@@ -160,11 +166,17 @@ def _backend_needs(s, e, b: str | None) -> list:
                 "expert_model_parallel_size",
             )
         )
-    if b == "ncclep" and s.mcore_version < (0, 19, 0):
+    first = BACKEND_MIN_MCORE.get(b or "")
+    if first is not None and s.mcore_version < first:
+        others = [x for x, v in BACKEND_MIN_MCORE.items() if x != b and s.mcore_version >= v]
+        if s.gpu is None or s.gpu.supports_deepep:
+            others.insert(0, "deepep")
+        alt = f"moe_flex_dispatcher_backend: {' or '.join(others)}" if others else "the alltoall dispatcher"
         out.append(
             e.error(
-                f"ncclep needs megatron-core ≥ 0.19 (scenario: {'.'.join(map(str, s.mcore_version))})",
-                "use deepep or hybridep",
+                f"{b} needs megatron-core ≥ {'.'.join(map(str, first[:2]))} "
+                f"(scenario: {'.'.join(map(str, s.mcore_version))})",
+                f"use {alt}, or megatron-core ≥ {'.'.join(map(str, first[:2]))}",
                 "moe_flex_dispatcher_backend",
             )
         )
@@ -216,7 +228,7 @@ def _rank_budget(s, e, b: str | None) -> list:
 @rule(
     "moe.flex_backend_settings",
     "[TC] transformer_config.py; [MOE] token_dispatcher.py",
-    "flex backends need ETP·EP > 1; ncclep needs mcore ≥ 0.19; moe_enable_deepep excludes "
+    "flex backends need ETP·EP > 1; hybridep needs mcore ≥ 0.15, ncclep ≥ 0.19; moe_enable_deepep excludes "
     "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored; a rank capacity "
     "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor",
 )

@@ -38,6 +38,7 @@ def _off_pao(s, e):
                 "set use_precision_aware_optimizer: true",
                 "optimizer_cpu_offload",
                 "use_precision_aware_optimizer",
+                edits={"use_precision_aware_optimizer": True},
             )
         ]
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from moeplan.rules.base import rule
-from moeplan.spec.pipeline import LayoutSyntaxError, output_stage_layers, parse_layout, pipeline_split
+from moeplan.spec.pipeline import (
+    LayoutSyntaxError,
+    balanced_layout,
+    output_stage_layers,
+    parse_layout,
+    split_options,
+)
 
 
 def _uses_layout(s) -> bool:
@@ -37,33 +43,48 @@ def uneven_split(n_layers: int, pp: int) -> tuple[int, int, int] | None:
     return ends // 2, ends - ends // 2, k
 
 
-def _uneven_hint(n_layers: int, pp: int, s=None) -> str:
-    """The uneven split of :func:`uneven_split`, as a fix text; when it would load the first and last
-    stages more than a middle one (they also hold the embedding and the output layer), the balanced
-    ``pipeline_model_parallel_layout`` of the planner for scenario ``s`` instead."""
-    if pp < 2:
-        return "PP = 1"
-    if n_layers < pp:
-        return f"PP ≤ {n_layers} (every stage needs at least one layer)"
+def _uneven_hint(n_layers: int, pp: int) -> str | None:
+    """The uneven first/last split of :func:`uneven_split` as a fix text, when it leaves the ends no
+    more loaded than a middle stage (they also hold the embedding and the output layer); else None."""
     split = uneven_split(n_layers, pp)
-    if split is None:
-        return f"PP ≤ {n_layers}"
+    if pp < 2 or split is None:
+        return None
     first, last, k = split
-    if max(first, last) > k and s is not None and s.model is not None:
-        tail = output_stage_layers(s.model, s.training.seq_length or 4096, 1, s.mtp_num_layers)
-        bal = pipeline_split(n_layers, pp, 1, s.mtp_num_layers, tail)
-        if bal and "pipeline_model_parallel_layout" in bal:
-            return f"pipeline_model_parallel_layout: {bal['pipeline_model_parallel_layout']!r} (balanced; stage sizes alone would load the ends most)"
-    if pp == 2:
-        return f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
-    middle = "middle stage" if pp == 3 else f"{pp - 2} middle stages"
-    return (
-        f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last} "
-        f"({k} on each of the {middle})"
-        if pp > 3
-        else f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last} "
-        f"({k} on the {middle})"
-    )
+    if max(first, last) > k:
+        return None
+    text = f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
+    if pp > 2:
+        text += f" ({k} on {'the middle stage' if pp == 3 else f'each of the {pp - 2} middle stages'})"
+    return text
+
+
+def split_fix(s) -> tuple[list[str], dict | None]:
+    """Ways to make the scenario's layers split over its pipeline, as fix texts (best first), and the
+    first as layout edits: ``account_for_*_in_pipeline_split`` where counting the embedding and/or the
+    loss as a layer makes it divide (Megatron Bridge's Qwen3-235B recipes on PP 8: 94 + 2 = 96), the
+    uneven first/last split (no VPP, when it does not load the ends most), and the planner's balanced
+    ``pipeline_model_parallel_layout``, ready to paste."""
+    m = s.model
+    n, pp, vpp = m.num_layers, s.pp, s.vpp
+    tail = output_stage_layers(m, s.training.seq_length or 4096, 1, s.mtp_num_layers)
+    texts, edits = [], None
+    for opt in split_options(n, pp, vpp, s.mtp_num_layers, tail):
+        if "pipeline_model_parallel_layout" in opt:
+            uneven = _uneven_hint(n, pp) if vpp <= 1 else None
+            if uneven:
+                texts.append(uneven)
+                split = uneven_split(n, pp)
+                if edits is None and split is not None:
+                    first, last, _ = split
+                    edits = {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}
+            texts.append(f"pipeline_model_parallel_layout: {opt['pipeline_model_parallel_layout']!r} (balanced)")
+        else:
+            extra = len(opt)
+            what = " and ".join(f"{k}: true" for k in opt)
+            texts.append(f"{what} ({n} + {extra} = {n + extra} = {pp * vpp} × {(n + extra) // (pp * vpp)})")
+        if edits is None:
+            edits = dict(opt)
+    return texts, edits
 
 
 @rule(
@@ -81,24 +102,25 @@ def _even_pp(s, e):
     n = m.num_layers + extra
     if n % s.pp:
         counted = f"num_layers ({m.num_layers}" + (f" + {extra} for embedding/loss = {n})" if extra else ")")
-        hint = _uneven_hint(m.num_layers, s.pp, s) if s.vpp <= 1 and not extra else ""
+        texts, edits = split_fix(s) if not extra else ([], None)
+        if extra:
+            bal = balanced_layout(m.num_layers, s.pp, s.vpp, s.mtp_num_layers)
+            if bal:
+                texts = [f"pipeline_model_parallel_layout: {bal!r} (balanced; without account_for_*)"]
+                edits = {
+                    "pipeline_model_parallel_layout": bal,
+                    "account_for_embedding_in_pipeline_split": None,
+                    "account_for_loss_in_pipeline_split": None,
+                }
+        if m.num_layers < s.pp * s.vpp:
+            texts.append(f"PP ≤ {m.num_layers // s.vpp} (every stage needs at least one layer)")
+        texts.append(_even_options(m.num_layers, s.pp, 1))
         return [
             e.error(
                 f"{counted} is not divisible by PP ({s.pp})",
-                f"{_even_options(m.num_layers, s.pp, 1)}, "
-                + (
-                    f"or {hint}"
-                    + (
-                        ""
-                        if hint.startswith("pipeline_model_parallel_layout")
-                        else ", or a pipeline_model_parallel_layout"
-                    )
-                    if s.vpp <= 1 and not extra
-                    else "or a pipeline_model_parallel_layout (uneven stage sizes "
-                    + ("must also split by VPP" if s.vpp > 1 else "cannot be combined with account_for_*")
-                    + ")"
-                ),
+                ", or ".join(texts),
                 "pipeline_model_parallel_size",
+                edits=edits,
             )
         ]
 

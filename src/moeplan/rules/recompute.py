@@ -232,6 +232,34 @@ def _labels_vs_settings(s, e, mods: list[str]) -> list:
     return out
 
 
+#: from this sequence length, recomputing core attention repeats the largest cost of the step
+CORE_ATTN_LONG_SEQ = 32768
+
+
+@rule(
+    "recompute.core_attn_long_context",
+    "long-context guidance (Megatron Bridge long-context skill); [TC] recompute_modules",
+    "at long context, core_attn recompute repeats the step's largest cost (attention) for little memory",
+)
+def _core_attn_long(s, e):
+    lay = s.layout
+    seq = s.training.seq_length or 0
+    if lay.recompute_granularity != "selective" or seq < CORE_ATTN_LONG_SEQ:
+        return None
+    mods = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]  # Megatron's default
+    if "core_attn" not in mods:
+        return None
+    how = "" if lay.recompute_modules is not None else " (recompute_modules unset: Megatron recomputes core_attn)"
+    return [
+        e.warning(
+            f"recomputing core attention at {seq:,} tokens{how} repeats the attention forward, the largest cost "
+            "of a long-context step, while flash attention keeps little to save (its output and log-sum-exp)",
+            "recompute other modules (layernorm, moe_act, mla_up_proj, mlp/moe), offload the optimizer, or raise CP",
+            "recompute_modules",
+        )
+    ]
+
+
 @rule(
     "recompute.module_labels",
     "[TC] transformer_config.py (allowed recompute_modules)",

@@ -93,6 +93,7 @@ def _moe_sp(s, e):
                 "set sequence_parallel: true",
                 "sequence_parallel",
                 "tensor_model_parallel_size",
+                edits={"sequence_parallel": True},
             )
         ]
 

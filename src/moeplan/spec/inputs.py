@@ -169,7 +169,7 @@ class ScenarioInput(BaseModel):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     layout: LayoutSpec = Field(default_factory=LayoutSpec)
     framework: Literal["megatron-bridge", "megatron-core"] = "megatron-bridge"
-    recipe_defaults: Literal["none", "mbridge-perf"] = "none"
+    recipe_defaults: Literal["none", "mbridge-perf", "mbridge-perf-benchmark"] = "none"
     versions: VersionsInput = Field(default_factory=VersionsInput)
     environment: dict[str, str] = Field(default_factory=dict)
     reported: ReportedInput = Field(default_factory=ReportedInput)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from moeplan.errors import InputError, short_repr
+from moeplan.errors import InputError, missing_file, short_repr
 from moeplan.spec.policy import MAX_DEPTH, MAX_JSON_BYTES, MAX_YAML_BYTES, read_text
 
 #: integers longer than this cannot be converted by Python at all (its limit is 4300 digits)
@@ -215,9 +215,9 @@ def load_scenario_file(path: str | Path) -> dict:
         InputError: missing file, malformed YAML, or a document that is not a mapping.
     """
     p = Path(path)
-    if not p.is_file():
-        raise InputError("scenario", str(path), "an existing YAML file")
-    data = load_yaml_file(p, "scenario")
+    if not p.exists() and not p.is_symlink():
+        raise missing_file("scenario", path, "YAML file")
+    data = load_yaml_file(p, "scenario")  # a FIFO, device or folder is refused there, never read
     if data is None:
         data = {}
     if not isinstance(data, dict):

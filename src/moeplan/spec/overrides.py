@@ -1,5 +1,6 @@
-"""Scenario flags → scenario overrides: the 14 options that every scenario command takes
-(``--model --gpu --num-gpus --seq-length --mbs --gbs --precision --tp --pp --vpp --cp --ep --etp --set``)
+"""Scenario flags → scenario overrides: the 15 options that every scenario command takes
+(``--model --gpu --num-gpus --seq-length --mbs --gbs --tokens-per-step --precision --tp --pp --vpp --cp
+--ep --etp --set``)
 as one object, and the override mapping they stand for, laid over a scenario file by
 :func:`moeplan.spec.scenario.merge_overrides` / :func:`moeplan.load_scenario`.
 """
@@ -28,6 +29,8 @@ class ScenarioFlags:
         seq_length: tokens per sequence.
         mbs: micro batch size (sequences).
         gbs: global batch size (sequences per step).
+        tokens_per_step: the global batch in tokens instead (turned into sequences once the sequence
+            length is known: :func:`moeplan.api.inputs.scenario_request`).
         precision: ``bf16``, ``fp8-blockwise``, ... (``training.precision``).
         tp, pp, vpp, cp, ep, etp: tensor / pipeline / virtual pipeline / context / expert /
             expert-tensor parallel sizes.
@@ -40,6 +43,7 @@ class ScenarioFlags:
     seq_length: int | None = None
     mbs: int | None = None
     gbs: int | None = None
+    tokens_per_step: int | None = None
     precision: str | None = None
     tp: int | None = None
     pp: int | None = None

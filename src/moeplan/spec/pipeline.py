@@ -234,6 +234,25 @@ def output_stage_layers(m, seq_length: int, tp: int, mtp_layers: int) -> float:
 _TAIL_CACHE: dict[tuple, tuple] = {}
 
 
+def split_options(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail_layers: float = 0.0) -> list[dict]:
+    """Every way to make ``num_layers`` split over ``pp × vpp`` virtual stages, best first: counting the
+    embedding and/or the loss as a layer where that divides (how Megatron Bridge splits Qwen3-235B's
+    94 layers on PP 8), then the balanced ``pipeline_model_parallel_layout`` (:func:`balanced_layout`);
+    [] when the layers divide evenly already or nothing splits."""
+    n = pp * vpp
+    if n == 1 or num_layers % n == 0:
+        return []
+    out: list[dict] = []
+    if (num_layers + 1) % n == 0:
+        out.append({"account_for_embedding_in_pipeline_split": True})
+    if (num_layers + 2) % n == 0:
+        out.append({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True})
+    text = balanced_layout(num_layers, pp, vpp, mtp_layers, tail_layers)
+    if text is not None:
+        out.append({"pipeline_model_parallel_layout": text})
+    return out
+
+
 def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail_layers: float = 0.0) -> dict | None:
     """Keys that make ``num_layers`` decoder layers split over ``pp × vpp`` virtual stages.
 
@@ -260,6 +279,18 @@ def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail
         return {"account_for_embedding_in_pipeline_split": True}
     if (num_layers + 2) % n == 0:
         return {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    text = balanced_layout(num_layers, pp, vpp, mtp_layers, tail_layers)
+    return None if text is None else {"pipeline_model_parallel_layout": text}
+
+
+def balanced_layout(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail_layers: float = 0.0) -> str | None:
+    """A balanced ``pipeline_model_parallel_layout`` string for ``num_layers`` decoder layers over
+    ``pp × vpp`` virtual stages (the last stage's output layer and MTP blocks weighing ``tail_layers``
+    decoder layers; see :func:`pipeline_split`), whether or not the layers divide evenly. None when a
+    virtual stage would be empty of decoder layers and hold nothing else."""
+    n = pp * vpp
+    if num_layers < n:
+        return None
     weight = [0.0] * n
     weight[-1] = max(0.0, tail_layers)
     # the smallest stage load T (layers + weight) at which every layer has a place
@@ -280,4 +311,4 @@ def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail
     for i, c in enumerate(counts):
         syms = ("E" if i == 0 else "") + "t" * c + ("m" * mtp_layers + "L" if i == n - 1 else "")
         stages.append(syms)
-    return {"pipeline_model_parallel_layout": "|".join(_compress(s) for s in stages)}
+    return "|".join(_compress(s) for s in stages)

@@ -24,7 +24,7 @@ import stat
 import unicodedata
 from pathlib import Path
 
-from moeplan.errors import InputError, short_repr
+from moeplan.errors import InputError, missing_file, short_repr
 
 #: the longest YAML document read (pure-Python YAML parses about 0.5 MB/s)
 MAX_YAML_BYTES = 4 * 2**20
@@ -164,7 +164,7 @@ def open_regular(path: Path | str, field: str):
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputError(field, str(path), "an existing file") from None
+        raise missing_file(field, path) from None
     except OSError as exc:
         raise InputError(field, str(path), f"a readable file ({exc.strerror or type(exc).__name__})") from None
     try:

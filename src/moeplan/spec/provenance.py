@@ -43,7 +43,32 @@ FILL_SOURCES = (
     "model_common",
     "model_recipe",
     "perf_rows",
+    "companion",
+    "training",
 )
+
+#: the two ``recipe_defaults`` fills: ``mbridge-perf`` the recipe's training settings,
+#: ``mbridge-perf-benchmark`` the recipe as benchmarked (with :data:`BENCHMARK_ONLY`)
+TRAINING_FILL, BENCHMARK_FILL = "mbridge-perf", "mbridge-perf-benchmark"
+
+#: settings the perf recipes use to benchmark and that a training run must not inherit, with why:
+#: forced load balancing replaces the router's choice by a round-robin assignment (the model's
+#: routing is not trained and the memory of an unbalanced batch is hidden); the NaN check off lets a
+#: diverging run go on silently (full-iteration CUDA graphs need it off: then it is their companion)
+BENCHMARK_ONLY: dict[str, tuple[Any, str]] = {
+    "moe_router_force_load_balancing": (
+        True,
+        "forced load balancing overrides the router (routing is not learned; memory of real, unbalanced "
+        "routing is hidden)",
+    ),
+    "check_for_nan_in_loss": (False, "the NaN check off lets a diverging loss go on unnoticed"),
+}
+
+
+def is_benchmark_only(key: str, value: Any) -> bool:
+    """True when ``key: value`` is a benchmark-only setting (:data:`BENCHMARK_ONLY`)."""
+    hit = BENCHMARK_ONLY.get(key)
+    return hit is not None and value == hit[0]
 
 
 @dataclass(frozen=True)
@@ -114,12 +139,20 @@ class RecipeFill:
         source: which part of the recipe sets it, one of :data:`FILL_SOURCES`.
         reason: the text printed after ``recipe fill: `` in ``resolved_defaults`` (unchanged wording,
             e.g. ``Megatron Bridge perf recipes: _benchmark_common``).
+        requires: ``(key, value)`` the filled layout must hold for this fill to apply (a companion's
+            anchor), None for an unconditional fill.
     """
 
     key: str
     value: Any
     source: str
     reason: str
+    requires: tuple[str, Any] | None = None
+
+    @property
+    def benchmark_only(self) -> bool:
+        """True for a benchmark-only setting (:data:`BENCHMARK_ONLY`) that is not a companion."""
+        return self.source != "companion" and is_benchmark_only(self.key, self.value)
 
 
 @dataclass(frozen=True)
@@ -127,7 +160,8 @@ class RecipeProvenance:
     """Recipe defaults of one scenario or one planner request.
 
     Attributes:
-        name: the ``recipe_defaults`` value (``"mbridge-perf"``).
+        name: the ``recipe_defaults`` value (``"mbridge-perf"``: training settings;
+            ``"mbridge-perf-benchmark"``: as benchmarked).
         row: the matched recipe row, None when no row matches (or the planner chose the layout).
         fills: in order, earlier fills win; on a resolved scenario only the fills applied.
     """
@@ -145,6 +179,11 @@ class RecipeProvenance:
         whether any of its own fills remain)."""
         drop = frozenset(keys)
         return replace(self, fills=tuple(f for f in self.fills if f.key not in drop))
+
+    @property
+    def benchmark(self) -> bool:
+        """True for the as-benchmarked fill (``mbridge-perf-benchmark``)."""
+        return self.name == BENCHMARK_FILL
 
     @property
     def row_filled(self) -> bool:
@@ -168,5 +207,8 @@ class RecipeProvenance:
                 "precisions": list(r.precisions),
                 "borrowed": r.borrowed,
             },
-            "fills": [{"key": f.key, "value": f.value, "source": f.source, "reason": f.reason} for f in self.fills],
+            "fills": [
+                {"key": f.key, "value": f.value, "source": f.source, "reason": f.reason, "benchmark_only": f.benchmark_only}
+                for f in self.fills
+            ],
         }

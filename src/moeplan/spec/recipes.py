@@ -14,6 +14,12 @@ runs behind them come from the perf launcher (``scripts/performance``), whose he
 - Qwen3-235B-A22B recipes: ``account_for_embedding/loss_in_pipeline_split``; Qwen3-Next-80B: its
   PP2×VPP4 layout; Qwen3-VL-235B: uneven 10/12 first/last stages.
 
+Two fills, two purposes (``docs/decisions.md``, "Recipe fills"): ``recipe_defaults: mbridge-perf`` fills
+the recipe's **training** settings; ``mbridge-perf-benchmark`` reproduces the published benchmark and
+also fills the benchmark-only settings (:data:`~moeplan.spec.provenance.BENCHMARK_ONLY`: forced load
+balancing, the NaN check off). Under the training fill the NaN check is only turned off as the
+companion of a full-iteration CUDA graph, which cannot run with it.
+
 Only keys the user did not state are filled, and every fill is recorded (as a
 :class:`~moeplan.spec.scenario.Resolution` whose reason text is unchanged, and in the scenario's
 ``recipe`` record, which is what other code reads).
@@ -25,7 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
-from moeplan.spec.provenance import RecipeFill, RecipeProvenance, RecipeRow
+from moeplan.spec.provenance import BENCHMARK_FILL, TRAINING_FILL, RecipeFill, RecipeProvenance, RecipeRow
 from moeplan.spec.resolved import Resolution
 
 if TYPE_CHECKING:
@@ -33,7 +39,15 @@ if TYPE_CHECKING:
     from moeplan.spec.layout import LayoutSpec
     from moeplan.spec.model import PartialModelSpec
 
-RECIPE_DEFAULTS = ("none", "mbridge-perf")
+RECIPE_DEFAULTS = ("none", TRAINING_FILL, BENCHMARK_FILL)
+#: what a full-iteration CUDA graph needs that the training fill would otherwise leave at Megatron's default
+_FULL_ITERATION_COMPANION = RecipeFill(
+    "check_for_nan_in_loss",
+    False,
+    "companion",
+    "Megatron Bridge perf recipes: full_iteration CUDA graphs need the NaN check off",
+    requires=("cuda_graph_impl", "full_iteration"),
+)
 
 _DSV3_LAYOUTS = {16: "Et*4|(t*4|)*14tmL", 32: "Et|(tt|)*30mL"}
 _SRC = "Megatron Bridge perf recipes"
@@ -169,7 +183,8 @@ def recipe_provenance(
     then the model family's. Earlier fills win when applied.
 
     Args:
-        name: ``"none"`` or ``"mbridge-perf"``.
+        name: ``"none"``, ``"mbridge-perf"`` (training settings) or ``"mbridge-perf-benchmark"``
+            (as benchmarked).
         model: the resolved model (None: no row, no model-family fills).
         precision: the training precision (``bf16``, ``mxfp8``, ...).
         pp / vpp: pipeline sizes (layout-dependent model fills).
@@ -179,11 +194,13 @@ def recipe_provenance(
 
     Returns:
         None for ``recipe_defaults: none``; else the record (its ``row`` None when none matched).
+        The training fill (``mbridge-perf``) leaves the benchmark-only fills out and turns the NaN
+        check off only as the companion of a full-iteration graph.
 
     Source: Megatron Bridge @067f987 perf recipes and helpers, Table B @v0.5.1
     (``megatron_recipes.md`` §1.2–1.5).
     """
-    if name != "mbridge-perf":
+    if name not in (TRAINING_FILL, BENCHMARK_FILL):
         return None
     row: RecipeRow | None = None
     fills: list[RecipeFill] = []
@@ -192,7 +209,24 @@ def recipe_provenance(
     fills += _shared_fills(precision, model)
     if model is not None:
         fills += _model_fills(model, pp, vpp)
+    if name == TRAINING_FILL:
+        fills = _training(fills)
     return RecipeProvenance(name, row, tuple(fills))
+
+
+def _training(fills: list[RecipeFill]) -> list[RecipeFill]:
+    """The training fill: each benchmark-only fill replaced by the setting's training value (the
+    NaN check stays off only as the companion of a full-iteration graph, which comes first and so
+    wins where it applies)."""
+    out = [f for f in fills if not f.benchmark_only]
+    dropped = [f for f in fills if f.benchmark_only]
+    if any(f.key == "check_for_nan_in_loss" for f in dropped):
+        out.append(_FULL_ITERATION_COMPANION)
+    for f in dropped:
+        if f.key not in {g.key for g in out if g.source == "training"}:
+            why = f"{_SRC}: training setting (the benchmark sets {f.key}={str(f.value).lower()})"
+            out.append(RecipeFill(f.key, not f.value, "training", why))
+    return out
 
 
 def recipe_fills(
@@ -242,7 +276,8 @@ def apply_recipe(
     Keys that only make sense together come from one source (:data:`_RECIPE_KEY_GROUPS`): when a
     stated key of a group differs from what the recipe sets, the rest of the group is not filled (a
     stated full-iteration graph takes no TE-graph scope from a row; a stated all-to-all takes no
-    HybridEP budget). The first fill of a key wins.
+    HybridEP budget). The first fill of a key wins. A fill with ``requires`` (a companion) applies
+    only when the filled layout holds its anchor.
 
     Returns:
         (the filled layout, one ``Resolution`` per fill with reason ``recipe fill: <reason>``, the
@@ -259,6 +294,10 @@ def apply_recipe(
     applied: list[RecipeFill] = []
     for f in record.fills:
         if f.key not in stated and f.key not in upd and not any(f.key in g for g in clashing):
+            if f.requires is not None:
+                anchor, want = f.requires
+                if upd.get(anchor, getattr(lay, anchor, None)) != want:
+                    continue
             upd[f.key] = f.value
             applied.append(f)
     res = [Resolution(f.key, f.value, f"recipe fill: {f.reason}") for f in applied]

@@ -5,9 +5,47 @@ Units: ``seq_length`` and ``microbatch_seq_lengths`` in tokens; batch sizes in s
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+#: tokens per optimizer step when neither a global batch size nor a token budget is given (4 Mi
+#: tokens: the order of the published MoE pretraining batches); every command uses it
+DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
+#: how far (relative) a global batch may be from tokens-per-step / seq-length
+BATCH_TOLERANCE = 0.1
+
+
+def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
+    """Global batch size (sequences) for ``tokens_per_step`` tokens of ``seq``-token sequences: the
+    exact quotient when it divides; otherwise, among batches within 10 % of the quotient, the one
+    with the most factors of two (GBS must divide by MBS·DP, and DP sizes are powers of two in
+    practice), closest on ties; the quotient rounded down (at least 1) when none is that close.
+    E.g. 1,000,000 tokens at 131,072 → 8 rather than the prime 7. Raises nothing (positive ints)."""
+    if tokens_per_step % seq == 0:
+        return tokens_per_step // seq
+    exact = tokens_per_step / seq
+    lo, hi = max(1, math.floor(exact * (1 - BATCH_TOLERANCE))), math.ceil(exact * (1 + BATCH_TOLERANCE))
+    near = [g for g in range(lo, hi + 1) if abs(g / exact - 1) <= BATCH_TOLERANCE]
+    if not near:
+        return max(1, tokens_per_step // seq)
+
+    def twos(g: int) -> int:
+        return (g & -g).bit_length()
+
+    return max(near, key=lambda g: (twos(g), -abs(g - exact)))
+
+
+def default_global_batch(seq: int) -> tuple[int, str]:
+    """The global batch a command assumes when none is given: about :data:`DEFAULT_TOKENS_PER_STEP`
+    tokens of ``seq``-token sequences, and the sentence that says so."""
+    gbs = max(1, DEFAULT_TOKENS_PER_STEP // seq)
+    return gbs, (
+        f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
+        "--tokens-per-step)"
+    )
+
 
 Precision = Literal["bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moeplan.errors import InputError, short_repr
+from moeplan.errors import InputError, missing_extra, short_repr
 from moeplan.spec.loading import load_json_text
 from moeplan.spec.policy import open_regular
 from moeplan.vlm.tokens import image_grid
@@ -57,7 +57,7 @@ def image_size(path: Path) -> tuple[int, int]:
     try:
         from PIL import Image
     except ImportError:
-        raise InputError("vlm-stats", str(path), "Pillow installed: pip install 'moeplan[vlm]'") from None
+        raise missing_extra("vlm-stats", "Pillow (to read image headers)", "vlm") from None
     try:
         if path.stat().st_size == 0:
             raise BadImage("empty file (0 bytes)")

@@ -175,7 +175,10 @@ class Jobs:
                 try:
                     return "ok", scrub(job(req, tmp), tmp)
                 except InputError as exc:
-                    clean = InputError(exc.field, scrub(exc.value, tmp), scrub(exc.allowed, tmp), exc.hint)
+                    sentence = scrub(exc.sentence, tmp) if exc.sentence is not None else None
+                    clean = InputError(
+                        exc.field, scrub(exc.value, tmp), scrub(exc.allowed, tmp), exc.hint, sentence=sentence
+                    )
                     return "input", clean
                 except RecursionError:
                     return "input", InputError("body", "too deeply nested", "a scenario of ordinary depth")

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from rich.padding import Padding
 from rich.table import Table
 
 from moeplan.cli.render import console
 from moeplan.units import format_count
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def yaml_value(v) -> str:
+    """A value as a scenario file writes it (``true`` / ``false`` / ``null``, not Python's reprs)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "null" if v is None else str(v)
+
+
+def parallel_text(p: dict) -> str:
+    """``TP2 PP8 CP16 EP64 ETP1 DP1 SP on`` from a summary's ``parallel`` mapping: VPP only when set,
+    a derived size that does not divide the world as ``–``."""
+    out = []
+    for k, v in p.items():
+        if k == "SP":
+            out.append(f"SP {'on' if v else 'off'}")
+        elif v is None and k == "VPP":
+            continue
+        else:
+            out.append(f"{k}{'–' if v is None else v}")
+    return " ".join(out)
 
 
 def render_check(d: dict) -> None:
@@ -20,17 +42,39 @@ def render_check(d: dict) -> None:
         f"[bold]{s['model'] or '(no model)'}[/] on {s['num_gpus'] or '?'} × {s['gpu'] or '?'} "
         f"({s['framework']}, megatron-core {s['megatron_core_version']})"
     )
-    c.print("  " + "  ".join(f"{k}={v}" for k, v in p.items()))
+    c.print("  " + parallel_text(p), highlight=False)
     for f in d["findings"]:
         c.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']:<7}[/] [bold]{f['rule_id']}[/]")
-        c.print(f"        {f['message']}", markup=False)
+        c.print(Padding(f["message"], (0, 0, 0, 8)), markup=False, highlight=False)
         if f["fix"]:
-            c.print(f"        fix: {f['fix']}", markup=False)
+            c.print(Padding(f"fix: {f['fix']}", (0, 0, 0, 8)), markup=False, highlight=False)
     if s["resolved_defaults"]:
-        c.print("[dim]defaults used: " + "; ".join(f"{r['key']}={r['value']}" for r in s["resolved_defaults"]) + "[/]")
-    style = {"valid": "bold green", "warn": "yellow", "invalid": "bold red", "unsupported": "bold red"}[d["verdict"]]
+        c.print(
+            "defaults used: " + "; ".join(f"{r['key']}={yaml_value(r['value'])}" for r in s["resolved_defaults"]),
+            style="dim",
+            highlight=False,
+            markup=False,
+        )
+    style = {
+        "valid": "bold green",
+        "warn": "yellow",
+        "incomplete": "bold yellow",
+        "invalid": "bold red",
+        "unsupported": "bold red",
+    }[d["verdict"]]
     n = d["counts"]
-    c.print(f"verdict: [{style}]{d['verdict']}[/] ({n['error']} errors, {n['warning']} warnings, {n['info']} info)")
+    c.print(
+        f"verdict: [{style}]{d['verdict']}[/] ({n['error']} errors, {n['warning']} warnings, {n['info']} info)",
+        highlight=False,
+    )
+    if d["verdict"] == "incomplete":
+        c.print(
+            "incomplete: the rules that need the missing inputs were skipped (see the info lines); "
+            "give them (--model, --gpu, --num-gpus, --seq-length) for a verdict",
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
 
 
 def render_models(rows: list[dict]) -> None:

@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from moeplan.cli.render import console
+from moeplan.cli.render.check import yaml_value
 from moeplan.diagnose.oom import human_bytes
 
 
@@ -135,14 +136,19 @@ def render_compare(d: dict) -> None:
             tab.add_column(col, overflow="fold")
         for cz in d["causes"]:
             st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]
+            rej = cz.get("rejected_by") or []
             tab.add_row(
                 cz["key"],
-                str(cz["a"]),
-                str(cz["b"]),
-                f"{st * 100:+.1f} %" if st is not None else "n/a (" + cz.get("why_not", "")[:60] + ")",
+                yaml_value(cz["a"]),
+                yaml_value(cz["b"]),
+                (f"{st * 100:+.1f} %" if st is not None else "n/a (" + cz.get("why_not", "")[:60] + ")")
+                + (" — check rejects it" if rej else ""),
                 f"{mm * 100:+.1f} %" if mm is not None else "–",
             )
         c.print(tab)
+        for cz in d["causes"]:
+            for r in cz.get("rejected_by") or []:
+                c.print(f"[red]check rejects[/] {escape(cz['key'])} = {escape(yaml_value(cz['b']))}: {escape(r)}")
     elif d["config_diff"]:
         tab = Table(title="changed keys")
         for col in ("key", "A", "B"):

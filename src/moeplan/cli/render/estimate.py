@@ -2,70 +2,101 @@
 
 from __future__ import annotations
 
+from rich import box
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from moeplan.cli.render import console
-from moeplan.cli.render.check import render_check
+from moeplan.cli.render.check import parallel_text, render_check, yaml_value
+from moeplan.cli.render.text import PART_NAMES, assumes_line, band_line
 from moeplan.units import GIB_BYTES
 
 _MEM_STYLE = {"fits": "bold green", "tight": "yellow", "does-not-fit": "bold red", "unknown": "dim"}
 _COMM = {"ep_comm": "EP", "cp_comm": "CP", "tp_comm": "TP", "dp_comm": "DP", "fsdp_comm": "FSDP"}
 
 
-def _gib(x: float | None) -> str:
-    return "–" if x is None else f"{x / GIB_BYTES:.2f}"
+def _gib(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x / GIB_BYTES:.{digits}f}"
 
 
-def render_estimate(report) -> None:
+def render_estimate(report, verbose: bool = False) -> None:
     """An :class:`moeplan.api.EstimateReport`: memory and step time, or, for a layout that does not
-    fold into the world, the check (every finding)."""
+    fold into the world, the check (every finding); ``verbose`` adds every default used, the virtual
+    chunks and the sources of the error band."""
     doc = report.document
     if doc["memory"] is None:
         render_check(report.check)
         return
     chk = doc["check"]
-    render_memory(doc["scenario"], doc["memory"], chk["errors"], chk["warnings"])
-    render_throughput(doc["throughput"], report.broken)
+    render_memory(
+        doc["scenario"], doc["memory"], chk["errors"], chk["warnings"], verbose, doc.get("assumes"), doc.get("fixed")
+    )
+    render_throughput(doc["throughput"], report.broken, verbose, doc.get("withheld"))
+
+
+#: the per-stage columns, full and (below 100 columns) short, with the legend of the short ones
+_COLS = (
+    ("stage", "stage"),
+    ("layers", "layers"),
+    ("in-flight µbatches", "µb"),
+    ("weights", "weights"),
+    ("grads", "grads"),
+    ("optimizer", "optim"),
+    ("activations", "activ"),
+    ("other", "other"),
+    ("allocated", "alloc"),
+    ("reserved", "resv"),
+    ("device", "device"),
+)
 
 
 def _stage_tables(c, mem: dict) -> dict:
-    """The per-stage table and the peak stage's itemised table; returns the peak stage."""
+    """The per-stage table (short headers with a legend where the full ones do not fit) and the peak stage's
+    itemised table; returns the peak stage."""
 
-    t = Table(title="peak memory per GPU (GiB)")
-    cols = (
-        "stage",
-        "layers",
-        "in-flight µbatches",
-        "weights",
-        "grads",
-        "optimizer",
-        "activations",
-        "other",
-        "allocated",
-        "reserved",
-        "device",
-    )
-    for col in cols:
-        t.add_column(col, justify="right")
+    narrow = False
+    for narrow in (False, True):  # full headers where they fit, else short ones with a legend
+        t = Table(title="peak memory per GPU (GiB)", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+        for full, short in _COLS:
+            t.add_column(short if narrow else full, justify="right", no_wrap=True)
+        dg = 1 if narrow else 2  # GiB to 0.1 when narrow: every figure stays visible
+        _stage_rows(t, mem, dg)
+        if Measurement.get(c, c.options.update(max_width=10_000), t).maximum <= c.width:
+            break
+    c.print(t)
+    _stage_legend(c, narrow)
+    return _peak_table(c, mem)
+
+
+def _stage_rows(t: Table, mem: dict, dg: int) -> None:
     for st in mem["stages"]:
         t.add_row(
             str(st["stage"]),
             str(st["num_layers"]),
             f"{st['inflight_microbatches']:.2f}",
-            *(_gib(st[f"{k}_bytes"]) for k in ("weights", "grads", "optimizer", "activations", "other")),
-            _gib(st["peak_allocated_bytes"]),
-            _gib(st["peak_reserved_bytes"]),
-            f"[bold]{_gib(st['device_used_bytes'])}[/]",
+            *(_gib(st[f"{k}_bytes"], dg) for k in ("weights", "grads", "optimizer", "activations", "other")),
+            _gib(st["peak_allocated_bytes"], dg),
+            _gib(st["peak_reserved_bytes"], dg),
+            f"[bold]{_gib(st['device_used_bytes'], dg)}[/]",
         )
-    c.print(t)
+
+
+def _stage_legend(c, narrow: bool) -> None:
+    short = "µb: in-flight microbatches; optim, activ: optimizer state, activations; " if narrow else ""
     c.print(
-        "[dim]allocated: torch max_memory_allocated (Megatron's 'max allocated'); reserved: plus the "
-        "allocator's fragmentation and CUDA graph pools (max_memory_reserved); device: plus CUDA context, "
-        "NCCL and dispatcher buffers (nvidia-smi)[/]",
-        markup=True,
+        f"{short}{'alloc' if narrow else 'allocated'}: torch max_memory_allocated (Megatron's 'max allocated'); "
+        f"{'resv' if narrow else 'reserved'}: plus the allocator's fragmentation and CUDA graph pools "
+        "(max_memory_reserved); device: plus CUDA context, NCCL and dispatcher buffers (nvidia-smi)",
+        style="dim",
+        highlight=False,
+        markup=False,
     )
+
+
+def _peak_table(c, mem: dict) -> dict:
     peak = next(st for st in mem["stages"] if st["stage"] == mem["peak_stage"])
-    d = Table(title=f"stage {peak['stage']} (the peak), itemised (GiB)")
+    d = Table(title=f"stage {peak['stage']} (the peak), itemised (GiB)", box=box.SIMPLE_HEAD)
     d.add_column("category")
     d.add_column("part")
     d.add_column("GiB", justify="right")
@@ -81,20 +112,21 @@ def _findings_lines(c, errors: list[dict] | None, warnings: list[dict] | None) -
     if errors:
         c.print(
             f"[bold red]the layout breaks {len(errors)} rule(s)[/] (details: moeplan check): "
-            + "; ".join(f"{e['rule_id']}: {e['message']}" for e in errors),
-            markup=True,
+            + escape("; ".join(f"{e['rule_id']}: {e['message']}" for e in errors)),
+            highlight=False,
         )
     if warnings:
         c.print(
             "[yellow]check warns[/] (details: moeplan check): "
-            + "; ".join(f"{w['rule_id']}: {w['message']}" for w in warnings),
-            markup=True,
+            + escape("; ".join(f"{w['rule_id']}: {w['message']}" for w in warnings)),
+            highlight=False,
         )
 
 
-def _memory_footer(c, mem: dict, peak: dict) -> None:
-    """Virtual chunks of the peak stage, host memory for offloaded state, and the verdict line."""
-    if len(peak.get("virtual_chunks", [])) > 1:
+def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
+    """Virtual chunks of the peak stage (``verbose``), host memory for offloaded state, and the
+    verdict line."""
+    if verbose and len(peak.get("virtual_chunks", [])) > 1:
         c.print(
             "virtual chunks of the peak stage (layers, activations per microbatch GiB): "
             + ", ".join(
@@ -131,29 +163,50 @@ def _memory_footer(c, mem: dict, peak: dict) -> None:
         )
 
 
+def _defaults_line(c, resolved: list[dict], verbose: bool) -> None:
+    """Every default used with its reason (``verbose``), else how many and where they came from."""
+    if not resolved:
+        return
+    if verbose:
+        text = "; ".join(f"{r['key']}={yaml_value(r['value'])} ({r['reason']})" for r in resolved)
+    else:
+        fills = sum(r["reason"].startswith("recipe fill") for r in resolved)
+        text = (
+            f"{len(resolved)} keys not stated ({fills} recipe fills, {len(resolved) - fills} framework defaults): "
+            + ", ".join(f"{r['key']}={yaml_value(r['value'])}" for r in resolved[:6])
+            + (", ... (--verbose, or moeplan check, lists each with its reason)" if len(resolved) > 6 else "")
+        )
+    c.print(f"defaults used: {text}", style="dim", highlight=False, markup=False)
+
+
 def render_memory(
-    scn_summary: dict, mem: dict, errors: list[dict] | None = None, warnings: list[dict] | None = None
+    scn_summary: dict,
+    mem: dict,
+    errors: list[dict] | None = None,
+    warnings: list[dict] | None = None,
+    verbose: bool = False,
+    assumes: list[dict] | None = None,
+    fixed: dict | None = None,
 ) -> None:
-    """Peak memory per GPU per stage (GiB), the peak stage itemised, defaults and assumptions used,
-    the rules the layout breaks or warns about, and the verdict against the usable HBM."""
+    """Peak memory per GPU per stage (GiB), the peak stage itemised, the assumptions and defaults
+    used, the rules the layout breaks or warns about, and the verdict against the usable HBM;
+    ``fixed``: the fix applied before estimating (a pipeline split)."""
     c = console()
-    p = scn_summary["parallel"]
     c.print(
         f"[bold]{scn_summary['model']}[/] on {scn_summary['num_gpus']} × {scn_summary['gpu'] or '?'}   "
-        + "  ".join(f"{k}={v}" for k, v in p.items())
+        + parallel_text(scn_summary["parallel"]),
+        highlight=False,
     )
+    if assumes:
+        c.print(assumes_line(assumes, verbose), style="dim", highlight=False, markup=False)
+    if fixed:
+        c.print(f"[yellow]estimated with the check's fix[/]: {escape(fixed['text'])}", highlight=False)
     peak = _stage_tables(c, mem)
-    if scn_summary["resolved_defaults"]:
-        c.print(
-            "[dim]defaults used: "
-            + "; ".join(f"{r['key']}={r['value']} ({r['reason']})" for r in scn_summary["resolved_defaults"])
-            + "[/]",
-            markup=True,
-        )
+    _defaults_line(c, scn_summary["resolved_defaults"], verbose)
     if mem["assumptions"]:
-        c.print("[dim]assumed: " + "; ".join(mem["assumptions"]) + "[/]")
+        c.print("assumed: " + "; ".join(mem["assumptions"]), style="dim", highlight=False, markup=False)
     _findings_lines(c, errors, warnings)
-    _memory_footer(c, mem, peak)
+    _memory_footer(c, mem, peak, verbose)
 
 
 def _breakdown(c, th: dict) -> None:
@@ -162,13 +215,14 @@ def _breakdown(c, th: dict) -> None:
     step = th["step_time_s"]
     n_stages = len(th.get("stage_microbatch_s") or [])
     where = f"; parts of stage {th.get('critical_stage', 0)}, the slowest of {n_stages}" if n_stages > 1 else ""
-    t = Table(title=f"step time {step:.3f} s, {th['num_microbatches']} microbatches{where}")
+    c.print(f"[bold]step time {step:.3f} s[/], {th['num_microbatches']} microbatches{where}", highlight=False)
+    t = Table(box=box.SIMPLE_HEAD)
     t.add_column("part")
     t.add_column("s", justify="right")
     t.add_column("% of step", justify="right")
     for name, v in th["breakdown_s"].items():
         if v > 0:
-            t.add_row(name, f"{v:.4f}", f"{100 * v / step:.1f}")
+            t.add_row(PART_NAMES.get(name, name.replace("_", " ")), f"{v:.4f}", f"{100 * v / step:.1f}")
     c.print(t)
     hid = th.get("hidden_s") or {}
     over = [f"{_COMM[k]} {hid[k]:.3f} s" for k in _COMM if hid.get(k, 0) > 5e-4]
@@ -210,7 +264,7 @@ def _rates(c, th: dict) -> None:
         )
 
 
-def _caveats(c, th: dict) -> None:
+def _caveats(c, th: dict, verbose: bool = False) -> None:
     """Mock-data VLM figure, the validity band, a known bias and the assumptions."""
     if th.get("mock_data_tokens_per_s_per_gpu") is not None:
         mock = th["mock_data_tokens_per_s_per_gpu"]
@@ -225,31 +279,26 @@ def _caveats(c, th: dict) -> None:
             highlight=False,
         )
     v = th["validity"]
-    band = f"±{v['error_band_pct']:.0f} %" if v.get("error_band_pct") == v.get("error_band_pct") else "unknown"
-    if v.get("validated"):
-        c.print(f"validated ground: within the measured runs' coverage, expected error {band} ({v['band_source']})")
-    else:
-        c.print(
-            f"[yellow]extrapolated[/]: expected error {band} or worse ({v.get('band_source', '')}); "
-            + "; ".join(v.get("outside", []))
-        )
+    c.print(band_line(v), style="" if v.get("validated") else "yellow", highlight=False, markup=False)
+    if verbose:
+        src = "; ".join([v.get("band_source", ""), *v.get("outside", [])])
+        c.print(f"  {src}", style="dim", highlight=False, markup=False)
     if v.get("bias_note"):
-        c.print(f"[yellow]known bias[/]: {v['bias_note']}", highlight=False)
+        c.print(f"[yellow]known bias[/]: {escape(v['bias_note'])}", highlight=False)
     if th["assumptions"]:
-        c.print("[dim]assumed: " + "; ".join(th["assumptions"]) + "[/]")
+        c.print("assumed: " + "; ".join(th["assumptions"]), style="dim", highlight=False, markup=False)
 
 
-def render_throughput(th: dict | None, broken: bool = False) -> None:
+def render_throughput(
+    th: dict | None, broken: bool = False, verbose: bool = False, withheld: str | None = None
+) -> None:
     """Step time, tokens/s/GPU, TFLOP/s/GPU, MFU and the breakdown (seconds and % of the step), or why
-    the step time was not estimated (``broken``: the layout breaks a rule; else no batch size)."""
+    the step time was not estimated (``withheld``, else ``broken``: the layout breaks a rule)."""
     c = console()
     if th is None:
-        c.print(
-            "[dim]step time: not estimated ("
-            + ("the layout breaks a rule" if broken else "needs training.global_batch_size, e.g. --gbs 1024")
-            + ")[/]"
-        )
+        why = withheld or ("the layout breaks a rule" if broken else "no global batch size")
+        c.print(f"step time: not estimated ({why})", style="dim", highlight=False, markup=False)
         return
     _breakdown(c, th)
     _rates(c, th)
-    _caveats(c, th)
+    _caveats(c, th, verbose)

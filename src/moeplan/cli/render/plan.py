@@ -2,160 +2,229 @@
 
 from __future__ import annotations
 
-from rich.console import JustifyMethod
+from rich import box
 from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
 from moeplan.cli.render import console
+from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
 
 
-def _short_layout(c: dict) -> str:
-    lay = c["layout"]
-    bits = []
-    rc = c.get("recompute")
-    if rc:
-        # a space after each comma lets the narrow column wrap between module names, not inside them
-        bits.append("rc=" + rc.replace(",", ", ").replace(" + optimizer offload ", " + offload "))
-    k = c.get("knobs") or {}
-    if k.get("dispatcher") and k["dispatcher"] != "alltoall":
-        bits.append(k["dispatcher"])
-    if k.get("ep_overlap") == "on":
-        bits.append("ep-overlap")
-    if k.get("graphs") and k["graphs"] != "eager":
-        bits.append(k["graphs"].replace("moe_router", "router").replace("moe_preprocess", "preproc"))
-    if k.get("cp_comm") and k["cp_comm"] != "p2p":
-        bits.append("cp:" + k["cp_comm"])
-    if lay.get("pipeline_model_parallel_layout"):
-        bits.append("pp-layout")
-    elif lay.get("account_for_embedding_in_pipeline_split"):
-        bits.append("acct-emb" + ("+loss" if lay.get("account_for_loss_in_pipeline_split") else ""))
-    return ", ".join(bits)
-
-
-def _plan_header(c, d: dict) -> None:
+def _plan_header(c, d: dict, verbose: bool = False) -> None:
     r = d["request"]
+    gbs, seq = r["global_batch_size"], r["seq_length"]
+    held = {**r["fixed"], **r.get("fixed_training", {})}
     c.print(
-        f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {r['seq_length']:,}, GBS "
-        f"{r['global_batch_size']}, {r['precision']}"
-        + (
-            f"; held fixed: {', '.join(f'{k}={v}' for k, v in {**r['fixed'], **r.get('fixed_training', {})}.items())}"
-            if r["fixed"] or r.get("fixed_training")
-            else ""
-        )
+        f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {seq:,}, GBS {gbs} "
+        f"({gbs * seq / 2**20:.3g} Mi tokens/step), {r['precision']}"
+        + (f"; held fixed: {', '.join(f'{k}={v}' for k, v in held.items())}" if held else "")
     )
+    if d.get("assumes"):
+        c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
     if not d["candidates"]:
         c.print("[bold red]no layout fits[/]")
 
 
-def _candidates_table(c, d: dict) -> None:
-    """The ranked candidates: layout, DP, MBS, knobs, GiB, tokens/s/GPU, MFU (and days to train)."""
-
+def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
+    """The ranked candidates; with ``knobs`` (rank → codes) a knob column."""
     # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
-    t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts", width=100)
+    t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts")
     ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
-    cols: list[tuple[str, JustifyMethod]] = [
-        ("#", "right"),
-        ("layout", "left"),
-        ("DP", "right"),
-        ("MBS", "right"),
-        ("knobs", "left"),
-        ("GiB", "right"),
-        ("tok/s/GPU", "right"),
-        ("MFU", "right"),
-    ]
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("layout", overflow="fold", min_width=12)
+    for col in ("DP", "MBS", "GiB", "tok/s/GPU", "TFLOP/s", "MFU"):
+        t.add_column(col, justify="right", no_wrap=True)
     if ttt:
-        cols.append(("days", "right"))  # --train-tokens: time to train at each candidate's throughput
-    for col, just in cols:
-        t.add_column(col, justify=just, overflow="fold")
+        t.add_column("days", justify="right", no_wrap=True)  # --train-tokens: time to train at each one's rate
+    if knobs is not None:
+        t.add_column("knobs", overflow="fold")
     for cand in d["candidates"]:
-        m = cand["memory"]
-        th = cand["throughput"]
+        m, th = cand["memory"], cand["throughput"]
         t.add_row(
             str(cand["rank"]),
-            cand["label"],
+            cand["label"].replace(" ETP1", ""),  # ETP 1 is the default: shown when larger
             str(cand["dp"]),
             str(cand["training"]["micro_batch_size"]),
-            _short_layout(cand),
             f"{m['peak_gib']:.1f}/{m['capacity_gib']:.0f}",
             f"{th['tokens_per_s_per_gpu']:,.0f}",
+            f"{th['model_tflops_per_gpu']:,.0f}",
             f"{100 * th['mfu']:.1f}%",
             *([f"{cand['time_to_train_s'] / 86400:.2f}"] if ttt else []),
+            *([knobs[cand["rank"]] or "none"] if knobs is not None else []),
         )
-    c.print(t)
+    return t
 
 
-def _why_first(c, d: dict) -> None:
-    """Why #1 wins (and the next two), its useful tokens, known bias, validity and time to train."""
+def _candidates_table(c, d: dict) -> None:
+    """The ranked candidates (layout, DP, MBS, GiB, tokens/s/GPU, model TFLOP/s/GPU, MFU, days to
+    train): the knob column when the console has room for it on one line, else the knobs under the
+    table (identical ones grouped), then the legend of the codes shown."""
+    knobs = {cand["rank"]: ", ".join(knob_codes(cand)) for cand in d["candidates"]}
+    plain = _candidate_table(d, None)
+    need = c.measure(plain).maximum + max((len(k) for k in knobs.values()), default=0) + 3
+    if need <= c.width:
+        c.print(_candidate_table(d, knobs))
+    else:
+        c.print(plain)
+        groups: dict[str, list[int]] = {}
+        for rank, k in knobs.items():
+            groups.setdefault(k or "none", []).append(rank)
+        for k, ranks in groups.items():
+            c.print(Padding(f"knobs #{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)), highlight=False, markup=False)
+    codes = [x for cand in d["candidates"] for x in (knob_codes(cand) or ["none"])]
+    if codes:
+        c.print(f"legend: {legend(codes)}", style="dim", highlight=False, markup=False)
+
+
+def _why_first(c, d: dict, verbose: bool = False) -> None:
+    """Where #1's step goes, why it wins (brief by default, every reason with ``verbose``, then the
+    runner-ups), its useful tokens, known bias, the error band once and the time to train."""
 
     w = d["candidates"][0]
+    c.print(f"[bold]#1[/] {breakdown_line(w['throughput'])}", highlight=False)
     c.print("[bold]why #1[/]")
-    for line in w["explanation"]:
+    lines = w["explanation"] if verbose or not w.get("explanation_brief") else w["explanation_brief"]
+    for line in lines:
         c.print(Padding(f"• {line}", (0, 0, 0, 2)), highlight=False)
     for line in w.get("warnings", []):
-        c.print(Padding(f"[yellow]check warns[/]: {line}", (0, 0, 0, 2)), highlight=False)
-    for cand in d["candidates"][1:3]:
-        for line in cand["explanation"]:
-            c.print(f"  {line}", highlight=False)
+        c.print(Padding(f"[yellow]check warns[/]: {escape(line)}", (0, 0, 0, 2)), highlight=False)
+    if verbose:
+        for cand in d["candidates"][1:3]:
+            for line in cand["explanation"]:
+                c.print(Padding(line, (0, 0, 0, 2)), highlight=False)
     u = w["throughput"].get("useful_tokens_per_s_per_gpu")
     if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
         c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
     v = w["throughput"]["validity"]
     if v.get("bias_note"):
-        c.print(f"[yellow]known bias[/] of #1: {v['bias_note']}", highlight=False)
-    if not v.get("validated"):
-        c.print(
-            f"[yellow]extrapolated[/]: expected error ±{v['error_band_pct']:.0f} % or worse — "
-            + "; ".join(v.get("outside", [])),
-            highlight=False,
-        )
+        c.print(f"[yellow]known bias[/] of #1: {escape(v['bias_note'])}", highlight=False)
+    style = "" if v.get("validated") else "yellow"
+    c.print(band_line(v), style=style, highlight=False, markup=False)
+    if verbose and v.get("outside"):
+        c.print(Padding("; ".join(v["outside"]), (0, 0, 0, 2)), style="dim", highlight=False, markup=False)
     if "time_to_train_s" in w:
         c.print(f"time to train: {w['time_to_train_s'] / 86400:.2f} days")
 
 
-def _baselines(c, d: dict) -> None:
-    """The rule-of-thumb baseline, the guidance family at this size, and the rejection tally."""
-    b = d["baseline"]
-    rot = b["rule_of_thumb"]
+def _rule_of_thumb(c, d: dict) -> None:
+    rot = d["baseline"]["rule_of_thumb"]
     if rot.get("candidate"):
         rc = rot["candidate"]
+        where = f"rank {rc['rank']}" if rc["rank"] is not None else "a search of its own"
+        gain = rot.get("search_gain_pct")
         c.print(
-            f"[bold]baseline[/] {rot['rule']}: best such layout {rc['label']} "
-            f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {rc['memory']['peak_gib']:.1f} GiB "
-            + (f"(rank {rc['rank']})" if rc["rank"] is not None else f"({rot.get('note', 'outside the list')})")
-            + f"; the search gains {rot['search_gain_pct']:+.1f} %",
+            f"[bold]rule of thumb[/] {rot['rule']}: best such layout {rc['label']}, "
+            f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {rc['memory']['peak_gib']:.1f} GiB ({where})"
+            + (f"; #1 is {gain:+.1f} %" if gain is not None else ""),
             highlight=False,
         )
     else:
-        c.print(f"[bold]baseline[/] {rot['rule']}: {rot.get('why_not')}", highlight=False)
-    fam = b.get("family")
+        c.print(f"[bold]rule of thumb[/] {rot['rule']}: {escape(str(rot.get('why_not')))}", highlight=False)
+
+
+def _published(c, pub: dict) -> None:
+    """The published run at the request's size: measured figure first, then the model's prediction
+    for it and how far #1's prediction is from that one against the error band."""
+    meas = pub["measured_tokens_per_s_per_gpu"]
+    text = (
+        f"published (Megatron Bridge {pub['release']}, GBS {pub['global_batch_size']}, as benchmarked): "
+        f"{pub['label']}, measured {meas:,.0f} tok/s/GPU"
+    )
+    pred = pub.get("predicted_tokens_per_s_per_gpu")
+    if pred is not None:
+        text += f"; predicted {pred:,.0f} ({pub['prediction_error_pct']:+.1f} %)"
+    gap, band = pub.get("first_vs_published_pct"), pub.get("error_band_pct")
+    if gap is not None and band is not None:
+        verdict = "within the error band: measure both" if abs(gap) < band else "beyond the error band"
+        text += f"; #1 is predicted {gap:+.1f} % against it, {verdict} (±{band:.0f} %)"
+    c.print(text, highlight=False, markup=False)
+    diff = [x for x in pub.get("first_differs", []) if not x.startswith("moe_router_force_load_balancing")]
+    if diff:
+        c.print(
+            Padding("#1 runs differently: " + "; ".join(diff), (0, 0, 0, 2)),
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _family(c, fam: dict, verbose: bool) -> None:
+    """The guidance's layout family at the request's size: as written, then as completed."""
+    errs = fam["check"]["errors"]
+    th = fam.get("throughput")
+    ids = [e.split(":", 1)[0] for e in errs]
+    broke = (
+        ("breaks " + "; ".join(errs) if verbose else f"breaks {len(errs)} rule(s): {', '.join(ids)}")
+        if errs
+        else "legal"
+    )
+    c.print(
+        f"[bold]guidance family[/] {fam['recipe']} at this size, as written: {broke}"
+        + (f"; {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
+        + (f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
+        + (f"; #1 is {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
+        highlight=False,
+    )
+    if fam.get("first_differs"):
+        c.print(
+            Padding("#1 runs differently: " + "; ".join(fam["first_differs"]), (0, 0, 0, 2)),
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
+    done = fam.get("completed")
+    if done:
+        c.print(
+            Padding(
+                f"completed (its sizes held, unstated keys searched): {done['label']}, "
+                f"{done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {done['peak_gib']:.1f} GiB",
+                (0, 0, 0, 2),
+            ),
+            highlight=False,
+            markup=False,
+        )
+
+
+def _tally(c, d: dict, verbose: bool) -> None:
+    """What was considered and why the rest was rejected, each reason in words."""
+    if not d["rejected"]:
+        return
+    shown = d["rejected"] if verbose else d["rejected"][:2]
+    parts = [f"{r['count']} {r.get('meaning') or r['reason']} ({r['reason']})" for r in shown]
+    if len(d["rejected"]) > len(shown):
+        parts.append(f"{sum(r['count'] for r in d['rejected'][len(shown) :])} more (--verbose)")
+    c.print(
+        f"{d['considered_layouts']} layouts considered, {d['fitting_layouts']} fit, "
+        f"{d['refined_variants']} refinement variants of the best; rejected: " + "; ".join(parts),
+        highlight=False,
+        markup=False,
+    )
+
+
+def _published_layouts(c, d: dict, verbose: bool = False) -> None:
+    """NVIDIA's layouts at the request's size, beside #1: the published run (measured figure first)
+    and the guidance family (as written, how #1 differs, as completed); a line saying so when there
+    is neither."""
+    pub, fam = d["baseline"].get("published"), d["baseline"].get("family")
+    if pub:
+        _published(c, pub)
     if fam:
-        errs = fam["check"]["errors"]
-        th = fam.get("throughput")
+        _family(c, fam, verbose)
+    if not pub and not fam:
         c.print(
-            f"[bold]guidance family[/] {fam['recipe']} at this size: "
-            + (f"breaks {len(errs)} rule(s): " + "; ".join(errs) if errs else "legal")
-            + (f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
-            + (f", {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
-            + (f"; the search gains {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
+            "published: no NVIDIA layout for this model, GPU, size and precision (moeplan recipes lists them)",
+            style="dim",
             highlight=False,
+            markup=False,
         )
-        done = fam.get("completed")
-        if done:
-            c.print(
-                f"  as the source leaves it (unstated keys at their defaults) it does not run; with its sizes held "
-                f"and the rest searched: {done['label']}, {done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
-                f"{done['peak_gib']:.1f} GiB",
-                highlight=False,
-            )
-    if d["rejected"]:
-        c.print(
-            f"{d['considered_layouts']} layouts considered: {d['fitting_layouts']} fit, rejected "
-            + ", ".join(f"{r['reason']} {r['count']}" for r in d["rejected"])
-            + f"; then {d['refined_variants']} refinement variants of the best",
-            highlight=False,
-        )
+
+
+def _baselines(c, d: dict, verbose: bool = False) -> None:
+    """The rule-of-thumb baseline and the rejection tally."""
+    _rule_of_thumb(c, d)
+    _tally(c, d, verbose)
 
 
 def _fsdp_vs_3d(c, fv: dict) -> None:
@@ -188,38 +257,94 @@ def _plan_footer(c, d: dict) -> None:
         # a workload measured at another sequence length is rescaled: say so (estimate does too)
         for a in d["candidates"][0]["throughput"].get("assumptions", []):
             if a.startswith("workload"):
-                c.print(f"[dim]assumed for #1: {a}[/]", highlight=False)
+                c.print(f"assumed for #1: {a}", style="dim", highlight=False, markup=False)
     for n in d.get("notes", []):
-        c.print(f"[bold yellow]note[/]: {n}", highlight=False)
-    for a in d["assumptions"]:
-        c.print(f"[dim]assumed: {a}[/]", highlight=False)
+        c.print(f"[bold yellow]note[/]: {escape(n)}", highlight=False)
     # the software level every candidate's step time was scaled by (the same for all of them)
     top = (d.get("candidates") or [{}])[0].get("throughput") or {}
-    for a in top.get("assumptions", []):
-        if "container" in a:
-            c.print(f"[dim]assumed: {a}[/]", highlight=False)
+    more = [a for a in top.get("assumptions", []) if "container" in a]
+    for a in [*d["assumptions"], *more]:
+        c.print(f"assumed: {a}", style="dim", highlight=False, markup=False)
     if d.get("report"):
-        c.print(f"report written to {d['report']}")
+        c.print(f"report written to {d['report']}", highlight=False, markup=False)
     if d.get("saved"):
-        c.print(f"#1 saved as {d['saved']}: moeplan check / estimate / export take it")
+        c.print(f"#1 saved as {d['saved']}: moeplan check / estimate / export take it", highlight=False, markup=False)
 
 
-def render_plan(d: dict) -> None:
-    """A plan document (:func:`moeplan.api.plan_report`): the request, the ranked candidates, why #1
-    wins, the baselines, FSDP vs 3D for a VLM, notes and assumptions."""
+def render_plan(d: dict, verbose: bool = False) -> None:
+    """A plan document (:func:`moeplan.api.plan_report`): the request and its assumptions, the ranked
+    candidates, NVIDIA's published layouts at this size beside them, where #1's step goes and why it
+    wins, the baselines, FSDP vs 3D
+    for a VLM, notes and assumptions (``verbose``: every reason, the runner-ups, the error band's
+    sources, every rejection reason)."""
     c = console()
-    _plan_header(c, d)
+    _plan_header(c, d, verbose)
     if d["candidates"]:
         _candidates_table(c, d)
-        _why_first(c, d)
-    _baselines(c, d)
+    _published_layouts(c, d, verbose)
+    if d["candidates"]:
+        _why_first(c, d, verbose)
+    _baselines(c, d, verbose)
     if d.get("fsdp_vs_3d"):
         _fsdp_vs_3d(c, d["fsdp_vs_3d"])
     _plan_footer(c, d)
 
 
-def render_fit(d: dict) -> None:
-    """A fit document (:func:`moeplan.api.fit_report`): the current peak, the changes that make it fit, the rest."""
+def _fit_table(d: dict) -> Table:
+    """The changes that fit: change (numerics changes marked), peak, saved, step-time cost, tok/s/GPU."""
+    title = (
+        "changes that save memory, least step-time cost first"
+        if d["fits_already"]
+        else "changes that make it fit, least step-time cost first"
+    )
+    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("change", overflow="fold", ratio=1)
+    for col in ("GiB", "saves", "step", "tok/s/GPU"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for i, f in enumerate(d["fixes"], start=1):
+        mark = " [numerics]" if f.get("changes_numerics") else ""
+        t.add_row(
+            str(i),
+            f["change"] + mark,
+            f"{f['peak_gib']:.1f}",
+            f"{f['saved_gib']:.1f}",
+            "–" if f["step_time_change_pct"] is None else f"{f['step_time_change_pct']:+.1f}%",
+            "–" if f["tokens_per_s_per_gpu"] is None else f"{f['tokens_per_s_per_gpu']:,.0f}",
+        )
+    return t
+
+
+def _fit_rest(c, d: dict, verbose: bool) -> None:
+    """Every other change tried: the other fixes, those not enough, those raising the peak, those a
+    rule rejects (with the rule's message)."""
+
+    def cost(f: dict) -> str:
+        pct = f.get("step_time_change_pct")
+        return f"{f['peak_gib']:.1f} GiB" + (f", {pct:+.1f} %" if pct is not None else "")
+
+    groups = [
+        ("also fits", d.get("more_fixes") or []),
+        ("not enough alone", [f for f in d["not_enough"] if f["saved_gib"] > 0]),
+        ("raise the peak", [f for f in d["not_enough"] if f["saved_gib"] <= 0]),
+    ]
+    for title, rows in groups:
+        if rows:
+            text = ", ".join(
+                f"{f['change']}{' [numerics]' if f.get('changes_numerics') else ''} ({cost(f)})" for f in rows
+            )
+            c.print(f"{title}: {text}", highlight=False, markup=False)
+    rej = d["rejected"]
+    if rej:
+        shown = rej if verbose else rej[:6]
+        text = "; ".join(f"{r['change']} ({r['rule_id']}: {r['message']})" for r in shown)
+        more = f"; and {len(rej) - len(shown)} more (--verbose)" if len(rej) > len(shown) else ""
+        c.print(f"rejected by a rule: {text}{more}", style="dim", highlight=False, markup=False)
+
+
+def render_fit(d: dict, verbose: bool = False) -> None:
+    """A fit document (:func:`moeplan.api.fit_report`): the current peak and the assumptions, the
+    changes that make it fit, and every other change tried; the fix saved."""
 
     c = console()
     c.print(
@@ -227,109 +352,149 @@ def render_fit(d: dict) -> None:
         f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
+    if d.get("assumes"):
+        c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
     if d.get("applied_first"):
-        c.print(f"[yellow]applied first[/]: {d['applied_first']}", highlight=False)
+        c.print(f"[yellow]applied first[/]: {escape(d['applied_first'])}", highlight=False)
     for e in d.get("check_errors", []):
-        c.print(f"[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)", highlight=False)
+        c.print(f"[bold red]the layout breaks a rule[/]: {escape(e)} (moeplan check gives the fix)", highlight=False)
     if d["fixes"]:
-        title = (
-            "changes that save memory, least step-time cost first"
-            if d["fits_already"]
-            else "changes that make it fit, least step-time cost first"
-        )
-        t = Table(title=title, width=100)
-        for col in ("#", "change", "peak GiB", "saves GiB", "step time", "tok/s/GPU"):
-            t.add_column(col, justify="left" if col == "change" else "right", overflow="fold")
-        for i, f in enumerate(d["fixes"], start=1):
-            t.add_row(
-                str(i),
-                f["change"],
-                f"{f['peak_gib']:.1f}",
-                f"{f['saved_gib']:.1f}",
-                "–" if f["step_time_change_pct"] is None else f"{f['step_time_change_pct']:+.1f}%",
-                "–" if f["tokens_per_s_per_gpu"] is None else f"{f['tokens_per_s_per_gpu']:,.0f}",
+        c.print(_fit_table(d))
+        if any(f.get("changes_numerics") for f in d["fixes"]):
+            c.print(
+                "[numerics]: changes what is trained (precision), ranked after every layout change",
+                style="dim",
+                highlight=False,
+                markup=False,
             )
-        c.print(t)
         if all(f["step_time_change_pct"] is None for f in d["fixes"]):
             c.print(
-                "[dim]step time: not estimated while the current layout breaks a rule[/]"
+                "step time: not estimated while the current layout breaks a rule"
                 if d.get("check_errors")
-                else "[dim]step time: give a global batch size (--gbs) to rank the changes by their time cost[/]"
+                else "step time: give a global batch size (--gbs) to rank the changes by their time cost",
+                style="dim",
+                highlight=False,
+                markup=False,
             )
     elif not d["fits_already"]:
         c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
     if d.get("replanned"):
         c.print("no single change or pair of changes fits: the planner's best layout at this size is shown")
-    less = [f for f in d["not_enough"] if f["saved_gib"] > 0]
-    more = [f for f in d["not_enough"] if f["saved_gib"] <= 0]
-    if less:
+    _fit_rest(c, d, verbose)
+    c.print(f"{d.get('tried', 0)} changes tried, each checked by every rule", style="dim", highlight=False)
+    for n in d.get("notes", []):
+        c.print(f"[bold yellow]note[/]: {escape(n)}", highlight=False)
+    if d.get("saved"):
+        s = d["saved"]
         c.print(
-            "legal but not enough alone: " + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in less),
+            f"fix #{s['rank']} ({s['change']}) saved as {s['path']}: moeplan check / estimate / export take it",
             highlight=False,
-        )
-    if more:
-        c.print(
-            "legal but raise the peak: " + ", ".join(f"{f['change']} ({f['peak_gib']:.1f} GiB)" for f in more),
-            highlight=False,
-        )
-    if d["rejected"]:
-        c.print(
-            "[dim]rejected by a rule: "
-            + "; ".join(f"{r['change']} ({r['rule_id']})" for r in d["rejected"][:6])
-            + (f"; and {len(d['rejected']) - 6} more (--json)" if len(d["rejected"]) > 6 else "")
-            + "[/]",
-            highlight=False,
+            markup=False,
         )
 
 
-def render_recipes(rows: list[dict]) -> None:
-    """The built-in starting points (:func:`moeplan.api.recipes_report` rows), two lines each."""
+def _recipe_head(c, r: dict) -> None:
+    sc = r["scenario"]
+    n = sc["system"].get("num_gpus")
+    seq = sc.get("training", {}).get("seq_length")
+    c.print(
+        f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "
+        f"{n or '?'} × {sc['system'].get('gpu')}, seq {f'{seq:,}' if seq else 'not given'}",
+        highlight=False,
+    )
+
+
+def _as_published(c, r: dict, verbose: bool) -> None:
+    """The layout as the source writes it: its sizes, verdict, memory, step time, each broken rule
+    with its message."""
+    lay = r["scenario"].get("layout", {})
+    short = " ".join(
+        f"{k}{lay[key]}"
+        for k, key in (
+            ("TP", "tensor_model_parallel_size"),
+            ("PP", "pipeline_model_parallel_size"),
+            ("VPP", "virtual_pipeline_model_parallel_size"),
+            ("CP", "context_parallel_size"),
+            ("EP", "expert_model_parallel_size"),
+        )
+        if lay.get(key) is not None
+    )
+    chk = r["check"]
+    style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
+    mem, th = r.get("memory"), r.get("throughput")
+    figs = []
+    if mem:
+        figs.append(f"{mem['peak_gib']:.1f} GiB {mem['verdict']}")
+    if th:
+        figs.append(f"{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %")
+    if chk["rule_ids"] == ["input"]:
+        c.print(Padding(f"[{style}]not evaluated[/]: {escape(chk['errors'][0]['message'])}", (0, 0, 0, 2)))
+        return
+    c.print(
+        Padding(
+            f"as published: {short or 'no sizes'} — [{style}]{chk['verdict']}[/]"
+            + ("; " if figs else "")
+            + "; ".join(figs),
+            (0, 0, 0, 2),
+        ),
+        highlight=False,
+    )
+    for e in chk["errors"]:
+        c.print(Padding(f"{e['rule_id']}: {e['message']}", (0, 0, 0, 4)), style="red", highlight=False, markup=False)
+    if verbose:
+        for note in r.get("notes", []):
+            c.print(Padding(f"note: {note}", (0, 0, 0, 4)), style="dim", highlight=False, markup=False)
+
+
+def _completed(c, r: dict, verbose: bool) -> None:
+    """The layout as completed (what it needs to run), with its memory and step time."""
+    if "completed" not in r:
+        return
+    done = r["completed"]
+    if done is None:
+        c.print(
+            Padding("completed: not possible (no GPU count given, or nothing fits with its sizes)", (0, 0, 0, 2)),
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
+        return
+    c.print(
+        Padding(
+            f"completed: {done['label']} — {done['peak_gib']:.1f}/{done['capacity_gib']:.0f} GiB, "
+            f"{done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {done['model_tflops_per_gpu']:,.0f} TFLOP/s/GPU",
+            (0, 0, 0, 2),
+        ),
+        style="green",
+        highlight=False,
+        markup=False,
+    )
+    needs = done["needs"] if verbose else [n for n in done["needs"] if "pipeline_model_parallel_layout" not in n]
+    lines = [f"needs: {'; '.join(needs) or 'nothing more'} (held: {done['held']})"]
+    if verbose:
+        lines.append("recipe training settings: " + "; ".join(done.get("settings") or []))
+        lines += [f"assumed: {a}" for a in done.get("assumed", [])]
+    for line in lines:
+        c.print(Padding(line, (0, 0, 0, 4)), highlight=False, markup=False)
+
+
+def render_recipes(rows: list[dict], verbose: bool = False) -> None:
+    """The built-in starting points (:func:`moeplan.api.recipes_report` rows): each as published
+    (verdict, every broken rule with its message, memory, step time) and, where it does not run as
+    written, as completed (what it needs, its memory and step time)."""
     c = console()
     c.print(f"[bold]{len(rows)} built-in starting points[/] (checked by every rule; memory per GPU at their size)")
     for r in rows:
-        sc = r["scenario"]
-        lay = sc.get("layout", {})
-        short = " ".join(
-            f"{k}{lay[key]}"
-            for k, key in (
-                ("TP", "tensor_model_parallel_size"),
-                ("PP", "pipeline_model_parallel_size"),
-                ("VPP", "virtual_pipeline_model_parallel_size"),
-                ("CP", "context_parallel_size"),
-                ("EP", "expert_model_parallel_size"),
-            )
-            if lay.get(key) is not None
-        )
-        chk = r["check"]
-        style = {"valid": "green", "invalid": "red", "unsupported": "red"}.get(chk["verdict"], "yellow")
-        mem = r.get("memory")
-        if mem:
-            mem_s = f"{mem['peak_gib']:.1f} GiB {mem['verdict']}"
-        elif chk["rule_ids"] == ["input"]:
-            mem_s = "memory: not estimated"
-        else:
-            mem_s = "memory: needs seq_length / GPU count"
-        th = r.get("throughput")
-        if th:
-            mem_s += f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %"
-        n = sc["system"].get("num_gpus")
-        c.print(
-            f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "
-            f"{n or '?'} × {sc['system'].get('gpu')}, seq {sc.get('training', {}).get('seq_length', '?')}: {short}",
-            highlight=False,
-        )
-        if chk["rule_ids"] == ["input"]:
-            line = f"    [{style}]not evaluated[/] — {escape(chk['errors'][0]['message'])}"
-        else:
-            line = f"    [{style}]{chk['verdict']}[/]" + (
-                f" — breaks {', '.join(chk['rule_ids'])}" if chk["rule_ids"] else ""
-            )
-        c.print(line + f"; {mem_s}", highlight=False)
-        # what the source leaves out explains rows that look broken (e.g. no EP below 128K)
-        for note in r.get("notes", []):
-            if "not given" in note:
-                c.print(f"    note: {note}", style="dim", highlight=False, markup=False)
-    c.print("[dim]messages and fixes: --json; each as a scenario YAML: --write DIR[/]")
+        _recipe_head(c, r)
+        _as_published(c, r, verbose)
+        _completed(c, r, verbose)
+    c.print(
+        "guidance layouts are completed with the recipes' training settings (--verbose lists them and what the "
+        "source leaves out); each as a scenario YAML: --write DIR; --json for every field",
+        style="dim",
+        highlight=False,
+        markup=False,
+    )
 
 
 def render_sweep(target: str | None, d: dict) -> None:

@@ -1,0 +1,139 @@
+"""The assumptions that move a verdict, stated once per output: the dtype gradients are reduced in,
+the optimizer's dtypes, the routing imbalance of MoE layers, which recipe fill was applied, and any
+benchmark-only setting in effect (forced load balancing, the NaN check off).
+
+``estimate``, ``plan`` and ``fit`` carry :func:`verdict_assumptions` in their JSON (``assumes``) and
+print it as one line of their header. Each item says where its value came from:
+``stated`` (the scenario or a flag), ``recipe`` (a ``recipe_defaults`` fill), ``default`` (Megatron's
+or Bridge's default, or moeplan's planning margin) — a NVIDIA recipe that reduces gradients in BF16
+and a default that reduces them in FP32 differ by gigabytes per GPU, and the reader should see which
+one a verdict used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from moeplan.spec.numerics import DEFAULT_ROUTING_IMBALANCE, grad_bytes, routing
+from moeplan.spec.provenance import BENCHMARK_ONLY, is_benchmark_only
+from moeplan.spec.resolved import Scenario
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One assumption that moves a verdict.
+
+    Attributes:
+        what: ``grad_reduce``, ``optimizer``, ``routing``, ``recipe`` or ``benchmark``.
+        text: the short phrase printed (e.g. ``grads reduced in FP32``).
+        source: ``stated``, ``recipe`` or ``default``.
+        hint: how to change it, or what NVIDIA's recipes use (None when nothing to add).
+    """
+
+    what: str
+    text: str
+    source: str
+    hint: str | None = None
+
+    def to_dict(self) -> dict:
+        """Plain mapping (JSON-ready)."""
+        return asdict(self)
+
+
+def _source(s: Scenario, *keys: str) -> str:
+    """``stated`` when the user gave any of ``keys``, ``recipe`` when a recipe filled one, else ``default``."""
+    if any(k in s.stated for k in keys):
+        return "stated"
+    if s.recipe is not None and s.recipe.filled_keys() & set(keys):
+        return "recipe"
+    return "default"
+
+
+def _grad(s: Scenario) -> Assumption:
+    fp32 = grad_bytes(s) == 4.0
+    src = _source(s, "grad_reduce_in_fp32", "main_grads_dtype")
+    hint = "NVIDIA's perf recipes reduce in BF16: --set layout.grad_reduce_in_fp32=false" if fp32 and src == "default" else None
+    return Assumption("grad_reduce", f"grads reduced in {'FP32' if fp32 else 'BF16'}", src, hint)
+
+
+def _optimizer(s: Scenario) -> Assumption:
+    lay = s.layout
+    src = _source(s, "use_precision_aware_optimizer", "exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype")
+    if not lay.use_precision_aware_optimizer:
+        hint = (
+            "--set layout.use_precision_aware_optimizer=true with exp_avg_dtype/exp_avg_sq_dtype=bf16 halves the moments"
+            if src == "default"
+            else None
+        )
+        return Assumption("optimizer", "Adam state in FP32", src, hint)
+    moments = {lay.exp_avg_dtype or "fp32", lay.exp_avg_sq_dtype or "fp32"}
+    m = "/".join(sorted(x.upper() for x in moments))
+    return Assumption("optimizer", f"precision-aware optimizer, moments {m}", src)
+
+
+def _routing(s: Scenario) -> Assumption | None:
+    if s.model is None or not s.model.is_moe:
+        return None
+    r = routing(s)
+    if r.source == "forced_balance":
+        return Assumption("routing", "routing forced balanced (1.0×, a benchmark setting)", _source(s, "moe_router_force_load_balancing"))
+    if r.source == "imbalance":
+        src = "stated" if r.imbalance_stated else "default"
+        hint = (
+            "a planning margin: assumptions.routing_imbalance_factor (1.0 = perfectly balanced)"
+            if not r.imbalance_stated and r.factor == DEFAULT_ROUTING_IMBALANCE
+            else None
+        )
+        return Assumption("routing", f"routing imbalance {r.factor:g}×", src, hint)
+    names = {"capacity": "capacity factor", "drop_and_pad": "drop-and-pad capacity", "rank_budget": "rank budget"}
+    return Assumption("routing", f"routed tokens capped at {r.factor:g}× ({names.get(r.source, r.source)})", "stated")
+
+
+def _recipe(s: Scenario) -> Assumption:
+    name = s.input.recipe_defaults
+    if name == "none" or s.recipe is None:
+        return Assumption("recipe", "no recipe fills", "default")
+    row = s.recipe.row.id if s.recipe.row is not None and s.recipe.row_filled else "no matching row, shared helpers"
+    if s.recipe.benchmark:
+        return Assumption("recipe", f"recipe fills as benchmarked ({row})", "stated")
+    return Assumption("recipe", f"recipe training fills ({row})", "stated")
+
+
+def benchmark_settings(s: Scenario) -> list[dict]:
+    """Benchmark-only settings in effect (:data:`~moeplan.spec.provenance.BENCHMARK_ONLY`), each
+    ``{key, value, how (stated | recipe fill), why}``; the NaN check off is not counted where a
+    full-iteration CUDA graph needs it."""
+    out = []
+    for key, (value, why) in BENCHMARK_ONLY.items():
+        have = getattr(s.layout, key, None)
+        if not is_benchmark_only(key, have):
+            continue
+        if key == "check_for_nan_in_loss" and s.layout.cuda_graph_impl == "full_iteration":
+            continue
+        how = "stated" if key in s.stated else "recipe fill"
+        out.append({"key": key, "value": value, "how": how, "why": why})
+    return out
+
+
+def verdict_assumptions(s: Scenario) -> list[Assumption]:
+    """The assumptions that move this scenario's memory and time verdicts (see the module docstring)."""
+    out = [_grad(s), _optimizer(s)]
+    r = _routing(s)
+    if r is not None:
+        out.append(r)
+    out.append(_recipe(s))
+    bench = benchmark_settings(s)
+    if bench:
+        keys = ", ".join(f"{b['key']}={str(b['value']).lower()}" for b in bench)
+        out.append(
+            Assumption(
+                "benchmark",
+                f"benchmark-only settings in effect ({keys}): not for a training run",
+                "stated" if all(b["how"] == "stated" for b in bench) else "recipe",
+                "recipe_defaults: mbridge-perf fills the recipe's training settings without them",
+            )
+        )
+    return out
+
+
+__all__ = ["Assumption", "benchmark_settings", "verdict_assumptions"]
