@@ -114,7 +114,7 @@ def _load_raw(hf_id: str) -> dict:
 
 def load_config_file(path: str | Path) -> dict:
     """Read a user ``config.json`` (strict JSON under the input policy: bounded size and nesting, no
-    duplicate keys, no NaN).
+    duplicate keys; ``Infinity`` and ``NaN`` read as floats, as Hugging Face writes them).
 
     Raises:
         InputError: missing file or invalid JSON.
@@ -122,7 +122,7 @@ def load_config_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError("model", str(path), "a built-in model name or an existing config.json path")
-    data = load_json_file(p, "model")
+    data = load_json_file(p, "model", constants=True)
     if not isinstance(data, dict):
         raise InputError("model", str(path), "a JSON object (a Hugging Face config.json)")
     return data

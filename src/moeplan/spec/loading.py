@@ -150,8 +150,11 @@ def _json_int(text: str) -> int:
     return int(text)
 
 
-def load_json_text(text: str, field: str, where: str, limit: int | None = None) -> object:
-    """Parse JSON strictly: duplicate keys, ``NaN`` / ``Infinity`` and numbers beyond a float
+def load_json_text(
+    text: str, field: str, where: str, limit: int | None = None, *, constants: bool = False
+) -> object:
+    """Parse JSON strictly: duplicate keys, ``NaN`` / ``Infinity`` (unless ``constants``: Hugging Face
+    writes ``Infinity`` into configs, e.g. Mamba's ``time_step_limit``) and numbers beyond a float
     refused, nesting bounded (:data:`~moeplan.spec.policy.MAX_DEPTH`), at most ``limit`` characters
     (default :data:`~moeplan.spec.policy.MAX_JSON_BYTES`). Linear in the size.
 
@@ -165,7 +168,7 @@ def load_json_text(text: str, field: str, where: str, limit: int | None = None) 
         data = json.loads(
             text,
             object_pairs_hook=_json_pairs,
-            parse_constant=_json_constant,
+            parse_constant=float if constants else _json_constant,
             parse_float=_json_float,
             parse_int=_json_int,
         )
@@ -199,13 +202,14 @@ def load_yaml_file(path: str | Path, field: str) -> object:
     return load_yaml_text(read_text(path, field, MAX_YAML_BYTES), field, str(path))
 
 
-def load_json_file(path: str | Path, field: str) -> object:
-    """Read a JSON document from a regular file under the input policy.
+def load_json_file(path: str | Path, field: str, *, constants: bool = False) -> object:
+    """Read a JSON document from a regular file under the input policy (``constants``: see
+    :func:`load_json_text`).
 
     Raises:
         InputError: missing or not a regular file, too long, not UTF-8, not strict JSON.
     """
-    return load_json_text(read_text(path, field, MAX_JSON_BYTES), field, str(path))
+    return load_json_text(read_text(path, field, MAX_JSON_BYTES), field, str(path), constants=constants)
 
 
 def load_scenario_file(path: str | Path) -> dict:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.spec.hf_families import refuse_unmodelled
 from moeplan.spec.policy import bad_char
 
 AttentionKind = Literal["full", "sliding", "chunked", "linear"]
@@ -454,31 +455,68 @@ def _get(cfg: dict, *keys: str, default: Any = None) -> Any:
     return default
 
 
+def _layer_flags(cfg: dict, key: str, num_layers: int, true_value: Any) -> tuple[bool, ...]:
+    """A per-layer list (``moe_layer_freq`` as a list, ``mlp_layer_types``) as flags, one per layer.
+
+    Raises:
+        InputError: when the list does not have one entry per layer.
+    """
+    seq = cfg[key]
+    if not isinstance(seq, list) or len(seq) != num_layers:
+        raise InputError(
+            f"config.json:{key}",
+            seq if not isinstance(seq, list) else f"{len(seq)} entries",
+            f"a list with one entry per layer ({num_layers})",
+        )
+    return tuple(v == true_value for v in seq)
+
+
+def _int_list(cfg: dict, key: str) -> set[int]:
+    """A list of layer ids (``mlp_only_layers``, Llama 4's ``moe_layers``) as a set.
+
+    Raises:
+        InputError: when it is not a list of integers.
+    """
+    seq = cfg.get(key) or []
+    if not isinstance(seq, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in seq):
+        raise InputError(f"config.json:{key}", seq, "a list of layer ids (integers)")
+    return set(seq)
+
+
 def _moe_layer_pattern(cfg: dict, model_type: str, num_layers: int, num_experts: int | None) -> tuple[bool, ...]:
-    """Which decoder layers are MoE, per family (HF modelling code conventions)."""
+    """Which decoder layers are MoE, per family (HF modelling code conventions): GLM-5's
+    ``mlp_layer_types`` (dense / sparse), a per-layer ``moe_layer_freq`` list (Megatron's convention,
+    1 = MoE), DeepSeek's ``first_k_dense_replace`` and ``moe_layer_freq``, Llama 4's interleave step,
+    Qwen's ``mlp_only_layers`` and ``decoder_sparse_step``."""
     if not num_experts:
         return tuple(False for _ in range(num_layers))
+    if cfg.get("mlp_layer_types") is not None:
+        return _layer_flags(cfg, "mlp_layer_types", num_layers, "sparse")
+    if isinstance(cfg.get("moe_layer_freq"), list):
+        return _layer_flags(cfg, "moe_layer_freq", num_layers, 1)
     if "first_k_dense_replace" in cfg:  # DeepSeek-V2/V3, Kimi-K2, GLM-4.5
-        k = int(cfg["first_k_dense_replace"])
-        freq = int(cfg.get("moe_layer_freq", 1) or 1)
+        k = _optional_int(cfg, "first_k_dense_replace") or 0
+        freq = _optional_int(cfg, "moe_layer_freq") or 1
         return tuple(i >= k and i % freq == 0 for i in range(num_layers))
     if model_type.startswith("llama4"):
-        step = int(cfg.get("interleave_moe_layer_step", 1) or 1)
-        moe_ids = cfg.get("moe_layers")
-        if moe_ids is not None:
-            return tuple(i in set(moe_ids) for i in range(num_layers))
+        step = _optional_int(cfg, "interleave_moe_layer_step") or 1
+        if cfg.get("moe_layers") is not None:
+            ids = _int_list(cfg, "moe_layers")
+            return tuple(i in ids for i in range(num_layers))
         return tuple((i + 1) % step == 0 for i in range(num_layers))
-    only = set(cfg.get("mlp_only_layers") or [])
-    step = int(cfg.get("decoder_sparse_step", 1) or 1)
+    only = _int_list(cfg, "mlp_only_layers")
+    step = _optional_int(cfg, "decoder_sparse_step") or 1
     return tuple(i not in only and (i + 1) % step == 0 for i in range(num_layers))
 
 
 def _attention_kinds(cfg: dict, model_type: str, num_layers: int) -> tuple[str, ...]:
     types = cfg.get("layer_types")
     if types:
+        if len(types) < num_layers:  # a list (hf_families checked its kinds)
+            raise InputError("config.json:layer_types", f"{len(types)} entries", f"one per layer ({num_layers})")
         mapping = {"linear_attention": "linear", "full_attention": "full", "sliding_attention": "sliding"}
         return tuple(mapping.get(t, "full") for t in types[:num_layers])
-    interval = cfg.get("full_attention_interval")
+    interval = _optional_int(cfg, "full_attention_interval")
     if interval and ("next" in model_type or "3_5" in model_type):
         return tuple("full" if (i + 1) % int(interval) == 0 else "linear" for i in range(num_layers))
     if model_type.startswith("llama4") and cfg.get("attention_chunk_size"):
@@ -541,6 +579,26 @@ _NON_NEGATIVE_INT_KEYS = (
     "intermediate_size",
     "kv_lora_rank",
     "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "intermediate_size_mlp",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "interleave_moe_layer_step",
+    "full_attention_interval",
+    "num_nextn_predict_layers",
+    "mtp_num_hidden_layers",
+    "sliding_window",
+    "attention_chunk_size",
+    "max_position_embeddings",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
 )
 
 
@@ -553,21 +611,35 @@ def _need(text: dict, *keys: str) -> int:
     v = _get(text, *keys)
     if v is None:
         raise InputError(f"config.json:{'/'.join(keys)}", None, "a value (required field missing)")
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise InputError(f"config.json:{'/'.join(keys)}", v, "a positive integer")
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CONFIG_INT:
+        raise InputError(f"config.json:{'/'.join(keys)}", v, f"a positive integer up to {MAX_CONFIG_INT}")
     return v
+
+
+#: the largest integer a config.json size may hold (2**31 - 1: far above any real width, and small
+#: enough that products of a few of them stay exact in the float arithmetic of the estimates)
+MAX_CONFIG_INT = 2**31 - 1
 
 
 def _check_integer_fields(text: dict) -> None:
     for key in _NON_NEGATIVE_INT_KEYS:
         val = text.get(key)
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
-            raise InputError(f"config.json:{key}", val, "a non-negative integer")
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= MAX_CONFIG_INT):
+            raise InputError(f"config.json:{key}", val, f"an integer from 0 to {MAX_CONFIG_INT}")
 
 
 def _optional_int(text: dict, *keys: str) -> int | None:
+    """An optional non-negative integer field (the first of ``keys`` given); None when absent or 0.
+
+    Raises:
+        InputError: naming the field when it is not an integer or is out of range.
+    """
     v = _get(text, *keys)
-    return int(v) if v else None
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_CONFIG_INT:
+        raise InputError(f"config.json:{'/'.join(keys)}", v, f"an integer from 0 to {MAX_CONFIG_INT}")
+    return v or None
 
 
 def _ffn_widths(text: dict, model_type: str, top_type: str) -> tuple[int | None, int | None]:
@@ -575,10 +647,10 @@ def _ffn_widths(text: dict, model_type: str, top_type: str) -> tuple[int | None,
     expert width (``intermediate_size_mlp`` the dense one); Mixtral's and gpt-oss's the expert width;
     elsewhere ``moe_intermediate_size`` and ``intermediate_size``."""
     if model_type.startswith("llama4") or top_type.startswith("llama4"):
-        expert = int(text["intermediate_size"])
-        return expert, int(_get(text, "intermediate_size_mlp", default=expert))
+        expert = _need(text, "intermediate_size")
+        return expert, _optional_int(text, "intermediate_size_mlp") or expert
     if top_type in ("mixtral", "gpt_oss") or model_type in ("mixtral", "gpt_oss"):
-        return int(text["intermediate_size"]), None
+        return _need(text, "intermediate_size"), None
     return _optional_int(text, "moe_intermediate_size"), _optional_int(text, "intermediate_size")
 
 
@@ -598,13 +670,24 @@ def _shared_experts(
 
 
 def _vision_of(top: dict, hidden: int) -> VisionSpec | None:
-    """The vision tower from ``vision_config``, or Llama 4's from the ``_supplement`` block."""
+    """The vision tower from ``vision_config``, or Llama 4's from the ``_supplement`` block.
+
+    Raises:
+        InputError: naming the vision field that is missing or not a number.
+    """
     vision_cfg = top.get("vision_config")
     from_supp = False
     if vision_cfg is None and isinstance(top.get("_supplement"), dict):
         vision_cfg = top["_supplement"].get("vision_config")
         from_supp = vision_cfg is not None
-    return _vision_from_config(vision_cfg, hidden, from_supp)
+    try:
+        return _vision_from_config(vision_cfg, hidden, from_supp)
+    except KeyError as exc:
+        raise InputError(
+            f"config.json:vision_config.{exc.args[0]}", None, "a value (the vision tower needs it)"
+        ) from None
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise InputError("config.json:vision_config", None, f"numbers where the tower has sizes ({exc})") from None
 
 
 def _attention_fields(text: dict, model_type: str, top_type: str, hidden: int, heads: int) -> dict[str, Any]:
@@ -612,8 +695,8 @@ def _attention_fields(text: dict, model_type: str, top_type: str, hidden: int, h
     output gate, biases, sinks (gpt-oss); per-layer kinds and Gated DeltaNet widths."""
     is_mla = bool(_get(text, "kv_lora_rank"))
     is_llama4 = model_type.startswith("llama4") or top_type.startswith("llama4")
-    kv_heads = int(_get(text, "num_key_value_heads", default=heads))
-    head_dim = int(_get(text, "head_dim", default=hidden // heads))
+    kv_heads = _optional_int(text, "num_key_value_heads") or heads
+    head_dim = _optional_int(text, "head_dim") or max(1, hidden // heads)
     bias = bool(_get(text, "attention_bias", default=False))
     return {
         "num_query_groups": kv_heads if not is_mla else heads,
@@ -680,12 +763,32 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
     ``_supplement`` block when the config body lacks it).
 
     Raises:
-        InputError: when a required field (hidden size, layers, heads, vocab) is missing, or the
-            config leaves the model incomplete (e.g. a dense model without an MLP width).
+        InputError: when a required field (hidden size, layers, heads, vocab) is missing or of the
+            wrong type, the config leaves the model incomplete (e.g. a dense model without an MLP
+            width), or it names a layer type or field moeplan does not model
+            (:func:`moeplan.spec.hf_families.refuse_unmodelled`): never a silently different model.
     """
-    top = config
-    text = dict(config.get("text_config") or config)
-    model_type = str(text.get("model_type") or top.get("model_type") or "")
+    text_config = config.get("text_config")
+    if text_config is not None and not isinstance(text_config, dict):
+        raise InputError(
+            "config.json:text_config", type(text_config).__name__, "a mapping (the language model's config)"
+        )
+    text = dict(text_config or config)
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    refuse_unmodelled(config, text, model_type)
+    try:
+        return _model_from_text(config, text, model_type, name, source)
+    except InputError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, OverflowError) as exc:
+        # the last resort for a malformed field the checks above did not name
+        raise InputError(
+            "config.json", name, f"a well-formed Hugging Face config.json ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: str) -> ModelSpec:
+    """:func:`model_from_hf_config` past the refusals: the mapping itself."""
     top_type = str(top.get("model_type") or model_type)
     _check_integer_fields(text)
     hidden = _need(text, "hidden_size", "d_model")
@@ -703,7 +806,7 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         hidden_size=hidden,
         num_attention_heads=heads,
         vocab_size=vocab,
-        max_position_embeddings=_get(text, "max_position_embeddings"),
+        max_position_embeddings=_optional_int(text, "max_position_embeddings"),
         untie_embeddings_and_output_weights=not bool(tie),
         gated_linear_unit=str(_get(text, "hidden_act", default="silu")) in ("silu", "swiglu", "gelu_glu"),
         # gpt-oss: clamped SwiGLU with x·σ(1.702x) (Megatron's GPT-OSS provider: quick-GELU gate)
@@ -712,7 +815,7 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         **_attention_fields(text, model_type, top_type, hidden, heads),
         **_moe_fields(text, model_type, top_type, num_layers),
         attention_kinds=_attention_kinds(text, model_type, num_layers),
-        mtp_num_layers=int(_get(text, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0),
+        mtp_num_layers=_optional_int(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
         vision=_vision_of(top, hidden),
         source=source,
         reconstructed=bool(top.get("_reconstructed", False)),
