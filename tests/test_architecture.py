@@ -20,6 +20,7 @@ LAYER = {
     "units": 0,
     "errors": 0,
     "catalog": 0,
+    "i18n": 0,
     "spec": 0,
     "rules": 1,
     "model": 1,

@@ -17,6 +17,34 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from moeplan import i18n
+
+#: the language of this command's tables (set by :func:`set_lang`; the JSON output never reads it)
+_STATE = {"lang": "en"}
+
+
+def set_lang(option: str | None) -> str:
+    """Set the language of the tables from ``--lang`` (or, when None, the locale environment);
+    returns it. Raises :class:`moeplan.errors.InputError` for a language that is not en or zh."""
+    _STATE["lang"] = i18n.resolve_lang(option)
+    return _STATE["lang"]
+
+
+def lang() -> str:
+    """The language of the tables: ``en`` or ``zh``."""
+    return _STATE["lang"]
+
+
+def T(text: str) -> str:
+    """A table text (title, column label, formatted line) in the current language (English where
+    ``i18n/zh.yaml`` has none)."""
+    return i18n.ui(text, _STATE["lang"])
+
+
+def rule_text(rule_id: str, text: str | None) -> str | None:
+    """A rule's message or fix in the current language (English where no Chinese pattern matches)."""
+    return i18n.translate(rule_id, text, _STATE["lang"])
+
 
 def console(stderr: bool = False):
     """A rich console on stdout (or stderr), 140 columns wide when not a terminal and COLUMNS is unset."""
