@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from moeplan import i18n
+import moeplan.i18n as i18n
 
 #: the language of this command's tables (set by :func:`set_lang`; the JSON output never reads it)
 _STATE = {"lang": "en"}

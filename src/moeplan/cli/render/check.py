@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.padding import Padding
 from rich.table import Table
 
-from moeplan import i18n
+import moeplan.i18n as i18n
 from moeplan.cli.render import T, console, lang, rule_text
 from moeplan.units import format_count
 
