@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from moeplan.cli.render import console
+from moeplan.cli.render import T, console, rule_text
 from moeplan.cli.render.check import yaml_value
 from moeplan.diagnose.oom import human_bytes
 
@@ -79,39 +79,60 @@ def render_oom(rep: dict) -> None:
     c = console()
     g = human_bytes
     c.print(
-        f"requested {g(rep['requested_bytes'])} on GPU {rep['gpu_index']}: total {g(rep['total_bytes'])}, "
-        f"free {g(rep['free_bytes'])}, allocated by PyTorch {g(rep['allocated_bytes'])}, reserved but "
-        f"unallocated {g(rep['reserved_unallocated_bytes'])}",
+        T(
+            "requested {req} on GPU {gpu}: total {total}, free {free}, allocated by PyTorch {alloc}, "
+            "reserved but unallocated {resv}"
+        ).format(
+            req=g(rep["requested_bytes"]),
+            gpu=rep["gpu_index"],
+            total=g(rep["total_bytes"]),
+            free=g(rep["free_bytes"]),
+            alloc=g(rep["allocated_bytes"]),
+            resv=g(rep["reserved_unallocated_bytes"]),
+        ),
         markup=False,
     )
-    c.print(rep["diagnosis"], style="yellow" if rep["fragmentation"] is not False else "bold red", markup=False)
+    style = "yellow" if rep["fragmentation"] is not False else "bold red"
+    c.print(T(rep["diagnosis"]), style=style, markup=False)
     if rep.get("blame"):
-        b = rep["blame"]
+        _oom_blame(c, rep["blame"])
+    for f in rep["fixes"]:
+        c.print(T("  fix: ") + T(f), markup=False)
+
+
+def _oom_blame(c, b: dict) -> None:
+    """The memory model's view of an OOM: the peak stage and its largest terms, notes, the ranked fixes
+    and the fixes a rule rejects."""
+    g = human_bytes
+    c.print(
+        T("memory model: stage {stage} peaks at {peak}; largest: ").format(
+            stage=b["stage"], peak=g(b["predicted_peak_bytes"])
+        )
+        + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
+        markup=False,
+    )
+    for n in b.get("notes", []):
+        c.print(T(n), style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
+    if b.get("fixes"):
+        tab = Table(title=T("fixes ranked by estimated saving (one change each, memory model)"))
+        for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
+            tab.add_column(T(col), overflow="fold")
+        for f in b["fixes"]:
+            st = f["step_time_change_rel"]
+            tab.add_row(
+                T(f["change"]),
+                g(f["peak_bytes"]),
+                g(f["saving_bytes"]),
+                T("yes" if f["fits"] else "no"),
+                f"{st * 100:+.1f} %" if st is not None else "–",
+            )
+        c.print(tab)
+    for r in b.get("rejected_fixes", []):
+        msg = rule_text(r["rule"], r["message"]) if r["rule"] else r["message"]
         c.print(
-            f"memory model: stage {b['stage']} peaks at {g(b['predicted_peak_bytes'])}; largest: "
-            + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
+            T("  rejected: {change} — {rule}: ").format(change=T(r["change"]), rule=r["rule"] or T("input")) + msg,
             markup=False,
         )
-        for n in b.get("notes", []):
-            c.print(n, style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
-        if b.get("fixes"):
-            tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
-            for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
-                tab.add_column(col, overflow="fold")
-            for f in b["fixes"]:
-                st = f["step_time_change_rel"]
-                tab.add_row(
-                    f["change"],
-                    g(f["peak_bytes"]),
-                    g(f["saving_bytes"]),
-                    "yes" if f["fits"] else "no",
-                    f"{st * 100:+.1f} %" if st is not None else "–",
-                )
-            c.print(tab)
-        for r in b.get("rejected_fixes", []):
-            c.print(f"  rejected: {r['change']} — {r['rule'] or 'input'}: {r['message']}", markup=False)
-    for f in rep["fixes"]:
-        c.print(f"  fix: {f}", markup=False)
 
 
 def render_compare(d: dict) -> None:

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from moeplan.cli.render import console
+from moeplan.cli.render import T, console, rule_text
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
 
 
@@ -16,30 +16,37 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
     gbs, seq = r["global_batch_size"], r["seq_length"]
     held = {**r["fixed"], **r.get("fixed_training", {})}
     c.print(
-        f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {seq:,}, GBS {gbs} "
-        f"({gbs * seq / 2**20:.3g} Mi tokens/step), {r['precision']}"
-        + (f"; held fixed: {', '.join(f'{k}={v}' for k, v in held.items())}" if held else "")
+        T("[bold]{model}[/] on {n} × {gpu}, seq {seq}, GBS {gbs} ({mi} Mi tokens/step), {precision}").format(
+            model=r["model"],
+            n=r["num_gpus"],
+            gpu=r["gpu"],
+            seq=f"{seq:,}",
+            gbs=gbs,
+            mi=f"{gbs * seq / 2**20:.3g}",
+            precision=r["precision"],
+        )
+        + (T("; held fixed: ") + ", ".join(f"{k}={v}" for k, v in held.items()) if held else "")
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
     if not d["candidates"]:
-        c.print("[bold red]no layout fits[/]")
+        c.print(T("[bold red]no layout fits[/]"))
 
 
 def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
     """The ranked candidates; with ``knobs`` (rank → codes) a knob column."""
     # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
-    t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts")
+    t = Table(title=T("top {n} of {fitting} fitting layouts").format(n=len(d["candidates"]), fitting=fitting))
     ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
     t.add_column("#", justify="right", no_wrap=True)
-    t.add_column("layout", overflow="fold", min_width=12)
+    t.add_column(T("layout"), overflow="fold", min_width=12)
     for col in ("DP", "MBS", "GiB", "tok/s/GPU", "TFLOP/s", "MFU"):
         t.add_column(col, justify="right", no_wrap=True)
     if ttt:
-        t.add_column("days", justify="right", no_wrap=True)  # --train-tokens: time to train at each one's rate
+        t.add_column(T("days"), justify="right", no_wrap=True)  # --train-tokens: time to train at each one's rate
     if knobs is not None:
-        t.add_column("knobs", overflow="fold")
+        t.add_column(T("knobs"), overflow="fold")
     for cand in d["candidates"]:
         m, th = cand["memory"], cand["throughput"]
         t.add_row(
@@ -72,10 +79,12 @@ def _candidates_table(c, d: dict) -> None:
         for rank, k in knobs.items():
             groups.setdefault(k or "none", []).append(rank)
         for k, ranks in groups.items():
-            c.print(Padding(f"knobs #{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)), highlight=False, markup=False)
+            c.print(
+                Padding(T("knobs ") + f"#{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)), highlight=False, markup=False
+            )
     codes = [x for cand in d["candidates"] for x in (knob_codes(cand) or ["none"])]
     if codes:
-        c.print(f"legend: {legend(codes)}", style="dim", highlight=False, markup=False)
+        c.print(T("legend: ") + legend(codes), style="dim", highlight=False, markup=False)
 
 
 def _why_first(c, d: dict, verbose: bool = False) -> None:
@@ -84,44 +93,52 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
 
     w = d["candidates"][0]
     c.print(f"[bold]#1[/] {breakdown_line(w['throughput'])}", highlight=False)
-    c.print("[bold]why #1[/]")
+    c.print(T("[bold]why #1[/]"))
     lines = w["explanation"] if verbose or not w.get("explanation_brief") else w["explanation_brief"]
     for line in lines:
-        c.print(Padding(f"• {line}", (0, 0, 0, 2)), highlight=False)
+        c.print(Padding(f"• {T(line)}", (0, 0, 0, 2)), highlight=False)
     for line in w.get("warnings", []):
-        c.print(Padding(f"[yellow]check warns[/]: {escape(line)}", (0, 0, 0, 2)), highlight=False)
+        c.print(Padding(T("[yellow]check warns[/]: ") + escape(T(line)), (0, 0, 0, 2)), highlight=False)
     if verbose:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
                 c.print(Padding(line, (0, 0, 0, 2)), highlight=False)
     u = w["throughput"].get("useful_tokens_per_s_per_gpu")
     if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
-        c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
+        c.print(T("#1 useful (non-padding) tokens/s/GPU: ") + f"{u:,.0f}", highlight=False)
     v = w["throughput"]["validity"]
     if v.get("bias_note"):
-        c.print(f"[yellow]known bias[/] of #1: {escape(v['bias_note'])}", highlight=False)
+        c.print(T("[yellow]known bias[/] of #1: ") + escape(T(v["bias_note"])), highlight=False)
     style = "" if v.get("validated") else "yellow"
     c.print(band_line(v), style=style, highlight=False, markup=False)
     if verbose and v.get("outside"):
         c.print(Padding("; ".join(v["outside"]), (0, 0, 0, 2)), style="dim", highlight=False, markup=False)
     if "time_to_train_s" in w:
-        c.print(f"time to train: {w['time_to_train_s'] / 86400:.2f} days")
+        c.print(T("time to train: {days} days").format(days=f"{w['time_to_train_s'] / 86400:.2f}"))
 
 
 def _rule_of_thumb(c, d: dict) -> None:
     rot = d["baseline"]["rule_of_thumb"]
     if rot.get("candidate"):
         rc = rot["candidate"]
-        where = f"rank {rc['rank']}" if rc["rank"] is not None else "a search of its own"
+        where = T("rank {rank}").format(rank=rc["rank"]) if rc["rank"] is not None else T("a search of its own")
         gain = rot.get("search_gain_pct")
         c.print(
-            f"[bold]rule of thumb[/] {rot['rule']}: best such layout {rc['label']}, "
-            f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {rc['memory']['peak_gib']:.1f} GiB ({where})"
-            + (f"; #1 is {gain:+.1f} %" if gain is not None else ""),
+            T("[bold]rule of thumb[/] {rule}: best such layout {label}, {tok} tok/s/GPU, {gib} GiB ({where})").format(
+                rule=T(rot["rule"]),
+                label=rc["label"],
+                tok=f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f}",
+                gib=f"{rc['memory']['peak_gib']:.1f}",
+                where=where,
+            )
+            + (T("; #1 is {gain} %").format(gain=f"{gain:+.1f}") if gain is not None else ""),
             highlight=False,
         )
     else:
-        c.print(f"[bold]rule of thumb[/] {rot['rule']}: {escape(str(rot.get('why_not')))}", highlight=False)
+        c.print(
+            T("[bold]rule of thumb[/] {rule}: ").format(rule=T(rot["rule"])) + escape(T(str(rot.get("why_not")))),
+            highlight=False,
+        )
 
 
 def _published(c, pub: dict) -> None:
@@ -192,12 +209,14 @@ def _tally(c, d: dict, verbose: bool) -> None:
     if not d["rejected"]:
         return
     shown = d["rejected"] if verbose else d["rejected"][:2]
-    parts = [f"{r['count']} {r.get('meaning') or r['reason']} ({r['reason']})" for r in shown]
+    parts = [f"{r['count']} {T(r.get('meaning') or r['reason'])} ({r['reason']})" for r in shown]
     if len(d["rejected"]) > len(shown):
-        parts.append(f"{sum(r['count'] for r in d['rejected'][len(shown) :])} more (--verbose)")
+        parts.append(T("{n} more (--verbose)").format(n=sum(r["count"] for r in d["rejected"][len(shown) :])))
     c.print(
-        f"{d['considered_layouts']} layouts considered, {d['fitting_layouts']} fit, "
-        f"{d['refined_variants']} refinement variants of the best; rejected: " + "; ".join(parts),
+        T("{considered} layouts considered, {fit} fit, {refined} refinement variants of the best; rejected: ").format(
+            considered=d["considered_layouts"], fit=d["fitting_layouts"], refined=d["refined_variants"]
+        )
+        + T("; ").join(parts),
         highlight=False,
         markup=False,
     )
@@ -214,7 +233,7 @@ def _published_layouts(c, d: dict, verbose: bool = False) -> None:
         _family(c, fam, verbose)
     if not pub and not fam:
         c.print(
-            "published: no NVIDIA layout for this model, GPU, size and precision (moeplan recipes lists them)",
+            T("published: no NVIDIA layout for this model, GPU, size and precision (moeplan recipes lists them)"),
             style="dim",
             highlight=False,
             markup=False,
@@ -257,18 +276,22 @@ def _plan_footer(c, d: dict) -> None:
         # a workload measured at another sequence length is rescaled: say so (estimate does too)
         for a in d["candidates"][0]["throughput"].get("assumptions", []):
             if a.startswith("workload"):
-                c.print(f"assumed for #1: {a}", style="dim", highlight=False, markup=False)
+                c.print(T("assumed for #1: ") + T(a), style="dim", highlight=False, markup=False)
     for n in d.get("notes", []):
-        c.print(f"[bold yellow]note[/]: {escape(n)}", highlight=False)
+        c.print(T("[bold yellow]note[/]: ") + escape(T(n)), highlight=False)
     # the software level every candidate's step time was scaled by (the same for all of them)
     top = (d.get("candidates") or [{}])[0].get("throughput") or {}
     more = [a for a in top.get("assumptions", []) if "container" in a]
     for a in [*d["assumptions"], *more]:
-        c.print(f"assumed: {a}", style="dim", highlight=False, markup=False)
+        c.print(T("assumed: ") + T(a), style="dim", highlight=False, markup=False)
     if d.get("report"):
-        c.print(f"report written to {d['report']}", highlight=False, markup=False)
+        c.print(T("report written to {path}").format(path=d["report"]), highlight=False, markup=False)
     if d.get("saved"):
-        c.print(f"#1 saved as {d['saved']}: moeplan check / estimate / export take it", highlight=False, markup=False)
+        c.print(
+            T("#1 saved as {path}: moeplan check / estimate / export take it").format(path=d["saved"]),
+            highlight=False,
+            markup=False,
+        )
 
 
 def render_plan(d: dict, verbose: bool = False) -> None:
@@ -297,16 +320,16 @@ def _fit_table(d: dict) -> Table:
         if d["fits_already"]
         else "changes that make it fit, least step-time cost first"
     )
-    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t = Table(title=T(title), box=box.SIMPLE_HEAD)
     t.add_column("#", justify="right", no_wrap=True)
-    t.add_column("change", overflow="fold", ratio=1)
+    t.add_column(T("change"), overflow="fold", ratio=1)
     for col in ("GiB", "saves", "step", "tok/s/GPU"):
-        t.add_column(col, justify="right", no_wrap=True)
+        t.add_column(T(col), justify="right", no_wrap=True)
     for i, f in enumerate(d["fixes"], start=1):
-        mark = " [numerics]" if f.get("changes_numerics") else ""
+        mark = T(" [numerics]") if f.get("changes_numerics") else ""
         t.add_row(
             str(i),
-            f["change"] + mark,
+            T(f["change"]) + mark,
             f"{f['peak_gib']:.1f}",
             f"{f['saved_gib']:.1f}",
             "–" if f["step_time_change_pct"] is None else f"{f['step_time_change_pct']:+.1f}%",
@@ -330,16 +353,18 @@ def _fit_rest(c, d: dict, verbose: bool) -> None:
     ]
     for title, rows in groups:
         if rows:
-            text = ", ".join(
-                f"{f['change']}{' [numerics]' if f.get('changes_numerics') else ''} ({cost(f)})" for f in rows
+            text = T(", ").join(
+                f"{T(f['change'])}{T(' [numerics]') if f.get('changes_numerics') else ''} ({cost(f)})" for f in rows
             )
-            c.print(f"{title}: {text}", highlight=False, markup=False)
+            c.print(f"{T(title)}{T(': ')}{text}", highlight=False, markup=False)
     rej = d["rejected"]
     if rej:
         shown = rej if verbose else rej[:6]
-        text = "; ".join(f"{r['change']} ({r['rule_id']}: {r['message']})" for r in shown)
-        more = f"; and {len(rej) - len(shown)} more (--verbose)" if len(rej) > len(shown) else ""
-        c.print(f"rejected by a rule: {text}{more}", style="dim", highlight=False, markup=False)
+        text = T("; ").join(
+            f"{T(r['change'])} ({r['rule_id']}: {rule_text(r['rule_id'], r['message'])})" for r in shown
+        )
+        more = T("; and {n} more (--verbose)").format(n=len(rej) - len(shown)) if len(rej) > len(shown) else ""
+        c.print(T("rejected by a rule: ") + text + more, style="dim", highlight=False, markup=False)
 
 
 def render_fit(d: dict, verbose: bool = False) -> None:
@@ -348,46 +373,55 @@ def render_fit(d: dict, verbose: bool = False) -> None:
 
     c = console()
     c.print(
-        f"current layout: peak {d['peak_gib']:.1f} GiB of {d['capacity_gib']:.1f} GiB usable "
-        f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
+        T("current layout: peak {peak} GiB of {cap} GiB usable (limit {limit} with headroom)").format(
+            peak=f"{d['peak_gib']:.1f}", cap=f"{d['capacity_gib']:.1f}", limit=f"{d['limit_gib']:.1f}"
+        )
+        + T(" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
     if d.get("applied_first"):
-        c.print(f"[yellow]applied first[/]: {escape(d['applied_first'])}", highlight=False)
+        c.print(T("[yellow]applied first[/]: ") + escape(T(d["applied_first"])), highlight=False)
     for e in d.get("check_errors", []):
-        c.print(f"[bold red]the layout breaks a rule[/]: {escape(e)} (moeplan check gives the fix)", highlight=False)
+        c.print(
+            T("[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)").format(e=escape(e)),
+            highlight=False,
+        )
     if d["fixes"]:
         c.print(_fit_table(d))
         if any(f.get("changes_numerics") for f in d["fixes"]):
             c.print(
-                "[numerics]: changes what is trained (precision), ranked after every layout change",
+                T("[numerics]: changes what is trained (precision), ranked after every layout change"),
                 style="dim",
                 highlight=False,
                 markup=False,
             )
         if all(f["step_time_change_pct"] is None for f in d["fixes"]):
             c.print(
-                "step time: not estimated while the current layout breaks a rule"
-                if d.get("check_errors")
-                else "step time: give a global batch size (--gbs) to rank the changes by their time cost",
+                T(
+                    "step time: not estimated while the current layout breaks a rule"
+                    if d.get("check_errors")
+                    else "step time: give a global batch size (--gbs) to rank the changes by their time cost"
+                ),
                 style="dim",
                 highlight=False,
                 markup=False,
             )
     elif not d["fits_already"]:
-        c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
+        c.print(T("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence"))
     if d.get("replanned"):
-        c.print("no single change or pair of changes fits: the planner's best layout at this size is shown")
+        c.print(T("no single change or pair of changes fits: the planner's best layout at this size is shown"))
     _fit_rest(c, d, verbose)
-    c.print(f"{d.get('tried', 0)} changes tried, each checked by every rule", style="dim", highlight=False)
+    c.print(T("{n} changes tried, each checked by every rule").format(n=d.get("tried", 0)), style="dim", highlight=False)
     for n in d.get("notes", []):
-        c.print(f"[bold yellow]note[/]: {escape(n)}", highlight=False)
+        c.print(T("[bold yellow]note[/]: ") + escape(T(n)), highlight=False)
     if d.get("saved"):
         s = d["saved"]
         c.print(
-            f"fix #{s['rank']} ({s['change']}) saved as {s['path']}: moeplan check / estimate / export take it",
+            T("fix #{rank} ({change}) saved as {path}: moeplan check / estimate / export take it").format(
+                rank=s["rank"], change=T(s["change"]), path=s["path"]
+            ),
             highlight=False,
             markup=False,
         )
