@@ -236,3 +236,49 @@ def test_json_is_the_same_in_every_language(args):
     assert en.stdout == zh.stdout == env.stdout
     assert not CJK.search(en.stdout)
     json.loads(en.stdout)
+
+
+OOM_LOG = "tests/data/diagnose/oom_llava_v100_gpu3_old.txt"
+COMMANDS = {
+    "estimate": (["estimate", "examples/deepseek_v3_gb300.yaml"], ["每 GPU 峰值显存（GiB）", "→ 放得下", "单步时间"]),
+    "fit": (["fit", "examples/qwen3_30b_64k_oom.yaml", "--gbs", "64"], ["能放得下的改动", "→ 放不下", "单独不够"]),
+    "plan": (
+        [
+            "plan",
+            "--model",
+            "Qwen/Qwen3-30B-A3B",
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--seq-length",
+            "8192",
+            "--gbs",
+            "64",
+        ],
+        ["个放得下的配置中的前", "#1 胜出的原因", "预期误差"],
+    ),
+    "oom": (
+        ["oom", OOM_LOG, "--scenario", "examples/qwen3_30b_64k_oom.yaml"],
+        ["GPU 3 上申请", "按估算节省量排序的修复"],
+    ),
+    "check": (BROKEN, ["结论：不支持"]),
+}
+
+
+def _numbers(text: str) -> collections.Counter:
+    return collections.Counter(re.findall(r"\d+(?:[.,]\d+)*", text))
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_commands_in_chinese_at_80_columns(name):
+    """Each of the five commands in Chinese: the same exit code, its headers and verdict in Chinese,
+    no line wider than 80 cells, and every number of the English output still there."""
+    args, needles = COMMANDS[name]
+    en, zh = _invoke(args), _invoke([*args, "--lang", "zh"])
+    assert zh.exit_code == en.exit_code, zh.output
+    for needle in needles:
+        assert needle in zh.stdout, (needle, zh.stdout)
+    _assert_fits(zh.stdout)
+    missing = _numbers(en.stdout) - _numbers(zh.stdout)
+    assert not missing, f"numbers of the English output missing in Chinese: {dict(missing)}"

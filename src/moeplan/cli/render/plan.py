@@ -7,8 +7,10 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from moeplan.cli.render import T, console, rule_text
+import moeplan.i18n as i18n
+from moeplan.cli.render import T, console, lang, rule_text
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
+from moeplan.rules import RULES
 
 
 def _plan_header(c, d: dict, verbose: bool = False) -> None:
@@ -145,22 +147,23 @@ def _published(c, pub: dict) -> None:
     """The published run at the request's size: measured figure first, then the model's prediction
     for it and how far #1's prediction is from that one against the error band."""
     meas = pub["measured_tokens_per_s_per_gpu"]
-    text = (
-        f"published (Megatron Bridge {pub['release']}, GBS {pub['global_batch_size']}, as benchmarked): "
-        f"{pub['label']}, measured {meas:,.0f} tok/s/GPU"
-    )
+    text = T(
+        "published (Megatron Bridge {release}, GBS {gbs}, as benchmarked): {label}, measured {tok} tok/s/GPU"
+    ).format(release=pub["release"], gbs=pub["global_batch_size"], label=pub["label"], tok=f"{meas:,.0f}")
     pred = pub.get("predicted_tokens_per_s_per_gpu")
     if pred is not None:
-        text += f"; predicted {pred:,.0f} ({pub['prediction_error_pct']:+.1f} %)"
+        text += T("; predicted {pred} ({err} %)").format(pred=f"{pred:,.0f}", err=f"{pub['prediction_error_pct']:+.1f}")
     gap, band = pub.get("first_vs_published_pct"), pub.get("error_band_pct")
     if gap is not None and band is not None:
-        verdict = "within the error band: measure both" if abs(gap) < band else "beyond the error band"
-        text += f"; #1 is predicted {gap:+.1f} % against it, {verdict} (±{band:.0f} %)"
+        verdict = T("within the error band: measure both" if abs(gap) < band else "beyond the error band")
+        text += T("; #1 is predicted {gap} % against it, {verdict} (±{band} %)").format(
+            gap=f"{gap:+.1f}", verdict=verdict, band=f"{band:.0f}"
+        )
     c.print(text, highlight=False, markup=False)
     diff = [x for x in pub.get("first_differs", []) if not x.startswith("moe_router_force_load_balancing")]
     if diff:
         c.print(
-            Padding("#1 runs differently: " + "; ".join(diff), (0, 0, 0, 2)),
+            Padding(T("#1 runs differently: ") + T("; ").join(diff), (0, 0, 0, 2)),
             style="yellow",
             highlight=False,
             markup=False,
@@ -173,20 +176,28 @@ def _family(c, fam: dict, verbose: bool) -> None:
     th = fam.get("throughput")
     ids = [e.split(":", 1)[0] for e in errs]
     broke = (
-        ("breaks " + "; ".join(errs) if verbose else f"breaks {len(errs)} rule(s): {', '.join(ids)}")
+        (
+            T("breaks ") + "; ".join(errs)
+            if verbose
+            else T("breaks {n} rule(s): {ids}").format(n=len(errs), ids=", ".join(ids))
+        )
         if errs
-        else "legal"
+        else T("legal")
     )
     c.print(
-        f"[bold]guidance family[/] {fam['recipe']} at this size, as written: {broke}"
-        + (f"; {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
-        + (f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
-        + (f"; #1 is {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
+        T("[bold]guidance family[/] {recipe} at this size, as written: {broke}").format(recipe=fam["recipe"], broke=broke)
+        + (
+            f"{T('; ')}{fam['memory']['peak_gib']:.1f} GiB ({T(fam['memory']['verdict'])})"
+            if fam.get("memory")
+            else ""
+        )
+        + (f"{T('; ')}{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
+        + (T("; #1 is {gain} %").format(gain=f"{fam['search_gain_pct']:+.1f}") if "search_gain_pct" in fam else ""),
         highlight=False,
     )
     if fam.get("first_differs"):
         c.print(
-            Padding("#1 runs differently: " + "; ".join(fam["first_differs"]), (0, 0, 0, 2)),
+            Padding(T("#1 runs differently: ") + T("; ").join(fam["first_differs"]), (0, 0, 0, 2)),
             style="yellow",
             highlight=False,
             markup=False,
@@ -195,8 +206,9 @@ def _family(c, fam: dict, verbose: bool) -> None:
     if done:
         c.print(
             Padding(
-                f"completed (its sizes held, unstated keys searched): {done['label']}, "
-                f"{done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {done['peak_gib']:.1f} GiB",
+                T("completed (its sizes held, unstated keys searched): {label}, {tok} tok/s/GPU, {gib} GiB").format(
+                    label=T(done["label"]), tok=f"{done['tokens_per_s_per_gpu']:,.0f}", gib=f"{done['peak_gib']:.1f}"
+                ),
                 (0, 0, 0, 2),
             ),
             highlight=False,
@@ -204,12 +216,18 @@ def _family(c, fam: dict, verbose: bool) -> None:
         )
 
 
+def _meaning(r: dict) -> str:
+    """A rejection reason in words, in the current language: a rule's statement or the planner's tag."""
+    meaning = r.get("meaning") or r["reason"]
+    return i18n.summary(r["reason"], meaning, lang()) if r["reason"] in RULES else T(meaning)
+
+
 def _tally(c, d: dict, verbose: bool) -> None:
     """What was considered and why the rest was rejected, each reason in words."""
     if not d["rejected"]:
         return
     shown = d["rejected"] if verbose else d["rejected"][:2]
-    parts = [f"{r['count']} {T(r.get('meaning') or r['reason'])} ({r['reason']})" for r in shown]
+    parts = [f"{r['count']} {_meaning(r)} ({r['reason']})" for r in shown]
     if len(d["rejected"]) > len(shown):
         parts.append(T("{n} more (--verbose)").format(n=sum(r["count"] for r in d["rejected"][len(shown) :])))
     c.print(
