@@ -129,7 +129,10 @@ def _fill(m: re.Match, template: str, sub, phrases: dict[str, str]) -> str | Non
         if val is None:
             return None
         vals[name] = val
-    return template.format(**vals)
+    try:
+        return template.format(**vals)
+    except (KeyError, IndexError, ValueError):  # a template naming a group its pattern lacks: no text
+        return None
 
 
 def _apply(text: str, pats: tuple[_Pattern, ...], sub, phrases: dict[str, str]) -> str | None:

@@ -285,16 +285,19 @@ def _rates(c, th: dict) -> None:
     ):
         share = th["useful_tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"]
         c.print(
-            f"useful (non-padding) tokens/s/GPU: {th['useful_tokens_per_s_per_gpu']:,.0f} — the TFLOP/s and MFU above "
-            f"count padding tokens too (as Megatron logs them); on useful tokens alone MFU {100 * th['mfu'] * share:.1f} %"
+            T(
+                "useful (non-padding) tokens/s/GPU: {tok} — the TFLOP/s and MFU above count padding tokens too "
+                "(as Megatron logs them); on useful tokens alone MFU {mfu} %"
+            ).format(tok=f"{th['useful_tokens_per_s_per_gpu']:,.0f}", mfu=f"{100 * th['mfu'] * share:.1f}")
         )
     st = th.get("stage_microbatch_s") or []
     if len(st) > 1 and th["breakdown_s"].get("vision_encoder"):
         rest = max(st[1:])
         c.print(
-            f"pipeline balance: stage 0 (with the vision tower) {st[0] * 1e3:,.0f} ms per microbatch vs "
-            f"{rest * 1e3:,.0f} ms on the slowest other stage ({100 * (st[0] / rest - 1):+.0f} %): "
-            "move decoder layers off stage 0 (pipeline_model_parallel_layout) to balance",
+            T(
+                "pipeline balance: stage 0 (with the vision tower) {a} ms per microbatch vs {b} ms on the slowest "
+                "other stage ({pct} %): move decoder layers off stage 0 (pipeline_model_parallel_layout) to balance"
+            ).format(a=f"{st[0] * 1e3:,.0f}", b=f"{rest * 1e3:,.0f}", pct=f"{100 * (st[0] / rest - 1):+.0f}"),
             highlight=False,
         )
 
@@ -304,9 +307,11 @@ def _caveats(c, th: dict, verbose: bool = False) -> None:
     if th.get("mock_data_tokens_per_s_per_gpu") is not None:
         mock = th["mock_data_tokens_per_s_per_gpu"]
         c.print(
-            f"[yellow]VLM[/]: with mock (image-free) data the same layout shows {mock:,.0f} tokens/s/GPU "
-            f"({100 * (mock / th['tokens_per_s_per_gpu'] - 1):+.0f} %) — not a real-data figure; the figure above uses "
-            + (
+            T(
+                "[yellow]VLM[/]: with mock (image-free) data the same layout shows {tok} tokens/s/GPU ({pct} %) — "
+                "not a real-data figure; the figure above uses "
+            ).format(tok=f"{mock:,.0f}", pct=f"{100 * (mock / th['tokens_per_s_per_gpu'] - 1):+.0f}")
+            + T(
                 "your workload"
                 if th.get("real_data_workload") == "given"
                 else "a planning mix (half the tokens are image tokens): give workload: from `moeplan vlm-stats`"
