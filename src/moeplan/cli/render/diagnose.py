@@ -128,7 +128,7 @@ def _oom_blame(c, b: dict) -> None:
             )
         c.print(tab)
     for r in b.get("rejected_fixes", []):
-        msg = (rule_text(r["rule"], r["message"]) if r["rule"] else r["message"]) or ""
+        msg = (rule_text(r["rule"], r["message"]) if r["rule"] else T(r["message"])) or ""
         c.print(
             T("  rejected: {change} — {rule}: ").format(change=T(r["change"]), rule=r["rule"] or T("input")) + msg,
             markup=False,
