@@ -266,24 +266,35 @@ def _baselines(c, d: dict, verbose: bool = False) -> None:
 
 def _fsdp_vs_3d(c, fv: dict) -> None:
     """Megatron-FSDP against 3D parallelism for a VLM: each one's best layout and the difference."""
-    c.print("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)")
+    c.print(T("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)"))
     for key, name in (("fsdp", "FSDP"), ("3d", "3D")):
         x = fv.get(key)
         if x is None:
-            c.print(f"  {name}: nothing fits", highlight=False)
+            c.print(f"  {name}{T(': ')}{T('nothing fits')}", highlight=False)
             continue
         c.print(
-            f"  {name}: {x['label']} MBS{x['micro_batch_size']}, recompute {x['recompute']} — "
-            f"{x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
-            f"vision tower {x['vision_share_pct']:.0f} % of the step; needs {x['needs']}",
+            T(
+                "  {name}: {label} MBS{mbs}, recompute {rc} — {tok} tok/s/GPU, {gib} GiB, "
+                "vision tower {share} % of the step; needs {needs}"
+            ).format(
+                name=name,
+                label=x["label"],
+                mbs=x["micro_batch_size"],
+                rc=T(x["recompute"]),
+                tok=f"{x['tokens_per_s_per_gpu']:,.0f}",
+                gib=f"{x['peak_gib']:.1f}",
+                share=f"{x['vision_share_pct']:.0f}",
+                needs=T(x["needs"]),
+            ),
             highlight=False,
         )
     if "fsdp_vs_3d_pct" in fv:
         gib = fv["memory_gib_diff"]
         c.print(
-            f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {abs(gib):.1f} GiB "
-            f"{'more' if gib > 0 else 'less'}; "
-            "the guidance: FSDP first for bring-up, 3D once the model is stable and there is time to tune",
+            T(
+                "  FSDP is predicted {pct} % vs 3D and uses {gib} GiB {more_less}; the guidance: FSDP first for "
+                "bring-up, 3D once the model is stable and there is time to tune"
+            ).format(pct=f"{fv['fsdp_vs_3d_pct']:+.1f}", gib=f"{abs(gib):.1f}", more_less=T("more" if gib > 0 else "less")),
             highlight=False,
         )
 
