@@ -282,3 +282,15 @@ def test_commands_in_chinese_at_80_columns(name):
     _assert_fits(zh.stdout)
     missing = _numbers(en.stdout) - _numbers(zh.stdout)
     assert not missing, f"numbers of the English output missing in Chinese: {dict(missing)}"
+
+
+def test_catalog_entries_are_checked_on_load():
+    """A malformed pair, and a key YAML reads as a boolean (unquoted yes / no), are refused on load,
+    never silently left English."""
+    from moeplan.i18n import _compile
+
+    with pytest.raises(ValueError, match="rules.x.patterns"):
+        _compile([["only the English"]], "rules.x.patterns")
+    ui = catalog("zh").ui
+    assert ui["yes"] == "是" and ui["no"] == "否"
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in ui.items())

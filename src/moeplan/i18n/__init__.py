@@ -98,6 +98,10 @@ def catalog(lang: str = "zh") -> Catalog:
     """
     raw = yaml.safe_load(resources.files("moeplan.i18n").joinpath(f"{lang}.yaml").read_text(encoding="utf-8"))
     rules = raw.get("rules") or {}
+    for section in ("ui", "phrases"):
+        bad = [k for k, v in (raw.get(section) or {}).items() if not (isinstance(k, str) and isinstance(v, str))]
+        if bad:  # e.g. an unquoted yes / no / on / off key, which YAML reads as a boolean
+            raise ValueError(f"{lang}.yaml {section}: keys and texts must be strings, not {bad!r}")
     phrases = dict(raw.get("phrases") or {})
     zh_issues = raw.get("known_issues") or {}
     for k in known_issues():
