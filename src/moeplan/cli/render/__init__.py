@@ -46,6 +46,12 @@ def rule_text(rule_id: str, text: str | None) -> str | None:
     return i18n.translate(rule_id, text, _STATE["lang"])
 
 
+def finding_line(line: str) -> str:
+    """``rule_id: message`` (as the plan and fit documents list broken rules) in the current language."""
+    rule_id, sep, message = line.partition(": ")
+    return f"{rule_id}{sep}{rule_text(rule_id, message)}" if sep else line
+
+
 def console(stderr: bool = False):
     """A rich console on stdout (or stderr), 140 columns wide when not a terminal and COLUMNS is unset."""
 

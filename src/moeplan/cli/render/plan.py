@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 import moeplan.i18n as i18n
-from moeplan.cli.render import T, console, lang, rule_text
+from moeplan.cli.render import T, console, finding_line, lang, rule_text
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
 from moeplan.rules import RULES
 
@@ -177,7 +177,7 @@ def _family(c, fam: dict, verbose: bool) -> None:
     ids = [e.split(":", 1)[0] for e in errs]
     broke = (
         (
-            T("breaks ") + "; ".join(errs)
+            T("breaks ") + T("; ").join(map(finding_line, errs))
             if verbose
             else T("breaks {n} rule(s): {ids}").format(n=len(errs), ids=", ".join(ids))
         )
@@ -414,7 +414,7 @@ def render_fit(d: dict, verbose: bool = False) -> None:
         c.print(T("[yellow]applied first[/]: ") + escape(T(d["applied_first"])), highlight=False)
     for e in d.get("check_errors", []):
         c.print(
-            T("[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)").format(e=escape(e)),
+            T("[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)").format(e=escape(finding_line(e))),
             highlight=False,
         )
     if d["fixes"]:
