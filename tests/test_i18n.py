@@ -35,6 +35,14 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 COMMAND = re.compile(r"export \w+=\S+")
 
 
+@pytest.fixture(autouse=True)
+def _english_after():
+    """The CLI runs in-process here: leave the tables' language English for the tests that follow
+    (a command without --lang, e.g. ``recipes``, does not set it)."""
+    yield
+    render.set_lang("en")
+
+
 def _texts():
     for f in corpus_findings():
         yield f.rule_id, "message", f.message
