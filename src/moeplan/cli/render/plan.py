@@ -100,7 +100,7 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
     for line in lines:
         c.print(Padding(f"• {T(line)}", (0, 0, 0, 2)), highlight=False)
     for line in w.get("warnings", []):
-        c.print(Padding(T("[yellow]check warns[/]: ") + escape(T(line)), (0, 0, 0, 2)), highlight=False)
+        c.print(Padding(T("[yellow]check warns[/]: ") + escape(finding_line(line)), (0, 0, 0, 2)), highlight=False)
     if verbose:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
