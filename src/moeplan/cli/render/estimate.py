@@ -219,7 +219,7 @@ def render_memory(
     if assumes:
         c.print(assumes_line(assumes, verbose), style="dim", highlight=False, markup=False)
     if fixed:
-        c.print(T("[yellow]estimated with the check's fix[/]: ") + escape(fixed["text"]), highlight=False)
+        c.print(T("[yellow]estimated with the check's fix[/]: ") + escape(T(fixed["text"])), highlight=False)
     peak = _stage_tables(c, mem)
     _defaults_line(c, scn_summary["resolved_defaults"], verbose)
     if mem["assumptions"]:
