@@ -104,7 +104,7 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
     if verbose:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
-                c.print(Padding(line, (0, 0, 0, 2)), highlight=False)
+                c.print(Padding(T(line), (0, 0, 0, 2)), highlight=False)
     u = w["throughput"].get("useful_tokens_per_s_per_gpu")
     if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
         c.print(T("#1 useful (non-padding) tokens/s/GPU: ") + f"{u:,.0f}", highlight=False)
