@@ -981,14 +981,15 @@ def _refine(
 
 def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
     """On an NVL72 rack, HybridEP within :data:`WEAK_DISPATCHER_TIE` of the fastest dispatcher is a tie
-    (the gap rests on HybridEP's least identified constant): keep HybridEP, the guidance's choice, and
-    record the gap (``tried["_weak_tie"]``) for the explanation."""
+    on weak evidence (the gap rests on HybridEP's exchange rate, the least identified fitted constant):
+    the fastest prediction is kept, so that every candidate is ranked by what the model predicts for
+    it, and the gap is recorded (``tried["_weak_tie"]``) so that the explanation says the choice is a
+    tie with the guidance's HybridEP and to measure both. Returns ``best`` unchanged."""
     hyb = next((x for x in variants if x.knobs.get("dispatcher") == "hybridep"), None)
-    if gpu is None or not gpu.is_nvl72 or hyb is None or best is hyb:
+    if gpu is None or not gpu.is_nvl72 or hyb is None or best is hyb or hyb.tokens_per_s_per_gpu <= 0:
         return best
     if hyb.tokens_per_s_per_gpu >= top / (1 + WEAK_DISPATCHER_TIE):
-        hyb.tried["_weak_tie"] = {"dispatcher": 100 * (top / hyb.tokens_per_s_per_gpu - 1)}
-        return hyb
+        best.tried["_weak_tie"] = {"dispatcher": 100 * (1 - hyb.tokens_per_s_per_gpu / top)}
     return best
 
 
