@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import figures  # noqa: E402
 from ceiling import oracle_errors, within_group_ceiling  # noqa: E402
 from timefit import ROOT, fit, load_runs, predict, release_anomalies, spearman  # noqa: E402
 
@@ -202,6 +203,45 @@ def write_validity(known, ours, meas, held, held_out_errors, anomalies, bands: d
     out.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _r(m: dict) -> dict:
+    """A metrics row rounded as the documents print it."""
+    return {
+        "median_pct": round(m["median_pct"], 1),
+        "worst_pct": round(m["worst_pct"], 1),
+        "spearman": round(m["spearman"], 3),
+    }
+
+
+def write_figures(fig, res, clean_res, logo, lomo, baselines) -> None:
+    """The step-time section of docs/figures.json (in sample always; held out when refitted)."""
+    out = {
+        "runs": len(fig["known"]),
+        "anomalies": len([a for a in fig["anomalies"] if any(r["id"] == a for r in fig["known"])]),
+        "all": {k: _r(m) for k, m in res.items()},
+        "clean": {k: _r(m) for k, m in clean_res.items()},
+        "groups_ge_0_8": fig["within_ge_0_8"],
+        "groups": len(fig["within"]),
+    }
+    if logo:
+        names = ["moeplan", *baselines]
+        held = {
+            f"{kind} {k.split('/')[-1]}": {n: round(v[n], 1) for n in names}
+            for kind, t in (("GPU", logo), ("model", lomo))
+            for k, v in t.items()
+        }
+        every = {n: float(np.median([v[n] for t in (logo, lomo) for v in t.values()])) for n in names}
+        better = min(baselines, key=lambda n: every[n])
+        out["held_out"] = {
+            "cases": held,
+            "median_of_cases": {n: round(v, 1) for n, v in every.items()},
+            "better_baseline": better,
+            "ratio_to_better": round(every["moeplan"] / every[better], 2),
+        }
+    else:
+        out["held_out"] = figures.load().get("step_time", {}).get("held_out")
+    figures.update("step_time", out)
+
+
 def main() -> None:
     runs = load_runs()
     c = load_constants()
@@ -318,6 +358,7 @@ def main() -> None:
     for r, p in sorted(zip(known, ours, strict=True), key=lambda x: x[0]["id"]):
         lines.append(f"| {r['id']} | {r['measured']} | {p:.0f} | {100 * (p / r['measured'] - 1):+.1f} |")
     (ROOT / "docs" / "accuracy.md").write_text("\n".join(lines) + "\n")
+    write_figures(fig, res, clean_res, logo, lomo, baselines)
     if logo:
         held = {k.split("/")[-1]: v["moeplan"] for t in (logo, lomo) for k, v in t.items()}
         bands = regime_bands(known, ours, meas, anomalies, logo_errors, lomo_errors)
