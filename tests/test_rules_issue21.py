@@ -345,3 +345,21 @@ def test_published_vlm_row_with_vision_graphs_passes_the_graph_rules():
         )
     )
     assert _of(text, "graphs.vision_graph_keys", "error")  # no vision tower
+
+
+def test_new_keys_read_back_from_every_export():
+    from moeplan.io.imports import import_config
+
+    layout = {
+        "expert_model_parallel_size": 8,
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "deepep",
+        "moe_deepep_num_sms": 24,
+        "moe_z_loss_coeff": 0.001,
+        "cross_entropy_fusion_impl": "native",
+        "apply_rope_fusion": False,
+    }
+    s = load_scenario({"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "h100", "num_gpus": 64}, "layout": layout})
+    for fmt in ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args"):
+        back, _ = import_config(export(s, fmt)[0], fmt)
+        assert {k: back["layout"].get(k) for k in layout} == layout, fmt
