@@ -363,3 +363,20 @@ def test_new_keys_read_back_from_every_export():
     for fmt in ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args"):
         back, _ = import_config(export(s, fmt)[0], fmt)
         assert {k: back["layout"].get(k) for k in layout} == layout, fmt
+
+
+def test_cp_partition_mode_contiguous_needs_thd_and_gdn():
+    # dev-branch TransformerConfig: contiguous + CP > 1 needs THD, GDN (or DSv4) attention, no MLA
+    kw = {"context_parallel_size": 2, "expert_model_parallel_size": 8, "cp_partition_mode": "contiguous"}
+    r = _run("Qwen/Qwen3-30B-A3B", training={"seq_length": 8192}, **kw)
+    (f,) = _of(r, "sequence.cp_partition_mode", "error")
+    assert "THD inputs" in f.message and "Gated DeltaNet" in f.message
+    assert _of(r, "sequence.cp_partition_mode", "warning")  # dev branch only
+    gdn = _run(
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        gpu="gb200",
+        num_gpus=32,
+        training={"seq_length": 65536, "global_batch_size": 32, "packed_sequences": True},
+        **kw,
+    )
+    assert not _of(gdn, "sequence.cp_partition_mode", "error")

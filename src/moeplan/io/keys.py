@@ -29,6 +29,7 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
             "cp_comm_type",
             "hierarchical_context_parallel_sizes",
             "hybrid_context_parallel",
+            "cp_partition_mode",
             "recompute_granularity",
             "recompute_method",
             "recompute_num_layers",

@@ -52,6 +52,8 @@ class LayoutSpec(BaseModel):
     cp_comm_type: str | list[str] | None = None
     hierarchical_context_parallel_sizes: list[PositiveInt] | None = None
     hybrid_context_parallel: bool = False
+    # THD rows over CP ranks (TransformerConfig field on megatron-core's dev branch only, @d48bd6b)
+    cp_partition_mode: Literal["zigzag", "contiguous"] | None = None
     # recompute
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
