@@ -380,3 +380,30 @@ def test_cp_partition_mode_contiguous_needs_thd_and_gdn():
         **kw,
     )
     assert not _of(gdn, "sequence.cp_partition_mode", "error")
+
+
+def test_deepep_num_sms_is_every_backends_alias_from_0_19():
+    kw = {
+        "expert_model_parallel_size": 8,
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "hybridep",
+    }
+    old = _run("Qwen/Qwen3-30B-A3B", versions={"megatron_core": "0.18.0"}, moe_deepep_num_sms=21, **kw)
+    assert _of(old, "moe.deepep_num_sms_even", "warning") and not _of(old, "moe.deepep_num_sms_even", "error")
+    new = _run("Qwen/Qwen3-30B-A3B", versions={"megatron_core": "0.20.0"}, moe_deepep_num_sms=24, **kw)
+    assert [f.severity for f in _of(new, "moe.deepep_num_sms_even")] == ["info"]
+
+
+def test_hybridep_domains_are_counted_up():
+    # 128 GB200 in EP 128: 72-GPU domains → ⌈128/72⌉ = 2 domains; 65,536 tokens per rank > 21,844
+    r = _run(
+        "Qwen/Qwen3-30B-A3B",
+        gpu="gb200",
+        num_gpus=128,
+        training={"seq_length": 65536, "global_batch_size": 128},
+        expert_model_parallel_size=128,
+        moe_token_dispatcher_type="flex",
+        moe_flex_dispatcher_backend="hybridep",
+    )
+    (f,) = _of(r, "moe.hybridep_internode_token_limit", "error")
+    assert "spans 2 NVLink domains" in f.message

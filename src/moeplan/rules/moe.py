@@ -438,7 +438,7 @@ def _hybridep_tokens(s, e):
     best = (limit // chunk) * chunk
     return [
         e.error(
-            f"HybridEP spans {group // dom} NVLink domains (ETP·EP = {group}, {dom} ranks per domain) and each rank "
+            f"HybridEP spans {-(-group // dom)} NVLink domains (ETP·EP = {group}, {dom} ranks per domain) and each rank "
             f"dispatches {n:,} tokens per microbatch (buffer {buf:,}); across domains HybridEP accepts at most "
             f"{limit:,} (its IB queue pair needs 3·tokens + 1 < {HYBRIDEP_QP_MAX_TX_DEPTH:,} work requests): "
             "buffer creation fails",
@@ -455,26 +455,20 @@ def _hybridep_tokens(s, e):
 @rule(
     "moe.deepep_num_sms_even",
     "DeepEP deep_ep/buffers/legacy.py Buffer.set_num_sms; [MOE] fused_a2a.py set_deepep_num_sms; [TC]",
-    "moe_deepep_num_sms must be even (DeepEP asserts it) and is only read by the DeepEP backend",
+    "moe_deepep_num_sms must be even with DeepEP (its Buffer asserts it); before megatron-core 0.19 only "
+    "the DeepEP backend reads it",
 )
 def _deepep_sms(s, e):
     n = s.layout.moe_deepep_num_sms
     if n is None:
         return None
     out = []
-    if n % 2:
+    b = _backend(s)
+    if n % 2 and b == "deepep":
         out.append(
             e.error(
                 f"moe_deepep_num_sms = {n} is odd; DeepEP's Buffer.set_num_sms asserts 'The SM count must be even'",
-                f"use moe_deepep_num_sms: {n + 1 if n > 1 else 2} (megatron-core's historical default is 20)",
-                "moe_deepep_num_sms",
-            )
-        )
-    if _backend(s) != "deepep":
-        out.append(
-            e.warning(
-                f"moe_deepep_num_sms is read only by the DeepEP flex backend (in force: {_backend(s) or 'no flex'})",
-                "drop it, or use moe_flex_dispatcher_num_sms with another flex backend (megatron-core ≥ 0.19)",
+                f"use moe_deepep_num_sms: {n + 1} (megatron-core's historical default is 20)",
                 "moe_deepep_num_sms",
             )
         )
@@ -482,7 +476,15 @@ def _deepep_sms(s, e):
         out.append(
             e.info(
                 "moe_deepep_num_sms is a deprecated alias of moe_flex_dispatcher_num_sms from megatron-core 0.19 "
-                "(routed into it in TransformerConfig.__post_init__)",
+                "(routed into it in TransformerConfig.__post_init__, for every flex backend)",
+                "moe_deepep_num_sms",
+            )
+        )
+    elif b != "deepep":
+        out.append(
+            e.warning(
+                f"moe_deepep_num_sms is read only by the DeepEP flex backend (in force: {b or 'no flex dispatcher'})",
+                "drop it (moe_hybridep_num_sms sets HybridEP's SMs before megatron-core 0.19)",
                 "moe_deepep_num_sms",
             )
         )
