@@ -452,6 +452,10 @@ def _hybridep_tokens(s, e):
     ]
 
 
+#: ``moe_deepep_num_sms``'s default in megatron-core ≤ 0.18 (``TransformerConfig``; None from 0.19)
+DEEPEP_NUM_SMS_DEFAULT = 20
+
+
 @rule(
     "moe.deepep_num_sms_even",
     "DeepEP deep_ep/buffers/legacy.py Buffer.set_num_sms; [MOE] fused_a2a.py set_deepep_num_sms; [TC]",
@@ -480,7 +484,7 @@ def _deepep_sms(s, e):
                 "moe_deepep_num_sms",
             )
         )
-    elif b != "deepep":
+    elif b != "deepep" and n != DEEPEP_NUM_SMS_DEFAULT:  # 20 is the default every ≤ 0.18 argument dump shows
         out.append(
             e.warning(
                 f"moe_deepep_num_sms is read only by the DeepEP flex backend (in force: {b or 'no flex dispatcher'})",
