@@ -287,8 +287,8 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16
             args.append(flag if v else "--grad-reduce-in-bf16")
             continue
-        if key == "check_for_nan_in_loss":
-            if v is False:
+        if key in ("check_for_nan_in_loss", "apply_rope_fusion"):
+            if v is False:  # both store_false flags: written only to turn the default off
                 args.append(flag)
             continue
         if isinstance(v, bool):

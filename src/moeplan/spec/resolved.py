@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from moeplan.spec.provenance import RecipeProvenance
 
 NEWEST_MCORE = "0.20.0"
-NEWEST_BRIDGE = "0.3.0"
+#: the newest Megatron Bridge release (v0.6.0, 2026-08-19, on its release branch; megatron_facts.md reads main
+#: @067f987 of 2026-08-22), assumed when the scenario names none
+NEWEST_BRIDGE = "0.6.0"
 
 
 @functools.lru_cache(maxsize=128)
