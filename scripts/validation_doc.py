@@ -46,6 +46,9 @@ def figures() -> dict:
             for k, v in [*held["cases"].items(), (f"median of the {len(held['cases'])}", held["median_of_cases"])]
         ),
         "held_ratio": held["ratio_to_better"],
+        "release_rows": "\n".join(
+            f"| release {k} | {v['moeplan']:.1f} | {v[better]:.1f} |" for k, v in held.get("releases", {}).items()
+        ),
         "lc_moe": ", ".join(f"{x:.1f}" for x in lc["moe_out_of_sample_abs_pct"]),
         "planner_pct": 100 * figs["planner"]["hits"] / figs["planner"]["runs"],
     }
