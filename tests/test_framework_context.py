@@ -75,3 +75,84 @@ def test_validity_says_new_gpus_were_never_measured(gpu):
     v = assess(s)
     assert not v.validated
     assert any(line.startswith(f"GPU {gpu} was not measured") for line in v.outside)
+
+
+# --- system.reserved_gib: memory held by a colocated engine -----------------------------------
+
+
+def _qwen(system_extra=None, layout=None, gpu="h100", training=None):
+    from moeplan import load_scenario
+
+    return load_scenario(
+        {
+            "model": "Qwen/Qwen3-30B-A3B",
+            "system": {"gpu": gpu, "num_gpus": 8, **(system_extra or {})},
+            "training": {
+                "seq_length": 4096,
+                "global_batch_size": 64,
+                "micro_batch_size": 1,
+                "precision": "bf16",
+                **(training or {}),
+            },
+            "layout": {"expert_model_parallel_size": 8, **(layout or {})},
+        }
+    )
+
+
+def test_reserved_gib_is_subtracted_from_the_capacity_only():
+    from moeplan import estimate_memory
+
+    plain, held = estimate_memory(_qwen()), estimate_memory(_qwen({"reserved_gib": 20}))
+    # the training step's own memory does not change; the capacity drops by exactly 20 GiB
+    assert held.peak_bytes == plain.peak_bytes
+    assert plain.capacity_bytes - held.capacity_bytes == 20 * 2**30
+    d = held.to_dict()
+    assert d["reserved_bytes"] == 20 * 2**30
+    assert d["usable_hbm_bytes"] == plain.capacity_bytes == get_gpu("h100").usable_hbm_bytes
+    assert d["margin_bytes"] == plain.to_dict()["margin_bytes"] - 20 * 2**30
+
+
+def test_reserved_gib_turns_a_fit_into_does_not_fit():
+    from moeplan import estimate_memory
+
+    # full recompute on 8 H200s fits with room; reserving all but (peak - 1 GiB) leaves 1 GiB too little
+    base = dict(
+        gpu="h200", layout={"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    )
+    fits = estimate_memory(_qwen(**base))
+    assert fits.verdict == "fits"
+    peak_gib = fits.peak_bytes / 2**30
+    reserve = get_gpu("h200").usable_hbm_gib - peak_gib + 1.0  # 1 GiB short
+    assert estimate_memory(_qwen({"reserved_gib": reserve}, **base)).verdict == "does-not-fit"
+
+
+@pytest.mark.parametrize("bad", [-1, 79.65, 200, "x", True])
+def test_reserved_gib_out_of_range_is_an_input_error(bad):
+    from moeplan.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        _qwen({"reserved_gib": bad})
+    assert e.value.field == "system.reserved_gib"
+
+
+def test_reserved_gib_cli_exit_2_and_shown(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from moeplan.cli.app import app
+
+    f = tmp_path / "s.yaml"
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8, "reserved_gib": 20},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "layout": {"expert_model_parallel_size": 8},
+    }
+    f.write_text(yaml.safe_dump(data))
+    out = CliRunner().invoke(app, ["estimate", str(f)])
+    assert out.exit_code in (0, 1), out.output
+    assert "20.00 reserved by a colocated" in " ".join(out.output.split())
+    data["system"]["reserved_gib"] = 80
+    f.write_text(yaml.safe_dump(data))
+    out = CliRunner().invoke(app, ["estimate", str(f)])
+    assert out.exit_code == 2 and "system.reserved_gib" in out.output

@@ -519,10 +519,9 @@ def _check_request(base: dict, s0: Scenario, headroom_gib: float | None) -> None
     for f in validate(s0).errors:
         if f.rule_id == "precision.recipe_vs_gpu":  # no layout can change it: the request is wrong
             raise InputError("training.precision", s0.training.precision, f"a precision {gpu.id} runs ({f.fix})")
-    if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
-        raise InputError(
-            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
-        )
+    usable_gib = cast(int, s0.capacity_bytes) / GIB_BYTES
+    if headroom_gib is not None and not (0 <= headroom_gib < usable_gib):
+        raise InputError("--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {usable_gib:.1f} GiB")
     mbs_given = (base.get("training") or {}).get("micro_batch_size")
     gbs = cast(int, s0.training.global_batch_size)  # given, or completed by _request()
     if isinstance(mbs_given, int) and mbs_given > gbs:
@@ -636,7 +635,7 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     models with attention sinks or sliding windows (rule sequence.cp_attention_support: they run
     context parallelism only with it), the parameter counts for the weights floor, the capacity."""
 
-    m, gpu, fixed_layout = st.model, st.gpu, st.fixed_layout
+    m, fixed_layout = st.model, st.fixed_layout
     default_disp = {}
     if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
         default_disp = {"moe_token_dispatcher_type": "alltoall"}
@@ -646,7 +645,8 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     expert_params = counts.by_kind.get("routed_experts", 0)
     dense_params = counts.total_with(mtp=True, vision=True) - expert_params
     margin = st.margin
-    cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
+    usable = cast(int, st.s0.capacity_bytes)  # the GPU's usable HBM less system.reserved_gib
+    cap = usable - (margin if margin is not None else usable * DEFAULT_HEADROOM_FRACTION)
     tail = output_stage_layers(m, st.seq_length, 1, st.s0.mtp_num_layers)
     return _PhaseOne(default_disp, default_cp, dense_params, expert_params, cap, tail)
 

@@ -70,6 +70,14 @@ def _resolve_gpu(system: SystemInput) -> GpuSpec | None:
         except ValidationError as exc:
             e = _pydantic_to_input_error(exc)
             raise InputError("system.gpu_overrides." + e.field, e.value, e.allowed) from None
+    reserved = system.reserved_gib
+    if reserved is not None and reserved >= gpu.usable_hbm_gib:
+        raise InputError(
+            "system.reserved_gib",
+            reserved,
+            f"at least 0 and less than {gpu.id}'s usable {gpu.usable_hbm_gib:.2f} GiB (memory a colocated "
+            "engine holds on each GPU)",
+        )
     return gpu
 
 

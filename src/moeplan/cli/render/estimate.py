@@ -123,6 +123,14 @@ def _findings_lines(c, errors: list[dict] | None, warnings: list[dict] | None) -
         )
 
 
+def _reserved_text(mem: dict) -> str:
+    """`` (HBM H − R reserved by a colocated engine)`` when ``system.reserved_gib`` is stated."""
+    reserved = mem.get("reserved_bytes") or 0
+    if not reserved or mem.get("usable_hbm_bytes") is None:
+        return ""
+    return f" ({_gib(mem['usable_hbm_bytes'])} HBM − {_gib(reserved)} reserved by a colocated engine)"
+
+
 def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     """Virtual chunks of the peak stage (``verbose``), host memory for offloaded state, and the
     verdict line."""
@@ -148,6 +156,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     c.print(
         f"peak device use {_gib(mem['peak_bytes'])} GiB (allocated {_gib(mem['peak_allocated_bytes'])}, "
         f"reserved {_gib(mem['peak_reserved_bytes'])}) on stage {mem['peak_stage']} of {_gib(mem['capacity_bytes'])} GiB usable"
+        + _reserved_text(mem)
         + (
             (f" ({head * 100:.1f} % headroom)" if head >= 0 else f" (over by {-head * 100:.1f} % of usable HBM)")
             if head is not None

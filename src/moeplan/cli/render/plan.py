@@ -349,7 +349,8 @@ def render_fit(d: dict, verbose: bool = False) -> None:
     c = console()
     c.print(
         f"current layout: peak {d['peak_gib']:.1f} GiB of {d['capacity_gib']:.1f} GiB usable "
-        f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
+        + (f"after {d['reserved_gib']:.1f} GiB reserved by a colocated engine " if d.get("reserved_gib") else "")
+        + f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
     if d.get("assumes"):

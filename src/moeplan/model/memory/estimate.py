@@ -136,7 +136,9 @@ class MemoryEstimate:
     """Per-stage memory and the verdict.
 
     ``verdict``: ``fits`` (headroom ≥ 5 %), ``tight`` (0–5 %), ``does-not-fit``, or ``unknown``
-    when the scenario names no GPU. ``host_bytes_per_node`` is set when optimizer state is offloaded.
+    when the scenario names no GPU. ``capacity_bytes`` is the usable HBM less ``reserved_bytes``
+    (``system.reserved_gib``: a colocated engine's memory; :attr:`Scenario.capacity_bytes`).
+    ``host_bytes_per_node`` is set when optimizer state is offloaded.
     """
 
     stages: list[StageMemory]
@@ -145,6 +147,7 @@ class MemoryEstimate:
     host_capacity_bytes_per_node: int | None
     overheads: Overheads
     assumptions: list[str] = field(default_factory=list)
+    reserved_bytes: int = 0
 
     @functools.cached_property
     def peak_stage(self) -> StageMemory:
@@ -233,11 +236,13 @@ class MemoryEstimate:
             "device_used_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage.stage,
             "capacity_bytes": self.capacity_bytes,
+            "usable_hbm_bytes": None if self.capacity_bytes is None else self.capacity_bytes + self.reserved_bytes,
+            "reserved_bytes": self.reserved_bytes,
             "headroom_fraction": self.headroom_fraction,
             "margin_bytes": self.margin_bytes,
             "error_band_pct": self.error_band_pct,
             "verdict_basis": (
-                "device use (nvidia-smi) of the peak stage against usable HBM; tight below "
+                "device use (nvidia-smi) of the peak stage against usable HBM less system.reserved_gib; tight below "
                 f"{TIGHT_HEADROOM:.0%} headroom or when the peak plus the memory model's error band "
                 "(docs/memory_accuracy.md) would pass the limit"
             ),
@@ -409,17 +414,16 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     assumptions: list[str] = []
     com = _common(s, assumptions)
     stages = [_stage(s, sp, com) for sp in stage_params(s, allow_balanced=True)]
-    cap = s.gpu.usable_hbm_bytes if s.gpu else None
-    host_cap = None
-    if s.gpu is not None and s.gpu.host_mem_per_gpu_gb and s.gpus_per_node:
-        host_cap = int(s.gpu.host_mem_per_gpu_gb * 1e9 * s.gpus_per_node)
+    cap, host_cap = s.capacity_bytes, s.host_capacity_bytes_per_node
     vc = vision_cost(s) if s.complete_model.vision is not None else None
     if vc is not None and vc.assumed:
         assumptions.append(
             "no workload: the vision tower is costed for a planning mix (half the sequence image tokens); "
             "give workload: (moeplan vlm-stats) for your data"
         )
-    return MemoryEstimate(stages, cap, s.gpus_per_node, host_cap, com.overheads, assumptions)
+    return MemoryEstimate(
+        stages, cap, s.gpus_per_node, host_cap, com.overheads, assumptions, reserved_bytes=s.reserved_bytes
+    )
 
 
 def _activations(
