@@ -156,3 +156,100 @@ def test_reserved_gib_cli_exit_2_and_shown(tmp_path):
     f.write_text(yaml.safe_dump(data))
     out = CliRunner().invoke(app, ["estimate", str(f)])
     assert out.exit_code == 2 and "system.reserved_gib" in out.output
+
+
+# --- host memory of the CPU optimizer (HybridDeviceOptimizer) ---------------------------------
+
+OFFLOAD = {
+    "optimizer_cpu_offload": True,
+    "optimizer_offload_fraction": 1.0,
+    "use_precision_aware_optimizer": True,
+    "use_distributed_optimizer": True,
+}
+
+
+def _offloaded_params(s) -> float:
+    """Parameters of the peak rank's optimizer shard: dense / (DP·CP) + experts / EDP."""
+    from moeplan.spec.numerics import optimizer_numerics
+    from moeplan.spec.placement import stage_params
+
+    num = optimizer_numerics(s)
+    sp = stage_params(s, allow_balanced=True)[0]
+    return (sp.params.dense / num.dense_shard + sp.params.expert / num.expert_shard) * num.offload_fraction
+
+
+def test_cpu_optimizer_host_memory_per_offloaded_parameter():
+    import math
+
+    from moeplan import estimate_memory
+
+    s = _qwen(layout=OFFLOAD)  # megatron-core 0.20 (the default)
+    n = _offloaded_params(s)
+    host = estimate_memory(s).stages[0].host
+    # HybridDeviceOptimizer per offloaded parameter: fp32 master (4 B, pageable up to 0.20), fp32
+    # grad copy (4 B, pinned), AdamW exp_avg + exp_avg_sq (8 B, pageable); the pinned 4 B rounded up
+    # by torch's power-of-two host allocator, 2 ln 2 on average: 4 · (2 ln 2 − 1) = 1.545 B more
+    assert host["cpu_master_params_fp32"] == pytest.approx(4 * n)
+    assert host["cpu_grads_fp32"] == pytest.approx(4 * n)
+    assert host["cpu_adam_moments_fp32"] == pytest.approx(8 * n)
+    assert host["pinned_allocator_rounding"] == pytest.approx(4 * n * (2 * math.log(2) - 1))
+    assert sum(host.values()) / n == pytest.approx(17.545, abs=0.001)
+
+
+def test_pinned_fp32_masters_after_mcore_0_20():
+    import math
+
+    from moeplan import load_scenario
+    from moeplan.model.memory.static import cpu_optimizer_host
+
+    # Megatron-LM PR #4547 (after the 0.20.0 release branch) pins the fp32 masters too: 8 pinned
+    # bytes rounded up, 16 + 8 · (2 ln 2 − 1) = 19.09 B per parameter, 59 % over the 12 B of
+    # optimizer state alone (master + two moments)
+    base = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "layout": {"expert_model_parallel_size": 8, **OFFLOAD},
+    }
+    new = load_scenario({**base, "versions": {"megatron_core": "0.21.0"}})
+    per_param = sum(cpu_optimizer_host(new, 1e9).values()) / 1e9
+    assert per_param == pytest.approx(16 + 8 * (2 * math.log(2) - 1))
+    assert per_param / 12 == pytest.approx(1.59, abs=0.01)
+    old = load_scenario({**base, "versions": {"megatron_core": "0.19.0"}})
+    assert sum(cpu_optimizer_host(old, 1e9).values()) / 1e9 == pytest.approx(16 + 4 * (2 * math.log(2) - 1))
+
+
+def test_unpinned_buffers_are_not_rounded_and_fraction_scales():
+    from moeplan import estimate_memory
+
+    unpinned = _qwen(layout={**OFFLOAD, "pin_cpu_grads": False, "pin_cpu_params": False})
+    host = estimate_memory(unpinned).stages[0].host
+    assert "pinned_allocator_rounding" not in host
+    assert sum(host.values()) == pytest.approx(16 * _offloaded_params(unpinned))
+    half = estimate_memory(_qwen(layout={**OFFLOAD, "optimizer_offload_fraction": 0.5}))
+    full = estimate_memory(_qwen(layout=OFFLOAD))
+    assert half.host_bytes_per_rank == pytest.approx(full.host_bytes_per_rank / 2, rel=1e-6)
+
+
+def test_host_memory_per_rank_and_node_against_the_stated_node_ram():
+    from moeplan import estimate_memory
+
+    est = estimate_memory(_qwen(layout=OFFLOAD))
+    # 8 GPUs per node (HGX H100): per node = 8 × the worst rank
+    assert est.host_bytes_per_node == 8 * est.host_bytes_per_rank
+    # DGX H100: 2 TB / 8 GPUs = 256 GB per GPU (catalog) → 2048e9 B per node
+    assert est.host_capacity_bytes_per_node == int(256 * 1e9 * 8)
+    small_gib = est.host_bytes_per_node / 2**30 - 1  # 1 GiB short
+    tight = estimate_memory(_qwen({"host_memory_gib": small_gib}, layout=OFFLOAD))
+    assert tight.host_capacity_bytes_per_node == int(small_gib * 2**30)
+    assert tight.host_fits is False and tight.verdict == "does-not-fit"
+    d = tight.to_dict()
+    assert d["host_bytes_per_rank"] == est.host_bytes_per_rank and d["host_fits"] is False
+    roomy = estimate_memory(_qwen({"host_memory_gib": small_gib + 2}, layout=OFFLOAD))
+    assert roomy.host_fits is True
+
+
+def test_no_offload_no_host_memory():
+    from moeplan import estimate_memory
+
+    est = estimate_memory(_qwen())
+    assert est.host_bytes_per_rank is None and est.stages[0].host == {}

@@ -131,6 +131,24 @@ def _reserved_text(mem: dict) -> str:
     return f" ({_gib(mem['usable_hbm_bytes'])} HBM − {_gib(reserved)} reserved by a colocated engine)"
 
 
+def _host_line(c, mem: dict, peak: dict) -> None:
+    """Host memory per rank (its parts, on the peak stage) and per node against the node's RAM."""
+    cap = mem["host_capacity_bytes_per_node"]
+    parts = ", ".join(f"{n} {_gib(v)}" for n, v in (peak.get("host_items") or {}).items() if v)
+    over = cap is not None and mem["host_bytes_per_node"] > cap
+    c.print(
+        f"host memory per rank {_gib(mem.get('host_bytes_per_rank'))} GiB"
+        + (f" ({parts})" if parts else "")
+        + f"; per node {_gib(mem['host_bytes_per_node'])} GiB"
+        + (
+            f" of {cap / GIB_BYTES:.0f} GiB" + (" [bold red]— exceeds the node's host memory[/]" if over else "")
+            if cap
+            else " (host memory unknown: set system.host_memory_gib)"
+        ),
+        highlight=False,
+    )
+
+
 def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     """Virtual chunks of the peak stage (``verbose``), host memory for offloaded state, and the
     verdict line."""
@@ -143,15 +161,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             )
         )
     if mem["host_bytes_per_node"]:
-        cap = mem["host_capacity_bytes_per_node"]
-        c.print(
-            f"host memory per node for offloaded optimizer state: {_gib(mem['host_bytes_per_node'])} GiB"
-            + (
-                f" of {cap / GIB_BYTES:.0f} GiB"
-                if cap
-                else " (host memory unknown: set system.gpu_overrides.host_mem_per_gpu_gb)"
-            )
-        )
+        _host_line(c, mem, peak)
     head = mem["headroom_fraction"]
     c.print(
         f"peak device use {_gib(mem['peak_bytes'])} GiB (allocated {_gib(mem['peak_allocated_bytes'])}, "
@@ -162,6 +172,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             if head is not None
             else ""
         )
+        + (" — host memory exceeded" if mem.get("host_fits") is False else "")
         + f" → [{_MEM_STYLE[mem['verdict']]}]{mem['verdict']}[/]"
     )
     if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:

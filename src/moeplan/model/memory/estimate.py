@@ -61,6 +61,7 @@ class StageMemory:
     items: dict[str, dict[str, float]]
     host_bytes: float = 0.0
     chunks: tuple[tuple[int, int, float], ...] = ()
+    host: dict[str, float] = field(default_factory=dict)
 
     def category(self, name: str) -> int:
         return int(round(sum(self.items.get(name, {}).values())))
@@ -123,6 +124,7 @@ class StageMemory:
             "activations_bytes": self.activations_bytes,
             "other_bytes": self.other_bytes,
             "host_bytes": int(self.host_bytes),
+            "host_items": {n: int(round(v)) for n, v in self.host.items()},
             "virtual_chunks": [
                 {"vp_stage": v, "num_layers": n, "activations_per_microbatch_bytes": int(round(b))}
                 for v, n, b in self.chunks
@@ -215,11 +217,17 @@ class MemoryEstimate:
         return None if h is None else h >= 0
 
     @property
-    def host_bytes_per_node(self) -> int | None:
+    def host_bytes_per_rank(self) -> int | None:
+        """Host memory of the rank that needs the most (bytes): CPU-optimizer state with its pinned
+        buffers and offloaded activations; None when nothing lives on the host."""
         per_gpu = max((st.host_bytes for st in self.stages), default=0.0)
-        if per_gpu <= 0:
-            return None
-        return int(per_gpu * (self.gpus_per_node or 1))
+        return int(per_gpu) if per_gpu > 0 else None
+
+    @property
+    def host_bytes_per_node(self) -> int | None:
+        """:attr:`host_bytes_per_rank` × GPUs per node (every rank of a node taken as the worst)."""
+        per_rank = self.host_bytes_per_rank
+        return None if per_rank is None else per_rank * (self.gpus_per_node or 1)
 
     @property
     def host_fits(self) -> bool | None:
@@ -248,6 +256,7 @@ class MemoryEstimate:
             ),
             "fits": self.fits,
             "verdict": self.verdict,
+            "host_bytes_per_rank": self.host_bytes_per_rank,
             "host_bytes_per_node": self.host_bytes_per_node,
             "host_capacity_bytes_per_node": self.host_capacity_bytes_per_node,
             "host_fits": self.host_fits,
@@ -475,8 +484,12 @@ def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
         "activations": act,
         "other": other,
     }
-    host = static.host_bytes + dec.offloaded_per_microbatch_bytes * inflight
-    return StageMemory(sp.stage, len(sp.layers), inflight, items, host_bytes=host, chunks=tuple(dec.chunks))
+    host = dict(static.host)
+    if dec.offloaded_per_microbatch_bytes:
+        host["offloaded_activations"] = dec.offloaded_per_microbatch_bytes * inflight
+    return StageMemory(
+        sp.stage, len(sp.layers), inflight, items, host_bytes=sum(host.values()), chunks=tuple(dec.chunks), host=host
+    )
 
 
 def headroom_gib(est: MemoryEstimate) -> float | None:
