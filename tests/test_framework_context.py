@@ -253,3 +253,202 @@ def test_no_offload_no_host_memory():
 
     est = estimate_memory(_qwen())
     assert est.host_bytes_per_rank is None and est.stages[0].host == {}
+
+
+# --- LoRA / PEFT -------------------------------------------------------------------------------
+
+
+def _llama(peft=None, layout=None, num_gpus=8, training=None):
+    from moeplan import load_scenario
+
+    return load_scenario(
+        {
+            "model": "meta-llama/Llama-3.1-8B",
+            "system": {"gpu": "h100", "num_gpus": num_gpus},
+            "training": {"seq_length": 4096, "global_batch_size": 64, "micro_batch_size": 1, **(training or {})},
+            "layout": {**(layout or {})},
+            **({"peft": peft} if peft is not None else {}),
+        }
+    )
+
+
+# Llama-3.1-8B: h 4096, 32 heads of 128, 8 KV groups, FFN 14336 (SwiGLU), 32 layers.
+# linear_qkv out = 32·128 + 2·8·128 = 6144; LoRA adds A (in × r) and B (r × out): r · (in + out).
+QKV_R16 = 16 * (4096 + 6144)  # 163,840 per layer
+PROJ_R16 = 16 * (4096 + 4096)  # 131,072
+FC1_R16 = 16 * (4096 + 2 * 14336)  # 524,288
+FC2_R16 = 16 * (14336 + 4096)  # 294,912
+
+
+def test_lora_rank16_on_qkv_hand_count():
+    from moeplan.spec.peft import PeftInput, layer_adapters, total_adapter_params
+
+    m = _llama().complete_model
+    p = PeftInput(dim=16, target_modules=("linear_qkv",))
+    assert layer_adapters(m, p, 0, 1, 1, 1).dense == QKV_R16
+    assert total_adapter_params(m, p) == 32 * QKV_R16 == 5_242_880
+    # TP 2: A (4096 × 16) splits its 16 columns, B (16 × 6144) its 6144 rows: half each
+    assert layer_adapters(m, p, 0, 2, 1, 1).dense == QKV_R16 / 2
+
+
+def test_lora_default_targets_hand_count():
+    from moeplan.spec.peft import PeftInput, total_adapter_params
+
+    m = _llama().complete_model
+    assert total_adapter_params(m, PeftInput(dim=16)) == 32 * (QKV_R16 + PROJ_R16 + FC1_R16 + FC2_R16) == 35_651_584
+
+
+def test_lora_memory_frozen_base():
+    from moeplan import estimate_memory
+
+    full = estimate_memory(_llama()).stages[0]
+    lora = estimate_memory(_llama({"dim": 16})).stages[0]
+    n = 32 * (QKV_R16 + PROJ_R16 + FC1_R16 + FC2_R16)
+    # base weights unchanged (bf16, frozen), adapters 2 B each beside them
+    assert lora.items["weights"]["params"] == full.items["weights"]["params"]
+    assert lora.items["weights"]["lora_adapters"] == 2 * n
+    # gradients only for the adapters: fp32 main grads, 4 B each
+    assert lora.grads_bytes == pytest.approx(4 * n, abs=1)
+    # Adam state (fp32 master + 2 moments = 12 B) of the adapters, sharded over DP 8
+    assert lora.optimizer_bytes == pytest.approx(12 * n / 8, abs=2)
+    assert lora.items["activations"]["lora_adapters"] > 0
+
+
+def test_lora_activations_hand_count():
+    from moeplan import estimate_memory
+
+    # TP 1, one microbatch of 4096 tokens in flight on PP 1: each adapter saves its bottleneck
+    # (4096 tokens × r 16 × 2 B) — 4 adapters × 32 layers
+    est = estimate_memory(_llama({"dim": 16}, training={"global_batch_size": 8}))
+    assert est.stages[0].items["activations"]["lora_adapters"] == 4 * 32 * 4096 * 16 * 2
+    # TP 2 with SP: linear_qkv and linear_fc1 also keep the gathered LayerNorm output (4096 × 4096 × 2 B)
+    sp = estimate_memory(
+        _llama(
+            {"dim": 16},
+            layout={"tensor_model_parallel_size": 2, "sequence_parallel": True},
+            training={"global_batch_size": 4},
+        )
+    )
+    assert sp.stages[0].items["activations"]["lora_adapters"] == 32 * (4 * 4096 * 16 * 2 + 2 * 4096 * 4096 * 2)
+
+
+def test_lora_moe_shared_and_per_expert_adapters():
+    from moeplan.spec.peft import PeftInput, layer_adapters
+
+    # Qwen3-30B-A3B: h 2048, 128 experts of FFN 768 (SwiGLU), top-8; EP 8 → 16 local experts
+    m = _qwen().complete_model
+    shared = layer_adapters(m, PeftInput(dim=16, target_modules=("linear_fc1", "linear_fc2")), 0, 1, 8, 1)
+    # one adapter per grouped linear on the EP rank: 16·(2048 + 1536) + 16·(768 + 2048)
+    assert shared.expert == 16 * (2048 + 1536) + 16 * (768 + 2048) == 102_400
+    assert shared.dense == 0
+    per = layer_adapters(
+        m, PeftInput(dim=16, target_modules=("linear_fc1", "linear_fc2"), share_expert_adapters=False), 0, 1, 8, 1
+    )
+    assert per.expert == 16 * shared.expert
+    # normalize_moe_lora: experts use dim // top-k = 16 // 8 = 2
+    norm = layer_adapters(
+        m, PeftInput(dim=16, target_modules=("linear_fc1", "linear_fc2"), normalize_moe_lora=True), 0, 1, 8, 1
+    )
+    assert norm.expert == shared.expert / 8
+
+
+def test_lora_step_time_backward_without_base_weight_gradients():
+    from moeplan import estimate_step
+    from moeplan.model.lora import lora_time_s, stage_layer_adapters
+    from moeplan.spec.placement import stage_params
+
+    full, lora = _llama(), _llama({"dim": 16})
+    t_full, t_lora = estimate_step(full), estimate_step(lora)
+    # the base's GEMMs run forward + input gradient (2 of 3 passes); the adapters' GEMMs add on top
+    st = stage_params(lora, allow_balanced=True)[0]
+    from moeplan.catalog.gpus import measured_gemm_fractions
+    from moeplan.model.compute import speeds
+    from moeplan.model.constants import load_constants
+
+    sp = speeds(lora.gpu, "bf16", False, load_constants(), measured_gemm_fractions("h100"))
+    adapters = sum(
+        lora_time_s(lora, la, 4096, 1.0, sp.gemm_flops_per_s, sp.hbm_bytes_per_s)[0]
+        for la in stage_layer_adapters(lora, st)
+    )
+    n_mb = 64 // 8  # GBS 64 / (MBS 1 · DP 8)
+    f = t_full.release_factor
+    assert t_lora.release_factor == f
+    base = t_full.breakdown_s["dense_gemm"] * f * 2 / 3
+    assert t_lora.breakdown_s["dense_gemm"] * f == pytest.approx(base + n_mb * adapters, rel=1e-6)
+    dp = ("dp_comm_exposed",)
+    assert sum(t_lora.breakdown_s[k] for k in dp) + t_lora.hidden_s.get("dp_comm", 0) < sum(
+        t_full.breakdown_s[k] for k in dp
+    ) + t_full.hidden_s.get("dp_comm", 0)
+    assert t_lora.breakdown_s["optimizer"] < t_full.breakdown_s["optimizer"] / 100
+    assert t_lora.step_time_s < t_full.step_time_s
+
+
+@pytest.mark.parametrize(
+    "peft,field",
+    [
+        ({"dim": 0}, "peft.dim"),
+        ({"target_modules": ["q_proj"]}, "peft.target_modules"),
+        ({"target_modules": []}, "peft.target_modules"),
+        ({"scheme": "dora"}, "peft.scheme"),
+        ({"rank": 8}, "peft.rank"),
+    ],
+)
+def test_lora_bad_input_names_the_field(peft, field):
+    from moeplan.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        _llama(peft)
+    assert e.value.field == field
+
+
+def test_lora_dim_must_split_over_tp_for_column_adapters():
+    from moeplan import estimate_memory
+    from moeplan.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        estimate_memory(_llama({"dim": 3}, layout={"tensor_model_parallel_size": 2}))
+    assert e.value.field == "peft.dim"
+
+
+def test_lora_on_mla_qkv_is_refused():
+    from moeplan import estimate_memory, load_scenario
+    from moeplan.errors import InputError
+
+    s = load_scenario(
+        {
+            "model": "deepseek-ai/DeepSeek-V2-Lite",
+            "system": {"gpu": "h100", "num_gpus": 8},
+            "training": {"seq_length": 4096, "global_batch_size": 64},
+            "layout": {"expert_model_parallel_size": 8},
+            "peft": {"dim": 16, "target_modules": ["linear_qkv"]},
+        }
+    )
+    with pytest.raises(InputError) as e:
+        estimate_memory(s)
+    assert e.value.field == "peft.target_modules"
+
+
+def test_lora_exports_the_bridge_peft_section():
+    from moeplan.io.export import export
+
+    s = _llama({"dim": 16, "alpha": 32, "target_modules": ["linear_qkv", "linear_proj"]})
+    text, notes = export(s, "mbridge-overrides")
+    assert "peft._target_=megatron.bridge.peft.lora.LoRA" in text
+    assert "peft.dim=16" in text and "peft.alpha=32" in text
+    assert "peft.target_modules=[linear_qkv,linear_proj]" in text
+    assert any("--mode lora" in n for n in notes)
+    py, _ = export(s, "mbridge-python")
+    assert "cfg.peft = LoRA(target_modules=['linear_qkv', 'linear_proj'], dim=16, alpha=32" in py
+    compile(py, "<export>", "exec")
+    _, mlm_notes = export(s, "megatron-lm-args")
+    assert any("peft (LoRA) has no Megatron-LM flag" in n for n in mlm_notes)
+
+
+def test_pin_flags_export():
+    from moeplan.io.export import export
+
+    s = _qwen(layout={**OFFLOAD, "pin_cpu_grads": False, "pin_cpu_params": True})
+    text, _ = export(s, "megatron-lm-args")
+    assert "--no-pin-cpu-grads" in text and "--no-pin-cpu-params" not in text
+    over, _ = export(s, "mbridge-overrides")
+    assert "optimizer.pin_cpu_grads=false" in over and "optimizer.pin_cpu_params=true" in over

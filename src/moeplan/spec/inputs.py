@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.peft import PeftInput
 from moeplan.spec.policy import check_plain
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
@@ -192,6 +193,7 @@ class ScenarioInput(BaseModel):
     overheads: OverheadsInput = Field(default_factory=OverheadsInput)
     assumptions: AssumptionsInput = Field(default_factory=AssumptionsInput)
     workload: WorkloadInput | None = None
+    peft: PeftInput | None = None
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -203,6 +205,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "overheads": OverheadsInput,
     "assumptions": AssumptionsInput,
     "workload": WorkloadInput,
+    "peft": PeftInput,
 }
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from moeplan.errors import InputError
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.model import ModelSpec, PartialModelSpec
+from moeplan.spec.peft import PeftInput
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
 from moeplan.spec.versions import ResolvedVersions, release_tuple
@@ -170,6 +171,11 @@ class Scenario:
     def folds(self) -> bool:
         """True when the world size divides by TP·PP·CP and, with routed experts, by ETP·EP·PP."""
         return self.dp is not None and (not self.is_moe_sharded or self.edp is not None)
+
+    @property
+    def peft(self) -> PeftInput | None:
+        """The LoRA adapters (``peft:``), None when the whole model trains."""
+        return self.input.peft
 
     @property
     def reserved_bytes(self) -> int:

@@ -162,6 +162,14 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
         )
     if mem["host_bytes_per_node"]:
         _host_line(c, mem, peak)
+    if mem.get("peft"):
+        pf = mem["peft"]
+        c.print(
+            f"LoRA dim {pf['dim']} (alpha {pf['alpha']:g}) on {', '.join(pf['target_modules'])}: "
+            f"{pf['adapter_params'] / 1e6:,.2f} M adapter parameters ({pf['adapter_params_per_rank'] / 1e6:,.2f} M on "
+            "the busiest rank); the base is frozen (no gradients or optimizer state; backward without weight gradients)",
+            highlight=False,
+        )
     head = mem["headroom_fraction"]
     c.print(
         f"peak device use {_gib(mem['peak_bytes'])} GiB (allocated {_gib(mem['peak_allocated_bytes'])}, "

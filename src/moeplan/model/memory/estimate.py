@@ -16,6 +16,7 @@ from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.model.activations import ActContext
+from moeplan.model.lora import adapter_rank_params, lora_activation_bytes, stage_layer_adapters
 from moeplan.model.memory.other import (
     backward_working_set,
     cp_kv_buffers,
@@ -33,6 +34,7 @@ from moeplan.model.vision import vision_cost
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
 from moeplan.spec.params import padded_vocab_size
+from moeplan.spec.peft import total_adapter_params
 from moeplan.spec.pipeline import StagePlan
 from moeplan.spec.placement import StageParams, stage_params, stage_plan
 from moeplan.spec.scenario import Scenario
@@ -150,6 +152,7 @@ class MemoryEstimate:
     overheads: Overheads
     assumptions: list[str] = field(default_factory=list)
     reserved_bytes: int = 0
+    peft: dict | None = None
 
     @functools.cached_property
     def peak_stage(self) -> StageMemory:
@@ -260,6 +263,7 @@ class MemoryEstimate:
             "host_bytes_per_node": self.host_bytes_per_node,
             "host_capacity_bytes_per_node": self.host_capacity_bytes_per_node,
             "host_fits": self.host_fits,
+            "peft": self.peft,
             "stages": [st.to_dict() for st in self.stages],
             "overheads": self.overheads.to_dict(),
             "assumptions": list(self.assumptions),
@@ -431,8 +435,33 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
             "give workload: (moeplan vlm-stats) for your data"
         )
     return MemoryEstimate(
-        stages, cap, s.gpus_per_node, host_cap, com.overheads, assumptions, reserved_bytes=s.reserved_bytes
+        stages,
+        cap,
+        s.gpus_per_node,
+        host_cap,
+        com.overheads,
+        assumptions,
+        reserved_bytes=s.reserved_bytes,
+        peft=_peft_summary(s),
     )
+
+
+def _peft_summary(s: Scenario) -> dict | None:
+    """LoRA's adapters: the config, unique adapter parameters of the model and the most on one rank."""
+    p = s.peft
+    if p is None:
+        return None
+    per_rank = max(adapter_rank_params(s, sp).total for sp in stage_params(s, allow_balanced=True))
+    return {
+        "scheme": p.scheme,
+        "dim": p.dim,
+        "alpha": p.alpha,
+        "target_modules": list(p.target_modules),
+        "share_expert_adapters": p.share_expert_adapters,
+        "adapter_params": total_adapter_params(s.complete_model, p),
+        "adapter_params_per_rank": per_rank,
+        "base": "frozen: weights only, no gradients or optimizer state; backward computes input gradients only",
+    }
 
 
 def _activations(
@@ -462,6 +491,9 @@ def _activations(
         # offloaded tensors live on the host; two layers' worth are in flight (being copied out or back)
         act["offload_staging"] = 2 * dec.worst_offloaded_bytes
     act.update(tail_activations(s, sp, ctx, com.modules, com.fused_ce, com.vpad))
+    if s.peft is not None and lay.recompute_granularity != "full":
+        # the adapters' saved tensors (moeplan.model.lora); full recompute keeps none of them
+        act["lora_adapters"] = sum(lora_activation_bytes(s, la, ctx) for la in stage_layer_adapters(s, sp)) * inflight
     return act, inflight, dec
 
 

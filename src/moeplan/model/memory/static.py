@@ -5,7 +5,8 @@ Bytes per element and shard degrees come from :mod:`moeplan.spec.numerics` (Mega
 ``docs/.../dist_optimizer.md``, ``megatron_facts.md`` §5.3):
 
 - weights: bf16 parameters, 2 B each (FP8 parameter gather: 1 B for GEMM weights), plus Transformer
-  Engine's cached FP8 weight copies under FP8 recipes; the vision tower's weights listed apart;
+  Engine's cached FP8 weight copies under FP8 recipes; the vision tower's weights listed apart; LoRA
+  adapters (``peft``) in bf16 beside the frozen base, whose weights are all that is left of it;
 - gradients: the DDP main-grad buffer (``grad_bytes`` per trained parameter);
 - optimizer: master copy and both moments, sharded by the distributed optimizer over DP·CP (dense) and
   EDP (routed experts); ``optimizer_offload_fraction`` of it lives in host memory (below);
@@ -41,6 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.model.lora import LORA_BYTES, adapter_rank_params
 from moeplan.spec.numerics import BF16_BYTES, OptimizerNumerics, fp8_weight_cache_bytes, weight_bytes_gemm
 from moeplan.spec.placement import StageParams
 from moeplan.spec.scenario import Scenario
@@ -77,7 +79,11 @@ class StaticMemory:
 
 def trained_params(s: Scenario, sp: StageParams) -> tuple[float, float]:
     """(dense, expert) parameters of the stage that train: Bridge's ``freeze_vision_model`` /
-    ``freeze_language_model`` parts keep no gradients or optimizer state."""
+    ``freeze_language_model`` parts keep no gradients or optimizer state; with LoRA (``peft``) only
+    the adapters train (:func:`moeplan.model.lora.adapter_rank_params`)."""
+    if s.peft is not None:
+        a = adapter_rank_params(s, sp)
+        return float(a.dense), float(a.expert)
     p, t = sp.params, s.training
     vis = p.by_kind.get("vision", 0)
     dense, expert = p.dense, p.expert
@@ -103,6 +109,8 @@ def _weights(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> dict[str, 
         out["params"] = w_total - BF16_BYTES * vis
         if vis:
             out["vision_tower_params"] = BF16_BYTES * vis
+    if s.peft is not None:  # adapters in the parameter dtype, next to the frozen base
+        out["lora_adapters"] = adapter_rank_params(s, sp).total * LORA_BYTES
     cache_b = fp8_weight_cache_bytes(s.training.precision, fp8_pg)
     if cache_b:
         if num.shard_params:
