@@ -452,3 +452,22 @@ def test_pin_flags_export():
     assert "--no-pin-cpu-grads" in text and "--no-pin-cpu-params" not in text
     over, _ = export(s, "mbridge-overrides")
     assert "optimizer.pin_cpu_grads=false" in over and "optimizer.pin_cpu_params=true" in over
+
+
+def test_planner_judges_against_reserved_capacity_and_keeps_peft():
+    from moeplan.plan.search import search
+
+    base = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8, "reserved_gib": 30},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "layout": {},
+        "peft": {"dim": 16},
+    }
+    res = search(base, refine=2)
+    assert res.candidates
+    cap = get_gpu("h100").usable_hbm_bytes - 30 * 2**30
+    for c in res.candidates:
+        assert c.scenario.peft is not None and c.scenario.peft.dim == 16
+        assert c.memory["capacity_bytes"] == cap
+        assert c.memory["peak_bytes"] <= cap

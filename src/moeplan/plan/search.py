@@ -671,10 +671,13 @@ def _phase_one_layout(st: _Setup, ph: _PhaseOne, p: Parallel) -> None:
     dp = p.dp(world)
     # lower bound before any model evaluation: bf16 weights + bf16 grads of a perfectly balanced
     # stage (optimizer fully offloaded, activations zero) must fit
-    floor = 4.0 * (ph.dense_params / (p.tp * p.pp) + ph.expert_params / (p.ep * p.etp * p.pp))
+    # (LoRA: the frozen base has no gradients, so its bf16 weights alone)
+    per_param = 2.0 if st.s0.peft is not None else 4.0
+    floor = per_param * (ph.dense_params / (p.tp * p.pp) + ph.expert_params / (p.ep * p.etp * p.pp))
     if floor > ph.cap and not p.fsdp:
+        what = "frozen weights" if st.s0.peft is not None else "weights + grads"
         for _ in st.mbss:
-            rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
+            rej.add("does-not-fit", f"{p.label()}: {what} alone {floor / GIB_BYTES:.1f} GiB")
         return
     gbs = st.global_batch_size
     for mbs in st.mbss:
