@@ -14,15 +14,16 @@ from moeplan.spec.system import GpuSpec
 #: moeplan id → entry in gpus.json
 GPU_IDS: dict[str, str] = {
     "a100": "A100_SXM_80GB",
-    "a800": "A800_SXM_80GB",
     "h100": "H100_SXM_80GB",
-    "h800": "H800_SXM_80GB",
-    "h20": "H20_SXM_96GB",
     "h200": "H200_SXM_141GB",
     "b200": "B200_HGX_180GB",
     "b300": "B300_HGX_288GB",
     "gb200": "GB200_NVL72",
     "gb300": "GB300_NVL72",
+    # China-market parts: A100 / H100 silicon with NVLink cut (A800, H800), a compute-cut Hopper (H20)
+    "a800": "A800_SXM_80GB",
+    "h800": "H800_SXM_80GB",
+    "h20": "H20_SXM_96GB",
     "mi300x": "MI300X",
     "mi355x": "MI355X",
 }
