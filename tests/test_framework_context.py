@@ -471,3 +471,22 @@ def test_planner_judges_against_reserved_capacity_and_keeps_peft():
         assert c.scenario.peft is not None and c.scenario.peft.dim == 16
         assert c.memory["capacity_bytes"] == cap
         assert c.memory["peak_bytes"] <= cap
+
+
+def test_oom_compares_the_gpu_total_with_usable_plus_reserved():
+    from moeplan.diagnose.oom import parse_oom, reconcile_with_model
+
+    msg = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.65 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.60 GiB memory in "
+        "use. Of the allocated memory 70.10 GiB is allocated by PyTorch, and 5.00 GiB is reserved by PyTorch but "
+        "unallocated."
+    )
+    rep = parse_oom(msg)
+    gib = 2**30
+    # 79.65 GiB GPU, 40 GiB held by the engine: the step has 39.65; the total matches 39.65 + 40
+    _, notes = reconcile_with_model(rep, int(30 * gib), int(39.65 * gib), int(40 * gib))
+    assert not any("message's GPU" in n for n in notes)
+    assert any("held by a colocated engine" in n for n in notes)
+    _, notes = reconcile_with_model(rep, int(30 * gib), int(39.65 * gib))
+    assert any("message's GPU" in n for n in notes)  # without the reservation it looks like another GPU

@@ -783,6 +783,8 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
         "families": list(st.families),
         "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
         "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
+        "reserved_gib": s0.input.system.reserved_gib,
+        "peft": s0.peft.model_dump(mode="json") if s0.peft is not None else None,
     }
 
 
