@@ -5,10 +5,27 @@ Expected values are derived by hand in the comments from the cited sources."""
 
 from __future__ import annotations
 
-import pytest
+import math
 
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from moeplan import estimate_memory, estimate_step, load_scenario
 from moeplan.catalog.gpus import get_gpu, list_gpus, measured_gemm_fractions
-from moeplan.model.compute import arch_family
+from moeplan.cli.app import app
+from moeplan.diagnose.oom import parse_oom, reconcile_with_model
+from moeplan.errors import InputError
+from moeplan.io.export import export
+from moeplan.model.compute import arch_family, speeds
+from moeplan.model.constants import load_constants
+from moeplan.model.lora import lora_time_s, stage_layer_adapters
+from moeplan.model.memory.static import cpu_optimizer_host
+from moeplan.model.validity import assess
+from moeplan.plan.search import search
+from moeplan.spec.numerics import optimizer_numerics
+from moeplan.spec.peft import PeftInput, layer_adapters, total_adapter_params
+from moeplan.spec.placement import stage_params
 
 # --- GPUs: H800, H20, A800 ------------------------------------------------------------------
 
@@ -61,9 +78,6 @@ def test_new_gpus_listed():
 
 @pytest.mark.parametrize("gpu", ["h800", "h20", "a800"])
 def test_validity_says_new_gpus_were_never_measured(gpu):
-    from moeplan import load_scenario
-    from moeplan.model.validity import assess
-
     s = load_scenario(
         {
             "model": "Qwen/Qwen3-30B-A3B",
@@ -81,8 +95,6 @@ def test_validity_says_new_gpus_were_never_measured(gpu):
 
 
 def _qwen(system_extra=None, layout=None, gpu="h100", training=None):
-    from moeplan import load_scenario
-
     return load_scenario(
         {
             "model": "Qwen/Qwen3-30B-A3B",
@@ -100,8 +112,6 @@ def _qwen(system_extra=None, layout=None, gpu="h100", training=None):
 
 
 def test_reserved_gib_is_subtracted_from_the_capacity_only():
-    from moeplan import estimate_memory
-
     plain, held = estimate_memory(_qwen()), estimate_memory(_qwen({"reserved_gib": 20}))
     # the training step's own memory does not change; the capacity drops by exactly 20 GiB
     assert held.peak_bytes == plain.peak_bytes
@@ -113,8 +123,6 @@ def test_reserved_gib_is_subtracted_from_the_capacity_only():
 
 
 def test_reserved_gib_turns_a_fit_into_does_not_fit():
-    from moeplan import estimate_memory
-
     # full recompute on 8 H200s fits with room; reserving all but (peak - 1 GiB) leaves 1 GiB too little
     base = dict(
         gpu="h200", layout={"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
@@ -128,19 +136,12 @@ def test_reserved_gib_turns_a_fit_into_does_not_fit():
 
 @pytest.mark.parametrize("bad", [-1, 79.65, 200, "x", True])
 def test_reserved_gib_out_of_range_is_an_input_error(bad):
-    from moeplan.errors import InputError
-
     with pytest.raises(InputError) as e:
         _qwen({"reserved_gib": bad})
     assert e.value.field == "system.reserved_gib"
 
 
 def test_reserved_gib_cli_exit_2_and_shown(tmp_path):
-    import yaml
-    from typer.testing import CliRunner
-
-    from moeplan.cli.app import app
-
     f = tmp_path / "s.yaml"
     data = {
         "model": "Qwen/Qwen3-30B-A3B",
@@ -170,8 +171,6 @@ OFFLOAD = {
 
 def _offloaded_params(s) -> float:
     """Parameters of the peak rank's optimizer shard: dense / (DP·CP) + experts / EDP."""
-    from moeplan.spec.numerics import optimizer_numerics
-    from moeplan.spec.placement import stage_params
 
     num = optimizer_numerics(s)
     sp = stage_params(s, allow_balanced=True)[0]
@@ -179,10 +178,6 @@ def _offloaded_params(s) -> float:
 
 
 def test_cpu_optimizer_host_memory_per_offloaded_parameter():
-    import math
-
-    from moeplan import estimate_memory
-
     s = _qwen(layout=OFFLOAD)  # megatron-core 0.20 (the default)
     n = _offloaded_params(s)
     host = estimate_memory(s).stages[0].host
@@ -197,11 +192,6 @@ def test_cpu_optimizer_host_memory_per_offloaded_parameter():
 
 
 def test_pinned_fp32_masters_after_mcore_0_20():
-    import math
-
-    from moeplan import load_scenario
-    from moeplan.model.memory.static import cpu_optimizer_host
-
     # Megatron-LM PR #4547 (after the 0.20.0 release branch) pins the fp32 masters too: 8 pinned
     # bytes rounded up, 16 + 8 · (2 ln 2 − 1) = 19.09 B per parameter, 59 % over the 12 B of
     # optimizer state alone (master + two moments)
@@ -219,8 +209,6 @@ def test_pinned_fp32_masters_after_mcore_0_20():
 
 
 def test_unpinned_buffers_are_not_rounded_and_fraction_scales():
-    from moeplan import estimate_memory
-
     unpinned = _qwen(layout={**OFFLOAD, "pin_cpu_grads": False, "pin_cpu_params": False})
     host = estimate_memory(unpinned).stages[0].host
     assert "pinned_allocator_rounding" not in host
@@ -231,8 +219,6 @@ def test_unpinned_buffers_are_not_rounded_and_fraction_scales():
 
 
 def test_host_memory_per_rank_and_node_against_the_stated_node_ram():
-    from moeplan import estimate_memory
-
     est = estimate_memory(_qwen(layout=OFFLOAD))
     # 8 GPUs per node (HGX H100): per node = 8 × the worst rank
     assert est.host_bytes_per_node == 8 * est.host_bytes_per_rank
@@ -249,8 +235,6 @@ def test_host_memory_per_rank_and_node_against_the_stated_node_ram():
 
 
 def test_no_offload_no_host_memory():
-    from moeplan import estimate_memory
-
     est = estimate_memory(_qwen())
     assert est.host_bytes_per_rank is None and est.stages[0].host == {}
 
@@ -259,8 +243,6 @@ def test_no_offload_no_host_memory():
 
 
 def _llama(peft=None, layout=None, num_gpus=8, training=None):
-    from moeplan import load_scenario
-
     return load_scenario(
         {
             "model": "meta-llama/Llama-3.1-8B",
@@ -281,8 +263,6 @@ FC2_R16 = 16 * (14336 + 4096)  # 294,912
 
 
 def test_lora_rank16_on_qkv_hand_count():
-    from moeplan.spec.peft import PeftInput, layer_adapters, total_adapter_params
-
     m = _llama().complete_model
     p = PeftInput(dim=16, target_modules=("linear_qkv",))
     assert layer_adapters(m, p, 0, 1, 1, 1).dense == QKV_R16
@@ -292,15 +272,11 @@ def test_lora_rank16_on_qkv_hand_count():
 
 
 def test_lora_default_targets_hand_count():
-    from moeplan.spec.peft import PeftInput, total_adapter_params
-
     m = _llama().complete_model
     assert total_adapter_params(m, PeftInput(dim=16)) == 32 * (QKV_R16 + PROJ_R16 + FC1_R16 + FC2_R16) == 35_651_584
 
 
 def test_lora_memory_frozen_base():
-    from moeplan import estimate_memory
-
     full = estimate_memory(_llama()).stages[0]
     lora = estimate_memory(_llama({"dim": 16})).stages[0]
     n = 32 * (QKV_R16 + PROJ_R16 + FC1_R16 + FC2_R16)
@@ -315,8 +291,6 @@ def test_lora_memory_frozen_base():
 
 
 def test_lora_activations_hand_count():
-    from moeplan import estimate_memory
-
     # TP 1, one microbatch of 4096 tokens in flight on PP 1: each adapter saves its bottleneck
     # (4096 tokens × r 16 × 2 B) — 4 adapters × 32 layers
     est = estimate_memory(_llama({"dim": 16}, training={"global_batch_size": 8}))
@@ -333,8 +307,6 @@ def test_lora_activations_hand_count():
 
 
 def test_lora_moe_shared_and_per_expert_adapters():
-    from moeplan.spec.peft import PeftInput, layer_adapters
-
     # Qwen3-30B-A3B: h 2048, 128 experts of FFN 768 (SwiGLU), top-8; EP 8 → 16 local experts
     m = _qwen().complete_model
     shared = layer_adapters(m, PeftInput(dim=16, target_modules=("linear_fc1", "linear_fc2")), 0, 1, 8, 1)
@@ -353,17 +325,10 @@ def test_lora_moe_shared_and_per_expert_adapters():
 
 
 def test_lora_step_time_backward_without_base_weight_gradients():
-    from moeplan import estimate_step
-    from moeplan.model.lora import lora_time_s, stage_layer_adapters
-    from moeplan.spec.placement import stage_params
-
     full, lora = _llama(), _llama({"dim": 16})
     t_full, t_lora = estimate_step(full), estimate_step(lora)
     # the base's GEMMs run forward + input gradient (2 of 3 passes); the adapters' GEMMs add on top
     st = stage_params(lora, allow_balanced=True)[0]
-    from moeplan.catalog.gpus import measured_gemm_fractions
-    from moeplan.model.compute import speeds
-    from moeplan.model.constants import load_constants
 
     sp = speeds(lora.gpu, "bf16", False, load_constants(), measured_gemm_fractions("h100"))
     adapters = sum(
@@ -394,26 +359,18 @@ def test_lora_step_time_backward_without_base_weight_gradients():
     ],
 )
 def test_lora_bad_input_names_the_field(peft, field):
-    from moeplan.errors import InputError
-
     with pytest.raises(InputError) as e:
         _llama(peft)
     assert e.value.field == field
 
 
 def test_lora_dim_must_split_over_tp_for_column_adapters():
-    from moeplan import estimate_memory
-    from moeplan.errors import InputError
-
     with pytest.raises(InputError) as e:
         estimate_memory(_llama({"dim": 3}, layout={"tensor_model_parallel_size": 2}))
     assert e.value.field == "peft.dim"
 
 
 def test_lora_on_mla_qkv_is_refused():
-    from moeplan import estimate_memory, load_scenario
-    from moeplan.errors import InputError
-
     s = load_scenario(
         {
             "model": "deepseek-ai/DeepSeek-V2-Lite",
@@ -429,8 +386,6 @@ def test_lora_on_mla_qkv_is_refused():
 
 
 def test_lora_exports_the_bridge_peft_section():
-    from moeplan.io.export import export
-
     s = _llama({"dim": 16, "alpha": 32, "target_modules": ["linear_qkv", "linear_proj"]})
     text, notes = export(s, "mbridge-overrides")
     assert "peft._target_=megatron.bridge.peft.lora.LoRA" in text
@@ -445,8 +400,6 @@ def test_lora_exports_the_bridge_peft_section():
 
 
 def test_pin_flags_export():
-    from moeplan.io.export import export
-
     s = _qwen(layout={**OFFLOAD, "pin_cpu_grads": False, "pin_cpu_params": True})
     text, _ = export(s, "megatron-lm-args")
     assert "--no-pin-cpu-grads" in text and "--no-pin-cpu-params" not in text
@@ -455,8 +408,6 @@ def test_pin_flags_export():
 
 
 def test_planner_judges_against_reserved_capacity_and_keeps_peft():
-    from moeplan.plan.search import search
-
     base = {
         "model": "Qwen/Qwen3-30B-A3B",
         "system": {"gpu": "h100", "num_gpus": 8, "reserved_gib": 30},
@@ -474,8 +425,6 @@ def test_planner_judges_against_reserved_capacity_and_keeps_peft():
 
 
 def test_oom_compares_the_gpu_total_with_usable_plus_reserved():
-    from moeplan.diagnose.oom import parse_oom, reconcile_with_model
-
     msg = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
         "79.65 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.60 GiB memory in "
