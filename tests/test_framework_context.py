@@ -43,16 +43,16 @@ def test_h800_is_h100_with_400_gb_per_s_nvlink():
 
 
 def test_h20_figures():
-    # H20: 96 GB HBM3 (nominal, 96e9 / 2**30 = 89.41 GiB), 4.0 TB/s, 148 dense BF16, 296 FP8,
+    # H20: 96 GB HBM3, nvidia-smi 97871 MiB = 95.58 GiB (nvsmi_h20), 4.0 TB/s, 148 dense BF16, 296 FP8,
     # NVLink 900 GB/s aggregate = 450 per direction (tweaktown_h20, willitrun_h20, zangshuxian_h20)
     h20 = get_gpu("h20")
-    assert h20.usable_hbm_gib == pytest.approx(96e9 / 2**30)
-    assert h20.usable_hbm_source == "nominal (vendor GB)"
+    assert h20.usable_hbm_gib == pytest.approx(95.58)
+    assert h20.usable_hbm_source == "nvidia-smi total"
     assert h20.hbm_bandwidth_gb_per_s == 4000
     assert h20.peak_dense_tflops == {"bf16": 148.0, "fp8": 296.0}
     assert h20.scaleup_unidir_gb_per_s == 450
     assert arch_family(h20) == "Hopper" and h20.supports_te_fp8
-    assert len(h20.sources) == 3
+    assert len(h20.sources) == 4
 
 
 def test_a800_is_a100_with_400_gb_per_s_nvlink():
