@@ -439,3 +439,24 @@ def test_oom_compares_the_gpu_total_with_usable_plus_reserved():
     assert any("held by a colocated engine" in n for n in notes)
     _, notes = reconcile_with_model(rep, int(30 * gib), int(39.65 * gib))
     assert any("message's GPU" in n for n in notes)  # without the reservation it looks like another GPU
+
+
+def test_estimate_text_shows_host_overflow_and_lora(tmp_path):
+    f = tmp_path / "s.yaml"
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8, "host_memory_gib": 100},
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "layout": {"expert_model_parallel_size": 8, **OFFLOAD},
+    }
+    f.write_text(yaml.safe_dump(data))
+    out = " ".join(CliRunner().invoke(app, ["estimate", str(f)], env={"COLUMNS": "200"}).output.split())
+    # per rank about 62 GiB here, × 8 per node, far over 100 GiB
+    assert "exceeds the node's host memory" in out and "host memory exceeded → does-not-fit" in out
+    data = {**data, "system": {"gpu": "h100", "num_gpus": 8}, "layout": {"expert_model_parallel_size": 8}}
+    data["peft"] = {"dim": 16}
+    f.write_text(yaml.safe_dump(data))
+    out = " ".join(CliRunner().invoke(app, ["estimate", str(f)], env={"COLUMNS": "200"}).output.split())
+    # Qwen3-30B-A3B, r 16 on all four: per layer 16·(2048+5120) + 16·(4096+2048) + 16·(2048+1536)
+    # + 16·(768+2048) = 315,392; × 48 layers = 15,138,816
+    assert "15.14 M adapter parameters" in out
