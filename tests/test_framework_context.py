@@ -460,3 +460,26 @@ def test_estimate_text_shows_host_overflow_and_lora(tmp_path):
     # Qwen3-30B-A3B, r 16 on all four: per layer 16·(2048+5120) + 16·(4096+2048) + 16·(2048+1536)
     # + 16·(768+2048) = 315,392; × 48 layers = 15,138,816
     assert "15.14 M adapter parameters" in out
+
+
+def test_lora_skips_gated_deltanet_layers():
+    # Qwen3-Next: Gated DeltaNet layers have in_proj / out_proj, no linear_qkv / linear_proj
+    s = load_scenario(
+        {
+            "model": "Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "system": {"gpu": "h100", "num_gpus": 8},
+            "peft": {"dim": 16, "target_modules": ["linear_qkv", "linear_proj"]},
+        }
+    )
+    m = s.complete_model
+    kinds = m.attention_kinds
+    lin = kinds.index("linear")
+    full = kinds.index("full")
+    p = s.peft
+    assert layer_adapters(m, p, lin, 1, 1, 1).by_target == {}
+    nh, ng, d, h = m.num_attention_heads, m.num_query_groups, m.kv_channels, m.hidden_size
+    qkv_out = nh * d * (2 if m.attention_output_gate else 1) + 2 * ng * d
+    assert layer_adapters(m, p, full, 1, 1, 1).dense == 16 * (h + qkv_out) + 16 * (nh * d + h)
+    # h 2048, 16 heads of 256 with an output gate, 2 KV groups: qkv out 16·256·2 + 2·2·256 = 9216;
+    # 16·(2048 + 9216) + 16·(4096 + 2048) = 278,528
+    assert layer_adapters(m, p, full, 1, 1, 1).dense == 278_528

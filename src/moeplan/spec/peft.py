@@ -40,6 +40,8 @@ from moeplan.spec.model import ModelSpec
 
 #: target module names moeplan counts (Bridge LoRA's defaults)
 TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+#: attention kinds whose layers have linear_qkv / linear_proj (softmax attention, GQA or MLA)
+SOFTMAX_KINDS = ("full", "sliding", "chunked")
 #: targets whose base linear is column-parallel (A splits ``dim`` over TP)
 COLUMN_TARGETS = ("linear_qkv", "linear_fc1")
 
@@ -97,8 +99,9 @@ class LayerAdapters:
 
 
 def _attention_widths(m: ModelSpec, kind: str) -> dict[str, tuple[int, int]]:
-    """(in, out) of linear_qkv and linear_proj of a softmax-attention layer; none for Gated DeltaNet."""
-    if kind == "linear":
+    """(in, out) of linear_qkv and linear_proj of a softmax-attention layer (``full``, ``sliding``,
+    ``chunked``); none for other mixers (Gated DeltaNet's in_proj / out_proj match no target)."""
+    if kind not in SOFTMAX_KINDS:
         return {}
     h = m.hidden_size
     if m.multi_latent_attention:
