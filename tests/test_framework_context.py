@@ -483,3 +483,8 @@ def test_lora_skips_gated_deltanet_layers():
     # h 2048, 16 heads of 256 with an output gate, 2 KV groups: qkv out 16·256·2 + 2·2·256 = 9216;
     # 16·(2048 + 9216) + 16·(4096 + 2048) = 278,528
     assert layer_adapters(m, p, full, 1, 1, 1).dense == 278_528
+
+
+def test_validity_says_lora_was_never_measured():
+    v = assess(_llama({"dim": 16}))
+    assert "layout feature 'lora' never appears in the measured runs" in v.outside
