@@ -84,6 +84,8 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
     "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer",),
     "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload",),
     "optimizer_offload_fraction": ("optimizer.optimizer_offload_fraction",),
+    "pin_cpu_grads": ("optimizer.pin_cpu_grads",),
+    "pin_cpu_params": ("optimizer.pin_cpu_params",),
     "main_grads_dtype": ("optimizer.main_grads_dtype",),
     "main_params_dtype": ("optimizer.main_params_dtype",),
     "exp_avg_dtype": ("optimizer.exp_avg_dtype",),
@@ -154,9 +156,14 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
     "check_for_nan_in_loss": "--no-check-for-nan-in-loss-and-grad",  # store_false; default True
     "use_precision_aware_optimizer": "--use-precision-aware-optimizer",
     "grad_reduce_in_fp32": "--accumulate-allreduce-grads-in-fp32",
-    # store_false flag (dest apply_rope_fusion): Megatron-LM fuses RoPE unless told not to
+    # store_false flags (megatron/training/arguments.py): written only to turn the default off;
+    # apply_rope_fusion: Megatron-LM fuses RoPE unless told not to
     "apply_rope_fusion": "--no-rope-fusion",
+    "pin_cpu_grads": "--no-pin-cpu-grads",
+    "pin_cpu_params": "--no-pin-cpu-params",
 }
+#: keys whose Megatron-LM flag is a store_false switch: written when the value is false
+MLM_NEGATED = frozenset({"check_for_nan_in_loss", "apply_rope_fusion", "pin_cpu_grads", "pin_cpu_params"})
 
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
 MLM_UNSUPPORTED = frozenset(

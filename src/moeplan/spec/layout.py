@@ -105,6 +105,8 @@ class LayoutSpec(BaseModel):
     store_param_remainders: bool | None = None
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    pin_cpu_grads: bool | None = None
+    pin_cpu_params: bool | None = None
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     num_distributed_optimizer_instances: int = Field(default=1, ge=1)

@@ -123,6 +123,32 @@ def _findings_lines(c, errors: list[dict] | None, warnings: list[dict] | None) -
         )
 
 
+def _reserved_text(mem: dict) -> str:
+    """`` (HBM H − R reserved by a colocated engine)`` when ``system.reserved_gib`` is stated."""
+    reserved = mem.get("reserved_bytes") or 0
+    if not reserved or mem.get("usable_hbm_bytes") is None:
+        return ""
+    return f" ({_gib(mem['usable_hbm_bytes'])} HBM − {_gib(reserved)} reserved by a colocated engine)"
+
+
+def _host_line(c, mem: dict, peak: dict) -> None:
+    """Host memory per rank (its parts, on the peak stage) and per node against the node's RAM."""
+    cap = mem["host_capacity_bytes_per_node"]
+    parts = ", ".join(f"{n} {_gib(v)}" for n, v in (peak.get("host_items") or {}).items() if v)
+    over = cap is not None and mem["host_bytes_per_node"] > cap
+    c.print(
+        f"host memory per rank {_gib(mem.get('host_bytes_per_rank'))} GiB"
+        + (f" ({parts})" if parts else "")
+        + f"; per node {_gib(mem['host_bytes_per_node'])} GiB"
+        + (
+            f" of {cap / GIB_BYTES:.0f} GiB" + (" [bold red]— exceeds the node's host memory[/]" if over else "")
+            if cap
+            else " (host memory unknown: set system.host_memory_gib)"
+        ),
+        highlight=False,
+    )
+
+
 def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     """Virtual chunks of the peak stage (``verbose``), host memory for offloaded state, and the
     verdict line."""
@@ -135,24 +161,26 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             )
         )
     if mem["host_bytes_per_node"]:
-        cap = mem["host_capacity_bytes_per_node"]
+        _host_line(c, mem, peak)
+    if mem.get("peft"):
+        pf = mem["peft"]
         c.print(
-            f"host memory per node for offloaded optimizer state: {_gib(mem['host_bytes_per_node'])} GiB"
-            + (
-                f" of {cap / GIB_BYTES:.0f} GiB"
-                if cap
-                else " (host memory unknown: set system.gpu_overrides.host_mem_per_gpu_gb)"
-            )
+            f"LoRA dim {pf['dim']} (alpha {pf['alpha']:g}) on {', '.join(pf['target_modules'])}: "
+            f"{pf['adapter_params'] / 1e6:,.2f} M adapter parameters ({pf['adapter_params_per_rank'] / 1e6:,.2f} M on "
+            "the busiest rank); the base is frozen (no gradients or optimizer state; backward without weight gradients)",
+            highlight=False,
         )
     head = mem["headroom_fraction"]
     c.print(
         f"peak device use {_gib(mem['peak_bytes'])} GiB (allocated {_gib(mem['peak_allocated_bytes'])}, "
         f"reserved {_gib(mem['peak_reserved_bytes'])}) on stage {mem['peak_stage']} of {_gib(mem['capacity_bytes'])} GiB usable"
+        + _reserved_text(mem)
         + (
             (f" ({head * 100:.1f} % headroom)" if head >= 0 else f" (over by {-head * 100:.1f} % of usable HBM)")
             if head is not None
             else ""
         )
+        + (" — host memory exceeded" if mem.get("host_fits") is False else "")
         + f" → [{_MEM_STYLE[mem['verdict']]}]{mem['verdict']}[/]"
     )
     if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:

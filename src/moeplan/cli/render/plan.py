@@ -19,6 +19,8 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
         f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {seq:,}, GBS {gbs} "
         f"({gbs * seq / 2**20:.3g} Mi tokens/step), {r['precision']}"
         + (f"; held fixed: {', '.join(f'{k}={v}' for k, v in held.items())}" if held else "")
+        + (f"; {r['reserved_gib']:g} GiB per GPU reserved by a colocated engine" if r.get("reserved_gib") else "")
+        + (f"; LoRA dim {r['peft']['dim']} on a frozen base" if r.get("peft") else "")
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
@@ -349,7 +351,8 @@ def render_fit(d: dict, verbose: bool = False) -> None:
     c = console()
     c.print(
         f"current layout: peak {d['peak_gib']:.1f} GiB of {d['capacity_gib']:.1f} GiB usable "
-        f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
+        + (f"after {d['reserved_gib']:.1f} GiB reserved by a colocated engine " if d.get("reserved_gib") else "")
+        + f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
     if d.get("assumes"):
