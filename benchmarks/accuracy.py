@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import figures  # noqa: E402
 from ceiling import oracle_errors, within_group_ceiling  # noqa: E402
 from timefit import ROOT, fit, load_runs, predict, release_anomalies, spearman  # noqa: E402
 
@@ -202,6 +203,46 @@ def write_validity(known, ours, meas, held, held_out_errors, anomalies, bands: d
     out.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _r(m: dict) -> dict:
+    """A metrics row rounded as the documents print it."""
+    return {
+        "median_pct": round(m["median_pct"], 1),
+        "worst_pct": round(m["worst_pct"], 1),
+        "spearman": round(m["spearman"], 3),
+    }
+
+
+def write_figures(fig, res, clean_res, logo, lomo, baselines, lore=None) -> None:
+    """The step-time section of docs/figures.json (in sample always; held out when refitted)."""
+    out = {
+        "runs": len(fig["known"]),
+        "anomalies": len([a for a in fig["anomalies"] if any(r["id"] == a for r in fig["known"])]),
+        "all": {k: _r(m) for k, m in res.items()},
+        "clean": {k: _r(m) for k, m in clean_res.items()},
+        "groups_ge_0_8": fig["within_ge_0_8"],
+        "groups": len(fig["within"]),
+    }
+    if logo:
+        names = ["moeplan", *baselines]
+        held = {
+            f"{kind} {k.split('/')[-1]}": {n: round(v[n], 1) for n in names}
+            for kind, t in (("GPU", logo), ("model", lomo))
+            for k, v in t.items()
+        }
+        every = {n: float(np.median([v[n] for t in (logo, lomo) for v in t.values()])) for n in names}
+        better = min(baselines, key=lambda n: every[n])
+        out["held_out"] = {
+            "cases": held,
+            "median_of_cases": {n: round(v, 1) for n, v in every.items()},
+            "better_baseline": better,
+            "ratio_to_better": round(every["moeplan"] / every[better], 2),
+            "releases": {k: {n: round(v[n], 1) for n in names} for k, v in (lore or {}).items()},
+        }
+    else:
+        out["held_out"] = figures.load().get("step_time", {}).get("held_out")
+    figures.update("step_time", out)
+
+
 def main() -> None:
     runs = load_runs()
     c = load_constants()
@@ -218,7 +259,7 @@ def main() -> None:
         res[name] = metrics(_baseline(known, keyf), meas)
         clean_res[name] = metrics(_baseline(known, keyf, set(np.flatnonzero(clean)))[clean], meas[clean])
     within = fig["within"]
-    logo, held_out, lomo, logo_errors, lomo_errors = {}, [], {}, [], []
+    logo, held_out, lomo, logo_errors, lomo_errors, lore = {}, [], {}, [], [], {}
     if "--no-logo" not in sys.argv:
         logo, held_out = held_out_fits(runs, known, anomalies, "gpu", ("h100", "b200", "gb200", "gb300"), baselines)
         lomo, lomo_errors = held_out_fits(
@@ -226,6 +267,7 @@ def main() -> None:
         )
         logo_errors = list(held_out)
         held_out += lomo_errors
+        lore, _ = held_out_fits(runs, known, anomalies, "release", sorted({r["release"] for r in known}), baselines)
     unk = metrics(predict(unknown, c), np.array([r["measured"] for r in unknown])) if unknown else None
     lines = [
         "# Accuracy of the step-time model",
@@ -313,11 +355,20 @@ def main() -> None:
             "",
             f"Out of sample, moeplan's median is {every['moeplan'] / every[better]:.2f} of the better baseline's "
             f"({better}).",
+            "",
+            "Held out by container release (refitted without the release's runs; the release then takes the factor "
+            "of the last fitted release before it, as an unseen release does at run time):",
+            "",
+            "| held out | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
         ]
+        for k, v in lore.items():
+            lines.append(f"| release {k} | " + " | ".join(f"{v[n]:.1f}" for n in names) + " |")
     lines += ["", "| run | measured tok/s/GPU | predicted | error % |", "|---|---|---|---|"]
     for r, p in sorted(zip(known, ours, strict=True), key=lambda x: x[0]["id"]):
         lines.append(f"| {r['id']} | {r['measured']} | {p:.0f} | {100 * (p / r['measured'] - 1):+.1f} |")
     (ROOT / "docs" / "accuracy.md").write_text("\n".join(lines) + "\n")
+    write_figures(fig, res, clean_res, logo, lomo, baselines, lore)
     if logo:
         held = {k.split("/")[-1]: v["moeplan"] for t in (logo, lomo) for k, v in t.items()}
         bands = regime_bands(known, ours, meas, anomalies, logo_errors, lomo_errors)

@@ -29,6 +29,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import figures  # noqa: E402
+
 from moeplan import estimate_step, load_scenario
 from moeplan.model.calibrate import release_key
 from moeplan.plan import plan
@@ -223,6 +226,8 @@ def main() -> None:
             f"{r.get('top1', '–')} | {ratio} |"
         )
     (ROOT / "docs" / "plan_quality.md").write_text("\n".join(lines) + "\n")
+    if "--limit" not in sys.argv:
+        figures.update("planner", {**fig, "superseded": len(sup)})
     print("\n".join(lines[4:10]))
 
 

@@ -90,3 +90,15 @@ def test_the_packaged_validity_bands_are_the_benchmarks_current_figures(fig):
     # the band is the 90th percentile of |error|: at least the median, at most the worst
     assert fig["all"]["median_pct"] <= fig["in_sample_band_pct"] <= fig["all"]["worst_pct"]
     assert np.isfinite(fig["ours"]).all() and (fig["ours"] > 0).all()
+
+
+def test_the_published_figures_are_what_the_code_computes(fig):
+    """docs/figures.json (rendered into docs/validation.md) holds today's in-sample figures: a change to
+    the model that moves them must rerun ``python benchmarks/accuracy.py`` (then scripts/validation_doc.py)."""
+    stored = json.loads((ROOT / "docs" / "figures.json").read_text(encoding="utf-8"))["step_time"]
+    assert stored["runs"] == len(fig["known"])
+    for part in ("all", "clean"):
+        m = fig[part]
+        want = {"median_pct": round(m["median_pct"], 1), "worst_pct": round(m["worst_pct"], 1), "spearman": round(m["spearman"], 3)}
+        assert stored[part]["moeplan"] == want, (part, stored[part]["moeplan"], want)
+    assert stored["groups_ge_0_8"] == fig["within_ge_0_8"]

@@ -121,3 +121,9 @@ def test_the_checks_can_fail():
     ups = [m for _, m in _imports(bad) if m.startswith("moeplan.cli")]
     lazy = [m for fn in ast.walk(bad) if isinstance(fn, ast.FunctionDef) for _, m in _imports(fn)]
     assert ups == ["moeplan.cli.app"] and lazy == ["moeplan.spec"]
+
+
+def test_readme_stays_a_users_page():
+    """Issue #17: a README of at most 12 KB for users (the manual and the validation figures live under docs/)."""
+    size = len((SRC.parents[1] / "README.md").read_bytes())
+    assert size <= 12 * 1024, f"README.md is {size} bytes; move detail to docs/"

@@ -82,7 +82,7 @@ def test_check_scenario_file_and_flag_override(tmp_path):
     [
         (["check", "missing.yaml"], "no such YAML file: missing.yaml"),
         (["check", "--model", "no-such-model"], "built-in model"),
-        (["check", "--gpu", "h900"], "did you mean 'h200'"),
+        (["check", "--gpu", "h900"], "did you mean 'h800', 'h200'"),
         (["check", "--set", "layout.tensor_model_paralel_size=2"], "did you mean 'tensor_model_parallel_size'"),
         (["check", "--set", "layout.tensor_model_parallel_size=0"], "layout.tensor_model_parallel_size"),
         (["check", "--set", "layout.tensor_model_parallel_size=two"], "layout.tensor_model_parallel_size"),
@@ -220,7 +220,8 @@ def test_estimate_offload_reports_host_memory():
         ]
     )
     assert r.exit_code == 0, r.output
-    assert "host memory per node" in r.output
+    text = " ".join(r.output.split())
+    assert "host memory per rank" in text and "; per node" in text and "cpu_grads_fp32" in text
 
 
 @pytest.mark.parametrize(

@@ -132,8 +132,11 @@ def test_plan_deepseek_v3_128k_on_256_h100(server_url, browser):
     bars = d.find_elements(By.CSS_SELECTOR, "#memory-svg rect")
     assert len(bars) >= 4 * stages  # weights, grads, optimizer, activations (+ other) per stage
     legend = d.find_element(By.ID, "memory-legend").text
-    for part in ("weights", "gradients", "optimizer", "activations", "other"):
+    for part in ("weights", "gradients", "optimizer", "activations", "other", "torch max allocated", "max reserved"):
         assert part in legend
+    # the three figures of issue #18: a tick at torch's max allocated and max reserved on every stage's bar
+    assert len(d.find_elements(By.CSS_SELECTOR, "#memory-svg line.mem-tick")) == 2 * stages
+    assert "max allocated" in d.find_element(By.ID, "memory-verdict").text
     assert "peak stage" in d.find_element(By.ID, "peak-items").text
     # the step-time chart and its figures
     assert d.find_elements(By.CSS_SELECTOR, "#time-svg rect")

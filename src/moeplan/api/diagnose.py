@@ -202,7 +202,7 @@ def _blame(rep, text: str, scenario: Path, calibration: Path | None):
         )
     mem = estimate_memory(s_run)
     peak = mem.peak_stage
-    rep, more = reconcile_with_model(rep, peak.total_bytes, mem.capacity_bytes)
+    rep, more = reconcile_with_model(rep, peak.total_bytes, mem.capacity_bytes, mem.reserved_bytes)
     notes += more
     notes += _like_for_like(rep, peak)
     terms = sorted(
@@ -215,6 +215,7 @@ def _blame(rep, text: str, scenario: Path, calibration: Path | None):
         "predicted_reserved_bytes": peak.peak_reserved_bytes,
         "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
         "capacity_bytes": mem.capacity_bytes,
+        "reserved_bytes": mem.reserved_bytes,
         "notes": notes,
     }
     if rep.fragmentation is not True:

@@ -20,15 +20,23 @@ GPU_IDS: dict[str, str] = {
     "b300": "B300_HGX_288GB",
     "gb200": "GB200_NVL72",
     "gb300": "GB300_NVL72",
+    # China-market parts: A100 / H100 silicon with NVLink cut (A800, H800), a compute-cut Hopper (H20)
+    "a800": "A800_SXM_80GB",
+    "h800": "H800_SXM_80GB",
+    "h20": "H20_SXM_96GB",
     "mi300x": "MI300X",
     "mi355x": "MI355X",
 }
 
-# Compute capability per entry (NVIDIA CUDA GPUs list): A100 8.0, H100/H200 9.0, B200/GB200 10.0,
+# Compute capability per entry (NVIDIA CUDA GPUs list): A100 8.0, H100/H200 9.0 (A800 is A100
+# silicon, H800 and H20 are GH100: 8.0 and 9.0), B200/GB200 10.0,
 # B300/GB300 10.3. AMD parts have none.
 _COMPUTE_CAPABILITY = {
     "A100_SXM_80GB": 8.0,
+    "A800_SXM_80GB": 8.0,
     "H100_SXM_80GB": 9.0,
+    "H800_SXM_80GB": 9.0,
+    "H20_SXM_96GB": 9.0,
     "H200_SXM_141GB": 9.0,
     "B200_HGX_180GB": 10.0,
     "B300_HGX_288GB": 10.3,
@@ -109,11 +117,15 @@ def list_gpus() -> list[GpuSpec]:
 
 def measured_gemm_fractions(gpu_id: str) -> dict[str, float]:
     """Best-shape GEMM throughput as a fraction of the dense peak, per precision (``bf16``, ``fp8``),
-    from the catalog's measured MAMF figures (ml-engineering, torch.matmul); empty for unknown GPUs."""
+    from the catalog's measured MAMF figures (ml-engineering, torch.matmul); empty for unknown GPUs.
+    A part cut down only in its interconnect (H800, A800: ``gemm_fraction_from`` in gpus.json) takes
+    the measured fraction of the part with the same die and clocks (H100, A100)."""
     key = GPU_IDS.get(str(gpu_id).lower())
     if key is None:
         return {}
     e = _raw()["systems"][key]
+    if e.get("gemm_fraction_from"):
+        e = _raw()["systems"][e["gemm_fraction_from"]]
     out = {}
     for prec in ("bf16", "fp8"):
         meas, peak = e.get(f"measured_{prec}_gemm_tflops"), e.get(f"{prec}_dense_tflops")

@@ -169,7 +169,7 @@ def parse_oom(text: str) -> OomReport:
 
 
 def reconcile_with_model(
-    rep: OomReport, predicted_peak_bytes: int, capacity_bytes: int | None
+    rep: OomReport, predicted_peak_bytes: int, capacity_bytes: int | None, reserved_bytes: int = 0
 ) -> tuple[OomReport, list[str]]:
     """Weigh the message against the memory model of the run's scenario: (the report, notes to print).
 
@@ -178,13 +178,22 @@ def reconcile_with_model(
       the report returned says so (``fragmentation`` False, diagnosis and fixes rewritten).
     - A message whose GPU total differs from the scenario's usable memory by more than 10 % comes
       from another GPU: fixes rated against the scenario's GPU do not apply to the one that failed.
+
+    ``capacity_bytes`` is what the training step may use (usable HBM less ``reserved_bytes``, the
+    memory of a colocated engine, ``system.reserved_gib``); the GPU total compares with their sum.
     """
     notes: list[str] = []
-    if rep.total_bytes and capacity_bytes and abs(rep.total_bytes / capacity_bytes - 1) > 0.10:
+    total = capacity_bytes + reserved_bytes if capacity_bytes else None
+    if rep.total_bytes and total and abs(rep.total_bytes / total - 1) > 0.10:
         notes.append(
             f"WARNING: the message's GPU has {human_bytes(rep.total_bytes)} in total, the scenario's GPU "
-            f"{human_bytes(capacity_bytes)} usable: the fixes below are rated for the scenario's GPU; give "
+            f"{human_bytes(total)} usable: the fixes below are rated for the scenario's GPU; give "
             "the GPU that ran out of memory (--scenario with its system.gpu)"
+        )
+    if reserved_bytes and capacity_bytes:
+        notes.append(
+            f"system.reserved_gib: {human_bytes(reserved_bytes)} of each GPU is held by a colocated engine; "
+            f"the training step has {human_bytes(capacity_bytes)}"
         )
     if capacity_bytes and predicted_peak_bytes > capacity_bytes and rep.fragmentation is not False:
         rep = replace(

@@ -32,6 +32,7 @@ from moeplan.io.keys import (
     DTYPE_KEYS,
     KEY_MIN_MCORE,
     MIXED_PRECISION,
+    MLM_NEGATED,
     MLM_UNSUPPORTED,
     PRECISION_FIELDS,
     TORCH_DTYPE,
@@ -140,7 +141,31 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
     for key in ("freeze_vision_model", "freeze_language_model"):
         if getattr(t, key):
             out.setdefault("model", {})[key] = True
+    if s.peft is not None:
+        out["peft"] = peft_section(s)
+        if notes is not None:
+            notes.append(
+                "peft: LoRA adapters on a frozen base; with scripts/training/run_recipe.py use --mode lora and "
+                "checkpoint.pretrained_checkpoint=<the base checkpoint>"
+            )
     return out
+
+
+def peft_section(s: Scenario) -> dict[str, Any]:
+    """Bridge's ``cfg.peft``: ``megatron.bridge.peft.lora.LoRA`` with the scenario's fields (Bridge
+    ``peft/lora.py``; ``alpha`` is an int there, written as one when whole)."""
+    p = s.peft
+    assert p is not None
+    alpha: float | int = int(p.alpha) if float(p.alpha).is_integer() else p.alpha
+    return {
+        "_target_": "megatron.bridge.peft.lora.LoRA",
+        "target_modules": list(p.target_modules),
+        "dim": p.dim,
+        "alpha": alpha,
+        "dropout": p.dropout,
+        "share_expert_adapters": p.share_expert_adapters,
+        "normalize_moe_lora": p.normalize_moe_lora,
+    }
 
 
 #: text Hydra reads back as the same string without quotes, unless it spells a number, bool or null
@@ -264,6 +289,10 @@ def to_python(s: Scenario, notes: list[str] | None = None) -> str:
         f"    # mixed precision as Bridge's {MIXED_PRECISION[s.training.precision]} recipe sets it",
     ]
     for sec, fields in bridge_sections(s, notes).items():
+        if sec == "peft":
+            args = ", ".join(f"{k}={v!r}" for k, v in fields.items() if k != "_target_")
+            lines += ["    from megatron.bridge.peft.lora import LoRA", "", f"    cfg.peft = LoRA({args})"]
+            continue
         for field, v in fields.items():
             if field in DTYPE_KEYS and isinstance(v, str):
                 lines.append(f"    cfg.{sec}.{field} = torch.{v}")
@@ -287,7 +316,7 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16
             args.append(flag if v else "--grad-reduce-in-bf16")
             continue
-        if key == "check_for_nan_in_loss":
+        if key in MLM_NEGATED:
             if v is False:
                 args.append(flag)
             continue
@@ -302,6 +331,8 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             args.append((flag + " " + " ".join(shlex.quote(str(x)) for x in v)).rstrip())
         else:
             args.append(f"{flag} {shlex.quote(str(v))}")
+    if s.peft is not None:
+        notes.append("peft (LoRA) has no Megatron-LM flag (Megatron Bridge only): the adapters are not written")
     t = s.training
     for key, flag in (
         ("seq_length", "--seq-length"),

@@ -29,6 +29,7 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
             "cp_comm_type",
             "hierarchical_context_parallel_sizes",
             "hybrid_context_parallel",
+            "cp_partition_mode",
             "recompute_granularity",
             "recompute_method",
             "recompute_num_layers",
@@ -47,18 +48,24 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
             "moe_router_force_load_balancing",
             "moe_router_padding_for_fp8",
             "moe_paged_stash",
+            "moe_deepep_num_sms",
+            "moe_z_loss_coeff",
             "use_transformer_engine_op_fuser",
             "mtp_num_layers",
             "cuda_graph_impl",
             "cuda_graph_scope",
             "cuda_graph_modules",
             "cuda_graph_warmup_steps",
+            "vision_cuda_graph_impl",
+            "vision_cuda_graph_scope",
             "cpu_offloading",
             "cpu_offloading_num_layers",
             "fine_grained_activation_offloading",
             "offload_modules",
             "calculate_per_token_loss",
             "cross_entropy_loss_fusion",
+            "cross_entropy_fusion_impl",
+            "apply_rope_fusion",
             "attention_backend",
             "attention_dropout",
             "hidden_dropout",
@@ -77,6 +84,8 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
     "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer",),
     "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload",),
     "optimizer_offload_fraction": ("optimizer.optimizer_offload_fraction",),
+    "pin_cpu_grads": ("optimizer.pin_cpu_grads",),
+    "pin_cpu_params": ("optimizer.pin_cpu_params",),
     "main_grads_dtype": ("optimizer.main_grads_dtype",),
     "main_params_dtype": ("optimizer.main_params_dtype",),
     "exp_avg_dtype": ("optimizer.exp_avg_dtype",),
@@ -147,11 +156,19 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
     "check_for_nan_in_loss": "--no-check-for-nan-in-loss-and-grad",  # store_false; default True
     "use_precision_aware_optimizer": "--use-precision-aware-optimizer",
     "grad_reduce_in_fp32": "--accumulate-allreduce-grads-in-fp32",
+    # store_false flags (megatron/training/arguments.py): written only to turn the default off;
+    # apply_rope_fusion: Megatron-LM fuses RoPE unless told not to
+    "apply_rope_fusion": "--no-rope-fusion",
+    "pin_cpu_grads": "--no-pin-cpu-grads",
+    "pin_cpu_params": "--no-pin-cpu-params",
 }
+#: keys whose Megatron-LM flag is a store_false switch: written when the value is false
+MLM_NEGATED = frozenset({"check_for_nan_in_loss", "apply_rope_fusion", "pin_cpu_grads", "pin_cpu_params"})
 
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
 MLM_UNSUPPORTED = frozenset(
-    {"moe_paged_stash"}
+    # vision_cuda_graph_*: fields of Megatron Bridge's Qwen3-VL / Qwen3.5-VL providers, no Megatron-LM flag
+    {"moe_paged_stash", "vision_cuda_graph_impl", "vision_cuda_graph_scope"}
 )  # --cuda-graph-modules exists from 0.18 (Megatron-LM CUDA Graphs guide)
 
 #: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)

@@ -16,6 +16,7 @@ from typing import cast
 
 from moeplan.catalog.gpus import measured_gemm_fractions
 from moeplan.model.constants import TimeConstants, load_constants, release_of
+from moeplan.model.lora import adapter_rank_params
 from moeplan.model.time import notes
 from moeplan.model.time.context import StepContext, require_step_inputs, step_context
 from moeplan.model.time.data_parallel import data_parallel_time
@@ -113,13 +114,14 @@ def _step_parts(ctx: StepContext, stages: list, crit: int, per_stage: list[Stage
     hidden = {k: v * n_mb for k, v in cs.hidden.items()}
     breakdown["pipeline_bubble"] = pipeline_bubble_s(ctx, cs.total_s)
     breakdown["pp_comm"] = pipeline_comm_s(ctx)
-    dpt = data_parallel_time(ctx, stages[crit].params, cs)
+    trained = adapter_rank_params(ctx.s, stages[crit]) if ctx.s.peft is not None else stages[crit].params
+    dpt = data_parallel_time(ctx, trained, cs)
     breakdown["dp_comm_exposed"] = dpt.dp_exposed_s
     hidden["dp_comm"] = dpt.dp_hidden_s
     if dpt.fsdp_exposed_s is not None and dpt.fsdp_hidden_s is not None:  # (set together)
         breakdown["fsdp_comm_exposed"] = dpt.fsdp_exposed_s
         hidden["fsdp_comm"] = dpt.fsdp_hidden_s
-    breakdown["optimizer"] = optimizer_step_s(ctx, stages[crit].params)
+    breakdown["optimizer"] = optimizer_step_s(ctx, trained)
     return breakdown, hidden
 
 

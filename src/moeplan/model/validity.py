@@ -122,6 +122,8 @@ def layout_kind(s: Scenario) -> list[str]:
         kinds.append("optimizer offload")
     if lay.use_megatron_fsdp:
         kinds.append("megatron-fsdp")
+    if s.peft is not None:
+        kinds.append("lora")
     return kinds
 
 

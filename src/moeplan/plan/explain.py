@@ -154,9 +154,9 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
     note = "" if brief else _knob_note(w, fam, t, chosen)
     weak = (w.tried.get("_weak_tie") or {}).get(fam)
     if weak is not None:
-        note += (
-            f" — the model puts the fastest option {weak:.0f} % ahead, but that gap rests on HybridEP's exchange rate,"
-            " the least identified fitted constant: a tie, and the guidance's HybridEP on NVL72 is kept (measure both)"
+        note = (
+            " — a tie on weak evidence: the gap rests on HybridEP's exchange rate, the least identified fitted"
+            " constant, and the guidance runs HybridEP on NVL72 (measure both)"
         )
     elif fam == "dispatcher" and brief and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
         note += " (HybridEP's rate is the least identified constant: measure both)"

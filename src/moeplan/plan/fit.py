@@ -138,10 +138,9 @@ def _baseline(data: dict, headroom_gib: float | None, constants) -> tuple[Scenar
         s0 = load_scenario(data)
     if s0.gpu is None:
         raise InputError("system.gpu", None, "a GPU: fitting needs its memory")
-    if headroom_gib is not None and not (0 <= headroom_gib < s0.gpu.usable_hbm_gib):
-        raise InputError(
-            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {s0.gpu.usable_hbm_gib:.1f} GiB"
-        )
+    usable_gib = cast(int, s0.capacity_bytes) / GIB_BYTES  # usable HBM less system.reserved_gib
+    if headroom_gib is not None and not (0 <= headroom_gib < usable_gib):
+        raise InputError("--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {usable_gib:.1f} GiB")
     return s0, data, split_fix
 
 
@@ -151,13 +150,14 @@ def fit_layout(
     """Changes that make the scenario fit, least step-time cost first (numerics changes last).
 
     Returns:
-        ``{assumes, peak_gib, capacity_gib, limit_gib, fits_already, fixes[], more_fixes[], tried,
-        not_enough[], replanned, rejected[], check_errors[], applied_first}``: ``fixes`` the ``top``
+        ``{assumes, peak_gib, capacity_gib, reserved_gib, limit_gib, fits_already, fixes[], more_fixes[],
+        tried, not_enough[], replanned, rejected[], check_errors[], applied_first}``: ``fixes`` the ``top``
         least costly changes that fit, ``more_fixes`` the other changes that fit (every change tried
         is in one of ``fixes``, ``more_fixes``, ``not_enough`` or ``rejected``; ``tried`` counts them);
         ``replanned`` when no single change or pair fits
         (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
-        before anything else when the layers do not divide by PP, else None; each fix: ``change``,
+        before anything else when the layers do not divide by PP, else None; ``capacity_gib`` the
+        usable HBM less ``reserved_gib`` (``system.reserved_gib``); each fix: ``change``,
         ``kind``, ``changes_numerics``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None
         without a global batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for
         ``check``/``export``); each rejected change its ``rule_id`` and ``message``.
@@ -187,6 +187,7 @@ def fit_layout(
         "peak_allocated_gib": mem0.peak_allocated_bytes / GIB_BYTES,
         "peak_reserved_gib": mem0.peak_reserved_bytes / GIB_BYTES,
         "capacity_gib": cap / GIB_BYTES,
+        "reserved_gib": mem0.reserved_bytes / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
         "fits_already": fits_already,
         "fixes": fixes[:top],

@@ -519,10 +519,9 @@ def _check_request(base: dict, s0: Scenario, headroom_gib: float | None) -> None
     for f in validate(s0).errors:
         if f.rule_id == "precision.recipe_vs_gpu":  # no layout can change it: the request is wrong
             raise InputError("training.precision", s0.training.precision, f"a precision {gpu.id} runs ({f.fix})")
-    if headroom_gib is not None and not (0 <= headroom_gib < gpu.usable_hbm_gib):
-        raise InputError(
-            "--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {gpu.usable_hbm_gib:.1f} GiB"
-        )
+    usable_gib = cast(int, s0.capacity_bytes) / GIB_BYTES
+    if headroom_gib is not None and not (0 <= headroom_gib < usable_gib):
+        raise InputError("--headroom-gib", headroom_gib, f"0 to less than the GPU's usable {usable_gib:.1f} GiB")
     mbs_given = (base.get("training") or {}).get("micro_batch_size")
     gbs = cast(int, s0.training.global_batch_size)  # given, or completed by _request()
     if isinstance(mbs_given, int) and mbs_given > gbs:
@@ -636,7 +635,7 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     models with attention sinks or sliding windows (rule sequence.cp_attention_support: they run
     context parallelism only with it), the parameter counts for the weights floor, the capacity."""
 
-    m, gpu, fixed_layout = st.model, st.gpu, st.fixed_layout
+    m, fixed_layout = st.model, st.fixed_layout
     default_disp = {}
     if m.is_moe and "moe_token_dispatcher_type" not in fixed_layout:
         default_disp = {"moe_token_dispatcher_type": "alltoall"}
@@ -646,7 +645,8 @@ def _phase_one_state(st: _Setup) -> _PhaseOne:
     expert_params = counts.by_kind.get("routed_experts", 0)
     dense_params = counts.total_with(mtp=True, vision=True) - expert_params
     margin = st.margin
-    cap = gpu.usable_hbm_bytes - (margin if margin is not None else gpu.usable_hbm_bytes * DEFAULT_HEADROOM_FRACTION)
+    usable = cast(int, st.s0.capacity_bytes)  # the GPU's usable HBM less system.reserved_gib
+    cap = usable - (margin if margin is not None else usable * DEFAULT_HEADROOM_FRACTION)
     tail = output_stage_layers(m, st.seq_length, 1, st.s0.mtp_num_layers)
     return _PhaseOne(default_disp, default_cp, dense_params, expert_params, cap, tail)
 
@@ -671,10 +671,13 @@ def _phase_one_layout(st: _Setup, ph: _PhaseOne, p: Parallel) -> None:
     dp = p.dp(world)
     # lower bound before any model evaluation: bf16 weights + bf16 grads of a perfectly balanced
     # stage (optimizer fully offloaded, activations zero) must fit
-    floor = 4.0 * (ph.dense_params / (p.tp * p.pp) + ph.expert_params / (p.ep * p.etp * p.pp))
+    # (LoRA: the frozen base has no gradients, so its bf16 weights alone)
+    per_param = 2.0 if st.s0.peft is not None else 4.0
+    floor = per_param * (ph.dense_params / (p.tp * p.pp) + ph.expert_params / (p.ep * p.etp * p.pp))
     if floor > ph.cap and not p.fsdp:
+        what = "frozen weights" if st.s0.peft is not None else "weights + grads"
         for _ in st.mbss:
-            rej.add("does-not-fit", f"{p.label()}: weights + grads alone {floor / GIB_BYTES:.1f} GiB")
+            rej.add("does-not-fit", f"{p.label()}: {what} alone {floor / GIB_BYTES:.1f} GiB")
         return
     gbs = st.global_batch_size
     for mbs in st.mbss:
@@ -780,6 +783,8 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
         "families": list(st.families),
         "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
         "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
+        "reserved_gib": s0.input.system.reserved_gib,
+        "peft": s0.peft.model_dump(mode="json") if s0.peft is not None else None,
     }
 
 
@@ -981,14 +986,15 @@ def _refine(
 
 def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
     """On an NVL72 rack, HybridEP within :data:`WEAK_DISPATCHER_TIE` of the fastest dispatcher is a tie
-    (the gap rests on HybridEP's least identified constant): keep HybridEP, the guidance's choice, and
-    record the gap (``tried["_weak_tie"]``) for the explanation."""
+    on weak evidence (the gap rests on HybridEP's exchange rate, the least identified fitted constant):
+    the fastest prediction is kept, so that every candidate is ranked by what the model predicts for
+    it, and the gap is recorded (``tried["_weak_tie"]``) so that the explanation says the choice is a
+    tie with the guidance's HybridEP and to measure both. Returns ``best`` unchanged."""
     hyb = next((x for x in variants if x.knobs.get("dispatcher") == "hybridep"), None)
-    if gpu is None or not gpu.is_nvl72 or hyb is None or best is hyb:
+    if gpu is None or not gpu.is_nvl72 or hyb is None or best is hyb or hyb.tokens_per_s_per_gpu <= 0:
         return best
     if hyb.tokens_per_s_per_gpu >= top / (1 + WEAK_DISPATCHER_TIE):
-        hyb.tried["_weak_tie"] = {"dispatcher": 100 * (top / hyb.tokens_per_s_per_gpu - 1)}
-        return hyb
+        best.tried["_weak_tie"] = {"dispatcher": 100 * (1 - hyb.tokens_per_s_per_gpu / top)}
     return best
 
 

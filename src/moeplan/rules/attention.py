@@ -62,10 +62,16 @@ def _groups(s, e):
     ]
 
 
+#: first megatron-core release whose TransformerConfig accepts Gated DeltaNet with CP > 1 (core_v0.17.1
+#: still asserts ``context_parallel_size == 1``; core_v0.18.0 checks heads against TP·CP instead)
+GDN_CP_MIN_MCORE = (0, 18, 0)
+
+
 @rule(
     "attention.gdn_heads_vs_tp_cp",
     "[TC] transformer_config.py (gated delta net)",
-    "linear_num_key_heads and linear_num_value_heads must be divisible by TP·CP; value heads by key heads",
+    "linear_num_key_heads and linear_num_value_heads must be divisible by TP·CP; value heads by key heads; "
+    "CP > 1 needs megatron-core ≥ 0.18",
 )
 def _gdn(s, e):
     m = s.model
@@ -74,27 +80,20 @@ def _gdn(s, e):
     nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
     ver = ".".join(map(str, s.mcore_version))
     out = []
-    if s.cp > 1 and s.mcore_version < (0, 17, 0):
-        # megatron-core 0.16.1 asserts context_parallel_size == 1 for gated delta net (read in the wheel)
+    if s.cp > 1 and s.mcore_version < GDN_CP_MIN_MCORE:
+        # megatron-core 0.16.0–0.17.1 assert context_parallel_size == 1 for gated delta net; 0.18.0 is the
+        # first release that shards GDN heads over TP·CP (transformer_config.py at core_v0.17.1 and core_v0.18.0)
         out.append(
             e.error(
-                f"Gated DeltaNet layers do not support context parallelism in megatron-core {ver} (CP = {s.cp})",
-                "use CP = 1 (TP for memory) or a newer megatron-core (0.20 supports TP·CP sharding)",
+                f"Gated DeltaNet layers do not support context parallelism in megatron-core {ver} (CP = {s.cp}); "
+                "0.18.0 is the first release with GDN context parallelism",
+                "use CP = 1 (TP for memory) or megatron-core ≥ 0.18 (heads sharded over TP·CP)",
                 "context_parallel_size",
                 kind="unsupported",
             )
         )
         d = s.tp
     else:
-        if s.cp > 1 and s.mcore_version < (0, 20, 0):
-            out.append(
-                e.warning(
-                    f"CP > 1 with Gated DeltaNet: 0.16.1 rejects it and 0.20 supports it; megatron-core {ver} "
-                    "is unverified",
-                    "check your megatron-core's TransformerConfig before launching",
-                    "context_parallel_size",
-                )
-            )
         d = s.tp * s.cp
     what = "TP·CP" if d != s.tp or s.cp > 1 else "TP"
     for name, n in (("linear_num_key_heads", nk), ("linear_num_value_heads", nv)):

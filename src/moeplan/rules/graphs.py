@@ -130,6 +130,91 @@ def _values(s, e):
     return [*_version_spelling(s, e, impl), *_scope_list(e, impl, scopes), *_impl_platform(s, e, impl, scopes)]
 
 
+#: why a VLM's graph settings are checked against its language model: Bridge's VLM providers are the
+#: language model's TransformerConfig (``finalize`` runs megatron-core's ``__post_init__`` checks on
+#: ``cuda_graph_impl`` / ``cuda_graph_scope`` / ``recompute_granularity``), while the vision tower's
+#: config is built with defaults and then assigned the recompute settings and
+#: ``vision_cuda_graph_impl`` / ``vision_cuda_graph_scope`` (Megatron Bridge @067f987
+#: ``models/qwen_vl/modelling_qwen3_vl/transformer_config.py`` ``get_vision_model_config``), so no check
+#: runs on it. docs/decisions.md, "MoE-VLM graph scopes".
+VLM_GRAPHS_WHY = (
+    "; in a VLM, cuda_graph_impl / cuda_graph_scope and recompute_granularity configure the language "
+    "model, whose TransformerConfig asserts this"
+)
+VLM_GRAPHS_FIX = (
+    "graphs of the dense vision tower are set apart with vision_cuda_graph_impl: transformer_engine and "
+    "vision_cuda_graph_scope: [mlp] (Megatron Bridge ≥ 0.5; its config is not checked against recompute), "
+    "leaving the language model's cuda_graph_impl: none"
+)
+
+
+def _mlp_scope_all_moe(s, e):
+    """The finding for an ``mlp`` graph scope on a model whose decoder layers are all MoE; for a VLM it
+    says that the scope is the language model's, and where the dense vision tower's graphs go."""
+    m = s.model
+    if not m.is_vlm:
+        return e.error(
+            "the mlp graph scope is not allowed when every layer is MoE",
+            "use moe_router (+ moe_preprocess) instead",
+            "cuda_graph_scope",
+        )
+    return e.error(
+        f"the mlp graph scope is not allowed when every layer is MoE: cuda_graph_scope configures {m.name}'s "
+        f"language model ({m.num_layers} layers, all MoE), whose TransformerConfig asserts 'mlp cuda graph is "
+        "only supported for dense layers'; the vision tower's dense layers are not in its scope",
+        "use moe_router (+ moe_preprocess) for the language model; "
+        + VLM_GRAPHS_FIX.replace(", leaving the language model's cuda_graph_impl: none", ""),
+        "cuda_graph_scope",
+    )
+
+
+@rule(
+    "graphs.vision_graph_keys",
+    "Megatron Bridge @067f987 models/qwen_vl/qwen3_vl_provider.py (vision_cuda_graph_impl / _scope, PR 2334, "
+    "v0.5.0); modelling_qwen3_vl/transformer_config.py get_vision_model_config",
+    "vision_cuda_graph_impl / vision_cuda_graph_scope need a VLM, Megatron Bridge ≥ 0.5, and the scope needs "
+    "the transformer_engine impl",
+)
+def _vision_graphs(s, e):
+    lay = s.layout
+    impl, scope = lay.vision_cuda_graph_impl, lay.vision_cuda_graph_scope
+    if impl in (None, "none") and not scope:
+        return None
+    out = []
+    m = s.model
+    if m is not None and m.num_layers is not None and not m.is_vlm:
+        out.append(
+            e.error(f"vision CUDA graphs on {m.name}, which has no vision tower", "drop them", "vision_cuda_graph_impl")
+        )
+    if s.framework != "megatron-bridge":
+        out.append(
+            e.error(
+                "vision_cuda_graph_impl / vision_cuda_graph_scope are Megatron Bridge VLM provider fields "
+                "(no Megatron-LM flag)",
+                "run with Megatron Bridge, or drop them",
+                "vision_cuda_graph_impl",
+                kind="unsupported",
+            )
+        )
+    elif s.bridge_version < (0, 5, 0):
+        out.append(
+            e.error(
+                f"vision CUDA graphs need Megatron Bridge ≥ 0.5 (scenario: {'.'.join(map(str, s.bridge_version))})",
+                "use Megatron Bridge ≥ 0.5, or drop them",
+                "vision_cuda_graph_impl",
+            )
+        )
+    if scope and impl in (None, "none"):
+        out.append(
+            e.warning(
+                "vision_cuda_graph_scope is ignored while vision_cuda_graph_impl is none",
+                "set vision_cuda_graph_impl: transformer_engine",
+                "vision_cuda_graph_scope",
+            )
+        )
+    return out
+
+
 @rule(
     "graphs.moe_scopes",
     "[TC] transformer_config.py",
@@ -164,13 +249,7 @@ def _moe_scopes(s, e):
             e.error("MoE graph scopes on a model without routed experts", "use attn / mlp scopes", "cuda_graph_scope")
         )
     if known and m.all_layers_moe and "mlp" in sc:
-        out.append(
-            e.error(
-                "the mlp graph scope is not allowed when every layer is MoE",
-                "use moe_router (+ moe_preprocess) instead",
-                "cuda_graph_scope",
-            )
-        )
+        out.append(_mlp_scope_all_moe(s, e))
     drop_pad = drop_and_pad(s)
     if "moe" in sc and not drop_pad:
         out.append(
@@ -256,10 +335,13 @@ def _recompute(s, e):
         s.mcore_version < (0, 18, 0) and lay.cuda_graph_impl == "local" and s.graph_scopes() == ["full_iteration"]
     )
     if lay.recompute_granularity == "full" and lay.cuda_graph_impl != "full_iteration" and not legacy_full_iteration:
+        vlm = s.model is not None and s.model.is_vlm
         out.append(
             e.error(
-                f"full recompute is only allowed with full_iteration graphs (impl is {lay.cuda_graph_impl})",
-                "use selective recompute with scoped graphs, or full_iteration graphs",
+                f"full recompute is only allowed with full_iteration graphs (impl is {lay.cuda_graph_impl})"
+                + (VLM_GRAPHS_WHY if vlm else ""),
+                "use selective recompute with scoped graphs, or full_iteration graphs"
+                + ("; " + VLM_GRAPHS_FIX if vlm else ""),
                 "recompute_granularity",
                 "cuda_graph_impl",
             )

@@ -6,9 +6,19 @@ from moeplan.rules.base import rule
 
 
 def _is_moe(s) -> bool | None:
-    if s.model is None or s.model.num_layers is None:
+    """True when the model has routed experts, False when it is known to have none, None when unknown.
+
+    ``num_moe_experts`` decides on its own: a partial model that gives the experts without
+    ``num_layers`` (a config fragment, a model override) is still checked against EP; only a model
+    that names neither its experts nor its layers is unknown."""
+    m = s.model
+    if m is None:
         return None
-    return s.model.is_moe
+    if m.num_moe_experts is not None:
+        return m.is_moe
+    if m.num_layers is None:
+        return None
+    return False
 
 
 @rule(
@@ -340,3 +350,146 @@ def _ep_overlap(s, e):
             "overlap_moe_expert_parallel_comm",
         )
     ]
+
+
+@rule(
+    "moe.etp_unset_follows_tp",
+    "[MPC] model_parallel_config.py __post_init__ (expert_tensor_parallel_size None → TP); [B-TC] finalize",
+    "an unstated ETP becomes TP in megatron-core (and in Bridge when EP = 1): with TP > 1 and EP > 1 every "
+    "expert is split TP ways and the expert grid is TP·EP, not EP",
+)
+def _etp_unset(s, e):
+    if "expert_tensor_parallel_size" in s.stated or s.tp <= 1 or s.ep <= 1 or _is_moe(s) is False:
+        return None
+    if s.etp != s.tp:  # Bridge resolved it to 1 (EP > 1): nothing silent about TP
+        return None
+    grid = s.etp * s.ep
+    return [
+        e.warning(
+            f"expert_tensor_parallel_size is unset, so {s.framework} sets it to TP = {s.tp}: each expert's "
+            f"FC1/FC2 is split {s.tp} ways and one expert group spans ETP·EP = {s.tp}·{s.ep} = {grid} GPUs "
+            f"(with ETP = 1 it would be {s.ep})",
+            "state expert_tensor_parallel_size: 1 to fold experts across the TP ranks (the usual MoE layout), "
+            f"or expert_tensor_parallel_size: {s.tp} to keep the split on purpose",
+            "expert_tensor_parallel_size",
+            "tensor_model_parallel_size",
+        )
+    ]
+
+
+#: DeepEP hybrid-ep ``csrc/hybrid_ep/config.cuh`` (@94a9f8f, PR 638): across NVLink domains, dispatch
+#: posts 3 work requests per token of ``max_num_of_tokens_per_rank`` (+1) on one IB queue pair, whose
+#: depth must stay below 65,536
+HYBRIDEP_QP_MAX_TX_DEPTH = 65536
+HYBRIDEP_TX_PER_TOKEN = 3
+#: the largest ``max_num_of_tokens_per_rank`` accepted across domains: (65,536 − 1 − 1) // 3 = 21,844
+HYBRIDEP_MAX_TOKENS_PER_RANK_MULTI_NODE = (HYBRIDEP_QP_MAX_TX_DEPTH - 2) // HYBRIDEP_TX_PER_TOKEN
+#: default ``NUM_OF_TOKENS_PER_CHUNK_COMBINE_API`` (config.cuh Configurer): the buffer's token count is
+#: padded up to a multiple of it (and to at least 512) before the check
+HYBRIDEP_COMBINE_CHUNK_TOKENS = 64
+
+
+def hybridep_buffer_tokens(tokens: int, chunk: int = HYBRIDEP_COMBINE_CHUNK_TOKENS) -> int:
+    """The ``max_num_of_tokens_per_rank`` HybridEP sizes its buffer for, from the tokens one rank
+    dispatches per microbatch: aligned up to 16 (``hybrid_ep_buffer.py``), at least 512, then up to a
+    multiple of the combine chunk (``hybrid_ep_pad_num_of_tokens_per_rank``). Tokens, no units else."""
+    aligned = -(-tokens // 16) * 16
+    return -(-max(aligned, 512) // chunk) * chunk
+
+
+def _dispatch_tokens(s) -> int | None:
+    """Tokens one rank hands the dispatcher per microbatch: MBS · seq / CP, / TP with SP (Megatron's
+    ``fused_a2a.init_hybrid_ep_buffer`` takes ``x.shape[-2]``); None without seq or MBS."""
+    t = s.training
+    if not t.seq_length or not t.micro_batch_size:
+        return None
+    n = t.seq_length * t.micro_batch_size // s.cp
+    return n // s.tp if s.sp and s.tp > 1 else n
+
+
+@rule(
+    "moe.hybridep_internode_token_limit",
+    "DeepEP hybrid-ep csrc/hybrid_ep/config.cuh hybrid_ep_token_capacity_is_valid; [MOE] fused_a2a.py",
+    "HybridEP across NVLink domains (ETP·EP > the domain) takes at most 21,844 tokens per rank per "
+    "microbatch (3 IB work requests per token on one queue pair of depth < 65,536)",
+    kind="unsupported",
+)
+def _hybridep_tokens(s, e):
+    if _backend(s) != "hybridep":
+        return None
+    dom_env = s.environment.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
+    dom = int(dom_env) if dom_env and dom_env.isdigit() and int(dom_env) > 0 else None
+    if dom is None and s.gpu is not None:
+        dom = s.gpu.scaleup_domain_gpus
+    if dom is None:
+        return [e.missing("system.gpu (the NVLink domain HybridEP sees)")]
+    group = s.etp * s.ep
+    if group <= dom:
+        return None
+    n = _dispatch_tokens(s)
+    if n is None:
+        return [e.missing("training.seq_length and micro_batch_size (tokens per rank)")]
+    chunk_env = s.environment.get("NUM_OF_TOKENS_PER_CHUNK_COMBINE_API", "")
+    chunk = int(chunk_env) if chunk_env.isdigit() and int(chunk_env) > 0 else HYBRIDEP_COMBINE_CHUNK_TOKENS
+    buf = hybridep_buffer_tokens(n, chunk)
+    limit = HYBRIDEP_MAX_TOKENS_PER_RANK_MULTI_NODE
+    if buf <= limit:
+        return None
+    best = (limit // chunk) * chunk
+    return [
+        e.error(
+            f"HybridEP spans {-(-group // dom)} NVLink domains (ETP·EP = {group}, {dom} ranks per domain) and each rank "
+            f"dispatches {n:,} tokens per microbatch (buffer {buf:,}); across domains HybridEP accepts at most "
+            f"{limit:,} (its IB queue pair needs 3·tokens + 1 < {HYBRIDEP_QP_MAX_TX_DEPTH:,} work requests): "
+            "buffer creation fails",
+            f"keep MBS·seq/(CP{'·TP' if s.sp and s.tp > 1 else ''}) ≤ {best:,} per rank (lower the micro-batch, raise "
+            "CP or TP with SP), keep ETP·EP within one NVLink domain, or use moe_flex_dispatcher_backend: deepep / "
+            "moe_token_dispatcher_type: alltoall",
+            "moe_flex_dispatcher_backend",
+            "training.micro_batch_size",
+            "context_parallel_size",
+        )
+    ]
+
+
+#: ``moe_deepep_num_sms``'s default in megatron-core ≤ 0.18 (``TransformerConfig``; None from 0.19)
+DEEPEP_NUM_SMS_DEFAULT = 20
+
+
+@rule(
+    "moe.deepep_num_sms_even",
+    "DeepEP deep_ep/buffers/legacy.py Buffer.set_num_sms; [MOE] fused_a2a.py set_deepep_num_sms; [TC]",
+    "moe_deepep_num_sms must be even with DeepEP (its Buffer asserts it); before megatron-core 0.19 only "
+    "the DeepEP backend reads it",
+)
+def _deepep_sms(s, e):
+    n = s.layout.moe_deepep_num_sms
+    if n is None:
+        return None
+    out = []
+    b = _backend(s)
+    if n % 2 and b == "deepep":
+        out.append(
+            e.error(
+                f"moe_deepep_num_sms = {n} is odd; DeepEP's Buffer.set_num_sms asserts 'The SM count must be even'",
+                f"use moe_deepep_num_sms: {n + 1} (megatron-core's historical default is 20)",
+                "moe_deepep_num_sms",
+            )
+        )
+    if s.mcore_version >= (0, 19, 0):
+        out.append(
+            e.info(
+                "moe_deepep_num_sms is a deprecated alias of moe_flex_dispatcher_num_sms from megatron-core 0.19 "
+                "(routed into it in TransformerConfig.__post_init__, for every flex backend)",
+                "moe_deepep_num_sms",
+            )
+        )
+    elif b != "deepep" and n != DEEPEP_NUM_SMS_DEFAULT:  # 20 is the default every ≤ 0.18 argument dump shows
+        out.append(
+            e.warning(
+                f"moe_deepep_num_sms is read only by the DeepEP flex backend (in force: {b or 'no flex dispatcher'})",
+                "drop it (moe_hybridep_num_sms sets HybridEP's SMs before megatron-core 0.19)",
+                "moe_deepep_num_sms",
+            )
+        )
+    return out

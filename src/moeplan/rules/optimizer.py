@@ -175,3 +175,28 @@ def _fsdp(s, e):
             )
         )
     return out
+
+
+@rule(
+    "fsdp.pp_on_vlm",
+    "Megatron Bridge issue 956 (FSDP + PP in VL: open); Megatron-LM PR 6081 examples/multimodal_dev "
+    "run_qwen35_vl.sh ('FSDP and PP are mutually exclusive'); Bridge VLM providers build the vision tower "
+    "on the first PP stage",
+    "Megatron-FSDP with PP > 1 is not supported for a VLM (vision tower + language model)",
+    kind="unsupported",
+)
+def _fsdp_pp_vlm(s, e):
+    m = s.model
+    if not s.layout.use_megatron_fsdp or s.pp <= 1 or m is None or not m.is_vlm:
+        return None
+    return [
+        e.error(
+            f"Megatron-FSDP with PP = {s.pp} on {m.name}: Megatron Bridge's VLM path does not combine FSDP with "
+            "pipeline parallelism (the vision tower sits on the first stage; FSDP for the encoder with PP for "
+            "the language model is an open feature request)",
+            "use PP = 1 with Megatron-FSDP (the MoE-VLM guidance's FSDP path: TP1 PP1, EP for the experts), "
+            "or drop use_megatron_fsdp and keep PP (3D parallel with the distributed optimizer)",
+            "use_megatron_fsdp",
+            "pipeline_model_parallel_size",
+        )
+    ]

@@ -146,3 +146,97 @@ def _reported(s, e):
                 "reported.model_tflops_per_gpu",
             )
         ]
+
+
+#: FP8 blockwise (Float8BlockScaling) scales blocks of 128 elements; a tensor whose rows do not fill whole
+#: blocks cannot be all-gathered in FP8 and is gathered in BF16 then quantized (Transformer Engine
+#: ``tensor/float8_blockwise_tensor.py`` ``is_quantizable``, ``distributed.py`` ``_all_gather_fp8_blockwise``)
+FP8_BLOCK_LEN = 128
+
+
+def _packed_padding_need(s, unit: int) -> tuple[int, int]:
+    """(multiple every packed microbatch must be, per-rank divisor): ``unit`` tokens per rank times
+    CP (× TP with SP), and 2·CP when CP > 1 (THD load balancing splits each sequence into 2·CP chunks)."""
+    div = s.cp * (s.tp if s.sp and s.tp > 1 else 1)
+    need = unit * div
+    if s.cp > 1:
+        need = math.lcm(need, 2 * s.cp)
+    return need, div
+
+
+@rule(
+    "precision.fp8_packed_padding",
+    "Megatron Bridge data/packing/gpt_sft.py collate_fn and packing/config.py (pad_seq_to_mult, default 1); "
+    "megatron-core fp8_utils.get_fp8_align_size; Transformer Engine utils.assert_dim_for_fp8_exec",
+    "with FP8/FP4 and packed sequences not padded to max length, pad_seq_to_mult must make every packed "
+    "microbatch a multiple of 16 (32 for MXFP8/NVFP4) tokens per rank; blockwise gathers in FP8 only "
+    "at multiples of 128",
+)
+def _packed_padding(s, e):
+    t = s.training
+    p = t.precision
+    if p not in FP8_TOKEN_ALIGNMENT or not t.packed_sequences or t.pad_to_max_length:
+        return None
+    unit = FP8_TOKEN_ALIGNMENT[p]
+    need, div = _packed_padding_need(s, unit)
+    m = t.pad_seq_to_mult or 1
+    stated = "pad_seq_to_mult" in t.model_fields_set
+    where = f"÷ CP {s.cp}" + (f" ÷ TP {s.tp} with SP" if div != s.cp else "")
+    out = []
+    if m % need:
+        out.append(
+            e.error(
+                f"packed microbatches are padded only to a multiple of {m} tokens (pad_seq_to_mult"
+                f"{'' if stated else ' unset: Bridge default 1'}), so a packed microbatch need not give a multiple "
+                f"of {unit} tokens per rank ({where}) as {p} GEMMs require: Transformer Engine raises 'FP8 execution "
+                "requires the product of all dimensions except the last to be divisible by …' on an unlucky batch",
+                f"set training.pad_seq_to_mult: {need} (dataset.offline_packing_specs.pad_seq_to_mult), or "
+                "pad_to_max_length: true",
+                "training.pad_seq_to_mult",
+                "training.precision",
+            )
+        )
+    elif p == "fp8-blockwise" and s.sp and s.tp > 1 and m % (FP8_BLOCK_LEN * div):
+        out.append(
+            e.warning(
+                f"fp8-blockwise with SP: a packed microbatch padded to a multiple of {m} need not give whole "
+                f"{FP8_BLOCK_LEN}-token blocks per rank ({where}); Transformer Engine then all-gathers the "
+                "sequence-parallel input in BF16 and quantizes after ('Cannot quantize input tensor')",
+                f"set training.pad_seq_to_mult: {math.lcm(need, FP8_BLOCK_LEN * div)} to gather in FP8",
+                "training.pad_seq_to_mult",
+            )
+        )
+    return out
+
+
+@rule(
+    "loss.te_cross_entropy_fusion",
+    "[ARGS] arguments.py validate_args (Megatron-LM ≥ 0.19, PR 5115); [MPC] model_parallel_config.py "
+    "__post_init__ (warning, ≥ 0.18)",
+    "cross_entropy_loss_fusion with cross_entropy_fusion_impl 'te' is refused by Megatron-LM ≥ 0.19 and "
+    "warned about (known stability issues) by megatron-core",
+)
+def _te_ce(s, e):
+    lay = s.layout
+    if lay.cross_entropy_loss_fusion is not True or lay.cross_entropy_fusion_impl != "te":
+        return None
+    ver = ".".join(map(str, s.mcore_version))
+    fix = "set cross_entropy_fusion_impl: native (or drop cross_entropy_loss_fusion)"
+    if s.framework == "megatron-core" and s.mcore_version >= (0, 19, 0):
+        return [
+            e.error(
+                f"Megatron-LM {ver} refuses --cross-entropy-loss-fusion with --cross-entropy-fusion-impl te "
+                "('Transformer Engine cross entropy loss fusion is disabled due to stability issues')",
+                fix,
+                "cross_entropy_fusion_impl",
+                "cross_entropy_loss_fusion",
+            )
+        ]
+    return [
+        e.warning(
+            "Transformer Engine's fused cross entropy (cross_entropy_fusion_impl: te) has known stability issues; "
+            "megatron-core warns and Megatron-LM ≥ 0.19 refuses it",
+            fix,
+            "cross_entropy_fusion_impl",
+        )
+    ]

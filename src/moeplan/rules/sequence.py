@@ -301,3 +301,50 @@ def _cp_attention(s, e):
             )
         )
     return out
+
+
+def _contiguous_problems(s) -> list[str]:
+    """What megatron-core's dev-branch ``TransformerConfig.__post_init__`` (@d48bd6b L1563-1616) refuses
+    for ``cp_partition_mode: contiguous`` with CP > 1, on the models moeplan builds (no DSv4 hybrid)."""
+    m = s.model
+    out = []
+    if not s.training.packed_sequences:
+        out.append("THD inputs from a sequence-packing scheduler (BSHD context parallelism is zigzag only)")
+    if s.mtp_num_layers > 0 and s.tp > 1 and s.sp:
+        out.append("no MTP with TP > 1 and SP (a known padding-mask layout bug)")
+    if m is not None and m.multi_latent_attention:
+        out.append("no multi-latent attention (outside DeepSeek-V4's hybrid attention)")
+    elif m is not None and m.num_layers is not None and not m.has_linear_attention:
+        out.append("Gated DeltaNet (or DeepSeek-V4 hybrid) attention")
+    return out
+
+
+@rule(
+    "sequence.cp_partition_mode",
+    "megatron-core dev branch @d48bd6b transformer_config.py (cp_partition_mode, L312 and L1563-1616); "
+    "Bridge models/deepseek/deepseek_v4_step.py",
+    "cp_partition_mode exists only on megatron-core's dev branch; 'contiguous' with CP > 1 needs THD packing, "
+    "Gated DeltaNet (or DSv4 hybrid) attention, no MLA, and no MTP with TP > 1 and SP",
+)
+def _cp_partition(s, e):
+    mode = s.layout.cp_partition_mode
+    if mode is None:
+        return None
+    out = [
+        e.warning(
+            f"cp_partition_mode is a TransformerConfig field of megatron-core's dev branch only (no release up to "
+            f"{'.'.join(map(str, s.mcore_version))} has it; a released config refuses the unknown field)",
+            "drop it unless you run megatron-core's dev branch",
+            "cp_partition_mode",
+        )
+    ]
+    problems = _contiguous_problems(s) if mode == "contiguous" and s.cp > 1 else []
+    if problems:
+        out.append(
+            e.error(
+                f"cp_partition_mode 'contiguous' with CP = {s.cp} requires " + "; ".join(problems),
+                "use cp_partition_mode: zigzag (the default)",
+                "cp_partition_mode",
+            )
+        )
+    return out

@@ -70,6 +70,14 @@ def _resolve_gpu(system: SystemInput) -> GpuSpec | None:
         except ValidationError as exc:
             e = _pydantic_to_input_error(exc)
             raise InputError("system.gpu_overrides." + e.field, e.value, e.allowed) from None
+    reserved = system.reserved_gib
+    if reserved is not None and reserved >= gpu.usable_hbm_gib:
+        raise InputError(
+            "system.reserved_gib",
+            reserved,
+            f"at least 0 and less than {gpu.id}'s usable {gpu.usable_hbm_gib:.2f} GiB (memory a colocated "
+            "engine holds on each GPU)",
+        )
     return gpu
 
 
@@ -195,6 +203,10 @@ def framework_defaults(lay: LayoutSpec, model: PartialModelSpec | None, framewor
 
 
 def _check_training(inp: ScenarioInput) -> None:
+    if inp.peft is not None and (inp.training.freeze_vision_model or inp.training.freeze_language_model):
+        raise InputError(
+            "peft", inp.peft.scheme, "no freeze_vision_model / freeze_language_model with it (LoRA freezes the base)"
+        )
     if inp.training.freeze_vision_model and inp.training.freeze_language_model:
         raise InputError(
             "training.freeze_language_model", True, "not together with freeze_vision_model (nothing would train)"
@@ -234,6 +246,8 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
         InputError / UnknownNameError: unknown model or GPU, bad overrides, both freeze flags set.
     """
     model = resolve_model(inp)
+    if inp.peft is not None and model is not None and model.vision is not None:
+        raise InputError("peft", inp.peft.scheme, "a language model: LoRA on a VLM (Bridge's VLMLoRA) is not modelled")
     gpu = _resolve_gpu(inp.system)
     gpn, res = _gpus_per_node(inp.system, gpu)
     stated = frozenset(inp.layout.model_fields_set)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.peft import PeftInput
 from moeplan.spec.policy import check_plain
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
@@ -60,13 +61,29 @@ VERSION_PATTERN = re.compile(
 class SystemInput(BaseModel):
     """``system:`` section. ``gpu`` is a catalog id or a full custom GPU mapping (GpuSpec keys);
     ``num_gpus`` the world size and ``gpus_per_node`` the GPUs per node (default 4 on GB200/GB300,
-    else 8); ``gpu_overrides`` GpuSpec fields laid over the catalog GPU (e.g. ``usable_hbm_gib``)."""
+    else 8); ``gpu_overrides`` GpuSpec fields laid over the catalog GPU (e.g. ``usable_hbm_gib``).
+
+    Framework context (RL frameworks such as verl, slime, NeMo-RL that colocate a rollout engine with
+    Megatron training): ``reserved_gib`` GiB (2**30 B) of each GPU held by something other than the
+    training step (a vLLM / SGLang engine's weights and KV cache that stay resident while training
+    runs), subtracted from the usable HBM the verdict is judged on (at least 0, less than the GPU's
+    usable HBM, checked when the scenario is resolved); ``host_memory_gib`` the host RAM of one node
+    (GiB) that CPU-offloaded optimizer state must fit in (default: the catalog's host memory per GPU
+    × GPUs per node, when known)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     gpu: str | GpuSpec | None = None
     num_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
     gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE)
     gpu_overrides: dict[str, Any] = Field(default_factory=dict)
+    reserved_gib: float | None = Field(default=None, ge=0, le=1e5)
+    host_memory_gib: float | None = Field(default=None, gt=0, le=1e7)
+
+    @field_validator("reserved_gib", "host_memory_gib", mode="before")
+    @classmethod
+    def _number(cls, v):
+        # strict mode refuses an int for a float field: 20 and 20.0 both mean 20 GiB
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
 class ReportedInput(BaseModel):
@@ -176,6 +193,7 @@ class ScenarioInput(BaseModel):
     overheads: OverheadsInput = Field(default_factory=OverheadsInput)
     assumptions: AssumptionsInput = Field(default_factory=AssumptionsInput)
     workload: WorkloadInput | None = None
+    peft: PeftInput | None = None
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -187,6 +205,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     "overheads": OverheadsInput,
     "assumptions": AssumptionsInput,
     "workload": WorkloadInput,
+    "peft": PeftInput,
 }
 
 

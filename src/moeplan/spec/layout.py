@@ -52,6 +52,8 @@ class LayoutSpec(BaseModel):
     cp_comm_type: str | list[str] | None = None
     hierarchical_context_parallel_sizes: list[PositiveInt] | None = None
     hybrid_context_parallel: bool = False
+    # THD rows over CP ranks (TransformerConfig field on megatron-core's dev branch only, @d48bd6b)
+    cp_partition_mode: Literal["zigzag", "contiguous"] | None = None
     # recompute
     recompute_granularity: Literal["full", "selective"] | None = None
     recompute_method: Literal["uniform", "block"] | None = None
@@ -74,6 +76,11 @@ class LayoutSpec(BaseModel):
     moe_router_force_load_balancing: bool = False
     moe_router_padding_for_fp8: bool = False
     moe_paged_stash: bool = False
+    # DeepEP SM count (deprecated alias of moe_flex_dispatcher_num_sms from megatron-core 0.19; DeepEP's
+    # Buffer.set_num_sms asserts an even count)
+    moe_deepep_num_sms: int | None = Field(default=None, ge=1, le=1024)
+    # router z-loss coefficient (TransformerConfig.moe_z_loss_coeff; None = off)
+    moe_z_loss_coeff: float | None = Field(default=None, ge=0.0)
     use_transformer_engine_op_fuser: bool = False
     mtp_num_layers: int | None = Field(default=None, ge=0)
     # CUDA graphs
@@ -81,6 +88,10 @@ class LayoutSpec(BaseModel):
     cuda_graph_scope: list[str] | str | None = None
     cuda_graph_modules: list[str] | None = None
     cuda_graph_warmup_steps: int | None = Field(default=None, ge=0)
+    # the vision encoder's own TE graphs (Megatron Bridge Qwen3-VL / Qwen3.5-VL providers, PR 2334): the
+    # vision TransformerConfig takes these, never cuda_graph_impl / cuda_graph_scope
+    vision_cuda_graph_impl: Literal["none", "transformer_engine"] | None = None
+    vision_cuda_graph_scope: list[Literal["attn", "mlp"]] | None = None
     use_te_rng_tracker: bool | None = None
     check_for_nan_in_loss: bool | None = None
     # optimizer / DDP / FSDP
@@ -94,6 +105,8 @@ class LayoutSpec(BaseModel):
     store_param_remainders: bool | None = None
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    pin_cpu_grads: bool | None = None
+    pin_cpu_params: bool | None = None
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     num_distributed_optimizer_instances: int = Field(default=1, ge=1)
@@ -117,6 +130,8 @@ class LayoutSpec(BaseModel):
     tp_comm_overlap: bool = False
     calculate_per_token_loss: bool | None = None
     cross_entropy_loss_fusion: bool | None = None
+    cross_entropy_fusion_impl: Literal["native", "te"] | None = None
+    apply_rope_fusion: bool | None = None
     attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] | None = None
     attention_dropout: float | None = Field(default=None, ge=0.0, le=1.0)
     hidden_dropout: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -14,17 +14,21 @@ from typing import TYPE_CHECKING, Any
 from moeplan.errors import InputError
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.model import ModelSpec, PartialModelSpec
+from moeplan.spec.peft import PeftInput
 from moeplan.spec.system import GpuSpec
 from moeplan.spec.training import TrainingSpec
 from moeplan.spec.versions import ResolvedVersions, release_tuple
 from moeplan.spec.versions import parse_version as _parse
+from moeplan.units import GIB_BYTES
 
 if TYPE_CHECKING:
     from moeplan.spec.inputs import ScenarioInput
     from moeplan.spec.provenance import RecipeProvenance
 
 NEWEST_MCORE = "0.20.0"
-NEWEST_BRIDGE = "0.3.0"
+#: the newest Megatron Bridge release (v0.6.0, 2026-08-19, on its release branch; megatron_facts.md reads main
+#: @067f987 of 2026-08-22), assumed when the scenario names none
+NEWEST_BRIDGE = "0.6.0"
 
 
 @functools.lru_cache(maxsize=128)
@@ -169,6 +173,35 @@ class Scenario:
     def folds(self) -> bool:
         """True when the world size divides by TP·PP·CP and, with routed experts, by ETP·EP·PP."""
         return self.dp is not None and (not self.is_moe_sharded or self.edp is not None)
+
+    @property
+    def peft(self) -> PeftInput | None:
+        """The LoRA adapters (``peft:``), None when the whole model trains."""
+        return self.input.peft
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Device memory per GPU held by a colocated engine (``system.reserved_gib`` · 2**30; 0 when
+        not stated)."""
+        return int((self.input.system.reserved_gib or 0.0) * GIB_BYTES)
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        """The device memory the training step may use, bytes: the GPU's usable HBM
+        (:attr:`GpuSpec.usable_hbm_bytes`) minus :attr:`reserved_bytes`; None without a GPU. Every
+        fit verdict (estimate, plan, fit, oom) is judged against this one figure."""
+        return None if self.gpu is None else self.gpu.usable_hbm_bytes - self.reserved_bytes
+
+    @property
+    def host_capacity_bytes_per_node(self) -> int | None:
+        """Host RAM of one node, bytes: ``system.host_memory_gib`` · 2**30 when stated, else the
+        catalog's ``host_mem_per_gpu_gb`` (decimal GB) × GPUs per node; None when unknown."""
+        stated = self.input.system.host_memory_gib
+        if stated is not None:
+            return int(stated * GIB_BYTES)
+        if self.gpu is not None and self.gpu.host_mem_per_gpu_gb and self.gpus_per_node:
+            return int(self.gpu.host_mem_per_gpu_gb * 1e9 * self.gpus_per_node)
+        return None
 
     def graphs_on(self) -> bool:
         """True when any CUDA graph capture is configured."""

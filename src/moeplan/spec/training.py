@@ -63,6 +63,9 @@ class TrainingSpec(BaseModel):
         packed_sequences: THD packing (several documents per microbatch, ``cu_seqlens``).
         variable_length: microbatch lengths vary from step to step (no padding to ``seq_length``).
         pad_to_max_length / pad_cu_seqlens: Bridge packed-data padding flags (needed by CUDA graphs).
+        pad_seq_to_mult: Bridge ``dataset.offline_packing_specs.pad_seq_to_mult``: each packed sequence,
+            and an unpadded packed microbatch, is padded to a multiple of it (Bridge default 1: no padding;
+            ``data/packing/config.py``, ``data/packing/gpt_sft.py`` collate_fn).
         microbatch_seq_lengths: actual tokens of microbatches when they differ from ``seq_length``
             (e.g. an unpadded SFT sample, a packed length); each is checked by the alignment rules.
         freeze_vision_model / freeze_language_model: Megatron Bridge's VLM provider flags: a frozen
@@ -81,6 +84,7 @@ class TrainingSpec(BaseModel):
     variable_length: bool = False
     pad_to_max_length: bool | None = None
     pad_cu_seqlens: bool | None = None
+    pad_seq_to_mult: int | None = Field(default=None, ge=1, le=2**20)
     microbatch_seq_lengths: list[PositiveInt] | None = None
     freeze_vision_model: bool = False
     freeze_language_model: bool = False

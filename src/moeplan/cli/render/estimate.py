@@ -126,6 +126,35 @@ def _findings_lines(c, errors: list[dict] | None, warnings: list[dict] | None) -
         )
 
 
+def _reserved_text(mem: dict) -> str:
+    """`` (HBM H − R reserved by a colocated engine)`` when ``system.reserved_gib`` is stated."""
+    reserved = mem.get("reserved_bytes") or 0
+    if not reserved or mem.get("usable_hbm_bytes") is None:
+        return ""
+    return T(" ({hbm} HBM − {reserved} reserved by a colocated engine)").format(
+        hbm=_gib(mem["usable_hbm_bytes"]), reserved=_gib(reserved)
+    )
+
+
+def _host_line(c, mem: dict, peak: dict) -> None:
+    """Host memory per rank (its parts, on the peak stage) and per node against the node's RAM."""
+    cap = mem["host_capacity_bytes_per_node"]
+    parts = ", ".join(f"{n} {_gib(v)}" for n, v in (peak.get("host_items") or {}).items() if v)
+    over = cap is not None and mem["host_bytes_per_node"] > cap
+    c.print(
+        T("host memory per rank {gib} GiB").format(gib=_gib(mem.get("host_bytes_per_rank")))
+        + (f" ({parts})" if parts else "")
+        + T("; per node {gib} GiB").format(gib=_gib(mem["host_bytes_per_node"]))
+        + (
+            T(" of {cap} GiB").format(cap=f"{cap / GIB_BYTES:.0f}")
+            + (T(" [bold red]— exceeds the node's host memory[/]") if over else "")
+            if cap
+            else T(" (host memory unknown: set system.host_memory_gib)")
+        ),
+        highlight=False,
+    )
+
+
 def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     """Virtual chunks of the peak stage (``verbose``), host memory for offloaded state, and the
     verdict line."""
@@ -138,14 +167,21 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             )
         )
     if mem["host_bytes_per_node"]:
-        cap = mem["host_capacity_bytes_per_node"]
+        _host_line(c, mem, peak)
+    if mem.get("peft"):
+        pf = mem["peft"]
         c.print(
-            T("host memory per node for offloaded optimizer state: {gib} GiB").format(gib=_gib(mem["host_bytes_per_node"]))
-            + (
-                T(" of {cap} GiB").format(cap=f"{cap / GIB_BYTES:.0f}")
-                if cap
-                else T(" (host memory unknown: set system.gpu_overrides.host_mem_per_gpu_gb)")
-            )
+            T(
+                "LoRA dim {dim} (alpha {alpha}) on {targets}: {params} M adapter parameters ({rank} M on the busiest "
+                "rank); the base is frozen (no gradients or optimizer state; backward without weight gradients)"
+            ).format(
+                dim=pf["dim"],
+                alpha=f"{pf['alpha']:g}",
+                targets=", ".join(pf["target_modules"]),
+                params=f"{pf['adapter_params'] / 1e6:,.2f}",
+                rank=f"{pf['adapter_params_per_rank'] / 1e6:,.2f}",
+            ),
+            highlight=False,
         )
     head = mem["headroom_fraction"]
     c.print(
@@ -156,6 +192,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             stage=mem["peak_stage"],
             cap=_gib(mem["capacity_bytes"]),
         )
+        + _reserved_text(mem)
         + (
             (
                 T(" ({pct} % headroom)").format(pct=f"{head * 100:.1f}")
@@ -165,6 +202,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             if head is not None
             else ""
         )
+        + (T(" — host memory exceeded") if mem.get("host_fits") is False else "")
         + f" → [{_MEM_STYLE[mem['verdict']]}]{T(mem['verdict'])}[/]"
     )
     if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:

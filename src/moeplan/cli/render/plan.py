@@ -28,6 +28,12 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
             precision=r["precision"],
         )
         + (T("; held fixed: ") + ", ".join(f"{k}={v}" for k, v in held.items()) if held else "")
+        + (
+            T("; {gib} GiB per GPU reserved by a colocated engine").format(gib=f"{r['reserved_gib']:g}")
+            if r.get("reserved_gib")
+            else ""
+        )
+        + (T("; LoRA dim {dim} on a frozen base").format(dim=r["peft"]["dim"]) if r.get("peft") else "")
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
@@ -402,9 +408,15 @@ def render_fit(d: dict, verbose: bool = False) -> None:
 
     c = console()
     c.print(
-        T("current layout: peak {peak} GiB of {cap} GiB usable (limit {limit} with headroom)").format(
-            peak=f"{d['peak_gib']:.1f}", cap=f"{d['capacity_gib']:.1f}", limit=f"{d['limit_gib']:.1f}"
+        T("current layout: peak {peak} GiB of {cap} GiB usable ").format(
+            peak=f"{d['peak_gib']:.1f}", cap=f"{d['capacity_gib']:.1f}"
         )
+        + (
+            T("after {gib} GiB reserved by a colocated engine ").format(gib=f"{d['reserved_gib']:.1f}")
+            if d.get("reserved_gib")
+            else ""
+        )
+        + T("(limit {limit} with headroom)").format(limit=f"{d['limit_gib']:.1f}")
         + T(" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )

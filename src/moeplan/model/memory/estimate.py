@@ -16,6 +16,7 @@ from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.model.activations import ActContext
+from moeplan.model.lora import adapter_rank_params, lora_activation_bytes, stage_layer_adapters
 from moeplan.model.memory.other import (
     backward_working_set,
     cp_kv_buffers,
@@ -33,6 +34,7 @@ from moeplan.model.vision import vision_cost
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
 from moeplan.spec.params import padded_vocab_size
+from moeplan.spec.peft import total_adapter_params
 from moeplan.spec.pipeline import StagePlan
 from moeplan.spec.placement import StageParams, stage_params, stage_plan
 from moeplan.spec.scenario import Scenario
@@ -61,6 +63,7 @@ class StageMemory:
     items: dict[str, dict[str, float]]
     host_bytes: float = 0.0
     chunks: tuple[tuple[int, int, float], ...] = ()
+    host: dict[str, float] = field(default_factory=dict)
 
     def category(self, name: str) -> int:
         return int(round(sum(self.items.get(name, {}).values())))
@@ -123,6 +126,7 @@ class StageMemory:
             "activations_bytes": self.activations_bytes,
             "other_bytes": self.other_bytes,
             "host_bytes": int(self.host_bytes),
+            "host_items": {n: int(round(v)) for n, v in self.host.items()},
             "virtual_chunks": [
                 {"vp_stage": v, "num_layers": n, "activations_per_microbatch_bytes": int(round(b))}
                 for v, n, b in self.chunks
@@ -136,7 +140,9 @@ class MemoryEstimate:
     """Per-stage memory and the verdict.
 
     ``verdict``: ``fits`` (headroom ≥ 5 %), ``tight`` (0–5 %), ``does-not-fit``, or ``unknown``
-    when the scenario names no GPU. ``host_bytes_per_node`` is set when optimizer state is offloaded.
+    when the scenario names no GPU. ``capacity_bytes`` is the usable HBM less ``reserved_bytes``
+    (``system.reserved_gib``: a colocated engine's memory; :attr:`Scenario.capacity_bytes`).
+    ``host_bytes_per_node`` is set when optimizer state is offloaded.
     """
 
     stages: list[StageMemory]
@@ -145,6 +151,8 @@ class MemoryEstimate:
     host_capacity_bytes_per_node: int | None
     overheads: Overheads
     assumptions: list[str] = field(default_factory=list)
+    reserved_bytes: int = 0
+    peft: dict | None = None
 
     @functools.cached_property
     def peak_stage(self) -> StageMemory:
@@ -212,11 +220,17 @@ class MemoryEstimate:
         return None if h is None else h >= 0
 
     @property
-    def host_bytes_per_node(self) -> int | None:
+    def host_bytes_per_rank(self) -> int | None:
+        """Host memory of the rank that needs the most (bytes): CPU-optimizer state with its pinned
+        buffers and offloaded activations; None when nothing lives on the host."""
         per_gpu = max((st.host_bytes for st in self.stages), default=0.0)
-        if per_gpu <= 0:
-            return None
-        return int(per_gpu * (self.gpus_per_node or 1))
+        return int(per_gpu) if per_gpu > 0 else None
+
+    @property
+    def host_bytes_per_node(self) -> int | None:
+        """:attr:`host_bytes_per_rank` × GPUs per node (every rank of a node taken as the worst)."""
+        per_rank = self.host_bytes_per_rank
+        return None if per_rank is None else per_rank * (self.gpus_per_node or 1)
 
     @property
     def host_fits(self) -> bool | None:
@@ -233,19 +247,23 @@ class MemoryEstimate:
             "device_used_bytes": self.peak_bytes,
             "peak_stage": self.peak_stage.stage,
             "capacity_bytes": self.capacity_bytes,
+            "usable_hbm_bytes": None if self.capacity_bytes is None else self.capacity_bytes + self.reserved_bytes,
+            "reserved_bytes": self.reserved_bytes,
             "headroom_fraction": self.headroom_fraction,
             "margin_bytes": self.margin_bytes,
             "error_band_pct": self.error_band_pct,
             "verdict_basis": (
-                "device use (nvidia-smi) of the peak stage against usable HBM; tight below "
+                "device use (nvidia-smi) of the peak stage against usable HBM less system.reserved_gib; tight below "
                 f"{TIGHT_HEADROOM:.0%} headroom or when the peak plus the memory model's error band "
                 "(docs/memory_accuracy.md) would pass the limit"
             ),
             "fits": self.fits,
             "verdict": self.verdict,
+            "host_bytes_per_rank": self.host_bytes_per_rank,
             "host_bytes_per_node": self.host_bytes_per_node,
             "host_capacity_bytes_per_node": self.host_capacity_bytes_per_node,
             "host_fits": self.host_fits,
+            "peft": self.peft,
             "stages": [st.to_dict() for st in self.stages],
             "overheads": self.overheads.to_dict(),
             "assumptions": list(self.assumptions),
@@ -409,17 +427,41 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     assumptions: list[str] = []
     com = _common(s, assumptions)
     stages = [_stage(s, sp, com) for sp in stage_params(s, allow_balanced=True)]
-    cap = s.gpu.usable_hbm_bytes if s.gpu else None
-    host_cap = None
-    if s.gpu is not None and s.gpu.host_mem_per_gpu_gb and s.gpus_per_node:
-        host_cap = int(s.gpu.host_mem_per_gpu_gb * 1e9 * s.gpus_per_node)
+    cap, host_cap = s.capacity_bytes, s.host_capacity_bytes_per_node
     vc = vision_cost(s) if s.complete_model.vision is not None else None
     if vc is not None and vc.assumed:
         assumptions.append(
             "no workload: the vision tower is costed for a planning mix (half the sequence image tokens); "
             "give workload: (moeplan vlm-stats) for your data"
         )
-    return MemoryEstimate(stages, cap, s.gpus_per_node, host_cap, com.overheads, assumptions)
+    return MemoryEstimate(
+        stages,
+        cap,
+        s.gpus_per_node,
+        host_cap,
+        com.overheads,
+        assumptions,
+        reserved_bytes=s.reserved_bytes,
+        peft=_peft_summary(s),
+    )
+
+
+def _peft_summary(s: Scenario) -> dict | None:
+    """LoRA's adapters: the config, unique adapter parameters of the model and the most on one rank."""
+    p = s.peft
+    if p is None:
+        return None
+    per_rank = max(adapter_rank_params(s, sp).total for sp in stage_params(s, allow_balanced=True))
+    return {
+        "scheme": p.scheme,
+        "dim": p.dim,
+        "alpha": p.alpha,
+        "target_modules": list(p.target_modules),
+        "share_expert_adapters": p.share_expert_adapters,
+        "adapter_params": total_adapter_params(s.complete_model, p),
+        "adapter_params_per_rank": per_rank,
+        "base": "frozen: weights only, no gradients or optimizer state; backward computes input gradients only",
+    }
 
 
 def _activations(
@@ -449,6 +491,9 @@ def _activations(
         # offloaded tensors live on the host; two layers' worth are in flight (being copied out or back)
         act["offload_staging"] = 2 * dec.worst_offloaded_bytes
     act.update(tail_activations(s, sp, ctx, com.modules, com.fused_ce, com.vpad))
+    if s.peft is not None and lay.recompute_granularity != "full":
+        # the adapters' saved tensors (moeplan.model.lora); full recompute keeps none of them
+        act["lora_adapters"] = sum(lora_activation_bytes(s, la, ctx) for la in stage_layer_adapters(s, sp)) * inflight
     return act, inflight, dec
 
 
@@ -471,8 +516,12 @@ def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
         "activations": act,
         "other": other,
     }
-    host = static.host_bytes + dec.offloaded_per_microbatch_bytes * inflight
-    return StageMemory(sp.stage, len(sp.layers), inflight, items, host_bytes=host, chunks=tuple(dec.chunks))
+    host = dict(static.host)
+    if dec.offloaded_per_microbatch_bytes:
+        host["offloaded_activations"] = dec.offloaded_per_microbatch_bytes * inflight
+    return StageMemory(
+        sp.stage, len(sp.layers), inflight, items, host_bytes=sum(host.values()), chunks=tuple(dec.chunks), host=host
+    )
 
 
 def headroom_gib(est: MemoryEstimate) -> float | None:

@@ -5,18 +5,44 @@ Bytes per element and shard degrees come from :mod:`moeplan.spec.numerics` (Mega
 ``docs/.../dist_optimizer.md``, ``megatron_facts.md`` §5.3):
 
 - weights: bf16 parameters, 2 B each (FP8 parameter gather: 1 B for GEMM weights), plus Transformer
-  Engine's cached FP8 weight copies under FP8 recipes; the vision tower's weights listed apart;
+  Engine's cached FP8 weight copies under FP8 recipes; the vision tower's weights listed apart; LoRA
+  adapters (``peft``) in bf16 beside the frozen base, whose weights are all that is left of it;
 - gradients: the DDP main-grad buffer (``grad_bytes`` per trained parameter);
 - optimizer: master copy and both moments, sharded by the distributed optimizer over DP·CP (dense) and
-  EDP (routed experts); ``optimizer_offload_fraction`` of it lives in host memory, with the fp32
-  gradients of its shard; Megatron-FSDP ``optim_grads_params`` also shards weights and gradients and
-  gathers two layers at a time (double-buffered), ``optim_grads`` shards gradients.
+  EDP (routed experts); ``optimizer_offload_fraction`` of it lives in host memory (below);
+  Megatron-FSDP ``optim_grads_params`` also shards weights and gradients and gathers two layers at a
+  time (double-buffered), ``optim_grads`` shards gradients.
+
+Host memory of the CPU optimizer, as megatron-core's ``HybridDeviceOptimizer``
+(``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py``, built by
+``megatron/core/optimizer/__init__.py`` with ``param_update_in_fp32=True``) allocates it for the
+``optimizer_offload_fraction`` of the rank's shard it moves to the CPU:
+
+- an fp32 master copy per offloaded parameter (``param.detach().clone().float()``): 4 B, pageable
+  up to megatron-core 0.20 (``core_r0.19.0`` pins only the transient bf16 copy; the 0.20.0 release
+  branch likewise), pinned unless ``pin_cpu_params: false`` after it (Megatron-LM PR #4547,
+  "Preserve pinned host memory for CPU-offloaded FP32 params", merged 2026-08-21);
+- an fp32 gradient copy the D2H stream fills every step (``torch.empty(..., dtype=fp32,
+  pin_memory=pin_cpu_grads)``), pinned unless ``pin_cpu_grads: false``: 4 B;
+- torch ``AdamW``'s ``exp_avg`` and ``exp_avg_sq`` (``zeros_like`` the fp32 master: pageable fp32,
+  whatever ``exp_avg_dtype`` says, which only TE's FusedAdam reads): 8 B;
+- the pinned-memory allocator's rounding: torch's caching host allocator rounds every pinned
+  allocation up to a power of two (``ATen/core/CachingHostAllocator.h``: ``roundSize =
+  c10::llvm::PowerOf2Ceil(size)``) and keeps the blocks. The allocations are the rank's per-parameter
+  shard pieces, cut at the distributed optimizer's bucket boundaries, so where a size falls within its
+  octave is taken as uniform in log2: pinned / requested bytes = E[2^ceil(u)] / E[2^u] over u uniform
+  in [0, 1) = 2 / (1 / ln 2) = 2 ln 2 ≈ 1.386 (:data:`PINNED_ROUNDUP_FACTOR`).
+
+The transient bf16 pinned staging copy made while the optimizer is built is freed at once and its
+block reused by the next parameter of its size class (not counted).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from moeplan.model.lora import LORA_BYTES, adapter_rank_params
 from moeplan.spec.numerics import BF16_BYTES, OptimizerNumerics, fp8_weight_cache_bytes, weight_bytes_gemm
 from moeplan.spec.placement import StageParams
 from moeplan.spec.scenario import Scenario
@@ -24,23 +50,40 @@ from moeplan.spec.scenario import Scenario
 #: parameter kinds whose weights feed GEMMs (FP8 casts and caches apply to them); the output layer
 #: stays bf16
 GEMM_KINDS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "mtp")
-#: bytes per parameter of the fp32 gradients a CPU optimizer holds for its shard
+#: bytes per offloaded parameter of HybridDeviceOptimizer's host tensors (module docstring): fp32
+#: master, fp32 gradient copy, AdamW's two fp32 moments
+HOST_MASTER_BYTES = 4.0
 HOST_GRAD_BYTES = 4.0
+HOST_MOMENTS_BYTES = 8.0
+#: pinned bytes allocated per pinned byte requested: power-of-two rounding of torch's caching host
+#: allocator for sizes uniform in log2 within an octave, 2 ln 2 (module docstring)
+PINNED_ROUNDUP_FACTOR = 2 * math.log(2)
+#: the last megatron-core release whose CPU fp32 master copies are pageable (PR #4547 pins them later)
+PINNED_MASTER_AFTER_MCORE = (0, 20, 0)
 
 
 @dataclass(frozen=True)
 class StaticMemory:
-    """Per-rank static memory (bytes, named parts) and host memory (bytes)."""
+    """Per-rank static memory (bytes, named parts) and host memory (bytes, named parts)."""
 
     weights: dict[str, float]
     grads: dict[str, float]
     optimizer: dict[str, float]
-    host_bytes: float
+    host: dict[str, float]
+
+    @property
+    def host_bytes(self) -> float:
+        """Host memory of the rank's CPU optimizer, bytes (0 without optimizer offload)."""
+        return sum(self.host.values())
 
 
 def trained_params(s: Scenario, sp: StageParams) -> tuple[float, float]:
     """(dense, expert) parameters of the stage that train: Bridge's ``freeze_vision_model`` /
-    ``freeze_language_model`` parts keep no gradients or optimizer state."""
+    ``freeze_language_model`` parts keep no gradients or optimizer state; with LoRA (``peft``) only
+    the adapters train (:func:`moeplan.model.lora.adapter_rank_params`)."""
+    if s.peft is not None:
+        a = adapter_rank_params(s, sp)
+        return float(a.dense), float(a.expert)
     p, t = sp.params, s.training
     vis = p.by_kind.get("vision", 0)
     dense, expert = p.dense, p.expert
@@ -66,6 +109,8 @@ def _weights(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> dict[str, 
         out["params"] = w_total - BF16_BYTES * vis
         if vis:
             out["vision_tower_params"] = BF16_BYTES * vis
+    if s.peft is not None:  # adapters in the parameter dtype, next to the frozen base
+        out["lora_adapters"] = adapter_rank_params(s, sp).total * LORA_BYTES
     cache_b = fp8_weight_cache_bytes(s.training.precision, fp8_pg)
     if cache_b:
         if num.shard_params:
@@ -86,19 +131,41 @@ def _grads(dense: float, expert: float, sp: StageParams, num: OptimizerNumerics)
     return {"main_grads": (dense + expert) * g}
 
 
+def cpu_optimizer_host(s: Scenario, offloaded_params: float) -> dict[str, float]:
+    """Host memory (bytes, named parts) of HybridDeviceOptimizer for ``offloaded_params`` parameters
+    of one rank moved to the CPU: fp32 master and gradient copies (the pinned ones rounded up by the
+    pinned allocator: gradients unless ``pin_cpu_grads: false``, masters after megatron-core 0.20
+    unless ``pin_cpu_params: false``) and AdamW's pageable fp32 moments. Sources in the module
+    docstring. Empty when nothing is offloaded."""
+    if offloaded_params <= 0:
+        return {}
+    lay = s.layout
+    pin_params = lay.pin_cpu_params is not False and s.mcore_version > PINNED_MASTER_AFTER_MCORE
+    pin_grads = lay.pin_cpu_grads is not False
+    master = offloaded_params * HOST_MASTER_BYTES
+    grads = offloaded_params * HOST_GRAD_BYTES
+    out = {
+        "cpu_master_params_fp32": master,
+        "cpu_grads_fp32": grads,
+        "cpu_adam_moments_fp32": offloaded_params * HOST_MOMENTS_BYTES,
+    }
+    pinned = (master if pin_params else 0.0) + (grads if pin_grads else 0.0)
+    if pinned:
+        out["pinned_allocator_rounding"] = pinned * (PINNED_ROUNDUP_FACTOR - 1)
+    return out
+
+
 def static_memory(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> StaticMemory:
     """Weights, gradients and optimizer state of one rank of stage ``sp``, and what an offloading
-    optimizer keeps in host memory."""
+    optimizer keeps in host memory (:func:`cpu_optimizer_host`)."""
     dense, expert = trained_params(s, sp)
     opt_dense = dense * num.state_bytes / num.dense_shard
     opt_exp = expert * num.state_bytes / num.expert_shard
     keep, off = 1.0 - num.offload_fraction, num.offload_fraction
-    host = (opt_dense + opt_exp) * off
-    if off:
-        host += (dense / num.dense_shard + expert / num.expert_shard) * HOST_GRAD_BYTES * off
+    offloaded = (dense / num.dense_shard + expert / num.expert_shard) * off
     return StaticMemory(
         weights=_weights(s, sp, num),
         grads=_grads(dense, expert, sp, num),
         optimizer={"dense_state": opt_dense * keep, "expert_state": opt_exp * keep},
-        host_bytes=host,
+        host=cpu_optimizer_host(s, offloaded),
     )

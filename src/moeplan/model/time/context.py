@@ -225,7 +225,10 @@ def graph_share(s: Scenario) -> float:
 
 def _lm_factor(s: Scenario, vision: VisionCost | None) -> float:
     """Share of the language model's GEMM work with a frozen language model: forward + input
-    gradient (2/3) when something behind it trains, forward only (1/3) when nothing does."""
+    gradient (2/3) when something behind it trains (a VLM's tower, LoRA adapters in every layer),
+    forward only (1/3) when nothing does."""
+    if s.peft is not None:  # LoRA: the frozen base computes input gradients for the adapters below it
+        return 2 / 3
     if not s.training.freeze_language_model:
         return 1.0
     return 2 / 3 if (vision is not None and vision.trainable) else 1 / 3

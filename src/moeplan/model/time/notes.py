@@ -94,6 +94,12 @@ def workload_notes(ctx: StepContext) -> list[str]:
         out.append(
             "MFU and model TFLOP/s count full training FLOPs (Megatron's convention); a frozen part does less work"
         )
+    if s.peft is not None:
+        out.append(
+            f"LoRA dim {s.peft.dim}: the frozen base runs forward and input gradients only (no weight-gradient "
+            "GEMMs), the adapters' GEMMs are added to the dense / expert GEMM time; MFU and model TFLOP/s count "
+            "full training FLOPs of the base (Megatron's convention)"
+        )
     if w is not None and w.seq_length and w.seq_length != t.seq_length:
         out.append(f"workload measured at seq {w.seq_length}: per-sequence image figures scaled to {t.seq_length}")
     if w is not None and m.vision is None and (w.image_patches_per_sequence or w.image_tokens_per_sequence):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.compute import attention_fraction
+from moeplan.model.lora import lora_time_s, stage_layer_adapters
 from moeplan.model.time.context import StepContext
 from moeplan.model.time.layer import LAYER_HIDDEN, LAYER_PARTS, layer_time
 from moeplan.model.vision import VisionCost
@@ -103,6 +104,11 @@ def stage_time(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> Sta
     if ctx.lm_factor != 1.0:  # frozen language model: no weight-gradient GEMMs
         parts["dense_gemm"] *= ctx.lm_factor
         parts["expert_gemm"] *= ctx.lm_factor
+    if s.peft is not None:  # LoRA adapter GEMMs (moeplan.model.lora), on top of the frozen base
+        for la in stage_layer_adapters(s, st):
+            d, r = lora_time_s(s, la, tokens, ctx.routing_factor, sp.gemm_flops_per_s, sp.hbm_bytes_per_s)
+            parts["dense_gemm"] += d
+            parts["expert_gemm"] += r
     if st.embedding and ctx.vision is not None:
         parts.update(_vision_tower(ctx, ctx.vision))
     return out

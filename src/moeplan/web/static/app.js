@@ -378,7 +378,10 @@ function renderMemory(mem, scenario) {
   const stages = mem.stages || [];
   const capacity = mem.capacity_bytes !== undefined ? mem.capacity_bytes : (mem.capacity_gib || 0) * GIB;
   const peakBytes = mem.peak_bytes !== undefined ? mem.peak_bytes : (mem.peak_gib || 0) * GIB;
-  $("memory-verdict").textContent = `peak ${gib(peakBytes)} GiB of ${gib(capacity)} GiB usable · ${mem.verdict}`;
+  const figs = mem.peak_allocated_bytes !== undefined
+    ? ` (torch max allocated ${gib(mem.peak_allocated_bytes)}, max reserved ${gib(mem.peak_reserved_bytes)} GiB)`
+    : "";
+  $("memory-verdict").textContent = `peak device use ${gib(peakBytes)} GiB${figs} of ${gib(capacity)} GiB usable · ${mem.verdict}`;
   const W = 460, H = 250, left = 44, right = 10, top = 12, bottom = 30;
   const maxV = Math.max(capacity, ...stages.map((s) => s.total_bytes)) * 1.08 || 1;
   const y = (v) => top + (H - top - bottom) * (1 - v / maxV);
@@ -402,6 +405,13 @@ function renderMemory(mem, scenario) {
       root.append(r);
       acc += v;
     }
+    for (const [key, dash, label] of [["peak_allocated_bytes", "", "torch max allocated"], ["peak_reserved_bytes", "3 2", "max reserved"]]) {
+      const v = s[key];
+      if (!(v > 0)) continue;
+      const t = svg("line", { x1: x - 4, x2: x + bw + 4, y1: y(v), y2: y(v), stroke: "#1d2330", "stroke-width": 1.5, "stroke-dasharray": dash, class: "mem-tick" });
+      t.append(svg("title", {}, `stage ${s.stage} ${label}: ${gib(v, 2)} GiB`));
+      root.append(t);
+    }
     if (s.stage === mem.peak_stage) {
       root.append(svg("rect", { x: x - 1.5, y: y(s.total_bytes) - 1.5, width: bw + 3, height: y(0) - y(s.total_bytes) + 3, fill: "none", stroke: "#1d2330", "stroke-width": 1.5 }));
     }
@@ -418,6 +428,8 @@ function renderMemory(mem, scenario) {
   const legend = $("memory-legend");
   for (const [, name, color] of MEMORY_PARTS) legend.append(el("span", { class: "item" }, el("span", { class: "swatch", style: `background:${color}` }), name));
   legend.append(el("span", { class: "item" }, el("span", { class: "swatch", style: "background:none;border-top:2px dashed #b42318;height:0;margin-top:2px" }), "usable HBM"));
+  legend.append(el("span", { class: "item" }, el("span", { class: "swatch", style: "background:none;border-top:2px solid #1d2330;height:0;margin-top:2px" }), "torch max allocated"));
+  legend.append(el("span", { class: "item" }, el("span", { class: "swatch", style: "background:none;border-top:2px dotted #1d2330;height:0;margin-top:2px" }), "max reserved (bar: device use)"));
   renderPeak(mem, stages);
 }
 

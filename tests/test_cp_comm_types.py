@@ -1,0 +1,30 @@
+"""Issue #19's long-context structure, from benchmarks/cp_comm_types.py (docs/cp_comm_types.md):
+
+- DeepSeek-V3 128K guidance layout on 256 H100 (CP 32 over four 8-GPU nodes): a flat p2p ring sends
+  every K/V chunk over InfiniBand and cannot hide behind attention, while a2a+p2p with [8, 4] keeps the
+  all-to-all inside each NVLink domain and rings over 4 ranks only, so its exposed CP is a small share
+  of the step; the guidance picks a2a+p2p for this layout.
+- Qwen3-Next-80B on 32 GB200 from 8K (CP 1) to 64K (CP 16): throughput falls, as the long-context skill
+  card states (Gated DeltaNet is linear in sequence, but its CP all-to-alls and full-attention layers
+  grow)."""
+
+from __future__ import annotations
+
+from tests.conftest import load_benchmark
+
+cp_types = load_benchmark("cp_comm_types")
+
+
+def test_hierarchical_cp_hides_what_a_flat_ring_exposes():
+    rows = dict(cp_types.dsv3_rows())
+    flat, hier = rows["p2p"], rows["a2a+p2p [8, 4]"]
+    assert hier["cp_exposed_pct"] < 5 < 50 < flat["cp_exposed_pct"], (flat, hier)
+    assert hier["tokens_per_s_per_gpu"] > 3 * flat["tokens_per_s_per_gpu"]
+    # the a2a group inside the NVLink domain is the one that hides: [2, 16] rings across 16 ranks
+    assert rows["a2a+p2p [2, 16]"]["cp_exposed_pct"] > rows["a2a+p2p [4, 8]"]["cp_exposed_pct"] > hier["cp_exposed_pct"]
+
+
+def test_qwen3_next_throughput_falls_from_8k_to_64k():
+    tps = [r["tokens_per_s_per_gpu"] for _, _, r in cp_types.qwen3_next_rows()]
+    assert all(a > b for a, b in zip(tps, tps[1:], strict=False)), tps
+    assert tps[-1] < 0.6 * tps[0], tps  # the card: "loses most of its throughput"; the model: about half
