@@ -328,6 +328,35 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"tensor_model_parallel_size": 2, "num_distributed_optimizer_instances": 2},
     },
     {"versions": {"megatron_core": "0.16.1"}, "layout": {"cuda_graph_impl": "full_iteration"}},
+    {"layout": {"vision_cuda_graph_impl": "transformer_engine"}},
+    {"framework": "megatron-core", "layout": {"vision_cuda_graph_impl": "transformer_engine"}},
+    {
+        "model": "Qwen/Qwen3-VL-235B-A22B-Instruct",
+        "versions": {"megatron_bridge": "0.4.0"},
+        "layout": {"vision_cuda_graph_scope": ["mlp"], "expert_model_parallel_size": 8},
+    },
+    {"layout": {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}},
+    {"framework": "megatron-core", "layout": {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}},
+    {
+        "layout": {
+            "moe_deepep_num_sms": 21,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "deepep",
+            "expert_model_parallel_size": 8,
+        }
+    },
+    {"versions": {"megatron_core": "0.18.0"}, "layout": {"moe_deepep_num_sms": 24, "expert_model_parallel_size": 8}},
+    {"framework": "megatron-core", "layout": {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8}},
+    {
+        "system": {"gpu": "gb200", "num_gpus": 128},
+        "training": {"seq_length": 32768},
+        "layout": {
+            "expert_model_parallel_size": 128,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+        },
+    },
+    {"layout": {"cp_partition_mode": "contiguous", "context_parallel_size": 2}},
     {"model": None, "layout": {"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et|tL"}},
     {"model": None, "reported": {"model_tflops_per_gpu": 500}, "system": {"num_gpus": 8}},
     {
