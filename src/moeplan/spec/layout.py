@@ -81,6 +81,7 @@ class LayoutSpec(BaseModel):
     cuda_graph_scope: list[str] | str | None = None
     cuda_graph_modules: list[str] | None = None
     cuda_graph_warmup_steps: int | None = Field(default=None, ge=0)
+    create_attention_mask_in_dataloader: bool | None = None
     use_te_rng_tracker: bool | None = None
     check_for_nan_in_loss: bool | None = None
     # optimizer / DDP / FSDP
