@@ -287,7 +287,7 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             # Megatron-LM accumulates and reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16
             args.append(flag if v else "--grad-reduce-in-bf16")
             continue
-        if key == "check_for_nan_in_loss":
+        if key in ("check_for_nan_in_loss", "create_attention_mask_in_dataloader"):  # store_false flags
             if v is False:
                 args.append(flag)
             continue

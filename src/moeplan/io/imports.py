@@ -414,6 +414,9 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
         if flag == "--no-check-for-nan-in-loss-and-grad":
             layout["check_for_nan_in_loss"] = False
             continue
+        if flag == "--no-create-attention-mask-in-dataloader":
+            layout["create_attention_mask_in_dataloader"] = False
+            continue
         if flag == "--grad-reduce-in-bf16":
             layout["grad_reduce_in_fp32"] = False
             continue
