@@ -158,3 +158,39 @@ def test_moe_router_without_layernorm_recompute_adds_no_outputs():
 def test_captured_parts(scopes, moe, expected):
     p = captured_parts(scopes, moe)
     assert (p.attn, p.mlp_whole, p.router, p.preprocess) == expected
+
+
+def _mask_rule_ids(layout: dict, seq: int) -> tuple[list[str], dict]:
+    from moeplan import validate
+
+    s = load_scenario(
+        {
+            "model": "llama-3.1-8b",
+            "system": {"gpu": "h100", "num_gpus": 8},
+            "training": {"seq_length": seq, "micro_batch_size": 1, "global_batch_size": 8},
+            "layout": {"tensor_model_parallel_size": 2, "context_parallel_size": 2, **layout},
+        }
+    )
+    res = {r.key: r.value for r in s.resolutions}
+    return validate(s).rule_ids("warning"), res
+
+
+def test_mask_rule_and_resolution():
+    # TE attn at 32K, CP 2: one mask 16384·32768 B = 0.5 GiB ≥ 64 MiB → warning; unset key resolved true
+    ids, res = _mask_rule_ids({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"]}, 32768)
+    assert "graphs.static_attention_masks" in ids
+    assert res["create_attention_mask_in_dataloader"] is True
+    # stated false: no warning, nothing resolved
+    ids, res = _mask_rule_ids(
+        {
+            "cuda_graph_impl": "transformer_engine",
+            "cuda_graph_scope": ["attn"],
+            "create_attention_mask_in_dataloader": False,
+        },
+        32768,
+    )
+    assert "graphs.static_attention_masks" not in ids and "create_attention_mask_in_dataloader" not in res
+    # 4K: one mask 2048·4096 B = 8 MiB < 64 MiB → no warning; router-only scope keeps no mask at all
+    assert "graphs.static_attention_masks" not in _mask_rule_ids({"cuda_graph_impl": "transformer_engine"}, 4096)[0]
+    ids, res = _mask_rule_ids({"cuda_graph_impl": "local"}, 32768)
+    assert "graphs.static_attention_masks" not in ids and "create_attention_mask_in_dataloader" not in res
