@@ -48,6 +48,8 @@ def moeplan_config(cfg=None):
     cfg.model.seq_length = 4096
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
     cfg.comm_overlap.delay_wgrad_compute = True
+    cfg.dataset.create_attention_mask = True
+    cfg.dataset.sequence_length = 4096
     cfg.rng.te_rng_tracker = True
     cfg.rerun_state_machine.check_for_nan_in_loss = False
     cfg.optimizer.use_distributed_optimizer = True
@@ -60,7 +62,6 @@ def moeplan_config(cfg=None):
     cfg.ddp.grad_reduce_in_fp32 = False
     cfg.ddp.overlap_grad_reduce = True
     cfg.ddp.overlap_param_gather = True
-    cfg.dataset.sequence_length = 4096
     cfg.train.micro_batch_size = 1
     cfg.train.global_batch_size = 4096
     return cfg

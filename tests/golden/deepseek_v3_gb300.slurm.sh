@@ -44,6 +44,8 @@ OVERRIDES=(
   model.seq_length=4096
   comm_overlap.overlap_moe_expert_parallel_comm=true
   comm_overlap.delay_wgrad_compute=true
+  dataset.create_attention_mask=true
+  dataset.sequence_length=4096
   rng.te_rng_tracker=true
   rerun_state_machine.check_for_nan_in_loss=false
   optimizer.use_distributed_optimizer=true
@@ -56,7 +58,6 @@ OVERRIDES=(
   ddp.grad_reduce_in_fp32=false
   ddp.overlap_grad_reduce=true
   ddp.overlap_param_gather=true
-  dataset.sequence_length=4096
   train.micro_batch_size=1
   train.global_batch_size=4096
 )

@@ -417,6 +417,9 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
         if flag == "--no-rope-fusion":  # store_false, dest apply_rope_fusion (Megatron-LM arguments.py)
             layout["apply_rope_fusion"] = False
             continue
+        if flag == "--no-create-attention-mask-in-dataloader":
+            layout["create_attention_mask_in_dataloader"] = False
+            continue
         if flag == "--grad-reduce-in-bf16":
             layout["grad_reduce_in_fp32"] = False
             continue

@@ -105,6 +105,8 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
     "num_layers_at_start_in_bf16": ("mixed_precision.num_layers_at_start_in_bf16",),
     "num_layers_at_end_in_bf16": ("mixed_precision.num_layers_at_end_in_bf16",),
     "check_for_nan_in_loss": ("rerun_state_machine.check_for_nan_in_loss",),
+    # mcore GPTDatasetConfig.create_attention_mask (Bridge perf_recipes/gpt_oss/common.py sets it)
+    "create_attention_mask_in_dataloader": ("dataset.create_attention_mask",),
 }
 
 #: training key → Bridge paths
@@ -154,6 +156,7 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
     "use_te_rng_tracker": "--te-rng-tracker",
     "optimizer_cpu_offload": "--optimizer-cpu-offload",
     "check_for_nan_in_loss": "--no-check-for-nan-in-loss-and-grad",  # store_false; default True
+    "create_attention_mask_in_dataloader": "--no-create-attention-mask-in-dataloader",  # store_false
     "use_precision_aware_optimizer": "--use-precision-aware-optimizer",
     "grad_reduce_in_fp32": "--accumulate-allreduce-grads-in-fp32",
     # store_false flags (megatron/training/arguments.py): written only to turn the default off;
@@ -163,7 +166,9 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
     "pin_cpu_params": "--no-pin-cpu-params",
 }
 #: keys whose Megatron-LM flag is a store_false switch: written when the value is false
-MLM_NEGATED = frozenset({"check_for_nan_in_loss", "apply_rope_fusion", "pin_cpu_grads", "pin_cpu_params"})
+MLM_NEGATED = frozenset(
+    {"check_for_nan_in_loss", "apply_rope_fusion", "pin_cpu_grads", "pin_cpu_params", "create_attention_mask_in_dataloader"}
+)
 
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
 MLM_UNSUPPORTED = frozenset(

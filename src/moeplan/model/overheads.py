@@ -24,8 +24,11 @@ DEEPEP_BUFFERS_GIB = 2.0
 HYBRIDEP_BUFFERS_GIB = 1.0
 #: cuBLASLt/TE workspaces (32 MiB per stream and handle) and TE's FP8 scaling state.
 WORKSPACES_GIB = 0.25
-#: Extra of CUDA graph memory pools beyond the tensors they hold (static inputs/outputs are counted
-#: separately), as a fraction of activations; graphs also pin pools so they cannot be reused.
+#: Extra of CUDA graph memory pools beyond the tensors they hold, as a fraction of activations: a
+#: graph's private pool blocks cannot serve eager allocations (nor eager blocks the graphs), and the
+#: instantiated graphs hold executable memory; neither Megatron nor TE sizes these. Static inputs,
+#: outputs and grad surfaces are modelled from the source (``moeplan.model.memory.graphs``). Planning
+#: value.
 CUDA_GRAPH_POOL_FRACTION = 0.05
 #: Caching-allocator fragmentation (reserved minus allocated) as a fraction of the dynamic memory
 #: (activations and transients): 5–15 % is what PyTorch memory snapshots of Megatron runs typically

@@ -294,6 +294,8 @@ def dispatcher_options(m: ModelSpec, gpu: GpuSpec, ep: int) -> list[tuple[str, d
 #: Model Training"): the sync-free expert path (HybridEP with a static per-rank budget and the TE op fuser's
 #: fused grouped MLP) and paged stash for the budgeted activations; 1.5 is the budget of NVIDIA's
 #: full-iteration recipes (megatron_recipes.md §1.2). An over-budget step reruns eagerly (still dropless).
+#: No dataloader attention mask: the static loader would keep a [b, 1, s, s] bool mask per microbatch
+#: (megatron/core/full_cuda_graph.py ``StaticBufferLoader``) that causal fused attention never reads.
 FULL_ITERATION_MOE = {
     "cuda_graph_impl": "full_iteration",
     "moe_token_dispatcher_type": "flex",
@@ -302,6 +304,7 @@ FULL_ITERATION_MOE = {
     "use_transformer_engine_op_fuser": True,
     "moe_paged_stash": True,
     "check_for_nan_in_loss": False,
+    "create_attention_mask_in_dataloader": False,
 }
 
 

@@ -463,3 +463,38 @@ def _inflight(s, e):
             "pipeline_model_parallel_size",
         )
     ]
+
+
+#: one kept attention mask at least this large (bytes) is worth a warning (seq 8K without CP: 64 MiB)
+MASK_WARN_BYTES = 64 * 2**20
+
+
+@rule(
+    "graphs.static_attention_masks",
+    "megatron/core/transformer/transformer_layer.py get_layer_static_inputs; megatron/core/full_cuda_graph.py",
+    "graphs keep attention masks as static inputs unless create_attention_mask_in_dataloader is false",
+)
+def _static_masks(s, e):
+    lay = s.layout
+    if lay.create_attention_mask_in_dataloader is False or not s.graphs_on() or s.training.seq_length is None:
+        return None
+    seq, mbs = s.training.seq_length, s.training.micro_batch_size or 1
+    scopes = s.graph_scopes()
+    if lay.cuda_graph_impl == "full_iteration" or scopes == ["full_iteration"]:
+        one, where = mbs * seq * seq, "the full-iteration graph copies every microbatch's [b, 1, s, s] dataloader mask"
+    elif lay.cuda_graph_impl == "transformer_engine" and (not scopes or "attn" in scopes):
+        one = mbs * seq // s.cp * seq
+        where = "TE graphs capturing attention keep a [b, 1, s/CP, s] mask per layer and in-flight microbatch"
+    else:
+        return None
+    if one < MASK_WARN_BYTES:
+        return None
+    return [
+        e.warning(
+            f"{where} ({one / 2**30:.2f} GiB each; the memory estimate counts them)",
+            "set create_attention_mask_in_dataloader: false (--no-create-attention-mask-in-dataloader; TE "
+            "per-layer graphs honour it in megatron-core dev since PR #5131) or use local graphs",
+            "create_attention_mask_in_dataloader",
+            "cuda_graph_scope",
+        )
+    ]

@@ -179,7 +179,24 @@ def _graph_defaults(lay: LayoutSpec) -> list[Resolution]:
         out.append(Resolution("cuda_graph_impl", impl, why))
     if lay.use_te_rng_tracker is None and (impl or "none") != "none":
         out.append(Resolution("use_te_rng_tracker", True, "unset: enabled automatically with CUDA graphs"))
+    if lay.create_attention_mask_in_dataloader is None and _graphs_keep_mask(lay, impl):
+        why = (
+            "unset: Megatron's default; graphs then keep attention masks as static inputs "
+            "(--no-create-attention-mask-in-dataloader drops them)"
+        )
+        out.append(Resolution("create_attention_mask_in_dataloader", True, why))
     return out
+
+
+def _graphs_keep_mask(lay: LayoutSpec, impl: str | None) -> bool:
+    """True when graphs would hold attention masks: TE per-layer graphs with attention captured
+    (megatron-core transformer_layer.py ``get_layer_static_inputs``) or a full-iteration graph's
+    static data batch (full_cuda_graph.py ``StaticBufferLoader``)."""
+    src = lay.cuda_graph_scope if lay.cuda_graph_modules is None else lay.cuda_graph_modules
+    scopes = [src] if isinstance(src, str) else list(src or [])
+    if impl == "full_iteration" or scopes == ["full_iteration"]:
+        return True
+    return impl == "transformer_engine" and (not scopes or "attn" in scopes)
 
 
 def _mtp_default(lay: LayoutSpec, model: PartialModelSpec | None) -> list[Resolution]:
@@ -236,6 +253,9 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     - ``use_precision_aware_optimizer`` unset: False (``OptimizerConfig``).
     - ``cuda_graph_impl`` unset but a graph scope given: ``transformer_engine`` (scoped capture).
     - ``use_te_rng_tracker`` unset: True when graphs are on (Megatron-LM and Bridge enable it).
+    - ``create_attention_mask_in_dataloader`` unset: True (Megatron-LM's default, mcore
+      ``GPTDatasetConfig.create_attention_mask``) where graphs would keep masks (TE graphs capturing
+      attention, full-iteration graphs).
     - ``mtp_num_layers`` unset: the model config's MTP layers.
     - ``versions.*`` unset with ``versions.container`` naming a release in the container table
       (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last). They feed

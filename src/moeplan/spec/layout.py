@@ -92,6 +92,7 @@ class LayoutSpec(BaseModel):
     # vision TransformerConfig takes these, never cuda_graph_impl / cuda_graph_scope
     vision_cuda_graph_impl: Literal["none", "transformer_engine"] | None = None
     vision_cuda_graph_scope: list[Literal["attn", "mlp"]] | None = None
+    create_attention_mask_in_dataloader: bool | None = None
     use_te_rng_tracker: bool | None = None
     check_for_nan_in_loss: bool | None = None
     # optimizer / DDP / FSDP

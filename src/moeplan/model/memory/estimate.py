@@ -507,7 +507,7 @@ def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
     if s.cp > 1:
         other["cp_kv_buffers"] = cp_kv_buffers(s, ctx)
     other.update(fixed_buffers(s, ctx, ov))
-    other.update(graph_buffers(s, ctx, ov, sum(act.values()), len(sp.layers), inflight))
+    other.update(graph_buffers(s, ctx, ov, sum(act.values()), sp, inflight, com.num_microbatches, com.modules))
     other["allocator_fragmentation"] = fragmentation(s, ov, sum(act.values()) + working)
     items = {
         "weights": static.weights,

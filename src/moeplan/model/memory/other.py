@@ -5,8 +5,9 @@
 - CP ring buffers: K/V blocks in flight (send + receive) per attention layer, bf16;
 - CUDA context, NCCL and dispatcher buffers, workspaces (:mod:`moeplan.model.overheads`, planning
   values); TP-overlap userbuffers;
-- CUDA graphs: the pools' overhead beyond what they hold, and per-layer graphs' static inputs and
-  outputs for every in-flight microbatch;
+- CUDA graphs (:mod:`moeplan.model.memory.graphs`): per-layer graphs' static inputs, outputs and
+  backward surfaces as Megatron / TE allocate them, a full-iteration graph's static data buffers,
+  and the pools' overhead beyond what they hold (a planning value);
 - allocator fragmentation, a share of the dynamic memory (none under a full-iteration graph, whose
   private pool is laid out once at capture).
 """
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 from moeplan.model.activations import ActContext
+from moeplan.model.memory.graphs import full_iteration_graph, per_layer_graphs
 from moeplan.model.overheads import Overheads
 from moeplan.spec.placement import StageParams
 from moeplan.spec.scenario import Scenario
@@ -31,7 +33,9 @@ FIGURE_OF_OTHER = {
     "vision_working_set": "allocated",
     "cp_kv_buffers": "allocated",
     "workspaces": "allocated",
-    "cuda_graph_static_buffers": "allocated",
+    "cuda_graph_static_inputs": "allocated",
+    "cuda_graph_static_outputs": "allocated",
+    "cuda_graph_grad_buffers": "allocated",
     "cuda_graph_pool": "reserved",
     "allocator_fragmentation": "reserved",
     "cuda_context": "device",
@@ -93,16 +97,31 @@ def fixed_buffers(s: Scenario, ctx: ActContext, ov: Overheads) -> dict[str, floa
 
 
 def graph_buffers(
-    s: Scenario, ctx: ActContext, ov: Overheads, activations: float, layers: int, inflight: float
+    s: Scenario,
+    ctx: ActContext,
+    ov: Overheads,
+    activations: float,
+    sp: StageParams,
+    inflight: float,
+    num_microbatches: int | None,
+    modules: frozenset[str],
 ) -> dict[str, float]:
-    """CUDA graph pool overhead (a share of the activations) and per-layer graphs' captured inputs
-    and outputs for every in-flight microbatch (bytes, named; empty without graphs)."""
+    """CUDA-graph memory of one stage (bytes, named; empty without graphs).
+
+    What Megatron / TE pin (:mod:`moeplan.model.memory.graphs`, sources there): per-layer graphs'
+    static inputs, outputs and backward surfaces (:func:`~moeplan.model.memory.graphs.per_layer_graphs`),
+    or a full-iteration graph's static data buffers (``full_iteration_graph``). What no source pins:
+    ``cuda_graph_pool`` = ``cuda_graph_pool_fraction`` × activations, a planning value for the private
+    pool's blocks that eager allocations cannot reuse (and vice versa) and the graphs' own executable
+    memory (docs/decisions.md, "CUDA graph memory").
+    """
     if not s.graphs_on():
         return {}
     out = {"cuda_graph_pool": ov.cuda_graph_pool_fraction * activations}
-    if s.layout.cuda_graph_impl != "full_iteration":
-        static = 2 * ctx.seq_tokens * s.complete_model.hidden_size * ctx.act_bytes  # captured input + output per layer
-        out["cuda_graph_static_buffers"] = static * layers * max(1.0, inflight)
+    if s.layout.cuda_graph_impl == "full_iteration" or s.graph_scopes() == ["full_iteration"]:
+        out.update(full_iteration_graph(s, sp, num_microbatches))
+    else:
+        out.update(per_layer_graphs(s, ctx, sp, inflight, modules))
     return out
 
 
