@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -131,24 +132,33 @@ def render_compare(d: dict) -> None:
         ch = f" ({v['change_rel'] * 100:+.1f} %)" if v["change_rel"] is not None else ""
         c.print(f"{k.replace('_', ' ')}: A {v['a'] / 1024:.2f} GiB → B {v['b'] / 1024:.2f} GiB{ch}")
     if d["causes"]:
-        tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)")
-        for col in ("key", "A", "B", "Δ step time (model)", "Δ peak memory"):
-            tab.add_column(col, overflow="fold")
+        # at 80 columns the key and both figures stay whole: the values fold, a rejected change is
+        # marked ✗ in the table and explained under it
+        tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)", box=box.SIMPLE_HEAD)
+        tab.add_column("key", no_wrap=True)
+        tab.add_column("A", overflow="fold")
+        tab.add_column("B", overflow="fold")
+        tab.add_column("Δ step", justify="right", no_wrap=True)
+        tab.add_column("Δ peak", justify="right", no_wrap=True)
         for cz in d["causes"]:
             st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]
             rej = cz.get("rejected_by") or []
             tab.add_row(
-                cz["key"],
+                cz["key"] + (" ✗" if rej else ""),
                 yaml_value(cz["a"]),
                 yaml_value(cz["b"]),
-                (f"{st * 100:+.1f} %" if st is not None else "n/a (" + cz.get("why_not", "")[:60] + ")")
-                + (" — check rejects it" if rej else ""),
+                f"{st * 100:+.1f} %" if st is not None else "n/a",
                 f"{mm * 100:+.1f} %" if mm is not None else "–",
             )
         c.print(tab)
         for cz in d["causes"]:
             for r in cz.get("rejected_by") or []:
                 c.print(f"[red]check rejects[/] {escape(cz['key'])} = {escape(yaml_value(cz['b']))}: {escape(r)}")
+        for cz in d["causes"]:
+            if cz["step_time_change_rel"] is None:
+                c.print(
+                    f"n/a: {escape(cz['key'])} = {escape(yaml_value(cz['b']))} alone: {escape(cz.get('why_not', ''))}"
+                )
     elif d["config_diff"]:
         tab = Table(title="changed keys")
         for col in ("key", "A", "B"):

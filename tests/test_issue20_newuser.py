@@ -1,0 +1,81 @@
+"""Issue #20, tried again as a new user with only the README (docs/issue20_problems.md): the
+regressions found on that walk, each from the command that showed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from moeplan.catalog.recipes import published_runs
+from moeplan.plan import plan
+from moeplan.plan.baseline import differs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_of_the_readme_example_finds_its_own_layout():
+    """`moeplan plan examples/deepseek_v3_gb300.yaml` (and `sweep` on it) said "no layout fits" while
+    `estimate` of the same file fits at 176 of 276 GiB: the recipe row fills delay_wgrad_compute with
+    the EP overlap, the planner dropped only the overlap (a planner knob), and every candidate broke
+    moe.ep_overlap_requirements ("delay_wgrad_compute requires overlap_moe_expert_parallel_comm").
+    Every key of the example is held, so the published layout itself must be a candidate."""
+    base = yaml.safe_load((ROOT / "examples/deepseek_v3_gb300.yaml").read_text())
+    res = plan(base, top=3, refine=1)
+    assert res.candidates, res.rejected.counts
+    labels = {c.parallel.label() for c in res.candidates}
+    assert "TP1 PP2 VPP8 CP1 EP32 ETP1" in labels
+    # a candidate without the EP overlap carries no delay_wgrad_compute (it would break the rule)
+    for c in res.candidates:
+        assert not c.scenario.layout.delay_wgrad_compute or c.scenario.layout.overlap_moe_expert_parallel_comm
+
+
+def test_what_plan_says_about_nvidia_layouts_describes_the_final_number_one():
+    """The README's plan (DeepSeek-V3, 256 H100, 128K, fp8-blockwise, GBS 32): the baselines' own search
+    promotes TP1 PP8 VPP4 CP32 EP32 to #1, but "#1 runs differently" still listed the old #1's sizes
+    (tensor_model_parallel_size: 1 → 8, pipeline 8 → 4, CP 32 → 4, EP 32 → 64) against a family that
+    states TP1 PP8 CP32 EP32. After the promotion the list must be the diff with the new #1."""
+    base = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "h100", "num_gpus": 256},
+        "training": {"seq_length": 131072, "global_batch_size": 32, "precision": "fp8-blockwise"},
+    }
+    res = plan(base, top=5)
+    win = res.candidates[0]
+    fam = res.baseline["family"]
+    assert fam["first_differs"] == differs(fam["layout"], win.scenario)
+    # a size the family and #1 share is never listed as a difference
+    own = {
+        "tensor_model_parallel_size": win.parallel.tp,
+        "pipeline_model_parallel_size": win.parallel.pp,
+        "context_parallel_size": win.parallel.cp,
+        "expert_model_parallel_size": win.parallel.ep,
+    }
+    same = [k for k, v in own.items() if fam["layout"].get(k) == v]
+    assert not [x for x in fam["first_differs"] if x.split(":")[0] in same]
+    pub = res.baseline.get("published")
+    if pub and "first_differs" in pub:
+        row = next(r for r in published_runs() if r["id"] == pub["id"])
+        assert pub["first_differs"] == differs(row["layout"], win.scenario)
+
+
+def test_compare_blames_a_change_only_for_the_rules_it_breaks():
+    """compare of two logs of Qwen3-235B on GB200 (94 layers on PP 4 in both, B switching to DeepEP):
+    "check rejects layout.moe_flex_dispatcher_backend = deepep: pipeline.num_layers_divisible_by_pp"
+    blamed the change for a rule run A already breaks. A changed key is rejected only for the rules
+    its change adds; what A breaks stays in the note on run A."""
+    from moeplan.diagnose.compare import rank_causes
+    from moeplan.io.imports import import_config
+    from tests.test_compare import make_log
+    from tests.test_one_brain import DUMP, GB200
+
+    a = dict(DUMP, moe_token_dispatcher_type="alltoall")
+    b = dict(a, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+    ca = import_config(make_log(1, 0, dump=a), "megatron-log")[0]
+    cb = import_config(make_log(2, 0, dump=b), "megatron-log")[0]
+    _, causes, notes = rank_causes(ca, cb, GB200, direction=-1)
+    by = {c["key"]: c["rejected_by"] for c in causes}
+    assert not any("num_layers_divisible_by_pp" in r for rs in by.values() for r in rs), by
+    assert [r.split(":")[0] for r in by["layout.moe_token_dispatcher_type"]] == ["moe.flex_dispatcher_backend_vs_gpu"]
+    assert by["layout.moe_flex_dispatcher_backend"] == []  # alone, the backend is not used by alltoall
+    assert any(n.startswith("run A's configuration breaks 1 rule") for n in notes)
