@@ -79,3 +79,25 @@ def test_compare_blames_a_change_only_for_the_rules_it_breaks():
     assert [r.split(":")[0] for r in by["layout.moe_token_dispatcher_type"]] == ["moe.flex_dispatcher_backend_vs_gpu"]
     assert by["layout.moe_flex_dispatcher_backend"] == []  # alone, the backend is not used by alltoall
     assert any(n.startswith("run A's configuration breaks 1 rule") for n in notes)
+
+
+def test_sweep_with_nothing_that_fits_says_so_in_a_sentence(tmp_path):
+    """`moeplan sweep` of a request where nothing fits printed the template "scenario: 'no layout fits'
+    is not valid; allowed: a request for which some layout fits". Now one sentence with the reason
+    (Qwen3-235B-A22B bf16 on 8 H100 at 4K: 235 B parameters' weights alone exceed 8 × 80 GB)."""
+    import pytest
+
+    from moeplan.errors import InputError
+    from moeplan.plan.sweep import write_sweep
+
+    data = {
+        "model": "Qwen/Qwen3-235B-A22B",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_size": 64, "precision": "bf16"},
+    }
+    with pytest.raises(InputError) as exc:
+        write_sweep(data, tmp_path / "sw", top=1)
+    msg = str(exc.value)
+    assert msg.startswith("scenario: nothing to sweep: no layout fits")
+    assert "is not valid" not in msg and "allowed:" not in msg
+    assert not (tmp_path / "sw").exists() or not any((tmp_path / "sw").iterdir())
