@@ -101,3 +101,22 @@ def test_sweep_with_nothing_that_fits_says_so_in_a_sentence(tmp_path):
     assert msg.startswith("scenario: nothing to sweep: no layout fits")
     assert "is not valid" not in msg and "allowed:" not in msg
     assert not (tmp_path / "sw").exists() or not any((tmp_path / "sw").iterdir())
+
+
+def test_an_unknown_name_without_a_close_match_is_one_sentence():
+    """`moeplan export S.yaml --set training.mode=finetune` printed "training.mode: 'mode' is not valid;
+    allowed: one of the training keys: ..."; now "'mode' is not one of the training keys (allowed:
+    ...)", and "'h999' is not known (known: a100, ...)" for a GPU."""
+    import pytest
+
+    from moeplan.errors import InputError
+    from moeplan.spec.scenario import load_scenario
+
+    with pytest.raises(InputError) as exc:
+        load_scenario({"model": "Qwen/Qwen3-30B-A3B", "training": {"mode": "finetune"}})
+    msg = str(exc.value)
+    assert msg.startswith("training.mode: 'mode' is not one of the training keys (allowed: ")
+    assert "task" in msg and "is not valid" not in msg
+    with pytest.raises(InputError) as exc:
+        load_scenario({"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "h999", "num_gpus": 8}})
+    assert str(exc.value).startswith("system.gpu: 'h999' is not known (known: a100, ")
