@@ -120,3 +120,29 @@ def test_an_unknown_name_without_a_close_match_is_one_sentence():
     with pytest.raises(InputError) as exc:
         load_scenario({"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "h999", "num_gpus": 8}})
     assert str(exc.value).startswith("system.gpu: 'h999' is not known (known: a100, ")
+
+
+def test_a_wrapped_line_never_leaves_a_figure_without_its_unit():
+    """At 80 columns `moeplan fit examples/qwen3_30b_64k_oom.yaml --gbs 64` ended a line with
+    "(143.2 GiB, +1.8" and began the next with "%)"; `recipes` split "783 / TFLOP/s/GPU". rich breaks
+    at any space, so the console breaks lines itself and never between a figure and its unit."""
+    import io
+
+    from moeplan.cli.render import _break_offsets, console
+
+    # "+1.8 %" would straddle column 20 if wrapped at the space before "%"
+    line = "offload 0.5 (143.2 GiB, +1.8 %), offload 0.25 (145.9 GiB, +0.9 %) and 1,066 tok/s/GPU, 783 TFLOP/s/GPU"
+    for width in range(20, 81):
+        cuts = _break_offsets(line, width)
+        pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
+        assert "".join(pieces) == line
+        for p in pieces:
+            assert len(p.rstrip()) <= width, (width, p)
+            assert not p.startswith(("%", "GiB", "tok/s", "TFLOP/s")), (width, pieces)
+    c = console()
+    c.file = io.StringIO()
+    c.width = 30
+    c.print("[bold]fit[/]: " + line)
+    out = c.file.getvalue().splitlines()
+    assert all(len(x) <= 30 for x in out) and not any(x.lstrip().startswith(("%", "GiB", "TFLOP")) for x in out)
+    assert " ".join(x.strip() for x in out) == "fit: " + line
