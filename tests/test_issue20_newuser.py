@@ -146,3 +146,42 @@ def test_a_wrapped_line_never_leaves_a_figure_without_its_unit():
     out = c.file.getvalue().splitlines()
     assert all(len(x) <= 30 for x in out) and not any(x.lstrip().startswith(("%", "GiB", "TFLOP")) for x in out)
     assert " ".join(x.strip() for x in out) == "fit: " + line
+
+
+def test_a_training_export_guards_against_the_launched_recipes_benchmark_settings():
+    """`moeplan plan --model Qwen/Qwen3-30B-A3B --gpu h100 --num-gpus 16 --seq-length 65536 --save
+    q30.yaml` then `moeplan export q30.yaml -f slurm`: the script asked for "RECIPE ... e.g. a perf
+    recipe name" and wrote neither moe_router_force_load_balancing nor the NaN check, so a perf
+    configuration as RECIPE (forced balancing on, NaN check off) trained the MoE with its router
+    overridden. A Bridge export now writes their training values unless the scenario states or
+    fills them (the benchmark fill keeps its values and its warning comment)."""
+    from moeplan.io.export import export
+    from moeplan.spec.scenario import load_scenario
+
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 16},
+        "training": {"seq_length": 65536, "global_batch_size": 64, "micro_batch_size": 1},
+        "layout": {
+            "tensor_model_parallel_size": 4,
+            "context_parallel_size": 4,
+            "expert_model_parallel_size": 8,
+            "sequence_parallel": True,
+        },
+    }
+    for fmt in ("mbridge-overrides", "slurm"):
+        text, _ = export(load_scenario(data), fmt)
+        assert "model.moe_router_force_load_balancing=false" in text, fmt
+        assert "rerun_state_machine.check_for_nan_in_loss=true" in text, fmt
+        assert "perf recipe name" not in text
+    yaml_text, _ = export(load_scenario(data), "mbridge-yaml")
+    assert "moe_router_force_load_balancing: false" in yaml_text
+    # a full-iteration graph needs the NaN check off: then it is not forced on
+    graphs = {**data, "layout": {**data["layout"], "cuda_graph_impl": "full_iteration"}}
+    text, _ = export(load_scenario(graphs), "mbridge-overrides")
+    assert "check_for_nan_in_loss=true" not in text
+    # the benchmark fill keeps what it reproduces
+    bench = yaml.safe_load((ROOT / "examples/deepseek_v3_gb300.yaml").read_text())
+    bench["recipe_defaults"] = "mbridge-perf-benchmark"
+    text, _ = export(load_scenario(bench), "mbridge-overrides")
+    assert "model.moe_router_force_load_balancing=true" in text and "# benchmark-only" in text
