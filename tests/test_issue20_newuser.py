@@ -3,6 +3,7 @@ regressions found on that walk, each from the command that showed it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -185,3 +186,28 @@ def test_a_training_export_guards_against_the_launched_recipes_benchmark_setting
     bench["recipe_defaults"] = "mbridge-perf-benchmark"
     text, _ = export(load_scenario(bench), "mbridge-overrides")
     assert "model.moe_router_force_load_balancing=true" in text and "# benchmark-only" in text
+
+
+def test_oom_fixes_keep_their_figures_at_80_columns_and_mark_numerics(tmp_path):
+    """`moeplan oom crash.log --scenario examples/qwen3_30b_64k_oom.yaml` at 80 columns folded "optimizer
+    offload / 0.25" and "precision bf16 → / fp8-blockwise" inside the heavy table, and ranked the FP8
+    change among the fixes without saying it changes the numerics (problem 4's rule, as fit does);
+    a rejection that is no rule read "input: does not lower the peak"."""
+    from typer.testing import CliRunner
+
+    from moeplan.cli.app import app
+
+    msg = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 4 has a total capacity "
+        "of 79.19 GiB of which 1.12 GiB is free. Of the allocated memory 61.30 GiB is allocated by PyTorch, "
+        "and 14.91 GiB is reserved by PyTorch but unallocated."
+    )
+    args = ["oom", msg, "--scenario", str(ROOT / "examples/qwen3_30b_64k_oom.yaml")]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "80", "TERM": "dumb"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert all(len(x) <= 80 for x in lines)
+    row = next(x for x in lines if "optimizer offload 0.25" in x)
+    assert re.search(r"\d+\.\d\d\s+\d+\.\d\d\s+(yes|no)\s+[+-]\d+\.\d %", row), row
+    assert any("[numerics]" in x for x in lines) and any(x.startswith("[numerics]:") for x in lines)
+    assert not any("input: does not lower" in x for x in lines)

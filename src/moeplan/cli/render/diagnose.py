@@ -96,21 +96,30 @@ def render_oom(rep: dict) -> None:
         for n in b.get("notes", []):
             c.print(n, style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
         if b.get("fixes"):
-            tab = Table(title="fixes ranked by estimated saving (one change each, memory model)")
-            for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
-                tab.add_column(col, overflow="fold")
+            # at 80 columns every figure stays on its line: GiB in the headers, no vertical rules
+            tab = Table(
+                title="fixes ranked by estimated saving (one change each, memory model)",
+                box=box.SIMPLE_HEAD,
+                collapse_padding=True,
+            )
+            tab.add_column("change", overflow="fold", ratio=1)
+            for col in ("peak GiB", "saves GiB", "fits", "Δ step"):
+                tab.add_column(col, justify="right", no_wrap=True)
             for f in b["fixes"]:
                 st = f["step_time_change_rel"]
                 tab.add_row(
-                    f["change"],
-                    g(f["peak_bytes"]),
-                    g(f["saving_bytes"]),
+                    escape(f["change"] + (" [numerics]" if f.get("changes_numerics") else "")),
+                    f"{f['peak_bytes'] / 2**30:.2f}",
+                    f"{f['saving_bytes'] / 2**30:.2f}",
                     "yes" if f["fits"] else "no",
                     f"{st * 100:+.1f} %" if st is not None else "–",
                 )
             c.print(tab)
+            if any(f.get("changes_numerics") for f in b["fixes"]):
+                c.print("[numerics]: changes the training numerics, not only the layout", style="dim", markup=False)
         for r in b.get("rejected_fixes", []):
-            c.print(f"  rejected: {r['change']} — {r['rule'] or 'input'}: {r['message']}", markup=False)
+            why = f"{r['rule']}: {r['message']}" if r["rule"] else r["message"]
+            c.print(f"  rejected: {r['change']} — {why}", markup=False)
     for f in rep["fixes"]:
         c.print(f"  fix: {f}", markup=False)
 
