@@ -160,12 +160,8 @@ def _family(c, fam: dict, verbose: bool) -> None:
     """The guidance's layout family at the request's size: as written, then as completed."""
     errs = fam["check"]["errors"]
     th = fam.get("throughput")
-    ids = [e.split(":", 1)[0] for e in errs]
-    broke = (
-        ("breaks " + "; ".join(errs) if verbose else f"breaks {len(errs)} rule(s): {', '.join(ids)}")
-        if errs
-        else "legal"
-    )
+    # each broken rule with its message (issue #20, problem 9: no bare rule ids)
+    broke = f"breaks {len(errs)} rule(s): " + "; ".join(errs) if errs else "legal"
     c.print(
         f"[bold]guidance family[/] {fam['recipe']} at this size, as written: {broke}"
         + (f"; {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
