@@ -26,6 +26,10 @@ def test_plan_of_the_readme_example_finds_its_own_layout():
     assert res.candidates, res.rejected.counts
     labels = {c.parallel.label() for c in res.candidates}
     assert "TP1 PP2 VPP8 CP1 EP32 ETP1" in labels
+    # the example states recompute_modules: [] (nothing recomputed): the label must not read core_attn
+    assert all(c.recompute.startswith("selective [] (given)") for c in res.candidates), [
+        c.recompute for c in res.candidates
+    ]
     # a candidate without the EP overlap carries no delay_wgrad_compute (it would break the rule)
     for c in res.candidates:
         assert not c.scenario.layout.delay_wgrad_compute or c.scenario.layout.overlap_moe_expert_parallel_comm
