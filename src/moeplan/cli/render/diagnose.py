@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from moeplan.cli.render import console
@@ -119,9 +120,9 @@ def render_oom(rep: dict) -> None:
                 c.print("[numerics]: changes the training numerics, not only the layout", style="dim", markup=False)
         for r in b.get("rejected_fixes", []):
             why = f"{r['rule']}: {r['message']}" if r["rule"] else r["message"]
-            c.print(f"  rejected: {r['change']} — {why}", markup=False)
+            c.print(Padding(f"rejected: {r['change']} — {why}", (0, 0, 0, 2)), markup=False)
     for f in rep["fixes"]:
-        c.print(f"  fix: {f}", markup=False)
+        c.print(Padding(f"fix: {f}", (0, 0, 0, 2)), markup=False)
 
 
 def render_compare(d: dict) -> None:
