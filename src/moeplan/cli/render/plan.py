@@ -32,7 +32,13 @@ def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
     """The ranked candidates; with ``knobs`` (rank → codes) a knob column."""
     # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
-    t = Table(title=f"top {len(d['candidates'])} of {fitting} fitting layouts")
+    # no vertical rules: at 80 columns a layout label of up to ~28 characters stays on one line
+    t = Table(
+        title=f"top {len(d['candidates'])} of {fitting} fitting layouts",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+    )
     ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
     t.add_column("#", justify="right", no_wrap=True)
     t.add_column("layout", overflow="fold", min_width=12)
@@ -156,12 +162,8 @@ def _family(c, fam: dict, verbose: bool) -> None:
     """The guidance's layout family at the request's size: as written, then as completed."""
     errs = fam["check"]["errors"]
     th = fam.get("throughput")
-    ids = [e.split(":", 1)[0] for e in errs]
-    broke = (
-        ("breaks " + "; ".join(errs) if verbose else f"breaks {len(errs)} rule(s): {', '.join(ids)}")
-        if errs
-        else "legal"
-    )
+    # each broken rule with its message (issue #20, problem 9: no bare rule ids)
+    broke = f"breaks {len(errs)} rule(s): " + "; ".join(errs) if errs else "legal"
     c.print(
         f"[bold]guidance family[/] {fam['recipe']} at this size, as written: {broke}"
         + (f"; {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
@@ -455,8 +457,14 @@ def _completed(c, r: dict, verbose: bool) -> None:
         return
     done = r["completed"]
     if done is None:
+        n = ((r.get("scenario") or {}).get("system") or {}).get("num_gpus")
+        why = (
+            "the source gives no GPU count"
+            if not n
+            else f"no legal layout on {n} GPUs fits with the sizes it states (the rules above)"
+        )
         c.print(
-            Padding("completed: not possible (no GPU count given, or nothing fits with its sizes)", (0, 0, 0, 2)),
+            Padding(f"completed: not possible: {why}", (0, 0, 0, 2)),
             style="yellow",
             highlight=False,
             markup=False,
