@@ -172,7 +172,7 @@ def test_plan_report_refuses_bad_options_before_searching(tmp_path):
 def test_hold_keys():
     layout = {"tensor_model_parallel_size": 2}
     assert hold_keys(["layout.tensor_model_parallel_size"], layout) == ("tensor_model_parallel_size",)
-    with pytest.raises(UnknownNameError, match="a layout key:"):
+    with pytest.raises(UnknownNameError, match="is not a layout key"):
         hold_keys(["nonsense"], layout)
     with pytest.raises(UnknownNameError, match="the scenario sets"):
         hold_keys(["context_parallel_size"], layout)

@@ -116,7 +116,8 @@ ALIASES = {
 class UnknownNameError(InputError):
     """A name (model, GPU, key) that is not known; suggests the closest known names (an abbreviation
     such as ``tp`` first: :data:`ALIASES`). With a suggestion the message is one sentence (``'tp' is
-    not known; did you mean 'tensor_model_parallel_size'?``); without one it lists what is known."""
+    not known; did you mean 'tensor_model_parallel_size'?``); without one it lists what is known in
+    the same sentence (``'mode' is not one of the training keys (allowed: global_batch_size, ...)``)."""
 
     def __init__(self, field: str, value: str, known: Iterable[str], what: str = "one of"):
         known = sorted(set(known))
@@ -127,7 +128,13 @@ class UnknownNameError(InputError):
         hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else None
         shown = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
         kind = what.strip().rstrip(":")
-        sentence = f"{value!r} is not {'known' if kind == 'one of' else kind}; {hint}" if close else None
+        what_it_is = "known" if kind == "one of" else kind
+        # one sentence either way: with a close name the suggestion, else what is known
+        sentence = (
+            f"{value!r} is not {what_it_is}; {hint}"
+            if close
+            else f"{value!r} is not {what_it_is} ({'known' if kind == 'one of' else 'allowed'}: {shown})"
+        )
         super().__init__(field, value, f"{what} {shown}", hint, sentence=sentence)
         self.known = known
         self.suggestions = close

@@ -8,7 +8,7 @@
 set -euo pipefail
 CONTAINER="${CONTAINER:?set CONTAINER to a NeMo / Megatron Bridge image}"
 MOUNTS="${MOUNTS:-}"
-RECIPE="${RECIPE:?set RECIPE to a Megatron Bridge recipe, e.g. a perf recipe name}"
+RECIPE="${RECIPE:?set RECIPE to a megatron.bridge.recipes config function for this model (run_recipe.py --recipe)}"
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

@@ -253,7 +253,8 @@ def rank_causes(
         (config_diff, causes, notes): every changed key with both values; the changed keys applied
         alone to A, sorted by Δ step time in the observed ``direction`` (+1: B slower, so the keys the
         model says slow the step most come first; -1: B faster), with ``step_time_change_rel`` and ``peak_memory_change_rel``
-        (None where the change alone is not a valid layout); notes on what could not be evaluated.
+        (None where the change alone is not a valid layout) and ``rejected_by`` (the rules the change
+        breaks that A does not); notes on what could not be evaluated and on the rules each run breaks.
     """
     fa, fb = _flatten(config_a), _flatten(config_b)
     diff: list[dict[str, Any]] = [
@@ -269,6 +270,9 @@ def rank_causes(
         notes.append(f"causes not ranked: run A's configuration is not a complete scenario ({exc}); pass --scenario")
         return diff, [], notes
     causes: list[dict[str, Any]] = []
+    # what A already breaks is A's (the note below), not the change's: a key is "rejected by check"
+    # only for the rules its change breaks
+    broken_a = set(_broken(full_a))
     for d in diff:
         trial = copy.deepcopy(full_a)  # each key applied alone: never share nested sections
         _set(trial, d["key"], d["b"])
@@ -279,7 +283,7 @@ def rank_causes(
                     **d,
                     "step_time_change_rel": (t1 - t0) / t0,
                     "peak_memory_change_rel": (m1 - m0) / m0 if m0 else None,
-                    "rejected_by": _broken(trial),
+                    "rejected_by": [x for x in _broken(trial) if x not in broken_a],
                 }
             )
         except MoeplanError as exc:  # a change that is only valid together with others

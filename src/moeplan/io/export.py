@@ -59,6 +59,24 @@ def exported_layout(s: Scenario) -> dict[str, Any]:
     return {k: values[k] for k in type(s.layout).model_fields if k in keep}
 
 
+def training_guards(s: Scenario) -> dict[str, Any]:
+    """The training values of the benchmark-only settings (:data:`~moeplan.spec.provenance.BENCHMARK_ONLY`)
+    that a Bridge export writes even when the scenario leaves them unstated: the export is laid over
+    whatever recipe the user launches (``RECIPE``), and Megatron Bridge's perf configurations set
+    ``moe_router_force_load_balancing=True`` and ``check_for_nan_in_loss=False``
+    (``scripts/performance``: ``_benchmark_common``, the MoE perf configs), so leaving them out can
+    train a MoE with the router overridden. Forced balancing off for a MoE; the NaN check on unless a
+    full-iteration CUDA graph needs it off. A stated or filled value is never replaced."""
+    out: dict[str, Any] = {}
+    if s.model is not None and s.model.is_moe:
+        out["moe_router_force_load_balancing"] = False
+    scope = s.layout.cuda_graph_scope
+    full_iter = s.layout.cuda_graph_impl == "full_iteration" or scope in ("full_iteration", ["full_iteration"])
+    if not full_iter:
+        out["check_for_nan_in_loss"] = True
+    return out
+
+
 def benchmark_comment(s: Scenario) -> list[str]:
     """``# benchmark-only ...`` comment lines naming the benchmark-only settings the export carries
     (none for a training export)."""
@@ -103,6 +121,8 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
     target megatron-core version does not have are left out (and noted)."""
     out: dict[str, dict[str, Any]] = {"mixed_precision": dict(PRECISION_FIELDS[s.training.precision])}
     lay = exported_layout(s)
+    for key, value in training_guards(s).items():
+        lay.setdefault(key, value)
     if lay.get("cuda_graph_impl") == "full_iteration" and s.mcore_version < (0, 18, 0):
         # megatron-core ≤ 0.17 has no full_iteration impl: the path is impl local + scope full_iteration
         lay["cuda_graph_impl"] = "local"
@@ -457,7 +477,7 @@ _PREAMBLE = (
     "set -euo pipefail",
     'CONTAINER="${CONTAINER:?set CONTAINER to a NeMo / Megatron Bridge image}"',
     'MOUNTS="${MOUNTS:-}"',
-    'RECIPE="${RECIPE:?set RECIPE to a Megatron Bridge recipe, e.g. a perf recipe name}"',
+    'RECIPE="${RECIPE:?set RECIPE to a megatron.bridge.recipes config function for this model (run_recipe.py --recipe)}"',
 )
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
+from moeplan.catalog.recipes import published_runs
 from moeplan.errors import InputError
 from moeplan.model.step import estimate_step
-from moeplan.plan.baseline import rule_of_thumb_baseline
+from moeplan.plan.baseline import differs, rule_of_thumb_baseline
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import _simplest_leads, search
@@ -109,7 +110,25 @@ def _rank_baselines(res, base_d: dict) -> list[str]:
     fam = base_d.get("family")
     if fam is not None and fam.get("throughput"):
         fam["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / fam["throughput"]["tokens_per_s_per_gpu"] - 1)
+    _refresh_differs(base_d, win)
     return notes
+
+
+def _refresh_differs(base_d: dict, win) -> None:
+    """After a promotion, what the published run and the guidance family say about #1 (how it runs
+    differently, how far apart the predictions are) must describe the new #1, not the old one."""
+    fam = base_d.get("family")
+    if fam is not None and "first_differs" in fam:
+        fam["first_differs"] = differs(fam["layout"], win.scenario)
+    pub = base_d.get("published")
+    if pub is None or "first_differs" not in pub:
+        return
+    row = next((r for r in published_runs() if r["id"] == pub["id"]), None)
+    if row is not None:
+        pub["first_differs"] = differs(row["layout"], win.scenario)
+    pred = pub.get("predicted_tokens_per_s_per_gpu")
+    if pred:
+        pub["first_vs_published_pct"] = 100 * (win.tokens_per_s_per_gpu / pred - 1)
 
 
 def plan(

@@ -844,11 +844,11 @@ def _ladder(m, fixed: dict) -> list[tuple[str, dict]]:
     if not rec_fixed:
         return [r for r in full if not (off_fixed and any(k in r[1] for k in OPTIMIZER_OFFLOAD_KEYS))]
     gran = fixed.get("recompute_granularity")
-    given = (
-        f"{gran} (given)"
-        if gran != "selective"
-        else "selective " + ",".join(fixed.get("recompute_modules") or ["core_attn"]) + " (given)"
-    )
+    # an explicit empty list recomputes nothing (the memory model counts it so); unset is Megatron's
+    # default, core_attn
+    mods = fixed.get("recompute_modules")
+    mods = ["core_attn"] if mods is None else mods
+    given = f"{gran} (given)" if gran != "selective" else f"selective {','.join(mods) or '[]'} (given)"
     out: list[tuple[str, dict]] = [(given, {})]
     if not off_fixed:
         for _name, keys in full:

@@ -64,6 +64,9 @@ KNOB_KEYS = frozenset(
         "use_transformer_engine_op_fuser",
         "cp_comm_type",
         "overlap_moe_expert_parallel_comm",
+        # needs the EP overlap (rule moe.ep_overlap_requirements): a recipe row sets both, so the fill
+        # is dropped with the overlap it belongs to, or a candidate without the overlap breaks the rule
+        "delay_wgrad_compute",
     }
 )
 #: every key the planner decides per candidate: a recipe fill never sets one in a candidate (the

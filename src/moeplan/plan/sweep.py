@@ -198,7 +198,14 @@ def write_sweep(
     req["layout"] = {k: v for k, v in (data.get("layout") or {}).items() if k in hold}
     res = plan(req, top=top + 1, constants=constants, progress=progress)
     if not res.candidates:
-        raise InputError("scenario", "no layout fits", "a request for which some layout fits (moeplan plan shows why)")
+        why = next((n for n in res.notes if n.startswith("no layout fits")), "no layout fits")
+        raise InputError(
+            "scenario",
+            None,
+            "a request for which some layout fits",
+            sentence="nothing to sweep: "
+            + why.replace("see the rejected tally", "moeplan plan on the same scenario shows why"),
+        )
     entries: list[dict] = []
     staged: list[tuple[str, dict[str, str]]] = []
     for name, label, d, recipe in _sweep_items(data, res, top, mbs_variants):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from moeplan.cli.render import T, console, rule_text
@@ -97,7 +99,31 @@ def render_oom(rep: dict) -> None:
     if rep.get("blame"):
         _oom_blame(c, rep["blame"])
     for f in rep["fixes"]:
-        c.print(T("  fix: ") + T(f), markup=False)
+        c.print(Padding(T("fix: ") + T(f), (0, 0, 0, 2)), markup=False)
+
+
+def _oom_fixes_table(c, fixes: list[dict]) -> None:
+    """The ranked fixes; at 80 columns every figure stays on its line: GiB in the headers, no vertical rules."""
+    tab = Table(
+        title=T("fixes ranked by estimated saving (one change each, memory model)"),
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
+    tab.add_column(T("change"), overflow="fold", ratio=1)
+    for col in ("peak GiB", "saves GiB", "fits", "Δ step"):
+        tab.add_column(T(col), justify="right", no_wrap=True)
+    for f in fixes:
+        st = f["step_time_change_rel"]
+        tab.add_row(
+            escape(T(f["change"]) + (T(" [numerics]") if f.get("changes_numerics") else "")),
+            f"{f['peak_bytes'] / 2**30:.2f}",
+            f"{f['saving_bytes'] / 2**30:.2f}",
+            T("yes" if f["fits"] else "no"),
+            f"{st * 100:+.1f} %" if st is not None else "–",
+        )
+    c.print(tab)
+    if any(f.get("changes_numerics") for f in fixes):
+        c.print(T("[numerics]: changes the training numerics, not only the layout"), style="dim", markup=False)
 
 
 def _oom_blame(c, b: dict) -> None:
@@ -114,25 +140,10 @@ def _oom_blame(c, b: dict) -> None:
     for n in b.get("notes", []):
         c.print(T(n), style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
     if b.get("fixes"):
-        tab = Table(title=T("fixes ranked by estimated saving (one change each, memory model)"))
-        for col in ("change", "peak after", "saving", "fits", "Δ step time (model)"):
-            tab.add_column(T(col), overflow="fold")
-        for f in b["fixes"]:
-            st = f["step_time_change_rel"]
-            tab.add_row(
-                T(f["change"]),
-                g(f["peak_bytes"]),
-                g(f["saving_bytes"]),
-                T("yes" if f["fits"] else "no"),
-                f"{st * 100:+.1f} %" if st is not None else "–",
-            )
-        c.print(tab)
+        _oom_fixes_table(c, b["fixes"])
     for r in b.get("rejected_fixes", []):
-        msg = (rule_text(r["rule"], r["message"]) if r["rule"] else T(r["message"])) or ""
-        c.print(
-            T("  rejected: {change} — {rule}: ").format(change=T(r["change"]), rule=r["rule"] or T("input")) + msg,
-            markup=False,
-        )
+        why = f"{r['rule']}: {rule_text(r['rule'], r['message'])}" if r["rule"] else T(r["message"])
+        c.print(Padding(T("rejected: ") + f"{T(r['change'])} — {why}", (0, 0, 0, 2)), markup=False)
 
 
 def render_compare(d: dict) -> None:
@@ -152,24 +163,33 @@ def render_compare(d: dict) -> None:
         ch = f" ({v['change_rel'] * 100:+.1f} %)" if v["change_rel"] is not None else ""
         c.print(f"{k.replace('_', ' ')}: A {v['a'] / 1024:.2f} GiB → B {v['b'] / 1024:.2f} GiB{ch}")
     if d["causes"]:
-        tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)")
-        for col in ("key", "A", "B", "Δ step time (model)", "Δ peak memory"):
-            tab.add_column(col, overflow="fold")
+        # at 80 columns the key and both figures stay whole: the values fold, a rejected change is
+        # marked ✗ in the table and explained under it
+        tab = Table(title="changed keys, ranked by modelled effect (each applied alone to A)", box=box.SIMPLE_HEAD)
+        tab.add_column("key", no_wrap=True)
+        tab.add_column("A", overflow="fold")
+        tab.add_column("B", overflow="fold")
+        tab.add_column("Δ step", justify="right", no_wrap=True)
+        tab.add_column("Δ peak", justify="right", no_wrap=True)
         for cz in d["causes"]:
             st, mm = cz["step_time_change_rel"], cz["peak_memory_change_rel"]
             rej = cz.get("rejected_by") or []
             tab.add_row(
-                cz["key"],
+                cz["key"] + (" ✗" if rej else ""),
                 yaml_value(cz["a"]),
                 yaml_value(cz["b"]),
-                (f"{st * 100:+.1f} %" if st is not None else "n/a (" + cz.get("why_not", "")[:60] + ")")
-                + (" — check rejects it" if rej else ""),
+                f"{st * 100:+.1f} %" if st is not None else "n/a",
                 f"{mm * 100:+.1f} %" if mm is not None else "–",
             )
         c.print(tab)
         for cz in d["causes"]:
             for r in cz.get("rejected_by") or []:
                 c.print(f"[red]check rejects[/] {escape(cz['key'])} = {escape(yaml_value(cz['b']))}: {escape(r)}")
+        for cz in d["causes"]:
+            if cz["step_time_change_rel"] is None:
+                c.print(
+                    f"n/a: {escape(cz['key'])} = {escape(yaml_value(cz['b']))} alone: {escape(cz.get('why_not', ''))}"
+                )
     elif d["config_diff"]:
         tab = Table(title="changed keys")
         for col in ("key", "A", "B"):

@@ -45,7 +45,13 @@ def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
     """The ranked candidates; with ``knobs`` (rank → codes) a knob column."""
     # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
-    t = Table(title=T("top {n} of {fitting} fitting layouts").format(n=len(d["candidates"]), fitting=fitting))
+    # no vertical rules: at 80 columns a layout label of up to ~28 characters stays on one line
+    t = Table(
+        title=T("top {n} of {fitting} fitting layouts").format(n=len(d["candidates"]), fitting=fitting),
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+    )
     ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
     t.add_column("#", justify="right", no_wrap=True)
     t.add_column(T("layout"), overflow="fold", min_width=12)
@@ -180,15 +186,9 @@ def _family(c, fam: dict, verbose: bool) -> None:
     """The guidance's layout family at the request's size: as written, then as completed."""
     errs = fam["check"]["errors"]
     th = fam.get("throughput")
-    ids = [e.split(":", 1)[0] for e in errs]
+    # each broken rule with its message (issue #20, problem 9: no bare rule ids)
     broke = (
-        (
-            T("breaks ") + T("; ").join(map(finding_line, errs))
-            if verbose
-            else T("breaks {n} rule(s): {ids}").format(n=len(errs), ids=", ".join(ids))
-        )
-        if errs
-        else T("legal")
+        T("breaks {n} rule(s): ").format(n=len(errs)) + T("; ").join(map(finding_line, errs)) if errs else T("legal")
     )
     c.print(
         T("[bold]guidance family[/] {recipe} at this size, as written: {broke}").format(recipe=fam["recipe"], broke=broke)
@@ -527,8 +527,14 @@ def _completed(c, r: dict, verbose: bool) -> None:
         return
     done = r["completed"]
     if done is None:
+        n = ((r.get("scenario") or {}).get("system") or {}).get("num_gpus")
+        why = (
+            "the source gives no GPU count"
+            if not n
+            else f"no legal layout on {n} GPUs fits with the sizes it states (the rules above)"
+        )
         c.print(
-            Padding("completed: not possible (no GPU count given, or nothing fits with its sizes)", (0, 0, 0, 2)),
+            Padding(f"completed: not possible: {why}", (0, 0, 0, 2)),
             style="yellow",
             highlight=False,
             markup=False,

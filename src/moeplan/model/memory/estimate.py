@@ -399,7 +399,7 @@ def _common(s: Scenario, assumptions: list[str]) -> _Common:
     fused_ce = lay.cross_entropy_loss_fusion
     if fused_ce is None:
         fused_ce = s.framework == "megatron-bridge"
-        assumptions.append(f"cross_entropy_loss_fusion unset: {fused_ce} ({s.framework} default)")
+        assumptions.append(f"cross_entropy_loss_fusion unset: {str(fused_ce).lower()} ({s.framework} default)")
     ov = resolve_overheads(
         s.input.overheads.model_dump(),
         "expandable_segments:true" in s.environment.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
