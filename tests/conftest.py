@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
 import sys
 from types import ModuleType
@@ -17,6 +18,11 @@ BENCHMARKS = ROOT / "benchmarks"
 
 
 def pytest_configure(config) -> None:
+    # the human-readable output follows the locale (moeplan.i18n): the snapshots are English, so a
+    # Chinese locale of the developer's shell must not switch them (tests/test_i18n.py sets its own)
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        if os.environ.get(var, "").lower().startswith("zh"):
+            os.environ[var] = "C.UTF-8"
     config.addinivalue_line(
         "markers", "slow: a benchmark over every published run (minutes); CI runs it, `-m 'not slow'` skips it"
     )

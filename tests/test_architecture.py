@@ -2,7 +2,7 @@
 the CLI (or typer / rich), function-level imports are only for optional heavy dependencies, and no
 function in ``src/`` is longer than 80 lines.
 
-Layers (``docs/architecture.md``): ``units``, ``errors``, ``catalog``, ``spec`` (0) → ``rules``,
+Layers (``docs/architecture.md``): ``units``, ``errors``, ``catalog``, ``i18n``, ``spec`` (0) → ``rules``,
 ``model``, ``vlm`` (1) → ``plan``, ``io``, ``diagnose`` (2) → ``api`` (3) → ``cli``, ``web`` (4). A module may
 import its own layer and those below; the package root (``moeplan/__init__.py``, the public API)
 imports everything and is imported by nothing inside the package.
@@ -20,6 +20,7 @@ LAYER = {
     "units": 0,
     "errors": 0,
     "catalog": 0,
+    "i18n": 0,
     "spec": 0,
     "rules": 1,
     "model": 1,

@@ -8,7 +8,7 @@ import typer
 
 from moeplan.api.check import check_report, gpus_report, models_report, params_report, rules_report
 from moeplan.cli import render
-from moeplan.cli.options import JsonOpt, ScenarioArg, exit_with, input_errors, scenario_options
+from moeplan.cli.options import JsonOpt, LangOpt, ScenarioArg, exit_with, input_errors, scenario_options
 from moeplan.cli.render import check as tables
 from moeplan.spec.overrides import ScenarioFlags
 
@@ -27,12 +27,14 @@ def check(
     flags: ScenarioFlags = ScenarioFlags(),
     as_json: JsonOpt = False,
     from_: FromOpt = None,
+    lang: LangOpt = None,
 ) -> None:
     """Check a layout against every Megatron-Core rule; each finding has a rule id and a fix.
 
     Exit code 0 when no rule is broken (warnings allowed), 1 when one is or when the check is
     incomplete (no model, or several rules skipped for lack of input), 2 on bad input."""
     with input_errors():
+        render.set_lang(lang)
         doc = check_report(scenario, flags, from_)
     render.print_lines("note", doc.get("import_notes", []))
     if as_json:
@@ -83,8 +85,10 @@ def params(
         tables.render_params(doc["model"], doc["params"], doc["per_rank"])
 
 
-def rules_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def rules_cmd(as_json: JsonOpt = False, lang: LangOpt = None) -> None:
     """List every rule: id, error class, Megatron source, statement."""
+    with input_errors():
+        render.set_lang(lang)
     rows = rules_report()
     if as_json:
         render.print_json(rows)

@@ -10,7 +10,7 @@ import typer
 from moeplan.api.calibrate import calibrate_report
 from moeplan.api.diagnose import compare_report, doctor_report, log_report, oom_report
 from moeplan.cli import render
-from moeplan.cli.options import CalibrationOpt, JsonOpt, exit_with, input_errors
+from moeplan.cli.options import CalibrationOpt, JsonOpt, LangOpt, exit_with, input_errors
 from moeplan.cli.render import diagnose as tables
 
 
@@ -65,9 +65,11 @@ def oom_cmd(
     ] = None,
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """Read a CUDA out-of-memory message: fragmentation or real demand, and what to change."""
     with input_errors():
+        render.set_lang(lang)
         out = oom_report(source, scenario, calibration)
     if as_json:
         render.print_json(out)

@@ -14,6 +14,7 @@ from moeplan.cli.options import (
     EXIT_RULE,
     CalibrationOpt,
     JsonOpt,
+    LangOpt,
     ScenarioArg,
     VerboseOpt,
     WorkloadOpt,
@@ -45,12 +46,14 @@ def estimate(
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM,
     and (with a global batch size) step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
 
     Exit code 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input."""
     with input_errors():
+        render.set_lang(lang)
         report = estimate_report(scenario, flags, workload, calibration)
     if as_json:
         render.print_json(report.document)

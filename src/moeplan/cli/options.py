@@ -52,6 +52,15 @@ HeadroomOpt = Annotated[
     Optional[float], typer.Option("--headroom-gib", min=0.0, help="GiB kept free per GPU (default 5 % of HBM).")
 ]
 
+LangOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--lang",
+        help="Language of the human-readable output: en or zh (default: from LC_ALL / LC_MESSAGES / LANG, "
+        "e.g. zh_CN.UTF-8). --json stays English.",
+    ),
+]
+
 #: the scenario flags, one option per :class:`ScenarioFlags` field, in that order
 SCENARIO_OPTIONS: dict[str, Any] = {
     "model": ModelOpt,
@@ -144,6 +153,7 @@ __all__ = [
     "CalibrationOpt",
     "HeadroomOpt",
     "JsonOpt",
+    "LangOpt",
     "ModelOpt",
     "ScenarioArg",
     "VerboseOpt",

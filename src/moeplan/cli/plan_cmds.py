@@ -13,6 +13,7 @@ from moeplan.cli.options import (
     CalibrationOpt,
     HeadroomOpt,
     JsonOpt,
+    LangOpt,
     ScenarioArg,
     VerboseOpt,
     WorkloadOpt,
@@ -64,6 +65,7 @@ def plan_cmd(
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """Search the layout space (TP, PP, VPP, CP, EP, ETP, MBS, recompute, dispatcher, CUDA graphs,
     CP comm, optimizer offload) and rank what fits by predicted tokens/s/GPU, with why the winner wins,
@@ -71,6 +73,8 @@ def plan_cmd(
     is held fixed unless --free names it; --hold holds only the keys it names (as `sweep`).
 
     Exit code 0 when something fits, 1 when nothing does, 2 on bad input."""
+    with input_errors():
+        render.set_lang(lang)
     with input_errors(), render.progress_bar("searching layouts") as tick:
         out = plan_report(
             scenario,
@@ -112,6 +116,7 @@ def fit_cmd(
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """Propose the smallest changes that make a layout fit (or that OOMed): every rung of the
     recompute ladder above the layout's, optimizer offload, CP/PP/TP/EP/ETP, MBS and precision, then
@@ -122,6 +127,7 @@ def fit_cmd(
     Exit code 0 when the layout fits already (and breaks no rule) or a fix is found, 1 when none is,
     2 on bad input."""
     with input_errors():
+        render.set_lang(lang)
         out = fit_report(
             scenario,
             flags,

@@ -21,6 +21,8 @@ from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+import moeplan.i18n as i18n
+
 #: a space that must not become a line break: between a figure and its unit (``-7.4 %``,
 #: ``170.9 GiB``, ``1,260 tok/s/GPU``, ``11.63 s``), so a wrapped line never leaves a figure's unit
 #: (or its sign, for ``%``) on the next line
@@ -73,6 +75,39 @@ class _Console(Console):
             else:
                 objects = (self._wrapped(obj, self.width, kw),)
         super().print(*objects, **kw)
+
+
+#: the language of this command's tables (set by :func:`set_lang`; the JSON output never reads it)
+_STATE = {"lang": "en"}
+
+
+def set_lang(option: str | None) -> str:
+    """Set the language of the tables from ``--lang`` (or, when None, the locale environment);
+    returns it. Raises :class:`moeplan.errors.InputError` for a language that is not en or zh."""
+    _STATE["lang"] = i18n.resolve_lang(option)
+    return _STATE["lang"]
+
+
+def lang() -> str:
+    """The language of the tables: ``en`` or ``zh``."""
+    return _STATE["lang"]
+
+
+def T(text: str) -> str:
+    """A table text (title, column label, formatted line) in the current language (English where
+    ``i18n/zh.yaml`` has none)."""
+    return i18n.ui(text, _STATE["lang"])
+
+
+def rule_text(rule_id: str, text: str | None) -> str | None:
+    """A rule's message or fix in the current language (English where no Chinese pattern matches)."""
+    return i18n.translate(rule_id, text, _STATE["lang"])
+
+
+def finding_line(line: str) -> str:
+    """``rule_id: message`` (as the plan and fit documents list broken rules) in the current language."""
+    rule_id, sep, message = line.partition(": ")
+    return f"{rule_id}{sep}{rule_text(rule_id, message)}" if sep else line
 
 
 def console(stderr: bool = False):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.padding import Padding
 from rich.table import Table
 
-from moeplan.cli.render import console
+import moeplan.i18n as i18n
+from moeplan.cli.render import T, console, lang, rule_text
 from moeplan.units import format_count
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -32,6 +33,17 @@ def parallel_text(p: dict) -> str:
     return " ".join(out)
 
 
+def _findings(c, findings: list[dict]) -> None:
+    """Each finding: severity and rule id, the message and the fix, in the current language."""
+    for f in findings:
+        sev = T(f["severity"])
+        c.print(f"[{_SEV_STYLE[f['severity']]}]{sev}{' ' * max(1, 8 - c.measure(sev).maximum)}[/][bold]{f['rule_id']}[/]")
+        c.print(Padding(rule_text(f["rule_id"], f["message"]) or "", (0, 0, 0, 8)), markup=False, highlight=False)
+        if f["fix"]:
+            fix = T("fix: {fix}").format(fix=rule_text(f["rule_id"], f["fix"]))
+            c.print(Padding(fix, (0, 0, 0, 8)), markup=False, highlight=False)
+
+
 def render_check(d: dict) -> None:
     """A check document (:func:`moeplan.api.check_report`): scenario line, each finding with its fix,
     the defaults used and the verdict with counts."""
@@ -39,18 +51,20 @@ def render_check(d: dict) -> None:
     s = d["scenario"]
     p = s["parallel"]
     c.print(
-        f"[bold]{s['model'] or '(no model)'}[/] on {s['num_gpus'] or '?'} × {s['gpu'] or '?'} "
-        f"({s['framework']}, megatron-core {s['megatron_core_version']})"
+        T("[bold]{model}[/] on {n} × {gpu} ({framework}, megatron-core {version})").format(
+            model=s["model"] or T("(no model)"),
+            n=s["num_gpus"] or "?",
+            gpu=s["gpu"] or "?",
+            framework=s["framework"],
+            version=s["megatron_core_version"],
+        )
     )
     c.print("  " + parallel_text(p), highlight=False)
-    for f in d["findings"]:
-        c.print(f"[{_SEV_STYLE[f['severity']]}]{f['severity']:<7}[/] [bold]{f['rule_id']}[/]")
-        c.print(Padding(f["message"], (0, 0, 0, 8)), markup=False, highlight=False)
-        if f["fix"]:
-            c.print(Padding(f"fix: {f['fix']}", (0, 0, 0, 8)), markup=False, highlight=False)
+    _findings(c, d["findings"])
     if s["resolved_defaults"]:
         c.print(
-            "defaults used: " + "; ".join(f"{r['key']}={yaml_value(r['value'])}" for r in s["resolved_defaults"]),
+            T("defaults used: ")
+            + "; ".join(f"{r['key']}={yaml_value(r['value'])}" for r in s["resolved_defaults"]),
             style="dim",
             highlight=False,
             markup=False,
@@ -64,13 +78,17 @@ def render_check(d: dict) -> None:
     }[d["verdict"]]
     n = d["counts"]
     c.print(
-        f"verdict: [{style}]{d['verdict']}[/] ({n['error']} errors, {n['warning']} warnings, {n['info']} info)",
+        T("verdict: [{style}]{verdict}[/] ({e} errors, {w} warnings, {i} info)").format(
+            style=style, verdict=T(d["verdict"]), e=n["error"], w=n["warning"], i=n["info"]
+        ),
         highlight=False,
     )
     if d["verdict"] == "incomplete":
         c.print(
-            "incomplete: the rules that need the missing inputs were skipped (see the info lines); "
-            "give them (--model, --gpu, --num-gpus, --seq-length) for a verdict",
+            T(
+                "incomplete: the rules that need the missing inputs were skipped (see the info lines); "
+                "give them (--model, --gpu, --num-gpus, --seq-length) for a verdict"
+            ),
             style="yellow",
             highlight=False,
             markup=False,
@@ -187,9 +205,9 @@ def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> N
 def render_rules(rows: list[dict]) -> None:
     """Every rule (:func:`moeplan.api.rules_report` rows): id, class, Megatron source, statement."""
 
-    t = Table(title="rules")
+    t = Table(title=T("rules"))
     for col in ("rule_id", "class", "source", "rule"):
-        t.add_column(col, overflow="fold")
+        t.add_column(T(col), overflow="fold")
     for r in rows:
-        t.add_row(r["rule_id"], r["kind"], r["source"], r["summary"])
+        t.add_row(r["rule_id"], T(r["kind"]), r["source"], i18n.summary(r["rule_id"], r["summary"], lang()))
     console().print(t)

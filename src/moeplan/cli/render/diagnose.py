@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from moeplan.cli.render import console
+from moeplan.cli.render import T, console, rule_text
 from moeplan.cli.render.check import yaml_value
 from moeplan.diagnose.oom import human_bytes
 
@@ -81,48 +81,69 @@ def render_oom(rep: dict) -> None:
     c = console()
     g = human_bytes
     c.print(
-        f"requested {g(rep['requested_bytes'])} on GPU {rep['gpu_index']}: total {g(rep['total_bytes'])}, "
-        f"free {g(rep['free_bytes'])}, allocated by PyTorch {g(rep['allocated_bytes'])}, reserved but "
-        f"unallocated {g(rep['reserved_unallocated_bytes'])}",
+        T(
+            "requested {req} on GPU {gpu}: total {total}, free {free}, allocated by PyTorch {alloc}, "
+            "reserved but unallocated {resv}"
+        ).format(
+            req=g(rep["requested_bytes"]),
+            gpu=rep["gpu_index"],
+            total=g(rep["total_bytes"]),
+            free=g(rep["free_bytes"]),
+            alloc=g(rep["allocated_bytes"]),
+            resv=g(rep["reserved_unallocated_bytes"]),
+        ),
         markup=False,
     )
-    c.print(rep["diagnosis"], style="yellow" if rep["fragmentation"] is not False else "bold red", markup=False)
+    style = "yellow" if rep["fragmentation"] is not False else "bold red"
+    c.print(T(rep["diagnosis"]), style=style, markup=False)
     if rep.get("blame"):
-        b = rep["blame"]
-        c.print(
-            f"memory model: stage {b['stage']} peaks at {g(b['predicted_peak_bytes'])}; largest: "
-            + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
-            markup=False,
-        )
-        for n in b.get("notes", []):
-            c.print(n, style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
-        if b.get("fixes"):
-            # at 80 columns every figure stays on its line: GiB in the headers, no vertical rules
-            tab = Table(
-                title="fixes ranked by estimated saving (one change each, memory model)",
-                box=box.SIMPLE_HEAD,
-                collapse_padding=True,
-            )
-            tab.add_column("change", overflow="fold", ratio=1)
-            for col in ("peak GiB", "saves GiB", "fits", "Δ step"):
-                tab.add_column(col, justify="right", no_wrap=True)
-            for f in b["fixes"]:
-                st = f["step_time_change_rel"]
-                tab.add_row(
-                    escape(f["change"] + (" [numerics]" if f.get("changes_numerics") else "")),
-                    f"{f['peak_bytes'] / 2**30:.2f}",
-                    f"{f['saving_bytes'] / 2**30:.2f}",
-                    "yes" if f["fits"] else "no",
-                    f"{st * 100:+.1f} %" if st is not None else "–",
-                )
-            c.print(tab)
-            if any(f.get("changes_numerics") for f in b["fixes"]):
-                c.print("[numerics]: changes the training numerics, not only the layout", style="dim", markup=False)
-        for r in b.get("rejected_fixes", []):
-            why = f"{r['rule']}: {r['message']}" if r["rule"] else r["message"]
-            c.print(Padding(f"rejected: {r['change']} — {why}", (0, 0, 0, 2)), markup=False)
+        _oom_blame(c, rep["blame"])
     for f in rep["fixes"]:
-        c.print(Padding(f"fix: {f}", (0, 0, 0, 2)), markup=False)
+        c.print(Padding(T("fix: ") + T(f), (0, 0, 0, 2)), markup=False)
+
+
+def _oom_fixes_table(c, fixes: list[dict]) -> None:
+    """The ranked fixes; at 80 columns every figure stays on its line: GiB in the headers, no vertical rules."""
+    tab = Table(
+        title=T("fixes ranked by estimated saving (one change each, memory model)"),
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
+    tab.add_column(T("change"), overflow="fold", ratio=1)
+    for col in ("peak GiB", "saves GiB", "fits", "Δ step"):
+        tab.add_column(T(col), justify="right", no_wrap=True)
+    for f in fixes:
+        st = f["step_time_change_rel"]
+        tab.add_row(
+            escape(T(f["change"]) + (T(" [numerics]") if f.get("changes_numerics") else "")),
+            f"{f['peak_bytes'] / 2**30:.2f}",
+            f"{f['saving_bytes'] / 2**30:.2f}",
+            T("yes" if f["fits"] else "no"),
+            f"{st * 100:+.1f} %" if st is not None else "–",
+        )
+    c.print(tab)
+    if any(f.get("changes_numerics") for f in fixes):
+        c.print(T("[numerics]: changes the training numerics, not only the layout"), style="dim", markup=False)
+
+
+def _oom_blame(c, b: dict) -> None:
+    """The memory model's view of an OOM: the peak stage and its largest terms, notes, the ranked fixes
+    and the fixes a rule rejects."""
+    g = human_bytes
+    c.print(
+        T("memory model: stage {stage} peaks at {peak}; largest: ").format(
+            stage=b["stage"], peak=g(b["predicted_peak_bytes"])
+        )
+        + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
+        markup=False,
+    )
+    for n in b.get("notes", []):
+        c.print(T(n), style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
+    if b.get("fixes"):
+        _oom_fixes_table(c, b["fixes"])
+    for r in b.get("rejected_fixes", []):
+        why = f"{r['rule']}: {rule_text(r['rule'], r['message'])}" if r["rule"] else T(r["message"])
+        c.print(Padding(T("rejected: ") + f"{T(r['change'])} — {why}", (0, 0, 0, 2)), markup=False)
 
 
 def render_compare(d: dict) -> None:

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from moeplan.cli.render import console
+from moeplan.cli.render import T, console, rule_text
 from moeplan.cli.render.check import parallel_text, render_check, yaml_value
 from moeplan.cli.render.text import PART_NAMES, assumes_line, band_line
 from moeplan.units import GIB_BYTES
@@ -57,9 +57,9 @@ def _stage_tables(c, mem: dict) -> dict:
 
     narrow = False
     for narrow in (False, True):  # full headers where they fit, else short ones with a legend
-        t = Table(title="peak memory per GPU (GiB)", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+        t = Table(title=T("peak memory per GPU (GiB)"), box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
         for full, short in _COLS:
-            t.add_column(short if narrow else full, justify="right", no_wrap=True)
+            t.add_column(T(short if narrow else full), justify="right", no_wrap=True)
         dg = 1 if narrow else 2  # GiB to 0.1 when narrow: every figure stays visible
         _stage_rows(t, mem, dg)
         if Measurement.get(c, c.options.update(max_width=10_000), t).maximum <= c.width:
@@ -83,11 +83,14 @@ def _stage_rows(t: Table, mem: dict, dg: int) -> None:
 
 
 def _stage_legend(c, narrow: bool) -> None:
-    short = "µb: in-flight microbatches; optim, activ: optimizer state, activations; " if narrow else ""
+    short = T("µb: in-flight microbatches; optim, activ: optimizer state, activations; ") if narrow else ""
     c.print(
-        f"{short}{'alloc' if narrow else 'allocated'}: torch max_memory_allocated (Megatron's 'max allocated'); "
-        f"{'resv' if narrow else 'reserved'}: plus the allocator's fragmentation and CUDA graph pools "
-        "(max_memory_reserved); device: plus CUDA context, NCCL and dispatcher buffers (nvidia-smi)",
+        short
+        + T(
+            "{alloc}: torch max_memory_allocated (Megatron's 'max allocated'); "
+            "{resv}: plus the allocator's fragmentation and CUDA graph pools "
+            "(max_memory_reserved); device: plus CUDA context, NCCL and dispatcher buffers (nvidia-smi)"
+        ).format(alloc=T("alloc" if narrow else "allocated"), resv=T("resv" if narrow else "reserved")),
         style="dim",
         highlight=False,
         markup=False,
@@ -96,14 +99,14 @@ def _stage_legend(c, narrow: bool) -> None:
 
 def _peak_table(c, mem: dict) -> dict:
     peak = next(st for st in mem["stages"] if st["stage"] == mem["peak_stage"])
-    d = Table(title=f"stage {peak['stage']} (the peak), itemised (GiB)", box=box.SIMPLE_HEAD)
-    d.add_column("category")
-    d.add_column("part")
+    d = Table(title=T("stage {stage} (the peak), itemised (GiB)").format(stage=peak["stage"]), box=box.SIMPLE_HEAD)
+    d.add_column(T("category"))
+    d.add_column(T("part"))
     d.add_column("GiB", justify="right")
     for cat, items in peak["items"].items():
         for name, v in sorted(items.items(), key=lambda kv: -kv[1]):
             if v > 0:
-                d.add_row(cat, name, _gib(v))
+                d.add_row(T(f"category {cat}").removeprefix("category "), name, _gib(v))
     c.print(d)
     return peak
 
@@ -111,14 +114,14 @@ def _peak_table(c, mem: dict) -> dict:
 def _findings_lines(c, errors: list[dict] | None, warnings: list[dict] | None) -> None:
     if errors:
         c.print(
-            f"[bold red]the layout breaks {len(errors)} rule(s)[/] (details: moeplan check): "
-            + escape("; ".join(f"{e['rule_id']}: {e['message']}" for e in errors)),
+            T("[bold red]the layout breaks {n} rule(s)[/] (details: moeplan check): ").format(n=len(errors))
+            + escape("; ".join(f"{e['rule_id']}: {rule_text(e['rule_id'], e['message'])}" for e in errors)),
             highlight=False,
         )
     if warnings:
         c.print(
-            "[yellow]check warns[/] (details: moeplan check): "
-            + escape("; ".join(f"{w['rule_id']}: {w['message']}" for w in warnings)),
+            T("[yellow]check warns[/] (details: moeplan check): ")
+            + escape("; ".join(f"{w['rule_id']}: {rule_text(w['rule_id'], w['message'])}" for w in warnings)),
             highlight=False,
         )
 
@@ -128,7 +131,9 @@ def _reserved_text(mem: dict) -> str:
     reserved = mem.get("reserved_bytes") or 0
     if not reserved or mem.get("usable_hbm_bytes") is None:
         return ""
-    return f" ({_gib(mem['usable_hbm_bytes'])} HBM − {_gib(reserved)} reserved by a colocated engine)"
+    return T(" ({hbm} HBM − {reserved} reserved by a colocated engine)").format(
+        hbm=_gib(mem["usable_hbm_bytes"]), reserved=_gib(reserved)
+    )
 
 
 def _host_line(c, mem: dict, peak: dict) -> None:
@@ -137,13 +142,14 @@ def _host_line(c, mem: dict, peak: dict) -> None:
     parts = ", ".join(f"{n} {_gib(v)}" for n, v in (peak.get("host_items") or {}).items() if v)
     over = cap is not None and mem["host_bytes_per_node"] > cap
     c.print(
-        f"host memory per rank {_gib(mem.get('host_bytes_per_rank'))} GiB"
+        T("host memory per rank {gib} GiB").format(gib=_gib(mem.get("host_bytes_per_rank")))
         + (f" ({parts})" if parts else "")
-        + f"; per node {_gib(mem['host_bytes_per_node'])} GiB"
+        + T("; per node {gib} GiB").format(gib=_gib(mem["host_bytes_per_node"]))
         + (
-            f" of {cap / GIB_BYTES:.0f} GiB" + (" [bold red]— exceeds the node's host memory[/]" if over else "")
+            T(" of {cap} GiB").format(cap=f"{cap / GIB_BYTES:.0f}")
+            + (T(" [bold red]— exceeds the node's host memory[/]") if over else "")
             if cap
-            else " (host memory unknown: set system.host_memory_gib)"
+            else T(" (host memory unknown: set system.host_memory_gib)")
         ),
         highlight=False,
     )
@@ -154,7 +160,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     verdict line."""
     if verbose and len(peak.get("virtual_chunks", [])) > 1:
         c.print(
-            "virtual chunks of the peak stage (layers, activations per microbatch GiB): "
+            T("virtual chunks of the peak stage (layers, activations per microbatch GiB): ")
             + ", ".join(
                 f"{ch['vp_stage']}: {ch['num_layers']} / {_gib(ch['activations_per_microbatch_bytes'])}"
                 for ch in peak["virtual_chunks"]
@@ -165,28 +171,47 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
     if mem.get("peft"):
         pf = mem["peft"]
         c.print(
-            f"LoRA dim {pf['dim']} (alpha {pf['alpha']:g}) on {', '.join(pf['target_modules'])}: "
-            f"{pf['adapter_params'] / 1e6:,.2f} M adapter parameters ({pf['adapter_params_per_rank'] / 1e6:,.2f} M on "
-            "the busiest rank); the base is frozen (no gradients or optimizer state; backward without weight gradients)",
+            T(
+                "LoRA dim {dim} (alpha {alpha}) on {targets}: {params} M adapter parameters ({rank} M on the busiest "
+                "rank); the base is frozen (no gradients or optimizer state; backward without weight gradients)"
+            ).format(
+                dim=pf["dim"],
+                alpha=f"{pf['alpha']:g}",
+                targets=", ".join(pf["target_modules"]),
+                params=f"{pf['adapter_params'] / 1e6:,.2f}",
+                rank=f"{pf['adapter_params_per_rank'] / 1e6:,.2f}",
+            ),
             highlight=False,
         )
     head = mem["headroom_fraction"]
     c.print(
-        f"peak device use {_gib(mem['peak_bytes'])} GiB (allocated {_gib(mem['peak_allocated_bytes'])}, "
-        f"reserved {_gib(mem['peak_reserved_bytes'])}) on stage {mem['peak_stage']} of {_gib(mem['capacity_bytes'])} GiB usable"
+        T("peak device use {peak} GiB (allocated {alloc}, reserved {resv}) on stage {stage} of {cap} GiB usable").format(
+            peak=_gib(mem["peak_bytes"]),
+            alloc=_gib(mem["peak_allocated_bytes"]),
+            resv=_gib(mem["peak_reserved_bytes"]),
+            stage=mem["peak_stage"],
+            cap=_gib(mem["capacity_bytes"]),
+        )
         + _reserved_text(mem)
         + (
-            (f" ({head * 100:.1f} % headroom)" if head >= 0 else f" (over by {-head * 100:.1f} % of usable HBM)")
+            (
+                T(" ({pct} % headroom)").format(pct=f"{head * 100:.1f}")
+                if head >= 0
+                else T(" (over by {pct} % of usable HBM)").format(pct=f"{-head * 100:.1f}")
+            )
             if head is not None
             else ""
         )
-        + (" — host memory exceeded" if mem.get("host_fits") is False else "")
-        + f" → [{_MEM_STYLE[mem['verdict']]}]{mem['verdict']}[/]"
+        + (T(" — host memory exceeded") if mem.get("host_fits") is False else "")
+        + f" → [{_MEM_STYLE[mem['verdict']]}]{T(mem['verdict'])}[/]"
     )
     if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:
         c.print(
-            f"[dim]margin {_gib(mem['margin_bytes'])} GiB; the memory model's band ±{mem['error_band_pct']:.0f} % "
-            "(allocated vs measured runs, docs/memory_accuracy.md)[/]",
+            "[dim]"
+            + T(
+                "margin {gib} GiB; the memory model's band ±{pct} % (allocated vs measured runs, docs/memory_accuracy.md)"
+            ).format(gib=_gib(mem["margin_bytes"]), pct=f"{mem['error_band_pct']:.0f}")
+            + "[/]",
             markup=True,
         )
 
@@ -200,11 +225,13 @@ def _defaults_line(c, resolved: list[dict], verbose: bool) -> None:
     else:
         fills = sum(r["reason"].startswith("recipe fill") for r in resolved)
         text = (
-            f"{len(resolved)} keys not stated ({fills} recipe fills, {len(resolved) - fills} framework defaults): "
+            T("{n} keys not stated ({fills} recipe fills, {defaults} framework defaults): ").format(
+                n=len(resolved), fills=fills, defaults=len(resolved) - fills
+            )
             + ", ".join(f"{r['key']}={yaml_value(r['value'])}" for r in resolved[:6])
-            + (", ... (--verbose, or moeplan check, lists each with its reason)" if len(resolved) > 6 else "")
+            + (T(", ... (--verbose, or moeplan check, lists each with its reason)") if len(resolved) > 6 else "")
         )
-    c.print(f"defaults used: {text}", style="dim", highlight=False, markup=False)
+    c.print(T("defaults used: ") + text, style="dim", highlight=False, markup=False)
 
 
 def render_memory(
@@ -221,18 +248,20 @@ def render_memory(
     ``fixed``: the fix applied before estimating (a pipeline split)."""
     c = console()
     c.print(
-        f"[bold]{scn_summary['model']}[/] on {scn_summary['num_gpus']} × {scn_summary['gpu'] or '?'}   "
+        T("[bold]{model}[/] on {n} × {gpu}   ").format(
+            model=scn_summary["model"], n=scn_summary["num_gpus"], gpu=scn_summary["gpu"] or "?"
+        )
         + parallel_text(scn_summary["parallel"]),
         highlight=False,
     )
     if assumes:
         c.print(assumes_line(assumes, verbose), style="dim", highlight=False, markup=False)
     if fixed:
-        c.print(f"[yellow]estimated with the check's fix[/]: {escape(fixed['text'])}", highlight=False)
+        c.print(T("[yellow]estimated with the check's fix[/]: ") + escape(T(fixed["text"])), highlight=False)
     peak = _stage_tables(c, mem)
     _defaults_line(c, scn_summary["resolved_defaults"], verbose)
     if mem["assumptions"]:
-        c.print("assumed: " + "; ".join(mem["assumptions"]), style="dim", highlight=False, markup=False)
+        c.print(T("assumed: ") + T("; ").join(map(T, mem["assumptions"])), style="dim", highlight=False, markup=False)
     _findings_lines(c, errors, warnings)
     _memory_footer(c, mem, peak, verbose)
 
@@ -242,35 +271,51 @@ def _breakdown(c, th: dict) -> None:
 
     step = th["step_time_s"]
     n_stages = len(th.get("stage_microbatch_s") or [])
-    where = f"; parts of stage {th.get('critical_stage', 0)}, the slowest of {n_stages}" if n_stages > 1 else ""
-    c.print(f"[bold]step time {step:.3f} s[/], {th['num_microbatches']} microbatches{where}", highlight=False)
+    where = (
+        T("; parts of stage {stage}, the slowest of {n}").format(stage=th.get("critical_stage", 0), n=n_stages)
+        if n_stages > 1
+        else ""
+    )
+    c.print(
+        T("[bold]step time {step} s[/], {n} microbatches").format(step=f"{step:.3f}", n=th["num_microbatches"]) + where,
+        highlight=False,
+    )
     t = Table(box=box.SIMPLE_HEAD)
-    t.add_column("part")
+    t.add_column(T("part"))
     t.add_column("s", justify="right")
-    t.add_column("% of step", justify="right")
+    t.add_column(T("% of step"), justify="right")
     for name, v in th["breakdown_s"].items():
         if v > 0:
-            t.add_row(PART_NAMES.get(name, name.replace("_", " ")), f"{v:.4f}", f"{100 * v / step:.1f}")
+            t.add_row(T(PART_NAMES.get(name, name.replace("_", " "))), f"{v:.4f}", f"{100 * v / step:.1f}")
     c.print(t)
     hid = th.get("hidden_s") or {}
     over = [f"{_COMM[k]} {hid[k]:.3f} s" for k in _COMM if hid.get(k, 0) > 5e-4]
     saved = []
     if over:
-        saved.append("overlap hides " + ", ".join(over) + " of communication")
+        saved.append(T("overlap hides {what} of communication").format(what=", ".join(over)))
     if hid.get("cuda_graphs", 0) > 5e-4:
-        saved.append(f"CUDA graphs save {hid['cuda_graphs']:.3f} s of launch overhead and MoE host syncs")
+        saved.append(
+            T("CUDA graphs save {s} s of launch overhead and MoE host syncs").format(s=f"{hid['cuda_graphs']:.3f}")
+        )
     if saved:
-        c.print("not in the step: " + "; ".join(saved), highlight=False)
+        c.print(T("not in the step: ") + T("; ").join(saved), highlight=False)
 
 
 def _rates(c, th: dict) -> None:
     """tokens/s/GPU, TFLOP/s, MFU and the release; useful tokens; pipeline balance with a vision tower."""
     c.print(
-        f"[bold]{th['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU[/], {th['model_tflops_per_gpu']:.0f} model "
-        f"TFLOP/s/GPU, MFU {100 * th['mfu']:.1f} % of the dense BF16 peak "
-        f"({100 * th['mfu_precision_peak']:.1f} % of the training precision's peak); "
-        f"software efficiency of container {th['release']} (step time ÷ {th.get('release_factor', 1.0):.3f}, "
-        "fitted per release against the newest)"
+        T(
+            "[bold]{tok} tokens/s/GPU[/], {tf} model TFLOP/s/GPU, MFU {mfu} % of the dense BF16 peak "
+            "({mfu_p} % of the training precision's peak); software efficiency of container {rel} "
+            "(step time ÷ {factor}, fitted per release against the newest)"
+        ).format(
+            tok=f"{th['tokens_per_s_per_gpu']:,.0f}",
+            tf=f"{th['model_tflops_per_gpu']:.0f}",
+            mfu=f"{100 * th['mfu']:.1f}",
+            mfu_p=f"{100 * th['mfu_precision_peak']:.1f}",
+            rel=th["release"],
+            factor=f"{th.get('release_factor', 1.0):.3f}",
+        )
     )
     if (
         th.get("useful_tokens_per_s_per_gpu") is not None
@@ -278,16 +323,19 @@ def _rates(c, th: dict) -> None:
     ):
         share = th["useful_tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"]
         c.print(
-            f"useful (non-padding) tokens/s/GPU: {th['useful_tokens_per_s_per_gpu']:,.0f} — the TFLOP/s and MFU above "
-            f"count padding tokens too (as Megatron logs them); on useful tokens alone MFU {100 * th['mfu'] * share:.1f} %"
+            T(
+                "useful (non-padding) tokens/s/GPU: {tok} — the TFLOP/s and MFU above count padding tokens too "
+                "(as Megatron logs them); on useful tokens alone MFU {mfu} %"
+            ).format(tok=f"{th['useful_tokens_per_s_per_gpu']:,.0f}", mfu=f"{100 * th['mfu'] * share:.1f}")
         )
     st = th.get("stage_microbatch_s") or []
     if len(st) > 1 and th["breakdown_s"].get("vision_encoder"):
         rest = max(st[1:])
         c.print(
-            f"pipeline balance: stage 0 (with the vision tower) {st[0] * 1e3:,.0f} ms per microbatch vs "
-            f"{rest * 1e3:,.0f} ms on the slowest other stage ({100 * (st[0] / rest - 1):+.0f} %): "
-            "move decoder layers off stage 0 (pipeline_model_parallel_layout) to balance",
+            T(
+                "pipeline balance: stage 0 (with the vision tower) {a} ms per microbatch vs {b} ms on the slowest "
+                "other stage ({pct} %): move decoder layers off stage 0 (pipeline_model_parallel_layout) to balance"
+            ).format(a=f"{st[0] * 1e3:,.0f}", b=f"{rest * 1e3:,.0f}", pct=f"{100 * (st[0] / rest - 1):+.0f}"),
             highlight=False,
         )
 
@@ -297,9 +345,11 @@ def _caveats(c, th: dict, verbose: bool = False) -> None:
     if th.get("mock_data_tokens_per_s_per_gpu") is not None:
         mock = th["mock_data_tokens_per_s_per_gpu"]
         c.print(
-            f"[yellow]VLM[/]: with mock (image-free) data the same layout shows {mock:,.0f} tokens/s/GPU "
-            f"({100 * (mock / th['tokens_per_s_per_gpu'] - 1):+.0f} %) — not a real-data figure; the figure above uses "
-            + (
+            T(
+                "[yellow]VLM[/]: with mock (image-free) data the same layout shows {tok} tokens/s/GPU ({pct} %) — "
+                "not a real-data figure; the figure above uses "
+            ).format(tok=f"{mock:,.0f}", pct=f"{100 * (mock / th['tokens_per_s_per_gpu'] - 1):+.0f}")
+            + T(
                 "your workload"
                 if th.get("real_data_workload") == "given"
                 else "a planning mix (half the tokens are image tokens): give workload: from `moeplan vlm-stats`"
@@ -312,9 +362,9 @@ def _caveats(c, th: dict, verbose: bool = False) -> None:
         src = "; ".join([v.get("band_source", ""), *v.get("outside", [])])
         c.print(f"  {src}", style="dim", highlight=False, markup=False)
     if v.get("bias_note"):
-        c.print(f"[yellow]known bias[/]: {escape(v['bias_note'])}", highlight=False)
+        c.print(T("[yellow]known bias[/]: ") + escape(T(v["bias_note"])), highlight=False)
     if th["assumptions"]:
-        c.print("assumed: " + "; ".join(th["assumptions"]), style="dim", highlight=False, markup=False)
+        c.print(T("assumed: ") + T("; ").join(map(T, th["assumptions"])), style="dim", highlight=False, markup=False)
 
 
 def render_throughput(
@@ -325,7 +375,7 @@ def render_throughput(
     c = console()
     if th is None:
         why = withheld or ("the layout breaks a rule" if broken else "no global batch size")
-        c.print(f"step time: not estimated ({why})", style="dim", highlight=False, markup=False)
+        c.print(T("step time: not estimated ({why})").format(why=T(why)), style="dim", highlight=False, markup=False)
         return
     _breakdown(c, th)
     _rates(c, th)

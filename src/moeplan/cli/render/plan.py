@@ -7,8 +7,10 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
-from moeplan.cli.render import console
+import moeplan.i18n as i18n
+from moeplan.cli.render import T, console, finding_line, lang, rule_text
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
+from moeplan.rules import RULES
 
 
 def _plan_header(c, d: dict, verbose: bool = False) -> None:
@@ -16,16 +18,27 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
     gbs, seq = r["global_batch_size"], r["seq_length"]
     held = {**r["fixed"], **r.get("fixed_training", {})}
     c.print(
-        f"[bold]{r['model']}[/] on {r['num_gpus']} × {r['gpu']}, seq {seq:,}, GBS {gbs} "
-        f"({gbs * seq / 2**20:.3g} Mi tokens/step), {r['precision']}"
-        + (f"; held fixed: {', '.join(f'{k}={v}' for k, v in held.items())}" if held else "")
-        + (f"; {r['reserved_gib']:g} GiB per GPU reserved by a colocated engine" if r.get("reserved_gib") else "")
-        + (f"; LoRA dim {r['peft']['dim']} on a frozen base" if r.get("peft") else "")
+        T("[bold]{model}[/] on {n} × {gpu}, seq {seq}, GBS {gbs} ({mi} Mi tokens/step), {precision}").format(
+            model=r["model"],
+            n=r["num_gpus"],
+            gpu=r["gpu"],
+            seq=f"{seq:,}",
+            gbs=gbs,
+            mi=f"{gbs * seq / 2**20:.3g}",
+            precision=r["precision"],
+        )
+        + (T("; held fixed: ") + ", ".join(f"{k}={v}" for k, v in held.items()) if held else "")
+        + (
+            T("; {gib} GiB per GPU reserved by a colocated engine").format(gib=f"{r['reserved_gib']:g}")
+            if r.get("reserved_gib")
+            else ""
+        )
+        + (T("; LoRA dim {dim} on a frozen base").format(dim=r["peft"]["dim"]) if r.get("peft") else "")
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
     if not d["candidates"]:
-        c.print("[bold red]no layout fits[/]")
+        c.print(T("[bold red]no layout fits[/]"))
 
 
 def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
@@ -34,20 +47,20 @@ def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
     fitting = max(d["fitting_layouts"], len(d["candidates"]))
     # no vertical rules: at 80 columns a layout label of up to ~28 characters stays on one line
     t = Table(
-        title=f"top {len(d['candidates'])} of {fitting} fitting layouts",
+        title=T("top {n} of {fitting} fitting layouts").format(n=len(d["candidates"]), fitting=fitting),
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
         pad_edge=False,
     )
     ttt = bool(d["candidates"]) and "time_to_train_s" in d["candidates"][0]
     t.add_column("#", justify="right", no_wrap=True)
-    t.add_column("layout", overflow="fold", min_width=12)
+    t.add_column(T("layout"), overflow="fold", min_width=12)
     for col in ("DP", "MBS", "GiB", "tok/s/GPU", "TFLOP/s", "MFU"):
         t.add_column(col, justify="right", no_wrap=True)
     if ttt:
-        t.add_column("days", justify="right", no_wrap=True)  # --train-tokens: time to train at each one's rate
+        t.add_column(T("days"), justify="right", no_wrap=True)  # --train-tokens: time to train at each one's rate
     if knobs is not None:
-        t.add_column("knobs", overflow="fold")
+        t.add_column(T("knobs"), overflow="fold")
     for cand in d["candidates"]:
         m, th = cand["memory"], cand["throughput"]
         t.add_row(
@@ -80,10 +93,12 @@ def _candidates_table(c, d: dict) -> None:
         for rank, k in knobs.items():
             groups.setdefault(k or "none", []).append(rank)
         for k, ranks in groups.items():
-            c.print(Padding(f"knobs #{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)), highlight=False, markup=False)
+            c.print(
+                Padding(T("knobs ") + f"#{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)), highlight=False, markup=False
+            )
     codes = [x for cand in d["candidates"] for x in (knob_codes(cand) or ["none"])]
     if codes:
-        c.print(f"legend: {legend(codes)}", style="dim", highlight=False, markup=False)
+        c.print(T("legend: ") + legend(codes), style="dim", highlight=False, markup=False)
 
 
 def _why_first(c, d: dict, verbose: bool = False) -> None:
@@ -92,66 +107,75 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
 
     w = d["candidates"][0]
     c.print(f"[bold]#1[/] {breakdown_line(w['throughput'])}", highlight=False)
-    c.print("[bold]why #1[/]")
+    c.print(T("[bold]why #1[/]"))
     lines = w["explanation"] if verbose or not w.get("explanation_brief") else w["explanation_brief"]
     for line in lines:
-        c.print(Padding(f"• {line}", (0, 0, 0, 2)), highlight=False)
+        c.print(Padding(f"• {T(line)}", (0, 0, 0, 2)), highlight=False)
     for line in w.get("warnings", []):
-        c.print(Padding(f"[yellow]check warns[/]: {escape(line)}", (0, 0, 0, 2)), highlight=False)
+        c.print(Padding(T("[yellow]check warns[/]: ") + escape(finding_line(line)), (0, 0, 0, 2)), highlight=False)
     if verbose:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
-                c.print(Padding(line, (0, 0, 0, 2)), highlight=False)
+                c.print(Padding(T(line), (0, 0, 0, 2)), highlight=False)
     u = w["throughput"].get("useful_tokens_per_s_per_gpu")
     if u is not None and abs(u - w["throughput"]["tokens_per_s_per_gpu"]) > 1e-6:
-        c.print(f"#1 useful (non-padding) tokens/s/GPU: {u:,.0f}", highlight=False)
+        c.print(T("#1 useful (non-padding) tokens/s/GPU: ") + f"{u:,.0f}", highlight=False)
     v = w["throughput"]["validity"]
     if v.get("bias_note"):
-        c.print(f"[yellow]known bias[/] of #1: {escape(v['bias_note'])}", highlight=False)
+        c.print(T("[yellow]known bias[/] of #1: ") + escape(T(v["bias_note"])), highlight=False)
     style = "" if v.get("validated") else "yellow"
     c.print(band_line(v), style=style, highlight=False, markup=False)
     if verbose and v.get("outside"):
         c.print(Padding("; ".join(v["outside"]), (0, 0, 0, 2)), style="dim", highlight=False, markup=False)
     if "time_to_train_s" in w:
-        c.print(f"time to train: {w['time_to_train_s'] / 86400:.2f} days")
+        c.print(T("time to train: {days} days").format(days=f"{w['time_to_train_s'] / 86400:.2f}"))
 
 
 def _rule_of_thumb(c, d: dict) -> None:
     rot = d["baseline"]["rule_of_thumb"]
     if rot.get("candidate"):
         rc = rot["candidate"]
-        where = f"rank {rc['rank']}" if rc["rank"] is not None else "a search of its own"
+        where = T("rank {rank}").format(rank=rc["rank"]) if rc["rank"] is not None else T("a search of its own")
         gain = rot.get("search_gain_pct")
         c.print(
-            f"[bold]rule of thumb[/] {rot['rule']}: best such layout {rc['label']}, "
-            f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {rc['memory']['peak_gib']:.1f} GiB ({where})"
-            + (f"; #1 is {gain:+.1f} %" if gain is not None else ""),
+            T("[bold]rule of thumb[/] {rule}: best such layout {label}, {tok} tok/s/GPU, {gib} GiB ({where})").format(
+                rule=T(rot["rule"]),
+                label=rc["label"],
+                tok=f"{rc['throughput']['tokens_per_s_per_gpu']:,.0f}",
+                gib=f"{rc['memory']['peak_gib']:.1f}",
+                where=where,
+            )
+            + (T("; #1 is {gain} %").format(gain=f"{gain:+.1f}") if gain is not None else ""),
             highlight=False,
         )
     else:
-        c.print(f"[bold]rule of thumb[/] {rot['rule']}: {escape(str(rot.get('why_not')))}", highlight=False)
+        c.print(
+            T("[bold]rule of thumb[/] {rule}: ").format(rule=T(rot["rule"])) + escape(T(str(rot.get("why_not")))),
+            highlight=False,
+        )
 
 
 def _published(c, pub: dict) -> None:
     """The published run at the request's size: measured figure first, then the model's prediction
     for it and how far #1's prediction is from that one against the error band."""
     meas = pub["measured_tokens_per_s_per_gpu"]
-    text = (
-        f"published (Megatron Bridge {pub['release']}, GBS {pub['global_batch_size']}, as benchmarked): "
-        f"{pub['label']}, measured {meas:,.0f} tok/s/GPU"
-    )
+    text = T(
+        "published (Megatron Bridge {release}, GBS {gbs}, as benchmarked): {label}, measured {tok} tok/s/GPU"
+    ).format(release=pub["release"], gbs=pub["global_batch_size"], label=pub["label"], tok=f"{meas:,.0f}")
     pred = pub.get("predicted_tokens_per_s_per_gpu")
     if pred is not None:
-        text += f"; predicted {pred:,.0f} ({pub['prediction_error_pct']:+.1f} %)"
+        text += T("; predicted {pred} ({err} %)").format(pred=f"{pred:,.0f}", err=f"{pub['prediction_error_pct']:+.1f}")
     gap, band = pub.get("first_vs_published_pct"), pub.get("error_band_pct")
     if gap is not None and band is not None:
-        verdict = "within the error band: measure both" if abs(gap) < band else "beyond the error band"
-        text += f"; #1 is predicted {gap:+.1f} % against it, {verdict} (±{band:.0f} %)"
+        verdict = T("within the error band: measure both" if abs(gap) < band else "beyond the error band")
+        text += T("; #1 is predicted {gap} % against it, {verdict} (±{band} %)").format(
+            gap=f"{gap:+.1f}", verdict=verdict, band=f"{band:.0f}"
+        )
     c.print(text, highlight=False, markup=False)
     diff = [x for x in pub.get("first_differs", []) if not x.startswith("moe_router_force_load_balancing")]
     if diff:
         c.print(
-            Padding("#1 runs differently: " + "; ".join(diff), (0, 0, 0, 2)),
+            Padding(T("#1 runs differently: ") + T("; ").join(diff), (0, 0, 0, 2)),
             style="yellow",
             highlight=False,
             markup=False,
@@ -163,17 +187,23 @@ def _family(c, fam: dict, verbose: bool) -> None:
     errs = fam["check"]["errors"]
     th = fam.get("throughput")
     # each broken rule with its message (issue #20, problem 9: no bare rule ids)
-    broke = f"breaks {len(errs)} rule(s): " + "; ".join(errs) if errs else "legal"
+    broke = (
+        T("breaks {n} rule(s): ").format(n=len(errs)) + T("; ").join(map(finding_line, errs)) if errs else T("legal")
+    )
     c.print(
-        f"[bold]guidance family[/] {fam['recipe']} at this size, as written: {broke}"
-        + (f"; {fam['memory']['peak_gib']:.1f} GiB ({fam['memory']['verdict']})" if fam.get("memory") else "")
-        + (f"; {th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
-        + (f"; #1 is {fam['search_gain_pct']:+.1f} %" if "search_gain_pct" in fam else ""),
+        T("[bold]guidance family[/] {recipe} at this size, as written: {broke}").format(recipe=fam["recipe"], broke=broke)
+        + (
+            f"{T('; ')}{fam['memory']['peak_gib']:.1f} GiB ({T(fam['memory']['verdict'])})"
+            if fam.get("memory")
+            else ""
+        )
+        + (f"{T('; ')}{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
+        + (T("; #1 is {gain} %").format(gain=f"{fam['search_gain_pct']:+.1f}") if "search_gain_pct" in fam else ""),
         highlight=False,
     )
     if fam.get("first_differs"):
         c.print(
-            Padding("#1 runs differently: " + "; ".join(fam["first_differs"]), (0, 0, 0, 2)),
+            Padding(T("#1 runs differently: ") + T("; ").join(fam["first_differs"]), (0, 0, 0, 2)),
             style="yellow",
             highlight=False,
             markup=False,
@@ -182,8 +212,9 @@ def _family(c, fam: dict, verbose: bool) -> None:
     if done:
         c.print(
             Padding(
-                f"completed (its sizes held, unstated keys searched): {done['label']}, "
-                f"{done['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {done['peak_gib']:.1f} GiB",
+                T("completed (its sizes held, unstated keys searched): {label}, {tok} tok/s/GPU, {gib} GiB").format(
+                    label=T(done["label"]), tok=f"{done['tokens_per_s_per_gpu']:,.0f}", gib=f"{done['peak_gib']:.1f}"
+                ),
                 (0, 0, 0, 2),
             ),
             highlight=False,
@@ -191,17 +222,25 @@ def _family(c, fam: dict, verbose: bool) -> None:
         )
 
 
+def _meaning(r: dict) -> str:
+    """A rejection reason in words, in the current language: a rule's statement or the planner's tag."""
+    meaning = r.get("meaning") or r["reason"]
+    return i18n.summary(r["reason"], meaning, lang()) if r["reason"] in RULES else T(meaning)
+
+
 def _tally(c, d: dict, verbose: bool) -> None:
     """What was considered and why the rest was rejected, each reason in words."""
     if not d["rejected"]:
         return
     shown = d["rejected"] if verbose else d["rejected"][:2]
-    parts = [f"{r['count']} {r.get('meaning') or r['reason']} ({r['reason']})" for r in shown]
+    parts = [f"{r['count']} {_meaning(r)} ({r['reason']})" for r in shown]
     if len(d["rejected"]) > len(shown):
-        parts.append(f"{sum(r['count'] for r in d['rejected'][len(shown) :])} more (--verbose)")
+        parts.append(T("{n} more (--verbose)").format(n=sum(r["count"] for r in d["rejected"][len(shown) :])))
     c.print(
-        f"{d['considered_layouts']} layouts considered, {d['fitting_layouts']} fit, "
-        f"{d['refined_variants']} refinement variants of the best; rejected: " + "; ".join(parts),
+        T("{considered} layouts considered, {fit} fit, {refined} refinement variants of the best; rejected: ").format(
+            considered=d["considered_layouts"], fit=d["fitting_layouts"], refined=d["refined_variants"]
+        )
+        + T("; ").join(parts),
         highlight=False,
         markup=False,
     )
@@ -218,7 +257,7 @@ def _published_layouts(c, d: dict, verbose: bool = False) -> None:
         _family(c, fam, verbose)
     if not pub and not fam:
         c.print(
-            "published: no NVIDIA layout for this model, GPU, size and precision (moeplan recipes lists them)",
+            T("published: no NVIDIA layout for this model, GPU, size and precision (moeplan recipes lists them)"),
             style="dim",
             highlight=False,
             markup=False,
@@ -233,24 +272,35 @@ def _baselines(c, d: dict, verbose: bool = False) -> None:
 
 def _fsdp_vs_3d(c, fv: dict) -> None:
     """Megatron-FSDP against 3D parallelism for a VLM: each one's best layout and the difference."""
-    c.print("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)")
+    c.print(T("[bold]Megatron-FSDP vs 3D parallel[/] (VLM)"))
     for key, name in (("fsdp", "FSDP"), ("3d", "3D")):
         x = fv.get(key)
         if x is None:
-            c.print(f"  {name}: nothing fits", highlight=False)
+            c.print(f"  {name}{T(': ')}{T('nothing fits')}", highlight=False)
             continue
         c.print(
-            f"  {name}: {x['label']} MBS{x['micro_batch_size']}, recompute {x['recompute']} — "
-            f"{x['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, {x['peak_gib']:.1f} GiB, "
-            f"vision tower {x['vision_share_pct']:.0f} % of the step; needs {x['needs']}",
+            T(
+                "  {name}: {label} MBS{mbs}, recompute {rc} — {tok} tok/s/GPU, {gib} GiB, "
+                "vision tower {share} % of the step; needs {needs}"
+            ).format(
+                name=name,
+                label=x["label"],
+                mbs=x["micro_batch_size"],
+                rc=T(x["recompute"]),
+                tok=f"{x['tokens_per_s_per_gpu']:,.0f}",
+                gib=f"{x['peak_gib']:.1f}",
+                share=f"{x['vision_share_pct']:.0f}",
+                needs=T(x["needs"]),
+            ),
             highlight=False,
         )
     if "fsdp_vs_3d_pct" in fv:
         gib = fv["memory_gib_diff"]
         c.print(
-            f"  FSDP is predicted {fv['fsdp_vs_3d_pct']:+.1f} % vs 3D and uses {abs(gib):.1f} GiB "
-            f"{'more' if gib > 0 else 'less'}; "
-            "the guidance: FSDP first for bring-up, 3D once the model is stable and there is time to tune",
+            T(
+                "  FSDP is predicted {pct} % vs 3D and uses {gib} GiB {more_less}; the guidance: FSDP first for "
+                "bring-up, 3D once the model is stable and there is time to tune"
+            ).format(pct=f"{fv['fsdp_vs_3d_pct']:+.1f}", gib=f"{abs(gib):.1f}", more_less=T("more" if gib > 0 else "less")),
             highlight=False,
         )
 
@@ -261,18 +311,22 @@ def _plan_footer(c, d: dict) -> None:
         # a workload measured at another sequence length is rescaled: say so (estimate does too)
         for a in d["candidates"][0]["throughput"].get("assumptions", []):
             if a.startswith("workload"):
-                c.print(f"assumed for #1: {a}", style="dim", highlight=False, markup=False)
+                c.print(T("assumed for #1: ") + T(a), style="dim", highlight=False, markup=False)
     for n in d.get("notes", []):
-        c.print(f"[bold yellow]note[/]: {escape(n)}", highlight=False)
+        c.print(T("[bold yellow]note[/]: ") + escape(T(n)), highlight=False)
     # the software level every candidate's step time was scaled by (the same for all of them)
     top = (d.get("candidates") or [{}])[0].get("throughput") or {}
     more = [a for a in top.get("assumptions", []) if "container" in a]
     for a in [*d["assumptions"], *more]:
-        c.print(f"assumed: {a}", style="dim", highlight=False, markup=False)
+        c.print(T("assumed: ") + T(a), style="dim", highlight=False, markup=False)
     if d.get("report"):
-        c.print(f"report written to {d['report']}", highlight=False, markup=False)
+        c.print(T("report written to {path}").format(path=d["report"]), highlight=False, markup=False)
     if d.get("saved"):
-        c.print(f"#1 saved as {d['saved']}: moeplan check / estimate / export take it", highlight=False, markup=False)
+        c.print(
+            T("#1 saved as {path}: moeplan check / estimate / export take it").format(path=d["saved"]),
+            highlight=False,
+            markup=False,
+        )
 
 
 def render_plan(d: dict, verbose: bool = False) -> None:
@@ -301,16 +355,16 @@ def _fit_table(d: dict) -> Table:
         if d["fits_already"]
         else "changes that make it fit, least step-time cost first"
     )
-    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t = Table(title=T(title), box=box.SIMPLE_HEAD)
     t.add_column("#", justify="right", no_wrap=True)
-    t.add_column("change", overflow="fold", ratio=1)
+    t.add_column(T("change"), overflow="fold", ratio=1)
     for col in ("GiB", "saves", "step", "tok/s/GPU"):
-        t.add_column(col, justify="right", no_wrap=True)
+        t.add_column(T(col), justify="right", no_wrap=True)
     for i, f in enumerate(d["fixes"], start=1):
-        mark = " [numerics]" if f.get("changes_numerics") else ""
+        mark = T(" [numerics]") if f.get("changes_numerics") else ""
         t.add_row(
             str(i),
-            f["change"] + mark,
+            T(f["change"]) + mark,
             f"{f['peak_gib']:.1f}",
             f"{f['saved_gib']:.1f}",
             "–" if f["step_time_change_pct"] is None else f"{f['step_time_change_pct']:+.1f}%",
@@ -334,16 +388,18 @@ def _fit_rest(c, d: dict, verbose: bool) -> None:
     ]
     for title, rows in groups:
         if rows:
-            text = ", ".join(
-                f"{f['change']}{' [numerics]' if f.get('changes_numerics') else ''} ({cost(f)})" for f in rows
+            text = T(", ").join(
+                f"{T(f['change'])}{T(' [numerics]') if f.get('changes_numerics') else ''} ({cost(f)})" for f in rows
             )
-            c.print(f"{title}: {text}", highlight=False, markup=False)
+            c.print(f"{T(title)}{T(': ')}{text}", highlight=False, markup=False)
     rej = d["rejected"]
     if rej:
         shown = rej if verbose else rej[:6]
-        text = "; ".join(f"{r['change']} ({r['rule_id']}: {r['message']})" for r in shown)
-        more = f"; and {len(rej) - len(shown)} more (--verbose)" if len(rej) > len(shown) else ""
-        c.print(f"rejected by a rule: {text}{more}", style="dim", highlight=False, markup=False)
+        text = T("; ").join(
+            f"{T(r['change'])} ({r['rule_id']}: {rule_text(r['rule_id'], r['message'])})" for r in shown
+        )
+        more = T("; and {n} more (--verbose)").format(n=len(rej) - len(shown)) if len(rej) > len(shown) else ""
+        c.print(T("rejected by a rule: ") + text + more, style="dim", highlight=False, markup=False)
 
 
 def render_fit(d: dict, verbose: bool = False) -> None:
@@ -352,47 +408,61 @@ def render_fit(d: dict, verbose: bool = False) -> None:
 
     c = console()
     c.print(
-        f"current layout: peak {d['peak_gib']:.1f} GiB of {d['capacity_gib']:.1f} GiB usable "
-        + (f"after {d['reserved_gib']:.1f} GiB reserved by a colocated engine " if d.get("reserved_gib") else "")
-        + f"(limit {d['limit_gib']:.1f} with headroom)" + (" → fits already" if d["fits_already"] else " → does not fit"),
+        T("current layout: peak {peak} GiB of {cap} GiB usable ").format(
+            peak=f"{d['peak_gib']:.1f}", cap=f"{d['capacity_gib']:.1f}"
+        )
+        + (
+            T("after {gib} GiB reserved by a colocated engine ").format(gib=f"{d['reserved_gib']:.1f}")
+            if d.get("reserved_gib")
+            else ""
+        )
+        + T("(limit {limit} with headroom)").format(limit=f"{d['limit_gib']:.1f}")
+        + T(" → fits already" if d["fits_already"] else " → does not fit"),
         highlight=False,
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
     if d.get("applied_first"):
-        c.print(f"[yellow]applied first[/]: {escape(d['applied_first'])}", highlight=False)
+        c.print(T("[yellow]applied first[/]: ") + escape(T(d["applied_first"])), highlight=False)
     for e in d.get("check_errors", []):
-        c.print(f"[bold red]the layout breaks a rule[/]: {escape(e)} (moeplan check gives the fix)", highlight=False)
+        c.print(
+            T("[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)").format(e=escape(finding_line(e))),
+            highlight=False,
+        )
     if d["fixes"]:
         c.print(_fit_table(d))
         if any(f.get("changes_numerics") for f in d["fixes"]):
             c.print(
-                "[numerics]: changes what is trained (precision), ranked after every layout change",
+                T("[numerics]: changes what is trained (precision), ranked after every layout change"),
                 style="dim",
                 highlight=False,
                 markup=False,
             )
         if all(f["step_time_change_pct"] is None for f in d["fixes"]):
             c.print(
-                "step time: not estimated while the current layout breaks a rule"
-                if d.get("check_errors")
-                else "step time: give a global batch size (--gbs) to rank the changes by their time cost",
+                T(
+                    "step time: not estimated while the current layout breaks a rule"
+                    if d.get("check_errors")
+                    else "step time: give a global batch size (--gbs) to rank the changes by their time cost"
+                ),
                 style="dim",
                 highlight=False,
                 markup=False,
             )
     elif not d["fits_already"]:
-        c.print("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
+        c.print(T("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence"))
     if d.get("replanned"):
-        c.print("no single change or pair of changes fits: the planner's best layout at this size is shown")
+        c.print(T("no single change or pair of changes fits: the planner's best layout at this size is shown"))
     _fit_rest(c, d, verbose)
-    c.print(f"{d.get('tried', 0)} changes tried, each checked by every rule", style="dim", highlight=False)
+    c.print(T("{n} changes tried, each checked by every rule").format(n=d.get("tried", 0)), style="dim", highlight=False)
     for n in d.get("notes", []):
-        c.print(f"[bold yellow]note[/]: {escape(n)}", highlight=False)
+        c.print(T("[bold yellow]note[/]: ") + escape(T(n)), highlight=False)
     if d.get("saved"):
         s = d["saved"]
         c.print(
-            f"fix #{s['rank']} ({s['change']}) saved as {s['path']}: moeplan check / estimate / export take it",
+            T("fix #{rank} ({change}) saved as {path}: moeplan check / estimate / export take it").format(
+                rank=s["rank"], change=T(s["change"]), path=s["path"]
+            ),
             highlight=False,
             markup=False,
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from moeplan.cli.render import T
+
 #: the step-time parts in words (keys of ``throughput.breakdown_s``)
 PART_NAMES = {
     "dense_gemm": "dense GEMM",
@@ -53,10 +55,10 @@ def assumes_line(items: list[dict], verbose: bool = False) -> str:
     groups: dict[str, list[str]] = {}
     for a in items:
         hint = f" [{a['hint']}]" if verbose and a.get("hint") else ""
-        groups.setdefault(a["source"], []).append(a["text"] + hint)
-    names = {"stated": "", "recipe": " (recipe fills)", "default": " (defaults)"}
-    parts = [", ".join(v) + names.get(k, f" ({k})") for k, v in groups.items()]
-    return "assumes: " + "; ".join(parts)
+        groups.setdefault(a["source"], []).append(T(a["text"]) + hint)
+    names = {"stated": "", "recipe": T(" (recipe fills)"), "default": T(" (defaults)")}
+    parts = [T(", ").join(v) + names.get(k, f" ({k})") for k, v in groups.items()]
+    return T("assumes: ") + T("; ").join(parts)
 
 
 def _short_outside(item: str) -> tuple[str, str]:
@@ -72,14 +74,14 @@ def band_line(v: dict) -> str:
     ``expected error ±50 % or worse — extrapolated: seq_length 131072 outside the fitted 4096–8192;
     never measured: cp>1, optimizer offload``."""
     pct = v.get("error_band_pct")
-    band = f"±{pct:.0f} %" if isinstance(pct, (int, float)) and pct == pct else "unknown"
+    band = f"±{pct:.0f} %" if isinstance(pct, (int, float)) and pct == pct else T("unknown")
     if v.get("validated"):
-        return f"expected error {band} (within the measured runs' coverage)"
+        return T("expected error {band} (within the measured runs' coverage)").format(band=band)
     kinds = [_short_outside(x) for x in v.get("outside", [])]
-    other = [t for k, t in kinds if k == "other"]
-    feats = [t for k, t in kinds if k == "feature"]
-    why = "; ".join(other + ([f"never measured: {', '.join(feats)}"] if feats else []))
-    return f"expected error {band} or worse — extrapolated: {why}"
+    other = [T(t) for k, t in kinds if k == "other"]
+    feats = [T(t) for k, t in kinds if k == "feature"]
+    why = T("; ").join(other + ([T("never measured: ") + ", ".join(feats)] if feats else []))
+    return T("expected error {band} or worse — extrapolated: {why}").format(band=band, why=why)
 
 
 def breakdown_line(th: dict, top: int = 5) -> str:
@@ -87,11 +89,11 @@ def breakdown_line(th: dict, top: int = 5) -> str:
     (the ``top`` largest parts, the rest summed)."""
     step = th["step_time_s"]
     parts = sorted(((v, k) for k, v in th["breakdown_s"].items() if v > 0), reverse=True)
-    shown = [f"{PART_NAMES.get(k, k.replace('_', ' '))} {100 * v / step:.0f} %" for v, k in parts[:top]]
+    shown = [f"{T(PART_NAMES.get(k, k.replace('_', ' ')))} {100 * v / step:.0f} %" for v, k in parts[:top]]
     rest = sum(v for v, _ in parts[top:])
     if rest > 0:
-        shown.append(f"other {100 * rest / step:.0f} %")
-    return f"step {step:.2f} s: " + ", ".join(shown)
+        shown.append(f"{T('other')} {100 * rest / step:.0f} %")
+    return T("step {step} s: ").format(step=f"{step:.2f}") + T(", ").join(shown)
 
 
 def knob_codes(cand: dict) -> list[str]:
@@ -144,4 +146,4 @@ def legend(codes: list[str]) -> str:
         )
         if key in KNOB_LEGEND and key not in keys:
             keys.append(key)
-    return "; ".join(f"{k} {KNOB_LEGEND[k]}" for k in keys)
+    return T("; ").join(f"{k} {T(KNOB_LEGEND[k])}" for k in keys)
