@@ -9,7 +9,7 @@ from typing import Any
 
 from moeplan.api.inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError
-from moeplan.io.export import export
+from moeplan.io.export import benchmark_keys_text, export
 from moeplan.io.write import check_writable
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
@@ -167,7 +167,7 @@ def _benchmark_warnings(scn: Scenario) -> list[str]:
     bench = benchmark_settings(scn)
     if not bench:
         return []
-    keys = ", ".join(f"{b['key']}={str(b['value']).lower()} ({b['how']}: {b['why']})" for b in bench)
+    keys = benchmark_keys_text(bench, why=True)
     return [
         f"benchmark-only settings exported: {keys}; for a training run use recipe_defaults: mbridge-perf "
         "and do not state them"

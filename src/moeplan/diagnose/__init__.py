@@ -9,7 +9,7 @@ from pathlib import Path
 from moeplan.diagnose.logs import LogStats, parse_log_stream
 from moeplan.errors import InputError
 from moeplan.io.imports import import_config, import_dump
-from moeplan.spec.policy import open_regular
+from moeplan.spec.policy import open_regular, read_bytes
 
 #: the longest OOM message file read whole (the message is near its end; a log is read as a log)
 MAX_TEXT_FILE_BYTES = 256 * 2**20
@@ -44,13 +44,7 @@ def read_text_file(path: Path, field: str = "log") -> str:
         InputError: the path is not an existing, readable regular file, or longer than
             :data:`MAX_TEXT_FILE_BYTES`.
     """
-    with open_regular(path, field) as raw:
-        try:
-            data = raw.read(MAX_TEXT_FILE_BYTES + 1)
-        except OSError as exc:
-            raise InputError(field, str(path), f"a readable file ({exc.strerror or type(exc).__name__})") from None
-    if len(data) > MAX_TEXT_FILE_BYTES:
-        raise InputError(field, str(path), f"a file of at most {MAX_TEXT_FILE_BYTES // 2**20} MiB")
+    data = read_bytes(path, field, MAX_TEXT_FILE_BYTES)
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return data.decode("utf-16", errors="replace")
     return data.decode("utf-8-sig", errors="replace")

@@ -77,13 +77,20 @@ def training_guards(s: Scenario) -> dict[str, Any]:
     return out
 
 
+def benchmark_keys_text(bench: list[dict], why: bool = False) -> str:
+    """``key=value (how[: why])`` of each benchmark-only setting (:func:`benchmark_settings`), joined."""
+    return ", ".join(
+        f"{b['key']}={str(b['value']).lower()} ({b['how']}" + (f": {b['why']})" if why else ")") for b in bench
+    )
+
+
 def benchmark_comment(s: Scenario) -> list[str]:
     """``# benchmark-only ...`` comment lines naming the benchmark-only settings the export carries
     (none for a training export)."""
     bench = benchmark_settings(s)
     if not bench:
         return []
-    keys = ", ".join(f"{b['key']}={str(b['value']).lower()} ({b['how']})" for b in bench)
+    keys = benchmark_keys_text(bench)
     return [
         f"# benchmark-only: {keys} — reproduces a published benchmark; do not train with these "
         "(recipe_defaults: mbridge-perf gives the recipe's training settings)"

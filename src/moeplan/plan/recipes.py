@@ -132,34 +132,20 @@ def _show(v) -> str:
 
 #: what completion relaxes, in turn, when the layout as stated cannot fit: the recompute / offload
 #: rung, then the CUDA graphs and EP overlap, then every knob (the parallel sizes stay)
+#: the recompute / offload rung's keys, and the CUDA graphs' and EP overlap's
+_RUNG_KEYS = (
+    "recompute_granularity",
+    "recompute_modules",
+    "recompute_method",
+    "recompute_num_layers",
+    "optimizer_cpu_offload",
+    "optimizer_offload_fraction",
+)
+_GRAPH_KEYS = ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules", "overlap_moe_expert_parallel_comm")
 _RELAX = (
     ("every stated key", ()),
-    (
-        "every stated key but the recompute rung",
-        (
-            "recompute_granularity",
-            "recompute_modules",
-            "recompute_method",
-            "recompute_num_layers",
-            "optimizer_cpu_offload",
-            "optimizer_offload_fraction",
-        ),
-    ),
-    (
-        "every stated key but the recompute rung and the CUDA graphs",
-        (
-            "recompute_granularity",
-            "recompute_modules",
-            "recompute_method",
-            "recompute_num_layers",
-            "optimizer_cpu_offload",
-            "optimizer_offload_fraction",
-            "cuda_graph_impl",
-            "cuda_graph_scope",
-            "cuda_graph_modules",
-            "overlap_moe_expert_parallel_comm",
-        ),
-    ),
+    ("every stated key but the recompute rung", _RUNG_KEYS),
+    ("every stated key but the recompute rung and the CUDA graphs", _RUNG_KEYS + _GRAPH_KEYS),
 )
 
 
