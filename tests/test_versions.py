@@ -9,6 +9,7 @@ from packaging.version import Version
 
 from moeplan.catalog.containers import ContainerTableError, container_table, lookup_container, parse_table
 from moeplan.errors import InputError
+from moeplan.spec.resolved import NEWEST_BRIDGE
 from moeplan.spec.scenario import load_scenario, parse_version
 from moeplan.spec.versions import PACKAGES, container_release, release_tuple
 from moeplan.spec.versions import parse_version as parse_pep440
@@ -114,7 +115,8 @@ def test_container_fills_only_unstated_versions_and_records_each_fill():
     fills = {r.key: r for r in s.resolutions if r.key.startswith("versions.")}
     assert set(fills) == {"versions.torch", "versions.transformer_engine", "versions.megatron_bridge"}
     assert "nemo:26.04" in fills["versions.torch"].reason and "software-versions.md" in fills["versions.torch"].reason
-    assert s.mcore_version == (0, 17, 1) and s.bridge_version == (0, 3, 0)  # bridge: filled, not stated
+    # the layout rules compare the stated (or newest) releases: Bridge was filled by the container, not stated
+    assert s.mcore_version == (0, 17, 1) and s.bridge_version == tuple(int(x) for x in NEWEST_BRIDGE.split("."))
 
 
 def test_container_versions_feed_known_issues_not_the_layout_rules_version():
