@@ -40,6 +40,7 @@ KEY_VALUES = {
     },
     "use_transformer_engine_op_fuser": {"use_transformer_engine_op_fuser": True},
     "cuda_graph_modules": {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"]},
+    "cp_partition_mode": {"cp_partition_mode": "zigzag"},
 }
 
 

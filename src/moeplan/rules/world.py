@@ -17,6 +17,9 @@ KEY_MIN_MCORE: dict[str, tuple[int, int, int]] = {
     # of 0.18, so exported from there
     "use_transformer_engine_op_fuser": (0, 18, 0),
     "cuda_graph_modules": (0, 18, 0),
+    # in no release up to 0.20.0 (megatron-core dev branch @d48bd6b only): refused for and never exported
+    # to a release whose TransformerConfig would reject the unknown field (sequence.cp_partition_mode)
+    "cp_partition_mode": (0, 21, 0),
 }
 
 
