@@ -9,6 +9,7 @@ import pathlib
 import sys
 from types import ModuleType
 
+import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -48,3 +49,16 @@ def load_cases() -> list[dict]:
 def load_published_runs() -> list[dict]:
     """The 113 runs of ``reference/published_runs.yaml``."""
     return yaml.safe_load((REF / "published_runs.yaml").read_text())["runs"]
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k have deselected what they deselect
+def pytest_collection_modifyitems(config, items) -> None:
+    """When the full planner-quality test (``slow``, every published run) is selected, the 26.06 subset
+    test (the same check on 13 of those runs, for ``-m 'not slow'`` sessions) adds nothing: deselect it."""
+    full = any(i.nodeid.endswith("test_plan_quality.py::test_plan_quality_on_every_published_run") for i in items)
+    if not full:
+        return
+    subset = [i for i in items if i.nodeid.endswith("test_plan_quality.py::test_plan_quality_on_the_newest_release")]
+    if subset:
+        config.hook.pytest_deselected(items=subset)
+        items[:] = [i for i in items if i not in subset]
