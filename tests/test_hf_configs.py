@@ -144,7 +144,7 @@ def _fuzz(path_idx: int, ops: list) -> None:
             assert code in (0, 1, 2), f"{path.stem} {ops}: {out}"
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000), MUTATIONS)
 def test_mutated_configs_never_exit_3(path_idx, ops):
     _fuzz(path_idx, ops)
