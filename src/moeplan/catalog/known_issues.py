@@ -273,12 +273,18 @@ for _name in TrainingSpec.model_fields:
     FACTS[f"training.{_name}"] = (lambda n: lambda s: getattr(s.training, n))(_name)
 
 
-def fact(s: Scenario, path: str) -> Any:
-    """The value of a trigger path for scenario ``s`` (``env.X``: the environment variable or None)."""
+def getter(path: str) -> Callable[[Scenario], Any]:
+    """The reader of a trigger path, resolved once (``env.X``: the environment variable or None)."""
     m = _ENV.match(path)
     if m:
-        return s.environment.get(m.group(1))
-    return FACTS[path](s)
+        name = m.group(1)
+        return lambda s: s.environment.get(name)
+    return FACTS[path]
+
+
+def fact(s: Scenario, path: str) -> Any:
+    """The value of a trigger path for scenario ``s`` (``env.X``: the environment variable or None)."""
+    return getter(path)(s)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -326,8 +332,7 @@ def _compile_condition(path: str, cond: Any, where: str) -> Pred:
 
 
 def _op(path: str, op: str, arg: Any) -> Pred:
-    def get(s):
-        return fact(s, path)
+    get = getter(path)  # resolved when the trigger is compiled, not on every evaluation
 
     if op == "eq":
         return lambda s: get(s) == arg
