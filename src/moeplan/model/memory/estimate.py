@@ -26,7 +26,8 @@ from moeplan.model.memory.other import (
     graph_buffers,
 )
 from moeplan.model.memory.stage_activations import DecoderActivations, decoder_activations, tail_activations
-from moeplan.model.memory.static import static_memory
+from moeplan.model.memory.static import static_memory, trained_params
+from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
 from moeplan.model.validity import memory_validity
@@ -55,6 +56,9 @@ class StageMemory:
     ``peak_reserved_bytes`` (the caching allocator's reserve: plus fragmentation and CUDA graph
     pools) and ``device_used_bytes`` (what ``nvidia-smi`` shows: plus the CUDA context, NCCL and
     dispatcher buffers outside torch; equal to ``total_bytes``, the figure the verdict is judged on).
+    ``step_transients``: the optimizer step's temporaries (:mod:`moeplan.model.memory.step_phase`);
+    where they outgrow what the step frees, ``other`` carries the difference as
+    ``optimizer_step_excess``, so every figure is the peak over the whole iteration.
     """
 
     stage: int
@@ -64,6 +68,7 @@ class StageMemory:
     host_bytes: float = 0.0
     chunks: tuple[tuple[int, int, float], ...] = ()
     host: dict[str, float] = field(default_factory=dict)
+    step_transients: dict[str, float] = field(default_factory=dict)
 
     def category(self, name: str) -> int:
         return int(round(sum(self.items.get(name, {}).values())))
@@ -132,6 +137,7 @@ class StageMemory:
                 for v, n, b in self.chunks
             ],
             "items": {k: {n: int(round(v)) for n, v in d.items()} for k, d in self.items.items()},
+            "optimizer_step_transients": {n: int(round(v)) for n, v in self.step_transients.items()},
         }
 
 
@@ -509,6 +515,10 @@ def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
     other.update(fixed_buffers(s, ctx, ov))
     other.update(graph_buffers(s, ctx, ov, sum(act.values()), sp, inflight, com.num_microbatches, com.modules))
     other["allocator_fragmentation"] = fragmentation(s, ov, sum(act.values()) + working)
+    steps = optimizer_step_transients(s, sp, com.numerics, *trained_params(s, sp))
+    excess = step_excess(steps, act, other)
+    if excess:
+        other["optimizer_step_excess"] = excess
     items = {
         "weights": static.weights,
         "grads": static.grads,
@@ -520,7 +530,14 @@ def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
     if dec.offloaded_per_microbatch_bytes:
         host["offloaded_activations"] = dec.offloaded_per_microbatch_bytes * inflight
     return StageMemory(
-        sp.stage, len(sp.layers), inflight, items, host_bytes=sum(host.values()), chunks=tuple(dec.chunks), host=host
+        sp.stage,
+        len(sp.layers),
+        inflight,
+        items,
+        host_bytes=sum(host.values()),
+        chunks=tuple(dec.chunks),
+        host=host,
+        step_transients=steps,
     )
 
 

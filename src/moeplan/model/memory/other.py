@@ -36,6 +36,7 @@ FIGURE_OF_OTHER = {
     "cuda_graph_static_inputs": "allocated",
     "cuda_graph_static_outputs": "allocated",
     "cuda_graph_grad_buffers": "allocated",
+    "optimizer_step_excess": "allocated",
     "cuda_graph_pool": "reserved",
     "allocator_fragmentation": "reserved",
     "cuda_context": "device",
