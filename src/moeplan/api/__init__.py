@@ -10,14 +10,14 @@ can serve the same documents.
 - :func:`plan_report`, :func:`fit_report`, :func:`recipes_report`, :func:`sweep_report`, and the request
   helpers :func:`plan_request`, :func:`batch_for_tokens` (:mod:`moeplan.api.plan`)
 - :func:`log_report`, :func:`compare_report`, :func:`oom_report`, :func:`doctor_report`
-  (:mod:`moeplan.api.diagnose`); :func:`calibrate_report`, :func:`runs_from_logs` (:mod:`moeplan.api.calibrate`)
+  (:mod:`moeplan.api.diagnose`); :func:`calibrate_report`, :func:`calibrate_memory_report`, :func:`runs_from_logs` (:mod:`moeplan.api.calibrate`)
 - :func:`vlm_stats_report` (:mod:`moeplan.api.vlm`)
 
 Scenario flags are :class:`moeplan.spec.overrides.ScenarioFlags`. Every function raises
 :class:`moeplan.InputError` (or its subclass ``UnknownNameError``) for bad input, naming the field.
 """
 
-from moeplan.api.calibrate import calibrate_report, runs_from_logs
+from moeplan.api.calibrate import calibrate_memory_report, calibrate_report, runs_from_logs
 from moeplan.api.check import check_report, gpus_report, models_report, params_report, rules_report
 from moeplan.api.diagnose import compare_report, doctor_report, log_report, oom_report
 from moeplan.api.estimate import EstimateReport, ExportResult, estimate_report, export_report
@@ -31,6 +31,7 @@ __all__ = [
     "ExportResult",
     "ScenarioFlags",
     "batch_for_tokens",
+    "calibrate_memory_report",
     "calibrate_report",
     "check_report",
     "compare_report",

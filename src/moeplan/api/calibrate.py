@@ -7,13 +7,17 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from moeplan.api.inputs import load_yaml_any
 from moeplan.diagnose import read_log, stats_config
-from moeplan.diagnose.logs import tokens_per_s_per_gpu
+from moeplan.diagnose.logs import LogStats, tokens_per_s_per_gpu
 from moeplan.errors import InputError
 from moeplan.io.write import check_writable, write_atomically
 from moeplan.model.calibrate import Run, fit, holdout, load_runs_yaml, profile_json
 from moeplan.model.constants import TimeConstants, load_constants
+from moeplan.model.memory import estimate_memory
+from moeplan.model.memory.overheads_fit import MemoryReading, learned_overheads, reading_row
 from moeplan.model.step import release_of
 from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario, load_scenario_file
 
@@ -46,6 +50,26 @@ def _measured_tokens_per_s(path: Path, st, s: Scenario) -> float:
     return meas
 
 
+def _log_scenario(path: Path, base: dict) -> tuple[LogStats, dict]:
+    """A log's statistics and its scenario mapping: the log's argument dump (and its container banner,
+    as ``versions.container``) laid over ``base``."""
+    st = read_log(path)  # one streaming pass; the argument dump kept with the statistics
+    merged = _deep_merge(base, stats_config(st)[0] or {})
+    banner = (st.environment or {}).get("container_release")
+    if banner and not (merged.get("versions") or {}).get("container"):
+        # the log's own container banner (NVIDIA Release 26.04) names the release it measured
+        merged = _deep_merge(merged, {"versions": {"container": banner}})
+    return st, merged
+
+
+def _load(path: Path, merged: dict) -> Scenario:
+    """The resolved scenario of one log (errors name the log)."""
+    try:
+        return load_scenario(merged)
+    except InputError as exc:
+        raise exc.renamed(f"{path}: {exc.field}") from None
+
+
 def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     """Measured runs from training logs, each log's argument dump (and its container banner, as
     ``versions.container``) laid over ``scenario``.
@@ -63,16 +87,8 @@ def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     base = load_scenario_file(scenario)
     runs = []
     for path in logs:
-        st = read_log(path)  # one streaming pass; the argument dump kept with the statistics
-        merged = _deep_merge(base, stats_config(st)[0] or {})
-        banner = (st.environment or {}).get("container_release")
-        if banner and not (merged.get("versions") or {}).get("container"):
-            # the log's own container banner (NVIDIA Release 26.04) names the release it measured
-            merged = _deep_merge(merged, {"versions": {"container": banner}})
-        try:
-            s = load_scenario(merged)
-        except InputError as exc:
-            raise exc.renamed(f"{path}: {exc.field}") from None
+        st, merged = _log_scenario(path, base)
+        s = _load(path, merged)
         meas = _measured_tokens_per_s(path, st, s)
         if not s.folds:
             raise InputError(f"{path}: system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
@@ -135,4 +151,75 @@ def calibrate_report(
     return {"fit": info, "holdout": folds, "profile": str(output) if output else None}
 
 
-__all__ = ["calibrate_report", "runs_from_logs"]
+#: Megatron's memory report prints MiB under the label "MB" (report_memory divides by 1024 * 1024)
+MIB_BYTES = 1024 * 1024
+
+
+def _memory_reading(path: Path, st: LogStats, s: Scenario) -> MemoryReading:
+    """A log's memory maxima against moeplan's stage with the largest allocated peak.
+
+    Raises:
+        InputError: the log has no memory report.
+    """
+    mem = st.memory_mb
+    if "max_allocated" not in mem:
+        raise InputError(
+            f"log {path}",
+            "no memory report",
+            "Megatron's '[Rank N] (after K iterations) memory (MB) | allocated: … | max allocated: …' lines",
+        )
+    stage = max(estimate_memory(s).stages, key=lambda x: x.peak_allocated_bytes)
+    full = s.layout.cuda_graph_impl == "full_iteration" or s.graph_scopes() == ["full_iteration"]
+
+    def b(key: str) -> float | None:
+        return mem[key] * MIB_BYTES if key in mem else None
+
+    return MemoryReading(str(path), stage, mem["max_allocated"] * MIB_BYTES, b("max_reserved"), b("device_used"), full)
+
+
+def calibrate_memory_report(logs: list[Path], scenario: Path | None, output: Path | None = None) -> dict:
+    """Learn the allocator reserve (``fragmentation_fraction``) and the memory outside PyTorch
+    (``cuda_context_gib``) from training logs' memory reports (:mod:`moeplan.model.memory.overheads_fit`).
+
+    Args:
+        logs: Megatron-LM / Megatron Bridge training logs with memory reports.
+        scenario: model / GPU / world size; each log's argument dump is laid over it.
+        output: write the learned ``overheads:`` section (YAML) here, atomically.
+
+    Returns:
+        ``{"overheads": learned values, "votes": readings per value, "before": rows, "after": rows,
+        "profile": path or None}``; a row is :func:`~moeplan.model.memory.overheads_fit.reading_row`
+        (measured and predicted GiB per figure, allocated error %), ``after`` with the learned values.
+
+    Raises:
+        InputError: no scenario, a runs document instead of logs, an unreadable log or one without a
+            memory report, a scenario the log makes invalid, or an unwritable output.
+    """
+    if output is not None:
+        check_writable(output, inputs=(*logs, scenario))
+    if scenario is None:
+        raise InputError("--scenario", None, "a scenario (model, GPU, world size) for calibrating memory from logs")
+    for path in logs:
+        if path.suffix.lower() in RUNS_SUFFIXES:
+            raise InputError("--memory", str(path), "training logs with memory reports (not a runs document)")
+    base = load_scenario_file(scenario)
+    logged = []
+    for path in logs:
+        st, merged = _log_scenario(path, base)
+        logged.append((path, st, merged))
+    before = [_memory_reading(p, st, _load(p, m)) for p, st, m in logged]
+    learned, votes = learned_overheads(before)
+    after = [_memory_reading(p, st, _load(p, _deep_merge(m, {"overheads": learned}))) for p, st, m in logged]
+    if output is not None:
+        text = "# learned by `moeplan calibrate --memory` from: " + ", ".join(ascii(str(p)) for p in logs) + "\n"
+        write_atomically(output, text + yaml.safe_dump({"overheads": learned}, sort_keys=True), inputs=(*logs, scenario))
+    return {
+        "overheads": learned,
+        "votes": votes,
+        "before": [reading_row(r) for r in before],
+        "after": [reading_row(r) for r in after],
+        "profile": str(output) if output else None,
+    }
+
+
+__all__ = ["calibrate_memory_report", "calibrate_report", "runs_from_logs"]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moeplan.api.calibrate import calibrate_report
+from moeplan.api.calibrate import calibrate_memory_report, calibrate_report
 from moeplan.api.diagnose import compare_report, doctor_report, log_report, oom_report
 from moeplan.cli import render
 from moeplan.cli.options import CalibrationOpt, JsonOpt, LangOpt, exit_with, input_errors
@@ -93,10 +93,24 @@ def calibrate_cmd(
     ] = "packaged",
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the profile (JSON) here.")] = None,
     max_nfev: Annotated[int, typer.Option("--max-evaluations", min=5, max=5000, help="Fit budget.")] = 200,
+    memory: Annotated[
+        bool,
+        typer.Option(
+            "--memory",
+            help="Learn the allocator reserve and the memory outside PyTorch from the logs' memory reports "
+            "instead; -o writes an `overheads:` section for the scenario.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the step-time model's efficiency constants to measured runs and write a calibration profile
-    (`estimate`, `plan`, `fit`, `sweep`, `compare` and `oom` take it with --calibration). Refuses to over-fit."""
+    (`estimate`, `plan`, `fit`, `sweep`, `compare` and `oom` take it with --calibration). Refuses to over-fit.
+    With --memory: learn `fragmentation_fraction` and `cuda_context_gib` from the logs' memory reports."""
+    if memory:
+        with input_errors():
+            mem = calibrate_memory_report(sources, scenario, output)
+        render.print_json(mem) if as_json else tables.render_memory_calibration(mem)
+        return
     with input_errors(), render.fit_spinner() as tick:
         out = calibrate_report(sources, scenario, constants, holdout_by, start, output, max_nfev, progress=tick)
     if as_json:

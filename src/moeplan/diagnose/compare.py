@@ -406,7 +406,7 @@ def compare_runs(
     """
     t = shift_test(a.series("iteration_time_ms"), b.series("iteration_time_ms"), alpha, min_effect)
     cmp = Comparison(time=t)
-    for k in ("max_allocated", "max_reserved"):
+    for k in ("max_allocated", "max_reserved", "device_used"):
         if k in a.memory_mb and k in b.memory_mb:
             cmp.memory_mb[k] = (a.memory_mb[k], b.memory_mb[k])
     if config_a is not None and config_b is not None:

@@ -6,7 +6,9 @@ Recognised lines (Megatron's ``training.py`` ``training_log`` and memory report 
   throughput per GPU (TFLOP/s/GPU): 456.7 | ... | lm loss: 2.50E+00 | ... | grad norm: 0.231 |
   number of skipped iterations: 0 | number of nan iterations: 0 |`` (field order free, any subset);
 - ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ... |
-  max reserved: ...``;
+  max reserved: ...`` and, with ``--log-device-memory-used``, ``| total device memory used: ...``
+  (``torch.cuda.device_memory_used()``, what nvidia-smi shows; megatron/training/utils/common_utils.py
+  ``report_memory``);
 - the argument dump (read by :mod:`moeplan.io.imports`);
 - the environment banner: container release (``NVIDIA Release 25.09``), ``PyTorch Version``, Megatron's
   ``using world size: W, data-parallel size: D, context-parallel size: C, ... tensor-model-parallel size:
@@ -42,7 +44,8 @@ _FIELD_VALUE = re.compile(r"\s*([-+0-9.eE]{1,64}(?![-+0-9.eE])|nan|inf)")
 _FIELDS = re.compile(r"\|([^|:]*):\s*([-+0-9.eE]{1,64}(?![-+0-9.eE])|nan|inf)")
 _MEM = re.compile(
     r"memory \(MB\)\s*\|\s*allocated:\s*([0-9.]{1,64})\s*\|\s*max allocated:\s*([0-9.]{1,64})\s*\|"
-    r"\s*reserved:\s*([0-9.]{1,64})\s*\|\s*max reserved:\s*([0-9.]{1,64})",
+    r"\s*reserved:\s*([0-9.]{1,64})\s*\|\s*max reserved:\s*([0-9.]{1,64})"
+    r"(?:\s*\|\s*total device memory used:\s*([0-9.]{1,64}))?",
     re.ASCII,
 )
 _BANNER = [
@@ -328,11 +331,12 @@ class _Parser:
     def _memory(self, line: str, mm: re.Match) -> None:
         st = self.st
         try:
-            a, ma, r, mr = (float(x) for x in mm.groups())
+            a, ma, r, mr, du = (float(x) if x is not None else math.nan for x in mm.groups())
         except ValueError:  # "1.2.3"
             st.unreadable_lines += 1
             return
-        for k, v in (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr)):
+        pairs = (("allocated", a), ("max_allocated", ma), ("reserved", r), ("max_reserved", mr), ("device_used", du))
+        for k, v in pairs:
             if math.isfinite(v):
                 st.memory_mb[k] = max(st.memory_mb.get(k, 0.0), v)
         after = _AFTER.search(line)

@@ -32,7 +32,10 @@ def render_logs(entries: list[dict]) -> None:
 
     def mem(e):
         m = e.get("memory_mb")
-        return f"{m['max_allocated'] / 1024:.1f} / {m['max_reserved'] / 1024:.1f}" if m else "–"
+        if not m:
+            return "–"
+        dev = f" / {m['device_used'] / 1024:.1f}" if "device_used" in m else " / –"
+        return f"{m['max_allocated'] / 1024:.1f} / {m['max_reserved'] / 1024:.1f}{dev}"
 
     rows = (
         ("iterations (warm-up skipped)", lambda e: f"{e['iterations']} ({e['warmup_skipped']})"),
@@ -41,7 +44,7 @@ def render_logs(entries: list[dict]) -> None:
         ("tokens/s/GPU", lambda e: stat(e, "tokens_per_s_per_gpu")),
         ("loss", lambda e: stat(e, "loss") + (f", last {e['loss']['last']:.4g}" if e.get("loss") else "")),
         ("skipped / NaN iterations", lambda e: f"{e.get('skipped_iterations', 0):g} / {e.get('nan_iterations', 0):g}"),
-        ("max allocated / reserved GiB", mem),
+        ("max allocated / reserved / device GiB", mem),
         ("unreadable lines", lambda e: str(e["unreadable_lines"])),
     )
     for name, cell in rows:
@@ -271,3 +274,27 @@ def render_calibration(d: dict) -> None:
         c.print(t)
     if d.get("profile"):
         c.print(f"profile written to {d['profile']}", markup=False)
+
+
+def render_memory_calibration(d: dict) -> None:
+    """Memory learned from logs (:func:`moeplan.api.calibrate_memory_report`): measured against
+    predicted per log, before and after, and the learned ``overheads:`` values."""
+    c = console()
+    t = Table(title="memory per log, GiB: measured / moeplan before → after (allocated error)")
+    for col in ("log", "allocated", "reserved", "device", "allocated error"):
+        t.add_column(col, overflow="fold")
+
+    def cell(b: dict, a: dict, k: str) -> str:
+        m = b["measured_gib"][k]
+        return "–" if m is None else f"{m:.1f} / {b['predicted_gib'][k]:.1f} → {a['predicted_gib'][k]:.1f}"
+
+    for b, a in zip(d["before"], d["after"], strict=True):
+        err = "–" if b["allocated_error_pct"] is None else f"{b['allocated_error_pct']:+.1f} %"
+        t.add_row(escape(b["source"]), cell(b, a, "allocated"), cell(b, a, "reserved"), cell(b, a, "device"), err)
+    c.print(t)
+    if not d["overheads"]:
+        c.print("nothing learned: the logs print no reserved or device figure", markup=False)
+    for k, v in d["overheads"].items():
+        c.print(f"learned {k}: {v} (from {d['votes'][k]} log(s))", markup=False)
+    if d.get("profile"):
+        c.print(f"overheads written to {d['profile']} (merge its `overheads:` into the scenario)", markup=False)
