@@ -3,8 +3,9 @@ public readings of the same figure (``tests/data/memory_readings.yaml``, sources
 packaged figures ``estimate`` carries beside a memory verdict (``catalog/data/memory_validity.json``)
 regenerated from them, so the band cannot drift from its validation.
 
-Measured 2026-12-01: median |error| 9.6 %, worst 10.1 % over 5 readings (the issue's goal: median
-≤ 8 %, worst ≤ 20 %: the worst is met, the median is not). Thresholds sit just above today's."""
+Measured 2026-12-01: median |error| 13.4 %, worst 16.1 % over 11 readings (5 until the six-point
+Moonlight-16B recompute sweep was added; the issue's goal: median ≤ 8 %, worst ≤ 20 %: the worst is met,
+the median is not). Thresholds sit just above today's."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def rows():
 
 def test_allocated_matches_public_readings(rows):
     s = ma.summary(rows)
-    assert len(rows) >= 5
-    assert s["median_abs_pct"] <= 10.0, s
-    assert s["worst_abs_pct"] <= 11.0, s
+    assert len(rows) >= 11
+    assert s["median_abs_pct"] <= 14.0, s
+    assert s["worst_abs_pct"] <= 17.0, s
 
 
 def test_packaged_band_is_the_validation(rows):

@@ -273,13 +273,10 @@ def test_more_hbm_raises_the_chosen_cp_only_among_near_ties(case, extra):
     assert b.parallel.cp <= a.parallel.cp or b.tokens_per_s_per_gpu <= 1.05 * a.tokens_per_s_per_gpu
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known search flaw: DeepSeek-V3 at 32K on 256 H100 plans TP8 PP2 VPP8 CP2 EP64 at 768 tok/s/GPU with "
-    "1.5x HBM but TP8 PP1 CP2 EP64 at 631 with 2x: more memory lets layouts that refine worse fill the refinement "
-    "set (only the 16 best by un-refined throughput get VPP and knobs)",
-)
 def test_more_hbm_never_lowers_the_best_prediction_beyond_the_tie_margin():
+    """A search flaw this once caught: DeepSeek-V3 at 32K on 256 H100 planned 768 tok/s/GPU with 1.5× HBM but
+    631 with 2× (more memory let layouts that refine worse fill the refinement set); phase one's best are now
+    probed over VPP before the refinement set is chosen (search._probe_vpp): 816 → 850."""
     a = _best({"usable_hbm_gib": 79.65 * 1.5}, 32768, "deepseek-ai/DeepSeek-V3", 256)
     b = _best({"usable_hbm_gib": 79.65 * 2.0}, 32768, "deepseek-ai/DeepSeek-V3", 256)
     assert a is not None and b is not None
