@@ -729,12 +729,13 @@ def _phase_one(st: _Setup, combos: list[Parallel], progress) -> _PhaseOne:
 
 
 def _probe_vpp(st: _Setup, found: list[Candidate], refine: int) -> tuple[list[Candidate], bool]:
-    """The layouts to refine: the ``refine`` best after a VPP-only probe of the
-    ``PROBE_FACTOR × refine`` best by un-refined throughput. Interleaving is the knob that moves a
+    """The layouts to refine, chosen with a VPP-only probe of the ``PROBE_FACTOR × refine`` best by
+    un-refined throughput. Interleaving is the knob that moves a
     pipelined layout most (it shrinks the bubble), and phase one ranks every layout at VPP 1: without
     the probe, more HBM could let layouts that gain little from refinement (less recompute, no PP)
     crowd out a pipelined one that refines to the fastest (DeepSeek-V3 at 32K on 256 H100: 1.5× HBM
-    planned 768 tokens/s/GPU, 2× HBM 631). Returns the probed candidates (VPP chosen as the full
+    planned 768 tokens/s/GPU, 2× HBM 631). The set is the union of the ``refine`` best before and after
+    the probe (at most twice ``refine``). Returns the probed candidates (VPP chosen as the full
     refinement would choose it: VPP is its first family), best first, and whether they were probed."""
     if "virtual_pipeline_model_parallel_size" in st.fixed_layout or "pipeline_model_parallel_layout" in st.fixed_layout:
         return list(found[:refine]), False
@@ -742,7 +743,12 @@ def _probe_vpp(st: _Setup, found: list[Candidate], refine: int) -> tuple[list[Ca
         c if c.parallel.pp == 1 else _refine(c, st.ev, st.ladder, st.fixed_layout, st.rej, only=("vpp",))
         for c in found[: PROBE_FACTOR * refine]
     ]
-    return sorted(probed, key=Candidate.key)[:refine], True
+    # the best by un-refined throughput stay (other knobs may lift them more than VPP lifts the rest),
+    # joined by the best after the probe
+    chosen = probed[:refine]
+    ids = {id(c) for c in chosen}
+    chosen += [c for c in sorted(probed, key=Candidate.key)[:refine] if id(c) not in ids]
+    return sorted(chosen, key=Candidate.key), True
 
 
 def _refine_phase(st: _Setup, found: list[Candidate], refine: int) -> tuple[list[Candidate], int]:
