@@ -24,18 +24,12 @@ NEWEST = "26.06"
 # starting values of the published fit; the bounds are the package's (moeplan.model.calibrate.SHARED),
 # so `moeplan calibrate` and this script search the same physically plausible ranges
 START = {
-    "grouped_gemm_half_tokens": 256.0,
     "memory_bound_bytes_per_activation_byte": 3.0,
-    "nvlink_efficiency": 0.8,
-    "nic_efficiency": 0.9,
-    "a2a_alltoall": 0.4,
-    "a2a_deepep": 0.5,
-    "a2a_hybridep": 0.6,
+    "moe_memory_bound_bytes_per_activation_byte": 3.0,
     "launch_overhead_s_per_layer": 2e-4,
     "moe_sync_s_per_layer": 2e-4,
     "p2p_latency_s": 5e-5,
-    "dp_exposed_fraction": 0.02,
-    "overlap_hidden_fraction": 0.6,
+    "dp_exposed_fraction": 0.1,
 }
 PARAMS = [(n, lo, hi, START[n]) for n, lo, hi in SHARED] + [
     (f"release_{r}", 0.6, 1.4, 1.0) for r in RELEASES if r != NEWEST
@@ -129,43 +123,18 @@ def release_anomalies(runs: list[dict], ratio: float = ANOMALY_RATIO) -> dict[st
 
 
 def constants_from(x: np.ndarray) -> TimeConstants:
+    """The constants with the fitted parameters ``x`` (PARAMS order); the component-set ones keep
+    :class:`TimeConstants`' defaults (``moeplan.model.constants.COMPONENT_SOURCES``)."""
     v = dict(zip([p[0] for p in PARAMS], x, strict=True))
     rel = {r: float(v.get(f"release_{r}", 1.0)) for r in RELEASES}
     rel[NEWEST] = 1.0
-    return TimeConstants(
-        grouped_gemm_half_tokens=float(v["grouped_gemm_half_tokens"]),
-        memory_bound_bytes_per_activation_byte=float(v["memory_bound_bytes_per_activation_byte"]),
-        nvlink_efficiency=float(v["nvlink_efficiency"]),
-        nic_efficiency=float(v["nic_efficiency"]),
-        a2a_efficiency={
-            "alltoall": float(v["a2a_alltoall"]),
-            "deepep": float(v["a2a_deepep"]),
-            "hybridep": float(v["a2a_hybridep"]),
-        },
-        launch_overhead_s_per_layer=float(v["launch_overhead_s_per_layer"]),
-        moe_sync_s_per_layer=float(v["moe_sync_s_per_layer"]),
-        p2p_latency_s=float(v["p2p_latency_s"]),
-        dp_exposed_fraction=float(v["dp_exposed_fraction"]),
-        overlap_hidden_fraction=float(v["overlap_hidden_fraction"]),
-        release_factor=rel,
-        newest_release=NEWEST,
-    )
+    shared = {n: float(v[n]) for n, *_ in SHARED}
+    return TimeConstants(**shared, release_factor=rel, newest_release=NEWEST)
 
 
 def constants_values(c: TimeConstants) -> dict[str, float]:
     """The fitted parameters of ``c`` by PARAMS name."""
-    out = {
-        "grouped_gemm_half_tokens": c.grouped_gemm_half_tokens,
-        "memory_bound_bytes_per_activation_byte": c.memory_bound_bytes_per_activation_byte,
-        "nvlink_efficiency": c.nvlink_efficiency,
-        "nic_efficiency": c.nic_efficiency,
-        "launch_overhead_s_per_layer": c.launch_overhead_s_per_layer,
-        "moe_sync_s_per_layer": c.moe_sync_s_per_layer,
-        "p2p_latency_s": c.p2p_latency_s,
-        "dp_exposed_fraction": c.dp_exposed_fraction,
-        "overlap_hidden_fraction": c.overlap_hidden_fraction,
-    }
-    out.update({f"a2a_{k}": v for k, v in c.a2a_efficiency.items()})
+    out = {n: float(getattr(c, n)) for n, *_ in SHARED}
     out.update({f"release_{k}": v for k, v in c.release_factor.items()})
     return out
 

@@ -51,6 +51,12 @@ def figures() -> dict:
         ),
         "lc_moe": ", ".join(f"{x:.1f}" for x in lc["moe_out_of_sample_abs_pct"]),
         "planner_pct": 100 * figs["planner"]["hits"] / figs["planner"]["runs"],
+        "oos": figs["planner_oos_release"],
+        "oos_pct": 100 * figs["planner_oos_release"]["hits"] / figs["planner_oos_release"]["runs"],
+        "oos_rows": "\n".join(
+            f"| {k} | {v['runs']} | {v['hits']} | {v['top1']} | {v['top5']} |"
+            for k, v in figs["planner_oos_release"]["releases"].items()
+        ),
     }
 
 

@@ -5,19 +5,23 @@ packaged constants against the 104 published Megatron Bridge runs with a precisi
 ``tests/data/reference/published_runs.yaml``; no refit — the leave-one-GPU-out and leave-one-model-out
 figures refit the constants and stay in the benchmark, docs/accuracy.md).
 
-Thresholds: the values measured on 2026-12-01 (after the attention kernels were set to FlashAttention-3's table, the activation terms to megatron-core's own count (docs/activation_oracle.md), and the constants refitted) plus a small margin, so a change
-that makes the model worse by more than the margin fails; a change that makes it better passes and
-should lower the thresholds (rerun ``python benchmarks/accuracy.py`` and update them with the figures):
+Thresholds: the values measured on 2026-12-01 after the link and exchange efficiencies, grouped-GEMM
+occupancy and overlap share were set from their component measurements and only the rest refitted
+(docs/decisions.md, "Step time v2") plus a small margin, so a change that makes the model worse by
+more than the margin fails; a change that makes it better passes and should lower the thresholds
+(rerun ``python benchmarks/accuracy.py`` and update them with the figures). Before that change: 12.06 /
+129.12 / 0.9649 and 11.74 / 72.94 / 0.9697; the worst over all runs rose because one release anomaly
+(25.11 Qwen3-30B-A3B on 8 B200, measured at half its twin) is now predicted +150 %, not +129 %:
 
 ==========================================  ========  ===========
 figure                                      measured  threshold
 ==========================================  ========  ===========
-median abs % error, all 104 runs            12.06     ≤ 12.5
-worst abs % error, all 104 runs             129.12    ≤ 131.8
-Spearman, all 104 runs                      0.9649    ≥ 0.960
-median abs % error, 4 anomalies left out    11.74     ≤ 12.2
-worst abs % error, 4 anomalies left out     72.94     ≤ 73.9
-Spearman, 4 anomalies left out              0.9697    ≥ 0.965
+median abs % error, all 104 runs            9.96      ≤ 10.4
+worst abs % error, all 104 runs             150.07    ≤ 152.0
+Spearman, all 104 runs                      0.9682    ≥ 0.964
+median abs % error, 4 anomalies left out    9.01      ≤ 9.4
+worst abs % error, 4 anomalies left out     56.98     ≤ 58.0
+Spearman, 4 anomalies left out              0.9751    ≥ 0.970
 (model, GPU) groups with Spearman ≥ 0.8     9 of 19   ≥ 9
 ==========================================  ========  ===========
 """
@@ -54,16 +58,16 @@ def test_the_runs_scored_are_the_published_ones(fig):
 
 def test_error_over_all_runs_does_not_regress(fig):
     m = fig["all"]
-    assert m["median_pct"] <= 12.5, m
-    assert m["worst_pct"] <= 131.8, m
-    assert m["spearman"] >= 0.960, m
+    assert m["median_pct"] <= 10.4, m
+    assert m["worst_pct"] <= 152.0, m
+    assert m["spearman"] >= 0.964, m
 
 
 def test_error_without_release_anomalies_does_not_regress(fig):
     m = fig["clean"]
-    assert m["median_pct"] <= 12.2, m
-    assert m["worst_pct"] <= 73.9, m
-    assert m["spearman"] >= 0.965, m
+    assert m["median_pct"] <= 9.4, m
+    assert m["worst_pct"] <= 58.0, m
+    assert m["spearman"] >= 0.970, m
 
 
 def test_within_group_ranking_does_not_regress(fig):

@@ -201,7 +201,7 @@ def test_every_finding_renders_in_chinese_at_80_columns(capsys, monkeypatch):
     flat = re.sub(r"\s+", "", out)
     for rid, _, text in _texts():
         assert re.sub(r"\s+", "", translation(rid, text)) in flat, (rid, text)
-    assert "结论：无效（1 个错误，0 个警告，0 条信息）" in out
+    assert "结论：无效（错误 1，警告 0，信息 0）" in out
 
 
 BROKEN = ["check", "examples/long_context_broken.yaml"]
@@ -212,7 +212,7 @@ def test_check_lang_zh_and_locale():
     assert zh.exit_code == 1
     assert "num_layers（94）不能被 PP（8）整除" in zh.stdout
     assert "修复：设置 sequence_parallel: true" in zh.stdout
-    assert "结论：不支持（8 个错误，1 个警告，1 条信息）" in zh.stdout
+    assert "结论：不支持（错误 8，警告 1，信息 1）" in zh.stdout
     _assert_fits(zh.stdout)
     # the locale decides without the option, and the option wins over it
     assert _invoke(BROKEN, {"LANG": "zh_CN.UTF-8"}).stdout == zh.stdout

@@ -1,5 +1,8 @@
-"""Fitted constants of the step-time model, with provenance, read from
-``catalog/data/time_constants.json`` (written by ``benchmarks/calibrate_time.py``).
+"""Constants of the step-time model, with provenance, read from ``catalog/data/time_constants.json``
+(written by ``benchmarks/calibrate_time.py``): those a published measurement of their term alone sets
+(:data:`COMPONENT_SOURCES`: link and exchange efficiencies, grouped-GEMM occupancy, the overlap share)
+and those fitted because no such measurement exists (element-wise traffic, host launch and MoE sync,
+pipeline p2p cost, exposed data-parallel traffic, one factor per container release).
 
 No constant is fitted per model or per run: they are shared across every model and GPU, and one
 software-efficiency factor per Megatron Bridge container release divides the whole step time (kernels,
@@ -19,6 +22,28 @@ if TYPE_CHECKING:
     from moeplan.spec.scenario import Scenario
 
 
+#: the constants set from a published measurement of their term alone (never fitted; the defaults of
+#: :class:`TimeConstants`), with the measurement; ``tests/test_components.py`` checks each against it
+COMPONENT_SOURCES: dict[str, str] = {
+    "nvlink_efficiency": "0.82 = 370 / 450 GB/s: NCCL all-gather / reduce-scatter / all-to-all bus bandwidth on "
+    "8×H100 NVLink 4 (NVIDIA/nccl-tests#212, NVIDIA maintainer)",
+    "nic_efficiency": "0.95 = 47.5 / 50 GB/s: 46–49 GB/s per NDR 400G NIC across nodes (NVIDIA/nccl-tests#290, #267)",
+    "a2a_efficiency.alltoall": "0.82: NCCL all-to-all reaches the same 370 GB/s bus bandwidth as the other "
+    "collectives on NVLink 4 (nccl-tests#212)",
+    "a2a_efficiency.deepep": "0.9: DeepEP's internode normal kernels 43–58 GB/s of RDMA bottleneck bandwidth per "
+    "50 GB/s NIC at EP 16–64 (DeepEP docs/legacy.md; intranode 153–158 of H800's 200 GB/s = 0.77)",
+    "a2a_efficiency.hybridep": "0.57 = 515 / 900 GB/s: HybridEP's BF16 dispatch through the Torch API on GB200 "
+    "NVL72 at 8–32 ranks, 32 SMs (545.7, 523.5, 507.3, 484.2 GB/s; combine 569–465; "
+    "DeepEP hybrid-ep docs/README_Hybrid-EP.md; B200 8 ranks 535.9 = 0.60)",
+    "grouped_gemm_half_tokens": "600 tokens per expert: TE's grouped GEMM on H100 BF16, (8 experts, 4096, 768, "
+    "2048) 650.6 TFLOP/s and (16, 2048, 768, 2048) 636.9 (TransformerEngine PR #2045, CUTLASS grouped GEMM) "
+    "against moeplan's dense ceiling there (0.803 × 989 = 794 TFLOP/s, the catalog's measured GEMM fraction) "
+    "give 910 and 510; 600 is the least-squares value of both (+6.5 %, −3.5 %)",
+    "overlap_hidden_fraction": "1.0: Megatron's overlap hides an exchange up to the compute it is scheduled against "
+    "(combined 1F1B pairs, TP comm overlap rings); when free, the fit on the published runs goes to 1.0",
+}
+
+
 @dataclass(frozen=True)
 class TimeConstants:
     """Shared efficiency constants (dimensionless unless the name says a unit).
@@ -27,7 +52,9 @@ class TimeConstants:
         grouped_gemm_half_tokens: tokens per local expert at which a grouped GEMM reaches half of its
             dense ceiling (few tokens per expert run far below peak).
         memory_bound_bytes_per_activation_byte: HBM traffic of element-wise work (norms,
-            activations, permutation, residuals) per byte of saved activations, forward + backward.
+            activations, residuals) per byte of saved activations of a dense layer, forward + backward.
+        moe_memory_bound_bytes_per_activation_byte: the same in a MoE layer, whose routed path adds
+            permutation, the dispatcher's buffer copies and unpermutation (0: as a dense layer).
         nvlink_efficiency / nic_efficiency: achieved fraction of NVLink / NIC bandwidth by NCCL.
         a2a_efficiency: achieved fraction for the EP token exchange, per dispatcher backend.
         launch_overhead_s_per_layer: CPU launch cost of one layer's forward + backward of one
@@ -36,26 +63,30 @@ class TimeConstants:
             the host to size the expert GEMMs, forward + backward), absent with static shapes
             (full-iteration graphs, drop-and-pad).
         p2p_latency_s: fixed cost of one pipeline send or receive (launch, synchronisation, NIC).
-        dp_exposed_fraction: share of the data-parallel gradient/parameter traffic that stays exposed
-            even when the pass it overlaps is long enough (NCCL kernels contending for SMs and HBM).
+        dp_exposed_fraction: exposed data-parallel gradient/parameter time per second of that traffic's
+            standalone transfer, even when the pass it overlaps is long enough (NCCL kernels contending
+            for SMs, HBM and the links the EP and PP traffic also use); above 1 the traffic is slowed,
+            not only left unhidden (the fit on the published runs: 1.3).
             The overlap window itself is Megatron's: gradients are reduce-scattered during the last
             microbatch's backward, parameters all-gathered during the first microbatch's forward, and
             the last bucket (max(40M, 1M·DP) parameters) never overlaps (``estimate_step``).
         overlap_hidden_fraction: share of TP communication hidden by TP comm overlap, and of a
-            layer's compute that can hide the EP exchange of the microbatch it is paired with.
+            layer's compute that can hide the EP exchange of the microbatch it is paired with (set to
+            1.0, :data:`COMPONENT_SOURCES`).
         release_factor: per container release, divides every part of the step time.
     """
 
-    grouped_gemm_half_tokens: float = 256.0
+    grouped_gemm_half_tokens: float = 600.0
     memory_bound_bytes_per_activation_byte: float = 3.0
-    nvlink_efficiency: float = 0.75
-    nic_efficiency: float = 0.75
-    a2a_efficiency: dict[str, float] = field(default_factory=lambda: {"alltoall": 0.5, "deepep": 0.6, "hybridep": 0.7})
+    moe_memory_bound_bytes_per_activation_byte: float = 0.0
+    nvlink_efficiency: float = 0.82
+    nic_efficiency: float = 0.95
+    a2a_efficiency: dict[str, float] = field(default_factory=lambda: {"alltoall": 0.82, "deepep": 0.9, "hybridep": 0.57})
     launch_overhead_s_per_layer: float = 2e-4
     moe_sync_s_per_layer: float = 2e-4
     p2p_latency_s: float = 5e-5
     dp_exposed_fraction: float = 0.1
-    overlap_hidden_fraction: float = 0.7
+    overlap_hidden_fraction: float = 1.0
     release_factor: dict[str, float] = field(default_factory=lambda: {"26.06": 1.0})
     newest_release: str = "26.06"
     provenance: dict = field(default_factory=dict)

@@ -78,7 +78,7 @@ def render_check(d: dict) -> None:
     }[d["verdict"]]
     n = d["counts"]
     c.print(
-        T("verdict: [{style}]{verdict}[/] ({e} errors, {w} warnings, {i} info)").format(
+        T("verdict: [{style}]{verdict}[/] (errors: {e}, warnings: {w}, info: {i})").format(
             style=style, verdict=T(d["verdict"]), e=n["error"], w=n["warning"], i=n["info"]
         ),
         highlight=False,

@@ -5,7 +5,8 @@ Executed FLOPs from :func:`moeplan.model.compute.layer_flops`; backward runs 2×
 (3× in all). GEMMs run at the achieved GEMM rate (peak × measured best-shape fraction) times the
 grouped-GEMM occupancy for few tokens per expert; attention at the achieved attention rate for the
 kernel length (:func:`moeplan.model.compute.attention_fraction`, first principles); element-wise work
-moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte (fitted); a Gated
+moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte in a dense layer and
+``moe_memory_bound_bytes_per_activation_byte`` in a MoE layer (both fitted); a Gated
 DeltaNet layer's delta rule runs at the measured speed of its chunked kernel (:mod:`moeplan.model.gdn`).
 """
 
@@ -49,6 +50,18 @@ def gated_deltanet_s(ctx: StepContext) -> float:
     return gdn_kernel_s(ctx.gpu, ctx.mbs, ctx.seq_length, heads, d_k, d_v)
 
 
+def element_wise_bytes_per_activation_byte(ctx: StepContext, layer: int) -> float:
+    """HBM bytes element-wise work moves per saved activation byte in decoder layer ``layer`` (fitted): a
+    MoE layer's own rate (its routed path adds permutation, the dispatcher's buffer copies and
+    unpermutation to the norms, activations and residuals of a dense layer), else the dense rate; a
+    MoE rate of 0 means "as dense"."""
+    m, c = ctx.model, ctx.c
+    moe = bool(m.moe_layers and m.moe_layers[layer])
+    if moe and c.moe_memory_bound_bytes_per_activation_byte:
+        return c.moe_memory_bound_bytes_per_activation_byte
+    return c.memory_bound_bytes_per_activation_byte
+
+
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
     s, sp, m = ctx.s, ctx.speeds, ctx.model
@@ -61,5 +74,5 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
         t_core += gated_deltanet_s(ctx)
     kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
-    t_mem = ctx.c.memory_bound_bytes_per_activation_byte * act / sp.hbm_bytes_per_s
+    t_mem = element_wise_bytes_per_activation_byte(ctx, layer) * act / sp.hbm_bytes_per_s
     return LayerCompute(t_dense, t_exp, t_core, t_mem, kept)
