@@ -27,7 +27,7 @@ def main() -> None:
     info["at_bounds"] = sorted(
         name
         for name, lo, hi, _ in PARAMS
-        if name in vals and (abs(vals[name] - lo) <= 1e-6 * lo or abs(vals[name] - hi) <= 1e-6 * hi)
+        if name in vals and (vals[name] <= lo * 1.001 or vals[name] >= hi / 1.001)
     )
     info.update(
         {

@@ -67,7 +67,9 @@ def test_unfitted_release_takes_the_last_fitted_one_before_it():
 
 def test_overfit_is_refused():
     runs = _planted_runs(0.9)
-    with pytest.raises(InputError, match="more runs than the 12 free constants"):
+    from moeplan.model.calibrate import SHARED
+
+    with pytest.raises(InputError, match=f"more runs than the {len(SHARED)} free constants"):
         fit(runs, TimeConstants(), "all")
     with pytest.raises(InputError, match="scale or all"):
         fit(runs, TimeConstants(), "everything")

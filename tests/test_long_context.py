@@ -4,10 +4,10 @@ performance page). The constants were fitted on 4K–8K MoE runs only; these row
 first-principles attention and CP costs out of sample.
 
 Tolerances: the results (docs/long_context.md) were seen before the thresholds were written, so the
-thresholds are what a planner needs rather than what the model happens to reach: every row within 11 % of
-the measured model TFLOP/s/GPU (now worst 10.1 %; 8.5 % before the components were set from their own
-measurements, docs/decisions.md "Step time v2"), and the shape within 10 % after one common scale (now
-worst 3.1 %, 8.3 % before).
+thresholds are what a planner needs rather than what the model happens to reach: every row within 10 % of
+the measured model TFLOP/s/GPU (now worst 8.4 %), and the shape within 10 % after one common scale (now
+worst 2.9 %; 8.3 % before the components were set from their own measurements, docs/decisions.md
+"Step time v2").
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def test_the_table_is_the_published_one():
         assert r["tp"] * r["pp"] * r["dp"] * r["cp"] == r["num_gpus"]
 
 
-def test_every_row_within_eleven_percent(rows):
+def test_every_row_within_ten_percent(rows):
     for r in rows:
-        assert abs(r["error_pct"]) <= 11.0, (r["seq_k"], r["error_pct"])
+        assert abs(r["error_pct"]) <= 10.0, (r["seq_k"], r["error_pct"])
 
 
 def test_shape_within_ten_percent_after_one_scale(rows):
@@ -67,8 +67,8 @@ def test_cp_ring_is_hidden_until_the_longest_rows(rows):
 def test_nvidia_moe_runs_out_of_sample_within_thirty_five_percent():
     # NeMo's MoE rows (Mixtral-8x22B at 64K with CP 8 on B200 and GB200, Mixtral-8x7B at 4K on B200,
     # Llama-4-Scout's language model at 8K on GB200), none of them fitted: tokens/s/GPU within 35 %
-    # (now +27.9, +18.4, −32.9 and −10.7 %; within 15 % before the components were set from their own
-    # measurements: the refit's residuals, element-wise traffic and DP exposure, carry time the
+    # (now +28.5, +17.3, −26.8 and −11.7 %; within 15 % before the components were set from their own
+    # measurements: the refit's residuals, MoE element-wise traffic and DP contention, carry time the
     # fine-grained MoE runs need and these coarse-expert, few-microbatch runs do not — docs/decisions.md,
     # "Step time v2") with the oldest fitted software factor, since every container predates the fitted
     # releases; FLOPs per token equal NVIDIA's within 1 %, except where NeMo 25.02 counted
@@ -99,21 +99,21 @@ def test_nvidia_moe_runs_out_of_sample_within_thirty_five_percent():
 # Headline figures (docs/long_context.md, README), asserted so that a regression fails CI: the values
 # measured on 2026-12-01 plus 0.5 percentage point. A change that improves them passes and should lower
 # the thresholds (rerun `python benchmarks/long_context.py`).
-#   LLAMA2-7B with CP, 4K–1024K: median 7.51 % (≤ 8.0), worst 10.10 % (≤ 10.6), shape worst 3.13 % (≤ 3.6)
-#   NVIDIA's MoE runs out of sample: median 23.1 % (≤ 23.6), worst 32.9 % (≤ 33.4)
+#   LLAMA2-7B with CP, 4K–1024K: median 5.6 % (≤ 6.1), worst 8.4 % (≤ 8.9), shape worst 2.9 % (≤ 3.4)
+#   NVIDIA's MoE runs out of sample: median 22.0 % (≤ 22.5), worst 28.5 % (≤ 29.0)
 #   (after the components were set from their own measurements, docs/decisions.md "Step time v2";
 #   before it 5.55 / 8.52 / 8.30 and 7.6 / 12.7)
 
 
 def test_long_context_headline_figures_do_not_regress(rows):
     s = lc.summary(rows)
-    assert s["median_abs_pct"] <= 8.0, s
-    assert s["worst_abs_pct"] <= 10.6, s
-    assert s["shape_worst_pct"] <= 3.6, s
+    assert s["median_abs_pct"] <= 6.1, s
+    assert s["worst_abs_pct"] <= 8.9, s
+    assert s["shape_worst_pct"] <= 3.4, s
     moe = lc.moe_summary(lc.predict_moe(lc.load()))
     assert moe["runs"] == 4
-    assert moe["median_abs_pct"] <= 23.6, moe
-    assert moe["worst_abs_pct"] <= 33.4, moe
+    assert moe["median_abs_pct"] <= 22.5, moe
+    assert moe["worst_abs_pct"] <= 29.0, moe
 
 
 def test_the_packaged_long_context_check_is_the_benchmarks_current_figures(rows):

@@ -72,11 +72,14 @@ def test_dp_traffic_without_overlap_is_fully_exposed():
 
 def test_dp_overlap_hides_behind_one_microbatch_only():
     # the reduce-scatter hides behind the last microbatch's backward (2/3 of its compute), the all-gather
-    # behind the first microbatch's forward (1/3); at least the fitted share (or the last bucket) stays
+    # behind the first microbatch's forward (1/3); at least the last bucket stays
     e, one_way, rel, c = _dp()
     exposed = e.breakdown_s["dp_comm_exposed"] * rel
     assert exposed < 2 * one_way
-    assert exposed >= c.dp_exposed_fraction * 2 * one_way * (1 - 1e-9)
+    # the windows (2/3 + 1/3 of one microbatch's compute) hide their length over the fitted contention
+    # factor: what is hidden is at most one microbatch's time over it
+    microbatch = max(e.stage_microbatch_s) * rel
+    assert 2 * one_way - exposed <= microbatch / c.dp_contention_factor * (1 + 1e-9)
     # more microbatches leave the exposed DP time unchanged: only one pass hides it
     e2, *_ = _dp()
     more = estimate_step(load_scenario({**DP_SCN, "training": {**DP_SCN["training"], "global_batch_size": 256}}))
@@ -138,7 +141,9 @@ def test_dp_overlap_defaults_follow_the_framework():
 
 def test_fsdp_sharded_parameters_are_not_charged_twice():
     fsdp = estimate_step(load_scenario({**DP_SCN, "layout": {**DP_SCN["layout"], "use_megatron_fsdp": True}}))
-    assert fsdp.breakdown_s["dp_comm_exposed"] == 0.0 and fsdp.breakdown_s["fsdp_comm_exposed"] > 0
+    assert fsdp.breakdown_s["dp_comm_exposed"] == 0.0
+    # the per-microbatch gathers are costed once, as FSDP traffic (exposed or hidden behind the layers)
+    assert fsdp.breakdown_s["fsdp_comm_exposed"] + fsdp.hidden_s.get("fsdp_comm", 0.0) > 0
 
 
 def test_softmax_exponential_against_tensor_work_sets_the_forward_rate():

@@ -46,8 +46,7 @@ SHARED: list[tuple[str, float, float]] = [
     ("moe_memory_bound_bytes_per_activation_byte", 1.0, 100.0),
     ("launch_overhead_s_per_layer", 1e-5, 5e-3),
     ("moe_sync_s_per_layer", 1e-5, 5e-3),
-    ("p2p_latency_s", 5e-6, 2e-3),
-    ("dp_exposed_fraction", 0.02, 4.0),
+    ("dp_contention_factor", 0.5, 20.0),
 ]
 #: plausible ranges of the component-set constants, for checking a hand-edited profile
 PINNED_RANGES: list[tuple[str, float, float]] = [
@@ -58,6 +57,7 @@ PINNED_RANGES: list[tuple[str, float, float]] = [
     ("a2a_deepep", 0.15, 1.0),
     ("a2a_hybridep", 0.15, 1.0),
     ("overlap_hidden_fraction", 0.2, 1.0),
+    ("p2p_latency_s", 1e-6, 2e-4),
 ]
 RELEASE_BOUNDS = (0.3, 2.0)
 #: constants that are shares of a bandwidth or of a time: never above 1

@@ -39,6 +39,8 @@ COMPONENT_SOURCES: dict[str, str] = {
     "2048) 650.6 TFLOP/s and (16, 2048, 768, 2048) 636.9 (TransformerEngine PR #2045, CUTLASS grouped GEMM) "
     "against moeplan's dense ceiling there (0.803 × 989 = 794 TFLOP/s, the catalog's measured GEMM fraction) "
     "give 910 and 510; 600 is the least-squares value of both (+6.5 %, −3.5 %)",
+    "p2p_latency_s": "10 µs: NCCL send/recv's fixed cost, about 3 µs over NVLink (nccl-tests, NVIDIA/nccl#1487; "
+    "NVIDIA/nccl-tests#333 on 8×B200) and tens of µs across a slower network (nccl-tests#214)",
     "overlap_hidden_fraction": "1.0: Megatron's overlap hides an exchange up to the compute it is scheduled against "
     "(combined 1F1B pairs, TP comm overlap rings); when free, the fit on the published runs goes to 1.0",
 }
@@ -54,7 +56,7 @@ class TimeConstants:
         memory_bound_bytes_per_activation_byte: HBM traffic of element-wise work (norms,
             activations, residuals) per byte of saved activations of a dense layer, forward + backward.
         moe_memory_bound_bytes_per_activation_byte: the same in a MoE layer, whose routed path adds
-            permutation, the dispatcher's buffer copies and unpermutation (0: as a dense layer).
+            permutation, the dispatcher's buffer copies and unpermutation.
         nvlink_efficiency / nic_efficiency: achieved fraction of NVLink / NIC bandwidth by NCCL.
         a2a_efficiency: achieved fraction for the EP token exchange, per dispatcher backend.
         launch_overhead_s_per_layer: CPU launch cost of one layer's forward + backward of one
@@ -63,10 +65,9 @@ class TimeConstants:
             the host to size the expert GEMMs, forward + backward), absent with static shapes
             (full-iteration graphs, drop-and-pad).
         p2p_latency_s: fixed cost of one pipeline send or receive (launch, synchronisation, NIC).
-        dp_exposed_fraction: exposed data-parallel gradient/parameter time per second of that traffic's
-            standalone transfer, even when the pass it overlaps is long enough (NCCL kernels contending
-            for SMs, HBM and the links the EP and PP traffic also use); above 1 the traffic is slowed,
-            not only left unhidden (the fit on the published runs: 1.3).
+        dp_contention_factor: how much slower data-parallel gradient/parameter traffic runs while it
+            overlaps compute (NCCL kernels contending for SMs, HBM and the links EP and PP traffic also
+            use): an overlap window of W seconds hides W / factor seconds of standalone transfer.
             The overlap window itself is Megatron's: gradients are reduce-scattered during the last
             microbatch's backward, parameters all-gathered during the first microbatch's forward, and
             the last bucket (max(40M, 1M·DP) parameters) never overlaps (``estimate_step``).
@@ -78,14 +79,14 @@ class TimeConstants:
 
     grouped_gemm_half_tokens: float = 600.0
     memory_bound_bytes_per_activation_byte: float = 3.0
-    moe_memory_bound_bytes_per_activation_byte: float = 0.0
+    moe_memory_bound_bytes_per_activation_byte: float = 3.0
     nvlink_efficiency: float = 0.82
     nic_efficiency: float = 0.95
     a2a_efficiency: dict[str, float] = field(default_factory=lambda: {"alltoall": 0.82, "deepep": 0.9, "hybridep": 0.57})
     launch_overhead_s_per_layer: float = 2e-4
     moe_sync_s_per_layer: float = 2e-4
-    p2p_latency_s: float = 5e-5
-    dp_exposed_fraction: float = 0.1
+    p2p_latency_s: float = 1e-5
+    dp_contention_factor: float = 1.0
     overlap_hidden_fraction: float = 1.0
     release_factor: dict[str, float] = field(default_factory=lambda: {"26.06": 1.0})
     newest_release: str = "26.06"

@@ -931,21 +931,10 @@ def _tally_known_issues(rej: Rejections, reasons: list[str], example: str) -> No
             rej.add(r, example)
 
 
-def _refine(
-    c: Candidate,
-    ev: _Evaluator,
-    ladder,
-    fixed_layout: dict,
-    rej: Rejections,
-    only: tuple[str, ...] | None = None,
-    skip: tuple[str, ...] = (),
-) -> Candidate:
-    """Coordinate descent over VPP, dispatcher, EP overlap, graphs and CP comm type (``only`` these
-    families when given, never those in ``skip``); keeps the best variant and records what each
-    option gave."""
+def _knob_families(c: Candidate, fixed_layout: dict, gpu: GpuSpec) -> list[tuple[str, list[tuple[str, dict]]]]:
+    """The knob families :func:`_refine` tries on ``c``, in order (VPP first), each with its options
+    (label, layout keys); a family whose key the request holds is left out."""
     m = c.scenario.complete_model
-    gpu = cast(GpuSpec, c.scenario.gpu)  # the request's (_request() checked it)
-    best = c
     families: list[tuple[str, list[tuple[str, dict]]]] = []
     if (
         "virtual_pipeline_model_parallel_size" not in fixed_layout
@@ -980,6 +969,24 @@ def _refine(
     if "cp_comm_type" not in fixed_layout:
         domain = gpu.scaleup_domain_gpus if gpu is not None else 8
         families.append(("cp_comm", cp_comm_options(c.parallel.cp, c.parallel.tp, domain)))
+    return families
+
+
+def _refine(
+    c: Candidate,
+    ev: _Evaluator,
+    ladder,
+    fixed_layout: dict,
+    rej: Rejections,
+    only: tuple[str, ...] | None = None,
+    skip: tuple[str, ...] = (),
+) -> Candidate:
+    """Coordinate descent over VPP, dispatcher, EP overlap, graphs and CP comm type (``only`` these
+    families when given, never those in ``skip``); keeps the best variant and records what each
+    option gave."""
+    gpu = cast(GpuSpec, c.scenario.gpu)  # the request's (_request() checked it)
+    best = c
+    families = _knob_families(c, fixed_layout, gpu)
     for fam, opts in families:
         if len(opts) < 2 or (only is not None and fam not in only) or fam in skip:
             continue

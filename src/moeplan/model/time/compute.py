@@ -53,11 +53,9 @@ def gated_deltanet_s(ctx: StepContext) -> float:
 def element_wise_bytes_per_activation_byte(ctx: StepContext, layer: int) -> float:
     """HBM bytes element-wise work moves per saved activation byte in decoder layer ``layer`` (fitted): a
     MoE layer's own rate (its routed path adds permutation, the dispatcher's buffer copies and
-    unpermutation to the norms, activations and residuals of a dense layer), else the dense rate; a
-    MoE rate of 0 means "as dense"."""
+    unpermutation to the norms, activations and residuals of a dense layer), else the dense rate."""
     m, c = ctx.model, ctx.c
-    moe = bool(m.moe_layers and m.moe_layers[layer])
-    if moe and c.moe_memory_bound_bytes_per_activation_byte:
+    if m.moe_layers and m.moe_layers[layer]:
         return c.moe_memory_bound_bytes_per_activation_byte
     return c.memory_bound_bytes_per_activation_byte
 

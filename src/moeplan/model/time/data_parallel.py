@@ -6,8 +6,9 @@
 - overlap (Megatron DDP): gradients are reduced bucket by bucket during the backward of the step's
   last microbatch (earlier ones accumulate locally), parameters gathered during the forward of the
   next step's first microbatch; each hides behind that one pass of the critical stage, except the
-  last bucket (``max(40M, 1M·DP)`` parameters, ``distributed/distributed_data_parallel_config.py``)
-  and the fitted ``dp_exposed_fraction``;
+  last bucket (``max(40M, 1M·DP)`` parameters, ``distributed/distributed_data_parallel_config.py``),
+  and the window hides its length over the fitted ``dp_contention_factor`` (traffic that overlaps
+  compute shares SMs, HBM and links with it);
 - Megatron-FSDP ``optim_grads_params``: every microbatch all-gathers the stage's parameters for
   forward and again for backward and reduce-scatters its gradients; prefetching hides it behind the
   layer compute up to ``overlap_hidden_fraction``. These replace the step's DP traffic.
@@ -92,7 +93,9 @@ def data_parallel_time(ctx: StepContext, params: RankParams, crit: StageTime) ->
     exchanges = ("ep_comm_exposed", "cp_comm_exposed", "tp_comm")
     compute_mb = crit.total_s - sum(crit.parts.get(k, 0.0) for k in exchanges)
     tail = min(1.0, max(MIN_BUCKET_PARAMS, 1e6 * ctx.dp * s.cp) / max(1.0, dense + expert))
-    floor = max(tail, c.dp_exposed_fraction)
-    rs = t_rs if lay.overlap_grad_reduce is False else max(floor * t_rs, t_rs - BACKWARD_SHARE * compute_mb)
-    ag = t_ag if lay.overlap_param_gather is False else max(floor * t_ag, t_ag - FORWARD_SHARE * compute_mb)
+    # while it overlaps compute the traffic contends for SMs, HBM and links: a window of W seconds hides
+    # W / dp_contention_factor seconds of standalone transfer
+    k = c.dp_contention_factor
+    rs = t_rs if lay.overlap_grad_reduce is False else max(tail * t_rs, t_rs - BACKWARD_SHARE * compute_mb / k)
+    ag = t_ag if lay.overlap_param_gather is False else max(tail * t_ag, t_ag - FORWARD_SHARE * compute_mb / k)
     return DataParallelTime(rs + ag, (t_rs - rs) + (t_ag - ag))
