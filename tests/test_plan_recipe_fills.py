@@ -141,14 +141,21 @@ def test_stating_fsdp_plans_fsdp_and_labels_it():
 
 def test_the_sweep_predicts_candidates_as_the_plan_estimated_them(tmp_path):
     """``moeplan sweep`` re-resolves each candidate: with the request's record, not the candidate's own
-    row (TP1 PP1 CP1 EP64, among the top 6 on 64 GPUs, would match the FSDP row again)."""
+    row (TP1 PP1 CP1 EP64 on 64 GPUs would match the FSDP row again; its sizes are held so that the sweep
+    is made of it)."""
     from moeplan.plan import describe
     from moeplan.plan.sweep import write_sweep
 
-    man = write_sweep(_request(64), tmp_path / "sw", top=6, mbs_variants=False)
+    sizes = {
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 1,
+        "context_parallel_size": 1,
+        "expert_model_parallel_size": 64,
+    }
+    man = write_sweep(_request(64, **sizes), tmp_path / "sw", top=6, mbs_variants=False, hold=tuple(sizes))
     entries = {e["label"]: e for e in man["entries"] if e["kind"] == "candidate"}
-    assert any(label.startswith("TP1 PP1 CP1 EP64 ") for label in entries)
-    res = plan(_request(64), top=7)
+    assert entries and all(label.startswith("TP1 PP1 CP1 EP64 ") for label in entries)
+    res = plan(_request(64, **sizes), top=7)
     for c in res.candidates:
         e = entries.get(describe(c))
         if e is not None:

@@ -155,11 +155,11 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
     weak = (w.tried.get("_weak_tie") or {}).get(fam)
     if weak is not None:
         note = (
-            " — a tie on weak evidence: the gap rests on HybridEP's exchange rate, the least identified fitted"
-            " constant, and the guidance runs HybridEP on NVL72 (measure both)"
+            " — a tie on weak evidence: the gap rests on HybridEP's published Torch-API rate, which Megatron's"
+            " fused buffer copy beats, and the guidance runs HybridEP on NVL72 (measure both)"
         )
     elif fam == "dispatcher" and brief and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
-        note += " (HybridEP's rate is the least identified constant: measure both)"
+        note += " (HybridEP's rate is its Torch-API figure, which Megatron's fused copy beats: measure both)"
     return f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + "."
 
 

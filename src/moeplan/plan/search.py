@@ -65,10 +65,10 @@ OBJECTIVES = ("throughput", "time-to-train")
 #: predicted throughputs closer than this fraction are treated as a tie, broken toward the simpler
 #: layout (the step-time model's in-sample error is far larger, docs/accuracy.md)
 TIE_FRACTION = 0.02
-#: how far all-to-all may lead HybridEP on an NVL72 rack before the planner prefers it: the gap rests
-#: on HybridEP's exchange rate, the least identified fitted constant (every HybridEP run measured is
-#: also an MXFP8 run with CUDA graphs; docs/decisions.md), so within this margin the two are a tie and
-#: the guidance's choice (HybridEP on NVL72) is kept, with a note saying why
+#: how far all-to-all may lead HybridEP on an NVL72 rack before the planner prefers it: HybridEP's rate
+#: is its published Torch-API figure, which includes a buffer copy Megatron fuses away (its kernel-only
+#: figures are 1.3–1.4× faster; DeepEP hybrid-ep docs/README_Hybrid-EP.md), so the model leans against
+#: it; within this margin the two are a tie on weak evidence and the explanation says so
 WEAK_DISPATCHER_TIE = 0.25
 #: a layout whose throughput without any recompute is below this fraction of the best found so far
 #: is not fitted (branch and bound; tallied as ``dominated``)
@@ -1028,7 +1028,7 @@ def _refine(
 
 def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
     """On an NVL72 rack, HybridEP within :data:`WEAK_DISPATCHER_TIE` of the fastest dispatcher is a tie
-    on weak evidence (the gap rests on HybridEP's exchange rate, the least identified fitted constant):
+    on weak evidence (the gap rests on HybridEP's Torch-API rate, which Megatron's fused copy beats):
     the fastest prediction is kept, so that every candidate is ranked by what the model predicts for
     it, and the gap is recorded (``tried["_weak_tie"]``) so that the explanation says the choice is a
     tie with the guidance's HybridEP and to measure both. Returns ``best`` unchanged."""

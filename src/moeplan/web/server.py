@@ -72,7 +72,14 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}/"
 
 
+#: the interpreter's GIL switch interval while serving (s; CPython's default is 0.005): a plan computes in
+#: a worker thread, and the event loop needs the GIL back for every step of an answer; at 5 ms a turn a
+#: health check waited seconds behind a long plan (the convoy effect), at 1 ms it does not
+SERVE_SWITCH_INTERVAL_S = 0.001
+
+
 def _server(host: str, request_timeout: float, workers: int, log_level: str) -> uvicorn.Server:
+    sys.setswitchinterval(min(sys.getswitchinterval(), SERVE_SWITCH_INTERVAL_S))
     app = create_app(allowed_hosts(host), request_timeout=request_timeout, workers=workers)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=5)
     return uvicorn.Server(config)
