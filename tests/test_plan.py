@@ -820,3 +820,12 @@ def test_a_null_micro_batch_size_is_searched_as_not_given():
     assert _mbs_options(base, load_scenario(base)) == [1, 2, 4]
     base["training"]["micro_batch_size"] = 2
     assert _mbs_options(base, load_scenario(base)) == [2]
+
+
+def test_a_tie_note_names_the_layout_that_leads():
+    """When the baselines' own search promotes a layout above the main search's #1, the main search's tie
+    note ("X leads although Y is faster") no longer describes the ranking and must not be shown (it was:
+    DeepSeek-V3 at 128K on 256 H100 said TP8 PP4 CP4 led while TP1 PP8 CP32 was #1)."""
+    res = plan(_req("deepseek-ai/DeepSeek-V3", n=256, seq=131072, gbs=32, precision="fp8-blockwise"), top=5)
+    note = res.search.tie_note
+    assert note is None or note.startswith(res.candidates[0].parallel.label()), (note, res.candidates[0].parallel)

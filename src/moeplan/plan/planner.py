@@ -90,8 +90,8 @@ def _rank_baselines(res, base_d: dict) -> list[str]:
     if not added:
         return notes
     res.candidates.sort(key=lambda c: c.key())
-    tie = _simplest_leads(res.candidates)
-    res.tie_note = tie or res.tie_note
+    # the ranking changed: the main search's tie note spoke of its own #1, which may no longer lead
+    res.tie_note = _simplest_leads(res.candidates)
     win = res.candidates[0]
     rot = base_d.get("rule_of_thumb", {})
     cand = rot.get("candidate")
