@@ -13,6 +13,7 @@ Usage: python benchmarks/plan_oos_release.py [--limit N]   (N runs per release, 
 
 from __future__ import annotations
 
+import functools
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -22,31 +23,19 @@ import figures  # noqa: E402
 import plan_quality  # noqa: E402
 import timefit  # noqa: E402
 
-from moeplan.model import step as step_module  # noqa: E402
-from moeplan.model import validity as validity_module  # noqa: E402
 from moeplan.model.calibrate import release_key  # noqa: E402
-from moeplan.model.constants import TimeConstants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_PCT = 80.0
-
-
-def _use_constants(data: dict) -> None:
-    """Worker initializer: every estimate in this process uses ``data`` (refitted constants) in place of
-    the packaged ones."""
-    c = TimeConstants(**data)
-    step_module.load_constants = lambda: c  # type: ignore[assignment]
-    validity_module.load_constants = lambda: c  # type: ignore[assignment]
 
 
 def held_out_release(release: str, fit_runs: list[dict], runs: list[dict], workers: int = 2) -> list[dict]:
     """Plan the published runs of ``release`` with constants fitted on every other release's runs.
     Returns plan_quality.one's rows for those runs."""
     c, _ = timefit.fit([r for r in fit_runs if r["release"] != release], max_nfev=150)
-    data = {k: getattr(c, k) for k in TimeConstants.__dataclass_fields__}
     mine = [r for r in runs if r["release"] == release]
-    with ProcessPoolExecutor(max_workers=workers, initializer=_use_constants, initargs=(data,)) as pool:
-        return list(pool.map(plan_quality.one, mine))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(functools.partial(plan_quality.one, constants=c), mine))
 
 
 def main() -> None:

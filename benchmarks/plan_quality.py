@@ -58,7 +58,8 @@ def _sizes(layout: dict, mbs: int) -> tuple:
     return (*vals, mbs)
 
 
-def one(r: dict) -> dict:
+def one(r: dict, constants=None) -> dict:
+    """Plan published run ``r`` (see the module docstring) with the packaged step-time constants, or ``constants``."""
     sc = r["scenario"]
     tr = sc["training"]
     req = {
@@ -84,18 +85,18 @@ def one(r: dict) -> dict:
     if "grad_reduce_in_fp32" in filled and resolved.layout.grad_reduce_in_fp32 is False:
         req["layout"]["grad_reduce_in_fp32"] = False  # BF16 gradient reduction: numerics, held too
     t0 = time.perf_counter()
-    res = plan(req, top=5)
+    res = plan(req, top=5, constants=constants)
     secs = time.perf_counter() - t0
     lay = sc["layout"]
     mbs = tr.get("micro_batch_size", 1)
     pub = _sizes(lay, mbs)
     fixed = {PARALLEL_DIMS[d]: v for d, v in zip(SIZES, pub[:-1], strict=True) if not (d == "VPP" and v == 1)}
     fixed_req = {**req, "layout": {**req["layout"], **fixed}, "training": {**req["training"], "micro_batch_size": mbs}}
-    alone = plan(fixed_req, top=1)
+    alone = plan(fixed_req, top=1, constants=constants)
     # as published: the recipe's knobs
     as_pub = {**sc, "recipe_defaults": "mbridge-perf-benchmark", "versions": {"container": r["release"]}}
     try:
-        pub_tps = estimate_step(load_scenario(as_pub)).tokens_per_s_per_gpu
+        pub_tps = estimate_step(load_scenario(as_pub), constants).tokens_per_s_per_gpu
     except Exception:  # noqa: BLE001 - a published layout our estimate cannot take is reported
         pub_tps = None
     cands = res.search.candidates

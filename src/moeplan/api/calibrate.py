@@ -20,6 +20,7 @@ from moeplan.model.memory import estimate_memory
 from moeplan.model.memory.overheads_fit import MemoryReading, learned_overheads, reading_row
 from moeplan.model.step import release_of
 from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario, load_scenario_file
+from moeplan.units import MIB_BYTES
 
 #: suffixes of a runs document (anything else is taken for a training log)
 RUNS_SUFFIXES = (".yaml", ".yml", ".json")
@@ -151,17 +152,13 @@ def calibrate_report(
     return {"fit": info, "holdout": folds, "profile": str(output) if output else None}
 
 
-#: Megatron's memory report prints MiB under the label "MB" (report_memory divides by 1024 * 1024)
-MIB_BYTES = 1024 * 1024
-
-
 def _memory_reading(path: Path, st: LogStats, s: Scenario) -> MemoryReading:
     """A log's memory maxima against moeplan's stage with the largest allocated peak.
 
     Raises:
         InputError: the log has no memory report.
     """
-    mem = st.memory_mb
+    mem = st.memory_mb  # MiB: Megatron's report_memory prints MiB under the label "MB"
     if "max_allocated" not in mem:
         raise InputError(
             f"log {path}",

@@ -26,7 +26,7 @@ from moeplan.model.memory.other import (
     graph_buffers,
 )
 from moeplan.model.memory.stage_activations import DecoderActivations, decoder_activations, tail_activations
-from moeplan.model.memory.static import static_memory, trained_params
+from moeplan.model.memory.static import static_memory
 from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
@@ -515,7 +515,7 @@ def _stage(s: Scenario, sp: StageParams, com: _Common) -> StageMemory:
     other.update(fixed_buffers(s, ctx, ov))
     other.update(graph_buffers(s, ctx, ov, sum(act.values()), sp, inflight, com.num_microbatches, com.modules))
     other["allocator_fragmentation"] = fragmentation(s, ov, sum(act.values()) + working)
-    steps = optimizer_step_transients(s, sp, com.numerics, *trained_params(s, sp))
+    steps = optimizer_step_transients(s, sp, com.numerics, *static.trained)
     excess = step_excess(steps, act, other)
     if excess:
         other["optimizer_step_excess"] = excess

@@ -70,6 +70,7 @@ class StaticMemory:
     grads: dict[str, float]
     optimizer: dict[str, float]
     host: dict[str, float]
+    trained: tuple[float, float] = (0.0, 0.0)  # (dense, routed-expert) parameters with gradients
 
     @property
     def host_bytes(self) -> float:
@@ -168,4 +169,5 @@ def static_memory(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> Stati
         grads=_grads(dense, expert, sp, num),
         optimizer={"dense_state": opt_dense * keep, "expert_state": opt_exp * keep},
         host=cpu_optimizer_host(s, offloaded),
+        trained=(dense, expert),
     )
