@@ -30,8 +30,19 @@ def rows():
 def test_allocated_matches_public_readings(rows):
     s = ma.summary(rows)
     assert len(rows) >= 11
-    assert s["median_abs_pct"] <= 14.0, s
-    assert s["worst_abs_pct"] <= 17.0, s
+    # the issue's targets: allocated vs allocated, median ≤ 8 %, worst ≤ 20 % (now 3.6 % and 10.1 %)
+    assert s["median_abs_pct"] <= 8.0, s
+    assert s["worst_abs_pct"] <= 12.0, s
+
+
+def test_recompute_sweep_flat_where_the_optimizer_step_sets_the_peak(rows):
+    """Moonlight's sweep: every setting that drops an activation lands within 0.05 GB of the others,
+    because the optimizer step (megatron-core's fp32 master and fp32 grad copies under Bridge's
+    "tensorwise" optimizer fp8_recipe) is then the peak; no recompute and core_attn stay above it."""
+    moon = {r["id"].split("recompute-")[1]: r for r in rows if r["id"].startswith("moonlight")}
+    flat = [moon[k]["predicted_gib"] for k in ("mla-up-proj", "mla-up-proj-mlp", "moe-act", "layernorm-moe-act")]
+    assert max(flat) - min(flat) < 0.15
+    assert moon["none"]["predicted_gib"] > max(flat) + 0.3
 
 
 def test_packaged_band_is_the_validation(rows):

@@ -14,8 +14,9 @@ from moeplan.spec.placement import stage_params
 from moeplan.spec.scenario import load_scenario
 
 
-def _scenario(layout: dict, seq: int = 256, versions: dict | None = None):
+def _scenario(layout: dict, seq: int = 256, versions: dict | None = None, framework: str = "megatron-bridge"):
     d = {
+        "framework": framework,
         "model": "Qwen/Qwen3-30B-A3B",
         "system": {"gpu": "h100", "num_gpus": 16},
         "training": {"seq_length": seq, "micro_batch_size": 1, "global_batch_size": 16},
@@ -43,7 +44,29 @@ def test_bf16_grads_get_fp32_copies_per_shard_element():
 def test_fp32_grads_and_decoupled_grads_need_no_copy():
     assert optimizer_step_transients(*_args(_scenario({}))) == {}  # fp32 buffer: .float() is a view
     pao = {"grad_reduce_in_fp32": False, "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"}
-    assert optimizer_step_transients(*_args(_scenario(pao))) == {}  # bf16 shard read as decoupled_grad
+    # Megatron-LM: the optimizer's fp8_recipe defaults to "delayed", so TE keeps the master and reads
+    # the bf16 shard as decoupled_grad
+    assert optimizer_step_transients(*_args(_scenario(pao, framework="megatron-core"))) == {}
+    # Megatron Bridge 0.1: its MixedPrecisionConfig still defaulted fp8_recipe to "delayed"
+    old_bridge = _scenario(pao, versions={"megatron_bridge": "0.1.0"})
+    assert optimizer_step_transients(*_args(old_bridge)) == {}
+
+
+def test_bridge_bf16_precision_aware_optimizer_keeps_mcore_master_and_copies_grads():
+    """Bridge ≥ 0.2.0rc2 copies MixedPrecisionConfig.fp8_recipe ("tensorwise", set even for BF16) into
+    the optimizer config, so use_precision_aware_optimizer_no_fp8_or_ds_fp8 is false: megatron-core
+    keeps an fp32 master shard (4 B, no remainders) and copies the bf16 grad shard to fp32."""
+    pao = {"grad_reduce_in_fp32": False, "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"}
+    for versions in ({}, {"megatron_bridge": "0.2.0rc2"}, {"megatron_bridge": "0.3.1"}):
+        s = _scenario(pao, versions=versions)
+        sp, num, dense, expert, sd, se = _shards(s)
+        assert num.master_bytes == 4.0
+        assert optimizer_step_transients(s, sp, num, dense, expert) == {"fp32_main_grad_copies": pytest.approx(4 * (sd + se))}
+    te_master = optimizer_numerics(_scenario(pao, framework="megatron-core"))
+    assert te_master.master_bytes == 2.0  # TE FusedAdam's bf16 param + 16-bit remainder
+    fp16_master = _scenario({**pao, "main_params_dtype": "fp16"})  # not fp32: TE keeps it, in fp16
+    assert optimizer_numerics(fp16_master).master_bytes == 2.0  # an fp16 master, no remainders
+    assert "fp32_main_grad_copies" not in optimizer_step_transients(*_args(fp16_master))
 
 
 def _args(s):

@@ -9,10 +9,11 @@ Sources (Megatron-Core 0.16–0.18):
   ``bf16_mixed`` and Megatron-LM's ``--bf16`` set it true); the precision-aware optimizer with
   ``main_grads_dtype: bf16`` keeps bf16 main grads (``megatron/core/optimizer/optimizer_config.py``).
   Gradients are reduced in the buffer's dtype (``distributed/param_and_grad_buffer.py``);
-- optimizer state: an fp32 master copy (2 B with ``store_param_remainders``: the bf16 parameter plus
-  a 16-bit remainder) and Adam's two moments in ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` (fp32 unless
-  the precision-aware optimizer says otherwise) (``optimizer/optimizer_config.py``, ``docs/.../
-  dist_optimizer.md``);
+- optimizer state: a master copy and Adam's two moments in ``exp_avg_dtype`` / ``exp_avg_sq_dtype``
+  (fp32 unless the precision-aware optimizer says otherwise). The master is megatron-core's fp32 shard
+  unless TE's FusedAdam keeps it (:func:`te_managed_master`): then it is ``main_params_dtype``, or
+  2 B with ``store_param_remainders`` (the bf16 parameter plus a 16-bit remainder)
+  (``optimizer/optimizer_config.py``, ``optimizer/__init__.py``, ``docs/.../dist_optimizer.md``);
 - shards: the distributed optimizer shards dense state over DP·CP / ``num_distributed_optimizer_instances``
   and routed-expert state over EDP (``distributed/distributed_data_parallel.py``); Megatron-FSDP
   ``optim_grads_params`` also shards weights and gradients, ``optim_grads`` gradients, ``no_shard``
@@ -31,6 +32,8 @@ Sources (Megatron-Core 0.16–0.18):
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from packaging.version import Version
 
 from moeplan.spec.scenario import Scenario
 
@@ -158,6 +161,59 @@ def shard_degrees(s: Scenario) -> tuple[int, int]:
     return dense, expert
 
 
+#: FP8 recipe of each FP8 training precision, as megatron-core's ``fp8_recipe`` names it
+FP8_RECIPE_OF: dict[str, str] = {
+    "fp8-tensorwise": "tensorwise",
+    "fp8-delayed": "delayed",
+    "fp8-blockwise": "blockwise",
+    "mxfp8": "mxfp8",
+}
+#: the first Megatron Bridge release whose ``MixedPrecisionConfig.fp8_recipe`` defaults to
+#: ``"tensorwise"`` (commit 15bf28de, 2025-09-05; ``"delayed"`` before)
+BRIDGE_TENSORWISE_DEFAULT = Version("0.2.0rc2")
+
+
+def optimizer_fp8_recipe(s: Scenario) -> str:
+    """The ``fp8_recipe`` megatron-core's ``OptimizerConfig`` ends up with (``"tensorwise"``,
+    ``"delayed"``, ``"blockwise"`` or ``"mxfp8"``): the FP8 precision's recipe; otherwise (BF16, FP16,
+    NVFP4) the framework's default, which is set even when FP8 is off. Megatron Bridge copies every
+    ``MixedPrecisionConfig`` field the optimizer config also has (``mixed_precision.py::
+    update_config_with_precision_overrides``, before ``OptimizerConfig.finalize``), and that field
+    defaults to ``"tensorwise"`` from 0.2.0rc2 (``"delayed"`` before); Megatron-LM builds the optimizer
+    config from its arguments, whose ``--fp8-recipe`` defaults to ``"delayed"``
+    (``TransformerConfig.fp8_recipe``, ``training.py::get_megatron_optimizer_config``)."""
+    if s.training.precision in FP8_RECIPE_OF:
+        return FP8_RECIPE_OF[s.training.precision]
+    if s.framework != "megatron-bridge":
+        return "delayed"
+    bridge = s.versions.get("megatron_bridge")
+    return "delayed" if bridge is not None and bridge < BRIDGE_TENSORWISE_DEFAULT else "tensorwise"
+
+
+def te_managed_master(s: Scenario) -> bool:
+    """megatron-core's ``use_precision_aware_optimizer_no_fp8_or_ds_fp8`` (``optimizer_config.py``):
+    the precision-aware optimizer with ``main_params_dtype`` ≠ fp32, or with an optimizer
+    ``fp8_recipe`` of ``"delayed"`` (:func:`optimizer_fp8_recipe`), or with CPU offload. Then TE's
+    FusedAdam keeps the master weights (``master_weights=True``, 16-bit remainders with
+    ``store_param_remainders``) and reads the grad shard in place (``decoupled_grad``); otherwise
+    megatron-core keeps an fp32 main-parameter shard (``shard_model_param.clone().float()``) and
+    hands the optimizer ``shard_model_grad.float()`` (``distrib_optimizer.py``)."""
+    lay = s.layout
+    if not lay.use_precision_aware_optimizer:
+        return False
+    return (
+        (lay.main_params_dtype or "fp32") != "fp32"
+        or optimizer_fp8_recipe(s) == "delayed"
+        or bool(lay.optimizer_cpu_offload)
+    )
+
+
+def _master_bytes(s: Scenario) -> float:
+    """Master-weight bytes per parameter without remainders: ``main_params_dtype`` where TE's FusedAdam
+    keeps the master (:func:`te_managed_master`), else megatron-core's fp32 shard."""
+    return DTYPE_BYTES[s.layout.main_params_dtype or "fp32"] if te_managed_master(s) else DTYPE_BYTES["fp32"]
+
+
 def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
     """Gradient and optimizer-state bytes and shard degrees of a resolved scenario (see the module
     docstring for the sources)."""
@@ -166,7 +222,7 @@ def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
     m_b = DTYPE_BYTES[lay.exp_avg_dtype or "fp32"] if pao else 4.0
     v_b = DTYPE_BYTES[lay.exp_avg_sq_dtype or "fp32"] if pao else 4.0
     remainders = (
-        pao
+        te_managed_master(s)
         and lay.store_param_remainders is not False
         and (lay.main_params_dtype or "fp32") == "fp32"
         and not lay.optimizer_cpu_offload
@@ -176,7 +232,7 @@ def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
     return OptimizerNumerics(
         grad_bytes=grad_bytes(s),
         grad_reduce_in_fp32_stated=lay.grad_reduce_in_fp32 is not None,
-        master_bytes=2.0 if remainders else 4.0,
+        master_bytes=2.0 if remainders else _master_bytes(s),
         exp_avg_bytes=m_b,
         exp_avg_sq_bytes=v_b,
         offload_fraction=(lay.optimizer_offload_fraction or 0.0) if lay.optimizer_cpu_offload else 0.0,

@@ -11,8 +11,9 @@ NVIDIA/TransformerEngine d0067d0d:
   shard_model_grad.float()`` — a new fp32 tensor per shard element when the DDP grad buffer is bf16
   (``grad_reduce_in_fp32: false``), a view when it is fp32 — unless the precision-aware optimizer
   takes the bf16 shard as ``decoupled_grad`` (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``,
-  optimizer_config.py: precision-aware and (``main_params_dtype`` ≠ fp32, or no FP8 recipe but
-  delayed scaling, or CPU offload)). Without the distributed optimizer,
+  :func:`moeplan.spec.numerics.te_managed_master`; note that Megatron Bridge's BF16 runs set the
+  optimizer's ``fp8_recipe`` to ``"tensorwise"``, so their fp32-master precision-aware optimizer is
+  megatron-core's, with these copies). Without the distributed optimizer,
   ``Float16OptimizerWithFloat16Params`` does the same per whole parameter (optimizer.py
   ``main_param.grad = model_param.main_grad.float()``). The dense and expert optimizers of a
   ``ChainedOptimizer`` prepare their grads before either steps, so both sets coexist; they are freed
@@ -31,7 +32,7 @@ the CPU-offloaded share of the state steps on the host (``HybridDeviceOptimizer`
 
 from __future__ import annotations
 
-from moeplan.spec.numerics import OptimizerNumerics
+from moeplan.spec.numerics import OptimizerNumerics, te_managed_master
 from moeplan.spec.placement import StageParams
 from moeplan.spec.scenario import Scenario
 from moeplan.spec.versions import release_tuple
@@ -40,20 +41,8 @@ from moeplan.spec.versions import release_tuple
 FP32_BYTES = 4.0
 #: the first Transformer Engine release whose FusedAdam unscales bf16 moments inside its kernel
 TE_FUSED_BF16_UNSCALE = (2, 14, 0)
-#: FP8 recipes under which megatron-core keeps its own fp32 master shard (no decoupled grads)
-FP8_OWN_MASTER = frozenset({"fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4"})
 #: the ``other`` items that are freed before the optimizer step (activations are freed too)
 FREED_BEFORE_STEP = ("backward_working_set", "vision_working_set", "cp_kv_buffers")
-
-
-def decoupled_grads(s: Scenario) -> bool:
-    """True when the precision-aware optimizer reads the bf16 grad shard in place
-    (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``, megatron-core optimizer_config.py)."""
-    lay = s.layout
-    if not lay.use_precision_aware_optimizer:
-        return False
-    own_master = s.training.precision in FP8_OWN_MASTER and (lay.main_params_dtype or "fp32") == "fp32"
-    return not own_master or bool(lay.optimizer_cpu_offload)
 
 
 def _unscaled_bytes_per_element(s: Scenario) -> float:
@@ -80,7 +69,7 @@ def optimizer_step_transients(s: Scenario, sp: StageParams, num: OptimizerNumeri
     keep = 1.0 - num.offload_fraction
     shard_dense, shard_expert = dense / num.dense_shard * keep, expert / num.expert_shard * keep
     out: dict[str, float] = {}
-    if num.grad_bytes < FP32_BYTES and not decoupled_grads(s):
+    if num.grad_bytes < FP32_BYTES and not te_managed_master(s):
         out["fp32_main_grad_copies"] = FP32_BYTES * (shard_dense + shard_expert)
     per_elem = _unscaled_bytes_per_element(s)
     if per_elem:
