@@ -70,6 +70,10 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"tensor_model_parallel_size": 2},
     },
     {"layout": {"use_megatron_fsdp": True, "use_torch_fsdp2": True}},
+    # the precision-aware optimizer's master kept by megatron-core (Bridge's 'tensorwise' fp8_recipe),
+    # with bf16 grads (copied at the step) and with fp32 grads
+    {"layout": {"use_precision_aware_optimizer": True, "main_grads_dtype": "bf16", "grad_reduce_in_fp32": False}},
+    {"layout": {"use_precision_aware_optimizer": True}},
     {"layout": {"use_torch_fsdp2": True, "pipeline_model_parallel_size": 2}},
     {"layout": {"data_parallel_sharding_strategy": "optim_grads_params"}},
     {"environment": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "layout": {"use_megatron_fsdp": True}},

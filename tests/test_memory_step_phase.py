@@ -119,3 +119,21 @@ def test_allocated_peak_is_the_larger_of_the_two_phases():
     assert st.peak_allocated_bytes == pytest.approx(static + steps + st.items["other"]["workspaces"], abs=8)
     long = estimate_memory(_scenario({"grad_reduce_in_fp32": False}, seq=16384)).stages[0]
     assert "optimizer_step_excess" not in long.items["other"]
+
+
+def test_check_says_when_bridge_keeps_the_master_in_megatron_core():
+    from moeplan import validate
+
+    rid = "optimizer.precision_aware_master_kept_by_megatron_core"
+    pao = {"grad_reduce_in_fp32": False, "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"}
+    bridge = validate(_scenario(pao))
+    assert rid in bridge.rule_ids("info")
+    msg = next(f.message for f in bridge.findings if f.rule_id == rid)
+    assert "'tensorwise'" in msg and "copies the bf16 gradient shard to fp32" in msg
+    for quiet in (
+        _scenario(pao, framework="megatron-core"),  # Megatron-LM: fp8_recipe 'delayed', TE keeps it
+        _scenario(pao, versions={"megatron_bridge": "0.1.0"}),  # Bridge 0.1 still defaulted to 'delayed'
+        _scenario({**pao, "main_params_dtype": "fp16"}),  # a 16-bit master is TE's
+        _scenario({"use_distributed_optimizer": True}),  # no precision-aware optimizer
+    ):
+        assert rid not in validate(quiet).rule_ids("info")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from moeplan.rules.base import rule
+from moeplan.spec.numerics import FP8_RECIPE_OF, grad_bytes, optimizer_fp8_recipe, te_managed_master
 
 
 @rule(
@@ -198,5 +199,32 @@ def _fsdp_pp_vlm(s, e):
             "or drop use_megatron_fsdp and keep PP (3D parallel with the distributed optimizer)",
             "use_megatron_fsdp",
             "pipeline_model_parallel_size",
+        )
+    ]
+
+
+@rule(
+    "optimizer.precision_aware_master_kept_by_megatron_core",
+    "[OPT] optimizer_config.py (use_precision_aware_optimizer_no_fp8_or_ds_fp8); Bridge mixed_precision.py",
+    "under Megatron Bridge a BF16 run's precision-aware optimizer keeps megatron-core's fp32 master",
+    kind="info",
+)
+def _pao_master(s, e):
+    lay = s.layout
+    if not lay.use_precision_aware_optimizer or te_managed_master(s) or s.training.precision in FP8_RECIPE_OF:
+        return None
+    if s.framework != "megatron-bridge" or (lay.main_params_dtype or "fp32") != "fp32":
+        return None
+    grads = " and copies the bf16 gradient shard to fp32 at every step (4 B more per element while it steps)"
+    return [
+        e.info(
+            f"use_precision_aware_optimizer with an fp32 master under Megatron Bridge: Bridge copies "
+            f"mixed_precision.fp8_recipe ('{optimizer_fp8_recipe(s)}' by default, also when FP8 is off) into "
+            "the optimizer config, so use_precision_aware_optimizer_no_fp8_or_ds_fp8 is false and megatron-core, "
+            "not TE's FusedAdam, keeps the master: an fp32 shard (4 B per element, not the 2 B of "
+            f"store_param_remainders){grads if grad_bytes(s) < 4 else ''}; moeplan counts it so. "
+            "Megatron-LM's default fp8_recipe ('delayed') hands the master to TE",
+            "use_precision_aware_optimizer",
+            "main_params_dtype",
         )
     ]
