@@ -51,6 +51,8 @@ def test_fp32_grads_and_decoupled_grads_need_no_copy():
     # to "delayed"
     for v in ("0.1.0rc2", "0.2.0rc1"):
         assert optimizer_step_transients(*_args(_scenario(pao, versions={"megatron_bridge": v}))) == {}
+    # megatron-core before 0.13 always handed TE the master (no use_precision_aware_optimizer_no_fp8_or_ds_fp8)
+    assert optimizer_step_transients(*_args(_scenario(pao, versions={"megatron_core": "0.12.1"}))) == {}
 
 
 def test_bridge_bf16_precision_aware_optimizer_keeps_mcore_master_and_copies_grads():

@@ -171,6 +171,10 @@ FP8_RECIPE_OF: dict[str, str] = {
 #: Megatron Bridge releases whose ``MixedPrecisionConfig.fp8_recipe`` still defaults to ``"delayed"``
 #: (half-open version ranges): before 0.1.0rc3, and 0.2.0rc0–rc1. Main switched to ``"tensorwise"`` in
 #: commit 15bf28de (2025-09-05, first tagged 0.2.0rc2); cherry-pick d8bb57e3 put it into 0.1.0rc3/rc4
+#: the first megatron-core release with ``use_precision_aware_optimizer_no_fp8_or_ds_fp8`` (before it,
+#: core_v0.12 ``optimizer/__init__.py`` passes ``master_weights=True`` whenever the precision-aware
+#: optimizer is on)
+MCORE_NO_FP8_OR_DS_FP8 = Version("0.13.0rc0")
 BRIDGE_DELAYED_DEFAULT = (
     (Version("0"), Version("0.1.0rc3")),
     (Version("0.2.0.dev0"), Version("0.2.0rc2")),
@@ -201,12 +205,16 @@ def te_managed_master(s: Scenario) -> bool:
     the precision-aware optimizer with ``main_params_dtype`` ≠ fp32, or with an optimizer
     ``fp8_recipe`` of ``"delayed"`` (:func:`optimizer_fp8_recipe`), or with CPU offload. Then TE's
     FusedAdam keeps the master weights (``master_weights=True``, 16-bit remainders with
-    ``store_param_remainders``) and reads the grad shard in place (``decoupled_grad``); otherwise
+    ``store_param_remainders``) and reads the grad shard in place (``decoupled_grad``), as it always
+    does before megatron-core 0.13 (:data:`MCORE_NO_FP8_OR_DS_FP8`); otherwise
     megatron-core keeps an fp32 main-parameter shard (``shard_model_param.clone().float()``) and
     hands the optimizer ``shard_model_grad.float()`` (``distrib_optimizer.py``)."""
     lay = s.layout
     if not lay.use_precision_aware_optimizer:
         return False
+    core = s.versions.get("megatron_core")
+    if core is not None and core < MCORE_NO_FP8_OR_DS_FP8:
+        return True  # before 0.13 the precision-aware optimizer always handed TE the master
     return (
         (lay.main_params_dtype or "fp32") != "fp32"
         or optimizer_fp8_recipe(s) == "delayed"
