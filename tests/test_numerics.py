@@ -43,9 +43,14 @@ def test_grad_bytes_and_optimizer_state():
     assert grad_bytes(_s(grad_reduce_in_fp32=False)) == 2.0
     # precision-aware optimizer with bf16 main grads: bf16 even when grad_reduce_in_fp32 is unset
     assert grad_bytes(_s(use_precision_aware_optimizer=True, main_grads_dtype="bf16")) == 2.0
-    num = optimizer_numerics(_s(use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"))
-    # remainders: bf16 param + 16-bit remainder = 2 B master; bf16 moments 2 + 2
-    assert (num.master_bytes, num.state_bytes) == (2.0, 6.0)
+    pao = {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    # Megatron-LM ('delayed' optimizer fp8_recipe): TE keeps the master as the bf16 param + a 16-bit
+    # remainder = 2 B; bf16 moments 2 + 2
+    core = optimizer_numerics(load_scenario({**QWEN, "framework": "megatron-core", "layout": {**QWEN["layout"], **pao}}))
+    assert (core.master_bytes, core.state_bytes) == (2.0, 6.0)
+    # Megatron Bridge ('tensorwise' copied into the optimizer config): megatron-core's fp32 master, 4 B
+    num = optimizer_numerics(_s(**pao))
+    assert (num.master_bytes, num.state_bytes) == (4.0, 8.0)
     assert optimizer_numerics(_s()).state_bytes == 12.0  # fp32 master and moments
 
 
