@@ -92,6 +92,9 @@ def test_parse_set_sections_nesting_and_text_values():
         "versions": {"container": "26.10"},  # text: YAML would read 26.1
         "recipe_defaults": "mbridge-perf",
     }
+    # text values may carry YAML quotes, as every other --set value may
+    quoted = parse_set(['versions.megatron_bridge="0.1.0rc2"', "framework='megatron-core'", "versions.container=\"26.10\""])
+    assert quoted == {"versions": {"megatron_bridge": "0.1.0rc2", "container": "26.10"}, "framework": "megatron-core"}
 
 
 @pytest.mark.parametrize(

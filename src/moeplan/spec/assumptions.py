@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from moeplan.spec.numerics import DEFAULT_ROUTING_IMBALANCE, grad_bytes, routing
+from moeplan.spec.numerics import DEFAULT_ROUTING_IMBALANCE, grad_bytes, optimizer_numerics, routing, te_managed_master
 from moeplan.spec.provenance import BENCHMARK_ONLY, is_benchmark_only
 from moeplan.spec.resolved import Scenario
 
@@ -68,7 +68,16 @@ def _optimizer(s: Scenario) -> Assumption:
         return Assumption("optimizer", "Adam state in FP32", src, hint)
     moments = {lay.exp_avg_dtype or "fp32", lay.exp_avg_sq_dtype or "fp32"}
     m = "/".join(sorted(x.upper() for x in moments))
-    return Assumption("optimizer", f"precision-aware optimizer, moments {m}", src)
+    return Assumption("optimizer", f"precision-aware optimizer, {_master(s)}, moments {m}", src)
+
+
+def _master(s: Scenario) -> str:
+    """Who keeps the precision-aware optimizer's master, and in what (:func:`te_managed_master`)."""
+    if not te_managed_master(s):
+        return "FP32 master in megatron-core"
+    if optimizer_numerics(s).master_bytes == 2.0 and (s.layout.main_params_dtype or "fp32") == "fp32":
+        return "master in TE (16-bit remainders)"
+    return f"{(s.layout.main_params_dtype or 'fp32').upper()} master in TE"
 
 
 def _routing(s: Scenario) -> Assumption | None:

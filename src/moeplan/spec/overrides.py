@@ -58,10 +58,19 @@ class ScenarioFlags:
 FLAG_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ScenarioFlags))
 
 
+def _text(raw: str) -> str:
+    """A text-valued ``--set`` value: one pair of matching YAML quotes around it is dropped
+    (``versions.megatron_bridge="0.1.0rc2"`` is ``0.1.0rc2``, as YAML would read it)."""
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    return raw
+
+
 def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``section.key=value`` pairs (value parsed as YAML) → ``{section: {key: value}}`` (dots deeper
     in the key nest further); the top-level keys ``framework``, ``recipe_defaults`` and ``name``,
-    and every ``versions.*`` value, are taken as text (YAML would read 26.10 as the float 26.1).
+    and every ``versions.*`` value, are taken as text (YAML would read 26.10 as the float 26.1; one pair
+    of surrounding quotes is dropped).
 
     Raises:
         InputError: an item without ``=`` or without a section, or keys that overlap
@@ -71,7 +80,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if sep and key in TOP_LEVEL_SET:
-            out[key] = raw
+            out[key] = _text(raw)
             continue
         if not sep or "." not in key:
             raise InputError(
@@ -80,7 +89,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
                 "section.key=value, e.g. layout.recompute_granularity=selective, or framework=..., recipe_defaults=...",
             )
         sec, *path = key.split(".")
-        val = raw if sec == "versions" else parse_yaml_value(raw)
+        val = _text(raw) if sec == "versions" else parse_yaml_value(raw)
         node = out.setdefault(sec, {})
         if not isinstance(node, dict):
             raise InputError("--set", item, f"a key under {sec!r}, which was already given a value")

@@ -205,6 +205,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
         + (T(" — host memory exceeded") if mem.get("host_fits") is False else "")
         + f" → [{_MEM_STYLE[mem['verdict']]}]{T(mem['verdict'])}[/]"
     )
+    _step_peak_line(c, mem)
     if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:
         c.print(
             "[dim]"
@@ -214,6 +215,25 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             + "[/]",
             markup=True,
         )
+
+
+def _step_peak_line(c, mem: dict) -> None:
+    """When the optimizer step, not the forward/backward, sets the peak stage's figures: its
+    temporaries (``optimizer_step_transients``) and how far they rise above (``optimizer_step_excess``)."""
+    stage = next((st for st in mem.get("stages", []) if st.get("stage") == mem.get("peak_stage")), None)
+    excess = ((stage or {}).get("items", {}).get("other") or {}).get("optimizer_step_excess", 0)
+    if not stage or excess <= 0:
+        return
+    parts = ", ".join(f"{k} {_gib(v)} GiB" for k, v in stage.get("optimizer_step_transients", {}).items())
+    c.print(
+        T(
+            "the optimizer step sets this peak: its temporaries ({parts}) rise {gib} GiB above the "
+            "forward/backward peak (optimizer_step_excess)"
+        ).format(parts=parts, gib=_gib(excess)),
+        style="dim",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _defaults_line(c, resolved: list[dict], verbose: bool) -> None:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 import moeplan.i18n as i18n
 from moeplan.cli.render import T, console, finding_line, lang, rule_text
+from moeplan.cli.render.check import yaml_value
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
 from moeplan.rules import RULES
 
@@ -27,7 +28,7 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
             mi=f"{gbs * seq / 2**20:.3g}",
             precision=r["precision"],
         )
-        + (T("; held fixed: ") + ", ".join(f"{k}={v}" for k, v in held.items()) if held else "")
+        + (T("; held fixed: ") + ", ".join(f"{k}={yaml_value(v)}" for k, v in held.items()) if held else "")
         + (
             T("; {gib} GiB per GPU reserved by a colocated engine").format(gib=f"{r['reserved_gib']:g}")
             if r.get("reserved_gib")
