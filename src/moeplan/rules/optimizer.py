@@ -210,10 +210,9 @@ def _fsdp_pp_vlm(s, e):
     kind="info",
 )
 def _pao_master(s, e):
-    lay = s.layout
-    if not lay.use_precision_aware_optimizer or te_managed_master(s) or s.training.precision in FP8_RECIPE_OF:
-        return None
-    if s.framework != "megatron-bridge" or (lay.main_params_dtype or "fp32") != "fp32":
+    # not TE's master and not an FP8 recipe: an fp32 master under Bridge's 'tensorwise' default (a 16-bit
+    # master, Megatron-LM's 'delayed' default and megatron-core < 0.13 all hand TE the master)
+    if not s.layout.use_precision_aware_optimizer or te_managed_master(s) or s.training.precision in FP8_RECIPE_OF:
         return None
     grads = " and copies the bf16 gradient shard to fp32 at every step (4 B more per element while it steps)"
     return [

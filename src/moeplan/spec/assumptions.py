@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from moeplan.spec.numerics import DEFAULT_ROUTING_IMBALANCE, grad_bytes, optimizer_numerics, routing, te_managed_master
+from moeplan.spec.numerics import (
+    DEFAULT_ROUTING_IMBALANCE,
+    grad_bytes,
+    routing,
+    stores_param_remainders,
+    te_managed_master,
+)
 from moeplan.spec.provenance import BENCHMARK_ONLY, is_benchmark_only
 from moeplan.spec.resolved import Scenario
 
@@ -75,7 +81,7 @@ def _master(s: Scenario) -> str:
     """Who keeps the precision-aware optimizer's master, and in what (:func:`te_managed_master`)."""
     if not te_managed_master(s):
         return "FP32 master in megatron-core"
-    if optimizer_numerics(s).master_bytes == 2.0 and (s.layout.main_params_dtype or "fp32") == "fp32":
+    if stores_param_remainders(s):
         return "master in TE (16-bit remainders)"
     return f"{(s.layout.main_params_dtype or 'fp32').upper()} master in TE"
 

@@ -222,10 +222,25 @@ def te_managed_master(s: Scenario) -> bool:
     )
 
 
+def stores_param_remainders(s: Scenario) -> bool:
+    """TE's FusedAdam keeps the fp32 master as the bf16 parameter plus a 16-bit remainder: it keeps the
+    master (:func:`te_managed_master`), the master is fp32, ``store_param_remainders`` is not off, and
+    the state is not offloaded (the host keeps a full fp32 master)."""
+    lay = s.layout
+    return (
+        lay.store_param_remainders is not False
+        and (lay.main_params_dtype or "fp32") == "fp32"
+        and not lay.optimizer_cpu_offload
+        and te_managed_master(s)
+    )
+
+
 def _master_bytes(s: Scenario) -> float:
-    """Master-weight bytes per parameter without remainders: ``main_params_dtype`` where TE's FusedAdam
+    """Master-weight bytes per parameter: 2 with remainders, ``main_params_dtype`` where TE's FusedAdam
     keeps the master (:func:`te_managed_master`), else megatron-core's fp32 shard."""
-    return DTYPE_BYTES[s.layout.main_params_dtype or "fp32"] if te_managed_master(s) else DTYPE_BYTES["fp32"]
+    if not te_managed_master(s):
+        return DTYPE_BYTES["fp32"]
+    return 2.0 if stores_param_remainders(s) else DTYPE_BYTES[s.layout.main_params_dtype or "fp32"]
 
 
 def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
@@ -235,18 +250,12 @@ def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
     pao = bool(lay.use_precision_aware_optimizer)
     m_b = DTYPE_BYTES[lay.exp_avg_dtype or "fp32"] if pao else 4.0
     v_b = DTYPE_BYTES[lay.exp_avg_sq_dtype or "fp32"] if pao else 4.0
-    remainders = (
-        te_managed_master(s)
-        and lay.store_param_remainders is not False
-        and (lay.main_params_dtype or "fp32") == "fp32"
-        and not lay.optimizer_cpu_offload
-    )
     strategy = fsdp_strategy(s)
     dense, expert = shard_degrees(s)
     return OptimizerNumerics(
         grad_bytes=grad_bytes(s),
         grad_reduce_in_fp32_stated=lay.grad_reduce_in_fp32 is not None,
-        master_bytes=2.0 if remainders else _master_bytes(s),
+        master_bytes=_master_bytes(s),
         exp_avg_bytes=m_b,
         exp_avg_sq_bytes=v_b,
         offload_fraction=(lay.optimizer_offload_fraction or 0.0) if lay.optimizer_cpu_offload else 0.0,
