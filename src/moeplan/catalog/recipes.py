@@ -26,6 +26,20 @@ def perf_recipes() -> list[dict]:
 
 
 @functools.lru_cache(maxsize=1)
+def perf_recipe_history() -> dict[str, list[dict]]:
+    """The workload base configs each container release shipped, by release (cached): rows of the
+    schema of :func:`perf_recipes` with ``table: "H"``, ``release`` and ``extra`` naming the Bridge
+    ``tag``, ``commit`` and ``file``. Source: Megatron Bridge ``scripts/performance/configs`` at the
+    release's tag (25.11 v0.2.0 … 26.06 v0.5.0), evaluated by ``scripts/import_recipe_history.py``."""
+    text = (resources.files("moeplan.catalog") / "data" / "mbridge_perf_recipes_by_release.yaml").read_text()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    out: dict[str, list[dict]] = {}
+    for row in yaml.load(text, Loader=loader)["recipes"]:  # noqa: S506 - a safe loader
+        out.setdefault(row["release"], []).append(row)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def published_runs() -> list[dict]:
     """The measured Megatron Bridge performance-summary runs (cached): ``id``, ``release``, ``model``,
     ``gpu``, ``num_gpus``, ``training`` (seq_length, micro/global batch in sequences, precision),
@@ -69,6 +83,7 @@ def match_perf_recipe(
     layout: dict,
     micro_batch_size: int | None,
     num_gpus: int | None = None,
+    release: str | None = None,
 ):
     """The recipe row a published run most likely used: same model, GPU and precision, and the same
     TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then the same GPU
@@ -76,21 +91,39 @@ def match_perf_recipe(
     precision it derives from (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same
     way; the caller keeps only its precision-neutral keys (:data:`PRECISION_KEYS`).
 
+    With a container ``release`` that :func:`perf_recipe_history` covers, the rows that release
+    shipped are searched first, ranked the same way: a run is filled with what its own release's
+    recipe set (e.g. 26.02's EP A2A overlap for Qwen3-235B on B300, not HEAD's HybridEP). Only when
+    none of them matches are the current tables searched.
+
     Args:
         model_id: HF id (``deepseek-ai/DeepSeek-V3``); gpu_id: lower-case catalog id.
         precision: moeplan precision name; layout: LayoutSpec keys (missing sizes count as 1).
         micro_batch_size / num_gpus: tie-breaks (sequences; GPUs).
+        release: the container release (``26.02``), or None for the current tables only.
 
     Returns:
         the row mapping (:func:`perf_recipes`), or ``None`` when no row qualifies. Never raises.
     """
+
+    if release is not None and release in perf_recipe_history():
+        found = _best_row(
+            perf_recipe_history()[release], model_id, gpu_id, precision, layout, micro_batch_size, num_gpus
+        )
+        if found is not None:
+            return found
+    return _best_row(perf_recipes(), model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
+
+
+def _best_row(rows, model_id, gpu_id, precision, layout, micro_batch_size, num_gpus):
+    """The best-ranked row of ``rows`` as :func:`match_perf_recipe` ranks them, or None."""
 
     def norm_vpp(v):
         return None if v in (None, 1) else v
 
     order = (precision, *PRECISION_FALLBACK.get(precision, ()))
     best, best_score = None, None
-    for r in perf_recipes():
+    for r in rows:
         if r["model"] != model_id or r["gpu"] != gpu_id:
             continue
         prec_rank = min((i for i, p in enumerate(order) if p in r["precisions"]), default=None)

@@ -9,6 +9,8 @@ the record, never the prose of a :class:`~moeplan.spec.scenario.Resolution`.
 Sources (``shared/reference/megatron_recipes.md``): Table A, flat perf recipes at Megatron Bridge
 ``067f987`` (``src/megatron/bridge/perf_recipes/<family>/<gpu>/<model>.py``); Table B, legacy workload
 base configs at tag ``v0.5.1`` (``scripts/performance/configs/<family>/*_workload_base_configs.py``);
+"H", the same workload configs at the tag of each container release a scenario names
+(``catalog/data/mbridge_perf_recipes_by_release.yaml``, ``scripts/import_recipe_history.py``);
 the shared helpers of §1.2 and the base recipes of §1.3.
 """
 
@@ -78,9 +80,11 @@ class RecipeRow:
     Attributes:
         id: row id, ``<section>/<suffix>`` for Table A (e.g. ``deepseek_v3/256gpu_gb300_fp8mx``), the
             workload config name for Table B.
-        table: ``"A"`` or ``"B"``.
+        table: ``"A"`` or ``"B"``, or ``"H"`` for a container release's own workload config
+            (``catalog.recipes.perf_recipe_history``; ``tag`` then names its Bridge tag).
         file: the row's Bridge source file relative to its table's folder (Table A:
-            ``deepseek/gb300/deepseek_v3.py``), None when the digest names none.
+            ``deepseek/gb300/deepseek_v3.py``; a release row: its path in the repository), None when
+            the digest names none.
         num_gpus: GPU count the row was published for.
         precisions: the row's precisions (moeplan names, e.g. ``("mxfp8",)``).
         precision: the scenario's precision the row was matched for.
@@ -95,15 +99,20 @@ class RecipeRow:
     precisions: tuple[str, ...]
     precision: str
     borrowed: bool
+    tag: str | None = None
 
     @property
     def ref(self) -> str:
-        """Megatron Bridge commit or tag of the row's table (``067f987`` / ``v0.5.1``)."""
-        return TABLE_REFS.get(self.table, "?")
+        """Megatron Bridge commit or tag of the row's table (``067f987`` / ``v0.5.1``; a release row's
+        own tag, e.g. ``v0.3.0``)."""
+        return self.tag if self.tag else TABLE_REFS.get(self.table, "?")
 
     @property
     def table_label(self) -> str:
-        """``Table A @067f987`` or ``Table B @v0.5.1`` (as printed in the fill reasons)."""
+        """``Table A @067f987`` or ``Table B @v0.5.1``, or ``workload config @v0.3.0`` for a row of a
+        container release's own recipes (as printed in the fill reasons)."""
+        if self.table == "H":
+            return f"workload config @{self.ref}"
         return f"Table {self.table} @{self.ref}"
 
     @property

@@ -14,6 +14,11 @@ runs behind them come from the perf launcher (``scripts/performance``), whose he
 - Qwen3-235B-A22B recipes: ``account_for_embedding/loss_in_pipeline_split``; Qwen3-Next-80B: its
   PP2×VPP4 layout; Qwen3-VL-235B: uneven 10/12 first/last stages.
 
+A scenario that names its container release (``versions.container``) is filled from the workload
+configs that release shipped (``catalog.recipes.perf_recipe_history``: Bridge's
+``scripts/performance/configs`` at the release's tag), not from HEAD's tables: 26.02's Qwen3-235B on
+B300 ran EP A2A overlap with NCCL all-to-all, HEAD's recipe runs HybridEP without it.
+
 Two fills, two purposes (``docs/decisions.md``, "Recipe fills"): ``recipe_defaults: mbridge-perf`` fills
 the recipe's **training** settings; ``mbridge-perf-benchmark`` reproduces the published benchmark and
 also fills the benchmark-only settings (:data:`~moeplan.spec.provenance.BENCHMARK_ONLY`: forced load
@@ -76,11 +81,13 @@ def _row_fills(
     layout: dict,
     micro_batch_size: int | None,
     num_gpus: int | None,
+    release: str | None = None,
 ) -> tuple[RecipeRow | None, list[RecipeFill]]:
-    """The matching row of the packaged tables (``catalog.recipes.match_perf_recipe``) and its layout
-    keys as fills; a row borrowed from another precision lends no precision key."""
+    """The matching row of the packaged tables (``catalog.recipes.match_perf_recipe``; the container
+    ``release``'s own workload configs first) and its layout keys as fills; a row borrowed from another
+    precision lends no precision key."""
 
-    found = match_perf_recipe(model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
+    found = match_perf_recipe(model_id, gpu_id, precision, layout, micro_batch_size, num_gpus, release)
     if found is None:
         return None, []
     row = RecipeRow(
@@ -91,6 +98,7 @@ def _row_fills(
         precisions=tuple(found["precisions"]),
         precision=precision,
         borrowed=precision not in found["precisions"],
+        tag=(found.get("extra") or {}).get("tag") if found["table"] == "H" else None,
     )
     fills = [
         RecipeFill(key, value, "row", row.reason)
@@ -176,6 +184,7 @@ def recipe_provenance(
     num_gpus: int | None = None,
     *,
     match_row: bool = True,
+    release: str | None = None,
 ) -> RecipeProvenance | None:
     """The fills of recipe defaults ``name`` for this model and layout, as a record: first the
     matching row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP; then VPP, MBS, GPU
@@ -191,6 +200,8 @@ def recipe_provenance(
         gpu_id: lower-case catalog GPU id (a custom GPU matches no row).
         layout: LayoutSpec keys of the scenario (missing sizes count as 1).
         micro_batch_size / num_gpus: tie-breaks between rows.
+        release: the scenario's container release (``versions.container``): the workload configs that
+            release shipped are matched first (``catalog.recipes.perf_recipe_history``).
 
     Returns:
         None for ``recipe_defaults: none``; else the record (its ``row`` None when none matched).
@@ -205,7 +216,7 @@ def recipe_provenance(
     row: RecipeRow | None = None
     fills: list[RecipeFill] = []
     if match_row and model is not None and layout is not None:
-        row, fills = _row_fills(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus)
+        row, fills = _row_fills(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus, release)
     fills += _shared_fills(precision, model)
     if model is not None:
         fills += _model_fills(model, pp, vpp)
@@ -265,6 +276,7 @@ def recipe_for_input(
         micro_batch_size=inp.training.micro_batch_size,
         num_gpus=inp.system.num_gpus,
         match_row=match_row,
+        release=inp.versions.container if inp.versions is not None else None,
     )
 
 
