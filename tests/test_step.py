@@ -300,9 +300,20 @@ def test_hierarchical_cp_moves_less_over_the_slow_links_than_the_ring():
     base = {
         "model": "deepseek-ai/DeepSeek-V3",
         "system": {"gpu": "h100", "num_gpus": 256},
-        "training": {"seq_length": 131072, "micro_batch_size": 1, "global_batch_size": 32, "precision": "fp8-blockwise"},
-        "layout": {"pipeline_model_parallel_size": 1, "context_parallel_size": 32, "expert_model_parallel_size": 64,
-                   "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+        "training": {
+            "seq_length": 131072,
+            "micro_batch_size": 1,
+            "global_batch_size": 32,
+            "precision": "fp8-blockwise",
+        },
+        "layout": {
+            "pipeline_model_parallel_size": 1,
+            "context_parallel_size": 32,
+            "expert_model_parallel_size": 64,
+            "recompute_granularity": "full",
+            "recompute_method": "uniform",
+            "recompute_num_layers": 1,
+        },
     }
     import copy
 
@@ -340,3 +351,19 @@ def test_fsdp_hidden_traffic_is_reported():
     fsdp = {**DP_SCN, "layout": {"expert_model_parallel_size": 8, "use_megatron_fsdp": True}}
     e = estimate_step(load_scenario(fsdp))
     assert e.hidden_s["fsdp_comm"] > 0
+
+
+def test_a_dense_layer_issues_a_quarter_of_a_moe_layers_launches():
+    # DeepSeek-V3 has 3 dense and 58 MoE layers; eager (no graphs): a dense layer's exposed launch cost is
+    # DENSE_LAUNCH_SHARE of a MoE layer's, and the MoE layer adds its dropless host sync on top
+    from moeplan.model.constants import load_constants
+    from moeplan.model.time.context import step_context
+    from moeplan.model.time.launch import DENSE_LAUNCH_SHARE, launch_overhead
+
+    c = load_constants()
+    ctx = step_context(_with(cuda_graph_impl="none"), c, None, None)
+    dense, moe = launch_overhead(ctx, moe_layer=False), launch_overhead(ctx, moe_layer=True)
+    assert DENSE_LAUNCH_SHARE == 0.25
+    assert dense.exposed_s == pytest.approx(0.25 * c.launch_overhead_s_per_layer)
+    assert moe.exposed_s == pytest.approx(c.launch_overhead_s_per_layer + c.moe_sync_s_per_layer)
+    assert dense.hidden_s == moe.hidden_s == 0.0

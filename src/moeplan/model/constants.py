@@ -59,8 +59,9 @@ class TimeConstants:
             permutation, the dispatcher's buffer copies and unpermutation.
         nvlink_efficiency / nic_efficiency: achieved fraction of NVLink / NIC bandwidth by NCCL.
         a2a_efficiency: achieved fraction for the EP token exchange, per dispatcher backend.
-        launch_overhead_s_per_layer: CPU launch cost of one layer's forward + backward of one
-            microbatch in eager mode (removed by CUDA graphs in proportion to what they capture).
+        launch_overhead_s_per_layer: CPU launch cost of one MoE layer's forward + backward of one
+            microbatch in eager mode (removed by CUDA graphs in proportion to what they capture); a
+            dense layer costs ``model.time.launch.DENSE_LAUNCH_SHARE`` of it.
         moe_sync_s_per_layer: host synchronisation of a dropless MoE layer (token counts copied to
             the host to size the expert GEMMs, forward + backward), absent with static shapes
             (full-iteration graphs, drop-and-pad).
