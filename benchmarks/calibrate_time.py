@@ -33,8 +33,9 @@ def main() -> None:
         {
             "fitted_on": "shared/reference/published_runs.yaml (Megatron Bridge performance summary, releases "
             "25.11–26.06, runs with a published precision, release anomalies left out by "
-            "timefit.release_anomalies), recipe knobs filled from the packaged "
-            "perf recipes (recipe_defaults: mbridge-perf)",
+            "timefit.release_anomalies), recipe knobs filled from the workload "
+            "configs of each run's own release (catalog/data/mbridge_perf_recipes_by_release.yaml), else the "
+            "packaged perf recipes (recipe_defaults: mbridge-perf-benchmark)",
             "method": "least squares on log(predicted/measured tokens/s/GPU), benchmarks/timefit.py",
             "seconds": round(time.time() - t0, 1),
         }

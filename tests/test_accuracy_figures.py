@@ -5,23 +5,25 @@ packaged constants against the 104 published Megatron Bridge runs with a precisi
 ``tests/data/reference/published_runs.yaml``; no refit — the leave-one-GPU-out and leave-one-model-out
 figures refit the constants and stay in the benchmark, docs/accuracy.md).
 
-Thresholds: the values measured on 2026-12-01 after the link and exchange efficiencies, grouped-GEMM
-occupancy and overlap share were set from their component measurements and only the rest refitted
-(docs/decisions.md, "Step time v2") plus a small margin, so a change that makes the model worse by
-more than the margin fails; a change that makes it better passes and should lower the thresholds
-(rerun ``python benchmarks/accuracy.py`` and update them with the figures). Before that change: 12.06 /
-129.12 / 0.9649 and 11.74 / 72.94 / 0.9697; the worst over all runs rose because one release anomaly
-(25.11 Qwen3-30B-A3B on 8 B200, measured at half its twin) is now predicted +146 %, not +129 %:
+Thresholds: the values measured on 2026-12-02 after each published run was filled with its own
+release's workload config instead of HEAD's recipe tables (docs/decisions.md, "Each published run
+filled with its own release's recipe"), a dense layer's launches set to a quarter of a MoE layer's,
+and the constants refitted, plus a small margin, so a change
+that makes the model worse by more than the margin fails; a change that makes it better passes and
+should lower the thresholds (rerun ``python benchmarks/accuracy.py`` and update them with the figures).
+Before that change, with HEAD's recipes filled into every release: 9.58 / 145.97 / 0.9689 and
+8.33 / 56.39 / 0.9755. The figures are worse because the runs are now predicted with the settings they
+ran (the earlier fit credited 26.02–26.04 runs with 26.06's graphs and EP overlap):
 
 ==========================================  ========  ===========
 figure                                      measured  threshold
 ==========================================  ========  ===========
-median abs % error, all 104 runs            9.58      ≤ 10.0
-worst abs % error, all 104 runs             145.97    ≤ 148.0
-Spearman, all 104 runs                      0.9689    ≥ 0.965
-median abs % error, 4 anomalies left out    8.33      ≤ 8.8
-worst abs % error, 4 anomalies left out     56.39     ≤ 57.4
-Spearman, 4 anomalies left out              0.9755    ≥ 0.971
+median abs % error, all 104 runs            13.01     ≤ 13.5
+worst abs % error, all 104 runs             131.60    ≤ 133.0
+Spearman, all 104 runs                      0.9680    ≥ 0.964
+median abs % error, 4 anomalies left out    12.52     ≤ 13.0
+worst abs % error, 4 anomalies left out     66.85     ≤ 68.0
+Spearman, 4 anomalies left out              0.9722    ≥ 0.968
 (model, GPU) groups with Spearman ≥ 0.8     9 of 19   ≥ 9
 ==========================================  ========  ===========
 """
@@ -58,16 +60,16 @@ def test_the_runs_scored_are_the_published_ones(fig):
 
 def test_error_over_all_runs_does_not_regress(fig):
     m = fig["all"]
-    assert m["median_pct"] <= 10.0, m
-    assert m["worst_pct"] <= 148.0, m
-    assert m["spearman"] >= 0.965, m
+    assert m["median_pct"] <= 13.5, m
+    assert m["worst_pct"] <= 133.0, m
+    assert m["spearman"] >= 0.964, m
 
 
 def test_error_without_release_anomalies_does_not_regress(fig):
     m = fig["clean"]
-    assert m["median_pct"] <= 8.8, m
-    assert m["worst_pct"] <= 57.4, m
-    assert m["spearman"] >= 0.971, m
+    assert m["median_pct"] <= 13.0, m
+    assert m["worst_pct"] <= 68.0, m
+    assert m["spearman"] >= 0.968, m
 
 
 def test_within_group_ranking_does_not_regress(fig):
