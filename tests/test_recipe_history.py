@@ -181,3 +181,18 @@ def test_the_mapping_follows_set_workload_base_configs(script):
 )
 def test_config_names_parse(script, name, expected):
     assert script.parse_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    "container, release",
+    [
+        ("26.02", "26.02"),
+        ("nvcr.io/nvidia/nemo:26.02", "26.02"),
+        ("nvcr.io/nvidia/pytorch:26.02-py3", None),
+        (None, None),
+    ],
+)
+def test_the_release_is_read_from_a_nemo_container_tag(container, release):
+    from moeplan.spec.recipes import _nemo_release
+
+    assert _nemo_release(container) == release

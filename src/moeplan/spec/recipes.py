@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
 from moeplan.spec.provenance import BENCHMARK_FILL, TRAINING_FILL, RecipeFill, RecipeProvenance, RecipeRow
 from moeplan.spec.resolved import Resolution
+from moeplan.spec.versions import container_release
 
 if TYPE_CHECKING:
     from moeplan.spec.inputs import ScenarioInput
@@ -276,8 +277,15 @@ def recipe_for_input(
         micro_batch_size=inp.training.micro_batch_size,
         num_gpus=inp.system.num_gpus,
         match_row=match_row,
-        release=inp.versions.container if inp.versions is not None else None,
+        release=_nemo_release(inp.versions.container),
     )
+
+
+def _nemo_release(container: str | None) -> str | None:
+    """The NeMo Framework release of ``versions.container`` (``nvcr.io/nvidia/nemo:26.02`` or
+    ``26.02`` → ``26.02``); None for none, another family (``pytorch:…``) or an unreadable tag."""
+    found = container_release(container)
+    return found[1] if found is not None and found[0] == "nemo" else None
 
 
 def apply_recipe(
