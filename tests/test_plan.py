@@ -240,8 +240,8 @@ def test_costlier_cp_links_lower_the_chosen_cp_somewhere():
     assert _chosen_cp(slower, _HELD) < _chosen_cp(fast, _HELD)
 
 
-def _best(gpu_overrides: dict, seq: int, model: str, n: int):
-    data = _req(model, n=n, seq=seq, gbs=64, layout={})
+def _best(gpu_overrides: dict, seq: int, model: str, n: int, layout: dict | None = None):
+    data = _req(model, n=n, seq=seq, gbs=64, layout=layout or {})
     data["system"]["gpu_overrides"] = gpu_overrides
     res = plan(data, top=1)
     return res.candidates[0] if res.candidates else None
@@ -251,7 +251,6 @@ def _best(gpu_overrides: dict, seq: int, model: str, n: int):
 @given(
     case=st.sampled_from(
         [
-            (QWEN30, "h100", 32, 131072),
             ("Qwen/Qwen3-235B-A22B", "gb200", 128, 131072),
             ("deepseek-ai/DeepSeek-V3", "h100", 256, 32768),
         ]
@@ -262,7 +261,9 @@ def test_more_hbm_raises_the_chosen_cp_only_among_near_ties(case, extra):
     """CP is a memory lever, but not only one: with TE graphs the captured attention masks shrink with CP,
     and with more HBM other sizes can shrink too, so a larger CP may come out on top. It may do so only
     among layouts the model cannot tell apart (Qwen3-235B at 128K on 128 GB200: CP 8 at 620 tok/s/GPU,
-    with 1.25x HBM CP 16 at 636, +2.6 %); a CP raised for a clearly faster layout would be a search bug."""
+    with 1.25x HBM CP 16 at 636, +2.6 %); a CP raised for a clearly faster layout would be a search bug.
+    The comparison is at the larger HBM: more memory also speeds up the smaller CP (less recompute; Qwen3-30B
+    at 128K on 32 H100: 2,278 → 2,417 tok/s/GPU with 1.25x), which is not a CP effect."""
     model, gpu, n, seq = case
     from moeplan import get_gpu
 
@@ -270,7 +271,25 @@ def test_more_hbm_raises_the_chosen_cp_only_among_near_ties(case, extra):
     a = _best({"usable_hbm_gib": hbm}, seq, model, n)
     b = _best({"usable_hbm_gib": hbm * extra}, seq, model, n)
     assert a is not None and b is not None
-    assert b.parallel.cp <= a.parallel.cp or b.tokens_per_s_per_gpu <= 1.05 * a.tokens_per_s_per_gpu
+    if b.parallel.cp > a.parallel.cp:
+        held = _best({"usable_hbm_gib": hbm * extra}, seq, model, n, {"context_parallel_size": a.parallel.cp})
+        assert held is not None and b.tokens_per_s_per_gpu <= 1.05 * held.tokens_per_s_per_gpu
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="search miss found after the refit on each release's own recipe (December 2026): Qwen3-30B-A3B at "
+    "128K on 32 H100 plans TP8 CP1 EP8 at 2,278 tokens/s/GPU while the same search with CP held at 2 finds "
+    "TP8 CP2 EP16 at 2,388 (+4.8 %), and refining 32 layouts instead of 16 does not find it",
+)
+def test_the_free_search_finds_the_best_cp_of_qwen3_30b_at_128k_on_32_h100():
+    from moeplan import get_gpu
+
+    hbm = {"usable_hbm_gib": get_gpu("h100").usable_hbm_gib}
+    free = _best(hbm, 131072, QWEN30, 32)
+    held = _best(hbm, 131072, QWEN30, 32, {"context_parallel_size": 2})
+    assert free is not None and held is not None
+    assert free.tokens_per_s_per_gpu >= held.tokens_per_s_per_gpu / 1.02
 
 
 def test_more_hbm_never_lowers_the_best_prediction_beyond_the_tie_margin():
@@ -714,9 +733,10 @@ def test_knob_choices_keep_the_simplest_setting_within_the_tie_margin(qwen_plan)
             first_close = next(n for n, v in vals if v >= top / (1 + TIE_FRACTION))
             assert chosen == first_close, (fam, tried, chosen)
             checked += 1
-    # 5 candidates × 4 knob families (dispatcher, EP overlap, graphs, CP exchange) = 20 choices checked;
-    # fewer would mean the loop skipped what it is meant to test
-    assert checked == 20
+    # every family tried on the 5 candidates is checked (dispatcher, EP overlap, graphs, and the CP exchange
+    # where CP > 1): at least 3 per candidate; fewer would mean the loop skipped what it is meant to test
+    tried_families = sum(1 for c in qwen_plan.search.candidates[:5] for fam in c.tried if fam not in ("_why", "vpp"))
+    assert checked == tried_families and checked >= 15
 
 
 def test_long_context_baseline_and_guidance_family_are_at_their_best():
@@ -797,11 +817,19 @@ def test_fit_climbs_the_recompute_ladder_from_where_the_scenario_stands():
         "model": "Qwen/Qwen3-30B-A3B",
         "system": {"gpu": "h100", "num_gpus": 8},
         "training": {"seq_length": 16384, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
-        "layout": {"expert_model_parallel_size": 8, "recompute_granularity": "selective", "recompute_modules": ["moe_act"]},
+        "layout": {
+            "expert_model_parallel_size": 8,
+            "recompute_granularity": "selective",
+            "recompute_modules": ["moe_act"],
+        },
     }
     out = fit_layout(data)
     tried = {r["change"] for k in ("fixes", "not_enough", "rejected") for r in out[k]}
-    assert {"recompute selective moe_act,layernorm", "recompute selective moe_act,layernorm,moe", "recompute full"} <= tried
+    assert {
+        "recompute selective moe_act,layernorm",
+        "recompute selective moe_act,layernorm,moe",
+        "recompute full",
+    } <= tried
     # a precision change alters numerics: marked, and ranked after every layout change that fits
     kinds = [r["changes_numerics"] for r in out["fixes"]]
     assert kinds == sorted(kinds)
