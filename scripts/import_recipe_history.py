@@ -17,7 +17,10 @@ v0.2.0 ``utils/helpers.py``) of the same tag:
 - ``cutedsl_fused_grouped_mlp=True``: the TE op fuser; ``fp8_dot_product_attention`` as given;
 - ``recompute_modules``: selective recompute of those modules; ``recompute_num_layers``: full, block;
 - ``moe_flex_dispatcher_backend`` set: ``flex`` with that backend, else ``alltoall``;
-- ``pp_layout``: ``pipeline_model_parallel_layout``; ``use_megatron_fsdp`` as given.
+- ``pp_layout``: ``pipeline_model_parallel_layout``; ``use_megatron_fsdp`` as given;
+- a full-iteration graph: what the family's ``set_full_iter_cg_configs`` (``*_llm_pretrain.py``, v0.5.0
+  on) sets on the model for it, where moeplan has the key (the paged stash and the expert-rank
+  capacity factor: the static-shape expert path dropless MoE needs under the graph).
 
 Usage (needs a Megatron Bridge git clone; the ``fetch`` tool's mirror works)::
 
@@ -103,6 +106,27 @@ def configs_of(repo: str, tag: str, path: str, cls: type) -> dict[str, Any]:
     return {k: v for k, v in ns.items() if isinstance(v, cls)}
 
 
+def full_iteration_settings(repo: str, tag: str, path: str) -> dict[str, Any]:
+    """``cfg.model.<key> = <constant>`` of ``set_full_iter_cg_configs`` in the family's
+    ``*_llm_pretrain.py`` next to ``path`` at ``tag``, kept where LayoutSpec has the key ({} when the
+    tag has no such function)."""
+    from moeplan.spec.layout import LayoutSpec
+
+    folder = path.rsplit("/", 1)[0]
+    names = git(repo, "ls-tree", "--name-only", tag, folder + "/").split()
+    out: dict[str, Any] = {}
+    for name in (n for n in names if n.endswith("_llm_pretrain.py")):
+        tree = ast.parse(git(repo, "show", f"{tag}:{name}"))
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "set_full_iter_cg_configs"):
+            # every assignment, also under ``if cfg.model.<key> is None:`` (a default the model leaves unset)
+            for st in (n for n in ast.walk(fn) if isinstance(n, ast.Assign)):
+                tgt = st.targets[0]
+                known = isinstance(tgt, ast.Attribute) and tgt.attr in LayoutSpec.model_fields
+                if known and isinstance(st.value, ast.Constant):
+                    out[tgt.attr] = st.value.value
+    return out
+
+
 def parse_name(name: str) -> tuple[str, str, str, str] | None:
     """(model id, gpu, precision, variant) of ``<MODEL>_PRETRAIN_CONFIG_<GPU>_<PREC>_<VARIANT>`` (v0.3.0 on)
     or ``<MODEL>_<GPU>_<PREC>_BASE_CONFIG`` (v0.2.0, one variant)."""
@@ -175,12 +199,15 @@ def rows_of_release(repo: str, release: str, tag: str) -> list[dict]:
     commit = git(repo, "rev-list", "-n", "1", tag).strip()
     rows = []
     for path in workload_files(repo, tag):
+        full_iter = full_iteration_settings(repo, tag, path)
         for name, cfg in sorted(configs_of(repo, tag, path, cls).items()):
             parsed = parse_name(name)
             if parsed is None:
                 continue
             model, gpu, prec, variant = parsed
             lay, training, extra = layout_of(cfg)
+            if lay.get("cuda_graph_impl") == "full_iteration":
+                lay.update(full_iter)
             rows.append(
                 {
                     "id": f"{release}/{name}",

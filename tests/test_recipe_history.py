@@ -196,3 +196,43 @@ def test_the_release_is_read_from_a_nemo_container_tag(container, release):
     from moeplan.spec.recipes import _nemo_release
 
     assert _nemo_release(container) == release
+
+
+def _scenario(model, gpu, n, mbs, gbs, precision, layout, container):
+    return moeplan.load_scenario(
+        {
+            "model": model,
+            "system": {"gpu": gpu, "num_gpus": n},
+            "training": {"seq_length": 4096, "micro_batch_size": mbs, "global_batch_size": gbs, "precision": precision},
+            "layout": layout,
+            "recipe_defaults": "mbridge-perf",
+            "versions": {"container": container},
+        }
+    )
+
+
+def test_a_vpp_the_row_fills_picks_the_deepseek_pipeline_layout():
+    # 26.02 DeepSeek-V3 GB200 MXFP8: PP 4 with VPP 4 from the row (the user states no VPP); the model
+    # recipe's layout map for PP·VPP = 16 then applies, or 61 layers would not split over PP 4
+    s = _scenario(
+        "deepseek-ai/DeepSeek-V3",
+        "gb200",
+        256,
+        1,
+        2048,
+        "mxfp8",
+        {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4, "expert_model_parallel_size": 64},
+        "26.02",
+    )
+    assert s.layout.virtual_pipeline_model_parallel_size == 4
+    assert s.layout.pipeline_model_parallel_layout == "Et*4|(t*4|)*14tmL"
+    assert not [f for f in moeplan.validate(s).findings if f.severity == "error"]
+
+
+def test_a_26_06_full_iteration_row_carries_the_static_expert_path():
+    # v0.5.0 set_full_iter_cg_configs: paged stash and an expert-rank capacity factor of 1.5 (gpt-oss: only
+    # when unset) under every full-iteration graph; without them moeplan's own rule rejects the fill
+    s = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "26.06")
+    assert s.layout.cuda_graph_impl == "full_iteration"
+    assert s.layout.moe_paged_stash is True and s.layout.moe_expert_rank_capacity_factor == 1.5
+    assert not [f for f in moeplan.validate(s).findings if f.severity == "error"]

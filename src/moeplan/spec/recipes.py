@@ -186,6 +186,7 @@ def recipe_provenance(
     *,
     match_row: bool = True,
     release: str | None = None,
+    vpp_stated: bool = True,
 ) -> RecipeProvenance | None:
     """The fills of recipe defaults ``name`` for this model and layout, as a record: first the
     matching row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP; then VPP, MBS, GPU
@@ -203,6 +204,8 @@ def recipe_provenance(
         micro_batch_size / num_gpus: tie-breaks between rows.
         release: the scenario's container release (``versions.container``): the workload configs that
             release shipped are matched first (``catalog.recipes.perf_recipe_history``).
+        vpp_stated: False when the user left VPP out: the model family's layout map then reads the
+            VPP the matched row fills.
 
     Returns:
         None for ``recipe_defaults: none``; else the record (its ``row`` None when none matched).
@@ -220,7 +223,9 @@ def recipe_provenance(
         row, fills = _row_fills(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus, release)
     fills += _shared_fills(precision, model)
     if model is not None:
-        fills += _model_fills(model, pp, vpp)
+        # the model recipe's layout map reads the VPP the run ends with: the row's when the user left it out
+        row_vpp = next((f.value for f in fills if f.key == "virtual_pipeline_model_parallel_size"), None)
+        fills += _model_fills(model, pp, vpp if vpp_stated else row_vpp)
     if name == TRAINING_FILL:
         fills = _training(fills)
     return RecipeProvenance(name, row, tuple(fills))
@@ -278,6 +283,7 @@ def recipe_for_input(
         num_gpus=inp.system.num_gpus,
         match_row=match_row,
         release=_nemo_release(inp.versions.container),
+        vpp_stated="virtual_pipeline_model_parallel_size" in lay.model_fields_set,
     )
 
 
