@@ -236,3 +236,20 @@ def test_a_26_06_full_iteration_row_carries_the_static_expert_path():
     assert s.layout.cuda_graph_impl == "full_iteration"
     assert s.layout.moe_paged_stash is True and s.layout.moe_expert_rank_capacity_factor == 1.5
     assert not [f for f in moeplan.validate(s).findings if f.severity == "error"]
+
+
+def test_an_export_spells_its_keys_for_the_containers_megatron_core():
+    # 26.02 ships megatron-core 0.16.0: its TE-graph scope is cuda_graph_scope (cuda_graph_modules from
+    # 0.18); without a container the newest spelling is written
+    from moeplan.io.export import bridge_sections, target_mcore
+
+    old = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "26.02")
+    assert target_mcore(old) == (0, 16, 0)
+    model = bridge_sections(old)["model"]
+    assert model["cuda_graph_scope"] == ["moe_router", "moe_preprocess"] and "cuda_graph_modules" not in model
+    new = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "26.02")
+    stated = moeplan.load_scenario(
+        {**new.input.model_dump(exclude_none=True), "versions": {"container": "26.02", "megatron_core": "0.19.0"}}
+    )
+    assert target_mcore(stated) == (0, 19, 0)
+    assert "cuda_graph_modules" in bridge_sections(stated)["model"]

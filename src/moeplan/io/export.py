@@ -44,6 +44,7 @@ from moeplan.spec.assumptions import benchmark_settings
 from moeplan.spec.loading import dump_yaml
 from moeplan.spec.policy import bad_char
 from moeplan.spec.scenario import Scenario
+from moeplan.spec.versions import release_tuple
 
 FORMATS = ("mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm")
 HEADER = "# moeplan: "
@@ -123,14 +124,22 @@ def header(s: Scenario) -> str:
     return HEADER + json.dumps({k: v for k, v in meta.items() if v is not None}, separators=(",", ":"))
 
 
+def target_mcore(s: Scenario) -> tuple[int, int, int]:
+    """The megatron-core version an export spells its keys for: the stated one, else the one the
+    container release ships (``versions.container``; its recipe fills are that release's too), else the
+    newest moeplan knows (``s.mcore_version``)."""
+    return release_tuple(s.versions.get("megatron_core"), ".".join(map(str, s.mcore_version)))
+
+
 def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Nested ``{section: {field: value}}`` of the Bridge ConfigContainer for the scenario; keys the
-    target megatron-core version does not have are left out (and noted)."""
+    target megatron-core version (:func:`target_mcore`) does not have are left out (and noted)."""
+    mcore = target_mcore(s)
     out: dict[str, dict[str, Any]] = {"mixed_precision": dict(PRECISION_FIELDS[s.training.precision])}
     lay = exported_layout(s)
     for key, value in training_guards(s).items():
         lay.setdefault(key, value)
-    if lay.get("cuda_graph_impl") == "full_iteration" and s.mcore_version < (0, 18, 0):
+    if lay.get("cuda_graph_impl") == "full_iteration" and mcore < (0, 18, 0):
         # megatron-core ≤ 0.17 has no full_iteration impl: the path is impl local + scope full_iteration
         lay["cuda_graph_impl"] = "local"
         lay["cuda_graph_scope"] = ["full_iteration"]
@@ -141,7 +150,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 "for megatron-core < 0.18"
             )
     legacy_scope = lay.get("cuda_graph_scope") in ("full_iteration", ["full_iteration"])
-    if lay.get("cuda_graph_impl") == "local" and legacy_scope and s.mcore_version >= (0, 18, 0):
+    if lay.get("cuda_graph_impl") == "local" and legacy_scope and mcore >= (0, 18, 0):
         lay["cuda_graph_impl"] = "full_iteration"  # 0.18+: the full-iteration impl with an empty scope
         lay["cuda_graph_scope"] = []
     for key, value in lay.items():
@@ -149,8 +158,8 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
             value = TORCH_DTYPE.get(value, value)
         for path in BRIDGE_PATHS[key]:
             sec, field = path.split(".", 1)
-            field = bridge_key_for_version(field, s.mcore_version)
-            if s.mcore_version < KEY_MIN_MCORE.get(field, (0, 0, 0)):
+            field = bridge_key_for_version(field, mcore)
+            if mcore < KEY_MIN_MCORE.get(field, (0, 0, 0)):
                 if notes is not None:
                     notes.append(
                         f"{field}={short_repr(value)} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
@@ -263,7 +272,11 @@ def bridge_overrides(s: Scenario, notes: list[str] | None = None) -> list[tuple[
 def to_overrides(s: Scenario, notes: list[str] | None = None) -> str:
     """``mbridge-overrides``: the header, then one Hydra ``section.key=value`` line per Bridge field of
     :func:`bridge_sections` (keys a version lacks are left out and noted in ``notes``)."""
-    lines = [header(s), *benchmark_comment(s), f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}"]
+    lines = [
+        header(s),
+        *benchmark_comment(s),
+        f"# mixed precision: Bridge recipe {MIXED_PRECISION[s.training.precision]}",
+    ]
     lines += [f"{key}={hydra_value(v)}" for key, v in bridge_overrides(s, notes)]
     return "\n".join(lines) + "\n"
 
