@@ -2,7 +2,8 @@
 the dropless MoE host sync, and what CUDA graphs take off them.
 
 ``launch_overhead_s_per_layer`` (fitted) is the eager launch cost of a MoE layer; a dense layer issues
-:data:`DENSE_LAUNCH_SHARE` of it. CUDA graphs remove the share their scopes capture (:data:`moeplan.model.time.context.GRAPH_SHARE`; a full-iteration graph all of it).
+:data:`DENSE_LAUNCH_SHARE` of it. CUDA graphs remove the share their scopes capture
+(:data:`moeplan.model.time.context.GRAPH_SHARE`; a full-iteration graph all of it).
 A dropless MoE layer copies its token counts to the host to size the expert GEMMs
 (``moe_sync_s_per_layer``, fitted); drop-and-pad has static shapes and no sync, and a full-iteration
 graph runs the static-budget expert path (Megatron-LM CUDA Graphs guide, "MoE Model Training").
