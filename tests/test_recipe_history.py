@@ -253,3 +253,14 @@ def test_an_export_spells_its_keys_for_the_containers_megatron_core():
     )
     assert target_mcore(stated) == (0, 19, 0)
     assert "cuda_graph_modules" in bridge_sections(stated)["model"]
+
+
+def test_a_release_without_a_matching_config_says_the_current_table_stood_in():
+    s = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "27.01")
+    assert s.recipe.row.table == "A"
+    assert s.recipe.row.reason.endswith("(Table A @067f987; no 27.01 workload config for this layout)")
+    assert s.recipe.fills[0].reason == s.recipe.row.reason
+    own = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "26.02")
+    assert "no 26.02" not in own.recipe.row.reason
+    none = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "nvcr.io/nvidia/pytorch:26.02-py3")
+    assert none.recipe.row.release_unmatched is None  # not a NeMo release: no release asked for

@@ -100,6 +100,9 @@ class RecipeRow:
     precision: str
     borrowed: bool
     tag: str | None = None
+    #: the container release the scenario names when no workload config of that release matched (the
+    #: current tables were used instead), else None
+    release_unmatched: str | None = None
 
     @property
     def ref(self) -> str:
@@ -129,12 +132,15 @@ class RecipeRow:
     @property
     def reason(self) -> str:
         """The reason text of the row's fills: ``recipe <id> (Table A @067f987)``, with a note when the
-        row is borrowed from another precision."""
+        row is borrowed from another precision, and one when the scenario's container release has no
+        workload config for this layout (the current tables stood in)."""
         note = (
             f"; no {self.precision} row for this layout, {'/'.join(self.precisions)} row's knobs"
             if self.borrowed
             else ""
         )
+        if self.release_unmatched:
+            note += f"; no {self.release_unmatched} workload config for this layout"
         return f"recipe {self.id} ({self.table_label}{note})"
 
 
@@ -217,7 +223,13 @@ class RecipeProvenance:
                 "borrowed": r.borrowed,
             },
             "fills": [
-                {"key": f.key, "value": f.value, "source": f.source, "reason": f.reason, "benchmark_only": f.benchmark_only}
+                {
+                    "key": f.key,
+                    "value": f.value,
+                    "source": f.source,
+                    "reason": f.reason,
+                    "benchmark_only": f.benchmark_only,
+                }
                 for f in self.fills
             ],
         }

@@ -100,6 +100,7 @@ def _row_fills(
         precision=precision,
         borrowed=precision not in found["precisions"],
         tag=(found.get("extra") or {}).get("tag") if found["table"] == "H" else None,
+        release_unmatched=release if release is not None and found["table"] != "H" else None,
     )
     fills = [
         RecipeFill(key, value, "row", row.reason)
