@@ -106,12 +106,10 @@ def match_perf_recipe(
         the row mapping (:func:`perf_recipes`), or ``None`` when no row qualifies. Never raises.
     """
 
-    if release is not None and release in perf_recipe_history():
-        found = _best_row(
-            perf_recipe_history()[release], model_id, gpu_id, precision, layout, micro_batch_size, num_gpus
-        )
-        if found is not None:
-            return found
+    shipped = perf_recipe_history().get(release, []) if release is not None else []
+    found = _best_row(shipped, model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
+    if found is not None:
+        return found
     return _best_row(perf_recipes(), model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
 
 

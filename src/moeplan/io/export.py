@@ -124,11 +124,12 @@ def header(s: Scenario) -> str:
     return HEADER + json.dumps({k: v for k, v in meta.items() if v is not None}, separators=(",", ":"))
 
 
-def target_mcore(s: Scenario) -> tuple[int, int, int]:
+def target_mcore(s: Scenario) -> tuple[int, ...]:
     """The megatron-core version an export spells its keys for: the stated one, else the one the
     container release ships (``versions.container``; its recipe fills are that release's too), else the
     newest moeplan knows (``s.mcore_version``)."""
-    return release_tuple(s.versions.get("megatron_core"), ".".join(map(str, s.mcore_version)))
+    known = s.versions.get("megatron_core")
+    return s.mcore_version if known is None else release_tuple(known, "0")
 
 
 def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, dict[str, Any]]:
