@@ -263,3 +263,57 @@ def test_a_release_without_a_matching_config_says_the_current_table_stood_in():
     assert "no 26.02" not in own.recipe.row.reason
     none = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "nvcr.io/nvidia/pytorch:26.02-py3")
     assert none.recipe.row.release_unmatched is None  # not a NeMo release: no release asked for
+
+
+LAYOUT_GPT_OSS_GB200 = {
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "expert_model_parallel_size": 64,
+}
+
+
+def test_the_global_batch_size_picks_between_v1_and_v2():
+    # v0.4.0 gpt_oss_workload_base_configs.py: GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V1 is EP 64, MBS 4,
+    # GBS 512 on the all-to-all dispatcher; _V2 is the same layout at GBS 1280 with
+    # moe_flex_dispatcher_backend="hybridep" and moe_a2a_overlap=True. Both have the same TP/PP/CP/EP,
+    # VPP, MBS and GPU count, so only the global batch size tells which one a published run used
+    v1 = match_perf_recipe(
+        "openai/gpt-oss-120b", "gb200", "bf16", LAYOUT_GPT_OSS_GB200, 4, 64, release="26.04", global_batch_size=512
+    )
+    v2 = match_perf_recipe(
+        "openai/gpt-oss-120b", "gb200", "bf16", LAYOUT_GPT_OSS_GB200, 4, 64, release="26.04", global_batch_size=1280
+    )
+    assert v1["id"] == "26.04/GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V1"
+    assert v2["id"] == "26.04/GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2"
+    assert v1["layout"]["moe_token_dispatcher_type"] == "alltoall"
+    assert not v1["layout"].get("overlap_moe_expert_parallel_comm")
+    assert v2["layout"]["moe_flex_dispatcher_backend"] == "hybridep"
+    assert v2["layout"]["overlap_moe_expert_parallel_comm"] is True
+
+
+def test_a_scenario_is_filled_from_the_variant_of_its_global_batch_size():
+    base = {
+        "model": "openai/gpt-oss-120b",
+        "system": {"gpu": "gb200", "num_gpus": 64},
+        "training": {"seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 1280, "precision": "bf16"},
+        "layout": LAYOUT_GPT_OSS_GB200,
+        "recipe_defaults": "mbridge-perf-benchmark",
+        "versions": {"container": "26.04"},
+    }
+    s = moeplan.load_scenario(base)
+    assert s.recipe.row.id.endswith("_V2") and s.layout.overlap_moe_expert_parallel_comm is True
+    s = moeplan.load_scenario({**base, "training": {**base["training"], "global_batch_size": 512}})
+    assert s.recipe.row.id.endswith("_V1") and not s.layout.overlap_moe_expert_parallel_comm
+
+
+def test_large_scale_variants_rank_after_the_plain_ones_whatever_the_case_of_their_name():
+    # v0.4.0 deepseek workload configs on B200, MXFP8, PP 16 EP 8 MBS 1 on 256 GPUs: _LARGE_SCALE (GBS 256),
+    # _V1 (GBS 2048), _V2 (GBS 4096). History ids are upper case; without a global batch size the large-
+    # scale variant must still rank after the plain ones (it used to win: the check read lower case)
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 16, "expert_model_parallel_size": 8}
+    dsv3 = "deepseek-ai/DeepSeek-V3"
+    found = match_perf_recipe(dsv3, "b200", "mxfp8", lay, 1, 256, release="26.04")
+    assert "LARGE_SCALE" not in found["id"]
+    for gbs, variant in ((256, "_LARGE_SCALE"), (2048, "_V1"), (4096, "_V2")):
+        found = match_perf_recipe(dsv3, "b200", "mxfp8", lay, 1, 256, release="26.04", global_batch_size=gbs)
+        assert found["id"] == f"26.04/DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX{variant}"

@@ -84,10 +84,13 @@ def match_perf_recipe(
     micro_batch_size: int | None,
     num_gpus: int | None = None,
     release: str | None = None,
+    global_batch_size: int | None = None,
 ):
     """The recipe row a published run most likely used: same model, GPU and precision, and the same
     TP, PP, CP and EP; among those, the same VPP, then the same micro-batch size, then the same GPU
-    count, then Table A (the newer recipes) first. When no row has the precision, the row of the
+    count, then the same global batch size (Bridge's ``V1``/``V2`` variants of one layout differ by
+    it: gpt-oss-120b on GB200, GBS 512 without EP overlap, GBS 1280 with it), then Table A (the newer
+    recipes) first. When no row has the precision, the row of the
     precision it derives from (:data:`PRECISION_FALLBACK`) with the same core layout, ranked the same
     way; the caller keeps only its precision-neutral keys (:data:`PRECISION_KEYS`).
 
@@ -99,7 +102,7 @@ def match_perf_recipe(
     Args:
         model_id: HF id (``deepseek-ai/DeepSeek-V3``); gpu_id: lower-case catalog id.
         precision: moeplan precision name; layout: LayoutSpec keys (missing sizes count as 1).
-        micro_batch_size / num_gpus: tie-breaks (sequences; GPUs).
+        micro_batch_size / num_gpus / global_batch_size: tie-breaks (sequences; GPUs; sequences).
         release: the container release (``26.02``), or None for the current tables only.
 
     Returns:
@@ -107,18 +110,20 @@ def match_perf_recipe(
     """
 
     shipped = perf_recipe_history().get(release, []) if release is not None else []
-    found = _best_row(shipped, model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
+    sizes = (micro_batch_size, num_gpus, global_batch_size)
+    found = _best_row(shipped, model_id, gpu_id, precision, layout, sizes)
     if found is not None:
         return found
-    return _best_row(perf_recipes(), model_id, gpu_id, precision, layout, micro_batch_size, num_gpus)
+    return _best_row(perf_recipes(), model_id, gpu_id, precision, layout, sizes)
 
 
-def _best_row(rows, model_id, gpu_id, precision, layout, micro_batch_size, num_gpus):
+def _best_row(rows, model_id, gpu_id, precision, layout, sizes):
     """The best-ranked row of ``rows`` as :func:`match_perf_recipe` ranks them, or None."""
 
     def norm_vpp(v):
         return None if v in (None, 1) else v
 
+    micro_batch_size, num_gpus, global_batch_size = sizes
     order = (precision, *PRECISION_FALLBACK.get(precision, ()))
     best, best_score = None, None
     for r in rows:
@@ -136,8 +141,9 @@ def _best_row(rows, model_id, gpu_id, precision, layout, micro_batch_size, num_g
             == norm_vpp(layout.get("virtual_pipeline_model_parallel_size")),
             (r.get("training") or {}).get("micro_batch_size") == micro_batch_size,
             num_gpus is None or r.get("num_gpus") == num_gpus,
+            global_batch_size is None or (r.get("training") or {}).get("global_batch_size") == global_batch_size,
             r["table"] == "A",
-            "dev" not in r["id"] and "large_scale" not in r["id"],
+            "dev" not in r["id"].lower() and "large_scale" not in r["id"].lower(),
         )
         if best_score is None or score > best_score:
             best, best_score = r, score

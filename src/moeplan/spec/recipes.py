@@ -83,12 +83,15 @@ def _row_fills(
     micro_batch_size: int | None,
     num_gpus: int | None,
     release: str | None = None,
+    global_batch_size: int | None = None,
 ) -> tuple[RecipeRow | None, list[RecipeFill]]:
     """The matching row of the packaged tables (``catalog.recipes.match_perf_recipe``; the container
     ``release``'s own workload configs first) and its layout keys as fills; a row borrowed from another
     precision lends no precision key."""
 
-    found = match_perf_recipe(model_id, gpu_id, precision, layout, micro_batch_size, num_gpus, release)
+    found = match_perf_recipe(
+        model_id, gpu_id, precision, layout, micro_batch_size, num_gpus, release, global_batch_size
+    )
     if found is None:
         return None, []
     row = RecipeRow(
@@ -188,10 +191,11 @@ def recipe_provenance(
     match_row: bool = True,
     release: str | None = None,
     vpp_stated: bool = True,
+    global_batch_size: int | None = None,
 ) -> RecipeProvenance | None:
     """The fills of recipe defaults ``name`` for this model and layout, as a record: first the
     matching row of the packaged tables (same model, GPU, precision, TP/PP/CP/EP; then VPP, MBS, GPU
-    count, Table A first; ``match_row=False`` skips it), then the helpers every perf recipe shares,
+    count, GBS, Table A first; ``match_row=False`` skips it), then the helpers every perf recipe shares,
     then the model family's. Earlier fills win when applied.
 
     Args:
@@ -202,7 +206,7 @@ def recipe_provenance(
         pp / vpp: pipeline sizes (layout-dependent model fills).
         gpu_id: lower-case catalog GPU id (a custom GPU matches no row).
         layout: LayoutSpec keys of the scenario (missing sizes count as 1).
-        micro_batch_size / num_gpus: tie-breaks between rows.
+        micro_batch_size / num_gpus / global_batch_size: tie-breaks between rows.
         release: the scenario's container release (``versions.container``): the workload configs that
             release shipped are matched first (``catalog.recipes.perf_recipe_history``).
         vpp_stated: False when the user left VPP out: the model family's layout map then reads the
@@ -221,7 +225,8 @@ def recipe_provenance(
     row: RecipeRow | None = None
     fills: list[RecipeFill] = []
     if match_row and model is not None and layout is not None:
-        row, fills = _row_fills(model.name, gpu_id, precision, layout, micro_batch_size, num_gpus, release)
+        sizes = (micro_batch_size, num_gpus, release, global_batch_size)
+        row, fills = _row_fills(model.name, gpu_id, precision, layout, *sizes)
     fills += _shared_fills(precision, model)
     if model is not None:
         # the model recipe's layout map reads the VPP the run ends with: the row's when the user left it out
@@ -268,7 +273,8 @@ def recipe_for_input(
     inp: ScenarioInput, model: PartialModelSpec | None, *, match_row: bool = True
 ) -> RecipeProvenance | None:
     """:func:`recipe_provenance` of a validated scenario input: its ``recipe_defaults``, precision,
-    stated layout (unstated sizes at their defaults), micro-batch size, GPU id and count. None for
+    stated layout (unstated sizes at their defaults), micro-batch and global batch size, GPU id and
+    count. None for
     ``recipe_defaults: none``."""
     lay = inp.layout
     gpu_id = inp.system.gpu if isinstance(inp.system.gpu, str) else None
@@ -285,6 +291,7 @@ def recipe_for_input(
         match_row=match_row,
         release=_nemo_release(inp.versions.container),
         vpp_stated="virtual_pipeline_model_parallel_size" in lay.model_fields_set,
+        global_batch_size=inp.training.global_batch_size,
     )
 
 
