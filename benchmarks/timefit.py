@@ -28,7 +28,6 @@ START = {
     "moe_memory_bound_bytes_per_activation_byte": 3.0,
     "launch_overhead_s_per_layer": 2e-4,
     "moe_sync_s_per_layer": 2e-4,
-    "dp_contention_factor": 1.5,
 }
 PARAMS = [(n, lo, hi, START[n]) for n, lo, hi in SHARED] + [
     (f"release_{r}", 0.6, 1.4, 1.0) for r in RELEASES if r != NEWEST

@@ -5,26 +5,28 @@ packaged constants against the 104 published Megatron Bridge runs with a precisi
 ``tests/data/reference/published_runs.yaml``; no refit — the leave-one-GPU-out and leave-one-model-out
 figures refit the constants and stay in the benchmark, docs/accuracy.md).
 
-Thresholds: the values measured on 2026-12-02 after each published run was filled with its own
-release's workload config instead of HEAD's recipe tables (docs/decisions.md, "Each published run
-filled with its own release's recipe"), a dense layer's launches set to a quarter of a MoE layer's,
-and the constants refitted, plus a small margin, so a change
-that makes the model worse by more than the margin fails; a change that makes it better passes and
-should lower the thresholds (rerun ``python benchmarks/accuracy.py`` and update them with the figures).
-Before that change, with HEAD's recipes filled into every release: 9.58 / 145.97 / 0.9689 and
-8.33 / 56.39 / 0.9755. The figures are worse because the runs are now predicted with the settings they
-ran (the earlier fit credited 26.02–26.04 runs with 26.06's graphs and EP overlap):
+Thresholds: the values measured on 2026-12-02 after (docs/decisions.md, "Fills by global batch size,
+overlap as Megatron pairs it") each published run was filled from the workload-config variant of its
+own global batch size (V1/V2), EP A2A overlap hid only the chunks combined 1F1B pairs, an overlapped
+exchange kept the measured contention cost instead of a fitted DP contention factor, and the constants
+were refitted; plus a small margin, so a change that makes the model worse by more than the margin
+fails; a change that makes it better passes and should lower the thresholds (rerun
+``python benchmarks/accuracy.py`` and update them with the figures). Before that change:
+13.01 / 131.60 / 0.9680 and 12.52 / 66.85 / 0.9722, 9 groups. The figures are worse because
+gpt-oss-120b's unexplained slowness on Blackwell no longer hides in a DP contention factor fitted
+to its bound, and its GB200/GB300 runs are now filled with the V2 configs they ran (HybridEP, EP
+overlap) rather than V1's:
 
 ==========================================  ========  ===========
 figure                                      measured  threshold
 ==========================================  ========  ===========
-median abs % error, all 104 runs            13.01     ≤ 13.5
-worst abs % error, all 104 runs             131.60    ≤ 133.0
-Spearman, all 104 runs                      0.9680    ≥ 0.964
-median abs % error, 4 anomalies left out    12.52     ≤ 13.0
-worst abs % error, 4 anomalies left out     66.85     ≤ 68.0
-Spearman, 4 anomalies left out              0.9722    ≥ 0.968
-(model, GPU) groups with Spearman ≥ 0.8     9 of 19   ≥ 9
+median abs % error, all 104 runs            14.50     ≤ 15.0
+worst abs % error, all 104 runs             120.61    ≤ 122.0
+Spearman, all 104 runs                      0.9682    ≥ 0.964
+median abs % error, 4 anomalies left out    13.69     ≤ 14.2
+worst abs % error, 4 anomalies left out     73.53     ≤ 75.0
+Spearman, 4 anomalies left out              0.9723    ≥ 0.968
+(model, GPU) groups with Spearman ≥ 0.8     10 of 19  ≥ 10
 ==========================================  ========  ===========
 """
 
@@ -60,21 +62,21 @@ def test_the_runs_scored_are_the_published_ones(fig):
 
 def test_error_over_all_runs_does_not_regress(fig):
     m = fig["all"]
-    assert m["median_pct"] <= 13.5, m
-    assert m["worst_pct"] <= 133.0, m
+    assert m["median_pct"] <= 15.0, m
+    assert m["worst_pct"] <= 122.0, m
     assert m["spearman"] >= 0.964, m
 
 
 def test_error_without_release_anomalies_does_not_regress(fig):
     m = fig["clean"]
-    assert m["median_pct"] <= 13.0, m
-    assert m["worst_pct"] <= 68.0, m
+    assert m["median_pct"] <= 14.2, m
+    assert m["worst_pct"] <= 75.0, m
     assert m["spearman"] >= 0.968, m
 
 
 def test_within_group_ranking_does_not_regress(fig):
     assert len(fig["within"]) == 19  # (model, GPU) groups of ≥ 3 runs
-    assert fig["within_ge_0_8"] >= 9, sorted(fig["within"].items(), key=lambda kv: kv[1])
+    assert fig["within_ge_0_8"] >= 10, sorted(fig["within"].items(), key=lambda kv: kv[1])
 
 
 def test_a_rank_correlation_of_exactly_0_8_counts_as_reaching_it():

@@ -287,6 +287,18 @@ def test_hand_edited_profiles_are_refused(tmp_path, edit):
         load_profile(p)
 
 
+def test_a_profile_from_before_the_dp_contention_factor_was_retired_says_so(tmp_path):
+    # profiles written before December 2026 carry dp_contention_factor: their other values were fitted
+    # with it, so the profile is refused with the reason and what to do, not read without it
+    d = json.loads(profile_json(load_constants()))
+    d["dp_contention_factor"] = 19.8
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(InputError, match="re-run moeplan calibrate") as exc:
+        load_profile(p)
+    assert "dp_contention_factor" in str(exc.value) and "OVERLAP_COMPUTE_SLOWDOWN" in str(exc.value)
+
+
 def test_profile_with_duplicate_json_keys_is_refused(tmp_path):
     p = tmp_path / "p.json"
     text = profile_json(load_constants())

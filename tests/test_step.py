@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from moeplan import InputError, load_scenario
+from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN
 from moeplan.model.step import estimate_step
 
 SCN = {
@@ -76,10 +77,10 @@ def test_dp_overlap_hides_behind_one_microbatch_only():
     e, one_way, rel, c = _dp()
     exposed = e.breakdown_s["dp_comm_exposed"] * rel
     assert exposed < 2 * one_way
-    # the windows (2/3 + 1/3 of one microbatch's compute) hide their length over the fitted contention
-    # factor: what is hidden is at most one microbatch's time over it
+    # the windows (2/3 + 1/3 of one microbatch's compute) hide at most their length, and what they hide
+    # still costs OVERLAP_COMPUTE_SLOWDOWN of it
     microbatch = max(e.stage_microbatch_s) * rel
-    assert 2 * one_way - exposed <= microbatch / c.dp_contention_factor * (1 + 1e-9)
+    assert 2 * one_way - exposed <= (1 - OVERLAP_COMPUTE_SLOWDOWN) * microbatch * (1 + 1e-9)
     # more microbatches leave the exposed DP time unchanged: only one pass hides it
     e2, *_ = _dp()
     more = estimate_step(load_scenario({**DP_SCN, "training": {**DP_SCN["training"], "global_batch_size": 256}}))
@@ -92,10 +93,17 @@ def test_plain_ddp_all_reduces_twice_the_gradient_volume():
     assert e.breakdown_s["dp_comm_exposed"] == pytest.approx(2 * one_way / rel, rel=1e-9)
 
 
-def test_a_longer_microbatch_hides_more_dp_traffic():
-    small = estimate_step(load_scenario(DP_SCN))
-    big = estimate_step(load_scenario({**DP_SCN, "training": {**DP_SCN["training"], "micro_batch_size": 4}}))
-    assert big.breakdown_s["dp_comm_exposed"] < small.breakdown_s["dp_comm_exposed"]
+def test_a_longer_microbatch_hides_more_dp_traffic_until_the_window_covers_it():
+    def exposed(seq: int, mbs: int) -> float:
+        t = {**DP_SCN["training"], "seq_length": seq, "micro_batch_size": mbs}
+        return estimate_step(load_scenario({**DP_SCN, "training": t})).breakdown_s["dp_comm_exposed"]
+
+    # at 512 tokens one microbatch's backward is shorter than the gradient reduce-scatter: a longer
+    # microbatch hides more of it
+    assert exposed(512, 4) < exposed(512, 2) < exposed(512, 1)
+    # at 4K it already covers the traffic: what stays is the last bucket and the contention cost on the
+    # rest, which no longer window changes
+    assert exposed(4096, 4) == pytest.approx(exposed(4096, 1), rel=1e-9)
 
 
 def _rel_assumption(container):
@@ -367,3 +375,32 @@ def test_a_dense_layer_issues_a_quarter_of_a_moe_layers_launches():
     assert dense.exposed_s == pytest.approx(0.25 * c.launch_overhead_s_per_layer)
     assert moe.exposed_s == pytest.approx(c.launch_overhead_s_per_layer + c.moe_sync_s_per_layer)
     assert dense.hidden_s == moe.hidden_s == 0.0
+
+
+def test_an_overlapped_transfer_costs_its_tail_its_overflow_and_the_contention_on_what_hides():
+    from moeplan.model.time.data_parallel import _overlapped
+
+    s = OVERLAP_COMPUTE_SLOWDOWN
+    # 1 s of traffic, its last 10 % (the last bucket) never overlaps, a 0.5 s window: 0.1 + 0.4 + s·0.5
+    assert _overlapped(1.0, 0.1, 0.5) == pytest.approx(0.1 + 0.4 + s * 0.5)
+    # a window longer than the traffic hides all but the tail, at the contention cost
+    assert _overlapped(1.0, 0.1, 5.0) == pytest.approx(0.1 + s * 0.9)
+    # no window: all of it is exposed
+    assert _overlapped(1.0, 0.1, 0.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("pp", "vpp", "n", "group", "share"),
+    [
+        (1, None, 5, None, 4 / 5),  # F0 and B4 run alone: 4 of 5 forwards pair with a backward
+        (1, None, 1, None, 0.0),  # one microbatch: nothing to pair with
+        # interleaved PP 8 × VPP 4, 256 microbatches: 2·7 + 3·8 + 1 = 39 warm-up chunks of 1,024
+        (8, 4, 256, None, (1024 - 39) / 1024),
+        (8, 4, 256, 4, (1024 - (14 + 12 + 1)) / 1024),  # microbatch_group_size_per_vp_stage 4
+        (4, 2, 2, None, 0.0),  # all 8 chunks in warm-up (2·3 + 4 + 1 = 11 ≥ 8)
+    ],
+)
+def test_ep_overlap_pairs_only_the_steady_state_chunks(pp, vpp, n, group, share):
+    from moeplan.model.time.context import ep_paired_share
+
+    assert ep_paired_share(pp, vpp, n, group) == pytest.approx(share)

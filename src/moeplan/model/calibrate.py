@@ -46,7 +46,6 @@ SHARED: list[tuple[str, float, float]] = [
     ("moe_memory_bound_bytes_per_activation_byte", 1.0, 100.0),
     ("launch_overhead_s_per_layer", 1e-5, 5e-3),
     ("moe_sync_s_per_layer", 1e-5, 5e-3),
-    ("dp_contention_factor", 0.5, 20.0),
 ]
 #: plausible ranges of the component-set constants, for checking a hand-edited profile
 PINNED_RANGES: list[tuple[str, float, float]] = [
@@ -499,6 +498,14 @@ def _read_profile(path) -> object:
         raise InputError("--calibration", str(path), f"a readable calibration profile ({exc.allowed})") from None
 
 
+#: keys older profiles carry that no longer mean anything, with why (a profile that names them was
+#: fitted with a model that had them, so its other values are not this model's either)
+RETIRED_KEYS = {
+    "dp_contention_factor": "dp_contention_factor is no longer fitted: overlapped DP traffic costs the "
+    "measured compute slowdown, moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN",
+}
+
+
 def _check_profile_keys(data: object, path) -> None:
     """A profile is an object with every :class:`TimeConstants` field (``provenance`` optional) and no
     other key: a partial profile would silently take the physical priors for what it leaves out.
@@ -509,6 +516,10 @@ def _check_profile_keys(data: object, path) -> None:
     fields = {f.name for f in dataclasses.fields(TimeConstants)}
     if not isinstance(data, dict):
         raise InputError("--calibration", str(path), "a JSON object written by moeplan calibrate -o")
+    retired = sorted(set(data) & set(RETIRED_KEYS))
+    if retired:
+        why = "; ".join(RETIRED_KEYS[k] for k in retired)
+        raise InputError("--calibration", str(path), f"a profile of this moeplan: re-run moeplan calibrate ({why})")
     if set(data) - fields:
         raise InputError(
             "--calibration", str(path), f"a moeplan calibration profile (unknown keys {sorted(set(data) - fields)})"
@@ -537,7 +548,9 @@ def _check_profile_tables(data: dict, path) -> None:
     """
     for key in ("release_factor", "a2a_efficiency"):
         if key in data and not (isinstance(data[key], dict) and all(_finite_positive(v) for v in data[key].values())):
-            raise InputError("--calibration", f"{key}={short_repr(data[key])}", "a mapping of names to positive finite numbers")
+            raise InputError(
+                "--calibration", f"{key}={short_repr(data[key])}", "a mapping of names to positive finite numbers"
+            )
     if not data.get("release_factor"):
         raise InputError(
             "--calibration", str(path), "a profile with a release_factor (moeplan calibrate -o writes one)"

@@ -63,6 +63,8 @@ class StepContext:
         offload_items: saved tensors moved to the host by fine-grained activation offload.
         host_link_bytes_per_s: the GPU ↔ host link.
         ep_overlap: EP A2A overlap is on and has a second microbatch to pair with.
+        ep_paired_share: the share of the critical stage's microbatch chunks whose exchange runs
+            paired with another's compute under EP A2A overlap (:func:`ep_paired_share`; 0 without it).
         lm_factor: the share of the language model's GEMM work done (2/3 or 1/3 when frozen).
         vision: the vision tower's work (None without one).
     """
@@ -90,6 +92,7 @@ class StepContext:
     offload_items: frozenset[str]
     host_link_bytes_per_s: float
     ep_overlap: bool
+    ep_paired_share: float
     lm_factor: float
     vision: VisionCost | None
 
@@ -247,6 +250,27 @@ def _activation_context(s: Scenario, tokens: float, seq_local: float, mbs: int, 
     )
 
 
+def ep_paired_share(pp: int, vpp: int | None, num_microbatches: int, group: int | None) -> float:
+    """Share of the first pipeline stage's microbatch chunks whose forward runs paired with another
+    chunk's backward under EP A2A overlap (combined 1F1B), 0–1.
+
+    Megatron-Core (``pipeline_parallel/schedules.py``): without pipelining the first forward and the
+    last backward run alone (``combined_1f1b_schedule_for_no_pipelining``); interleaved, the first
+    stage runs ``2·(PP − 1) + (VPP − 1)·group + 1`` warm-up forward chunks (the ``+ 1``: "one extra
+    micro-batch forward step" for EP overlap; ``get_pp_rank_microbatches``) and as many cool-down
+    backward chunks alone, of ``num_microbatches · VPP`` chunks. EP overlap with PP > 1 requires VPP
+    (``transformer_config.py``); a plain PP > 1 is taken as PP − 1 warm-up forwards + 1.
+    """
+    n = max(1, num_microbatches)
+    if pp <= 1:
+        warmup, total = 1, n
+    elif not vpp or vpp <= 1:
+        warmup, total = pp, n
+    else:
+        warmup, total = 2 * (pp - 1) + (vpp - 1) * (group or pp) + 1, n * vpp
+    return (total - min(warmup, total)) / total
+
+
 def step_context(
     s: Scenario, c: TimeConstants, measured_gemm: dict[str, float] | None, vision_patches: float | None
 ) -> StepContext:
@@ -296,6 +320,9 @@ def step_context(
         offload_items=frozenset(off_items),
         host_link_bytes_per_s=host_link_bytes_per_s(gpu),
         ep_overlap=bool(lay.overlap_moe_expert_parallel_comm) and n_mb >= 2,
+        ep_paired_share=ep_paired_share(s.pp, s.vpp, n_mb, lay.microbatch_group_size_per_vp_stage)
+        if lay.overlap_moe_expert_parallel_comm
+        else 0.0,
         lm_factor=_lm_factor(s, vc),
         vision=vc,
     )

@@ -6,9 +6,10 @@
 - overlap (Megatron DDP): gradients are reduced bucket by bucket during the backward of the step's
   last microbatch (earlier ones accumulate locally), parameters gathered during the forward of the
   next step's first microbatch; each hides behind that one pass of the critical stage, except the
-  last bucket (``max(40M, 1M·DP)`` parameters, ``distributed/distributed_data_parallel_config.py``),
-  and the window hides its length over the fitted ``dp_contention_factor`` (traffic that overlaps
-  compute shares SMs, HBM and links with it);
+  last bucket (``max(40M, 1M·DP)`` parameters, ``distributed/distributed_data_parallel_config.py``);
+  what the window hides still costs :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN` of its
+  length (the NCCL kernels hold SMs and HBM bandwidth beside the compute: arXiv 2507.03114), and what
+  exceeds the window is exposed;
 - Megatron-FSDP ``optim_grads_params``: every microbatch all-gathers the stage's parameters for
   forward and again for backward and reduce-scatters its gradients; prefetching hides it behind the
   layer compute up to ``overlap_hidden_fraction``. These replace the step's DP traffic.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.comm import dp_time
-from moeplan.model.constants import TimeConstants
+from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN, TimeConstants
 from moeplan.model.time.context import StepContext
 from moeplan.model.time.stage import StageTime
 from moeplan.spec.numerics import fsdp_strategy, grad_bytes, param_gather_bytes
@@ -81,9 +82,18 @@ def _fsdp(ctx: StepContext, params: RankParams, crit: StageTime) -> tuple[float,
     return exposed, ctx.num_microbatches * per_mb - exposed
 
 
+def _overlapped(t: float, tail: float, window: float) -> float:
+    """Exposed time (s) of a transfer of ``t`` s overlapped with a compute window of ``window`` s when
+    its last bucket (``tail``, a share of ``t``) cannot overlap: the tail, what exceeds the window,
+    and :data:`OVERLAP_COMPUTE_SLOWDOWN` of what the window hides."""
+    body = (1.0 - tail) * t
+    hidden = min(body, window)
+    return tail * t + (body - hidden) + OVERLAP_COMPUTE_SLOWDOWN * hidden
+
+
 def data_parallel_time(ctx: StepContext, params: RankParams, crit: StageTime) -> DataParallelTime:
     """DP traffic of one step for the critical stage ``crit`` holding ``params``."""
-    s, c, lay = ctx.s, ctx.c, ctx.s.layout
+    s, lay = ctx.s, ctx.s.layout
     if fsdp_strategy(s) == "optim_grads_params":
         if ctx.dp * s.cp > 1 or (s.edp or 1) > 1:
             return DataParallelTime(0.0, 0.0, *_fsdp(ctx, params, crit))
@@ -93,9 +103,6 @@ def data_parallel_time(ctx: StepContext, params: RankParams, crit: StageTime) ->
     exchanges = ("ep_comm_exposed", "cp_comm_exposed", "tp_comm")
     compute_mb = crit.total_s - sum(crit.parts.get(k, 0.0) for k in exchanges)
     tail = min(1.0, max(MIN_BUCKET_PARAMS, 1e6 * ctx.dp * s.cp) / max(1.0, dense + expert))
-    # while it overlaps compute the traffic contends for SMs, HBM and links: a window of W seconds hides
-    # W / dp_contention_factor seconds of standalone transfer
-    k = c.dp_contention_factor
-    rs = t_rs if lay.overlap_grad_reduce is False else max(tail * t_rs, t_rs - BACKWARD_SHARE * compute_mb / k)
-    ag = t_ag if lay.overlap_param_gather is False else max(tail * t_ag, t_ag - FORWARD_SHARE * compute_mb / k)
+    rs = t_rs if lay.overlap_grad_reduce is False else _overlapped(t_rs, tail, BACKWARD_SHARE * compute_mb)
+    ag = t_ag if lay.overlap_param_gather is False else _overlapped(t_ag, tail, FORWARD_SHARE * compute_mb)
     return DataParallelTime(rs + ag, (t_rs - rs) + (t_ag - ag))

@@ -5,7 +5,10 @@ Megatron's:
 - EP: the shared experts run while the tokens are dispatched (``moe_shared_expert_overlap``,
   ``transformer/moe/moe_layer.py``); EP A2A overlap (``overlap_moe_expert_parallel_comm``, combined
   1F1B in ``pipeline_parallel/combined_1f1b.py``) hides the exchange behind the paired microbatch's
-  GEMMs and attention, up to ``overlap_hidden_fraction`` of them;
+  GEMMs and attention, up to ``overlap_hidden_fraction`` of them, for the chunks the schedule pairs
+  (:func:`~moeplan.model.time.context.ep_paired_share`: the warm-up forwards and cool-down backwards
+  run alone); what it hides still costs :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN`
+  of its length (the dispatch kernels hold SMs beside the compute);
 - TP: SP all-gathers / reduce-scatters around the attention block, and around the MLP unless it is a
   MoE block whose experts are not TP-split; ``tp_comm_overlap`` hides at most the dense GEMMs;
 - CP: the p2p ring (and a2a+p2p's outer ring) overlaps its K/V exchange with the attention kernel;
@@ -18,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.comm import cp_a2a_s, cp_all_gather_s, cp_ring_s, ep_time, gdn_cp_a2a_s, tp_time
+from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN
 from moeplan.model.time.compute import LayerCompute
 from moeplan.model.time.context import StepContext, hierarchical_a2a_size, layer_cp_comm_type
 
@@ -32,7 +36,7 @@ class Exchange:
 
 def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     """Token dispatch + combine of one MoE layer over EP (and ETP), less what shared-expert overlap
-    and EP A2A overlap hide."""
+    and EP A2A overlap hide (the latter net of its contention cost)."""
     s, m = ctx.s, ctx.model
     routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
     fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
@@ -45,7 +49,8 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
         shared = 3 * 2 * ctx.tokens * m.hidden_size * m.moe_shared_expert_intermediate_size * g / s.tp
         t = max(0.0, t - shared / ctx.speeds.gemm_flops_per_s)
     if ctx.ep_overlap:
-        t = max(0.0, t - ctx.c.overlap_hidden_fraction * compute.gemm_and_attention_s)
+        hidden = min(ctx.ep_paired_share * t, ctx.c.overlap_hidden_fraction * compute.gemm_and_attention_s)
+        t = t - hidden + OVERLAP_COMPUTE_SLOWDOWN * hidden
     return Exchange(t, raw - t)
 
 
