@@ -8,11 +8,12 @@ figures refit the constants and stay in the benchmark, docs/accuracy.md).
 Thresholds: the values measured on 2026-12-02 after (docs/decisions.md, "Fills by global batch size,
 overlap as Megatron pairs it") each published run was filled from the workload-config variant of its
 own global batch size (V1/V2), EP A2A overlap hid only the chunks combined 1F1B pairs, an overlapped
-exchange kept the measured contention cost instead of a fitted DP contention factor, and the constants
-were refitted; plus a small margin, so a change that makes the model worse by more than the margin
+exchange kept the measured contention cost instead of a fitted DP contention factor, HybridEP ran at
+its kernel-only rate (Megatron fuses the permutation into its dispatch), and the constants were
+refitted; plus a small margin, so a change that makes the model worse by more than the margin
 fails; a change that makes it better passes and should lower the thresholds (rerun
 ``python benchmarks/accuracy.py`` and update them with the figures). Before that change:
-13.01 / 131.60 / 0.9680 and 12.52 / 66.85 / 0.9722, 9 groups. The figures are worse because
+13.01 / 131.60 / 0.9680 and 12.52 / 66.85 / 0.9722, 9 groups. The worst run is worse because
 gpt-oss-120b's unexplained slowness on Blackwell no longer hides in a DP contention factor fitted
 to its bound, and its GB200/GB300 runs are now filled with the V2 configs they ran (HybridEP, EP
 overlap) rather than V1's:
@@ -20,13 +21,13 @@ overlap) rather than V1's:
 ==========================================  ========  ===========
 figure                                      measured  threshold
 ==========================================  ========  ===========
-median abs % error, all 104 runs            14.50     ≤ 15.0
-worst abs % error, all 104 runs             120.61    ≤ 122.0
-Spearman, all 104 runs                      0.9682    ≥ 0.964
-median abs % error, 4 anomalies left out    13.69     ≤ 14.2
-worst abs % error, 4 anomalies left out     73.53     ≤ 75.0
-Spearman, 4 anomalies left out              0.9723    ≥ 0.968
-(model, GPU) groups with Spearman ≥ 0.8     10 of 19  ≥ 10
+median abs % error, all 104 runs            12.69     ≤ 13.2
+worst abs % error, all 104 runs             118.00    ≤ 119.5
+Spearman, all 104 runs                      0.9716    ≥ 0.968
+median abs % error, 4 anomalies left out    12.62     ≤ 13.1
+worst abs % error, 4 anomalies left out     71.91     ≤ 73.5
+Spearman, 4 anomalies left out              0.9761    ≥ 0.972
+(model, GPU) groups with Spearman ≥ 0.8     11 of 19  ≥ 11
 ==========================================  ========  ===========
 """
 
@@ -62,21 +63,21 @@ def test_the_runs_scored_are_the_published_ones(fig):
 
 def test_error_over_all_runs_does_not_regress(fig):
     m = fig["all"]
-    assert m["median_pct"] <= 15.0, m
-    assert m["worst_pct"] <= 122.0, m
-    assert m["spearman"] >= 0.964, m
+    assert m["median_pct"] <= 13.2, m
+    assert m["worst_pct"] <= 119.5, m
+    assert m["spearman"] >= 0.968, m
 
 
 def test_error_without_release_anomalies_does_not_regress(fig):
     m = fig["clean"]
-    assert m["median_pct"] <= 14.2, m
-    assert m["worst_pct"] <= 75.0, m
-    assert m["spearman"] >= 0.968, m
+    assert m["median_pct"] <= 13.1, m
+    assert m["worst_pct"] <= 73.5, m
+    assert m["spearman"] >= 0.972, m
 
 
 def test_within_group_ranking_does_not_regress(fig):
     assert len(fig["within"]) == 19  # (model, GPU) groups of ≥ 3 runs
-    assert fig["within_ge_0_8"] >= 10, sorted(fig["within"].items(), key=lambda kv: kv[1])
+    assert fig["within_ge_0_8"] >= 11, sorted(fig["within"].items(), key=lambda kv: kv[1])
 
 
 def test_a_rank_correlation_of_exactly_0_8_counts_as_reaching_it():
@@ -107,6 +108,10 @@ def test_the_published_figures_are_what_the_code_computes(fig):
     assert stored["runs"] == len(fig["known"])
     for part in ("all", "clean"):
         m = fig[part]
-        want = {"median_pct": round(m["median_pct"], 1), "worst_pct": round(m["worst_pct"], 1), "spearman": round(m["spearman"], 3)}
+        want = {
+            "median_pct": round(m["median_pct"], 1),
+            "worst_pct": round(m["worst_pct"], 1),
+            "spearman": round(m["spearman"], 3),
+        }
         assert stored[part]["moeplan"] == want, (part, stored[part]["moeplan"], want)
     assert stored["groups_ge_0_8"] == fig["within_ge_0_8"]

@@ -84,11 +84,16 @@ def _ep_gb_per_s(gpu, ep: int, dispatcher: str, topk: int = 8) -> float:
     return tokens * h * 2 * (ep - 1) / ep / one / 1e9
 
 
-def test_hybridep_exchange_matches_its_published_rate_on_nvl72():
-    """HybridEP on GB200 NVL72, BF16 dispatch through the Torch API, 32 SMs: 545.7 (8 ranks), 523.5 (16),
-    507.3 (24), 484.2 (32) GB/s (DeepEP hybrid-ep docs/README_Hybrid-EP.md); within 10 % at 8 and 32."""
-    assert _ep_gb_per_s(GB200, 8, "hybridep") == pytest.approx(545.7, rel=0.10)
-    assert _ep_gb_per_s(GB200, 32, "hybridep") == pytest.approx(484.2, rel=0.10)
+def test_hybridep_exchange_matches_its_published_kernel_rate_on_nvl72():
+    """HybridEP on GB200 NVL72, BF16 dispatch, 32 SMs, kernel time only: 764.0 (8 ranks), 707.0 (16),
+    666.0 (24), 642.2 (32) GB/s (DeepEP hybrid-ep docs/README_Hybrid-EP.md); within 10 % at 8 and 32.
+    Kernel time, not the Torch API's (545.7 … 484.2): megatron-core ≥ 0.16 calls
+    ``dispatch_with_permute`` / ``combine_with_unpermute`` (``transformer/moe/fused_a2a.py``), which write
+    the permuted layout in the kernel, so the API's copy into an output tensor is not paid."""
+    assert _ep_gb_per_s(GB200, 8, "hybridep") == pytest.approx(764.0, rel=0.10)
+    assert _ep_gb_per_s(GB200, 32, "hybridep") == pytest.approx(642.2, rel=0.10)
+    # the Torch-API rate, which includes that copy, is well below what the model charges
+    assert _ep_gb_per_s(GB200, 32, "hybridep") > 1.2 * 484.2
 
 
 def test_nccl_all_to_all_matches_nccl_tests_on_nvlink():

@@ -32,9 +32,12 @@ COMPONENT_SOURCES: dict[str, str] = {
     "collectives on NVLink 4 (nccl-tests#212)",
     "a2a_efficiency.deepep": "0.9: DeepEP's internode normal kernels 43–58 GB/s of RDMA bottleneck bandwidth per "
     "50 GB/s NIC at EP 16–64 (DeepEP docs/legacy.md; intranode 153–158 of H800's 200 GB/s = 0.77)",
-    "a2a_efficiency.hybridep": "0.57 = 515 / 900 GB/s: HybridEP's BF16 dispatch through the Torch API on GB200 "
-    "NVL72 at 8–32 ranks, 32 SMs (545.7, 523.5, 507.3, 484.2 GB/s; combine 569–465; "
-    "DeepEP hybrid-ep docs/README_Hybrid-EP.md; B200 8 ranks 535.9 = 0.60)",
+    "a2a_efficiency.hybridep": "0.77 = 695 / 900 GB/s: HybridEP's BF16 dispatch, kernel time only, on GB200 "
+    "NVL72 at 8–32 ranks, 32 SMs (764.0, 707.0, 666.0, 642.2 GB/s; combine 737–605; B200 8 ranks 16 SMs 735 "
+    "= 0.82; DeepEP hybrid-ep docs/README_Hybrid-EP.md). Kernel time because megatron-core ≥ 0.16 calls "
+    "dispatch_with_permute / combine_with_unpermute (transformer/moe/fused_a2a.py), which write the "
+    "permuted layout in the kernel: the Torch API's copy into an output tensor (its 515 GB/s) is not "
+    "paid, and the permutation's traffic is the MoE layer's element-wise term",
     "grouped_gemm_half_tokens": "600 tokens per expert: TE's grouped GEMM on H100 BF16, (8 experts, 4096, 768, "
     "2048) 650.6 TFLOP/s and (16, 2048, 768, 2048) 636.9 (TransformerEngine PR #2045, CUTLASS grouped GEMM) "
     "against moeplan's dense ceiling there (0.803 × 989 = 794 TFLOP/s, the catalog's measured GEMM fraction) "
@@ -88,7 +91,7 @@ class TimeConstants:
     nvlink_efficiency: float = 0.82
     nic_efficiency: float = 0.95
     a2a_efficiency: dict[str, float] = field(
-        default_factory=lambda: {"alltoall": 0.82, "deepep": 0.9, "hybridep": 0.57}
+        default_factory=lambda: {"alltoall": 0.82, "deepep": 0.9, "hybridep": 0.77}
     )
     launch_overhead_s_per_layer: float = 2e-4
     moe_sync_s_per_layer: float = 2e-4

@@ -155,11 +155,11 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
     weak = (w.tried.get("_weak_tie") or {}).get(fam)
     if weak is not None:
         note = (
-            " — a tie on weak evidence: the gap rests on HybridEP's published Torch-API rate, which Megatron's"
-            " fused buffer copy beats, and the guidance runs HybridEP on NVL72 (measure both)"
+            " — a tie on weak evidence: the gap rests on HybridEP's published kernel rate, measured at one"
+            " shape, and the guidance runs HybridEP on NVL72 (measure both)"
         )
     elif fam == "dispatcher" and brief and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
-        note += " (HybridEP's rate is its Torch-API figure, which Megatron's fused copy beats: measure both)"
+        note += " (HybridEP's rate is its kernel figure at one shape: measure both)"
     return f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + "."
 
 
@@ -210,8 +210,29 @@ def explain_winner(res: SearchResult, brief: bool = False) -> list[str]:
     lines = [res.tie_note + "."] if res.tie_note else []
     lines += [_size_line(res, w, attr, name, key, brief) for attr, name, key in _DIMS]
     lines.append(_recompute_brief(w) if brief else _recompute_line(w))
-    lines += [x for fam, title in _KNOB_TITLES if (x := _knob_line(w, fam, title, brief)) is not None]
+    quiet = [title for fam, title in _KNOB_TITLES if brief and _within_tie(w, fam)]
+    lines += [
+        x for fam, title in _KNOB_TITLES if title not in quiet and (x := _knob_line(w, fam, title, brief)) is not None
+    ]
+    if quiet:
+        lines.append(f"{', '.join(quiet)}: every setting tried within {100 * TIE_FRACTION:.0f} % (--verbose).")
     return lines + _context_lines(w, brief)
+
+
+def _within_tie(w: Candidate, fam: str) -> bool:
+    """Every setting of knob family ``fam`` was tried, none rejected, and all lie within
+    :data:`~moeplan.plan.search.TIE_FRACTION` of the chosen one, with no weak-evidence tie to state:
+    the brief explanation names the family instead of listing its figures."""
+    t = w.tried.get(fam)
+    if not t or len(t) < 2 or (w.tried.get("_weak_tie") or {}).get(fam) is not None:
+        return False
+    if fam == "dispatcher" and (w.knobs.get("graphs") == "full_iteration" or _nvl72(w)):
+        return False
+    chosen = w.knobs[fam] if fam != "vpp" else f"VPP{w.parallel.vpp}"
+    ref = t.get(chosen)
+    if not ref or any(v is None for v in t.values()):
+        return False
+    return all(abs(v / ref - 1) <= TIE_FRACTION for v in t.values())
 
 
 def runner_up_diff(res: SearchResult) -> list[str]:

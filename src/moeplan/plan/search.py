@@ -66,9 +66,9 @@ OBJECTIVES = ("throughput", "time-to-train")
 #: layout (the step-time model's in-sample error is far larger, docs/accuracy.md)
 TIE_FRACTION = 0.02
 #: how far all-to-all may lead HybridEP on an NVL72 rack before the planner prefers it: HybridEP's rate
-#: is its published Torch-API figure, which includes a buffer copy Megatron fuses away (its kernel-only
-#: figures are 1.3–1.4× faster; DeepEP hybrid-ep docs/README_Hybrid-EP.md), so the model leans against
-#: it; within this margin the two are a tie on weak evidence and the explanation says so
+#: is its published kernel-only figure at one shape (4,096 tokens, hidden 7,168, top-8; DeepEP hybrid-ep
+#: docs/README_Hybrid-EP.md), through its Torch API it runs 1.3–1.4× slower, and NVIDIA's NVL72 recipes
+#: run it; within this margin the two are a tie on weak evidence and the explanation says so
 WEAK_DISPATCHER_TIE = 0.25
 #: a layout whose throughput without any recompute is below this fraction of the best found so far
 #: is not fitted (branch and bound; tallied as ``dominated``)
@@ -1028,7 +1028,7 @@ def _refine(
 
 def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
     """On an NVL72 rack, HybridEP within :data:`WEAK_DISPATCHER_TIE` of the fastest dispatcher is a tie
-    on weak evidence (the gap rests on HybridEP's Torch-API rate, which Megatron's fused copy beats):
+    on weak evidence (the gap rests on HybridEP's kernel rate measured at one shape):
     the fastest prediction is kept, so that every candidate is ranked by what the model predicts for
     it, and the gap is recorded (``tried["_weak_tie"]``) so that the explanation says the choice is a
     tie with the guidance's HybridEP and to measure both. Returns ``best`` unchanged."""

@@ -95,7 +95,9 @@ def _candidates_table(c, d: dict) -> None:
             groups.setdefault(k or "none", []).append(rank)
         for k, ranks in groups.items():
             c.print(
-                Padding(T("knobs ") + f"#{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)), highlight=False, markup=False
+                Padding(T("knobs ") + f"#{',#'.join(map(str, ranks))}: {k}", (0, 0, 0, 0)),
+                highlight=False,
+                markup=False,
             )
     codes = [x for cand in d["candidates"] for x in (knob_codes(cand) or ["none"])]
     if codes:
@@ -112,8 +114,16 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
     lines = w["explanation"] if verbose or not w.get("explanation_brief") else w["explanation_brief"]
     for line in lines:
         c.print(Padding(f"• {T(line)}", (0, 0, 0, 2)), highlight=False)
-    for line in w.get("warnings", []):
-        c.print(Padding(T("[yellow]check warns[/]: ") + escape(finding_line(line)), (0, 0, 0, 2)), highlight=False)
+    warnings = w.get("warnings", [])
+    if verbose:
+        for line in warnings:
+            c.print(Padding(T("[yellow]check warns[/]: ") + escape(finding_line(line)), (0, 0, 0, 2)), highlight=False)
+    elif warnings:
+        ids = ", ".join(line.partition(": ")[0] for line in warnings)
+        c.print(
+            Padding(T("[yellow]check warns[/]: ") + escape(ids) + T(" (details: --verbose)"), (0, 0, 0, 2)),
+            highlight=False,
+        )
     if verbose:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
@@ -192,12 +202,10 @@ def _family(c, fam: dict, verbose: bool) -> None:
         T("breaks {n} rule(s): ").format(n=len(errs)) + T("; ").join(map(finding_line, errs)) if errs else T("legal")
     )
     c.print(
-        T("[bold]guidance family[/] {recipe} at this size, as written: {broke}").format(recipe=fam["recipe"], broke=broke)
-        + (
-            f"{T('; ')}{fam['memory']['peak_gib']:.1f} GiB ({T(fam['memory']['verdict'])})"
-            if fam.get("memory")
-            else ""
+        T("[bold]guidance family[/] {recipe} at this size, as written: {broke}").format(
+            recipe=fam["recipe"], broke=broke
         )
+        + (f"{T('; ')}{fam['memory']['peak_gib']:.1f} GiB ({T(fam['memory']['verdict'])})" if fam.get("memory") else "")
         + (f"{T('; ')}{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
         + (T("; #1 is {gain} %").format(gain=f"{fam['search_gain_pct']:+.1f}") if "search_gain_pct" in fam else ""),
         highlight=False,
@@ -301,7 +309,9 @@ def _fsdp_vs_3d(c, fv: dict) -> None:
             T(
                 "  FSDP is predicted {pct} % vs 3D and uses {gib} GiB {more_less}; the guidance: FSDP first for "
                 "bring-up, 3D once the model is stable and there is time to tune"
-            ).format(pct=f"{fv['fsdp_vs_3d_pct']:+.1f}", gib=f"{abs(gib):.1f}", more_less=T("more" if gib > 0 else "less")),
+            ).format(
+                pct=f"{fv['fsdp_vs_3d_pct']:+.1f}", gib=f"{abs(gib):.1f}", more_less=T("more" if gib > 0 else "less")
+            ),
             highlight=False,
         )
 
@@ -427,7 +437,9 @@ def render_fit(d: dict, verbose: bool = False) -> None:
         c.print(T("[yellow]applied first[/]: ") + escape(T(d["applied_first"])), highlight=False)
     for e in d.get("check_errors", []):
         c.print(
-            T("[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)").format(e=escape(finding_line(e))),
+            T("[bold red]the layout breaks a rule[/]: {e} (moeplan check gives the fix)").format(
+                e=escape(finding_line(e))
+            ),
             highlight=False,
         )
     if d["fixes"]:
@@ -451,11 +463,15 @@ def render_fit(d: dict, verbose: bool = False) -> None:
                 markup=False,
             )
     elif not d["fits_already"]:
-        c.print(T("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence"))
+        c.print(
+            T("[bold red]no change makes it fit, and no layout fits these GPUs[/]: more GPUs or a shorter sequence")
+        )
     if d.get("replanned"):
         c.print(T("no single change or pair of changes fits: the planner's best layout at this size is shown"))
     _fit_rest(c, d, verbose)
-    c.print(T("{n} changes tried, each checked by every rule").format(n=d.get("tried", 0)), style="dim", highlight=False)
+    c.print(
+        T("{n} changes tried, each checked by every rule").format(n=d.get("tried", 0)), style="dim", highlight=False
+    )
     for n in d.get("notes", []):
         c.print(T("[bold yellow]note[/]: ") + escape(T(n)), highlight=False)
     if d.get("saved"):

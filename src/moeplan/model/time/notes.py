@@ -75,9 +75,9 @@ def precision_notes(ctx: StepContext) -> list[str]:
     if ctx.dispatcher == "hybridep" and ctx.model.is_moe and s.ep * s.etp > 1:
         out.append(
             f"HybridEP's exchange runs at {c.a2a_efficiency.get('hybridep', 0):.2f} of the link rate against "
-            f"{c.a2a_efficiency.get('alltoall', 0):.2f} for all-to-all: its published Torch-API figure, which "
-            "includes a buffer copy Megatron fuses into the permutation (kernel-only runs 1.3–1.4× faster), so "
-            "its EP time leans pessimistic (moeplan.model.constants.COMPONENT_SOURCES)"
+            f"{c.a2a_efficiency.get('alltoall', 0):.2f} for all-to-all: its published kernel-only figure, "
+            "since megatron-core ≥ 0.16 fuses the permutation into the dispatch; through the Torch API it runs "
+            "1.3–1.4× slower (moeplan.model.constants.COMPONENT_SOURCES)"
         )
     return out
 
