@@ -176,3 +176,31 @@ def test_ep_overlap_wins_across_nodes_on_h100():
 )
 def test_ep_overlap_loses_inside_one_b200_node():
     assert _ep_overlap_ratio(_QWEN235_B200_PP8) > 1.0
+
+
+def test_the_hybridep_note_names_where_its_rate_comes_from():
+    import dataclasses
+
+    from moeplan import estimate_step, load_scenario
+
+    d = {
+        "model": "openai/gpt-oss-120b",
+        "system": {"gpu": "gb200", "num_gpus": 64},
+        "training": {"seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 1280, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": 64},
+        "recipe_defaults": "mbridge-perf",
+        "versions": {"container": "26.04"},
+    }
+
+    def note(scn: dict, c=None) -> str:
+        e = estimate_step(load_scenario(scn), c) if c is not None else estimate_step(load_scenario(scn))
+        return next(a for a in e.assumptions if a.startswith("HybridEP's exchange"))
+
+    assert "since megatron-core ≥ 0.16 fuses the permutation" in note(d)
+    # a stated megatron-core before the fused dispatch: the assumption says what it may cost
+    old = {**d, "versions": {"container": "26.04", "megatron_core": "0.15.0"}}
+    assert "megatron-core 0.15.0 may run it through the Torch API" in note(old)
+    # a calibration profile's own rate is not called the published figure
+    c = load_constants()
+    cal = dataclasses.replace(c, a2a_efficiency={**c.a2a_efficiency, "hybridep": 0.6})
+    assert note(d, cal).endswith("0.60 of the link rate against 0.82 for all-to-all: the calibration profile's value")

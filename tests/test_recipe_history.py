@@ -317,3 +317,20 @@ def test_large_scale_variants_rank_after_the_plain_ones_whatever_the_case_of_the
     for gbs, variant in ((256, "_LARGE_SCALE"), (2048, "_V1"), (4096, "_V2")):
         found = match_perf_recipe(dsv3, "b200", "mxfp8", lay, 1, 256, release="26.04", global_batch_size=gbs)
         assert found["id"] == f"26.04/DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX{variant}"
+
+
+def test_a_fill_from_a_row_of_another_global_batch_size_says_so():
+    # GBS 768 matches neither V1 (512) nor V2 (1280): the row that stands in is named with its GBS
+    base = {
+        "model": "openai/gpt-oss-120b",
+        "system": {"gpu": "gb200", "num_gpus": 64},
+        "training": {"seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 768, "precision": "bf16"},
+        "layout": LAYOUT_GPT_OSS_GB200,
+        "recipe_defaults": "mbridge-perf-benchmark",
+        "versions": {"container": "26.04"},
+    }
+    row = moeplan.load_scenario(base).recipe.row
+    assert row.gbs_unmatched == (512, 768)
+    assert row.reason.endswith("; its GBS 512, not this run's 768)")
+    exact = moeplan.load_scenario({**base, "training": {**base["training"], "global_batch_size": 1280}}).recipe.row
+    assert exact.gbs_unmatched is None and "GBS" not in exact.reason

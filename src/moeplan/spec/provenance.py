@@ -103,6 +103,9 @@ class RecipeRow:
     #: the container release the scenario names when no workload config of that release matched (the
     #: current tables were used instead), else None
     release_unmatched: str | None = None
+    #: (the row's global batch size, the scenario's) when they differ: which of a layout's variants
+    #: (Bridge's ``_V1``/``_V2``/``_LARGE_SCALE``, set apart by GBS) stood in, else None
+    gbs_unmatched: tuple[int, int] | None = None
 
     @property
     def ref(self) -> str:
@@ -132,8 +135,9 @@ class RecipeRow:
     @property
     def reason(self) -> str:
         """The reason text of the row's fills: ``recipe <id> (Table A @067f987)``, with a note when the
-        row is borrowed from another precision, and one when the scenario's container release has no
-        workload config for this layout (the current tables stood in)."""
+        row is borrowed from another precision, one when the scenario's container release has no
+        workload config for this layout (the current tables stood in), and one when the row was
+        published at another global batch size than the scenario's."""
         note = (
             f"; no {self.precision} row for this layout, {'/'.join(self.precisions)} row's knobs"
             if self.borrowed
@@ -141,6 +145,8 @@ class RecipeRow:
         )
         if self.release_unmatched:
             note += f"; no {self.release_unmatched} workload config for this layout"
+        if self.gbs_unmatched:
+            note += f"; its GBS {self.gbs_unmatched[0]:,}, not this run's {self.gbs_unmatched[1]:,}"
         return f"recipe {self.id} ({self.table_label}{note})"
 
 

@@ -104,6 +104,7 @@ def _row_fills(
         borrowed=precision not in found["precisions"],
         tag=(found.get("extra") or {}).get("tag") if found["table"] == "H" else None,
         release_unmatched=release if release is not None and found["table"] != "H" else None,
+        gbs_unmatched=_gbs_unmatched(found, global_batch_size),
     )
     fills = [
         RecipeFill(key, value, "row", row.reason)
@@ -111,6 +112,14 @@ def _row_fills(
         if not (row.borrowed and key in PRECISION_KEYS)
     ]
     return row, fills
+
+
+def _gbs_unmatched(row: dict, global_batch_size: int | None) -> tuple[int, int] | None:
+    """(the row's GBS, the scenario's) when both are known and differ, else None."""
+    row_gbs = (row.get("training") or {}).get("global_batch_size")
+    if global_batch_size is None or not isinstance(row_gbs, int) or row_gbs == global_batch_size:
+        return None
+    return row_gbs, global_batch_size
 
 
 def _shared_fills(precision: str, model: PartialModelSpec | None) -> list[RecipeFill]:

@@ -9,6 +9,11 @@ from moeplan.model.hardware import planning_notes
 from moeplan.model.time.context import StepContext
 from moeplan.spec.scenario import Scenario
 from moeplan.spec.system import GpuSpec
+from moeplan.spec.versions import release_tuple
+
+#: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
+#: (``dispatch_with_permute`` in ``transformer/moe/fused_a2a.py``, present at core_v0.16.0)
+FUSED_HYBRIDEP_MCORE = (0, 16, 0)
 
 
 def calibration_notes(c: TimeConstants, gpu: GpuSpec) -> list[str]:
@@ -73,13 +78,28 @@ def precision_notes(ctx: StepContext) -> list[str]:
             f"system.gpu.peak_dense_tflops.{peak_key})"
         )
     if ctx.dispatcher == "hybridep" and ctx.model.is_moe and s.ep * s.etp > 1:
-        out.append(
-            f"HybridEP's exchange runs at {c.a2a_efficiency.get('hybridep', 0):.2f} of the link rate against "
-            f"{c.a2a_efficiency.get('alltoall', 0):.2f} for all-to-all: its published kernel-only figure, "
-            "since megatron-core ≥ 0.16 fuses the permutation into the dispatch; through the Torch API it runs "
-            "1.3–1.4× slower (moeplan.model.constants.COMPONENT_SOURCES)"
-        )
+        out.append(_hybridep_note(s, c))
     return out
+
+
+def _hybridep_note(s: Scenario, c: TimeConstants) -> str:
+    """Where HybridEP's exchange rate comes from: the packaged kernel-only figure (and whether the
+    scenario's megatron-core has the fused dispatch it assumes), or the calibration profile."""
+    rate, a2a = c.a2a_efficiency.get("hybridep", 0), c.a2a_efficiency.get("alltoall", 0)
+    head = f"HybridEP's exchange runs at {rate:.2f} of the link rate against {a2a:.2f} for all-to-all: "
+    if rate != TimeConstants().a2a_efficiency["hybridep"]:
+        return head + "the calibration profile's value"
+    mcore = s.versions.get("megatron_core")
+    if mcore is not None and release_tuple(mcore, "0") < FUSED_HYBRIDEP_MCORE:
+        return head + (
+            f"its published kernel-only figure, which assumes megatron-core ≥ 0.16's fused dispatch; "
+            f"megatron-core {mcore} may run it through the Torch API, 1.3–1.4× slower "
+            "(moeplan.model.constants.COMPONENT_SOURCES)"
+        )
+    return head + (
+        "its published kernel-only figure, since megatron-core ≥ 0.16 fuses the permutation into the "
+        "dispatch; through the Torch API it runs 1.3–1.4× slower (moeplan.model.constants.COMPONENT_SOURCES)"
+    )
 
 
 def workload_notes(ctx: StepContext) -> list[str]:
