@@ -29,8 +29,14 @@ IDS = [k.id for k in ISSUES]
 def test_database_breadth():
     assert len(ISSUES) >= 40
     sources = {k.source.split("/")[3] + "/" + k.source.split("/")[4] for k in ISSUES}
-    for repo in ("NVIDIA/Megatron-LM", "NVIDIA-NeMo/Megatron-Bridge", "NVIDIA/TransformerEngine", "deepseek-ai/DeepEP",
-                 "NVIDIA/nccl", "pytorch/pytorch"):
+    for repo in (
+        "NVIDIA/Megatron-LM",
+        "NVIDIA-NeMo/Megatron-Bridge",
+        "NVIDIA/TransformerEngine",
+        "deepseek-ai/DeepEP",
+        "NVIDIA/nccl",
+        "pytorch/pytorch",
+    ):
         assert repo in sources, repo
     packages = {p.package for k in ISSUES for p in k.packages}
     assert packages == {"megatron_core", "megatron_bridge", "transformer_engine", "torch", "nccl", "deepep"}
@@ -258,3 +264,23 @@ def test_trigger_language_combinators_and_env():
     # unknown facts (no model) compare false, never raise
     pred, _ = compile_trigger({"model.num_layers": {"gt": 1}})
     assert not pred(load_scenario({}))
+
+
+def test_the_unknown_versions_finding_asks_for_the_versions_that_decide_it():
+    from moeplan.rules.known_issues import versions_to_state
+
+    nccl = get_known_issue("nccl_2_29_2_hang")
+    assert {p.package for p in nccl.packages} == {"nccl"}
+    data = copy.deepcopy(nccl.example)
+    data.pop("versions", None)
+    # no container: the container and NCCL, which no container row gives
+    assert versions_to_state(load_scenario(data), [nccl]) == "versions.container and versions.nccl"
+    # a container stated: NCCL alone, not the container again
+    s = load_scenario({**data, "versions": {"container": "26.04"}})
+    assert versions_to_state(s, [nccl]) == "versions.nccl"
+    infos = [f for f in validate(s).findings if f.rule_id == UNKNOWN_RULE]
+    assert infos and "state versions.nccl (" in infos[0].message
+    assert "or versions.container" not in infos[0].message
+    # NCCL stated too: nothing of this issue is left to state (it no longer matches as possible)
+    s = load_scenario({**data, "versions": {"container": "26.04", "nccl": "2.29.3"}})
+    assert not any("nccl_2_29_2_hang" in f.message for f in validate(s).findings if f.rule_id == UNKNOWN_RULE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from moeplan.catalog.known_issues import get_known_issue
 from moeplan.catalog.recipes import published_runs
 from moeplan.errors import InputError
 from moeplan.model.step import estimate_step
@@ -12,6 +13,7 @@ from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import _simplest_leads, search
 from moeplan.rules.known_issues import summary as known_issue_summary
+from moeplan.rules.known_issues import versions_to_state
 
 
 def known_issue_notes(candidates) -> list[str]:
@@ -30,10 +32,11 @@ def known_issue_notes(candidates) -> list[str]:
             + "; confirmed hangs, crashes and assertions are rejected (see the rejected tally)"
         )
     if seen["possible"]:
+        issues = [ki for i in sorted(seen["possible"]) if (ki := get_known_issue(i)) is not None]
         notes.append(
             "possible known issues (versions not stated): "
             + ", ".join(sorted(seen["possible"]))
-            + "; set versions.container to check"
+            + f"; set {versions_to_state(candidates[0].scenario, issues)} to check"
         )
     return notes
 

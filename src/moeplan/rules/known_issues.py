@@ -15,6 +15,7 @@ Generic warnings of the other rule families never stand in for these findings.
 
 from __future__ import annotations
 
+from moeplan.catalog.containers import container_table
 from moeplan.catalog.known_issues import KnownIssue, get_known_issue, known_issues
 from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
@@ -59,16 +60,30 @@ def finding(k: KnownIssue, details: list[str]) -> Finding:
     )
 
 
-def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]]) -> Finding:
+def versions_to_state(s: Scenario, issues: list[KnownIssue]) -> str:
+    """What the user should state to decide ``issues``: the ``versions.<package>`` keys they depend on
+    that the scenario leaves unknown (neither stated nor given by its container); without a container,
+    ``versions.container`` and the keys no container row gives (its table has no NCCL column, so
+    NCCL's issues always need ``versions.nccl``)."""
+    keys = sorted({f"versions.{p.package}" for k in issues for p in k.packages if s.versions.get(p.package) is None})
+    if s.input.versions.container:
+        return ", ".join(keys) if keys else "versions.*"
+    covered = {p for row in container_table().values() for p in row.packages}
+    rest = [k for k in keys if k.removeprefix("versions.") not in covered]
+    return "versions.container" + (f" and {', '.join(rest)}" if rest else "")
+
+
+def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]], s: Scenario) -> Finding:
     """One info finding for the issues that apply unless a version not stated rules them out."""
     parts = [f"{k.id} [{k.symptom}] if {' and '.join(d)}" for k, _, d in possible]
     keys = sorted({f"versions.{p.package}" for k, _, _ in possible for p in k.packages})
+    ask = versions_to_state(s, [k for k, _, _ in possible])
     return Finding(
         UNKNOWN_RULE,
         "info",
         f"{len(possible)} known issue(s) match this layout but the versions that decide them are not stated: "
         + "; ".join(parts)
-        + " — state versions.* or versions.container (moeplan known-issues lists them)",
+        + f" — state {ask} (moeplan known-issues lists them)",
         None,
         "info",
         SOURCE,
@@ -119,7 +134,7 @@ def _known(s, e):
     out = [finding(k, d) for k, status, d in found if status == "affected"]
     possible = [m for m in found if m[1] == "possible"]
     if possible:
-        out.append(unknown_versions_finding(possible))
+        out.append(unknown_versions_finding(possible, s))
     return out
 
 
@@ -132,4 +147,5 @@ __all__ = [
     "matches",
     "summary",
     "unknown_versions_finding",
+    "versions_to_state",
 ]
