@@ -291,18 +291,29 @@ def test_the_global_batch_size_picks_between_v1_and_v2():
     assert v2["layout"]["overlap_moe_expert_parallel_comm"] is True
 
 
+def _gpt_oss_gb200(global_batch_size: int):
+    """gpt-oss-120b on 64 GB200 at EP 64, MBS 4, filled from container 26.04's workload configs."""
+    return moeplan.load_scenario(
+        {
+            "model": "openai/gpt-oss-120b",
+            "system": {"gpu": "gb200", "num_gpus": 64},
+            "training": {
+                "seq_length": 4096,
+                "micro_batch_size": 4,
+                "global_batch_size": global_batch_size,
+                "precision": "bf16",
+            },
+            "layout": LAYOUT_GPT_OSS_GB200,
+            "recipe_defaults": "mbridge-perf-benchmark",
+            "versions": {"container": "26.04"},
+        }
+    )
+
+
 def test_a_scenario_is_filled_from_the_variant_of_its_global_batch_size():
-    base = {
-        "model": "openai/gpt-oss-120b",
-        "system": {"gpu": "gb200", "num_gpus": 64},
-        "training": {"seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 1280, "precision": "bf16"},
-        "layout": LAYOUT_GPT_OSS_GB200,
-        "recipe_defaults": "mbridge-perf-benchmark",
-        "versions": {"container": "26.04"},
-    }
-    s = moeplan.load_scenario(base)
+    s = _gpt_oss_gb200(1280)
     assert s.recipe.row.id.endswith("_V2") and s.layout.overlap_moe_expert_parallel_comm is True
-    s = moeplan.load_scenario({**base, "training": {**base["training"], "global_batch_size": 512}})
+    s = _gpt_oss_gb200(512)
     assert s.recipe.row.id.endswith("_V1") and not s.layout.overlap_moe_expert_parallel_comm
 
 
@@ -321,16 +332,8 @@ def test_large_scale_variants_rank_after_the_plain_ones_whatever_the_case_of_the
 
 def test_a_fill_from_a_row_of_another_global_batch_size_says_so():
     # GBS 768 matches neither V1 (512) nor V2 (1280): the row that stands in is named with its GBS
-    base = {
-        "model": "openai/gpt-oss-120b",
-        "system": {"gpu": "gb200", "num_gpus": 64},
-        "training": {"seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 768, "precision": "bf16"},
-        "layout": LAYOUT_GPT_OSS_GB200,
-        "recipe_defaults": "mbridge-perf-benchmark",
-        "versions": {"container": "26.04"},
-    }
-    row = moeplan.load_scenario(base).recipe.row
+    row = _gpt_oss_gb200(768).recipe.row
     assert row.gbs_unmatched == (512, 768)
     assert row.reason.endswith("; its GBS 512, not this run's 768)")
-    exact = moeplan.load_scenario({**base, "training": {**base["training"], "global_batch_size": 1280}}).recipe.row
+    exact = _gpt_oss_gb200(1280).recipe.row
     assert exact.gbs_unmatched is None and "GBS" not in exact.reason
