@@ -128,13 +128,19 @@ def _knob_note(w: Candidate, fam: str, t: dict, chosen: str) -> str:
     return note
 
 
+def _chosen(w: Candidate, fam: str) -> str:
+    """The label of the setting the winner runs for knob family ``fam`` (a label for every family:
+    ``_knob_labels``; VPP as ``VPP<n>``)."""
+    return w.knobs[fam] if fam != "vpp" else f"VPP{w.parallel.vpp}"
+
+
 def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str | None:
     """One knob family of the refinement: the setting chosen against the variants tried (``brief``:
     without the notes on ties and the guidance)."""
     t = w.tried.get(fam)
     if not t:
         return None
-    chosen = w.knobs[fam] if fam != "vpp" else f"VPP{w.parallel.vpp}"  # (a label for every family: _knob_labels)
+    chosen = _chosen(w, fam)
     if fam == "dispatcher" and w.knobs.get("graphs") == "full_iteration":
         seen = ", ".join(f"{n} {v:,.0f}" if v is not None else f"{n} rejected" for n, v in t.items())
         return (
@@ -228,8 +234,7 @@ def _within_tie(w: Candidate, fam: str) -> bool:
         return False
     if fam == "dispatcher" and (w.knobs.get("graphs") == "full_iteration" or _nvl72(w)):
         return False
-    chosen = w.knobs[fam] if fam != "vpp" else f"VPP{w.parallel.vpp}"
-    ref = t.get(chosen)
+    ref = t.get(_chosen(w, fam))
     if not ref or any(v is None for v in t.values()):
         return False
     return all(abs(v / ref - 1) <= TIE_FRACTION for v in t.values())

@@ -90,7 +90,14 @@ def _row_fills(
     precision lends no precision key."""
 
     found = match_perf_recipe(
-        model_id, gpu_id, precision, layout, micro_batch_size, num_gpus, release, global_batch_size
+        model_id,
+        gpu_id,
+        precision,
+        layout,
+        micro_batch_size,
+        num_gpus,
+        release=release,
+        global_batch_size=global_batch_size,
     )
     if found is None:
         return None, []
@@ -234,8 +241,16 @@ def recipe_provenance(
     row: RecipeRow | None = None
     fills: list[RecipeFill] = []
     if match_row and model is not None and layout is not None:
-        sizes = (micro_batch_size, num_gpus, release, global_batch_size)
-        row, fills = _row_fills(model.name, gpu_id, precision, layout, *sizes)
+        row, fills = _row_fills(
+            model.name,
+            gpu_id,
+            precision,
+            layout,
+            micro_batch_size,
+            num_gpus,
+            release=release,
+            global_batch_size=global_batch_size,
+        )
     fills += _shared_fills(precision, model)
     if model is not None:
         # the model recipe's layout map reads the VPP the run ends with: the row's when the user left it out
@@ -283,8 +298,7 @@ def recipe_for_input(
 ) -> RecipeProvenance | None:
     """:func:`recipe_provenance` of a validated scenario input: its ``recipe_defaults``, precision,
     stated layout (unstated sizes at their defaults), micro-batch and global batch size, GPU id and
-    count. None for
-    ``recipe_defaults: none``."""
+    count. None for ``recipe_defaults: none``."""
     lay = inp.layout
     gpu_id = inp.system.gpu if isinstance(inp.system.gpu, str) else None
     return recipe_provenance(

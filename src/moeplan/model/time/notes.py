@@ -14,6 +14,8 @@ from moeplan.spec.versions import release_tuple
 #: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
 #: (``dispatch_with_permute`` in ``transformer/moe/fused_a2a.py``, present at core_v0.16.0)
 FUSED_HYBRIDEP_MCORE = (0, 16, 0)
+#: HybridEP's component-set rate (``COMPONENT_SOURCES``): a profile with another one calibrated it
+PACKAGED_HYBRIDEP_RATE = TimeConstants().a2a_efficiency["hybridep"]
 
 
 def calibration_notes(c: TimeConstants, gpu: GpuSpec) -> list[str]:
@@ -87,7 +89,7 @@ def _hybridep_note(s: Scenario, c: TimeConstants) -> str:
     scenario's megatron-core has the fused dispatch it assumes), or the calibration profile."""
     rate, a2a = c.a2a_efficiency.get("hybridep", 0), c.a2a_efficiency.get("alltoall", 0)
     head = f"HybridEP's exchange runs at {rate:.2f} of the link rate against {a2a:.2f} for all-to-all: "
-    if rate != TimeConstants().a2a_efficiency["hybridep"]:
+    if rate != PACKAGED_HYBRIDEP_RATE:
         return head + "the calibration profile's value"
     mcore = s.versions.get("megatron_core")
     if mcore is not None and release_tuple(mcore, "0") < FUSED_HYBRIDEP_MCORE:
