@@ -78,13 +78,28 @@ def test_qwen3_30b_b300_graphs_change_in_26_06():
     assert new["use_transformer_engine_op_fuser"] is True and new["fp8_dot_product_attention"] is True
 
 
-def test_an_unknown_release_or_an_unmatched_layout_falls_back_to_the_current_tables():
+def test_an_unknown_release_falls_back_to_the_current_tables():
     head = match_perf_recipe(Q30, "b300", "mxfp8", LAYOUT_30B, 8, 8)
     assert match_perf_recipe(Q30, "b300", "mxfp8", LAYOUT_30B, 8, 8, release="27.01") == head
+    # a release with no config for this model on this GPU at all: the current tables too (26.02 shipped no
+    # Qwen3-Next-80B workload config)
+    nxt = "Qwen/Qwen3-Next-80B-A3B-Instruct"
+    assert not [r for r in perf_recipe_history()["26.02"] if r["model"] == nxt]
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 32}
+    head = match_perf_recipe(nxt, "gb200", "bf16", lay, 2, 64)
+    assert head is not None and head["table"] in ("A", "B")
+    assert match_perf_recipe(nxt, "gb200", "bf16", lay, 2, 64, release="26.02") == head
+
+
+def test_an_unmatched_layout_takes_its_releases_config_of_the_closest_layout():
+    # 26.02 shipped Qwen3-30B on B300 in MXFP8 at EP 8 only; EP 4 is not one of its layouts. The release's
+    # own config (what 26.02 ran this model with on this GPU) stands in, marked, not HEAD's row
     odd = {**LAYOUT_30B, "expert_model_parallel_size": 4}
-    assert match_perf_recipe(Q30, "b300", "mxfp8", odd, 8, 8, release="26.02") == match_perf_recipe(
-        Q30, "b300", "mxfp8", odd, 8, 8
-    )
+    found = match_perf_recipe(Q30, "b300", "mxfp8", odd, 8, 8, release="26.02")
+    assert found["release"] == "26.02" and found["layout_unmatched"] is True
+    assert found["layout"]["expert_model_parallel_size"] == 8
+    exact = match_perf_recipe(Q30, "b300", "mxfp8", LAYOUT_30B, 8, 8, release="26.02")
+    assert "layout_unmatched" not in exact
 
 
 def test_a_scenario_naming_its_container_is_filled_with_that_releases_recipe():
@@ -337,3 +352,62 @@ def test_a_fill_from_a_row_of_another_global_batch_size_says_so():
     assert row.reason.endswith("; its GBS 512, not this run's 768)")
     exact = _gpt_oss_gb200(1280).recipe.row
     assert exact.gbs_unmatched is None and "GBS" not in exact.reason
+
+
+DSV3 = "deepseek-ai/DeepSeek-V3"
+
+
+def test_25_11_deepseek_gb300_at_its_published_layout_runs_its_releases_settings():
+    # 25.11 published DeepSeek-V3 on 256 GB300 at TP1 PP2 VPP4 EP32, GBS 4096; v0.2.0's workload configs have
+    # DEEPSEEK_V3_GB300_{BF16,FP8_MX}_BASE_CONFIG at TP1 PP4 VPP4 EP64 only, both with HybridEP, TE graphs of
+    # attn/moe_router/moe_preprocess and moe_act recompute. Both precisions are filled with those settings
+    # (BF16 used to get no row at all, MXFP8 HEAD's full-iteration graph and paged stash), never the sizes
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 32}
+    for precision, config in (("bf16", "BF16"), ("mxfp8", "FP8_MX")):
+        s = _scenario(DSV3, "gb300", 256, 1, 4096, precision, lay, "25.11")
+        row = s.recipe.row
+        assert row.id == f"25.11/DEEPSEEK_V3_GB300_{config}_BASE_CONFIG" and row.table == "H"
+        assert row.layout_unmatched == "TP1 PP4 VPP4 EP64" and row.settings_left_out == ()
+        assert row.gbs_unmatched is None  # another layout's config: its GBS is not a variant of this run's
+        assert row.reason.endswith(
+            "(workload config @v0.2.0; settings only: the release's config is for TP1 PP4 VPP4 EP64, none for "
+            "this layout)"
+        )
+        assert (s.pp, s.vpp, s.ep) == (2, 1, 32)
+        assert s.layout.moe_flex_dispatcher_backend == "hybridep" and s.layout.cuda_graph_impl == "transformer_engine"
+        assert s.layout.cuda_graph_scope == ["attn", "moe_router", "moe_preprocess"]
+        assert s.layout.recompute_modules == ["moe_act"]
+        assert not s.layout.moe_paged_stash
+
+
+def test_ep_overlap_a_layout_cannot_run_is_left_out_and_said():
+    # 26.02 Qwen3-235B B300 MXFP8 ran EP A2A overlap at PP 8 with VPP 4; at PP 4 without VPP megatron-core
+    # refuses it (rule moe.ep_overlap_requirements), so the fill leaves it (and delayed wgrad) out
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4, "expert_model_parallel_size": 8}
+    s = _scenario(Q235, "b300", 256, 1, 8192, "mxfp8", lay, "26.02")
+    assert s.recipe.row.layout_unmatched == "TP1 PP8 VPP4 EP8"
+    assert s.recipe.row.settings_left_out == ("EP overlap (PP 4 without VPP)",)
+    assert s.recipe.row.reason.endswith("; EP overlap (PP 4 without VPP) left out)")
+    assert not s.layout.overlap_moe_expert_parallel_comm and not s.layout.delay_wgrad_compute
+    assert s.layout.moe_token_dispatcher_type == "alltoall"  # the rest of the config's settings stay
+    assert "moe.ep_overlap_requirements" not in moeplan.validate(s).rule_ids("error")
+
+
+def test_hybridep_within_one_nvlink_domain_is_not_lent_across_domains():
+    # 25.11's DeepSeek-V3 GB200 BF16 config runs HybridEP at EP 64, inside one 72-GPU NVLink domain; EP 128
+    # spans two, where HybridEP goes over RDMA with a per-rank token limit: another regime, not lent
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 128}
+    s = _scenario(DSV3, "gb200", 256, 1, 4096, "bf16", lay, "25.11")
+    assert s.recipe.row.settings_left_out == (
+        "the flex dispatcher (ETP·EP 128 spans NVLink domains of 72 GPUs, the config's 64 did not)",
+    )
+    assert s.layout.moe_flex_dispatcher_backend is None and s.layout.moe_token_dispatcher_type != "flex"
+    assert s.layout.cuda_graph_impl == "transformer_engine"  # the graphs are lent
+
+
+def test_a_flex_dispatcher_is_not_lent_to_a_layout_without_expert_parallelism():
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1}
+    s = _scenario(Q30, "gb200", 8, 1, 512, "bf16", lay, "25.11")
+    assert s.recipe.row.id == "25.11/QWEN3_30B_A3B_GB200_BF16_BASE_CONFIG"
+    assert s.recipe.row.settings_left_out == ("the flex dispatcher (ETP·EP = 1)",)
+    assert s.layout.moe_token_dispatcher_type != "flex"

@@ -96,8 +96,15 @@ def match_perf_recipe(
 
     With a container ``release`` that :func:`perf_recipe_history` covers, the rows that release
     shipped are searched first, ranked the same way: a run is filled with what its own release's
-    recipe set (e.g. 26.02's EP A2A overlap for Qwen3-235B on B300, not HEAD's HybridEP). Only when
-    none of them matches are the current tables searched.
+    recipe set (e.g. 26.02's EP A2A overlap for Qwen3-235B on B300, not HEAD's HybridEP). When none
+    has this TP/PP/CP/EP, the release's config for the same model, GPU and precision of the closest
+    layout (most of TP/PP/CP/EP equal, then the ranking above) is returned, marked
+    ``"layout_unmatched": True``: its settings (dispatcher, graphs, recompute, overlap) are what that
+    release ran this model with on this GPU, and the caller keeps its settings, not its sizes
+    (``spec.recipes``). 25.11 published DeepSeek-V3 on GB300 at PP 2, EP 32 while its workload config is
+    PP 4, EP 64 with HybridEP and TE graphs; HEAD's row of the published layout has full-iteration graphs
+    and a paged stash that 25.11's megatron-core does not have. Only when the release shipped no config
+    for this model, GPU and precision are the current tables searched.
 
     Args:
         model_id: HF id (``deepseek-ai/DeepSeek-V3``); gpu_id: lower-case catalog id.
@@ -106,7 +113,8 @@ def match_perf_recipe(
         release: the container release (``26.02``), or None for the current tables only.
 
     Returns:
-        the row mapping (:func:`perf_recipes`), or ``None`` when no row qualifies. Never raises.
+        the row mapping (:func:`perf_recipes`; a copy with ``layout_unmatched`` set when it is the
+        release's config of another layout), or ``None`` when no row qualifies. Never raises.
     """
 
     shipped = perf_recipe_history().get(release, []) if release is not None else []
@@ -114,11 +122,15 @@ def match_perf_recipe(
     found = _best_row(shipped, model_id, gpu_id, precision, layout, sizes)
     if found is not None:
         return found
+    other = _best_row(shipped, model_id, gpu_id, precision, layout, sizes, same_core=False)
+    if other is not None:
+        return {**other, "layout_unmatched": True}
     return _best_row(perf_recipes(), model_id, gpu_id, precision, layout, sizes)
 
 
-def _best_row(rows, model_id, gpu_id, precision, layout, sizes):
-    """The best-ranked row of ``rows`` as :func:`match_perf_recipe` ranks them, or None."""
+def _best_row(rows, model_id, gpu_id, precision, layout, sizes, same_core: bool = True):
+    """The best-ranked row of ``rows`` as :func:`match_perf_recipe` ranks them, or None; with
+    ``same_core=False`` rows of another TP/PP/CP/EP qualify too, the most of those sizes equal first."""
 
     def norm_vpp(v):
         return None if v in (None, 1) else v
@@ -133,10 +145,12 @@ def _best_row(rows, model_id, gpu_id, precision, layout, sizes):
         if prec_rank is None:
             continue
         lay = r["layout"]
-        if any(lay.get(k, 1) != layout.get(k, 1) for k in _CORE):
+        equal_core = sum(lay.get(k, 1) == layout.get(k, 1) for k in _CORE)
+        if same_core and equal_core < len(_CORE):
             continue
         score = (
             -prec_rank,
+            equal_core,
             norm_vpp(lay.get("virtual_pipeline_model_parallel_size"))
             == norm_vpp(layout.get("virtual_pipeline_model_parallel_size")),
             (r.get("training") or {}).get("micro_batch_size") == micro_batch_size,

@@ -106,6 +106,12 @@ class RecipeRow:
     #: (the row's global batch size, the scenario's) when they differ: which of a layout's variants
     #: (Bridge's ``_V1``/``_V2``/``_LARGE_SCALE``, set apart by GBS) stood in, else None
     gbs_unmatched: tuple[int, int] | None = None
+    #: the row's own sizes (``TP1 PP4 VPP4 EP64``) when it is the container release's config of another
+    #: layout, whose settings stood in (``catalog.recipes.match_perf_recipe``), else None
+    layout_unmatched: str | None = None
+    #: the settings of such a row that this layout cannot run, each with why (``EP overlap (PP 2 without
+    #: VPP)``): left at the framework's defaults
+    settings_left_out: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -136,8 +142,9 @@ class RecipeRow:
     def reason(self) -> str:
         """The reason text of the row's fills: ``recipe <id> (Table A @067f987)``, with a note when the
         row is borrowed from another precision, one when the scenario's container release has no
-        workload config for this layout (the current tables stood in), and one when the row was
-        published at another global batch size than the scenario's."""
+        workload config for this layout (the current tables stood in, or the release's config of
+        another layout lent its settings, with what this layout cannot run left out), and one when the
+        row was published at another global batch size than the scenario's."""
         note = (
             f"; no {self.precision} row for this layout, {'/'.join(self.precisions)} row's knobs"
             if self.borrowed
@@ -145,6 +152,9 @@ class RecipeRow:
         )
         if self.release_unmatched:
             note += f"; no {self.release_unmatched} workload config for this layout"
+        if self.layout_unmatched:
+            note += f"; settings only: the release's config is for {self.layout_unmatched}, none for this layout"
+            note += "".join(f"; {s} left out" for s in self.settings_left_out)
         if self.gbs_unmatched:
             note += f"; its GBS {self.gbs_unmatched[0]:,}, not this run's {self.gbs_unmatched[1]:,}"
         return f"recipe {self.id} ({self.table_label}{note})"

@@ -35,7 +35,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from moeplan.catalog.gpus import get_gpu
 from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
+from moeplan.errors import InputError
 from moeplan.spec.provenance import BENCHMARK_FILL, TRAINING_FILL, RecipeFill, RecipeProvenance, RecipeRow
 from moeplan.spec.resolved import Resolution
 from moeplan.spec.versions import container_release
@@ -75,6 +77,91 @@ CORE_SIZES = (
 )
 
 
+#: layout keys that describe a row's own layout rather than its settings: a release's config of another
+#: layout lends none of them (its sizes, SP with its TP, its pipeline split and per-layer counts)
+_LAYOUT_SHAPED = frozenset(
+    {
+        *CORE_SIZES,
+        "virtual_pipeline_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "sequence_parallel",
+        "pipeline_model_parallel_layout",
+        "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage",
+        "cpu_offloading_num_layers",
+        "recompute_num_layers",
+    }
+)
+_EP_OVERLAP_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+
+
+def _size(layout: dict, key: str) -> int:
+    return int(layout.get(key) or 1)
+
+
+def sizes_text(layout: dict) -> str:
+    """``TP1 PP4 VPP4 EP64`` (CP, ETP and VPP only when > 1) of a layout mapping."""
+    parts = [("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size")]
+    parts += [("VPP", "virtual_pipeline_model_parallel_size"), ("CP", "context_parallel_size")]
+    parts += [("EP", "expert_model_parallel_size"), ("ETP", "expert_tensor_parallel_size")]
+    return " ".join(
+        f"{n}{_size(layout, k)}" for n, k in parts if n in ("TP", "PP", "EP") or _size(layout, k) > 1
+    )
+
+
+def _flex_blocker(row_layout: dict, layout: dict, gpu_id: str | None) -> str | None:
+    """Why ``layout`` cannot run the flex dispatcher of a config of another layout, or None: flex needs
+    ETP·EP > 1 (megatron-core ``TransformerConfig``); HybridEP across NVLink domains is another regime
+    (RDMA, a per-rank token limit: rule ``moe.hybridep_internode_token_limit``) than within one."""
+    group = _size(layout, "expert_tensor_parallel_size") * _size(layout, "expert_model_parallel_size")
+    if group <= 1:
+        return "ETP·EP = 1"
+    if row_layout.get("moe_flex_dispatcher_backend") != "hybridep" or gpu_id is None:
+        return None
+    try:
+        domain = get_gpu(gpu_id).scaleup_domain_gpus
+    except InputError:
+        return None
+    row_group = _size(row_layout, "expert_tensor_parallel_size") * _size(row_layout, "expert_model_parallel_size")
+    if group > domain >= row_group:
+        return f"ETP·EP {group} spans NVLink domains of {domain} GPUs, the config's {row_group} did not"
+    return None
+
+
+def _ep_overlap_blocker(layout: dict, mtp_layers: int) -> str | None:
+    """Why ``layout`` cannot run EP A2A overlap, or None (rule ``moe.ep_overlap_requirements``: EP > 1,
+    VPP when PP > 1, PP > 1 when an MTP layer is built)."""
+    pp, vpp = _size(layout, "pipeline_model_parallel_size"), _size(layout, "virtual_pipeline_model_parallel_size")
+    if _size(layout, "expert_model_parallel_size") <= 1:
+        return "EP 1"
+    if pp > 1 and vpp <= 1:
+        return f"PP {pp} without VPP"
+    if mtp_layers and pp == 1:
+        return "an MTP layer with PP 1"
+    return None
+
+
+def _settings_of(row_layout: dict, layout: dict, gpu_id: str | None, mtp_layers: int) -> tuple[dict, tuple[str, ...]]:
+    """The settings a release's config of another layout lends ``layout``: its keys but the layout-shaped
+    ones (:data:`_LAYOUT_SHAPED`), without the flex dispatcher (and its static budget) or EP overlap where
+    ``layout`` cannot run them; and what was left out, each with why."""
+    lent = {k: v for k, v in row_layout.items() if k not in _LAYOUT_SHAPED}
+    left_out: list[str] = []
+    flex = _flex_blocker(row_layout, layout, gpu_id) if lent.get("moe_token_dispatcher_type") == "flex" else None
+    if flex:
+        for k in _RECIPE_KEY_GROUPS[1]:
+            lent.pop(k, None)
+        left_out.append(f"the flex dispatcher ({flex})")
+    overlap = _ep_overlap_blocker(layout, mtp_layers) if lent.get("overlap_moe_expert_parallel_comm") else None
+    if overlap is None and flex and lent.get("overlap_moe_expert_parallel_comm"):
+        overlap = "it ran with the flex dispatcher"
+    if overlap:
+        for k in _EP_OVERLAP_KEYS:
+            lent.pop(k, None)
+        left_out.append(f"EP overlap ({overlap})")
+    return lent, tuple(left_out)
+
+
 def _row_fills(
     model_id: str,
     gpu_id: str | None,
@@ -84,10 +171,12 @@ def _row_fills(
     num_gpus: int | None,
     release: str | None = None,
     global_batch_size: int | None = None,
+    mtp_layers: int = 0,
 ) -> tuple[RecipeRow | None, list[RecipeFill]]:
     """The matching row of the packaged tables (``catalog.recipes.match_perf_recipe``; the container
     ``release``'s own workload configs first) and its layout keys as fills; a row borrowed from another
-    precision lends no precision key."""
+    precision lends no precision key; the release's config of another layout lends only its settings
+    (:func:`_settings_of`; ``mtp_layers``: the MTP layers the scenario builds)."""
 
     found = match_perf_recipe(
         model_id,
@@ -101,6 +190,11 @@ def _row_fills(
     )
     if found is None:
         return None, []
+    other = bool(found.get("layout_unmatched"))
+    row_layout: dict = found["layout"]
+    left_out: tuple[str, ...] = ()
+    if other:
+        row_layout, left_out = _settings_of(found["layout"], layout, gpu_id, mtp_layers)
     row = RecipeRow(
         id=found["id"],
         table=found["table"],
@@ -111,11 +205,13 @@ def _row_fills(
         borrowed=precision not in found["precisions"],
         tag=(found.get("extra") or {}).get("tag") if found["table"] == "H" else None,
         release_unmatched=release if release is not None and found["table"] != "H" else None,
-        gbs_unmatched=_gbs_unmatched(found, global_batch_size),
+        gbs_unmatched=None if other else _gbs_unmatched(found, global_batch_size),
+        layout_unmatched=sizes_text(found["layout"]) if other else None,
+        settings_left_out=left_out,
     )
     fills = [
         RecipeFill(key, value, "row", row.reason)
-        for key, value in found["layout"].items()
+        for key, value in row_layout.items()
         if not (row.borrowed and key in PRECISION_KEYS)
     ]
     return row, fills
@@ -250,6 +346,7 @@ def recipe_provenance(
             num_gpus,
             release=release,
             global_batch_size=global_batch_size,
+            mtp_layers=_mtp_layers(model, layout),
         )
     fills += _shared_fills(precision, model)
     if model is not None:
@@ -259,6 +356,12 @@ def recipe_provenance(
     if name == TRAINING_FILL:
         fills = _training(fills)
     return RecipeProvenance(name, row, tuple(fills))
+
+
+def _mtp_layers(model: PartialModelSpec, layout: dict) -> int:
+    """The MTP layers a scenario builds: the layout's ``mtp_num_layers`` when stated, else the model's."""
+    stated = layout.get("mtp_num_layers")
+    return int(stated) if stated is not None else int(getattr(model, "mtp_num_layers", 0) or 0)
 
 
 def _training(fills: list[RecipeFill]) -> list[RecipeFill]:
