@@ -152,6 +152,8 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     x0 = np.log([p[3] for p in PARAMS])
     fitted_releases = {r["release"] for r in used}
 
+    held = held_values()
+
     def resid(z):
         c = constants_from(np.exp(z))
         res = np.log(predict(used, c) / meas)
@@ -159,8 +161,12 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
         prior = [
             0.1 * z[i] for i, p in enumerate(PARAMS) if p[0].startswith("release_") and p[0][8:] not in fitted_releases
         ]
-        return np.concatenate([res, prior]) if prior else res
+        # a shared constant the runs do not identify keeps its packaged value (PRIOR_WEIGHT: far below
+        # one run's residual, so an identified constant goes where the runs put it)
+        prior += [PRIOR_WEIGHT * (z[i] - np.log(held[p[0]])) for i, p in enumerate(PARAMS) if p[0] in held]
+        return np.concatenate([res, prior])
 
+    x0 = np.array([np.log(held[p[0]]) if p[0] in held else x for p, x in zip(PARAMS, x0, strict=True)])
     before = resid(x0)[: len(used)]
     sol = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0)
     c = constants_from(np.exp(sol.x))
@@ -176,6 +182,43 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
         "cost": float(sol.cost),
     }
     return c, info
+
+
+#: weight of the prior that holds a shared constant at its packaged value, per unit of log(value): a
+#: constant the runs identify moves as if it were not there (one run's residual weighs 1 per unit of
+#: log error); one they do not (a flat direction of the cost) stays put instead of stopping wherever the
+#: optimizer does
+PRIOR_WEIGHT = 0.01
+
+
+def held_values() -> dict[str, float]:
+    """The packaged values of the shared constants (``catalog/data/time_constants.json``), the centre of
+    the weak prior :func:`fit` puts on each."""
+    from moeplan.model.constants import load_constants
+
+    c = load_constants()
+    return {n: float(getattr(c, n)) for n, *_ in SHARED}
+
+
+def not_identified(runs: list[dict], c: TimeConstants, rel_change: float = 1e-3) -> list[str]:
+    """The shared constants of ``c`` whose halving and doubling each change the fit cost on ``runs`` (the
+    runs :func:`fit` uses) by less than ``rel_change`` of it: the runs do not identify them."""
+    bad = release_anomalies(runs)
+    used = [r for r in runs if r["precision_known"] and r["id"] not in bad]
+    meas = np.array([r["measured"] for r in used])
+
+    def cost(cc: TimeConstants) -> float:
+        res = np.log(predict(used, cc) / meas)
+        return float(res @ res)
+
+    base = cost(c)
+    out = []
+    for n, *_ in SHARED:
+        v = getattr(c, n)
+        moved = [cost(dataclasses.replace(c, **{n: v * f})) for f in (0.5, 2.0)]
+        if max(abs(m - base) for m in moved) < rel_change * base:
+            out.append(n)
+    return out
 
 
 def constants_to_json(c: TimeConstants, provenance: dict) -> dict:
