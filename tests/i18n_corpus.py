@@ -93,6 +93,9 @@ TARGETED: tuple[dict, ...] = (
         "framework": "megatron-core",
     },
     {"versions": {"megatron_core": "0.99.0"}},
+    # versions.container_unknown: a release the container table does not hold, and no release at all
+    {"versions": {"container": "27.01"}, "recipe_defaults": "mbridge-perf"},
+    {"versions": {"container": "nemo-latest"}},
     {"versions": {"megatron_core": "0.12.0"}, "layout": {"moe_flex_dispatcher_backend": "hybridep"}},
     {"versions": {"megatron_core": "0.16.0"}, "layout": {"moe_paged_stash": True}},
     {"layout": {"cp_comm_type": "ring", "context_parallel_size": 2}},

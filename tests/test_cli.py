@@ -560,3 +560,13 @@ def test_sweep_hold_takes_layout_keys_the_scenario_sets(tmp_path):
     assert len(files) == 2  # the baseline and the --top 1 pick
     for f in files:
         assert "tensor_model_parallel_size: 2" in f.read_text()
+
+
+def test_python_dash_m_moeplan_runs_the_command():
+    # a review found `python -m moeplan` failing (no __main__): it is the same command as `moeplan`
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "moeplan", "gpus"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "h100" in out.stdout.lower()

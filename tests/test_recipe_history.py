@@ -411,3 +411,87 @@ def test_a_flex_dispatcher_is_not_lent_to_a_layout_without_expert_parallelism():
     assert s.recipe.row.id == "25.11/QWEN3_30B_A3B_GB200_BF16_BASE_CONFIG"
     assert s.recipe.row.settings_left_out == ("the flex dispatcher (ETP·EP = 1)",)
     assert s.layout.moe_token_dispatcher_type != "flex"
+
+
+def test_a_full_iteration_graph_is_left_out_with_the_hybridep_budget_it_needs():
+    # 26.06's Qwen3-30B B300 MXFP8 config (EP 8) runs a full-iteration graph on HybridEP's static expert
+    # budget; EP 16 spans two 8-GPU NVLink domains, so the dispatcher is not lent, and a full-iteration
+    # graph of a dropless MoE without that budget is refused (rule graphs.full_iteration_moe_static_shapes)
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 16}
+    s = _scenario(Q30, "b300", 16, 8, 512, "mxfp8", lay, "26.06")
+    assert s.recipe.row.settings_left_out == (
+        "the flex dispatcher (ETP·EP 16 spans NVLink domains of 8 GPUs, the config's 8 did not)",
+        "the full-iteration CUDA graph (its static expert budget is the HybridEP one)",
+    )
+    assert s.layout.cuda_graph_impl != "full_iteration" and not s.layout.moe_paged_stash
+    assert not moeplan.validate(s).errors
+    # the one-line assumption estimate and plan print says where the settings came from
+    from moeplan.spec.assumptions import verdict_assumptions
+
+    text = next(a.text for a in verdict_assumptions(s) if a.what == "recipe")
+    assert text == (
+        "recipe training fills (26.06/QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1, settings only: its config is "
+        "for TP1 PP1 EP8; left out: the flex dispatcher, the full-iteration CUDA graph)"
+    )
+
+
+_Q235_H100 = {
+    "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 8,
+    "virtual_pipeline_model_parallel_size": 2,
+    "expert_model_parallel_size": 16,
+}
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        {"overlap_moe_expert_parallel_comm": False},
+        {"moe_token_dispatcher_type": "allgather"},
+        {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+        {"moe_shared_expert_overlap": True},
+    ],
+)
+def test_a_recipes_ep_overlap_is_not_filled_where_stated_settings_rule_it_out(stated):
+    # 25.11's Qwen3-235B H100 BF16 config runs EP A2A overlap with delayed wgrad. A user who turns overlap off,
+    # or states a setting megatron-core runs only without it (rule moe.ep_overlap_requirements), gets
+    # neither key filled: the fill never makes a valid layout invalid (a review found delayed wgrad filled
+    # beside a stated overlap: false)
+    s = _scenario(Q235, "h100", 256, 1, 1024, "bf16", {**_Q235_H100, **stated}, "25.11")
+    assert not s.layout.overlap_moe_expert_parallel_comm and not s.layout.delay_wgrad_compute
+    assert "moe.ep_overlap_requirements" not in moeplan.validate(s).rule_ids("error")
+    filled = _scenario(Q235, "h100", 256, 1, 1024, "bf16", _Q235_H100, "25.11")
+    assert filled.layout.overlap_moe_expert_parallel_comm and filled.layout.delay_wgrad_compute
+
+
+def test_a_rows_pipeline_layout_is_not_filled_beside_a_stated_vpp_of_another_size():
+    # 26.06's DeepSeek-V3 B200 MXFP8 config at PP 8 has VPP 2 and the 16-stage layout 'Et*4|(t*4|)*14tmL';
+    # with VPP 4 stated, PP·VPP = 32 stages: the model recipe's 32-stage map applies, not the row's
+    lay = {**_Q235_H100, "tensor_model_parallel_size": 1, "virtual_pipeline_model_parallel_size": 4}
+    lay["expert_model_parallel_size"] = 32
+    s = _scenario(DSV3, "b200", 512, 1, 1024, "mxfp8", lay, "26.06")
+    assert s.recipe.row.id.startswith("26.06/DEEPSEEK_V3") and s.recipe.row.layout_unmatched is None
+    assert s.layout.pipeline_model_parallel_layout == "Et|(tt|)*30mL"
+    assert "pipeline.layout_valid" not in moeplan.validate(s).rule_ids("error")
+
+
+@pytest.mark.parametrize(
+    ("container", "warned"),
+    [
+        ("27.01", "versions.container '27.01': nemo 27.01 is not in moeplan's container table (known: "),
+        ("26.2", "versions.container '26.2' names no NN.NN release: no package versions come from it"),
+        ("abc", "versions.container 'abc' names no NN.NN release"),
+        ("25.11", None),
+        ("nvcr.io/nvidia/nemo:26.04.01", None),  # a patch release takes its base release's versions
+    ],
+)
+def test_a_container_moeplan_cannot_use_is_said(container, warned):
+    # a review found '26.2' (a typo for 26.02) and '27.01' accepted silently, filled from HEAD's tables
+    s = _scenario(Q30, "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, container)
+    found = [f for f in moeplan.validate(s).findings if f.rule_id == "versions.container_unknown"]
+    if warned is None:
+        assert not found
+        return
+    assert len(found) == 1 and found[0].severity == "warning"
+    assert found[0].message.startswith(warned)
+    assert found[0].message.endswith("; the recipe fills come from the current tables")

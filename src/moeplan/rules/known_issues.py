@@ -19,6 +19,7 @@ from moeplan.catalog.containers import container_table
 from moeplan.catalog.known_issues import KnownIssue, get_known_issue, known_issues
 from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
+from moeplan.spec.versions import container_release
 
 SOURCE = "moeplan known-issue database (catalog/data/known_issues.yaml)"
 UNKNOWN_RULE = "known_issue.versions_unknown"
@@ -136,6 +137,37 @@ def _known(s, e):
     if possible:
         out.append(unknown_versions_finding(possible, s))
     return out
+
+
+@rule(
+    "versions.container_unknown",
+    "catalog/data/containers.yaml (NeMo / PyTorch container release notes)",
+    "a versions.container with no NN.NN release, or a release the container table does not hold, gives no "
+    "package versions (known issues, key spellings) and no release recipe: said, not silently skipped",
+)
+def _container_unknown(s, e):
+    text = s.input.versions.container
+    if not text or any(src.startswith("container ") for src in s.versions.sources.values()):
+        return None
+    rel = container_release(text)
+    recipe = "; the recipe fills come from the current tables" if s.input.recipe_defaults != "none" else ""
+    fix = "state a release moeplan knows (moeplan known-issues --containers lists them) or the versions.* you run"
+    if rel is None:
+        msg = f"versions.container {text!r} names no NN.NN release: no package versions come from it{recipe}"
+        return [e.warning(msg, fix, "versions.container")]
+    known = sorted((r for f, r in container_table() if f == rel[0]), key=_release_order)
+    return [
+        e.warning(
+            f"versions.container {text!r}: {rel[0]} {rel[1]} is not in moeplan's container table (known: "
+            f"{', '.join(known)}), so no package versions come from it{recipe}",
+            fix,
+            "versions.container",
+        )
+    ]
+
+
+def _release_order(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split(".") if x.isdigit())
 
 
 __all__ = [

@@ -108,7 +108,12 @@ def _recipe(s: Scenario) -> Assumption:
     name = s.input.recipe_defaults
     if name == "none" or s.recipe is None:
         return Assumption("recipe", "no recipe fills", "default")
-    row = s.recipe.row.id if s.recipe.row is not None and s.recipe.row_filled else "no matching row, shared helpers"
+    rec = s.recipe.row
+    row = rec.id if rec is not None and s.recipe.row_filled else "no matching row, shared helpers"
+    if rec is not None and s.recipe.row_filled and rec.layout_unmatched:
+        row += f", settings only: its config is for {rec.layout_unmatched}"
+        if rec.settings_left_out:
+            row += "; left out: " + ", ".join(x.split(" (")[0] for x in rec.settings_left_out)
     if s.recipe.benchmark:
         return Assumption("recipe", f"recipe fills as benchmarked ({row})", "stated")
     return Assumption("recipe", f"recipe training fills ({row})", "stated")

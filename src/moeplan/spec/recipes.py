@@ -67,6 +67,7 @@ _RECIPE_KEY_GROUPS = (
     ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules", *_STATIC_BUDGET),
     ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", *_STATIC_BUDGET),
     ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"),
+    ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute"),
 )
 #: the sizes a recipe row is matched on (``catalog.recipes.match_perf_recipe``)
 CORE_SIZES = (
@@ -128,6 +129,14 @@ def _flex_blocker(row_layout: dict, layout: dict, gpu_id: str | None) -> str | N
     return None
 
 
+def _other_vpp(row_layout: dict, layout: dict) -> bool:
+    """Whether ``layout`` states a VPP other than the row's (an unstated VPP, None, takes the row's)."""
+    vpp = layout.get("virtual_pipeline_model_parallel_size")
+    return vpp is not None and _size(layout, "virtual_pipeline_model_parallel_size") != _size(
+        row_layout, "virtual_pipeline_model_parallel_size"
+    )
+
+
 def _ep_overlap_blocker(layout: dict, mtp_layers: int) -> str | None:
     """Why ``layout`` cannot run EP A2A overlap, or None (rule ``moe.ep_overlap_requirements``: EP > 1,
     VPP when PP > 1, PP > 1 when an MTP layer is built)."""
@@ -152,9 +161,11 @@ def _settings_of(row_layout: dict, layout: dict, gpu_id: str | None, mtp_layers:
         for k in _RECIPE_KEY_GROUPS[1]:
             lent.pop(k, None)
         left_out.append(f"the flex dispatcher ({flex})")
+        if lent.get("cuda_graph_impl") == "full_iteration":  # rule graphs.full_iteration_moe_static_shapes
+            for k in _RECIPE_KEY_GROUPS[0]:
+                lent.pop(k, None)
+            left_out.append("the full-iteration CUDA graph (its static expert budget is the HybridEP one)")
     overlap = _ep_overlap_blocker(layout, mtp_layers) if lent.get("overlap_moe_expert_parallel_comm") else None
-    if overlap is None and flex and lent.get("overlap_moe_expert_parallel_comm"):
-        overlap = "it ran with the flex dispatcher"
     if overlap:
         for k in _EP_OVERLAP_KEYS:
             lent.pop(k, None)
@@ -195,6 +206,9 @@ def _row_fills(
     left_out: tuple[str, ...] = ()
     if other:
         row_layout, left_out = _settings_of(found["layout"], layout, gpu_id, mtp_layers)
+    elif _other_vpp(found["layout"], layout):
+        # a pipeline layout string names PP·VPP stages: the row's is wrong for a stated VPP of its own
+        row_layout = {k: v for k, v in row_layout.items() if k != "pipeline_model_parallel_layout"}
     row = RecipeRow(
         id=found["id"],
         table=found["table"],
@@ -428,6 +442,25 @@ def _nemo_release(container: str | None) -> str | None:
     return found[1] if found is not None and found[0] == "nemo" else None
 
 
+def ep_overlap_ruled_out(lay: LayoutSpec) -> bool:
+    """Whether a layout's other settings rule EP A2A overlap out (megatron-core ``TransformerConfig``,
+    Bridge ``comm_overlap``; rule ``moe.ep_overlap_requirements``): a dispatcher other than alltoall or
+    flex, full recompute (or a recompute method / layer count), 'moe' recompute, shared-expert overlap, TE
+    graphs of 'moe' or 'mlp'. A recipe's EP overlap is not filled into such a layout: the user's stated
+    setting wins, and the fill must not make a valid layout invalid."""
+    scopes = {lay.cuda_graph_scope} if isinstance(lay.cuda_graph_scope, str) else set(lay.cuda_graph_scope or [])
+    scopes |= set(lay.cuda_graph_modules or [])
+    return bool(
+        lay.moe_token_dispatcher_type not in (None, "alltoall", "flex")
+        or lay.recompute_granularity == "full"
+        or lay.recompute_method
+        or lay.recompute_num_layers
+        or (lay.recompute_granularity == "selective" and "moe" in (lay.recompute_modules or []))
+        or lay.moe_shared_expert_overlap
+        or (lay.cuda_graph_impl == "transformer_engine" and {"moe", "mlp"} & scopes)
+    )
+
+
 def apply_recipe(
     lay: LayoutSpec, stated: frozenset[str], record: RecipeProvenance
 ) -> tuple[LayoutSpec, list[Resolution], RecipeProvenance]:
@@ -460,5 +493,8 @@ def apply_recipe(
                     continue
             upd[f.key] = f.value
             applied.append(f)
+    if upd.get("overlap_moe_expert_parallel_comm") and ep_overlap_ruled_out(lay.model_copy(update=upd)):
+        applied = [f for f in applied if f.key not in _RECIPE_KEY_GROUPS[3]]
+        upd = {k: v for k, v in upd.items() if k not in _RECIPE_KEY_GROUPS[3]}
     res = [Resolution(f.key, f.value, f"recipe fill: {f.reason}") for f in applied]
     return (lay.model_copy(update=upd) if upd else lay), res, replace(record, fills=tuple(applied))
