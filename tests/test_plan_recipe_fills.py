@@ -161,3 +161,26 @@ def test_the_sweep_predicts_candidates_as_the_plan_estimated_them(tmp_path):
         if e is not None:
             assert e["predicted"]["tokens_per_s_per_gpu"] == pytest.approx(c.tokens_per_s_per_gpu, rel=1e-9)
             assert e["predicted"]["peak_gib"] == pytest.approx(c.peak_gib, rel=1e-9)
+
+
+def test_a_baselines_held_search_fills_its_candidates_as_the_request():
+    # A review found the rule of thumb's layout (TP1 PP1 CP1 EP16) reported at 31,280 tok/s/GPU, faster than
+    # #1 (30,360), and not ranked: its search held CP too, so with every core size held it matched 26.06's
+    # Qwen3-30B B300 config and took its FP8 attention, which the main search's candidates (no row: CP is
+    # free in the request) never get. The same layout was predicted two ways; it is now filled as the
+    # request's own, so it is the main search's #2 and #1 is at least as fast
+    res = plan(
+        {
+            "recipe_defaults": "mbridge-perf",
+            "model": "Qwen/Qwen3-30B-A3B",
+            "system": {"gpu": "b300", "num_gpus": 16},
+            "training": {"seq_length": 4096, "micro_batch_size": 8, "global_batch_size": 512, "precision": "mxfp8"},
+            "layout": {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 16},
+            "versions": {"container": "26.06"},
+        },
+        top=5,
+    )
+    rot = res.baseline["rule_of_thumb"]
+    assert rot["candidate"]["rank"] is not None
+    assert rot["search_gain_pct"] >= 0
+    assert all(not c.scenario.layout.fp8_dot_product_attention for c in res.search.candidates)

@@ -28,10 +28,11 @@ def rule_of_thumb_cp(seq_length: int) -> int:
 
 
 def _held_search(base: dict, layout: dict, constants=None, refine: int = 1, **search_kw) -> SearchResult | None:
-    """A quick search of the request with ``layout`` held fixed (the ``refine`` best layouts refined);
-    None when those keys cannot fold into the world."""
+    """A quick search of the request with ``layout`` held fixed (the ``refine`` best layouts refined),
+    its candidates filled as the request's own (``search(recipe_from=base)``), so that a layout it finds
+    is the same run as the main search's of that layout; None when those keys cannot fold into the world."""
     try:
-        return search({**base, "layout": layout}, refine=refine, constants=constants, **search_kw)
+        return search({**base, "layout": layout}, refine=refine, constants=constants, recipe_from=base, **search_kw)
     except InputError:
         return None
 

@@ -389,12 +389,15 @@ def request_recipe(data: dict) -> RecipeProvenance | None:
     return rec.without(PLANNER_KEYS) if rec is not None else None
 
 
-def _request(base: dict) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
+def _request(
+    base: dict, recipe_from: dict | None = None
+) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
     """Complete the request: GBS from tokens_per_step or the default; check what the search needs;
-    resolve its recipe fills once (:func:`request_recipe`)."""
+    resolve its recipe fills once (:func:`request_recipe`, of ``recipe_from`` when given: a baseline's
+    search with more sizes held takes the fills of the request it serves)."""
     data = copy.deepcopy(base)
     assumptions: list[str] = []
-    recipe = request_recipe(data)
+    recipe = request_recipe(copy.deepcopy(recipe_from) if recipe_from is not None else data)
     s0 = load_scenario(data, recipe=recipe)
     for name, v in (
         ("model", s0.model),
@@ -552,14 +555,15 @@ def _mbs_options(base: dict, s0: Scenario) -> list[int]:
     return [1, 2, 4] if seq <= 8192 else ([1, 2] if seq <= 32768 else [1])
 
 
-def _setup(base: dict, headroom_gib: float | None, constants) -> _Setup:
+def _setup(base: dict, headroom_gib: float | None, constants, recipe_from: dict | None = None) -> _Setup:
     """Complete and check the request, hold its layout keys (with their companions), build the
-    evaluator, the recompute ladder and the micro-batch and family options.
+    evaluator, the recompute ladder and the micro-batch and family options (``recipe_from``: as
+    :func:`search`).
 
     Raises:
         InputError: incomplete or malformed request (field named).
     """
-    data, s0, assumptions, recipe = _request(base)
+    data, s0, assumptions, recipe = _request(base, recipe_from)
     _check_request(base, s0, headroom_gib)
     m, gpu = s0.complete_model, cast(GpuSpec, s0.gpu)  # _request() checked the GPU
     fixed_layout = dict(base.get("layout") or {})
@@ -824,6 +828,7 @@ def search(
     refine: int = 16,
     constants=None,
     progress: Callable[[int, int], None] | None = None,
+    recipe_from: dict | None = None,
 ) -> SearchResult:
     """Search the layout space of a request.
 
@@ -835,6 +840,10 @@ def search(
         headroom_gib: GiB kept free per GPU (default 5 % of usable HBM).
         refine: how many of the best layouts are refined over VPP, dispatcher, graphs and CP comm.
         progress: called with (done, total) over the enumeration.
+        recipe_from: the request whose recipe fills the candidates get (default ``base``): a
+            baseline's search holds more sizes than the request it serves, and with every core size
+            held its own request would match a recipe row the main search's candidates never got
+            (the same layout then predicted two ways, e.g. with and without a row's FP8 attention).
 
     Returns:
         :class:`SearchResult`, candidates sorted by tokens/s/GPU (best first).
@@ -843,7 +852,7 @@ def search(
         InputError: incomplete or malformed request (field named).
     """
     base = with_sections(base)
-    st = _setup(base, headroom_gib, constants)
+    st = _setup(base, headroom_gib, constants, with_sections(recipe_from) if recipe_from is not None else None)
     ph = _phase_one(st, _combos(st, min_dp), progress)
     ph.found.sort(key=Candidate.key)
     out, refined_variants = _refine_phase(st, ph.found, refine)
