@@ -495,3 +495,27 @@ def test_a_container_moeplan_cannot_use_is_said(container, warned):
     assert len(found) == 1 and found[0].severity == "warning"
     assert found[0].message.startswith(warned)
     assert found[0].message.endswith("; the recipe fills come from the current tables")
+
+
+def test_an_export_names_the_recipe_config_its_filled_values_came_from():
+    # a review found no trace, in any export format, of which release config lent the overrides
+    from moeplan.io.export import to_overrides
+
+    lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 32}
+    text = to_overrides(_scenario(DSV3, "gb300", 256, 1, 4096, "bf16", lay, "25.11"))
+    lines = text.splitlines()
+    assert lines[0].startswith("# moeplan: ")
+    assert lines[1] == (
+        "# recipe fills: recipe 25.11/DEEPSEEK_V3_GB300_BF16_BASE_CONFIG (workload config @v0.2.0; settings only: "
+        "the release's config is for TP1 PP4 VPP4 EP64, none for this layout)"
+    )
+    none = {**lay, "moe_token_dispatcher_type": "alltoall"}
+    plain = moeplan.load_scenario(
+        {
+            "model": DSV3,
+            "system": {"gpu": "gb300", "num_gpus": 256},
+            "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "precision": "bf16"},
+            "layout": none,
+        }
+    )
+    assert not any(line.startswith("# recipe fills") for line in to_overrides(plain).splitlines())

@@ -1,5 +1,6 @@
 #!/bin/bash
 # moeplan: {"model":"deepseek-ai/DeepSeek-V3","system":{"gpu":"gb300","num_gpus":256},"framework":"megatron-bridge","precision":"mxfp8","stated":["context_parallel_size","expert_model_parallel_size","moe_flex_dispatcher_backend","moe_token_dispatcher_type","pipeline_model_parallel_layout","pipeline_model_parallel_size","recompute_granularity","recompute_modules","tensor_model_parallel_size","virtual_pipeline_model_parallel_size"]}
+# recipe fills: recipe deepseek_v3/256gpu_gb300_fp8mx (Table A @067f987)
 #SBATCH --nodes=64
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4
