@@ -519,3 +519,20 @@ def test_an_export_names_the_recipe_config_its_filled_values_came_from():
         }
     )
     assert not any(line.startswith("# recipe fills") for line in to_overrides(plain).splitlines())
+
+
+def test_a_known_container_is_not_called_unknown_when_every_version_is_stated():
+    # the container row then fills nothing, but it is a release moeplan knows: no warning
+    s = moeplan.load_scenario(
+        {
+            "model": Q30,
+            "system": {"gpu": "gb200", "num_gpus": 8},
+            "training": {"seq_length": 4096, "micro_batch_size": 4, "global_batch_size": 512, "precision": "mxfp8"},
+            "layout": LAYOUT_30B,
+            "versions": {
+                "container": "25.11",
+                **{k: "1.0.0" for k in ("megatron_core", "megatron_bridge", "transformer_engine", "torch", "nccl", "deepep")},
+            },
+        }
+    )
+    assert "versions.container_unknown" not in moeplan.validate(s).rule_ids()

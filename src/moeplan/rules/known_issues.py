@@ -15,7 +15,7 @@ Generic warnings of the other rule families never stand in for these findings.
 
 from __future__ import annotations
 
-from moeplan.catalog.containers import container_table
+from moeplan.catalog.containers import container_table, lookup_container
 from moeplan.catalog.known_issues import KnownIssue, get_known_issue, known_issues
 from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
@@ -147,9 +147,11 @@ def _known(s, e):
 )
 def _container_unknown(s, e):
     text = s.input.versions.container
-    if not text or any(src.startswith("container ") for src in s.versions.sources.values()):
+    if not text:
         return None
     rel = container_release(text)
+    if rel is not None and lookup_container(*rel)[0] is not None:  # a patch release takes its base's row
+        return None
     recipe = "; the recipe fills come from the current tables" if s.input.recipe_defaults != "none" else ""
     fix = "state a release moeplan knows (moeplan known-issues --containers lists them) or the versions.* you run"
     if rel is None:

@@ -63,11 +63,14 @@ _SRC = "Megatron Bridge perf recipes"
 #: layout keys a recipe row sets as one choice (graphs, dispatcher, recompute); the static-budget
 #: expert path belongs to both the full-iteration graph and the HybridEP dispatcher
 _STATIC_BUDGET = ("moe_expert_rank_capacity_factor", "moe_paged_stash", "use_transformer_engine_op_fuser")
+_GRAPH_KEYS = ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules", *_STATIC_BUDGET)
+_DISPATCHER_KEYS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", *_STATIC_BUDGET)
+_EP_OVERLAP_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 _RECIPE_KEY_GROUPS = (
-    ("cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules", *_STATIC_BUDGET),
-    ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", *_STATIC_BUDGET),
+    _GRAPH_KEYS,
+    _DISPATCHER_KEYS,
     ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"),
-    ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute"),
+    _EP_OVERLAP_KEYS,
 )
 #: the sizes a recipe row is matched on (``catalog.recipes.match_perf_recipe``)
 CORE_SIZES = (
@@ -93,7 +96,6 @@ _LAYOUT_SHAPED = frozenset(
         "recompute_num_layers",
     }
 )
-_EP_OVERLAP_KEYS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 
 
 def _size(layout: dict, key: str) -> int:
@@ -158,11 +160,11 @@ def _settings_of(row_layout: dict, layout: dict, gpu_id: str | None, mtp_layers:
     left_out: list[str] = []
     flex = _flex_blocker(row_layout, layout, gpu_id) if lent.get("moe_token_dispatcher_type") == "flex" else None
     if flex:
-        for k in _RECIPE_KEY_GROUPS[1]:
+        for k in _DISPATCHER_KEYS:
             lent.pop(k, None)
         left_out.append(f"the flex dispatcher ({flex})")
         if lent.get("cuda_graph_impl") == "full_iteration":  # rule graphs.full_iteration_moe_static_shapes
-            for k in _RECIPE_KEY_GROUPS[0]:
+            for k in _GRAPH_KEYS:
                 lent.pop(k, None)
             left_out.append("the full-iteration CUDA graph (its static expert budget is the HybridEP one)")
     overlap = _ep_overlap_blocker(layout, mtp_layers) if lent.get("overlap_moe_expert_parallel_comm") else None
@@ -494,7 +496,7 @@ def apply_recipe(
             upd[f.key] = f.value
             applied.append(f)
     if upd.get("overlap_moe_expert_parallel_comm") and ep_overlap_ruled_out(lay.model_copy(update=upd)):
-        applied = [f for f in applied if f.key not in _RECIPE_KEY_GROUPS[3]]
-        upd = {k: v for k, v in upd.items() if k not in _RECIPE_KEY_GROUPS[3]}
+        applied = [f for f in applied if f.key not in _EP_OVERLAP_KEYS]
+        upd = {k: v for k, v in upd.items() if k not in _EP_OVERLAP_KEYS}
     res = [Resolution(f.key, f.value, f"recipe fill: {f.reason}") for f in applied]
     return (lay.model_copy(update=upd) if upd else lay), res, replace(record, fills=tuple(applied))
