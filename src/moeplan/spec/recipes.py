@@ -102,7 +102,7 @@ def _size(layout: dict, key: str) -> int:
     return int(layout.get(key) or 1)
 
 
-def sizes_text(layout: dict) -> str:
+def _sizes_text(layout: dict) -> str:
     """``TP1 PP4 VPP4 EP64`` (CP, ETP and VPP only when > 1) of a layout mapping."""
     parts = [("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size")]
     parts += [("VPP", "virtual_pipeline_model_parallel_size"), ("CP", "context_parallel_size")]
@@ -222,7 +222,7 @@ def _row_fills(
         tag=(found.get("extra") or {}).get("tag") if found["table"] == "H" else None,
         release_unmatched=release if release is not None and found["table"] != "H" else None,
         gbs_unmatched=None if other else _gbs_unmatched(found, global_batch_size),
-        layout_unmatched=sizes_text(found["layout"]) if other else None,
+        layout_unmatched=_sizes_text(found["layout"]) if other else None,
         settings_left_out=left_out,
     )
     fills = [
@@ -444,7 +444,7 @@ def _nemo_release(container: str | None) -> str | None:
     return found[1] if found is not None and found[0] == "nemo" else None
 
 
-def ep_overlap_ruled_out(lay: LayoutSpec) -> bool:
+def _ep_overlap_ruled_out(lay: LayoutSpec) -> bool:
     """Whether a layout's other settings rule EP A2A overlap out (megatron-core ``TransformerConfig``,
     Bridge ``comm_overlap``; rule ``moe.ep_overlap_requirements``): a dispatcher other than alltoall or
     flex, full recompute (or a recompute method / layer count), 'moe' recompute, shared-expert overlap, TE
@@ -472,7 +472,8 @@ def apply_recipe(
     stated key of a group differs from what the recipe sets, the rest of the group is not filled (a
     stated full-iteration graph takes no TE-graph scope from a row; a stated all-to-all takes no
     HybridEP budget). The first fill of a key wins. A fill with ``requires`` (a companion) applies
-    only when the filled layout holds its anchor.
+    only when the filled layout holds its anchor. A recipe's EP overlap is left out of a layout whose
+    other settings rule it out (:func:`_ep_overlap_ruled_out`).
 
     Returns:
         (the filled layout, one ``Resolution`` per fill with reason ``recipe fill: <reason>``, the
@@ -495,7 +496,7 @@ def apply_recipe(
                     continue
             upd[f.key] = f.value
             applied.append(f)
-    if upd.get("overlap_moe_expert_parallel_comm") and ep_overlap_ruled_out(lay.model_copy(update=upd)):
+    if upd.get("overlap_moe_expert_parallel_comm") and _ep_overlap_ruled_out(lay.model_copy(update=upd)):
         applied = [f for f in applied if f.key not in _EP_OVERLAP_KEYS]
         upd = {k: v for k, v in upd.items() if k not in _EP_OVERLAP_KEYS}
     res = [Resolution(f.key, f.value, f"recipe fill: {f.reason}") for f in applied]
