@@ -164,15 +164,66 @@ def _ep_overlap_ratio(d: dict) -> float:
 
 def test_ep_overlap_wins_across_nodes_on_h100():
     """Megatron Bridge docs/training/communication-overlap.md (PR #3862): Qwen3-30B-A3B on 16 H100, EP 16
-    all-to-all, no CUDA graphs, permute fusion off: 41.25 s → 31.31 s with EP overlap (0.76)."""
-    assert _ep_overlap_ratio(_QWEN30_H100_EP16) < 0.9
+    all-to-all, no CUDA graphs, permute fusion off: 41.25 s → 31.31 s with EP overlap (0.759). Within
+    10 % of it (hiding the exchange behind the whole layer's GEMMs and attention gave 0.87, +14 %)."""
+    assert _ep_overlap_ratio(_QWEN30_H100_EP16) == pytest.approx(31.31 / 41.25, rel=0.10)
+
+
+def _layer_compute(**kw):
+    from moeplan.model.time.compute import LayerCompute
+
+    base = {"dense_gemm_s": 1.0, "expert_gemm_s": 3.0, "attention_s": 2.0, "memory_bound_s": 4.0, "kept_bytes": {}}
+    return LayerCompute(**{**base, **kw})
+
+
+def test_schedule_nodes_split_a_layers_compute():
+    """attn node = dense GEMMs less the shared experts', attention, the rest of the element-wise work;
+    mlp node = expert and shared-expert GEMMs and its share of the element-wise work (by hand)."""
+    comp = _layer_compute(shared_expert_gemm_s=0.5, mlp_memory_share=0.25)
+    assert comp.mlp_node_s == pytest.approx(3.0 + 0.5 + 1.0)
+    assert comp.attn_node_s == pytest.approx(1.0 - 0.5 + 2.0 + 3.0)
+    assert comp.mlp_node_s + comp.attn_node_s == pytest.approx(1.0 + 3.0 + 2.0 + 4.0)
+
+
+def test_mlp_memory_share_counts_the_mlp_nodes_saved_tensors():
+    from moeplan.model.time.compute import mlp_memory_share
+
+    kept = {"expert_fc1_in": 3.0, "qkv": 1.0}
+    rec = {"expert_fc1_out": 2.0, "router": 4.0}  # the router runs in the attn node
+    assert mlp_memory_share(kept, rec) == pytest.approx(5.0 / 10.0)
+    assert mlp_memory_share({}, {}) == 0.0
+
+
+def test_ep_overlap_phases_follow_the_combined_1f1b_layer_schedule():
+    """combine_bwd | attn_fwd; dispatch_fwd + dispatch_bwd | mlp fwd + bwd; combine_fwd | attn_bwd. BF16
+    moves 2 + 2 + 2 + 2 bytes per element: an 8 s exchange splits 2 / 4 / 2 (by hand)."""
+    from moeplan.model.time.exchange import ep_overlap_phases
+
+    comp = _layer_compute(shared_expert_gemm_s=0.5, mlp_memory_share=0.25)  # attn 5.5 s, mlp 4.5 s
+    phases = ep_overlap_phases(8.0, False, comp)
+    assert phases == [pytest.approx((2.0, 5.5 / 3)), pytest.approx((4.0, 4.5)), pytest.approx((2.0, 11.0 / 3))]
+    # FP8 dispatch: the forward dispatch moves 1 + 1/128 bytes per element instead of 2
+    d = 1 + 1 / 128
+    fp8 = ep_overlap_phases(8.0, True, comp)
+    assert [x[0] for x in fp8] == pytest.approx([16 / (d + 6), 8 * (d + 2) / (d + 6), 16 / (d + 6)])
+
+
+def test_ep_overlap_hides_each_exchange_only_behind_its_own_phase():
+    """A layer whose compute is nearly all attention: 31 s of compute in all would hide an 8 s exchange,
+    but the dispatch phase pairs 4 s of it with 1 s of MLP, so 3 s stay exposed."""
+    from moeplan.model.time.exchange import ep_overlap_phases
+
+    comp = _layer_compute(dense_gemm_s=0.0, expert_gemm_s=1.0, attention_s=30.0, memory_bound_s=0.0)
+    hidden = sum(min(comm, compute) for comm, compute in ep_overlap_phases(8.0, False, comp))
+    assert hidden == pytest.approx(2.0 + 1.0 + 2.0)
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="no mechanism for what makes EP overlap lose: Megatron Bridge PR #1760 turned it off for "
     "Qwen3-235B-A22B on 64 B200 (PP8 VPP4 EP8, BF16) 'due to CPU overhead' (about 7 % slower with it); "
-    "moeplan hides the intra-node exchange and predicts it faster (about 0.89)",
+    "moeplan hides the intra-node exchange and predicts it faster (about 0.93); the host cost of the "
+    "split-layer schedule is not modelled (no published measurement of it)",
 )
 def test_ep_overlap_loses_inside_one_b200_node():
     assert _ep_overlap_ratio(_QWEN235_B200_PP8) > 1.0

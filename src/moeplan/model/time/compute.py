@@ -8,6 +8,10 @@ kernel length (:func:`moeplan.model.compute.attention_fraction`, first principle
 moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte in a dense layer and
 ``moe_memory_bound_bytes_per_activation_byte`` in a MoE layer (both fitted); a Gated
 DeltaNet layer's delta rule runs at the measured speed of its chunked kernel (:mod:`moeplan.model.gdn`).
+
+Each term is also split by the node of Megatron's EP-overlap layer schedule it runs in
+(:attr:`LayerCompute.attn_node_s`, :attr:`LayerCompute.mlp_node_s`), which is what EP A2A overlap pairs
+the exchange with (:mod:`moeplan.model.time.exchange`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ class LayerCompute:
     Attributes:
         dense_gemm_s / expert_gemm_s / attention_s / memory_bound_s: the four compute terms.
         kept_bytes: saved tensors kept for backward, name → bytes (after selective recompute).
+        shared_expert_gemm_s: the shared experts' GEMMs, part of ``dense_gemm_s`` (s).
+        mlp_memory_share: the share of ``memory_bound_s`` that is the MLP node's (0–1): its saved
+            tensors' share of the layer's (:data:`MLP_NODE_TENSORS`).
     """
 
     dense_gemm_s: float
@@ -34,11 +41,42 @@ class LayerCompute:
     attention_s: float
     memory_bound_s: float
     kept_bytes: dict[str, float]
+    shared_expert_gemm_s: float = 0.0
+    mlp_memory_share: float = 0.0
 
     @property
-    def gemm_and_attention_s(self) -> float:
-        """GEMMs and attention together: the compute that can hide a paired exchange."""
-        return self.dense_gemm_s + self.expert_gemm_s + self.attention_s
+    def mlp_node_s(self) -> float:
+        """The ``mlp`` node of Megatron's EP-overlap layer schedule, forward + backward (s): routed and
+        shared experts, their GEMMs and element-wise work."""
+        return self.expert_gemm_s + self.shared_expert_gemm_s + self.memory_bound_s * self.mlp_memory_share
+
+    @property
+    def attn_node_s(self) -> float:
+        """The ``attn`` node, forward + backward (s): attention, its projections, the pre-MLP norm, the
+        router and the dispatch preprocessing, with their element-wise work."""
+        rest = self.memory_bound_s * (1.0 - self.mlp_memory_share)
+        return self.dense_gemm_s - self.shared_expert_gemm_s + self.attention_s + rest
+
+
+#: the saved tensors of the ``mlp`` node of Megatron's EP-overlap layer schedule (names as in
+#: :mod:`moeplan.model.activations`). Megatron-Core ``models/common/model_chunk_schedule_plan.py``
+#: (``TransformerLayerSchedulePlan``) splits a layer into ``attn`` (attention → layernorm → router →
+#: dispatch preprocess), ``moe_dispatch``, ``mlp`` (the experts) and ``moe_combine``; everything not
+#: listed here is the ``attn`` node's
+MLP_NODE_TENSORS = frozenset(
+    {"expert_fc1_in", "expert_fc1_out", "expert_fc2_in", "shared_fc1_out", "shared_fc2_in", "fc1_out", "fc2_in"}
+)
+
+
+def mlp_memory_share(kept: dict[str, float], recomputed: dict[str, float]) -> float:
+    """Share (0–1) of a layer's saved bytes, kept and recomputed, that are the ``mlp`` node's tensors
+    (:data:`MLP_NODE_TENSORS`): how its element-wise work splits between the schedule's two compute
+    nodes. 0 when the layer saves nothing."""
+    total = sum(kept.values()) + sum(recomputed.values())
+    if total <= 0:
+        return 0.0
+    mlp = sum(v for d in (kept, recomputed) for k, v in d.items() if k in MLP_NODE_TENSORS)
+    return mlp / total
 
 
 def gated_deltanet_s(ctx: StepContext) -> float:
@@ -73,4 +111,5 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
     t_mem = element_wise_bytes_per_activation_byte(ctx, layer) * act / sp.hbm_bytes_per_s
-    return LayerCompute(t_dense, t_exp, t_core, t_mem, kept)
+    t_shared = 3 * f.shared_expert_gemm / sp.gemm_flops_per_s
+    return LayerCompute(t_dense, t_exp, t_core, t_mem, kept, t_shared, mlp_memory_share(kept, rec))

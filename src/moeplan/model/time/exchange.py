@@ -4,11 +4,12 @@ Megatron's:
 
 - EP: the shared experts run while the tokens are dispatched (``moe_shared_expert_overlap``,
   ``transformer/moe/moe_layer.py``); EP A2A overlap (``overlap_moe_expert_parallel_comm``, combined
-  1F1B in ``pipeline_parallel/combined_1f1b.py``) hides the exchange behind the paired microbatch's
-  GEMMs and attention, up to ``overlap_hidden_fraction`` of them, for the chunks the schedule pairs
-  (:func:`~moeplan.model.time.context.ep_paired_share`: the warm-up forwards and cool-down backwards
-  run alone); what it hides still costs :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN`
-  of its length (the dispatch kernels hold SMs beside the compute);
+  1F1B) runs one microbatch's forward and another's backward layer by layer in three phases
+  (:func:`ep_overlap_phases`), each exchange hidden up to the compute node it is paired with, for the
+  chunks the schedule pairs (:func:`~moeplan.model.time.context.ep_paired_share`: the warm-up forwards
+  and cool-down backwards run alone); what it hides still costs
+  :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN` of its length (the dispatch kernels hold
+  SMs beside the compute);
 - TP: SP all-gathers / reduce-scatters around the attention block, and around the MLP unless it is a
   MoE block whose experts are not TP-split; ``tp_comm_overlap`` hides at most the dense GEMMs;
 - CP: the p2p ring (and a2a+p2p's outer ring) overlaps its K/V exchange with the attention kernel;
@@ -49,9 +50,30 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
         shared = 3 * 2 * ctx.tokens * m.hidden_size * m.moe_shared_expert_intermediate_size * g / s.tp
         t = max(0.0, t - shared / ctx.speeds.gemm_flops_per_s)
     if ctx.ep_overlap:
-        hidden = min(ctx.ep_paired_share * t, ctx.c.overlap_hidden_fraction * compute.gemm_and_attention_s)
+        f = ctx.c.overlap_hidden_fraction
+        phases = ep_overlap_phases(ctx.ep_paired_share * t, fp8_dispatch, compute)
+        hidden = sum(min(comm, f * comp) for comm, comp in phases)
         t = t - hidden + OVERLAP_COMPUTE_SLOWDOWN * hidden
     return Exchange(t, raw - t)
+
+
+def ep_overlap_phases(exchange_s: float, fp8_dispatch: bool, compute: LayerCompute) -> list[tuple[float, float]]:
+    """The three phases of one MoE layer under EP A2A overlap, as ``(exchange s, compute s)`` pairs: the
+    paired exchange ``exchange_s`` (forward + backward dispatch and combine) split by volume, beside
+    the compute node the schedule runs with it.
+
+    Megatron-Core ``TransformerLayerSchedulePlan.run`` (``models/common/model_chunk_schedule_plan.py``)
+    runs the forward of one microbatch and the backward of another as
+    ``comm: combine_bwd | dispatch_fwd → dispatch_bwd | combine_fwd`` beside
+    ``comp: attn_fwd | mlp_bwd → mlp_bwd_dw → mlp_fwd | attn_bwd``; a phase takes the longer of its
+    two streams. The forward is taken as a third of a node's forward + backward (backward runs two
+    GEMMs per forward one). Volumes: the forward dispatch moves ``d`` bytes per element (2 in BF16,
+    1 + 1/128 with FP8 dispatch), the other three exchanges 2.
+    """
+    d = (1 + 1 / 128) if fp8_dispatch else 2.0
+    share = exchange_s / (d + 6)
+    attn, mlp = compute.attn_node_s, compute.mlp_node_s
+    return [(2 * share, attn / 3), ((d + 2) * share, mlp), (2 * share, attn * 2 / 3)]
 
 
 def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exchange:
