@@ -37,7 +37,7 @@ def main() -> None:
             "timefit.release_anomalies), recipe knobs filled from the workload "
             "configs of each run's own release (catalog/data/mbridge_perf_recipes_by_release.yaml), else the "
             "packaged perf recipes (recipe_defaults: mbridge-perf-benchmark)",
-            "method": "least squares on log(predicted/measured tokens/s/GPU), benchmarks/timefit.py",
+            "method": "Huber-robust least squares on log(predicted/measured tokens/s/GPU), the Huber scale 1.345 × the normal-consistent MAD of the residuals, re-estimated until stable; benchmarks/timefit.py",
             "seconds": round(time.time() - t0, 1),
         }
     )
