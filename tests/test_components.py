@@ -5,6 +5,8 @@ test says so (``xfail(strict=True)`` with the numbers), so that the fit cannot d
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from moeplan.catalog.gpus import get_gpu, measured_gemm_fractions
 from moeplan.model.comm import ep_time, link_bw
@@ -206,6 +208,42 @@ def test_ep_overlap_phases_follow_the_combined_1f1b_layer_schedule():
     d = 1 + 1 / 128
     fp8 = ep_overlap_phases(8.0, True, comp)
     assert [x[0] for x in fp8] == pytest.approx([16 / (d + 6), 8 * (d + 2) / (d + 6), 16 / (d + 6)])
+
+
+_SECONDS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
+
+
+@given(
+    exchange=_SECONDS,
+    fp8=st.booleans(),
+    dense=_SECONDS,
+    shared_part=st.floats(min_value=0.0, max_value=1.0),
+    expert=_SECONDS,
+    attention=_SECONDS,
+    memory=_SECONDS,
+    share=st.floats(min_value=0.0, max_value=1.0),
+)
+def test_ep_overlap_phases_conserve_the_exchange_and_the_compute(
+    exchange, fp8, dense, shared_part, expert, attention, memory, share
+):
+    """Whatever the layer: the phases carry the whole exchange and, between them, the whole layer's
+    compute once; what they can hide is at most the smaller of the two."""
+    from moeplan.model.time.exchange import ep_overlap_phases
+
+    comp = _layer_compute(
+        dense_gemm_s=dense,
+        shared_expert_gemm_s=dense * shared_part,
+        expert_gemm_s=expert,
+        attention_s=attention,
+        memory_bound_s=memory,
+        mlp_memory_share=share,
+    )
+    phases = ep_overlap_phases(exchange, fp8, comp)
+    total = dense + expert + attention + memory
+    assert sum(c for c, _ in phases) == pytest.approx(exchange, abs=1e-9)
+    assert sum(w for _, w in phases) == pytest.approx(total, abs=1e-9)
+    assert all(c >= 0 and w >= -1e-12 for c, w in phases)
+    assert sum(min(c, w) for c, w in phases) <= min(exchange, total) + 1e-9
 
 
 def test_ep_overlap_hides_each_exchange_only_behind_its_own_phase():
