@@ -21,7 +21,7 @@ def main() -> None:
     t0 = time.time()
     runs = load_runs()
     c, info = fit(runs)
-    from timefit import PARAMS, constants_values, not_identified
+    from timefit import PARAMS, constants_values
 
     vals = constants_values(c)
     info["at_bounds"] = sorted(
@@ -29,7 +29,6 @@ def main() -> None:
         for name, lo, hi, _ in PARAMS
         if name in vals and (vals[name] <= lo * 1.001 or vals[name] >= hi / 1.001)
     )
-    info["not_identified_held_at_packaged_value"] = not_identified(runs, c)
     info.update(
         {
             "fitted_on": "shared/reference/published_runs.yaml (Megatron Bridge performance summary, releases "

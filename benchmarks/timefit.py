@@ -182,7 +182,11 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     # last fitted release before it, or the oldest when it predates them all (TimeConstants.release)
     rel = {k: v for k, v in c.release_factor.items() if k in fitted_releases or k == NEWEST}
     c = dataclasses.replace(c, release_factor=rel)
-    after = sol.fun[: len(used)]
+    # a constant the runs do not identify goes back to its packaged value: where the optimizer left it on a
+    # flat cost is not a result, and refitting from its own output would walk it toward a bound
+    flat = not_identified(runs, c)
+    c = dataclasses.replace(c, **{n: held[n] for n in flat})
+    after = np.log(predict(used, c) / meas)
     info = {
         "runs": len(used),
         "median_abs_pct_error_before": float(np.median(np.abs(np.expm1(before))) * 100),
@@ -190,6 +194,7 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
         "loss": "huber",
         "huber_scale_log": round(scales[-1], 4),
         "cost": float(sol.cost),
+        "not_identified_held_at_packaged_value": flat,
     }
     return c, info
 

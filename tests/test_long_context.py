@@ -73,7 +73,7 @@ def test_cp_ring_is_hidden_until_the_longest_rows(rows):
 def test_nvidia_moe_runs_out_of_sample_within_thirty_five_percent():
     # NeMo's MoE rows (Mixtral-8x22B at 64K with CP 8 on B200 and GB200, Mixtral-8x7B at 4K on B200,
     # Llama-4-Scout's language model at 8K on GB200), none of them fitted: tokens/s/GPU within 35 %
-    # (now +30.2, +14.0, +13.3 and +8.1 %; within 15 % before the components were set from their own
+    # (now +30.1, +13.9, +13.3 and +8.0 %; within 15 % before the components were set from their own
     # measurements: the refit's residuals, MoE element-wise traffic and launch overhead, carry time the
     # fine-grained MoE runs need and these coarse-expert, few-microbatch runs do not — docs/decisions.md,
     # "Step time v2") with the oldest fitted software factor, since every container predates the fitted
@@ -106,7 +106,7 @@ def test_nvidia_moe_runs_out_of_sample_within_thirty_five_percent():
 # measured on 2026-12-02 plus 0.5 percentage point. A change that improves them passes and should lower
 # the thresholds (rerun `python benchmarks/long_context.py`).
 #   LLAMA2-7B with CP, 4K–1024K: median 5.3 % (≤ 5.8), worst 8.7 % (≤ 9.2), shape worst 4.6 % (≤ 5.1)
-#   NVIDIA's MoE runs out of sample: median 13.6 % (≤ 14.1), worst 30.2 % (≤ 30.7)
+#   NVIDIA's MoE runs out of sample: median 13.6 % (≤ 14.1), worst 30.1 % (≤ 30.6)
 #   (after EP overlap phase by phase and the Huber-robust refit, docs/decisions.md; before it 5.4 / 9.0 /
 #   4.5 and 12.7 / 29.0; before a release's own settings filled the published layouts it shipped no
 #   config for 5.3 / 8.7 / 4.5 and 12.3 / 31.2; before the fills by global batch size and the overlap's
@@ -121,7 +121,7 @@ def test_long_context_headline_figures_do_not_regress(rows):
     moe = lc.moe_summary(lc.predict_moe(lc.load()))
     assert moe["runs"] == 4
     assert moe["median_abs_pct"] <= 14.1, moe
-    assert moe["worst_abs_pct"] <= 30.7, moe
+    assert moe["worst_abs_pct"] <= 30.6, moe
 
 
 def test_the_packaged_long_context_check_is_the_benchmarks_current_figures(rows):
