@@ -144,7 +144,10 @@ def predict(runs: list[dict], c: TimeConstants) -> np.ndarray:
 def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     """Robust least squares on log(predicted/measured) over ``runs`` (precision known, release anomalies
     left out: :func:`release_anomalies`): Huber's loss with its scale re-estimated from the residuals
-    (:func:`huber_scale`), starting from a plain least-squares fit."""
+    (:func:`robust_solve`), then every shared constant the runs do not identify put back at its packaged
+    value (:func:`hold_flat`). Returns the constants and ``info``: runs, the median |error| % at the
+    start (packaged shared constants, every release factor 1.0) and with the returned constants, the
+    Huber scale and cost of the returned constants, the constants held."""
     bad = release_anomalies(runs)
     used = [r for r in runs if r["precision_known"] and r["id"] not in bad]
     meas = np.array([r["measured"] for r in used])
@@ -168,32 +171,22 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
         return np.concatenate([res, prior])
 
     x0 = np.array([np.log(held[p[0]]) if p[0] in held else x for p, x in zip(PARAMS, x0, strict=True)])
-    before = resid(x0)[: len(used)]
-    sol = least_squares(resid, x0, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0)
-    scales = []
-    for _ in range(HUBER_ROUNDS):
-        scale = huber_scale(sol.fun[: len(used)])
-        if scales and abs(scale - scales[-1]) < HUBER_SCALE_TOL:
-            break
-        scales.append(scale)
-        sol = least_squares(resid, sol.x, bounds=(lo, hi), max_nfev=max_nfev, x_scale=1.0, loss="huber", f_scale=scale)
-    c = constants_from(np.exp(sol.x))
+    start = resid(x0)[: len(used)]
+    z, scale, rounds = robust_solve(resid, x0, (lo, hi), len(used), max_nfev)
+    c = constants_from(np.exp(z))
     # a release without fitted runs (25.09: no published precision) is left out: at run time it takes the
     # last fitted release before it, or the oldest when it predates them all (TimeConstants.release)
     rel = {k: v for k, v in c.release_factor.items() if k in fitted_releases or k == NEWEST}
-    c = dataclasses.replace(c, release_factor=rel)
-    # a constant the runs do not identify goes back to its packaged value: where the optimizer left it on a
-    # flat cost is not a result, and refitting from its own output would walk it toward a bound
-    flat = not_identified(runs, c)
-    c = dataclasses.replace(c, **{n: held[n] for n in flat})
-    after = np.log(predict(used, c) / meas)
+    c, flat = hold_flat(runs, dataclasses.replace(c, release_factor=rel), held, scale)
+    final = np.log(predict(used, c) / meas)
     info = {
         "runs": len(used),
-        "median_abs_pct_error_before": float(np.median(np.abs(np.expm1(before))) * 100),
-        "median_abs_pct_error_after": float(np.median(np.abs(np.expm1(after))) * 100),
+        "median_abs_pct_error_at_start": float(np.median(np.abs(np.expm1(start))) * 100),
+        "median_abs_pct_error_after": float(np.median(np.abs(np.expm1(final))) * 100),
         "loss": "huber",
-        "huber_scale_log": round(scales[-1], 4),
-        "cost": float(sol.cost),
+        "huber_scale_log": round(scale, 4),
+        "huber_rounds": rounds,
+        "huber_cost": huber_cost(final, scale),
         "not_identified_held_at_packaged_value": flat,
     }
     return c, info
@@ -204,7 +197,8 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
 HUBER_K = 1.345
 #: the normal-consistent MAD: σ̂ = 1.4826 · median |r − median r|
 MAD_TO_SIGMA = 1.4826
-#: re-estimations of the Huber scale from the last fit's residuals, and the change that stops them
+#: at most this many re-estimations of the Huber scale from the last fit's residuals, stopping when it
+#: moves by less than HUBER_SCALE_TOL (log units)
 HUBER_ROUNDS = 6
 HUBER_SCALE_TOL = 0.005
 
@@ -213,10 +207,53 @@ def huber_scale(residuals: np.ndarray) -> float:
     """Huber's threshold in log units for ``residuals`` (log predicted/measured):
     :data:`HUBER_K` × the normal-consistent MAD. Residuals inside it weigh as in least squares, those
     beyond it linearly: a family of runs the model does not explain (gpt-oss-120b on Blackwell, +20 to
-    +40 %) cannot drag the shared constants and release factors of every other run toward itself."""
+    +40 %) pulls the shared constants and release factors of every other run less than in least squares
+    (less, not nothing: 22 runs all on one side still move them)."""
     r = np.asarray(residuals, dtype=float)
     mad = float(np.median(np.abs(r - np.median(r))))
     return HUBER_K * MAD_TO_SIGMA * max(mad, 1e-3)
+
+
+def huber_cost(residuals: np.ndarray, scale: float) -> float:
+    """Σ ρ(r) with Huber's ρ at threshold ``scale`` (r²/2 inside, scale·(|r| − scale/2) beyond), in the
+    units of ``scipy.optimize.least_squares(loss='huber', f_scale=scale)``'s cost."""
+    a = np.abs(np.asarray(residuals, dtype=float))
+    return float(np.sum(np.where(a <= scale, a * a / 2, scale * (a - scale / 2))))
+
+
+def robust_solve(resid, x0: np.ndarray, bounds: tuple, n_runs: int, max_nfev: int) -> tuple[np.ndarray, float, int]:
+    """Plain least squares from ``x0``, then Huber's loss with its scale (:func:`huber_scale` of the
+    first ``n_runs`` residuals) re-estimated from the last fit until it moves less than
+    :data:`HUBER_SCALE_TOL` or :data:`HUBER_ROUNDS` fits have run. Returns (log parameters, scale,
+    Huber fits run)."""
+    sol = least_squares(resid, x0, bounds=bounds, max_nfev=max_nfev, x_scale=1.0)
+    scale = huber_scale(sol.fun[:n_runs])
+    rounds = 0
+    while rounds < HUBER_ROUNDS:
+        sol = least_squares(resid, sol.x, bounds=bounds, max_nfev=max_nfev, x_scale=1.0, loss="huber", f_scale=scale)
+        rounds += 1
+        new = huber_scale(sol.fun[:n_runs])
+        if abs(new - scale) < HUBER_SCALE_TOL:
+            break
+        scale = new
+    return sol.x, scale, rounds
+
+
+def hold_flat(
+    runs: list[dict], c: TimeConstants, held: dict[str, float], scale: float
+) -> tuple[TimeConstants, list[str]]:
+    """Put each shared constant the runs do not identify back at its packaged value ``held``: flat (by
+    :func:`not_identified`, in the fit's own Huber cost) where the fit left it and still flat at the
+    packaged value. Where the optimizer stopped on a flat cost is not a result, and refitting from its
+    own output would walk it toward a bound. The other constants are not refitted: by construction the
+    cost moves by less than 0.1 %."""
+    flat = not_identified(runs, c, scale=scale)
+    if not flat:
+        return c, []
+    back = dataclasses.replace(c, **{n: held[n] for n in flat})
+    still = set(not_identified(runs, back, scale=scale))
+    keep = [n for n in flat if n in still]
+    return dataclasses.replace(c, **{n: held[n] for n in keep}), keep
 
 
 #: weight of the prior that holds a shared constant at its packaged value, per unit of log(value): a
@@ -235,16 +272,19 @@ def held_values() -> dict[str, float]:
     return {n: float(getattr(c, n)) for n, *_ in SHARED}
 
 
-def not_identified(runs: list[dict], c: TimeConstants, rel_change: float = 1e-3) -> list[str]:
+def not_identified(
+    runs: list[dict], c: TimeConstants, rel_change: float = 1e-3, scale: float | None = None
+) -> list[str]:
     """The shared constants of ``c`` whose halving and doubling each change the fit cost on ``runs`` (the
-    runs :func:`fit` uses) by less than ``rel_change`` of it: the runs do not identify them."""
+    runs :func:`fit` uses; Huber's cost at ``scale``, else the sum of squares) by less than
+    ``rel_change`` of it: the runs do not identify them."""
     bad = release_anomalies(runs)
     used = [r for r in runs if r["precision_known"] and r["id"] not in bad]
     meas = np.array([r["measured"] for r in used])
 
     def cost(cc: TimeConstants) -> float:
         res = np.log(predict(used, cc) / meas)
-        return float(res @ res)
+        return huber_cost(res, scale) if scale else float(res @ res)
 
     base = cost(c)
     out = []

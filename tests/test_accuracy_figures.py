@@ -20,12 +20,12 @@ here) are held at their packaged value, so a refit from its own output is a fixe
 ==========================================  ========  ===========
 figure                                      measured  threshold
 ==========================================  ========  ===========
-median abs % error, all 104 runs            11.41     ≤ 11.9
-worst abs % error, all 104 runs             117.68    ≤ 119.2
-Spearman, all 104 runs                      0.9746    ≥ 0.970
-median abs % error, 4 anomalies left out    11.07     ≤ 11.6
-worst abs % error, 4 anomalies left out     71.61     ≤ 73.2
-Spearman, 4 anomalies left out              0.9793    ≥ 0.975
+median abs % error, all 104 runs            11.44     ≤ 11.9
+worst abs % error, all 104 runs             117.66    ≤ 119.2
+Spearman, all 104 runs                      0.9742    ≥ 0.970
+median abs % error, 4 anomalies left out    11.11     ≤ 11.6
+worst abs % error, 4 anomalies left out     71.56     ≤ 73.2
+Spearman, 4 anomalies left out              0.9789    ≥ 0.975
 (model, GPU) groups with Spearman ≥ 0.8     11 of 19  ≥ 11
 ==========================================  ========  ===========
 """

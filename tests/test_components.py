@@ -179,35 +179,53 @@ def _layer_compute(**kw):
 
 
 def test_schedule_nodes_split_a_layers_compute():
-    """attn node = dense GEMMs less the shared experts', attention, the rest of the element-wise work;
-    mlp node = expert and shared-expert GEMMs and its share of the element-wise work (by hand)."""
-    comp = _layer_compute(shared_expert_gemm_s=0.5, mlp_memory_share=0.25)
-    assert comp.mlp_node_s == pytest.approx(3.0 + 0.5 + 1.0)
-    assert comp.attn_node_s == pytest.approx(1.0 - 0.5 + 2.0 + 3.0)
+    """attn node = dense GEMMs (projections, shared experts, router), attention and the rest of the
+    element-wise work; mlp node = the routed experts' GEMMs and their share of it (by hand)."""
+    comp = _layer_compute(mlp_memory_share=0.25)
+    assert comp.mlp_node_s == pytest.approx(3.0 + 1.0)
+    assert comp.attn_node_s == pytest.approx(1.0 + 2.0 + 3.0)
     assert comp.mlp_node_s + comp.attn_node_s == pytest.approx(1.0 + 3.0 + 2.0 + 4.0)
 
 
-def test_mlp_memory_share_counts_the_mlp_nodes_saved_tensors():
+def test_mlp_memory_share_counts_the_routed_experts_saved_tensors():
     from moeplan.model.time.compute import mlp_memory_share
 
     kept = {"expert_fc1_in": 3.0, "qkv": 1.0}
-    rec = {"expert_fc1_out": 2.0, "router": 4.0}  # the router runs in the attn node
+    # the router and the shared experts run in the attn node (Megatron-Core 0.15+)
+    rec = {"expert_fc1_out": 2.0, "router": 3.0, "shared_fc1_out": 1.0}
     assert mlp_memory_share(kept, rec) == pytest.approx(5.0 / 10.0)
     assert mlp_memory_share({}, {}) == 0.0
 
 
 def test_ep_overlap_phases_follow_the_combined_1f1b_layer_schedule():
-    """combine_bwd | attn_fwd; dispatch_fwd + dispatch_bwd | mlp fwd + bwd; combine_fwd | attn_bwd. BF16
-    moves 2 + 2 + 2 + 2 bytes per element: an 8 s exchange splits 2 / 4 / 2 (by hand)."""
+    """combine_bwd | attn_fwd; dispatch_fwd → dispatch_bwd | mlp_bwd → mlp_bwd_dw → mlp_fwd; combine_fwd |
+    attn_bwd. BF16 moves 2 bytes per element in each of the four exchanges: an 8 s exchange is 2 s each.
+    attn node 6 s (fwd 2, bwd 4), mlp node 4.5 s (thirds of 1.5 s). With delayed wgrad the dispatch
+    phase is max(max(2, 1.5) + 2, max(2, 3) + 1.5) = 4.5 s; without, dispatch_bwd waits for the
+    weight gradients too: max(max(2, 3) + 2, max(2, 3) + 1.5) = 5 s (by hand)."""
     from moeplan.model.time.exchange import ep_overlap_phases
 
-    comp = _layer_compute(shared_expert_gemm_s=0.5, mlp_memory_share=0.25)  # attn 5.5 s, mlp 4.5 s
-    phases = ep_overlap_phases(8.0, False, comp)
-    assert phases == [pytest.approx((2.0, 5.5 / 3)), pytest.approx((4.0, 4.5)), pytest.approx((2.0, 11.0 / 3))]
+    comp = _layer_compute(expert_gemm_s=3.5, memory_bound_s=4.0, mlp_memory_share=0.25)  # attn 6, mlp 4.5
+    delayed = ep_overlap_phases(8.0, False, comp, True)
+    assert delayed == [pytest.approx((2.0, 2.0)), pytest.approx((4.5, 4.5)), pytest.approx((4.0, 4.0))]
+    plain = ep_overlap_phases(8.0, False, comp, False)
+    assert plain[1] == pytest.approx((5.0, 4.5))
     # FP8 dispatch: the forward dispatch moves 1 + 1/128 bytes per element instead of 2
     d = 1 + 1 / 128
-    fp8 = ep_overlap_phases(8.0, True, comp)
-    assert [x[0] for x in fp8] == pytest.approx([16 / (d + 6), 8 * (d + 2) / (d + 6), 16 / (d + 6)])
+    big = _layer_compute(dense_gemm_s=0.0, expert_gemm_s=0.0, attention_s=0.0, memory_bound_s=0.0)
+    fp8 = ep_overlap_phases(8.0, True, big, True)
+    assert sum(phase for phase, _ in fp8) == pytest.approx(8.0)  # nothing to hide behind: all exposed
+    assert fp8[0][0] == pytest.approx(16 / (d + 6))
+
+
+def test_ep_overlap_hides_each_exchange_only_behind_its_own_phase():
+    """A layer whose compute is nearly all attention: 31 s of compute in all would hide an 8 s exchange,
+    but the dispatch phase pairs 4 s of it with 1 s of routed experts, so at least 3 s stay exposed."""
+    from moeplan.model.time.exchange import ep_overlap_phases
+
+    comp = _layer_compute(dense_gemm_s=0.0, expert_gemm_s=1.0, attention_s=30.0, memory_bound_s=0.0)
+    exposed = sum(phase - compute for phase, compute in ep_overlap_phases(8.0, False, comp, True))
+    assert exposed >= 3.0 - 1e-9
 
 
 _SECONDS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
@@ -216,44 +234,26 @@ _SECONDS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 @given(
     exchange=_SECONDS,
     fp8=st.booleans(),
+    delay=st.booleans(),
     dense=_SECONDS,
-    shared_part=st.floats(min_value=0.0, max_value=1.0),
     expert=_SECONDS,
     attention=_SECONDS,
     memory=_SECONDS,
     share=st.floats(min_value=0.0, max_value=1.0),
 )
-def test_ep_overlap_phases_conserve_the_exchange_and_the_compute(
-    exchange, fp8, dense, shared_part, expert, attention, memory, share
-):
-    """Whatever the layer: the phases carry the whole exchange and, between them, the whole layer's
-    compute once; what they can hide is at most the smaller of the two."""
+def test_ep_overlap_phases_never_hide_more_than_there_is(exchange, fp8, delay, dense, expert, attention, memory, share):
+    """Whatever the layer: the phases carry the whole compute once, each lasts at least its compute,
+    and the exchange they leave exposed is between none and all of it."""
     from moeplan.model.time.exchange import ep_overlap_phases
 
     comp = _layer_compute(
-        dense_gemm_s=dense,
-        shared_expert_gemm_s=dense * shared_part,
-        expert_gemm_s=expert,
-        attention_s=attention,
-        memory_bound_s=memory,
-        mlp_memory_share=share,
+        dense_gemm_s=dense, expert_gemm_s=expert, attention_s=attention, memory_bound_s=memory, mlp_memory_share=share
     )
-    phases = ep_overlap_phases(exchange, fp8, comp)
-    total = dense + expert + attention + memory
-    assert sum(c for c, _ in phases) == pytest.approx(exchange, abs=1e-9)
-    assert sum(w for _, w in phases) == pytest.approx(total, abs=1e-9)
-    assert all(c >= 0 and w >= -1e-12 for c, w in phases)
-    assert sum(min(c, w) for c, w in phases) <= min(exchange, total) + 1e-9
-
-
-def test_ep_overlap_hides_each_exchange_only_behind_its_own_phase():
-    """A layer whose compute is nearly all attention: 31 s of compute in all would hide an 8 s exchange,
-    but the dispatch phase pairs 4 s of it with 1 s of MLP, so 3 s stay exposed."""
-    from moeplan.model.time.exchange import ep_overlap_phases
-
-    comp = _layer_compute(dense_gemm_s=0.0, expert_gemm_s=1.0, attention_s=30.0, memory_bound_s=0.0)
-    hidden = sum(min(comm, compute) for comm, compute in ep_overlap_phases(8.0, False, comp))
-    assert hidden == pytest.approx(2.0 + 1.0 + 2.0)
+    phases = ep_overlap_phases(exchange, fp8, comp, delay)
+    assert sum(w for _, w in phases) == pytest.approx(dense + expert + attention + memory, abs=1e-9)
+    assert all(phase >= w - 1e-9 for phase, w in phases)
+    exposed = sum(phase - w for phase, w in phases)
+    assert -1e-9 <= exposed <= exchange + 1e-9
 
 
 @pytest.mark.xfail(
@@ -293,3 +293,40 @@ def test_the_hybridep_note_names_where_its_rate_comes_from():
     c = load_constants()
     cal = dataclasses.replace(c, a2a_efficiency={**c.a2a_efficiency, "hybridep": 0.6})
     assert note(d, cal).endswith("0.60 of the link rate against 0.82 for all-to-all: the calibration profile's value")
+
+
+def test_ep_overlap_leaves_the_etp_collectives_exposed():
+    """The ETP all-gather / reduce-scatter run inside ``routed_experts_compute`` on the compute stream
+    (Megatron's ``dispatch_postprocess`` / ``combine_preprocess``): EP A2A overlap hides none of them.
+    Qwen3-30B-A3B on 32 H100 at TP 4, ETP 4, EP 8 with overlap: what stays exposed per MoE layer is at
+    least the ETP part."""
+    from moeplan import load_scenario
+    from moeplan.catalog.gpus import measured_gemm_fractions
+    from moeplan.model.comm import etp_exchange_s
+    from moeplan.model.time.compute import layer_compute
+    from moeplan.model.time.context import step_context
+    from moeplan.model.time.exchange import ep_exchange
+
+    s = load_scenario(
+        {
+            "model": "Qwen/Qwen3-30B-A3B",
+            "system": {"gpu": "h100", "num_gpus": 32},
+            "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 256, "precision": "bf16"},
+            "layout": {
+                "tensor_model_parallel_size": 4,
+                "sequence_parallel": True,
+                "expert_model_parallel_size": 8,
+                "expert_tensor_parallel_size": 4,
+                "overlap_moe_expert_parallel_comm": True,
+            },
+        }
+    )
+    c = load_constants()
+    ctx = step_context(s, c, measured_gemm_fractions(s.gpu.id), None)
+    assert ctx.ep_overlap
+    ex = ep_exchange(ctx, layer_compute(ctx, 0))
+    m = s.model
+    routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
+    etp = etp_exchange_s(routed, m.hidden_size, s.etp, ctx.gpu, c)
+    assert etp > 0
+    assert ex.exposed_s >= etp

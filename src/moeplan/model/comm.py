@@ -146,7 +146,7 @@ def ep_time(
     group = ep * etp
     if group == 1:
         return 0.0
-    t_etp = 4 * routed_tokens * h * 2 * (etp - 1) / link_bw(gpu, etp, c) if etp > 1 else 0.0
+    t_etp = etp_exchange_s(routed_tokens, h, etp, gpu, c)
     if ep == 1:
         return t_etp
     d_bytes = (1 + 1 / 128) if fp8_dispatch else 2
@@ -164,6 +164,17 @@ def ep_time(
         distinct = (n - 1) * (1 - (1 - 1 / n) ** topk)
         cross_vol *= min(1.0, distinct / copies)
     return max(cross_vol / nic, vol * (1 - cross) / nvlink) + t_etp
+
+
+def etp_exchange_s(routed_tokens: float, h: int, etp: int, gpu: GpuSpec, c: TimeConstants) -> float:
+    """The ETP part of one MoE layer's token exchange, forward + backward (s): the tokens an expert rank
+    receives are all-gathered over its ETP group after dispatch and reduce-scattered before combine,
+    and the reverse in backward (4 collectives of ``routed_tokens · h`` BF16 elements, each rank
+    receiving ``(etp − 1)`` shares). Megatron's dispatcher runs them in ``dispatch_postprocess`` /
+    ``combine_preprocess``, on the compute stream inside the experts' computation. 0 at ETP 1."""
+    if etp <= 1:
+        return 0.0
+    return 4 * routed_tokens * h * 2 * (etp - 1) / link_bw(gpu, etp, c)
 
 
 def pp_time(tokens: float, h: int, tp: int, sp: bool, gpu: GpuSpec, c: TimeConstants, world: int = 10**9) -> float:

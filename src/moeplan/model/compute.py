@@ -188,14 +188,12 @@ def speeds(
 
 @dataclass(frozen=True)
 class LayerFlops:
-    """Executed forward FLOPs of one layer for one microbatch on one rank, by kind
-    (``shared_expert_gemm`` is the shared experts' part of ``dense_gemm``)."""
+    """Executed forward FLOPs of one layer for one microbatch on one rank, by kind."""
 
     dense_gemm: float = 0.0
     attention_core: float = 0.0
     expert_gemm: float = 0.0
     tokens_per_local_expert: float = 0.0
-    shared_expert_gemm: float = 0.0
 
 
 def layer_flops(
@@ -243,18 +241,16 @@ def layer_flops(
         core += 2 * tokens * span * 2 * q / tp  # QK^T and PV
     expert = 0.0
     per_expert = 0.0
-    shared = 0.0
     if moe:
         expert = 2 * tokens * h * m.moe_ffn * g * m.moe_topk * routing_factor / tp
         routed_rank = tokens / tp * m.moe_topk * routing_factor  # routed tokens arriving on this rank
         per_expert = routed_rank / max(1, m.num_moe_experts // ep) if m.num_moe_experts else 0.0
         if m.moe_shared_expert_intermediate_size:
-            shared = 2 * tokens * h * m.moe_shared_expert_intermediate_size * g / tp
-            dense += shared
+            dense += 2 * tokens * h * m.moe_shared_expert_intermediate_size * g / tp
         dense += 2 * tokens * h * m.moe_experts / tp  # router
     else:
         dense += 2 * tokens * h * (m.ffn_hidden_size or 0) * g / tp
-    return LayerFlops(dense, core, expert, per_expert, shared)
+    return LayerFlops(dense, core, expert, per_expert)
 
 
 def grouped_efficiency(tokens_per_expert: float, c: TimeConstants) -> float:

@@ -31,9 +31,8 @@ class LayerCompute:
     Attributes:
         dense_gemm_s / expert_gemm_s / attention_s / memory_bound_s: the four compute terms.
         kept_bytes: saved tensors kept for backward, name → bytes (after selective recompute).
-        shared_expert_gemm_s: the shared experts' GEMMs, part of ``dense_gemm_s`` (s).
-        mlp_memory_share: the share of ``memory_bound_s`` that is the MLP node's (0–1): its saved
-            tensors' share of the layer's (:data:`MLP_NODE_TENSORS`).
+        mlp_memory_share: the share of ``memory_bound_s`` that is the routed experts' (0–1): their
+            saved tensors' share of the layer's (:data:`MLP_NODE_TENSORS`).
     """
 
     dense_gemm_s: float
@@ -41,37 +40,36 @@ class LayerCompute:
     attention_s: float
     memory_bound_s: float
     kept_bytes: dict[str, float]
-    shared_expert_gemm_s: float = 0.0
     mlp_memory_share: float = 0.0
 
     @property
     def mlp_node_s(self) -> float:
-        """The ``mlp`` node of Megatron's EP-overlap layer schedule, forward + backward (s): routed and
-        shared experts, their GEMMs and element-wise work."""
-        return self.expert_gemm_s + self.shared_expert_gemm_s + self.memory_bound_s * self.mlp_memory_share
+        """A MoE layer's ``mlp`` node in Megatron's EP-overlap layer schedule, forward + backward (s): the
+        routed experts' GEMMs and element-wise work (``routed_experts_compute``, with the dispatch
+        post-processing and the combine pre-processing)."""
+        return self.expert_gemm_s + self.memory_bound_s * self.mlp_memory_share
 
     @property
     def attn_node_s(self) -> float:
-        """The ``attn`` node, forward + backward (s): attention, its projections, the pre-MLP norm, the
-        router and the dispatch preprocessing, with their element-wise work."""
-        rest = self.memory_bound_s * (1.0 - self.mlp_memory_share)
-        return self.dense_gemm_s - self.shared_expert_gemm_s + self.attention_s + rest
+        """A MoE layer's ``attn`` node, forward + backward (s): attention and its projections, the pre-MLP
+        norm, the shared experts (computed before the router since Megatron-Core 0.15), the router and
+        the dispatch preprocessing, with their element-wise work."""
+        return self.dense_gemm_s + self.attention_s + self.memory_bound_s * (1.0 - self.mlp_memory_share)
 
 
-#: the saved tensors of the ``mlp`` node of Megatron's EP-overlap layer schedule (names as in
+#: the saved tensors of a MoE layer's ``mlp`` node in Megatron's EP-overlap layer schedule (names as in
 #: :mod:`moeplan.model.activations`). Megatron-Core ``models/common/model_chunk_schedule_plan.py``
-#: (``TransformerLayerSchedulePlan``) splits a layer into ``attn`` (attention → layernorm → router →
-#: dispatch preprocess), ``moe_dispatch``, ``mlp`` (the experts) and ``moe_combine``; everything not
-#: listed here is the ``attn`` node's
-MLP_NODE_TENSORS = frozenset(
-    {"expert_fc1_in", "expert_fc1_out", "expert_fc2_in", "shared_fc1_out", "shared_fc2_in", "fc1_out", "fc2_in"}
-)
+#: (``TransformerLayerSchedulePlan``) splits a layer into ``attn`` (attention → layernorm → shared experts
+#: → router → dispatch preprocess; ``models/gpt/fine_grained_callables.py``, core 0.15+), ``moe_dispatch``,
+#: ``mlp`` (``routed_experts_compute``) and ``moe_combine``; every other tensor is the ``attn`` node's
+MLP_NODE_TENSORS = frozenset({"expert_fc1_in", "expert_fc1_out", "expert_fc2_in"})
 
 
 def mlp_memory_share(kept: dict[str, float], recomputed: dict[str, float]) -> float:
     """Share (0–1) of a layer's saved bytes, kept and recomputed, that are the ``mlp`` node's tensors
     (:data:`MLP_NODE_TENSORS`): how its element-wise work splits between the schedule's two compute
-    nodes. 0 when the layer saves nothing."""
+    nodes. 0 when the layer saves nothing. (The combine node's unpermute and ``mlp_bda`` run on the
+    communication stream; their small element-wise work is left in the ``attn`` node.)"""
     total = sum(kept.values()) + sum(recomputed.values())
     if total <= 0:
         return 0.0
@@ -111,5 +109,4 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
     t_mem = element_wise_bytes_per_activation_byte(ctx, layer) * act / sp.hbm_bytes_per_s
-    t_shared = 3 * f.shared_expert_gemm / sp.gemm_flops_per_s
-    return LayerCompute(t_dense, t_exp, t_core, t_mem, kept, t_shared, mlp_memory_share(kept, rec))
+    return LayerCompute(t_dense, t_exp, t_core, t_mem, kept, mlp_memory_share(kept, rec))

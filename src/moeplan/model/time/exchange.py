@@ -5,7 +5,8 @@ Megatron's:
 - EP: the shared experts run while the tokens are dispatched (``moe_shared_expert_overlap``,
   ``transformer/moe/moe_layer.py``); EP A2A overlap (``overlap_moe_expert_parallel_comm``, combined
   1F1B) runs one microbatch's forward and another's backward layer by layer in three phases
-  (:func:`ep_overlap_phases`), each exchange hidden up to the compute node it is paired with, for the
+  (:func:`ep_overlap_phases`), each exchange hidden behind the compute node it is paired with, as far
+  as the phase's dependencies allow, for the
   chunks the schedule pairs (:func:`~moeplan.model.time.context.ep_paired_share`: the warm-up forwards
   and cool-down backwards run alone); what it hides still costs
   :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN` of its length (the dispatch kernels hold
@@ -21,7 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.model.comm import cp_a2a_s, cp_all_gather_s, cp_ring_s, ep_time, gdn_cp_a2a_s, tp_time
+from moeplan.model.comm import (
+    cp_a2a_s,
+    cp_all_gather_s,
+    cp_ring_s,
+    ep_time,
+    etp_exchange_s,
+    gdn_cp_a2a_s,
+    tp_time,
+)
 from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN
 from moeplan.model.time.compute import LayerCompute
 from moeplan.model.time.context import StepContext, hierarchical_a2a_size, layer_cp_comm_type
@@ -37,43 +46,58 @@ class Exchange:
 
 def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     """Token dispatch + combine of one MoE layer over EP (and ETP), less what shared-expert overlap
-    and EP A2A overlap hide (the latter net of its contention cost)."""
+    and EP A2A overlap hide (the latter net of its contention cost). The ETP all-gathers and
+    reduce-scatters run inside the experts' computation on the compute stream: EP A2A overlap does not
+    hide them."""
     s, m = ctx.s, ctx.model
     routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
     fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
     raw = ep_time(
         routed, m.hidden_size, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0
     )
+    if ctx.ep_overlap:
+        etp = etp_exchange_s(routed, m.hidden_size, s.etp, ctx.gpu, ctx.c)
+        paired = ctx.ep_paired_share * (raw - etp)
+        delay = bool(s.layout.delay_wgrad_compute)
+        phases = ep_overlap_phases(paired, fp8_dispatch, compute, delay, ctx.c.overlap_hidden_fraction)
+        hidden = paired - sum(phase - comp for phase, comp in phases)
+        t = raw - hidden + OVERLAP_COMPUTE_SLOWDOWN * hidden
+        return Exchange(t, raw - t)
     t = raw
     if s.layout.moe_shared_expert_overlap and m.moe_shared_expert_intermediate_size:
         g = 3 if m.gated_linear_unit else 2
         shared = 3 * 2 * ctx.tokens * m.hidden_size * m.moe_shared_expert_intermediate_size * g / s.tp
         t = max(0.0, t - shared / ctx.speeds.gemm_flops_per_s)
-    if ctx.ep_overlap:
-        f = ctx.c.overlap_hidden_fraction
-        phases = ep_overlap_phases(ctx.ep_paired_share * t, fp8_dispatch, compute)
-        hidden = sum(min(comm, f * comp) for comm, comp in phases)
-        t = t - hidden + OVERLAP_COMPUTE_SLOWDOWN * hidden
     return Exchange(t, raw - t)
 
 
-def ep_overlap_phases(exchange_s: float, fp8_dispatch: bool, compute: LayerCompute) -> list[tuple[float, float]]:
-    """The three phases of one MoE layer under EP A2A overlap, as ``(exchange s, compute s)`` pairs: the
-    paired exchange ``exchange_s`` (forward + backward dispatch and combine) split by volume, beside
-    the compute node the schedule runs with it.
+def ep_overlap_phases(
+    exchange_s: float, fp8_dispatch: bool, compute: LayerCompute, delay_wgrad: bool, share: float = 1.0
+) -> list[tuple[float, float]]:
+    """The three phases of one MoE layer under EP A2A overlap, as ``(phase s, compute s)`` pairs: how
+    long each phase takes and how much of it is compute; ``phase − compute`` is the exchange it leaves
+    exposed. ``exchange_s`` is the paired dispatch + combine, forward + backward (s); ``share`` the
+    share of a node's compute that can hide it (``overlap_hidden_fraction``).
 
     Megatron-Core ``TransformerLayerSchedulePlan.run`` (``models/common/model_chunk_schedule_plan.py``)
     runs the forward of one microbatch and the backward of another as
     ``comm: combine_bwd | dispatch_fwd → dispatch_bwd | combine_fwd`` beside
-    ``comp: attn_fwd | mlp_bwd → mlp_bwd_dw → mlp_fwd | attn_bwd``; a phase takes the longer of its
-    two streams. The forward is taken as a third of a node's forward + backward (backward runs two
-    GEMMs per forward one). Volumes: the forward dispatch moves ``d`` bytes per element (2 in BF16,
-    1 + 1/128 with FP8 dispatch), the other three exchanges 2.
+    ``comp: attn_fwd | mlp_bwd → mlp_bwd_dw → mlp_fwd | attn_bwd``. The first and third phases pair
+    independent work: each takes the longer stream. In the second, ``dispatch_bwd`` needs ``mlp_bwd``'s
+    input gradients and ``mlp_fwd`` needs ``dispatch_fwd``'s tokens, so it takes
+    ``max(max(D_f, M_b) + D_b, max(D_f, M_b + M_dw) + M_f)``; ``M_b`` is the data gradients plus, without
+    ``delay_wgrad_compute``, the weight gradients (``M_dw`` then 0). A node's forward, data and weight
+    gradients are a third of it each (one GEMM each per forward one). Volumes: the forward dispatch
+    moves ``d`` bytes per element (2 in BF16, 1 + 1/128 with FP8 dispatch), the other three exchanges 2.
     """
     d = (1 + 1 / 128) if fp8_dispatch else 2.0
-    share = exchange_s / (d + 6)
-    attn, mlp = compute.attn_node_s, compute.mlp_node_s
-    return [(2 * share, attn / 3), ((d + 2) * share, mlp), (2 * share, attn * 2 / 3)]
+    unit = exchange_s / (d + 6)
+    attn, mlp = share * compute.attn_node_s, share * compute.mlp_node_s
+    d_f, d_b = d * unit, 2 * unit
+    m_f = mlp / 3
+    m_b, m_dw = (mlp / 3, mlp / 3) if delay_wgrad else (2 * mlp / 3, 0.0)
+    phase2 = max(max(d_f, m_b) + d_b, max(d_f, m_b + m_dw) + m_f)
+    return [(max(2 * unit, attn / 3), attn / 3), (phase2, mlp), (max(2 * unit, attn * 2 / 3), attn * 2 / 3)]
 
 
 def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exchange:
