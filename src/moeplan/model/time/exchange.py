@@ -5,12 +5,11 @@ Megatron's:
 - EP: the shared experts run while the tokens are dispatched (``moe_shared_expert_overlap``,
   ``transformer/moe/moe_layer.py``); EP A2A overlap (``overlap_moe_expert_parallel_comm``, combined
   1F1B) runs one microbatch's forward and another's backward layer by layer in three phases
-  (:func:`ep_overlap_phases`), each exchange hidden behind the compute node it is paired with, as far
-  as the phase's dependencies allow, for the
-  chunks the schedule pairs (:func:`~moeplan.model.time.context.ep_paired_share`: the warm-up forwards
-  and cool-down backwards run alone); what it hides still costs
-  :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN` of its length (the dispatch kernels hold
-  SMs beside the compute);
+  (:func:`ep_overlap_phases`), each exchange hidden behind the compute node it is paired with as far
+  as the phase's dependencies allow, for the chunks the schedule pairs
+  (:func:`~moeplan.model.time.context.ep_paired_share`: the warm-up forwards and cool-down backwards
+  run alone); what it hides still costs :data:`~moeplan.model.constants.OVERLAP_COMPUTE_SLOWDOWN` of
+  its length (the dispatch kernels hold SMs beside the compute); the ETP collectives stay exposed;
 - TP: SP all-gathers / reduce-scatters around the attention block, and around the MLP unless it is a
   MoE block whose experts are not TP-split; ``tp_comm_overlap`` hides at most the dense GEMMs;
 - CP: the p2p ring (and a2a+p2p's outer ring) overlaps its K/V exchange with the attention kernel;
