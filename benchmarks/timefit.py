@@ -141,6 +141,12 @@ def predict(runs: list[dict], c: TimeConstants) -> np.ndarray:
     return np.array([estimate_step(r["scenario"], c).tokens_per_s_per_gpu for r in runs])
 
 
+def fitted_runs(runs: list[dict]) -> list[dict]:
+    """The runs a fit uses: a published precision, and not a release anomaly (:func:`release_anomalies`)."""
+    bad = release_anomalies(runs)
+    return [r for r in runs if r["precision_known"] and r["id"] not in bad]
+
+
 def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     """Robust least squares on log(predicted/measured) over ``runs`` (precision known, release anomalies
     left out: :func:`release_anomalies`): Huber's loss with its scale re-estimated from the residuals
@@ -148,8 +154,7 @@ def fit(runs: list[dict], max_nfev: int = 400) -> tuple[TimeConstants, dict]:
     value (:func:`hold_flat`). Returns the constants and ``info``: runs, the median |error| % at the
     start (packaged shared constants, every release factor 1.0) and with the returned constants, the
     Huber scale and cost of the returned constants, the constants held."""
-    bad = release_anomalies(runs)
-    used = [r for r in runs if r["precision_known"] and r["id"] not in bad]
+    used = fitted_runs(runs)
     meas = np.array([r["measured"] for r in used])
     lo = np.log([p[1] for p in PARAMS])
     hi = np.log([p[2] for p in PARAMS])
@@ -278,8 +283,7 @@ def not_identified(
     """The shared constants of ``c`` whose halving and doubling each change the fit cost on ``runs`` (the
     runs :func:`fit` uses; Huber's cost at ``scale``, else the sum of squares) by less than
     ``rel_change`` of it: the runs do not identify them."""
-    bad = release_anomalies(runs)
-    used = [r for r in runs if r["precision_known"] and r["id"] not in bad]
+    used = fitted_runs(runs)
     meas = np.array([r["measured"] for r in used])
 
     def cost(cc: TimeConstants) -> float:
