@@ -245,6 +245,24 @@ def test_ep_overlap_needs_two_microbatches():
     assert any("one microbatch" in a for a in on.assumptions)
 
 
+def test_ep_overlap_on_blackwell_without_a_whole_graph_says_its_host_cost_is_not_costed():
+    # NVIDIA measured EP overlap as a loss run eagerly on B200/B300 (Megatron-Bridge PR #1760, #3399):
+    # the estimate still credits the hidden exchange, and says so with the hidden seconds; on H100
+    # (measured a gain, PR #3862) and under a full-iteration graph (no per-layer host work) it is silent
+    b200 = {**DP_SCN, "system": {"gpu": "b200", "num_gpus": 16}}
+    e = _est(b200, overlap_moe_expert_parallel_comm=True)
+    said = [a for a in e.assumptions if "split-layer schedule" in a]
+    assert len(said) == 1
+    assert f"hides {e.hidden_s['ep_comm']:.2f} s" in said[0]
+    assert "#1760" in said[0] and "#3399" in said[0]
+    assert not any("split-layer" in a for a in _est(b200).assumptions)
+    assert not any("split-layer" in a for a in _est(DP_SCN, overlap_moe_expert_parallel_comm=True).assumptions)
+    graphed = _est(
+        b200, overlap_moe_expert_parallel_comm=True, cuda_graph_impl="full_iteration", cuda_graph_scope=[]
+    )
+    assert not any("split-layer" in a for a in graphed.assumptions)
+
+
 def test_tp_overlap_hides_no_more_than_the_dense_gemms():
     e = _est(
         {**DP_SCN, "layout": {"tensor_model_parallel_size": 8, "expert_model_parallel_size": 2}}, tp_comm_overlap=True

@@ -159,6 +159,7 @@ def estimate_step(
     tflops = model_flops(m, ctx.seq_length, s.tp, s.mtp_num_layers).per_token * tps / 1e12
     bf16 = gpu.peak_dense_tflops.get("bf16") or 1.0
     prec_peak = gpu.peak_tflops(t.precision) or bf16
+    assumptions += notes.ep_overlap_host_notes(ctx, hidden.get("ep_comm", 0.0), step)
     assumptions += notes.outcome_notes(s, stage_plan(s) is not None, tflops, bf16, prec_peak)
     return ThroughputEstimate(
         step,

@@ -139,6 +139,30 @@ def workload_notes(ctx: StepContext) -> list[str]:
     return out
 
 
+#: NVIDIA's measurements of EP A2A overlap run eagerly on Blackwell, where it lost: what the host
+#: work of the split-layer schedule costs there is not modelled (no source measures it alone)
+EP_OVERLAP_HOST_EVIDENCE = (
+    "NVIDIA turned it off for Qwen3-235B-A22B on 64 B200 (PP8 VPP4 EP8) 'due to CPU overhead' "
+    "(Megatron-Bridge PR #1760) and found it and VPP 'degraded perf' on B300 (#3399)"
+)
+
+
+def ep_overlap_host_notes(ctx: StepContext, hidden_ep_s: float, step_s: float) -> list[str]:
+    """EP A2A overlap run without a full-iteration CUDA graph on Blackwell: the estimate credits the
+    exchange it hides (``hidden_ep_s``, s, after the release factor, against a ``step_s`` s step), but
+    not the host work of the split-layer schedule, which NVIDIA measured as a net loss there
+    (:data:`EP_OVERLAP_HOST_EVIDENCE`). Nothing when overlap is off, graphed whole, or on another
+    architecture (on H100 the same schedule measured 0.76× the step, Megatron-Bridge PR #3862)."""
+    if not ctx.ep_overlap or ctx.graphs == "full_iteration" or arch_family(ctx.gpu) != "Blackwell":
+        return []
+    share = hidden_ep_s / step_s if step_s > 0 else 0.0
+    return [
+        f"EP overlap hides {hidden_ep_s:.2f} s of exchange here ({share * 100:.0f} % of the step), but the host work "
+        f"of its split-layer schedule, run without a full-iteration CUDA graph, is not costed: "
+        f"{EP_OVERLAP_HOST_EVIDENCE}; measure the step with overlap_moe_expert_parallel_comm on and off"
+    ]
+
+
 def outcome_notes(s: Scenario, split_as_given: bool, tflops: float, bf16: float, prec_peak: float) -> list[str]:
     """A split that was balanced for the estimate, and an MFU above 1 with why."""
     out = []
