@@ -1,6 +1,7 @@
 #!/bin/bash
 # moeplan: {"model":"deepseek-ai/DeepSeek-V3","system":{"gpu":"gb300","num_gpus":256},"framework":"megatron-bridge","precision":"mxfp8","stated":["context_parallel_size","expert_model_parallel_size","moe_flex_dispatcher_backend","moe_token_dispatcher_type","pipeline_model_parallel_layout","pipeline_model_parallel_size","recompute_granularity","recompute_modules","tensor_model_parallel_size","virtual_pipeline_model_parallel_size"]}
 # recipe fills: recipe deepseek_v3/256gpu_gb300_fp8mx (Table A @067f987)
+# NaN check off: the full-iteration CUDA graph needs check_for_nan_in_loss=false (rule graphs.full_iteration_nan_check), so a diverging loss is not caught; without the graph the check stays on
 #SBATCH --nodes=64
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4

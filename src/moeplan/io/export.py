@@ -98,8 +98,23 @@ def recipe_comment(s: Scenario) -> list[str]:
 
 def provenance_comment(s: Scenario) -> list[str]:
     """The comment lines after the ``# moeplan:`` header: :func:`recipe_comment`, then
-    :func:`benchmark_comment`."""
-    return [*recipe_comment(s), *benchmark_comment(s)]
+    :func:`benchmark_comment` and :func:`nan_check_comment`."""
+    return [*recipe_comment(s), *benchmark_comment(s), *nan_check_comment(s)]
+
+
+def nan_check_comment(s: Scenario) -> list[str]:
+    """``# NaN check off ...``: a training export whose full-iteration CUDA graph needs
+    ``check_for_nan_in_loss`` off (rule ``graphs.full_iteration_nan_check``) says so and what it costs;
+    nothing when the check is on, or when :func:`benchmark_comment` already names it."""
+    if s.layout.check_for_nan_in_loss is not False or s.layout.cuda_graph_impl != "full_iteration":
+        return []
+    if any(b["key"] == "check_for_nan_in_loss" for b in benchmark_settings(s)):
+        return []
+    return [
+        "# NaN check off: the full-iteration CUDA graph needs check_for_nan_in_loss=false (rule "
+        "graphs.full_iteration_nan_check), so a diverging loss is not caught; without the graph the check "
+        "stays on"
+    ]
 
 
 def benchmark_comment(s: Scenario) -> list[str]:
