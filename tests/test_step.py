@@ -263,6 +263,19 @@ def test_ep_overlap_on_blackwell_without_a_whole_graph_says_its_host_cost_is_not
     assert not any("split-layer" in a for a in graphed.assumptions)
 
 
+def test_a_missing_host_link_figure_is_said_only_when_something_crosses_the_link():
+    # the B300 catalog entry has no verified host link (gpus.json): nothing offloaded, nothing to say;
+    # optimizer offload uses the planning value, says so, and names the key that gives the figure
+    b300 = {**DP_SCN, "system": {"gpu": "b300", "num_gpus": 16}}
+    plain = _est(b300)
+    assert not any("host_link_unidir_gb_per_s" in a for a in plain.assumptions)
+    offload = {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0, "use_precision_aware_optimizer": True}
+    said = [a for a in _est(b300, **offload).assumptions if "host_link_unidir_gb_per_s" in a]
+    assert len(said) == 1 and "system.gpu_overrides.host_link_unidir_gb_per_s" in said[0]
+    given = {**b300, "system": {**b300["system"], "gpu_overrides": {"host_link_unidir_gb_per_s": 64}}}
+    assert not any("host_link_unidir_gb_per_s" in a for a in _est(given, **offload).assumptions)
+
+
 def test_tp_overlap_hides_no_more_than_the_dense_gemms():
     e = _est(
         {**DP_SCN, "layout": {"tensor_model_parallel_size": 8, "expert_model_parallel_size": 2}}, tp_comm_overlap=True

@@ -63,12 +63,15 @@ def host_link_bytes_per_s(gpu: GpuSpec) -> float:
     return figure(gpu, "host_link_unidir_gb_per_s") * 1e9
 
 
-def planning_notes(gpu: GpuSpec) -> list[str]:
-    """One assumption line per figure the GPU leaves out, naming the planning value used."""
+def planning_notes(gpu: GpuSpec, uses_host_link: bool = True) -> list[str]:
+    """One assumption line per figure the GPU leaves out, naming the planning value used and the key
+    that gives it (``system.gpu_overrides.KEY``, which a catalog GPU and a custom one both take); the
+    host link only when ``uses_host_link`` (something is offloaded: nothing else crosses it)."""
     return [
-        f"system.gpu.{key} not given: {pv.value:g} {pv.unit} assumed ({pv.basis})"
+        f"the GPU's {key} is not known: {pv.value:g} {pv.unit} assumed ({pv.basis}); give "
+        f"system.gpu_overrides.{key}"
         for key, pv in PLANNING_VALUES.items()
-        if getattr(gpu, key) is None
+        if getattr(gpu, key) is None and (uses_host_link or key != "host_link_unidir_gb_per_s")
     ]
 
 

@@ -39,9 +39,10 @@ def calibration_notes(c: TimeConstants, gpu: GpuSpec) -> list[str]:
     return out
 
 
-def hardware_notes(gpu: GpuSpec) -> list[str]:
-    """Figures the GPU leaves out (planning values) and an architecture without attention figures."""
-    out = planning_notes(gpu)
+def hardware_notes(gpu: GpuSpec, uses_host_link: bool = True) -> list[str]:
+    """Figures the GPU leaves out (planning values; the host link only when ``uses_host_link``) and an
+    architecture without attention figures."""
+    out = planning_notes(gpu, uses_host_link)
     if arch_family(gpu) not in ATTENTION_FWD_FRACTION:
         out.append(
             f"system.gpu.arch {gpu.arch!r} is none of {', '.join(ATTENTION_FWD_FRACTION)}: attention forward at "
@@ -143,7 +144,7 @@ def workload_notes(ctx: StepContext) -> list[str]:
 #: work of the split-layer schedule costs there is not modelled (no source measures it alone)
 EP_OVERLAP_HOST_EVIDENCE = (
     "NVIDIA turned it off for Qwen3-235B-A22B on 64 B200 (PP8 VPP4 EP8) 'due to CPU overhead' "
-    "(Megatron-Bridge PR #1760) and found it and VPP 'degraded perf' on B300 (#3399)"
+    "(Megatron-Bridge PR #1760) and found it and VPP 'degraded perf' on B300 (Megatron-Bridge #3399)"
 )
 
 
@@ -158,7 +159,8 @@ def ep_overlap_host_notes(ctx: StepContext, hidden_ep_s: float, step_s: float) -
     share = hidden_ep_s / step_s if step_s > 0 else 0.0
     return [
         f"EP overlap hides {hidden_ep_s:.2f} s of exchange here ({share * 100:.0f} % of the step), but the host work "
-        f"of its split-layer schedule, run without a full-iteration CUDA graph, is not costed: "
+        f"its split-layer schedule adds beyond the launch time, run without a full-iteration CUDA graph, is "
+        f"not costed: "
         f"{EP_OVERLAP_HOST_EVIDENCE}; measure the step with overlap_moe_expert_parallel_comm on and off"
     ]
 
