@@ -58,3 +58,39 @@ def test_slowdown_at_stated_versions_is_flagged_not_avoided():
     if flagged:
         assert any("flagged, not avoided" in n for n in doc["notes"])
     assert not any(r["reason"] == "known_issue.nemo_26_06_tp_slowdown_pytorch_base" for r in doc["rejected"])
+
+
+def test_first_candidate_run_breaking_issues_are_said_in_full():
+    # #1 meeting an open NaN report with its versions unstated gets its own note with title and
+    # workaround; an issue a current release escapes (torch < 2.6, fixed in 2.6) stays in the id list
+    from types import SimpleNamespace
+
+    from moeplan import load_scenario
+    from moeplan.plan.planner import first_candidate_risk_notes
+
+    layout = {
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 8,
+        "virtual_pipeline_model_parallel_size": 4,
+        "expert_model_parallel_size": 8,
+        "overlap_moe_expert_parallel_comm": True,
+        "cuda_graph_impl": "transformer_engine",
+        "cuda_graph_scope": ["attn"],
+    }
+    s = load_scenario({"model": "Qwen/Qwen3-235B-A22B", "system": {"gpu": "h100", "num_gpus": 2048}, "layout": layout})
+    notes = first_candidate_risk_notes([SimpleNamespace(scenario=s)])
+    nan = [n for n in notes if "te_graphs_attn_ep_overlap_nan" in n]
+    assert len(nan) == 1
+    assert "not stated" in nan[0] and "drop the TE attention graphs" in nan[0] and "5966" in nan[0]
+    assert not any("ep_overlap_torch_below_2_6_assert" in n for n in notes)
+    stated = load_scenario(
+        {
+            "model": "Qwen/Qwen3-235B-A22B",
+            "system": {"gpu": "h100", "num_gpus": 2048},
+            "layout": layout,
+            "versions": {"megatron_core": "0.19.0", "transformer_engine": "2.16.0"},
+        }
+    )
+    said = [n for n in first_candidate_risk_notes([SimpleNamespace(scenario=stated)]) if "nan" in n]
+    assert any("at the stated versions" in n for n in said)
+    assert first_candidate_risk_notes([]) == []

@@ -151,13 +151,20 @@ def published_baseline(res: SearchResult, constants=None) -> dict | None:
     out["error_band_pct"] = th.validity.get("error_band_pct")
     if res.candidates:
         out["first_vs_published_pct"] = 100 * (res.candidates[0].tokens_per_s_per_gpu / pred - 1)
-        out["first_differs"] = differs(pick["layout"], res.candidates[0].scenario)
+        out["first_differs"] = differs(pick["layout"], res.candidates[0].scenario, complete=True)
     return out
 
 
-def differs(layout: dict, s) -> list[str]:
+#: the parallel sizes a published layout that leaves them out runs at 1 (VPP: none, the same)
+_SIZES_AT_ONE = tuple(PARALLEL_DIMS[k] for k in ("TP", "PP", "VPP", "CP", "EP"))
+
+
+def differs(layout: dict, s, complete: bool = False) -> list[str]:
     """The keys a published layout states that a candidate's scenario ``s`` runs differently, as
-    ``key: published → candidate`` (e.g. ``moe_flex_dispatcher_backend: hybridep → unset``)."""
+    ``key: published → candidate`` (e.g. ``moe_flex_dispatcher_backend: hybridep → unset``); with
+    ``complete`` (a published run, whose unstated sizes are 1), also the TP, PP, VPP, CP and EP sizes
+    it leaves out that the candidate does not run at 1 (``virtual_pipeline_model_parallel_size: unset
+    → 4``). A guidance family's unstated sizes are unknown, not 1, so it is not ``complete``."""
     eff = s.layout.model_dump()
 
     def show(v) -> str:
@@ -165,7 +172,16 @@ def differs(layout: dict, s) -> list[str]:
             return {True: "true", False: "false", None: "unset"}[v]
         return "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else str(v)
 
-    return [f"{k}: {show(v)} → {show(eff.get(k))}" for k, v in layout.items() if k in eff and eff.get(k) != v]
+    out = [f"{k}: {show(v)} → {show(eff.get(k))}" for k, v in layout.items() if k in eff and eff.get(k) != v]
+    for k in _SIZES_AT_ONE if complete else ():
+        if k not in layout and (eff.get(k) or 1) != 1:
+            out.append(f"{k}: {show(None if k == PARALLEL_DIMS['VPP'] else 1)} → {show(eff[k])}")
+    return out
+
+
+#: how far (in octaves of sequence length) the nearest guidance family may lie from the request's
+#: sequence length and still be shown beside the plan: a factor of 2
+FAMILY_SEQ_OCTAVES = 1.0
 
 
 def family_baseline(res: SearchResult, base: dict | None = None, constants=None, **search_kw) -> dict | None:
@@ -181,10 +197,12 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
     ]
     if not same:
         return None
-    rec = min(
-        same,
-        key=lambda r: (abs(math.log2(r["scenario"]["training"].get("seq_length", 4096) / req["seq_length"])), r["id"]),
-    )
+    def distance(r) -> float:
+        return abs(math.log2(r["scenario"]["training"].get("seq_length", 4096) / req["seq_length"]))
+
+    rec = min(same, key=lambda r: (distance(r), r["id"]))
+    if distance(rec) > FAMILY_SEQ_OCTAVES:
+        return None  # a family for another length regime (e.g. 128K against a 4K request) says nothing here
     data = copy.deepcopy(rec["scenario"])
     data["system"]["num_gpus"] = req["num_gpus"]
     data["training"].update(
@@ -208,7 +226,8 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
     if broken and base is not None:
         defining = (*PARALLEL_DIMS.values(), "use_megatron_fsdp", "data_parallel_sharding_strategy")
         sizes = {k: v for k, v in data["layout"].items() if k in defining and v is not None}
-        sub = _held_search(base, {**sizes, **dict(base.get("layout") or {})}, constants, **search_kw)
+        asked = dict(base.get("layout") or {})
+        sub = _held_search(base, {**sizes, **asked}, constants, **search_kw)
         if sub is not None and sub.candidates:
             c = sub.candidates[0]
             out["_candidate"] = c  # for the rule-of-thumb baseline; dropped before output
@@ -216,7 +235,9 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
                 "label": describe(c),
                 "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
                 "peak_gib": c.peak_gib,
-                "held": sizes,
+                "held": {k: v for k, v in sizes.items() if asked.get(k, v) == v},
+                # the request's own held sizes win over the family's: said, never "its sizes held"
+                "overridden": {k: [v, asked[k]] for k, v in sizes.items() if asked.get(k, v) != v},
             }
     return out
 

@@ -41,6 +41,33 @@ def known_issue_notes(candidates) -> list[str]:
     return notes
 
 
+#: known-issue symptoms that corrupt a run silently: #1 carrying one gets its own note even with the
+#: versions unstated (a hang or crash stops the job; an unnoticed NaN or wrong result costs the run)
+SILENT_SYMPTOMS = ("nan", "wrong_result")
+#: symptoms that stop a run: their own note only at the stated versions (confirmed ones are rejected
+#: there, open reports flagged); unstated, the id list names them
+STOPPING_SYMPTOMS = ("hang", "crash", "assertion")
+
+
+def first_candidate_risk_notes(candidates) -> list[str]:
+    """One note per known issue #1 may hit that breaks the run, with its title, workaround and source:
+    a silent one (:data:`SILENT_SYMPTOMS`) at the stated versions or with them unstated, one that
+    stops the run (:data:`STOPPING_SYMPTOMS`) at the stated versions. The ranking avoids only
+    confirmed hangs, crashes and assertions at stated versions, so these are said in full, not only
+    in the id list."""
+    if not candidates:
+        return []
+    out = []
+    for k in known_issue_summary(candidates[0].scenario):
+        ki = get_known_issue(k["id"])
+        affected = k["status"] == "affected"
+        if ki is None or not (k["symptom"] in SILENT_SYMPTOMS or (affected and k["symptom"] in STOPPING_SYMPTOMS)):
+            continue
+        when = "at the stated versions" if affected else "if its versions are affected (not stated)"
+        out.append(f"#1 may hit {ki.id} {when}: {ki.title}; {ki.workaround} ({ki.source})")
+    return out
+
+
 def within_band_note(cands: list) -> str | None:
     """A note when the candidates shown lie within #1's error band (its regime's 90th-percentile
     |error|, ``throughput.validity.error_band_pct``): the model cannot tell them apart, measure them."""
@@ -186,6 +213,7 @@ def plan(
             "running up to about twice as fast as real multimodal input (data loading, preprocessing and "
             "variable shapes, which it does not model)"
         )
+    notes += first_candidate_risk_notes(res.candidates)
     band_note = within_band_note(res.candidates[:top])
     if band_note:
         notes.append(band_note)

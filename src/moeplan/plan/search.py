@@ -469,6 +469,7 @@ class _Setup:
         data: the completed request mapping every candidate is built from.
         s0: the request resolved (model, GPU, sizes, training).
         fixed_layout: every layout key the request holds (with the companions it needs).
+        completed: the companions among them, which the request did not state.
         fixed_sizes: the parallel sizes among them.
         margin: headroom in bytes (None: :data:`DEFAULT_HEADROOM_FRACTION` of the capacity).
         mbss: micro-batch sizes searched.
@@ -486,6 +487,7 @@ class _Setup:
     ladder: list[tuple[str, dict]]
     mbss: list[int]
     families: tuple[str, ...]
+    completed: dict = field(default_factory=dict)
 
     # what _request() checked (and _setup(): a complete model), with the types that guarantees
     @property
@@ -590,6 +592,7 @@ def _setup(base: dict, headroom_gib: float | None, constants, recipe_from: dict 
         ladder,
         _mbs_options(base, s0),
         _families(fixed_layout, m),
+        dict(added),
     )
 
 
@@ -810,6 +813,7 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
         "global_batch_size": s0.training.global_batch_size,
         "precision": s0.training.precision,
         "fixed": st.fixed_layout,
+        "completed": st.completed,
         "min_dp": min_dp,
         "headroom_gib": headroom_gib,
         "families": list(st.families),

@@ -71,7 +71,8 @@ class _Console(Console):
             obj = objects[0]
             if isinstance(obj, Padding) and isinstance(obj.renderable, str):
                 inner = self._wrapped(obj.renderable, self.width - obj.left - obj.right, kw)
-                objects = (Padding(inner, (obj.top, obj.right, obj.bottom, obj.left), style=obj.style),)
+                # not expanded: a padded line ends at its text, not in spaces to the console's width
+                objects = (Padding(inner, (obj.top, obj.right, obj.bottom, obj.left), style=obj.style, expand=False),)
             else:
                 objects = (self._wrapped(obj, self.width, kw),)
         super().print(*objects, **kw)

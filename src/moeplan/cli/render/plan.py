@@ -17,7 +17,8 @@ from moeplan.rules import RULES
 def _plan_header(c, d: dict, verbose: bool = False) -> None:
     r = d["request"]
     gbs, seq = r["global_batch_size"], r["seq_length"]
-    held = {**r["fixed"], **r.get("fixed_training", {})}
+    done = r.get("completed") or {}
+    held = {**{k: v for k, v in r["fixed"].items() if k not in done}, **r.get("fixed_training", {})}
     c.print(
         T("[bold]{model}[/] on {n} × {gpu}, seq {seq}, GBS {gbs} ({mi} Mi tokens/step), {precision}").format(
             model=r["model"],
@@ -29,6 +30,8 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
             precision=r["precision"],
         )
         + (T("; held fixed: ") + ", ".join(f"{k}={yaml_value(v)}" for k, v in held.items()) if held else "")
+        + (T("; completed for them: ") + ", ".join(f"{k}={yaml_value(v)}" for k, v in done.items()) if done else "")
+        + (T(" (NaN check off: a diverging loss is not caught)") if done.get("check_for_nan_in_loss") is False else "")
         + (
             T("; {gib} GiB per GPU reserved by a colocated engine").format(gib=f"{r['reserved_gib']:g}")
             if r.get("reserved_gib")
@@ -44,11 +47,13 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
 
 def _candidate_table(d: dict, knobs: dict[int, str] | None) -> Table:
     """The ranked candidates; with ``knobs`` (rank → codes) a knob column."""
-    # refinement variants of a fitting layout count as candidates too: never "top 2 of 1"
-    fitting = max(d["fitting_layouts"], len(d["candidates"]))
+    # a candidate is a layout with its knobs: several can share a layout, so the title counts both as
+    # the footer does ("N layouts considered, M fit")
     # no vertical rules: at 80 columns a layout label of up to ~28 characters stays on one line
     t = Table(
-        title=T("top {n} of {fitting} fitting layouts").format(n=len(d["candidates"]), fitting=fitting),
+        title=T("top {n} candidates of {fitting} fitting layouts").format(
+            n=len(d["candidates"]), fitting=d["fitting_layouts"]
+        ),
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
         pad_edge=False,
@@ -219,9 +224,18 @@ def _family(c, fam: dict, verbose: bool) -> None:
         )
     done = fam.get("completed")
     if done:
+        over = done.get("overridden") or {}
+        how = (
+            T("completed (its sizes held, unstated keys searched): ")
+            if not over
+            else T("completed (the request's held {keys} in place of the family's, unstated keys searched): ").format(
+                keys=", ".join(f"{k}={v[1]}" for k, v in over.items())
+            )
+        )
         c.print(
             Padding(
-                T("completed (its sizes held, unstated keys searched): {label}, {tok} tok/s/GPU, {gib} GiB").format(
+                how
+                + T("{label}, {tok} tok/s/GPU, {gib} GiB").format(
                     label=T(done["label"]), tok=f"{done['tokens_per_s_per_gpu']:,.0f}", gib=f"{done['peak_gib']:.1f}"
                 ),
                 (0, 0, 0, 2),
