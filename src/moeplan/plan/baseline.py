@@ -197,8 +197,10 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
     ]
     if not same:
         return None
-    def distance(r) -> float:
-        return abs(math.log2(r["scenario"]["training"].get("seq_length", 4096) / req["seq_length"]))
+
+    def distance(r) -> float:  # a family that states no sequence length (the VLM ones) is at any
+        seq = r["scenario"]["training"].get("seq_length")
+        return abs(math.log2(seq / req["seq_length"])) if seq else 0.0
 
     rec = min(same, key=lambda r: (distance(r), r["id"]))
     if distance(rec) > FAMILY_SEQ_OCTAVES:
