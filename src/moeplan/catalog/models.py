@@ -103,7 +103,7 @@ def resolve_model_name(name: str) -> str:
     if len(short) > 1:
         raise InputError("model", name, "a unique name; it matches " + ", ".join(short))
     raise UnknownNameError(
-        "model", name, list(ids), "a built-in model (HF id or short name), or a path to a config.json; built-in:"
+        "model", name, list(ids), "a built-in model (HF id or short name) or a path to a config.json:"
     )
 
 

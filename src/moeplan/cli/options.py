@@ -64,7 +64,10 @@ LangOpt = Annotated[
 #: the scenario flags, one option per :class:`ScenarioFlags` field, in that order
 SCENARIO_OPTIONS: dict[str, Any] = {
     "model": ModelOpt,
-    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="a100, h100, h200, b200, b300, gb200, gb300.")],
+    "gpu": Annotated[
+        Optional[str],
+        typer.Option("--gpu", help="a100, h100, h200, b200, b300, gb200, gb300, a800, h800, h20 (moeplan gpus)."),
+    ],
     "num_gpus": Annotated[Optional[int], typer.Option("--num-gpus", "-n", min=1, help="World size.")],
     "seq_length": Annotated[Optional[int], typer.Option("--seq-length", "-s", min=1, help="Tokens per sequence.")],
     "mbs": Annotated[Optional[int], typer.Option("--mbs", min=1, help="micro_batch_size (sequences).")],

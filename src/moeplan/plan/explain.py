@@ -166,7 +166,8 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
         )
     elif fam == "dispatcher" and brief and chosen != "hybridep" and t.get("hybridep") is not None and _nvl72(w):
         note += " (HybridEP's rate is its kernel figure at one shape: measure both)"
-    return f"{title} {chosen}: " + ("; ".join(parts) if parts else "the only option") + note + "."
+    head = chosen if str(chosen).startswith(title) else f"{title} {chosen}"  # "VPP8", not "VPP VPP8"
+    return f"{head}: " + ("; ".join(parts) if parts else "the only option") + note + "."
 
 
 def _context_lines(w: Candidate, brief: bool = False) -> list[str]:

@@ -32,7 +32,9 @@ def render_estimate(report, verbose: bool = False) -> None:
     render_memory(
         doc["scenario"], doc["memory"], chk["errors"], chk["warnings"], verbose, doc.get("assumes"), doc.get("fixed")
     )
-    render_throughput(doc["throughput"], report.broken, verbose, doc.get("withheld"))
+    ids = ", ".join(dict.fromkeys(e["rule_id"] for e in chk["errors"] if isinstance(e, dict) and "rule_id" in e))
+    withheld = doc.get("withheld") or (T("the layout breaks {ids}").format(ids=ids) if report.broken and ids else None)
+    render_throughput(doc["throughput"], report.broken, verbose, withheld)
 
 
 #: the per-stage columns, full and (below 100 columns) short, with the legend of the short ones
