@@ -92,3 +92,34 @@ def test_plan_header_holds_only_stated_keys_and_says_what_it_completed(tmp_path)
     assert "check_for_nan_in_loss=false" in done
     assert "(NaN check off: a diverging loss is not caught)" in done
     assert "candidates of" in r.output and "fitting layouts" in r.output
+
+
+def test_the_deprecated_graph_scope_alias_is_said_only_of_a_stated_key():
+    from moeplan.rules import validate
+
+    # the DeepSeek-V3 GB300 recipe fill writes cuda_graph_scope: moeplan's spelling, not the user's
+    base = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "gb300", "num_gpus": 256},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "precision": "mxfp8"},
+        "recipe_defaults": "mbridge-perf",
+        "versions": {"megatron_core": "0.20.0"},
+        "layout": {
+            "pipeline_model_parallel_size": 2,
+            "virtual_pipeline_model_parallel_size": 8,
+            "expert_model_parallel_size": 32,
+            "pipeline_model_parallel_layout": "Et*4|(t*4|)*14tmL",
+        },
+    }
+
+    def said(data):
+        return [
+            f for f in validate(load_scenario(data)).findings if "deprecated alias of cuda_graph_modules" in f.message
+        ]
+
+    assert said(base) == []
+    stated = {
+        **base,
+        "layout": {**base["layout"], "cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"]},
+    }
+    assert len(said(stated)) == 1

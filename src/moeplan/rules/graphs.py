@@ -40,7 +40,8 @@ def _version_spelling(s, e, impl: str) -> list:
                 "cuda_graph_modules",
             )
         )
-    if lay.cuda_graph_scope is not None and s.mcore_version >= (0, 18, 0):
+    # said only of a stated key: a recipe fill's spelling is moeplan's, and exports write cuda_graph_modules
+    if lay.cuda_graph_scope is not None and s.mcore_version >= (0, 18, 0) and "cuda_graph_scope" in s.stated:
         out.append(
             e.info(
                 f"cuda_graph_scope is a deprecated alias of cuda_graph_modules since megatron-core 0.18 "
