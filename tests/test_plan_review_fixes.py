@@ -9,6 +9,20 @@ from moeplan.io.export import export
 from moeplan.plan.baseline import differs, family_baseline
 
 QWEN = {"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "h100", "num_gpus": 16}}
+#: the README's DeepSeek-V3 GB300 example (examples/deepseek_v3_gb300.yaml): its recipe fill runs a
+#: full-iteration graph and writes cuda_graph_scope
+DSV3_GB300 = {
+    "model": "deepseek-ai/DeepSeek-V3",
+    "system": {"gpu": "gb300", "num_gpus": 256},
+    "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "precision": "mxfp8"},
+    "recipe_defaults": "mbridge-perf",
+    "layout": {
+        "pipeline_model_parallel_size": 2,
+        "virtual_pipeline_model_parallel_size": 8,
+        "expert_model_parallel_size": 32,
+        "pipeline_model_parallel_layout": "Et*4|(t*4|)*14tmL",
+    },
+}
 
 
 def test_published_sizes_left_out_count_as_one_for_a_published_run_only():
@@ -52,18 +66,7 @@ def test_a_guidance_family_an_octave_away_in_sequence_length_is_not_shown():
 
 
 def test_a_training_export_says_why_the_nan_check_is_off():
-    base = {
-        "model": "deepseek-ai/DeepSeek-V3",
-        "system": {"gpu": "gb300", "num_gpus": 256},
-        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "precision": "mxfp8"},
-        "recipe_defaults": "mbridge-perf",
-        "layout": {
-            "pipeline_model_parallel_size": 2,
-            "virtual_pipeline_model_parallel_size": 8,
-            "expert_model_parallel_size": 32,
-            "pipeline_model_parallel_layout": "Et*4|(t*4|)*14tmL",
-        },
-    }
+    base = DSV3_GB300
     text, _ = export(load_scenario(base), "mbridge-overrides")
     assert "rerun_state_machine.check_for_nan_in_loss=false" in text
     assert "# NaN check off: the full-iteration CUDA graph needs check_for_nan_in_loss=false" in text
@@ -98,19 +101,7 @@ def test_the_deprecated_graph_scope_alias_is_said_only_of_a_stated_key():
     from moeplan.rules import validate
 
     # the DeepSeek-V3 GB300 recipe fill writes cuda_graph_scope: moeplan's spelling, not the user's
-    base = {
-        "model": "deepseek-ai/DeepSeek-V3",
-        "system": {"gpu": "gb300", "num_gpus": 256},
-        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 4096, "precision": "mxfp8"},
-        "recipe_defaults": "mbridge-perf",
-        "versions": {"megatron_core": "0.20.0"},
-        "layout": {
-            "pipeline_model_parallel_size": 2,
-            "virtual_pipeline_model_parallel_size": 8,
-            "expert_model_parallel_size": 32,
-            "pipeline_model_parallel_layout": "Et*4|(t*4|)*14tmL",
-        },
-    }
+    base = {**DSV3_GB300, "versions": {"megatron_core": "0.20.0"}}
 
     def said(data):
         return [
