@@ -26,7 +26,7 @@ from moeplan.model.time.stage import StageTime, stage_time
 from moeplan.model.validity import assess
 from moeplan.spec.flops import model_flops
 from moeplan.spec.model import ModelSpec
-from moeplan.spec.numerics import optimizer_numerics
+from moeplan.spec.numerics import optimizer_offload_fraction
 from moeplan.spec.placement import stage_params, stage_plan
 from moeplan.spec.scenario import Scenario
 from moeplan.spec.system import GpuSpec
@@ -100,7 +100,7 @@ def _notes_before(ctx: StepContext, stated_release: str | None, release_used: st
     s, c = ctx.s, ctx.c
     return [
         *notes.calibration_notes(c, ctx.gpu),
-        *notes.hardware_notes(ctx.gpu, bool(ctx.offload_items) or optimizer_numerics(s).offload_fraction > 0),
+        *notes.hardware_notes(ctx.gpu, bool(ctx.offload_items) or optimizer_offload_fraction(s) > 0),
         *notes.release_notes(c, stated_release, s.input.versions.container, release_used),
         *notes.precision_notes(ctx),
         *notes.workload_notes(ctx),

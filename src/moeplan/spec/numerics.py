@@ -243,6 +243,13 @@ def _master_bytes(s: Scenario) -> float:
     return 2.0 if stores_param_remainders(s) else DTYPE_BYTES[s.layout.main_params_dtype or "fp32"]
 
 
+def optimizer_offload_fraction(s: Scenario) -> float:
+    """Share of the optimizer state in host memory: ``optimizer_offload_fraction`` under
+    ``optimizer_cpu_offload``, else 0 (Megatron-Core ``OptimizerConfig``)."""
+    lay = s.layout
+    return (lay.optimizer_offload_fraction or 0.0) if lay.optimizer_cpu_offload else 0.0
+
+
 def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
     """Gradient and optimizer-state bytes and shard degrees of a resolved scenario (see the module
     docstring for the sources)."""
@@ -258,7 +265,7 @@ def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
         master_bytes=_master_bytes(s),
         exp_avg_bytes=m_b,
         exp_avg_sq_bytes=v_b,
-        offload_fraction=(lay.optimizer_offload_fraction or 0.0) if lay.optimizer_cpu_offload else 0.0,
+        offload_fraction=optimizer_offload_fraction(s),
         distributed=(strategy != "no_shard") if strategy is not None else bool(lay.use_distributed_optimizer),
         dense_shard=dense,
         expert_shard=expert,
