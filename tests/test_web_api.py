@@ -312,6 +312,72 @@ def test_tmp_paths_never_show_in_errors(client):
     assert "moeplan-web-" not in json.dumps(err) and "scenario.yaml" in err["message"]
 
 
+def _post_raw(client, path: str, body: dict):
+    """``body`` as JSON text, ``\\ud800`` escapes included (``json=`` would refuse a lone surrogate)."""
+    return client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("change", "input_"),
+    [
+        ({"gpu": "\ud800"}, "gpu"),
+        ({"model": "Qwen\ud800"}, "model"),
+        ({"sets": ["cp_comm_type=\udfff"]}, "sets"),
+        ({"scenario_yaml": "model: \ud800\n", "model": None}, "scenario_yaml"),
+        ({"scenario": {"model": "\ud800"}, "model": None}, "scenario"),
+        ({"scenario": {"\ud800": 1}, "model": None}, "scenario"),
+        ({"config_json": '{"model_type": "\ud800"}', "model": None}, "config_json"),
+        ({"\ud800": 1}, "body"),  # a field name that is no text: the body is refused
+    ],
+)
+def test_a_lone_surrogate_in_any_text_is_422_naming_its_field(client, change, input_):
+    """JSON can carry a lone UTF-16 surrogate, UTF-8 cannot: it was a 500 (the answer could not be
+    encoded) or a crash writing the scenario file; the CLI refuses the same text with exit 2."""
+    body = {k: v for k, v in {**SMALL, **change}.items() if v is not None}
+    err = _error(_post_raw(client, "/api/check", body))
+    assert err["input"] == input_, err
+    assert "\\ud8" in err["message"] or "\\udf" in err["message"] or "U+D" in err["message"]
+
+
+def test_echoed_values_are_cut_and_answers_stay_small(client):
+    """A 500,000-character value was echoed whole (a 422 of megabytes): values are cut to 200
+    characters followed by their length; messages, field names and the list of problems are bounded."""
+    err = _error(client.post("/api/check", json={**SMALL, "gpu": "x" * 500_000}))
+    assert err["value"] == "x" * 200 + "… (500,000 characters)"
+    r = client.post("/api/check", json={**SMALL, "num_gpus": "9" * 500_000, "y" * 500_000: 1})
+    err = _error(r)
+    assert len(r.content) < 5_000 and err["errors_total"] == 2
+    assert any(e["field"] == "y" * 200 + "… (500,000 characters)" for e in err["errors"])
+    r = client.post("/api/check", json={**SMALL, **{f"k{i}": 1 for i in range(3000)}})
+    err = _error(r)
+    assert err["errors_total"] == 3000 and len(err["errors"]) == 20 and len(r.content) < 20_000
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/api/check", "num_gpus", True),
+        ("/api/check", "num_gpus", "8"),
+        ("/api/check", "num_gpus", 8.0),
+        ("/api/check", "tp", False),
+        ("/api/plan", "top", True),
+        ("/api/plan", "min_dp", "1"),
+        ("/api/plan", "headroom_gib", "5"),
+        ("/api/export", "force", "yes"),
+    ],
+)
+def test_fields_are_typed_as_strictly_as_the_cli_options(client, path, field, value):
+    """``true``, ``"8"`` and ``8.0`` were taken as integers (``true`` as 1 GPU); the CLI refuses them."""
+    err = _error(client.post(path, json={**SMALL, field: value}))
+    assert (err["field"], err["input"]) == (field, field)
+    assert err["allowed"] in ("an integer", "a number", "true or false")
+
+
+def test_an_integer_is_still_a_number_for_number_fields(client):
+    r = client.post("/api/plan", json={**SMALL, "headroom_gib": 5, "top": 1})
+    assert r.status_code == 200 and r.json()["request"]["headroom_gib"] == 5.0
+
+
 # ---------- the protocol: not JSON, too large, foreign hosts, unknown paths ----------
 
 
@@ -415,6 +481,110 @@ def test_the_server_answers_while_a_plan_runs():
         assert waits and max(waits) < 2.0, waits
 
 
+class _Slow:
+    """A stand-in for a library call that computes for ``seconds`` in Python (so that it can be
+    interrupted between instructions), counting the computations running at once."""
+
+    def __init__(self, seconds: float = 5.0):
+        self.seconds, self.running, self.peak, self.ended = seconds, 0, 0, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, *a, **k) -> dict:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            end = time.perf_counter() + self.seconds
+            while time.perf_counter() < end:
+                sum(range(1000))
+            return {}
+        finally:
+            with self.lock:
+                self.running -= 1
+                self.ended += 1
+
+
+def _post_all(url: str, path: str, body: dict, n: int) -> list[tuple[int, str | None]]:
+    """``n`` requests at once; each (status, Retry-After header)."""
+    out: list[tuple[int, str | None]] = []
+
+    def one() -> None:
+        req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                out.append((r.status, None))
+        except urllib.error.HTTPError as exc:
+            out.append((exc.code, exc.headers.get("Retry-After")))
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    return out
+
+
+def test_computations_at_once_never_exceed_workers_whatever_times_out(monkeypatch):
+    """A request past its time was answered 504 but its computation went on and freed its slot: 16
+    slow requests left up to 7 computing at once. A timed-out computation now keeps its slot until
+    it has ended, and is interrupted; requests beyond the waiting line are answered 503 at once."""
+    slow = _Slow(5.0)
+    monkeypatch.setattr(web_app, "check_report", slow)
+    with serve_in_thread(request_timeout=0.3, workers=2) as url:
+        t = time.perf_counter()
+        answers = _post_all(url, "api/check", SMALL, 16)
+        took = time.perf_counter() - t
+        deadline = time.perf_counter() + 5
+        while slow.running and time.perf_counter() < deadline:
+            time.sleep(0.05)
+    assert slow.peak <= 2, slow.peak
+    assert slow.running == 0 and slow.ended >= 1  # interrupted: none ran its 5 s
+    assert {code for code, _ in answers} <= {503, 504} and len(answers) == 16
+    assert all(retry == "2" for code, retry in answers if code == 503) and (503, "2") in answers
+    assert took < 4.0
+
+
+def test_requests_beyond_the_waiting_line_get_503_at_once(monkeypatch):
+    """Requests queued without limit for a worker: one computing, one waiting, the rest 503 at once."""
+    monkeypatch.setattr(web_app, "check_report", _Slow(1.0))
+    with serve_in_thread(request_timeout=20, workers=1, queue=1) as url:
+        t = time.perf_counter()
+        answers = _post_all(url, "api/check", SMALL, 4)
+    assert sorted(code for code, _ in answers) == [200, 200, 503, 503]
+    assert time.perf_counter() - t < 15
+
+
+def test_a_timed_out_computation_is_interrupted_and_frees_its_slot(monkeypatch):
+    slow = _Slow(30.0)
+    monkeypatch.setattr(web_app, "check_report", slow)
+    app = create_app(request_timeout=0.3, workers=1)
+    c = TestClient(app, base_url="http://127.0.0.1")
+    assert c.post("/api/check", json=SMALL).status_code == 504
+    deadline = time.perf_counter() + 5
+    while slow.running and time.perf_counter() < deadline:
+        time.sleep(0.02)
+    assert slow.ended == 1 and slow.running == 0
+    monkeypatch.setattr(web_app, "check_report", lambda *a, **k: {"ok": 1})
+    assert c.post("/api/check", json=SMALL).json() == {"ok": 1}  # its slot is free again
+    assert app.app.state.jobs.pool.peak == 1
+
+
+def test_stopping_the_server_interrupts_its_computations(monkeypatch):
+    slow = _Slow(60.0)
+    monkeypatch.setattr(web_app, "check_report", slow)
+    with serve_in_thread(request_timeout=60, workers=2) as url:
+        worker = threading.Thread(target=_post_all, args=(url, "api/check", SMALL, 2))
+        worker.start()
+        started = time.perf_counter() + 20
+        while slow.running < 2 and time.perf_counter() < started:
+            time.sleep(0.02)
+        assert slow.running == 2
+        t = time.perf_counter()
+    took = time.perf_counter() - t
+    worker.join(10)
+    assert took < 4.0 and slow.running == 0
+
+
 # ---------- the plumbing ----------
 
 
@@ -491,3 +661,36 @@ def test_moeplan_serve_starts_answers_and_stops():
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=30)
     assert rc == 0
+
+
+@pytest.mark.parametrize(("host", "warned"), [("0", True), ("0.0.0.0", True), ("::", True), ("10.1.2.3", True), ("127.1", False), ("127.0.0.1", False), ("[::1]", False), ("localhost", False)])
+def test_serve_warns_for_every_non_loopback_bind(monkeypatch, host, warned):
+    """``--host 0`` binds every interface (0.0.0.0) and was not warned about, while ``--host 127.1``
+    (127.0.0.1, loopback) was: the address is resolved as the bind resolves it."""
+    monkeypatch.setattr("moeplan.web.server.serve", lambda *a, **k: None)
+    res = CliRunner().invoke(cli_app, ["serve", "--host", host])
+    assert res.exit_code == 0 and ("warning: listening on" in res.stderr) == warned
+
+
+def test_a_server_bound_to_every_interface_answers_any_host_name():
+    from moeplan.web.server import allowed_hosts, is_loopback
+
+    assert allowed_hosts("0") == ["*"] and allowed_hosts("") == ["*"] and "*" not in allowed_hosts("127.1")
+    assert is_loopback("127.1") and not is_loopback("0") and not is_loopback("example.invalid")
+
+
+def test_ctrl_c_stops_the_server_within_seconds_while_a_plan_computes():
+    """Ctrl-C waited ~47 s for computations still running; they are now interrupted."""
+    exe = Path(sys.executable).parent / "moeplan"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moeplan.cli.app"]
+    proc = subprocess.Popen([*cmd, "serve", "--port", "0"], stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stderr.readline()).group(0)
+        worker = threading.Thread(target=_post_all, args=(url, "api/plan", DSV3, 2), daemon=True)
+        worker.start()
+        time.sleep(1.5)
+    finally:
+        t = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    assert rc == 0 and time.perf_counter() - t < 5.0

@@ -13,16 +13,19 @@ Endpoints (``POST`` bodies are JSON, :mod:`moeplan.web.requests`):
 
 Errors are JSON ``{"error": {...}}``: bad input 422 (``field`` as the CLI names it, ``input`` the
 request field it concerns, ``value``, ``allowed``, ``message`` as the CLI prints it after ``error:``),
-a body that is not JSON 400, too large 413, not JSON content 415, a foreign Host 421, a request
-running out of time 504, and anything else 500 with an ``id`` whose traceback goes to the server's
+a body that is not JSON 400, too large 413, not JSON content 415, a foreign Host 421, every worker
+busy and the waiting line full 503 (with ``Retry-After``), a request running out of time 504, and
+anything else 500 with an ``id`` whose traceback goes to the server's
 log (stderr); never a traceback in an answer.
 
-Requests are computed in worker threads (at most ``workers`` at once), each bounded by
-``request_timeout`` seconds; the server answers other requests meanwhile.
+Requests are computed in worker threads, at most ``workers`` alive at once whatever times out (a
+computation past ``request_timeout`` is interrupted and keeps its slot until it has ended:
+:mod:`moeplan.web.jobs`); the server answers other requests meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import tempfile
@@ -32,7 +35,6 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-import anyio
 import yaml
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,11 +44,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moeplan.api import check_report, estimate_report, export_report, gpus_report, models_report, plan_report
 from moeplan.api.plan import plan_request
-from moeplan.errors import InputError, did_you_mean
+from moeplan.errors import InputError, did_you_mean, short_repr
 from moeplan.io.export import FORMATS
 from moeplan.spec.layout import PARALLEL_DIMS, LayoutSpec
 from moeplan.spec.training import PRECISIONS
 from moeplan.web.guard import DEFAULT_MAX_BODY, Guard, TooLarge, loopback_hosts
+from moeplan.web.jobs import RETRY_AFTER_S, Pool
 from moeplan.web.requests import (
     FILENAMES,
     SCENARIO_FORMAT,
@@ -62,8 +65,10 @@ from moeplan.web.requests import (
 LOG = logging.getLogger("moeplan.web")
 #: seconds a request may compute before it is answered 504 (a plan takes a few seconds)
 DEFAULT_REQUEST_TIMEOUT = 120.0
-#: requests computed at once (more wait for a worker, within their time)
+#: computations alive at once (a request past its time keeps its slot until its computation has ended)
 DEFAULT_WORKERS = 2
+#: requests that may wait for a worker at once, within their time (more are answered 503 at once)
+DEFAULT_QUEUE = 8
 STATIC = resources.files("moeplan.web") / "static"
 
 
@@ -79,33 +84,72 @@ def _version() -> str:
 __version__ = _version()
 
 
+#: the most characters of a value (a field name, what is allowed) echoed in an error answer
+ECHO_CHARS = 200
+#: the most characters of an error message in an answer (it quotes values cut already; this bounds
+#: the rest, e.g. a list of known names)
+MESSAGE_CHARS = 2000
+#: the most field problems a 422 lists (``errors``; ``errors_total`` counts them all)
+MAX_PROBLEMS = 20
+#: the largest integer an answer carries as a number (beyond: its short description, as text)
+_MAX_INT_BITS = 64
+
+
+def _utf8(text: str) -> str:
+    """``text`` as valid UTF-8: a lone UTF-16 surrogate (which JSON can carry, UTF-8 cannot) becomes
+    its escape, ``\\ud800``."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters followed by ``… (N characters)`` (N: its whole length),
+    as valid UTF-8 (:func:`_utf8`). For echoing user values in error answers."""
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text):,} characters)"
+    return _utf8(text)
+
+
+def _echo(value: object) -> object:
+    """A user value as an error answer shows it: a number or flag as it is, text cut (:func:`clip`),
+    anything else (a list, a mapping, a huge integer) as its short description."""
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int) and value.bit_length() <= _MAX_INT_BITS:
+        return value
+    return clip(value if isinstance(value, str) else short_repr(value, ECHO_CHARS))
+
+
 def _finite(obj: Any) -> Any:
-    """``obj`` as strict JSON: non-finite floats become null (the CLI prints NaN, which browsers refuse)."""
+    """``obj`` as strict JSON: non-finite floats become null (the CLI prints NaN, which browsers
+    refuse), texts valid UTF-8 (:func:`_utf8`)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
+        return {_utf8(str(k)): _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
-    if obj is None or isinstance(obj, (str, int, bool)):
+    if isinstance(obj, str):
+        return _utf8(obj)
+    if obj is None or isinstance(obj, (int, bool)):
         return obj
-    return str(obj)
+    return _utf8(str(obj))
 
 
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse(_finite({"error": {"message": message, **extra}}), status_code=status)
+def _error(status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse(_finite({"error": {"message": message, **extra}}), status_code=status, headers=headers)
 
 
 def input_error_response(exc: InputError, req: ScenarioRequest | None) -> JSONResponse:
-    """422 naming the library's field, the request field it concerns, the value and what is allowed."""
+    """422 naming the library's field, the request field it concerns, the value and what is allowed;
+    each cut to a bounded length (:func:`clip`, :func:`_echo`)."""
     return _error(
         422,
-        str(exc),
-        field=exc.field,
+        clip(str(exc), MESSAGE_CHARS),
+        field=clip(exc.field),
         input=request_field(exc.field, req),
-        value=exc.value if isinstance(exc.value, (str, int, float, bool)) or exc.value is None else str(exc.value),
-        allowed=exc.allowed,
-        hint=exc.hint,
+        value=_echo(exc.value),
+        allowed=clip(exc.allowed, MESSAGE_CHARS),
+        hint=None if exc.hint is None else clip(exc.hint, MESSAGE_CHARS),
     )
 
 
@@ -127,7 +171,7 @@ _ALLOWED = {
 
 def _field_problem(e: dict, fields: list[str]) -> dict:
     """One pydantic error as ``{field, message, allowed}`` in the CLI's words."""
-    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    loc = [clip(str(p)) for p in e.get("loc", ()) if p != "body"]
     field = loc[0] if loc else "body"
     value = e.get("input")
     if e.get("type") == "extra_forbidden":
@@ -136,7 +180,7 @@ def _field_problem(e: dict, fields: list[str]) -> dict:
         return {"field": field, "message": f"{field}: not a field of this request; allowed: {allowed}", "allowed": allowed}
     msg = str(e.get("msg", "")).removeprefix("Input should be ").removeprefix("Value error, ")
     allowed = _ALLOWED.get(e.get("type", ""), msg)
-    shown = "missing" if value is None else f"{value!r} is not valid"
+    shown = "missing" if value is None else f"{_utf8(short_repr(value))} is not valid"
     return {"field": field, "message": f"{'.'.join(loc) or 'body'}: {shown}; allowed: {allowed}", "allowed": allowed}
 
 
@@ -152,42 +196,83 @@ def _validation_response(exc: RequestValidationError, fields: list[str]) -> JSON
         return _error(400, "the request body must be a JSON object")
     if errs[0].get("type") == "json_invalid":
         return _error(400, "the request body must be a JSON object (not valid JSON)")
-    items = [_field_problem(e, fields) for e in errs]
+    items = [_field_problem(e, fields) for e in errs[:MAX_PROBLEMS]]
     first = items[0]
-    return _error(422, first["message"], field=first["field"], input=first["field"], allowed=first["allowed"], errors=items)
+    return _error(
+        422,
+        first["message"],
+        field=first["field"],
+        input=first["field"],
+        allowed=first["allowed"],
+        errors=items,
+        errors_total=len(errs),
+    )
+
+
+def _work(req: Any, job: Callable[[Any, Path], Any]) -> tuple[str, Any]:
+    """``job(req, tmp)`` with a private temporary folder ``tmp``: ``("ok", answer)`` or ``("input",
+    InputError)``, scrubbed of that folder's path."""
+    with tempfile.TemporaryDirectory(prefix="moeplan-web-") as d:
+        tmp = Path(d)
+        try:
+            return "ok", scrub(job(req, tmp), tmp)
+        except InputError as exc:
+            sentence = scrub(exc.sentence, tmp) if exc.sentence is not None else None
+            clean = InputError(exc.field, scrub(exc.value, tmp), scrub(exc.allowed, tmp), exc.hint, sentence=sentence)
+            return "input", clean
+        except RecursionError:
+            return "input", InputError("body", "too deeply nested", "a scenario of ordinary depth")
+
+
+def _busy(pool: Pool) -> JSONResponse:
+    """503 with ``Retry-After``: every worker busy and the waiting line full (or the server stops)."""
+    if pool.closing:
+        message = "the server is stopping"
+    else:
+        message = (
+            f"the server is busy ({pool.workers} computations running, {pool.waiting} requests waiting);"
+            f" try again in {RETRY_AFTER_S} s"
+        )
+    return _error(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 class Jobs:
-    """Runs library calls in worker threads, bounded in number and time, and turns what they raise
-    into JSON answers."""
+    """Runs library calls in worker threads, at most ``workers`` alive at once (a computation past its
+    time keeps its slot until it has really ended; it is interrupted: :mod:`moeplan.web.jobs`), at
+    most ``queue`` requests waiting for a slot (more are answered 503), each request bounded by
+    ``timeout`` seconds (then 504), and turns what they raise into JSON answers.
 
-    def __init__(self, workers: int, timeout: float):
-        self.limiter = anyio.CapacityLimiter(workers)
+    Raises:
+        ValueError: ``workers`` below 1 or ``queue`` below 0.
+    """
+
+    def __init__(self, workers: int, timeout: float, queue: int = DEFAULT_QUEUE):
+        if workers < 1 or queue < 0:
+            raise ValueError(f"workers must be at least 1 and queue at least 0 (not {workers}, {queue})")
+        self.pool = Pool(workers, queue)
         self.timeout = timeout
 
     async def run(self, req: Any, job: Callable[[Any, Path], Any]) -> Response:
         """``job(req, tmp)`` in a worker with a private temporary folder ``tmp``; its answer scrubbed
-        of that folder's path. A job past the timeout is answered 504 and left to finish alone."""
-
-        def work() -> tuple[str, Any]:
-            with tempfile.TemporaryDirectory(prefix="moeplan-web-") as d:
-                tmp = Path(d)
-                try:
-                    return "ok", scrub(job(req, tmp), tmp)
-                except InputError as exc:
-                    sentence = scrub(exc.sentence, tmp) if exc.sentence is not None else None
-                    clean = InputError(
-                        exc.field, scrub(exc.value, tmp), scrub(exc.allowed, tmp), exc.hint, sentence=sentence
-                    )
-                    return "input", clean
-                except RecursionError:
-                    return "input", InputError("body", "too deeply nested", "a scenario of ordinary depth")
-
+        of that folder's path. 503 when no slot frees in time, 504 past the timeout (the
+        computation interrupted)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        if not await self.pool.acquire(deadline):
+            return _busy(self.pool)
+        task = self.pool.start(lambda: _work(req, job))  # no await between acquire and start
         try:
-            with anyio.fail_after(self.timeout):
-                kind, value = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self.limiter)
-        except TimeoutError:
+            kind, value = await asyncio.wait_for(asyncio.shield(task.future), max(deadline - loop.time(), 0.0))
+        except asyncio.TimeoutError:
+            self.pool.cancel(task)
             return _error(504, f"the request took longer than {self.timeout:g} s (the server's --request-timeout)")
+        except asyncio.CancelledError:  # the client left or the server stops
+            self.pool.cancel(task)
+            raise
+        if kind == "closing":
+            return _busy(self.pool)
+        if kind == "bug":
+            raise value
         if kind == "input":
             return input_error_response(value, req)
         return JSONResponse(_finite(value))
@@ -316,6 +401,7 @@ def create_app(
     *,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     workers: int = DEFAULT_WORKERS,
+    queue: int = DEFAULT_QUEUE,
     max_body: int = DEFAULT_MAX_BODY,
 ) -> Guard:
     """The ASGI application of ``moeplan serve``.
@@ -323,12 +409,17 @@ def create_app(
     Args:
         allowed_hosts: Host header names accepted (a guard against DNS rebinding); default the
             loopback names; ``None`` with an explicit ``["*"]`` accepts any.
-        request_timeout: seconds a request may compute (then 504).
-        workers: requests computed at once.
+        request_timeout: seconds a request may wait and compute (then 504; 503 when it got no worker).
+        workers: computations alive at once (at least 1).
+        queue: requests that may wait for a worker at once (more: 503 at once).
         max_body: largest request body, bytes (then 413).
 
     Returns:
-        The FastAPI app wrapped in :class:`moeplan.web.guard.Guard` (``.app`` is the FastAPI app).
+        The FastAPI app wrapped in :class:`moeplan.web.guard.Guard` (``.app`` is the FastAPI app;
+        ``.app.state.jobs`` its :class:`Jobs`, whose ``pool.close()`` interrupts every computation).
+
+    Raises:
+        ValueError: ``workers`` below 1 or ``queue`` below 0.
     """
     app = FastAPI(
         title="moeplan",
@@ -338,10 +429,12 @@ def create_app(
         redoc_url=None,
     )
     _add_handlers(app)
-    _add_routes(app, Jobs(workers, request_timeout))
+    jobs = Jobs(workers, request_timeout, queue)
+    app.state.jobs = jobs
+    _add_routes(app, jobs)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     hosts = loopback_hosts() if allowed_hosts is None else list(allowed_hosts)
     return Guard(app, hosts, max_body)
 
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "DEFAULT_WORKERS", "Jobs", "create_app", "options"]
+__all__ = ["DEFAULT_QUEUE", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_WORKERS", "Jobs", "create_app", "options"]

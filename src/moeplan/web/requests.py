@@ -16,6 +16,7 @@ Nothing here computes anything about a model or a layout; that is :mod:`moeplan.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,9 +47,11 @@ FILENAMES = {
 
 class ScenarioRequest(BaseModel):
     """The scenario of a request: the form's fields, laid over ``scenario_yaml`` / ``scenario`` as the
-    CLI's flags are laid over a scenario file. Every field is optional (None = not given)."""
+    CLI's flags are laid over a scenario file. Every field is optional (None = not given). Types are
+    strict, as the CLI's options are: an integer field refuses ``true``, ``"8"`` and ``8.0``, a flag
+    refuses ``"yes"`` (422 naming the field)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     scenario_yaml: str | None = Field(None, description="A scenario file's text (YAML).")
     scenario: dict[str, Any] | None = Field(None, description="A scenario mapping (e.g. one of plan's `scenarios`).")
@@ -148,13 +151,32 @@ def _write_scenario(req: ScenarioRequest, tmp: Path) -> Path | None:
     return path
 
 
+#: a lone UTF-16 surrogate: JSON can carry one (``"\\ud800"``), UTF-8 (a file, an answer) cannot
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def refuse_surrogates(text: str | None, field: str) -> None:
+    """A text the client sends to be written as a file holds no lone UTF-16 surrogate (other
+    texts meet the library's policy, which refuses them as it refuses control characters).
+
+    Raises:
+        InputError: naming ``field``, the character and where it is.
+    """
+    found = None if text is None or text.isascii() else _SURROGATE.search(text)
+    if found is not None:
+        where = f"U+{ord(found.group()):04X} at character {found.start() + 1:,}"
+        raise InputError(field, text, f"Unicode text (no lone UTF-16 surrogates; found {where})")
+
+
 def materialize(req: ScenarioRequest, tmp: Path) -> tuple[Path | None, ScenarioFlags]:
     """The CLI's arguments for ``req``: (scenario file or None, flags), with texts written to ``tmp``.
 
     Raises:
         InputError: both a model and a config, a model given as a path, an unreadable scenario text,
-            a non-finite number.
+            a text with a lone surrogate, a non-finite number.
     """
+    refuse_surrogates(req.scenario_yaml, "scenario_yaml")
+    refuse_surrogates(req.config_json, "config_json")
     model = req.model
     if req.config_json is not None:
         if req.model is not None:
@@ -205,6 +227,8 @@ _FIELDS = {
     "--megatron-core-version": "megatron_core_version",
     "versions.megatron_core": "megatron_core_version",
     "scenario": "scenario_yaml",
+    "scenario_yaml": "scenario_yaml",
+    "config_json": "config_json",
     **{f"layout.{key}": dim.lower() for dim, key in PARALLEL_DIMS.items() if dim.lower() in ScenarioRequest.model_fields},
 }
 
@@ -272,6 +296,7 @@ __all__ = [
     "materialize",
     "normalise_sets",
     "refuse_paths",
+    "refuse_surrogates",
     "request_field",
     "scrub",
 ]

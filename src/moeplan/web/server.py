@@ -17,27 +17,39 @@ from typing import Any
 import uvicorn
 
 from moeplan.errors import InputError
-from moeplan.web.app import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, create_app
+from moeplan.web.app import DEFAULT_QUEUE, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, Jobs, create_app
 from moeplan.web.guard import loopback_hosts
 
 #: seconds a background server may take to start
 START_TIMEOUT = 30.0
 
 
-def is_loopback(host: str) -> bool:
-    """``host`` is a loopback address or ``localhost``."""
-    if host.lower() == "localhost":
-        return True
+def addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses ``host`` names as a bind reads it, resolved numerically without any network
+    lookup: ``127.1`` is 127.0.0.1, ``0`` and ``""`` are 0.0.0.0 (every interface), ``[::1]`` is ::1;
+    ``localhost`` is the loopback addresses. Empty for any other name (it is not resolved here)."""
+    name = host.strip().strip("[]")
+    if name.lower() == "localhost":
+        return [ipaddress.ip_address(h) for h in ("127.0.0.1", "::1")]
+    flags = socket.AI_PASSIVE | socket.AI_NUMERICHOST
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+        infos = socket.getaddrinfo(name or None, 0, type=socket.SOCK_STREAM, flags=flags)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return []
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` names only loopback addresses (:func:`addresses`): ``127.1`` does, ``0`` (every
+    interface) and a name that is not ``localhost`` do not."""
+    found = addresses(host)
+    return bool(found) and all(a.is_loopback for a in found)
 
 
 def allowed_hosts(host: str) -> list[str]:
     """The Host header names a server bound to ``host`` answers: the loopback names, plus ``host``
-    itself; any name when bound to every interface (0.0.0.0, ::)."""
-    if host.strip("[]") in ("0.0.0.0", "::", ""):
+    itself; any name when bound to every interface (0.0.0.0, ::, ``0``, empty)."""
+    if any(a.is_unspecified for a in addresses(host)):
         return ["*"]
     return [*loopback_hosts(), host.strip("[]")]
 
@@ -78,11 +90,30 @@ def url_of(sock: socket.socket) -> str:
 SERVE_SWITCH_INTERVAL_S = 0.001
 
 
-def _server(host: str, request_timeout: float, workers: int, log_level: str) -> uvicorn.Server:
+#: seconds the server waits, when stopping, for answers still being sent (computations are interrupted first)
+SHUTDOWN_GRACE_S = 2
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which interrupts every computation and answers every waiting request (503)
+    before it waits for the open connections: stopping takes about a second, not a plan's time."""
+
+    def __init__(self, config: uvicorn.Config, jobs: Jobs):
+        super().__init__(config)
+        self.jobs = jobs
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.jobs.pool.close()
+        await super().shutdown(sockets=sockets)
+
+
+def _server(host: str, request_timeout: float, workers: int, log_level: str, queue: int = DEFAULT_QUEUE) -> _Server:
     sys.setswitchinterval(min(sys.getswitchinterval(), SERVE_SWITCH_INTERVAL_S))
-    app = create_app(allowed_hosts(host), request_timeout=request_timeout, workers=workers)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=5)
-    return uvicorn.Server(config)
+    app = create_app(allowed_hosts(host), request_timeout=request_timeout, workers=workers, queue=queue)
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+    )
+    return _Server(config, app.app.state.jobs)
 
 
 def _log_to_stderr() -> None:
@@ -125,15 +156,21 @@ def serve(
 
 @contextlib.contextmanager
 def serve_in_thread(
-    host: str = "127.0.0.1", port: int = 0, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, workers: int = 2
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    workers: int = DEFAULT_WORKERS,
+    queue: int = DEFAULT_QUEUE,
 ) -> Iterator[str]:
-    """A server in a background thread for the duration of the block; yields its URL.
+    """A server in a background thread for the duration of the block; yields its URL. Leaving the
+    block stops it (its computations interrupted, about a second).
 
     Raises:
         InputError: the address cannot be bound. RuntimeError: the server did not start in time.
     """
     sock = open_socket(host, port)
-    server = _server(host, request_timeout, workers, "error")
+    server = _server(host, request_timeout, workers, "error", queue)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="moeplan-serve")
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT
@@ -149,4 +186,4 @@ def serve_in_thread(
         sock.close()
 
 
-__all__ = ["allowed_hosts", "is_loopback", "open_socket", "serve", "serve_in_thread", "url_of"]
+__all__ = ["addresses", "allowed_hosts", "is_loopback", "open_socket", "serve", "serve_in_thread", "url_of"]
