@@ -1,6 +1,7 @@
 """Run the repository's fuzzers (``tests/fuzz``) and tabulate what they found (issue #22): inputs tried
-per input class, exit codes, hangs, tracebacks, files written outside the stated output, injected
-commands and partial outputs.
+per input class, exit codes, hangs, tracebacks, human-readable runs and their lines over 80 columns,
+config files of growing size over their time or memory bound, files written outside the stated
+output, injected commands and partial outputs.
 
 Each fuzz test is called directly (hypothesis runs its examples); failures are tallied, not raised
 (``MOEPLAN_FUZZ_RECORD_ONLY=1``), so one defect does not stop the count.
@@ -27,7 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 FUZZ = ROOT / "tests" / "fuzz"
 REPORT = ROOT / "benchmarks" / "fuzz_report.md"
 BEGIN, END = "<!-- fuzz-counts:begin -->", "<!-- fuzz-counts:end -->"
-COLUMNS = ("runs", "exit 0", "exit 1", "exit 2", "exit 3", "hang", "traceback", "outside", "injected", "partial")
+#: "text": runs of the human-readable output (80 columns), "wide": of those, with a line wider;
+#: "slow" / "memory": config files of growing size over their CPU-time / memory bound
+COLUMNS = (
+    "runs", "text", "exit 0", "exit 1", "exit 2", "exit 3", "hang", "traceback", "wide", "slow", "memory",
+    "outside", "injected", "partial",
+)  # fmt: skip
 
 
 def _tests(only: str | None):

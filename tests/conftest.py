@@ -24,6 +24,11 @@ def pytest_configure(config) -> None:
     for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
         if os.environ.get(var, "").lower().startswith("zh"):
             os.environ[var] = "C.UTF-8"
+    # the tables follow the terminal's width (COLUMNS): the snapshots are taken at moeplan's width for
+    # a pipe (140), so a width exported in the developer's shell must not change them; a test that
+    # needs a width sets it (CliRunner env / terminal_width, monkeypatch)
+    for var in ("COLUMNS", "LINES", "TERMINAL_WIDTH"):
+        os.environ.pop(var, None)
     config.addinivalue_line(
         "markers", "slow: a benchmark over every published run (minutes); CI runs it, `-m 'not slow'` skips it"
     )

@@ -338,15 +338,17 @@ def test_repeated_unknown_label_is_refused_not_printed_200000_times(tmp_path):
     assert len(notes) == 1
 
 
-def test_plot_writes_through_a_symlink_as_every_writer_does(tmp_path):
-    """``compare --plot`` replaced a symlink where other writers write through it."""
+def test_plot_replaces_a_symlink_as_every_writer_does(tmp_path):
+    """``compare --plot`` onto a symlink: the link is replaced by the figure, the file it named is left
+    as it was (no writer follows a link)."""
     log = tmp_path / "a.log"
     log.write_text("".join(f" iteration {i}/ 99 | elapsed time per iteration (ms): {100 + i % 3}.0 |\n" for i in range(1, 30)))
     (tmp_path / "real.png").write_bytes(b"old")
     (tmp_path / "link.png").symlink_to("real.png")
     code, _, _ = run("compare", log, log, "--plot", tmp_path / "link.png")
-    assert code == 0 and (tmp_path / "link.png").is_symlink()
-    assert (tmp_path / "real.png").read_bytes()[:4] == b"\x89PNG"
+    assert code == 0 and not (tmp_path / "link.png").is_symlink()
+    assert (tmp_path / "link.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "real.png").read_bytes() == b"old"
 
 
 def test_stale_temporary_files_are_recognised_and_cleaned(tmp_path):
@@ -424,3 +426,216 @@ def test_kill_9_during_an_atomic_write_leaves_old_or_new(tmp_path):
         assert target.read_text() in ("old\n", "new\n" * 2_000_000)
     writer.write_atomically(target, "done\n")  # the next writer cleans the killed one's temporary file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def _padded_config(tmp_path: Path, name: str, pad_items: int, **fields) -> Path:
+    """A copy of the packaged Qwen3-30B-A3B config.json with ``fields`` replaced and a
+    ``_padding`` list of ``pad_items`` short strings (about 13 bytes each)."""
+    cfg = json.loads((ROOT / "src/moeplan/catalog/data/models/Qwen__Qwen3-30B-A3B.json").read_text())
+    cfg.update(fields)
+    if pad_items:
+        cfg["_padding"] = ["y" * 10] * pad_items
+    p = tmp_path / name
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_plan_reads_a_config_json_model_once_per_file_version(tmp_path, monkeypatch):
+    """``plan --model big.json`` re-read and re-parsed the config.json for every candidate (a 250 KB
+    file: 38 s); it is read once, and read again only after the file changes."""
+    from moeplan.catalog import models
+
+    cfg = _padded_config(tmp_path, "big.json", 20_000)  # 260 KB
+    reads: list[str] = []
+    real = models.load_config_file
+    monkeypatch.setattr(models, "load_config_file", lambda p: reads.append(str(p)) or real(p))
+    models._cached_model_file.cache_clear()
+    code, out, err = run(
+        "plan", "--model", cfg, "--gpu", "h100", "--num-gpus", "8", "--seq-length", "4096", "--json", seconds=60
+    )
+    assert code == 0, err
+    assert reads == [str(cfg)]
+    cfg.write_text(cfg.read_text().replace('"num_experts_per_tok": 8', '"num_experts_per_tok": 4 '))
+    assert models.get_model(str(cfg)).moe_router_topk == 4 and len(reads) == 2
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "allowed"),
+    [
+        ({"num_attention_heads": 97, "num_key_value_heads": 7}, "config.json:num_query_groups", "(97 heads, 7 groups)"),
+        ({"num_experts": 160, "num_experts_per_tok": 1000}, "config.json:moe_router_topk", "(1000 > 160)"),
+    ],
+)
+def test_config_json_model_gets_the_consistency_checks_of_overrides(tmp_path, fields, field, allowed):
+    """A config.json with 97 heads over 7 KV heads, or top-k 1000 of 160 experts, was "valid": it is
+    held to the checks ``model_overrides`` get (97 % 7 = 6; 1000 > 160)."""
+    cfg = _padded_config(tmp_path, "c.json", 0, **fields)
+    code, _, err = run("check", "--model", cfg, "--gpu", "h100", "--num-gpus", "8")
+    assert code == 2 and field in err and allowed in err
+
+
+def test_overrides_nested_500_brackets_deep_are_input_error(tmp_path):
+    """``check --from mbridge-overrides`` with a value nested 600 brackets deep: exit 3
+    (RecursionError); now exit 2 naming the line and key. 64 levels still parse."""
+    deep = tmp_path / "deep.txt"
+    deep.write_text("model.tensor_model_parallel_size=1\nmodel.recompute_modules=" + "[" * 600 + "]" * 600 + "\n")
+    code, _, err = run("check", deep, "--from", "mbridge-overrides", "--model", "qwen3-30b-a3b")
+    assert code == 2 and "override line 2: model.recompute_modules" in err and "64 brackets deep" in err
+    assert read_hydra("[" * 64 + "]" * 64) is not None
+    with pytest.raises(InputError):
+        read_hydra("[" * 65 + "]" * 65)
+
+
+def _moeplan(*args: object, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """The console script's ``main`` in a child process (exit codes as a shell sees them)."""
+    return subprocess.run(
+        [sys.executable, "-m", "moeplan", *map(str, args)],
+        env={**os.environ, **(env or {})},
+        capture_output="stdout" not in kw,
+        timeout=120,
+        check=False,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "times"),
+    [({"PYTHONIOENCODING": "ascii"}, b"x"), ({"PYTHONIOENCODING": "latin-1", "LANG": "C"}, "×".encode("latin-1"))],
+)
+def test_output_prints_on_a_stream_that_cannot_encode_it(env, times):
+    """With ``PYTHONIOENCODING=ascii`` the tables' ``×`` and ``≥`` raised UnicodeEncodeError (exit 3);
+    they print as ASCII fallbacks (``256 x gb300``; latin-1 holds ``×`` itself) and the exit code is
+    the verdict's."""
+    r = _moeplan("estimate", ROOT / "examples/deepseek_v3_gb300.yaml", env=env)
+    assert r.returncode == 0, r.stderr
+    assert b"256 " + times + b" gb300" in r.stdout and b"internal error" not in r.stderr
+    r = _moeplan("check", ROOT / "examples/long_context_broken.yaml", "--lang", "zh", env=env)
+    assert r.returncode == 1 and b"Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_full_standard_output_is_one_line_and_exit_2():
+    """``moeplan rules > /dev/full`` ended with OSError ENOSPC as a moeplan bug (exit 3)."""
+    with open("/dev/full", "wb") as full:
+        r = _moeplan("rules", stdout=full, stderr=subprocess.PIPE)
+    assert r.returncode == 2
+    assert r.stderr.decode() == "error: standard output: cannot write the output (No space left on device)\n"
+
+
+def test_a_pipe_its_reader_closed_ends_quietly_with_the_sigpipe_code():
+    """A reader that closed the pipe before any output (EPIPE, ``moeplan rules | head``) gave exit 1,
+    the code of a broken rule; it ends as a Unix tool ended by SIGPIPE does: no message, exit 141."""
+    p = subprocess.Popen([sys.executable, "-m", "moeplan", "rules"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    assert p.wait(timeout=120) == 141
+    assert p.stderr.read().decode() == ""
+
+
+def test_closed_standard_output_is_one_line_and_exit_2():
+    """Standard output closed before the start (``moeplan rules >&-``) wrote nothing and said nothing."""
+    p = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m moeplan rules >&-'], capture_output=True, timeout=120, check=False
+    )
+    assert p.returncode == 2
+    assert p.stderr.decode().splitlines() == ["error: standard output: cannot write the output (standard output is closed)"]
+
+
+def test_doctor_with_a_5000_digit_installed_version(tmp_path, monkeypatch):
+    """An installed megatron-core ``0.999…`` (5,000 digits) made ``doctor --scenario`` exit 3, and a
+    stated one showed Python's digit-limit text as what is allowed."""
+    from moeplan.api import diagnose
+    from moeplan.diagnose.doctor import EnvironmentReport
+
+    huge = "0." + "9" * 5000
+    rep = EnvironmentReport(gpus=[], gpu_source="none", packages={"megatron_core": huge}, modules={}, environment={})
+    monkeypatch.setattr(diagnose, "collect_environment", lambda: rep)
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**SMALL, "versions": {"megatron_core": "0.16.1"}}))
+    code, out, err = run("doctor", "--scenario", sc, "--json")
+    assert code in (0, 1), err
+    (note,) = [f for f in json.loads(out)["findings"] if f["rule"] == "doctor.version"]
+    assert len(note["message"]) < 300
+    sc.write_text(yaml.safe_dump({**SMALL, "versions": {"megatron_core": huge}}))
+    code, _, err = run("check", sc)
+    assert code == 2 and "versions.megatron_core" in err and "at most 30 digits" in err
+    assert "4300" not in err and "set_int_max_str_digits" not in err
+
+
+@pytest.mark.parametrize("command", ["check", "estimate"])
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("system.gpu_overrides.peak_dense_tflops={}", "system.gpu_overrides.peak_dense_tflops"),
+        ("system.gpu={id: mygpu, usable_hbm_gib: 94}", "system.gpu.peak_dense_tflops"),
+    ],
+)
+def test_gpu_without_a_bf16_peak_is_refused_by_check_and_estimate_alike(small, command, setting, field):
+    """``gpu_overrides.peak_dense_tflops: {}`` was valid for ``check`` and refused by ``estimate``:
+    one schema check, one message, for both."""
+    code, _, err = run(command, small, "--set", setting)
+    assert code == 2
+    assert err.strip() == f"error: {field}: {{}} is not valid; allowed: a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it"
+
+
+def test_errors_name_a_few_unknown_keys_and_cut_long_names(tmp_path, small):
+    """Error lines of megabytes: a profile's 5,000 unknown keys were all listed, a 60,000-character
+    model name was quoted whole. An error names 5 keys and the count (5,000 - 5 = 4,995 more) and
+    quotes a name by its first 80 characters with its length."""
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps({f"k{i}": 1 for i in range(5000)}))
+    code, _, err = run("estimate", small, "--calibration", prof)
+    assert code == 2 and "(unknown keys k0, k1, k10, k100, k1000 … and 4,995 more)" in err and len(err) < 400
+    code, _, err = run("check", "--model", "m" * 60_000)
+    assert code == 2 and "'" + "m" * 80 + "'... (60,000 characters) is not a built-in model" in err
+    assert len(err) < 2500
+    code, _, err = run("plan", small, "--free", ",".join(f"bogus{i}" for i in range(5000)))
+    assert code == 2 and "(48,889 characters)" in err and len(err) < 2500
+
+
+def test_error_parts_are_cut_with_their_length():
+    """Every part of an error is bounded: the field at 200 characters, a quoted text at 80, what is
+    allowed at 2,000, each with its length."""
+    e = InputError("f" * 1000, "v" * 500, "a" * 10_000)
+    assert str(e) == (
+        f"{'f' * 200}… (1,000 characters): '{'v' * 80}'... (500 characters) is not valid; "
+        f"allowed: {'a' * 2000}… (10,000 characters)"
+    )
+
+
+def test_line_wrapping_is_linear_in_the_longest_token():
+    """Wrapping re-measured the line for every character: a 20,000-character token took 6 s, a
+    200,000-character one minutes. It is linear, and slices a token wider than the line at the width."""
+    from moeplan.cli.render import _break_offsets
+
+    line = "skipped " + "a" * 200_000 + " end"
+    t0 = time.process_time()
+    cuts = _break_offsets(line, 80)
+    assert time.process_time() - t0 < 5
+    pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
+    assert "".join(pieces) == line
+    # 200,000 = 2,500 x 80: 2,500 full slices, the last one ending at the space before "end"
+    assert pieces[0] == "skipped " and len(pieces) == 2502 and pieces[-1] == "end"
+    assert all(p.rstrip() == "a" * 80 for p in pieces[1:-1])
+
+
+def test_vlm_stats_with_a_200000_character_image_path(tmp_path):
+    """``vlm-stats`` on a manifest with one 200,000-character image path did not finish in 120 s
+    (1.1 s with --json); the path is echoed by its first 200 characters and its length."""
+    rows = [json.dumps({"image": "a" * 200_000 + ".jpg"}), json.dumps({"image_sizes": [[942, 893]], "text_tokens": 197})]
+    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
+    code, out, err = run("vlm-stats", tmp_path / "m.jsonl", "-s", "4096", "--model", "qwen3-vl-30b", seconds=30)
+    assert code == 0, err
+    path = str(tmp_path / ("a" * 200_000 + ".jpg"))  # as the manifest's folder resolves it
+    assert f"{path[:200]}… ({len(path):,} characters)" in out.replace("\n", "") and len(out) < 5000
+
+
+def test_estimate_with_a_65536_character_container_text(tmp_path):
+    """A 65,536-character ``versions.container`` made ``estimate`` take 54 s and echo the text twice:
+    it is quoted by its first 80 characters."""
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump({**SMALL, "versions": {"container": "c" * 65_536}}, width=10**6))
+    code, out, err = run("estimate", sc, seconds=30)
+    assert code in (0, 1), err  # 1: the layout's own verdict
+    assert "versions.container '" + "c" * 80 + "'... names no NN.NN release" in out.replace("\n", " ")
+    assert len(out) < 20_000

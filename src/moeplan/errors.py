@@ -42,6 +42,36 @@ def short_repr(value: object, limit: int = QUOTE_LIMIT) -> str:
     return text if len(text) <= limit + 8 else text[:limit] + "..."
 
 
+#: the most characters of one part of an error (field, allowed, hint, sentence) shown whole
+ECHO_LIMIT = 200
+#: the most characters of what an error says is allowed (a list of 30 known names fits)
+TEXT_LIMIT = 2000
+#: the most names an error lists (unknown keys, known keys) before "… and N more"
+LIST_LIMIT = 5
+
+
+def cut_text(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` when at most ``limit`` characters, else its first ``limit`` characters and
+    ``… (N characters)``: what an error echoes stays one readable line."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def name_some(names: Iterable[object], limit: int = LIST_LIMIT) -> str:
+    """The first ``limit`` of ``names`` joined by ``, `` (each cut by :func:`cut_text`), then
+    ``… and N more`` when there are more: ``a, b, c, d, e … and 4,995 more``."""
+    items = [str(n) for n in names]
+    shown = ", ".join(cut_text(n, 60) for n in items[:limit])
+    return shown if len(items) <= limit else f"{shown} … and {len(items) - limit:,} more"
+
+
+def quote_value(value: object) -> str:
+    """A value as an error quotes it: :func:`short_repr`, and for a text longer than
+    :data:`QUOTE_LIMIT` characters its length (``'aaaa…'... (60,000 characters)``)."""
+    if isinstance(value, str) and len(value) > QUOTE_LIMIT:
+        return f"{value[:QUOTE_LIMIT]!r}... ({len(value):,} characters)"
+    return short_repr(value)
+
+
 class MoeplanError(Exception):
     """Base of all errors moeplan raises on purpose."""
 
@@ -60,6 +90,11 @@ class InputError(MoeplanError, ValueError):
     def __init__(
         self, field: str, value: object, allowed: str, hint: str | None = None, *, sentence: str | None = None
     ):
+        # the field cut to ECHO_LIMIT characters, the other parts (lists of what is allowed) to
+        # TEXT_LIMIT, each with its length: an error stays a line, never megabytes
+        field, allowed = cut_text(field), cut_text(allowed, TEXT_LIMIT)
+        hint = None if hint is None else cut_text(hint, TEXT_LIMIT)
+        sentence = None if sentence is None else cut_text(sentence, TEXT_LIMIT)
         self.field = field
         self.value = value
         self.allowed = allowed
@@ -68,7 +103,7 @@ class InputError(MoeplanError, ValueError):
         if sentence is not None:
             msg = f"{field}: {sentence}"
         else:
-            shown = "missing" if value is None else f"{short_repr(value)} is not valid"
+            shown = "missing" if value is None else f"{quote_value(value)} is not valid"
             msg = f"{field}: {shown}; allowed: {allowed}"
             if hint:
                 msg += f" ({hint})"
@@ -129,11 +164,12 @@ class UnknownNameError(InputError):
         shown = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
         kind = what.strip().rstrip(":")
         what_it_is = "known" if kind == "one of" else kind
+        quoted = repr(value) if isinstance(value, str) and len(value) <= QUOTE_LIMIT else quote_value(value)
         # one sentence either way: with a close name the suggestion, else what is known
         sentence = (
-            f"{value!r} is not {what_it_is}; {hint}"
+            f"{quoted} is not {what_it_is}; {hint}"
             if close
-            else f"{value!r} is not {what_it_is} ({'known' if kind == 'one of' else 'allowed'}: {shown})"
+            else f"{quoted} is not {what_it_is} ({'known' if kind == 'one of' else 'allowed'}: {shown})"
         )
         super().__init__(field, value, f"{what} {shown}", hint, sentence=sentence)
         self.known = known

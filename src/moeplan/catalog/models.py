@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.spec.loading import load_json_file
-from moeplan.spec.model import ModelSpec, check_model_ranges, model_from_hf_config
+from moeplan.spec.model import ModelSpec, check_model_consistency, check_model_ranges, model_from_hf_config
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,32 @@ def load_config_file(path: str | Path) -> dict:
 
 
 def _model_from_file(path: str) -> ModelSpec:
-    """The model of a user's ``config.json``, every field within the plausible ranges.
+    """The model of a user's ``config.json``, every field within the plausible ranges and consistent
+    (:func:`~moeplan.spec.model.check_model_consistency`, as ``model_overrides`` are held to).
+
+    The file is read and parsed once per version: the result is cached by the file's identity and
+    modification (path, device, inode, mtime in ns, size), so the planner's thousands of candidates
+    of one request share one read, and an edited file is read again.
 
     Raises:
-        InputError: unreadable, or a value of the wrong type or out of range.
+        InputError: unreadable, or a value of the wrong type, out of range or inconsistent.
     """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _read_model_file(path)  # the reader names the missing or unreadable file
+    return _cached_model_file(os.path.abspath(path), path, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_model_file(_abspath: str, path: str, _version: tuple[int, int, int, int]) -> ModelSpec:
+    """:func:`_read_model_file` memoised on (absolute path, shown path, file version); errors are not
+    cached."""
+    return _read_model_file(path)
+
+
+def _read_model_file(path: str) -> ModelSpec:
+    """Read, parse and check a user's ``config.json`` (see :func:`_model_from_file`)."""
     try:
         m = model_from_hf_config(load_config_file(path), path, source="file")
     except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError) as exc:
@@ -141,6 +163,7 @@ def _model_from_file(path: str) -> ModelSpec:
             raise
         raise InputError("model", path, f"a Hugging Face config.json moeplan can read ({type(exc).__name__})") from None
     check_model_ranges(m, "config.json:")
+    check_model_consistency(m, "config.json:")
     return m
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from moeplan.catalog.containers import container_table, lookup_container
 from moeplan.catalog.known_issues import KnownIssue, get_known_issue, known_issues
+from moeplan.errors import short_repr
 from moeplan.rules.base import Finding, rule
 from moeplan.spec.scenario import Scenario
 from moeplan.spec.versions import container_release
@@ -155,12 +156,12 @@ def _container_unknown(s, e):
     recipe = "; the recipe fills come from the current tables" if s.input.recipe_defaults != "none" else ""
     fix = "state a release moeplan knows (moeplan known-issues --containers lists them) or the versions.* you run"
     if rel is None:
-        msg = f"versions.container {text!r} names no NN.NN release: no package versions come from it{recipe}"
+        msg = f"versions.container {short_repr(text)} names no NN.NN release: no package versions come from it{recipe}"
         return [e.warning(msg, fix, "versions.container")]
     known = sorted((r for f, r in container_table() if f == rel[0]), key=_release_order)
     return [
         e.warning(
-            f"versions.container {text!r}: {rel[0]} {rel[1]} is not in moeplan's container table (known: "
+            f"versions.container {short_repr(text)}: {rel[0]} {rel[1]} is not in moeplan's container table (known: "
             f"{', '.join(known)}), so no package versions come from it{recipe}",
             fix,
             "versions.container",

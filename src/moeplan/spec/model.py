@@ -357,7 +357,7 @@ class PartialModelSpec:
                 if tup not in changes and seq:
                     changes[tup] = tuple(seq[i % len(seq)] for i in range(new_layers))
         out = dataclasses.replace(self, **changes)
-        _check_consistent(out, set(changes))
+        check_model_consistency(out, "model_overrides.", set(changes))
         return out
 
 
@@ -417,10 +417,21 @@ class ModelSpec(PartialModelSpec):
         return cast(ModelSpec, super().with_overrides(overrides))  # dataclasses.replace keeps the class
 
 
-def _check_consistent(m: PartialModelSpec, changed: set[str]) -> None:
-    """What an override can break that no single field shows: top-k within the expert count, query
-    groups dividing the heads (GQA), shared by heads and groups. Raises InputError naming the
-    overridden field."""
+def check_model_consistency(m: PartialModelSpec, prefix: str, changed: frozenset[str] | set[str] = frozenset()) -> None:
+    """What no single field shows, for a model from ``model_overrides`` and from a ``config.json``
+    alike: per-layer tuples with one entry per layer, top-k within the expert count (megatron-core
+    ``TransformerConfig.__post_init__``: ``moe_router_topk`` ≤ ``num_moe_experts``), query groups
+    dividing the heads (GQA: ``num_attention_heads % num_query_groups == 0``).
+
+    Args:
+        m: the model.
+        prefix: the field prefix of the error (``model_overrides.`` or ``config.json:``).
+        changed: the fields the overrides set; an inconsistency names the changed one (else the first
+            of the pair).
+
+    Raises:
+        InputError: naming ``prefix`` + the field, its value and the numbers that disagree.
+    """
 
     def blame(*keys: str) -> str:
         return next((k for k in keys if k in changed), keys[0])
@@ -428,16 +439,16 @@ def _check_consistent(m: PartialModelSpec, changed: set[str]) -> None:
     for tup in ("moe_layers", "attention_kinds"):
         seq = getattr(m, tup)
         if seq is not None and m.num_layers is not None and len(seq) != m.num_layers and tup in changed:
-            raise InputError(f"model_overrides.{tup}", len(seq), f"one entry per layer ({m.num_layers})")
+            raise InputError(f"{prefix}{tup}", len(seq), f"one entry per layer ({m.num_layers})")
     topk, experts = m.moe_router_topk, m.num_moe_experts
     if topk and experts and topk > experts:
         key = blame("moe_router_topk", "num_moe_experts")
-        raise InputError(f"model_overrides.{key}", getattr(m, key), f"top-k ≤ the expert count ({topk} > {experts})")
+        raise InputError(f"{prefix}{key}", getattr(m, key), f"top-k ≤ the expert count ({topk} > {experts})")
     heads, groups = m.num_attention_heads, m.num_query_groups
     if heads and groups and (groups > heads or heads % groups):
         key = blame("num_query_groups", "num_attention_heads")
         raise InputError(
-            f"model_overrides.{key}",
+            f"{prefix}{key}",
             getattr(m, key),
             f"query groups that divide the attention heads ({heads} heads, {groups} groups)",
         )

@@ -16,13 +16,19 @@ from moeplan.units import GIB_BYTES
 PEAK_KEYS = ("bf16", "fp16", "fp8", "fp4")
 
 
+#: what a GPU's ``peak_dense_tflops`` must hold (every check of it says this)
+BF16_PEAK_NEEDED = "a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it"
+
+
 class GpuSpec(BaseModel):
     """One accelerator type.
 
     Attributes:
         usable_hbm_gib: memory an allocator can use (torch ``total_memory`` where published, else
             nvidia-smi's total, else the nominal size); ``usable_hbm_source`` says which.
-        peak_dense_tflops: dense peak by precision (``bf16``, ``fp8``, ``fp4``); vendor spec.
+        peak_dense_tflops: dense peak by precision (``bf16``, ``fp8``, ``fp4``); vendor spec. A
+            ``bf16`` entry is required (a GPU without one, or overrides that empty it, is an input
+            error for every command: :data:`BF16_PEAK_NEEDED`).
         scaleup_domain_gpus: GPUs in one NVLink domain (8 on HGX, 72 on NVL72).
         scaleup_unidir_gb_per_s: NVLink bandwidth per GPU, one direction, decimal GB/s.
         nic_gbit_per_s_per_gpu: scale-out NIC per GPU, Gb/s.
@@ -40,7 +46,7 @@ class GpuSpec(BaseModel):
     usable_hbm_gib: float = Field(ge=1 / 1024, le=1e5)  # 1 MiB to 100 TiB
     usable_hbm_source: str = "user"
     hbm_bandwidth_gb_per_s: float | None = Field(default=None, gt=0, le=1e6)
-    peak_dense_tflops: dict[str, float] = Field(default_factory=dict)
+    peak_dense_tflops: dict[str, float] = Field(default_factory=dict, validate_default=True)
     scaleup_domain_gpus: int = Field(default=8, ge=1, le=1_000_000)
     scaleup_unidir_gb_per_s: float | None = Field(default=None, gt=0, le=1e6)
     nic_gbit_per_s_per_gpu: float | None = Field(default=None, gt=0, le=1e7)
@@ -61,6 +67,8 @@ class GpuSpec(BaseModel):
                 raise ValueError(f"precision keys {', '.join(PEAK_KEYS)} (not {key!r})")
             if not 0 < val <= 1e6:
                 raise ValueError(f"a positive TFLOP/s figure up to 1e6 for {key} (not {val})")
+        if "bf16" not in v:  # one refusal for check and estimate alike (the step time divides by it)
+            raise ValueError(BF16_PEAK_NEEDED)
         return v
 
     @property
