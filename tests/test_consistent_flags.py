@@ -18,7 +18,7 @@ from moeplan.api.plan import held_keys
 from moeplan.cli.app import app
 from moeplan.errors import InputError
 from moeplan.spec.overrides import ScenarioFlags
-from moeplan.spec.training import DEFAULT_TOKENS_PER_STEP
+from moeplan.spec.training import DEFAULT_TOKENS_PER_STEP, default_global_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -48,9 +48,50 @@ def test_estimate_without_a_batch_assumes_4_mi_tokens_and_says_so():
     th = estimate_report(None, flags).document["throughput"]
     assert th is not None
     gbs = DEFAULT_TOKENS_PER_STEP // 65536
-    assert any(a.startswith(f"global_batch_size {gbs} (≈ 4 Mi tokens per step") for a in th["assumptions"])
+    assert any(a.startswith(f"global_batch_size {gbs} by default (4 Mi tokens per step") for a in th["assumptions"])
     src = "\n".join(p.read_text() for p in (ROOT / "src").rglob("*.py"))
     assert "--gbs 1024" not in src
+
+
+def test_default_batch_is_one_the_layout_divides():
+    # 4 Mi tokens / 12,288 = 341.3 sequences, which no DP of 64 GPUs divides; within 10 % (308..375)
+    # the multiples of MBS·DP = 1·16 are 320, 336, 352, 368, and 320 = 64·5 shares all 64 with the
+    # GPU count, so every data-parallel size divides it
+    flags = ScenarioFlags(model="Qwen/Qwen3-30B-A3B", gpu="h100", num_gpus=64, seq_length=12288, tp=2, pp=2, ep=8)
+    doc = estimate_report(None, flags).document
+    assert doc["check"]["errors"] == []
+    assert doc["throughput"] is not None and doc["throughput"]["num_microbatches"] == 320 // 16
+    assert doc["assumes"][0]["text"] == "GBS 320 by default (3.75 Mi tokens/step)"
+    assert doc["assumes"][0]["source"] == "default"
+    args = ["estimate", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "-n", "64", "-s", "12288"]
+    r = runner.invoke(app, [*args, "--tp", "2", "--pp", "2", "--ep", "8"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "assumes: GBS 320 by default" in r.output and "global_batch_divisible" not in r.output
+
+
+def test_default_batch_takes_the_layouts_multiple_and_the_gpu_count():
+    # MBS·DP 48 on 96 GPUs at 12,288: multiples within 10 % of 341.3 are 336 only (288 and 384 are
+    # 15.6 % and 12.5 % off)
+    assert default_global_batch(12288, 48, 96)[0] == 336
+    # 4 Mi / 4,096 = 1,024 exactly, but 96 GPUs have DP sizes of 3, 6, 12, ...: 960 = 96·10 (6.25 % off)
+    assert default_global_batch(4096, 1, 96)[0] == 960
+    assert default_global_batch(4096, 1, 64)[0] == 1024
+    # a layout whose MBS·DP exceeds the quotient: one multiple (64 sequences of 128 Ki = 8 Mi tokens)
+    gbs, why = default_global_batch(131072, 64, 256)
+    assert gbs == 64 and "a multiple of micro_batch_size·DP = 64" in why
+
+
+def test_plan_default_batch_rejects_no_layout_for_divisibility():
+    args = ["plan", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "-n", "64", "-s", "12288", "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["request"]["global_batch_size"] == 320
+    assert doc["assumes"][0]["text"] == "GBS 320 by default (3.75 Mi tokens/step)"
+    # 320 = 2^6·5 divides by every MBS·DP up to 64: only MBS 2 at DP 64 (TP1 PP1 CP1) is left out
+    # (the quotient 341 = 11·31 left out every layout with DP > 1)
+    bad = [r for r in doc["rejected"] if r["reason"] == "gbs-divisibility"]
+    assert all("(MBS 2 · DP 64)" in r["example"] for r in bad)
 
 
 def test_plan_and_sweep_hold_the_same_keys():

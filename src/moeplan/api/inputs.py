@@ -8,7 +8,7 @@ from moeplan.errors import InputError
 from moeplan.model.calibrate import load_profile
 from moeplan.spec.loading import load_yaml_file
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
-from moeplan.spec.scenario import load_scenario_file, merge_overrides
+from moeplan.spec.scenario import load_scenario, load_scenario_file, merge_overrides
 from moeplan.spec.training import batch_for_tokens, default_global_batch
 
 #: the largest global batch (sequences) a request may ask for: the training schema's cap
@@ -61,10 +61,22 @@ def scenario_request(
                 f"({gbs * seq:,} tokens per step; within 10 %, the batch that divides best by data-parallel sizes)"
             )
     elif default_batch and isinstance(seq, int) and seq > 0 and (training or {}).get("global_batch_size") is None:
-        gbs, why = default_global_batch(seq)
+        gbs, why = default_global_batch(seq, *_batch_multiple(data))
         data.setdefault("training", {})["global_batch_size"] = gbs
         notes.append(why)
     return data, notes
+
+
+def _batch_multiple(data: dict) -> tuple[int, int | None]:
+    """(micro_batch_size × DP, GPU count) of the scenario ``data`` describes, for a default global
+    batch that its layout divides; (1, None) where the scenario does not load or DP is not whole
+    (those errors are reported where the scenario is loaded for the command)."""
+    try:
+        s = load_scenario(data)
+    except InputError:
+        return 1, None
+    mbs = s.training.micro_batch_size or 1
+    return (mbs * s.dp if s.dp else 1), s.num_gpus
 
 
 def load_workload(path: Path) -> dict:

@@ -24,7 +24,7 @@ from moeplan.io.export import HEADER
 from moeplan.io.keys import BRIDGE_PATHS, MIXED_PRECISION, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
 from moeplan.spec.layout import PARALLEL_DIMS, LayoutSpec
 from moeplan.spec.loading import load_json_text, load_yaml_text, parse_yaml_value
-from moeplan.spec.policy import ascii_int
+from moeplan.spec.policy import MAX_DEPTH, MAX_TEXT_CHARS, ascii_int
 
 SOURCES = ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args", "megatron-log")
 
@@ -82,6 +82,7 @@ _HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "versions": dict,
     "precision": str,
     "training": dict,
+    "environment": dict,
     "stated": list,
 }
 #: the most import notes listed (identical notes are listed once; the rest are counted)
@@ -134,10 +135,14 @@ def _value(key: str, v: Any) -> Any:
 
 
 def _keep_valid(layout: dict, notes: list[str]) -> dict:
-    """Drop (with a note) values LayoutSpec rejects, so one odd value does not void the import."""
+    """Drop (with a note) values LayoutSpec rejects, so one odd value does not void the import; leave
+    out null / ``None`` values (an unset field reads as not stated, so its default and the unset-key
+    warnings apply)."""
     out = {}
     for key, v in layout.items():
         v = _value(key, v)
+        if v is None:  # how a dump writes an unset field: not stated (spec.loading.without_nulls)
+            continue
         try:
             LayoutSpec.model_validate({key: v})
         except ValidationError as exc:
@@ -157,7 +162,7 @@ def _scenario(meta: dict, layout: dict, training: dict, notes: list[str]) -> dic
         if new in layout and old in stated and new not in stated:
             layout[old] = layout.pop(new)
     sc: dict[str, Any] = {}
-    for key in ("model", "model_overrides", "system", "framework", "versions"):
+    for key in ("model", "model_overrides", "system", "framework", "versions", "environment"):
         if meta.get(key) is not None:
             sc[key] = meta[key]
     tr = dict(meta.get("training") or {})
@@ -276,14 +281,21 @@ def _hydra_unquote(body: str, quote: str) -> str:
     return "".join(out)
 
 
-def hydra_value(text: str) -> Any:
+def hydra_value(text: str, _depth: int = 0) -> Any:
     """A Hydra override value (its grammar, not YAML 1.1): quoted strings, lists, null/true/false,
-    decimal ints (ASCII digits, no octal), finite floats; anything else is a plain string."""
+    decimal ints (ASCII digits, no octal), finite floats; anything else is a plain string.
+
+    Raises:
+        InputError: lists nested deeper than :data:`~moeplan.spec.policy.MAX_DEPTH` (64) levels
+            (field ``override``; :func:`parse_overrides` names the key and line).
+    """
     t = text.strip()
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
         return _hydra_unquote(t[1:-1], t[0])
     if t.startswith("[") and t.endswith("]"):
-        return [hydra_value(p) for p in _split_top(t[1:-1])]
+        if _depth >= MAX_DEPTH:
+            raise InputError("override", t, f"a value nested at most {MAX_DEPTH} brackets deep")
+        return [hydra_value(p, _depth + 1) for p in _split_top(t[1:-1])]
     low = t.lower()
     if low == "null":
         return None
@@ -308,30 +320,68 @@ def _number(t: str) -> Any:
 
 
 def parse_overrides(text: str) -> dict:
+    """Hydra ``section.key=value`` override lines → ``{section: {key: value}}``.
+
+    Raises:
+        InputError: a token that is no ``section.key=value``, unbalanced quotes, or a value nested
+            too deep (field ``override line N: section.key``).
+    """
     sections: dict[str, Any] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
+    for lineno, raw in enumerate(text.splitlines(), 1):
         try:
-            tokens = shlex.split(line, posix=False)
-        except ValueError:
-            raise InputError("override", line, "key=value tokens with balanced quotes") from None
-        for tok in tokens:
-            key, sep, val = tok.partition("=")
-            key = key.lstrip("+~")
-            if not sep:
-                raise InputError("override", tok, "section.key=value")
-            if key == "mixed_precision":
-                sections["mixed_precision"] = hydra_value(val)
-                continue
-            if "." not in key:
-                raise InputError("override", tok, "section.key=value")
-            sec, field = key.split(".", 1)
-            node = sections.setdefault(sec, {})
-            if isinstance(node, dict):
-                node[field] = hydra_value(val)
+            _parse_override_line(raw, sections)
+        except InputError as exc:
+            raise exc.renamed(f"override line {lineno}" + exc.field[len("override") :]) from None
     return sections
+
+
+#: a run of this many characters without a space is no key=value or flag a config holds; refused
+#: before ``shlex`` splits it (its time grows with the square of a token's length: 2 MB took 51 s)
+_LONG_TOKEN = re.compile(rf"\S{{{MAX_TEXT_CHARS + 1},}}")
+
+
+def _refuse_long_tokens(text: str, field: str) -> None:
+    """Refuse ``text`` holding a token longer than :data:`~moeplan.spec.policy.MAX_TEXT_CHARS`.
+
+    Raises:
+        InputError: naming ``field``, the token's length and the limit.
+    """
+    m = _LONG_TOKEN.search(text)
+    if m is not None:
+        raise InputError(
+            field, f"a token of {len(m.group()):,} characters", f"tokens of at most {MAX_TEXT_CHARS:,} characters"
+        )
+
+
+def _parse_override_line(raw: str, sections: dict[str, Any]) -> None:
+    """One line of :func:`parse_overrides`, into ``sections``; an error in a value names its key
+    (field ``override: section.key``)."""
+    line = raw.strip()
+    if not line or line.startswith("#"):
+        return
+    _refuse_long_tokens(line, "override")
+    try:
+        tokens = shlex.split(line, posix=False)
+    except ValueError:
+        raise InputError("override", line, "key=value tokens with balanced quotes") from None
+    for tok in tokens:
+        key, sep, val = tok.partition("=")
+        key = key.lstrip("+~")
+        if not sep:
+            raise InputError("override", tok, "section.key=value")
+        if key != "mixed_precision" and "." not in key:
+            raise InputError("override", tok, "section.key=value")
+        try:
+            value = hydra_value(val)
+        except InputError as exc:
+            raise exc.renamed(f"override: {key}") from None
+        if key == "mixed_precision":
+            sections["mixed_precision"] = value
+            continue
+        sec, field = key.split(".", 1)
+        node = sections.setdefault(sec, {})
+        if isinstance(node, dict):
+            node[field] = value
 
 
 def _mlm_tokens(text: str, notes: list[str]) -> dict[str, list[str]]:
@@ -341,8 +391,10 @@ def _mlm_tokens(text: str, notes: list[str]) -> dict[str, list[str]]:
             continue
         line = re.sub(r"\s#.*$", "", line)  # trailing comments
         lines.append(line[:-1] if line.rstrip().endswith("\\") else line)
+    joined = " ".join(ln.rstrip().rstrip("\\") for ln in lines)
+    _refuse_long_tokens(joined, "megatron-lm-args")
     try:
-        toks = shlex.split(" ".join(ln.rstrip().rstrip("\\") for ln in lines))
+        toks = shlex.split(joined)
     except ValueError:
         raise InputError("megatron-lm-args", "(file)", "flags with balanced quotes") from None
     # drop a launcher prefix such as `torchrun ... pretrain_gpt.py`

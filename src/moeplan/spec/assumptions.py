@@ -30,7 +30,7 @@ class Assumption:
     """One assumption that moves a verdict.
 
     Attributes:
-        what: ``grad_reduce``, ``optimizer``, ``routing``, ``recipe`` or ``benchmark``.
+        what: ``batch``, ``grad_reduce``, ``optimizer``, ``routing``, ``recipe``, ``benchmark`` or ``workload``.
         text: the short phrase printed (e.g. ``grads reduced in FP32``).
         source: ``stated``, ``recipe`` or ``default``.
         hint: how to change it, or what NVIDIA's recipes use (None when nothing to add).
@@ -114,6 +114,8 @@ def _recipe(s: Scenario) -> Assumption:
         row += f", settings only: its config is for {rec.layout_unmatched}"
         if rec.settings_left_out:
             row += "; left out: " + ", ".join(x.split(" (")[0] for x in rec.settings_left_out)
+    if s.recipe.left_out:
+        row += "; not filled, it would break a rule for this model: " + "; ".join(s.recipe.left_out)
     if s.recipe.benchmark:
         return Assumption("recipe", f"recipe fills as benchmarked ({row})", "stated")
     return Assumption("recipe", f"recipe training fills ({row})", "stated")
@@ -135,13 +137,62 @@ def benchmark_settings(s: Scenario) -> list[dict]:
     return out
 
 
-def verdict_assumptions(s: Scenario) -> list[Assumption]:
-    """The assumptions that move this scenario's memory and time verdicts (see the module docstring)."""
-    out = [_grad(s), _optimizer(s)]
+def default_batch_assumption(gbs: int, seq: int) -> Assumption:
+    """The global batch a command chose because none was given
+    (:func:`moeplan.spec.training.default_global_batch`): ``gbs`` sequences of ``seq`` tokens."""
+    return Assumption(
+        "batch", f"GBS {gbs} by default ({gbs * seq / 2**20:.3g} Mi tokens/step)", "default", "set --gbs or --tokens-per-step"
+    )
+
+
+def _batch(s: Scenario) -> Assumption | None:
+    gbs, seq = s.training.global_batch_size, s.training.seq_length
+    return None if gbs is None or seq is None else default_batch_assumption(gbs, seq)
+
+
+#: the share of a VLM's sequence costed as image tokens when no ``workload:`` is given (the value of
+#: :data:`moeplan.model.vision.DEFAULT_IMAGE_TOKEN_SHARE`, which the vision cost reads)
+UNSTATED_IMAGE_SHARE_TEXT = "no workload stated: half of each sequence costed as image tokens"
+
+
+def _workload(s: Scenario) -> Assumption | None:
+    """What a VLM's vision tower is costed for: the unstated planning mix, a text-only run, or the
+    stated image tokens per sequence. None for a model without a vision tower."""
+    if s.model is None or s.model.vision is None:
+        return None
+    w = s.input.workload
+    if w is None:
+        return Assumption(
+            "workload",
+            UNSTATED_IMAGE_SHARE_TEXT,
+            "default",
+            "workload: from moeplan vlm-stats -o for your data, or workload: {text_only: true} for a run without images",
+        )
+    if w.text_only or not (w.image_patches_per_sequence or w.image_tokens_per_sequence):
+        return Assumption("workload", "text-only workload: no images", "stated")
+    tokens = w.image_tokens_per_sequence or w.image_patches_per_sequence
+    kind = "image tokens" if w.image_tokens_per_sequence else "ViT patches"
+    return Assumption("workload", f"workload: {tokens:,.0f} {kind} per sequence", "stated")
+
+
+def verdict_assumptions(s: Scenario, batch_defaulted: bool = False) -> list[Assumption]:
+    """The assumptions that move this scenario's memory and time verdicts (see the module docstring).
+
+    Args:
+        s: the resolved scenario.
+        batch_defaulted: the command chose the global batch because none was given (default False):
+            said first, since the step time and every divisibility verdict rest on it.
+    """
+    b = _batch(s) if batch_defaulted else None
+    out = [b] if b is not None else []
+    out += [_grad(s), _optimizer(s)]
     r = _routing(s)
     if r is not None:
         out.append(r)
     out.append(_recipe(s))
+    wl = _workload(s)
+    if wl is not None:
+        out.append(wl)
     bench = benchmark_settings(s)
     if bench:
         keys = ", ".join(f"{b['key']}={str(b['value']).lower()}" for b in bench)
@@ -156,4 +207,4 @@ def verdict_assumptions(s: Scenario) -> list[Assumption]:
     return out
 
 
-__all__ = ["Assumption", "benchmark_settings", "verdict_assumptions"]
+__all__ = ["Assumption", "benchmark_settings", "default_batch_assumption", "verdict_assumptions"]

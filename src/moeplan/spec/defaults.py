@@ -274,7 +274,7 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     lay, applied = inp.layout, None
     record = recipe if recipe is not None else recipe_for_input(inp, model)
     if record is not None:
-        lay, fills, applied = apply_recipe(lay, stated, record)
+        lay, fills, applied = apply_recipe(lay, stated, record, model)
         res += fills
     defaults = framework_defaults(lay, model, inp.framework)
     res += defaults

@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.spec.allocator import ALLOC_CONF, alloc_options
 from moeplan.spec.layout import LayoutSpec
+from moeplan.spec.loading import without_nulls
 from moeplan.spec.peft import PeftInput
 from moeplan.spec.policy import check_plain
 from moeplan.spec.system import GpuSpec
@@ -153,9 +155,14 @@ class AssumptionsInput(BaseModel):
 
 class WorkloadInput(BaseModel):
     """``workload:`` what a VLM's real data looks like per packed sequence (``moeplan vlm-stats``
-    writes it). Absent for a VLM means mock (image-free) data.
+    writes it). Absent for a VLM, half of each sequence is assumed to be image tokens (a planning
+    mix, :data:`moeplan.model.vision.DEFAULT_IMAGE_TOKEN_SHARE`), and the header of ``estimate``,
+    ``plan`` and ``fit`` says so; ``text_only: true`` states a run without images (the tower's
+    weights and optimizer state stay, it computes nothing).
 
     Attributes:
+        text_only: no images at all (e.g. text RL or SFT on a VLM checkpoint); default False. Raises
+            an input error together with non-zero image figures.
         image_patches_per_sequence: ViT patches per sequence (before the spatial merge).
         image_tokens_per_sequence: image tokens the language model sees per sequence.
         images_per_sequence: images per sequence.
@@ -173,6 +180,20 @@ class WorkloadInput(BaseModel):
     mean_patches_per_image: float = Field(default=0.0, ge=0.0)
     seq_length: int | None = Field(default=None, ge=1)
     source: str = "user"
+    text_only: bool = False
+
+    @model_validator(mode="after")
+    def _text_only_has_no_images(self) -> WorkloadInput:
+        """``text_only`` with image figures contradicts itself."""
+        images = {
+            k: getattr(self, k)
+            for k in ("image_patches_per_sequence", "image_tokens_per_sequence", "images_per_sequence")
+            if getattr(self, k)
+        }
+        if self.text_only and images:
+            k, v = next(iter(images.items()))
+            raise ValueError(f"0 with text_only: true ({k} is {v:g})")
+        return self
 
 
 class ScenarioInput(BaseModel):
@@ -294,7 +315,7 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
         except ValidationError as exc:
             err = _pydantic_to_input_error(exc)
             raise InputError("system.gpu." + err.field, err.value, err.allowed) from None
-    clean = {k: v for k, v in data.items() if not (k in _SECTIONS and v is None)}
+    clean = {k: v for k, v in without_nulls(data).items() if not (k in _SECTIONS and v is None)}
     if clean.get("model_overrides") is None:
         clean.pop("model_overrides", None)
     if clean.get("environment") is not None:
@@ -306,6 +327,7 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
                     f"environment.{k}", k, "a variable name of letters, digits and _ (not starting with a digit)"
                 )
         clean["environment"] = {str(k): str(v) for k, v in dict(clean["environment"]).items()}
+        alloc_options(clean["environment"].get(ALLOC_CONF))  # PyTorch would refuse a malformed one at start-up
     try:
         return ScenarioInput.model_validate(clean)
     except ValidationError as exc:

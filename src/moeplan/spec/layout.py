@@ -2,7 +2,8 @@
 Megatron spelling (``tensor_model_parallel_size``, ``expert_tensor_parallel_size``,
 ``recompute_modules``, ``moe_flex_dispatcher_backend``, ``cuda_graph_scope``, ``optimizer_cpu_offload``...).
 
-A key the user did not state keeps its default *and* is absent from ``model_fields_set``; the
+A key the user did not state keeps its default *and* is absent from ``model_fields_set`` (a key
+given as ``null`` is one not stated: :func:`moeplan.spec.loading.without_nulls`); the
 scenario resolver fills framework defaults for such keys and records each fill
 (``megatron_facts.md`` §3: defaults per mcore ``TransformerConfig``/``OptimizerConfig``/
 ``DistributedDataParallelConfig`` and Bridge's ``finalize``).

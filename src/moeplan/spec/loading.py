@@ -50,6 +50,10 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (list, dict)):  # '{[a]: 1}' or '? {a: 1}': not a name (and unhashable)
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a name, not a list or a mapping", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}", key_node.start_mark)
         seen.add(key)
@@ -226,7 +230,7 @@ def load_scenario_file(path: str | Path) -> dict:
         data = {}
     if not isinstance(data, dict):
         raise InputError("scenario", str(path), "a YAML mapping with model, system, training, layout")
-    return data
+    return data  # nulls kept: validation names a misspelt key given as null, then leaves nulls out
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -255,10 +259,34 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
+def without_nulls(data: dict) -> dict:
+    """``data`` with every ``null`` value inside a section mapping (``layout``, ``training``,
+    ``system``, ``environment``, ...) left out: a null reads as *not stated*, as a Megatron Bridge
+    config dump writes an unset field (``expert_tensor_parallel_size: null``), so the key gets its
+    default and the "defaults used" list and the unset-key warnings name it. A null laid over a
+    stated value by ``--set section.key=null`` unsets it. Top-level values (``model: null``),
+    ``model_overrides`` (a null there is an input error) and nested mappings (a custom
+    ``system.gpu``) are kept as written. Returns a new mapping when
+    anything is left out, else ``data``; never raises."""
+    if not any(isinstance(v, dict) and k not in _TYPED_AS_WRITTEN and None in v.values() for k, v in data.items()):
+        return data
+    return {
+        k: {kk: vv for kk, vv in v.items() if vv is not None} if isinstance(v, dict) and k not in _TYPED_AS_WRITTEN else v
+        for k, v in data.items()
+    }
+
+
+#: mappings whose nulls stay as written: ``model_overrides`` replaces config fields, where a null is
+#: an input error naming the field (not a key left at the config's value)
+_TYPED_AS_WRITTEN = frozenset({"model_overrides"})
+
+
 def merge_overrides(data: dict, overrides: dict[str, dict]) -> dict:
     """Overlay CLI values (section → key → value; ``model``, ``framework``, ``name`` and
     ``recipe_defaults`` → value) on a scenario mapping; CLI wins, nested sections merge key by key
-    (:func:`_deep_merge`). Returns a new mapping; ``data`` is not changed. Never raises."""
+    (:func:`_deep_merge`); a null value unsets its key (validation leaves it out, :func:`without_nulls`,
+    after naming a misspelt one). Returns a new mapping;
+    ``data`` is not changed. Never raises."""
     out = dict(data)
     for sec, vals in overrides.items():
         if sec in ("model", "framework", "name", "recipe_defaults"):

@@ -82,7 +82,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if sep and key in TOP_LEVEL_SET:
             out[key] = _text(raw)
             continue
-        if not sep or "." not in key:
+        if not sep or "." not in key or not all(key.split(".")):  # '.x=1', 'layout.=1': an empty name
             raise InputError(
                 "--set",
                 item,

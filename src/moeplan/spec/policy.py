@@ -26,8 +26,10 @@ from pathlib import Path
 
 from moeplan.errors import InputError, missing_file, short_repr
 
-#: the longest YAML document read (pure-Python YAML parses about 0.5 MB/s)
-MAX_YAML_BYTES = 4 * 2**20
+#: the longest YAML document read: pure-Python YAML parses 0.07–0.5 MB/s and holds about 350 bytes
+#: per input byte (a 4 MB list of lists took 57 s and 1.4 GB), so 1 MiB bounds a document at about
+#: 15 s and 350 MB; a scenario, a Bridge config dump or a runs file of a few thousand runs is far smaller
+MAX_YAML_BYTES = 2**20
 #: the longest JSON document read (a calibration profile, a sweep manifest, a config.json)
 MAX_JSON_BYTES = 16 * 2**20
 #: the deepest nesting of mappings and lists in any document
@@ -86,7 +88,8 @@ def check_number(value: int | float, field: str) -> int | float:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if value.bit_length() > MAX_INT_DIGITS * 3.33:
+        # 2**100 has 31 digits; below it, count them exactly (bit_length × 3.33 refused 30-digit numbers)
+        if value.bit_length() > 100 or len(str(abs(value))) > MAX_INT_DIGITS:
             raise InputError(field, value, f"an integer of at most {MAX_INT_DIGITS} digits")
         return value
     if not math.isfinite(value) or abs(value) > MAX_FLOAT:

@@ -195,11 +195,15 @@ class RecipeProvenance:
             ``"mbridge-perf-benchmark"``: as benchmarked).
         row: the matched recipe row, None when no row matches (or the planner chose the layout).
         fills: in order, earlier fills win; on a resolved scenario only the fills applied.
+        left_out: on a resolved scenario, the fills left out because they would break a layout rule
+            for this model that the scenario without them passes, each ``key=value (why)``
+            (:func:`moeplan.spec.recipes.apply_recipe`); () when none.
     """
 
     name: str
     row: RecipeRow | None
     fills: tuple[RecipeFill, ...]
+    left_out: tuple[str, ...] = ()
 
     def filled_keys(self) -> frozenset[str]:
         """Every key the record fills."""
@@ -223,7 +227,8 @@ class RecipeProvenance:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain mapping (JSON-ready): name, row (id, table, ref, file, function, precisions,
-        borrowed) and each fill (key, value, source, reason)."""
+        borrowed), each fill (key, value, source, reason), and ``left_out`` (only when a fill was left
+        out, :attr:`left_out`)."""
         r = self.row
         return {
             "name": self.name,
@@ -248,4 +253,5 @@ class RecipeProvenance:
                 }
                 for f in self.fills
             ],
+            **({"left_out": list(self.left_out)} if self.left_out else {}),
         }

@@ -33,11 +33,12 @@ Only keys the user did not state are filled, and every fill is recorded (as a
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from moeplan.catalog.gpus import get_gpu
 from moeplan.catalog.recipes import PRECISION_KEYS, match_perf_recipe
 from moeplan.errors import InputError
+from moeplan.spec.pipeline import LayoutSyntaxError, parse_layout, plan_stages
 from moeplan.spec.provenance import BENCHMARK_FILL, TRAINING_FILL, RecipeFill, RecipeProvenance, RecipeRow
 from moeplan.spec.resolved import Resolution
 from moeplan.spec.versions import container_release
@@ -464,7 +465,7 @@ def _ep_overlap_ruled_out(lay: LayoutSpec) -> bool:
 
 
 def apply_recipe(
-    lay: LayoutSpec, stated: frozenset[str], record: RecipeProvenance
+    lay: LayoutSpec, stated: frozenset[str], record: RecipeProvenance, model: PartialModelSpec | None = None
 ) -> tuple[LayoutSpec, list[Resolution], RecipeProvenance]:
     """Fill ``record``'s keys into ``lay`` where the user did not state them.
 
@@ -473,11 +474,13 @@ def apply_recipe(
     stated full-iteration graph takes no TE-graph scope from a row; a stated all-to-all takes no
     HybridEP budget). The first fill of a key wins. A fill with ``requires`` (a companion) applies
     only when the filled layout holds its anchor. A recipe's EP overlap is left out of a layout whose
-    other settings rule it out (:func:`_ep_overlap_ruled_out`).
+    other settings rule it out (:func:`_ep_overlap_ruled_out`), and a pipeline split that would not
+    hold ``model`` (the scenario's model; None skips that guard) is left out and named in the
+    record's ``left_out`` (:func:`_without_breaking_fills`).
 
     Returns:
         (the filled layout, one ``Resolution`` per fill with reason ``recipe fill: <reason>``, the
-        record of the fills applied).
+        record of the fills applied and of those left out).
     """
     offered: dict[str, Any] = {}
     for f in record.fills:
@@ -499,5 +502,70 @@ def apply_recipe(
     if upd.get("overlap_moe_expert_parallel_comm") and _ep_overlap_ruled_out(lay.model_copy(update=upd)):
         applied = [f for f in applied if f.key not in _EP_OVERLAP_KEYS]
         upd = {k: v for k, v in upd.items() if k not in _EP_OVERLAP_KEYS}
+    upd, left_out = _without_breaking_fills(lay, upd, model)
+    applied = [f for f in applied if f.key in upd]
     res = [Resolution(f.key, f.value, f"recipe fill: {f.reason}") for f in applied]
-    return (lay.model_copy(update=upd) if upd else lay), res, replace(record, fills=tuple(applied))
+    filled = lay.model_copy(update=upd) if upd else lay
+    return filled, res, replace(record, fills=tuple(applied), left_out=left_out)
+
+
+#: the keys of a pipeline split a recipe fills: one choice, left out together
+_SPLIT_KEYS = (
+    "pipeline_model_parallel_layout",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+)
+
+
+def _without_breaking_fills(
+    lay: LayoutSpec, upd: dict[str, Any], model: PartialModelSpec | None
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``upd`` less the fills that would break a layout rule for ``model`` that ``lay`` without them
+    passes, and each one left out as ``key=value (why)``. A fill never makes a scenario invalid: a
+    recipe written for one model (DeepSeek-V3's layout map, with its MTP stage) can be matched by
+    another of the same family (Kimi-K2, no MTP), or by the same model with ``mtp_num_layers: 0``.
+
+    Checked (the rules' conditions, spec-side): the pipeline split (rule ``pipeline.layout_valid``:
+    the layout string's stages, decoder layers ``t`` and MTP layers ``m`` against PP·VPP, the model's
+    ``num_layers`` and the MTP layers it builds; rules ``pipeline.uneven_*``: uneven first / last
+    stage counts Megatron can split, :func:`moeplan.spec.pipeline.plan_stages`)."""
+    split = {k: v for k, v in upd.items() if k in _SPLIT_KEYS}
+    if not split or model is None or model.num_layers is None:
+        return upd, ()
+    why = _split_conflict(lay.model_copy(update=upd), model)
+    if why is None or _split_conflict(lay, model) is not None:
+        return upd, ()
+    kept = {k: v for k, v in upd.items() if k not in split}
+    return kept, tuple(f"{k}={v} ({why})" for k, v in split.items())
+
+
+def _layers(k: int, kind: str) -> str:
+    """``1 MTP layer`` / ``2 MTP layers``."""
+    return f"{k} {kind} layer{'' if k == 1 else 's'}"
+
+
+def _split_conflict(lay: LayoutSpec, model: PartialModelSpec) -> str | None:
+    """Why ``lay``'s pipeline split cannot hold ``model`` (``model.num_layers`` known), or None."""
+    n = cast(int, model.num_layers)
+    mtp = lay.mtp_num_layers if lay.mtp_num_layers is not None else (model.mtp_num_layers or 0)
+    pp, vpp = lay.pipeline_model_parallel_size, lay.virtual_pipeline_model_parallel_size
+    text = lay.pipeline_model_parallel_layout
+    if text is not None:
+        try:
+            stages = parse_layout(text)
+        except LayoutSyntaxError:
+            return "the layout does not parse"
+        flat = [sym for st in stages for sym in st]
+        if flat.count("m") != mtp:
+            return f"it holds {_layers(flat.count('m'), 'MTP')} ('m'), the model builds {mtp}"
+        if flat.count("t") != n:
+            return f"it holds {_layers(flat.count('t'), 'decoder')} ('t'), the model has {n}"
+        if len(stages) % pp or (vpp is not None and len(stages) != pp * vpp):
+            return f"it has {len(stages)} stages, not PP·VPP = {pp}·{vpp or len(stages) // pp}"
+        return None
+    first, last = lay.num_layers_in_first_pipeline_stage, lay.num_layers_in_last_pipeline_stage
+    if (first is not None or last is not None) and plan_stages(n, pp, vpp, first=first, last=last) is None:
+        return f"{n} layers do not split over PP {pp} with these first / last stage counts"
+    return None

@@ -218,7 +218,9 @@ class Scenario:
     def summary(self) -> dict[str, Any]:
         """Plain mapping for JSON output: model, GPU, GPU count, framework, megatron-core version,
         sizes with derived DP/EDP, and each resolution as ``{key, value, reason}`` (the recipe fills'
-        reasons are the record's text, ``recipe fill: <reason>``)."""
+        reasons are the record's text, ``recipe fill: <reason>``), and ``recipe_left_out`` — only when
+        a recipe fill was left out because it would break a rule for this model — each
+        ``key=value (why)``."""
         return {
             "model": self.model.name if self.model else None,
             "gpu": self.gpu.id if self.gpu else None,
@@ -237,4 +239,9 @@ class Scenario:
                 "SP": self.sp,
             },
             "resolved_defaults": [{"key": r.key, "value": r.value, "reason": r.reason} for r in self.resolutions],
+            **(
+                {"recipe_left_out": list(self.recipe.left_out)}
+                if self.recipe is not None and self.recipe.left_out
+                else {}
+            ),
         }

@@ -37,14 +37,46 @@ def batch_for_tokens(tokens_per_step: int, seq: int) -> int:
     return max(near, key=lambda g: (twos(g), -abs(g - exact)))
 
 
-def default_global_batch(seq: int) -> tuple[int, str]:
-    """The global batch a command assumes when none is given: about :data:`DEFAULT_TOKENS_PER_STEP`
-    tokens of ``seq``-token sequences, and the sentence that says so."""
-    gbs = max(1, DEFAULT_TOKENS_PER_STEP // seq)
-    return gbs, (
-        f"global_batch_size {gbs} (≈ {DEFAULT_TOKENS_PER_STEP / 2**20:.0f} Mi tokens per step; set --gbs or "
-        "--tokens-per-step)"
-    )
+def default_global_batch(seq: int, multiple: int = 1, num_gpus: int | None = None) -> tuple[int, str]:
+    """The global batch (sequences) a command assumes when none is given, and the sentence that says so.
+
+    About :data:`DEFAULT_TOKENS_PER_STEP` (4 Mi) tokens of ``seq``-token sequences, chosen so that it
+    never breaks Megatron's rule that the global batch divides by micro-batch size × DP
+    (``megatron/core/num_microbatches_calculator.py``): among the multiples of ``multiple`` (the
+    layout's MBS·DP, 1 when no layout is known) within 10 % of the quotient, the one sharing the
+    most factors with ``num_gpus`` (every DP size divides the GPU count, so other layouts divide it
+    too), then with the most factors of two (micro-batch sizes), then the closest. When no multiple is
+    that close: the nearest multiple, at least one. E.g. seq 12,288 on 64 GPUs → 320 (= 64·5, not
+    the quotient 341); seq 4,096 on 64 GPUs → 1,024.
+
+    Args:
+        seq: tokens per sequence (positive).
+        multiple: micro-batch size × data-parallel size of the layout; 1 when unknown (default).
+        num_gpus: the GPU count; None when unknown (default).
+
+    Returns:
+        (global batch size, the sentence that names it as a default and how it was chosen).
+    """
+    exact = DEFAULT_TOKENS_PER_STEP / seq
+    m = max(1, multiple)
+    lo, hi = math.ceil(exact * (1 - BATCH_TOLERANCE) / m), math.floor(exact * (1 + BATCH_TOLERANCE) / m)
+    near = [k * m for k in range(max(1, lo), hi + 1)]
+    if near:
+        gbs = max(near, key=lambda g: (math.gcd(g, num_gpus or 1), (g & -g).bit_length(), -abs(g - exact)))
+    else:
+        gbs = max(1, round(exact / m)) * m
+    how = [f"{gbs * seq / 2**20:.3g} Mi tokens per step"]
+    if m > 1:
+        how.append(f"a multiple of micro_batch_size·DP = {m}")
+    if near and num_gpus and num_gpus % m == 0 and gbs % num_gpus == 0:
+        how.append(f"divisible by every data-parallel size of {num_gpus} GPUs")
+    return gbs, f"global_batch_size {gbs} by default ({', '.join(how)}; set --gbs or --tokens-per-step)"
+
+
+def says_default_batch(notes: list[str]) -> bool:
+    """True when one of a request's notes is :func:`default_global_batch`'s sentence (the global batch
+    was chosen by the command, not given)."""
+    return any(n.startswith("global_batch_size ") and " by default (" in n for n in notes)
 
 
 Precision = Literal["bf16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4"]
