@@ -209,9 +209,12 @@ def test_write_atomically_modes_symlinks_and_refusals(tmp_path):
     assert stat.S_IMODE(sh.stat().st_mode) == 0o777 & ~umask
     link = tmp_path / "link.txt"
     link.symlink_to(f)
-    write_atomically(link, "three")  # the target is replaced, the link stays
-    assert link.is_symlink() and f.read_text() == "three"
+    write_atomically(link, "three")  # the link itself is replaced, the file it named is left alone
+    assert not link.is_symlink() and link.read_text() == "three" and f.read_text() == "two"
+    assert stat.S_IMODE(link.stat().st_mode) == 0o666 & ~umask  # not the mode of the file it named
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    link.unlink()
+    link.symlink_to(f)
     assert check_writable(link) == f.resolve()
     for bad, why in ((tmp_path, "directory"), (tmp_path / "no" / "x", "existing directory"), (" ", "file path")):
         with pytest.raises(InputError, match=why):

@@ -109,8 +109,8 @@ def test_output_file_handling(tmp_path):
     link = tmp_path / "link.yaml"
     link.symlink_to(existing)
     assert runner.invoke(app, [*args, "-o", str(link)]).exit_code == 0
-    assert link.is_symlink() and "model:" in existing.read_text()
-    assert stat.S_IMODE(existing.stat().st_mode) == 0o640
+    assert not link.is_symlink() and "model:" in link.read_text()  # the link is replaced, not followed
+    assert existing.read_text() == "old" and stat.S_IMODE(existing.stat().st_mode) == 0o640
     new = tmp_path / "new.yaml"
     assert runner.invoke(app, [*args, "-o", str(new)]).exit_code == 0
     umask = os.umask(0)

@@ -152,3 +152,118 @@ def test_collect_skips_zero_time_logs_and_sweeps_never_repeat_a_run(tmp_path):
     res = sweep.collect(out)  # no ZeroDivisionError
     row = next(r for r in res["entries"] if r["id"] == e["id"])
     assert row["measured_tokens_per_s_per_gpu"] is None and any("no usable" in n for n in row["notes"])
+
+
+def test_collect_replaces_a_runs_yaml_symlink_and_leaves_its_target_alone(tmp_path):
+    # a runs.yaml link planted in the sweep folder, pointing at a file outside it: collect writes a
+    # regular runs.yaml in the folder; the outside file keeps its bytes
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"entries": [{"id": "only", "scenario": REQ}]}))
+    (out / "only").mkdir()
+    (out / "only" / "run-1.log").write_text(_log(10000.0))
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me\n")
+    (out / "runs.yaml").symlink_to(outside)
+    r = runner.invoke(app, ["sweep", "collect", str(out)])
+    assert r.exit_code == 0, r.output
+    assert outside.read_text() == "keep me\n"
+    assert not (out / "runs.yaml").is_symlink()
+    (run,) = yaml.safe_load((out / "runs.yaml").read_text())["runs"]
+    # 64 sequences · 16384 tokens / 10 s / 32 GPUs = 3276.8 tokens/s/GPU
+    assert run["measured"]["tokens_per_s_per_gpu"] == pytest.approx(3276.8)
+
+
+def test_sweep_refuses_a_symlink_as_its_new_folder(tmp_path):
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    (tmp_path / "sw").symlink_to(real)
+    with pytest.raises(InputError, match="symbolic link"):
+        sweep.write_sweep(REQ, tmp_path / "sw", top=1)
+    assert list(real.iterdir()) == []
+
+
+def _dump(**args) -> str:
+    """A Megatron-LM argument dump (``name ..... value`` lines between its banners)."""
+    lines = ["------------------------ arguments ------------------------"]
+    lines += [f"  {k} {'.' * (48 - len(k))} {v}" for k, v in sorted(args.items())]
+    return "\n".join([*lines, "-------------------- end of arguments ---------------------", ""])
+
+
+#: the dump of a run at REQ's layout (TP2 EP8, ETP 1 as Bridge resolves it, no VPP), batch and sequence
+REQ_DUMP = {
+    "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 8,
+    "expert_tensor_parallel_size": 1,
+    "micro_batch_size": 1,
+    "global_batch_size": 64,
+    "seq_length": 16384,
+    "world_size": 32,
+}
+
+
+def _one_entry_sweep(tmp_path, dump: dict):
+    out = tmp_path / "sw"
+    (out / "only").mkdir(parents=True)
+    (out / "manifest.json").write_text(json.dumps({"entries": [{"id": "only", "scenario": REQ}]}))
+    (out / "only" / "run-1.log").write_text(_dump(**dump) + _log(10000.0))
+    return out
+
+
+def test_collect_refuses_a_log_whose_argument_dump_ran_another_layout(tmp_path):
+    # the log ran TP4 EP16 CP2 in the folder of the TP2 EP8 CP1 entry: refused, exit 2, nothing written
+    out = _one_entry_sweep(
+        tmp_path,
+        REQ_DUMP | {"tensor_model_parallel_size": 4, "expert_model_parallel_size": 16, "context_parallel_size": 2},
+    )
+    r = runner.invoke(app, ["sweep", "collect", str(out)], env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert "run-1.log" in r.output and "Traceback" not in r.output
+    for key, logged, entry in (
+        ("tensor_model_parallel_size", 4, 2),
+        ("context_parallel_size", 2, 1),
+        ("expert_model_parallel_size", 16, 8),
+    ):
+        assert f"{key} {logged} in the log, {entry} in the entry" in r.output
+    assert "pipeline_model_parallel_size" not in r.output  # PP 1 in both
+    assert "--accept-mismatch" in r.output
+    assert not (out / "runs.yaml").exists()
+
+
+def test_collect_accepts_a_mismatched_log_only_when_told_and_says_so(tmp_path):
+    out = _one_entry_sweep(tmp_path, REQ_DUMP | {"global_batch_size": 128})
+    r = runner.invoke(app, ["sweep", "collect", str(out), "--accept-mismatch"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "global_batch_size 128 in the log, 64 in the entry" in r.output
+    assert "1 log(s) ran another layout than their entry" in r.output  # the trade-off, in the text output
+    res = sweep.collect(out, accept_mismatch=True)
+    assert res["entries"][0]["mismatched_logs"] == ["run-1.log"]
+    (run,) = yaml.safe_load((out / "runs.yaml").read_text())["runs"]
+    assert run["logs"] == ["only/run-1.log"]
+
+
+def test_collect_takes_a_log_whose_argument_dump_matches_its_entry(tmp_path):
+    out = _one_entry_sweep(tmp_path, REQ_DUMP)
+    res = sweep.collect(out)
+    assert res["entries"][0]["mismatched_logs"] == [] and res["entries"][0]["notes"] == []
+    # 64 sequences · 16384 tokens / 10 s / 32 GPUs
+    assert res["entries"][0]["measured_tokens_per_s_per_gpu"] == pytest.approx(3276.8)
+
+
+def test_calibrate_refuses_a_runs_file_whose_logs_ran_another_layout(tmp_path):
+    # runs.yaml written with --accept-mismatch names its log: calibrate holds the log to the run again
+    out = _one_entry_sweep(tmp_path, REQ_DUMP | {"pipeline_model_parallel_size": 2, "seq_length": 8192})
+    sweep.collect(out, accept_mismatch=True)
+    profile = tmp_path / "cluster.json"
+    r = runner.invoke(app, ["calibrate", str(out / "runs.yaml"), "-o", str(profile)], env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert "run-1.log" in r.output and "runs[0] (only)" in r.output
+    assert "pipeline_model_parallel_size 2 in the log, 1 in the run" in r.output
+    assert "seq_length 8192 in the log, 16384 in the run" in r.output
+    assert not profile.exists()
+    r = runner.invoke(app, ["calibrate", str(out / "runs.yaml"), "--accept-mismatch"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "fitted to 1 log(s) of another layout than their run" in r.output

@@ -11,7 +11,7 @@ import yaml
 
 from moeplan.api.inputs import load_yaml_any
 from moeplan.diagnose import read_log, stats_config
-from moeplan.diagnose.logs import LogStats, tokens_per_s_per_gpu
+from moeplan.diagnose.logs import LogStats, dump_mismatches, mismatch_text, scenario_sizes, tokens_per_s_per_gpu
 from moeplan.errors import InputError
 from moeplan.io.write import check_writable, write_atomically
 from moeplan.model.calibrate import Run, fit, holdout, load_runs_yaml, profile_json
@@ -71,7 +71,46 @@ def _load(path: Path, merged: dict) -> Scenario:
         raise exc.renamed(f"{path}: {exc.field}") from None
 
 
-def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
+def check_log_layout(path: Path, st: LogStats, s: Scenario, run: str, mismatched: list[str] | None) -> None:
+    """Hold a log's argument dump (when it has one) to the scenario ``s`` it is attributed to, on the
+    keys of :data:`moeplan.diagnose.logs.DUMP_CHECK_KEYS`: a log of another layout would make the fit
+    scale the model to a run it did not model. A mismatch is refused; when ``mismatched`` is a list
+    (``--accept-mismatch``) a line naming the run, the log and the keys is added to it instead.
+
+    Raises:
+        InputError: the dump and ``s`` differ, and ``mismatched`` is None.
+    """
+    bad = dump_mismatches(st.args, scenario_sizes(s))
+    if not bad:
+        return
+    text = mismatch_text(bad, "the run")
+    if mismatched is None:
+        raise InputError(
+            f"log {path}",
+            text,
+            "",
+            sentence=f"its argument dump ran another layout than {run} ({text}); correct the run's scenario,"
+            " or give --accept-mismatch to fit to it anyway (nothing was written)",
+        )
+    mismatched.append(f"{run}, {path}: {text}")
+
+
+def check_run_logs(runs: list[Run], folder: Path, mismatched: list[str] | None) -> None:
+    """Hold the logs each run of a runs document names (``logs:``, relative to ``folder``, the runs
+    file's folder, as ``sweep collect`` writes them) to the run's scenario (:func:`check_log_layout`).
+
+    Raises:
+        InputError: a named log that cannot be read (field ``runs[i].logs``), or one that ran another
+            layout (without ``mismatched``).
+    """
+    for i, r in enumerate(runs):
+        for name in r.logs:
+            path = folder / name
+            st = read_log(path, f"runs[{i}] ({r.id}).logs")
+            check_log_layout(path, st, r.scenario, f"runs[{i}] ({r.id})", mismatched)
+
+
+def runs_from_logs(logs: list[Path], scenario: Path | None, mismatched: list[str] | None = None) -> list:
     """Measured runs from training logs, each log's argument dump (and its container banner, as
     ``versions.container``) laid over ``scenario``.
 
@@ -80,7 +119,9 @@ def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
 
     Raises:
         InputError: no scenario, an unreadable log, a scenario the log makes invalid (field prefixed
-            with the log's path), no usable measurement, or a world size that does not fold.
+            with the log's path), no usable measurement, a world size that does not fold, or an
+            argument dump that disagrees with the resolved run (:func:`check_log_layout`, unless
+            ``mismatched`` is a list).
     """
 
     if scenario is None:
@@ -90,6 +131,7 @@ def runs_from_logs(logs: list[Path], scenario: Path | None) -> list:
     for path in logs:
         st, merged = _log_scenario(path, base)
         s = _load(path, merged)
+        check_log_layout(path, st, s, str(path), mismatched)
         meas = _measured_tokens_per_s(path, st, s)
         if not s.folds:
             raise InputError(f"{path}: system.num_gpus", s.num_gpus, "a world size divisible by TP·PP·CP and ETP·EP·PP")
@@ -106,8 +148,10 @@ def calibrate_report(
     output: Path | None = None,
     max_nfev: int = 200,
     progress: Callable[[int, int], None] | None = None,
+    accept_mismatch: bool = False,
 ) -> dict:
-    """Fit the step-time constants to measured runs; refuses to over-fit.
+    """Fit the step-time constants to measured runs; refuses to over-fit, and refuses a log whose
+    argument dump ran another layout than the run it measures (:func:`check_log_layout`).
 
     Args:
         sources: one runs document (.yaml / .yml / .json, as ``published_runs.yaml``) or training logs.
@@ -119,23 +163,29 @@ def calibrate_report(
         max_nfev: fit budget (model evaluations).
         progress: called as ``progress(0, number of runs)`` when the fit starts, then as
             ``progress(evaluations so far, number of runs)``.
+        accept_mismatch: fit to a log of another layout anyway (default False: refused); each is
+            listed under ``mismatched_logs``.
 
     Returns:
         ``{"fit": info (free_constants, mode, runs, releases, median / worst abs % error before and
         after, at_bounds), "holdout": {group: {runs, median abs % error uncalibrated / calibrated}}
-        or None, "profile": the path written or None}``.
+        or None, "profile": the path written or None, "mismatched_logs": ["run: log ran key value
+        (attributed value), ..."] (empty unless accepted)}``.
 
     Raises:
         InputError: unreadable sources, bad runs, an unknown mode / start / grouping, too few runs
-            for the free constants, or an unwritable output.
+            for the free constants, a log of another layout (without ``accept_mismatch``), or an
+            unwritable output.
     """
 
     if output is not None:  # before any work: never onto an input, nothing half-done
         check_writable(output, inputs=(*sources, scenario))
+    mismatched: list[str] | None = [] if accept_mismatch else None
     if len(sources) == 1 and sources[0].suffix.lower() in RUNS_SUFFIXES:
         runs = load_runs_yaml(load_yaml_any(sources[0]))
+        check_run_logs(runs, sources[0].parent, mismatched)
     else:
-        runs = runs_from_logs(sources, scenario)
+        runs = runs_from_logs(sources, scenario, mismatched)
     if start not in ("packaged", "defaults"):
         raise InputError("--start", start, "packaged or defaults")
     base = load_constants() if start == "packaged" else TimeConstants()
@@ -149,7 +199,12 @@ def calibrate_report(
     folds = holdout(runs, base, holdout_by, constants, max_nfev, tick) if holdout_by else None
     if output is not None:
         write_atomically(output, profile_json(c), inputs=(*sources, scenario))
-    return {"fit": info, "holdout": folds, "profile": str(output) if output else None}
+    return {
+        "fit": info,
+        "holdout": folds,
+        "profile": str(output) if output else None,
+        "mismatched_logs": mismatched or [],
+    }
 
 
 def _memory_reading(path: Path, st: LogStats, s: Scenario) -> MemoryReading:

@@ -10,12 +10,14 @@ from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus,
 from moeplan.diagnose import read_log
 from moeplan.errors import InputError, missing_file
 from moeplan.io.imports import import_config, import_dump
+from moeplan.model.memory import estimate_memory
 from moeplan.rules import RULES, validate
 from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
 from moeplan.spec.params import count_params
 from moeplan.spec.placement import stage_params
 from moeplan.spec.policy import MAX_JSON_BYTES, read_text
-from moeplan.spec.scenario import load_scenario
+from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.spec.versions import rules_version_basis
 
 #: the longest configuration file imported (a Bridge YAML, an overrides file, a command line)
 MAX_CONFIG_BYTES = MAX_JSON_BYTES
@@ -49,8 +51,11 @@ def check_report(
     Returns:
         :meth:`moeplan.rules.CheckResult.to_dict`: ``verdict`` (valid | warn | invalid | unsupported),
         ``scenario`` (summary), ``counts`` (per severity), ``findings`` (rule_id, severity,
-        message, fix, kind, source, keys; errors first); with ``from_format`` also
-        ``import_notes`` (what the import assumed or dropped, list of str).
+        message, fix, kind, source, keys; errors first); ``megatron_core``: the version the layout
+        rules compared and why, beside a container's (:func:`moeplan.spec.versions.rules_version_basis`);
+        ``memory`` (:func:`memory_verdict`) when the
+        scenario names what the memory model needs; with ``from_format`` also ``import_notes`` (what
+        the import assumed or dropped, list of str).
 
     Raises:
         InputError: bad flags, an unreadable or invalid scenario / configuration.
@@ -60,9 +65,43 @@ def check_report(
     if from_format is not None:
         source, notes = _read_config(scenario, from_format)
     data, batch = scenario_request(source, flags)
-    result = validate(load_scenario(data))
+    scn = load_scenario(data)
+    result = validate(scn)
     notes += batch
-    return {**result.to_dict(), "import_notes": notes} if from_format or notes else result.to_dict()
+    doc = {**result.to_dict(), "megatron_core": rules_version_basis(scn.versions, scn.mcore_version)}
+    memory = memory_verdict(scn)
+    if memory is not None:
+        doc["memory"] = memory
+    return {**doc, "import_notes": notes} if from_format or notes else doc
+
+
+def memory_verdict(scn: Scenario) -> dict | None:
+    """The memory verdict of a scenario that names what the memory model needs (a complete model, a
+    GPU, the GPU count and the sequence length), None otherwise or when the layout cannot be
+    estimated (it does not fold into the world: the rules say why). No step-time model is run.
+
+    Returns:
+        ``{"verdict" (fits | tight | does-not-fit), "peak_bytes" (device use of the peak stage, bytes
+        per GPU), "peak_stage", "capacity_bytes" (usable HBM less system.reserved_gib), "error_band_pct"
+        (the memory model's band, docs/memory_accuracy.md), "dominant_items" (the parts that push the
+        peak over, :func:`moeplan.model.memory.dominant_items`), "host_fits" (offloaded state against
+        the node's host memory; None when nothing is offloaded or the host memory is unknown)}``.
+    """
+    if scn.model is None or scn.gpu is None or not scn.num_gpus or scn.training.seq_length is None:
+        return None
+    try:
+        mem = estimate_memory(scn)
+    except InputError:
+        return None
+    return {
+        "verdict": mem.verdict,
+        "peak_bytes": mem.peak_bytes,
+        "peak_stage": mem.peak_stage.stage,
+        "capacity_bytes": mem.capacity_bytes,
+        "error_band_pct": mem.error_band_pct,
+        "dominant_items": mem.dominant_items(),
+        "host_fits": mem.host_fits,
+    }
 
 
 def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = None) -> dict:
@@ -159,4 +198,4 @@ def rules_report() -> list[dict]:
     return [{"rule_id": r.rule_id, "kind": r.kind, "source": r.source, "summary": r.summary} for r in RULES.values()]
 
 
-__all__ = ["check_report", "gpus_report", "models_report", "params_report", "rules_report"]
+__all__ = ["check_report", "gpus_report", "memory_verdict", "models_report", "params_report", "rules_report"]

@@ -11,13 +11,14 @@ from moeplan.api.inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError
 from moeplan.io.export import benchmark_keys_text, export
 from moeplan.io.write import check_writable
-from moeplan.model.memory import estimate_memory
+from moeplan.model.memory import dominant_items_text, estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.changes import apply_check_fixes
 from moeplan.rules import validate
 from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
 from moeplan.spec.overrides import ScenarioFlags
 from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.spec.training import says_default_batch
 
 BROKEN = ("invalid", "unsupported")
 
@@ -53,6 +54,13 @@ class EstimateReport:
         """Memory was estimated and the peak is not over the usable HBM."""
         mem = self.document["memory"]
         return mem is not None and mem["verdict"] != "does-not-fit"
+
+    @property
+    def may_not_fit(self) -> bool:
+        """The verdict is ``tight``: the peak fits, but the peak plus the memory model's error band
+        (``memory.error_band_pct``, docs/memory_accuracy.md) reaches the usable HBM."""
+        mem = self.document["memory"]
+        return mem is not None and mem["verdict"] == "tight"
 
 
 def _throughput(scn: Scenario, consts, calibration: Path | None) -> dict:
@@ -113,7 +121,7 @@ def estimate_report(
     warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
     doc = {
         "scenario": scn.summary(),
-        "assumes": [a.to_dict() for a in verdict_assumptions(scn)],
+        "assumes": [a.to_dict() for a in verdict_assumptions(scn, says_default_batch(batch_notes))],
         "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings},
         "memory": mem.to_dict(),
         "throughput": throughput,
@@ -184,10 +192,12 @@ def _memory_warnings(scn: Scenario) -> list[str]:
         return []  # nothing to say about memory for a scenario the model cannot estimate
     if mem.verdict != "does-not-fit":
         return []
+    why = dominant_items_text(mem.dominant_items())
     return [
-        f"the memory model puts the peak at {mem.peak_bytes / 2**30:.1f} GiB per GPU, over the "
-        f"{(mem.capacity_bytes or 0) / 2**30:.1f} GiB usable: this layout is predicted to run out of memory "
-        "(moeplan estimate / moeplan fit)"
+        f"the memory model puts the peak at {mem.peak_bytes / 2**30:.1f} GiB per GPU"
+        + (f" ({why})" if why else "")
+        + f", over the {(mem.capacity_bytes or 0) / 2**30:.1f} GiB usable: this layout is predicted to run out of "
+        "memory (moeplan estimate / moeplan fit)"
     ]
 
 

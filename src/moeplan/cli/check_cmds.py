@@ -12,6 +12,9 @@ from moeplan.cli.options import JsonOpt, LangOpt, ScenarioArg, exit_with, input_
 from moeplan.cli.render import check as tables
 from moeplan.spec.overrides import ScenarioFlags
 
+#: memory verdicts that make ``check`` exit 1 (does not fit; may not fit within the error band)
+NOT_FITTING = ("does-not-fit", "tight")
+
 FromOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -31,8 +34,13 @@ def check(
 ) -> None:
     """Check a layout against every Megatron-Core rule; each finding has a rule id and a fix.
 
-    Exit code 0 when no rule is broken (warnings allowed), 1 when one is or when the check is
-    incomplete (no model, or several rules skipped for lack of input), 2 on bad input."""
+    With a model, GPU, GPU count and sequence length it also gives the memory verdict (the memory
+    estimate alone, no step time).
+
+    Exit code 0 when no rule is broken (warnings allowed) and the layout fits in memory (or memory
+    cannot be estimated), 1 when a rule is broken, the check is incomplete (no model, or several rules
+    skipped for lack of input), or the layout does not fit or may not fit in memory (the peak plus the
+    memory model's error band reaches the usable HBM), 2 on bad input."""
     with input_errors():
         render.set_lang(lang)
         doc = check_report(scenario, flags, from_)
@@ -41,7 +49,7 @@ def check(
         render.print_json(doc)
     else:
         tables.render_check(doc)
-    exit_with(doc["verdict"] in ("valid", "warn"))
+    exit_with(doc["verdict"] in ("valid", "warn") and (doc.get("memory") or {}).get("verdict") not in NOT_FITTING)
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:

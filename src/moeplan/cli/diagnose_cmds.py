@@ -101,6 +101,13 @@ def calibrate_cmd(
             "instead; -o writes an `overheads:` section for the scenario.",
         ),
     ] = False,
+    accept_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--accept-mismatch",
+            help="Fit to a log whose argument dump ran another layout than its run anyway (refused otherwise).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the step-time model's efficiency constants to measured runs and write a calibration profile
@@ -112,7 +119,17 @@ def calibrate_cmd(
         render.print_json(mem) if as_json else tables.render_memory_calibration(mem)
         return
     with input_errors(), render.fit_spinner() as tick:
-        out = calibrate_report(sources, scenario, constants, holdout_by, start, output, max_nfev, progress=tick)
+        out = calibrate_report(
+            sources,
+            scenario,
+            constants,
+            holdout_by,
+            start,
+            output,
+            max_nfev,
+            progress=tick,
+            accept_mismatch=accept_mismatch,
+        )
     if as_json:
         render.print_json(out)
     else:

@@ -51,7 +51,8 @@ def estimate(
     """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM,
     and (with a global batch size) step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
 
-    Exit code 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input."""
+    Exit code 0 when it fits with a clear margin, 1 when it does not fit, may not fit (tight: the
+    peak plus the memory model's error band reaches the usable HBM) or breaks a rule, 2 on bad input."""
     with input_errors():
         render.set_lang(lang)
         report = estimate_report(scenario, flags, workload, calibration)
@@ -59,7 +60,7 @@ def estimate(
         render.print_json(report.document)
     else:
         tables.render_estimate(report, verbose)
-    exit_with(report.fits and not report.broken)
+    exit_with(report.fits and not report.may_not_fit and not report.broken)
 
 
 @scenario_options()

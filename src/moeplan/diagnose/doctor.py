@@ -34,9 +34,11 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
-from moeplan.errors import MoeplanError
+from moeplan.errors import InputError, MoeplanError, short_repr
 from moeplan.io.export import layout_environment
 from moeplan.rules import validate
+from moeplan.spec.allocator import ALLOC_CONF, alloc_options
+from moeplan.spec.policy import MAX_INT_DIGITS
 from moeplan.spec.scenario import load_scenario
 from moeplan.spec.versions import parse_version
 
@@ -206,8 +208,10 @@ def _finding(rule: str, severity: str, message: str, fix: str = "") -> dict:
 def _norm(v: str | None) -> tuple[int, ...] | None:
     if not v:
         return None
-    nums = re.findall(r"\d+", v.split("+")[0])
-    return tuple(int(x) for x in nums[:3]) if nums else None
+    nums = re.findall(r"[0-9]+", v.split("+")[0])[:3]
+    if not nums or any(len(x) > MAX_INT_DIGITS for x in nums):  # no version number is that long
+        return None
+    return tuple(int(x) for x in nums)
 
 
 def _gpu_presence(rep: EnvironmentReport, s) -> list[dict]:
@@ -309,6 +313,17 @@ def _versions(rep: EnvironmentReport, s) -> list[dict]:
     return out
 
 
+def _has_alloc_options(have: str, need: str) -> bool:
+    """True when the ``PYTORCH_CUDA_ALLOC_CONF`` value ``have`` sets every option of ``need`` as
+    PyTorch reads them (:func:`moeplan.spec.allocator.alloc_options`: spaces ignored, values
+    case-sensitive); False when PyTorch would refuse ``have``."""
+    try:
+        got = alloc_options(have)
+    except InputError:
+        return False
+    return alloc_options(need).items() <= got.items()
+
+
 def _environment_variables(rep: EnvironmentReport, s) -> list[dict]:
     """``doctor.environment``: each variable the layout of scenario ``s`` needs
     (:func:`moeplan.io.export.layout_environment`) that is unset or set otherwise — an error for
@@ -322,11 +337,7 @@ def _environment_variables(rep: EnvironmentReport, s) -> list[dict]:
     for name, value in layout_environment(s).items():
         have = rep.environment.get(name)
         # PYTORCH_CUDA_ALLOC_CONF is a comma-separated option list: the needed ones must be among them
-        if (
-            name == "PYTORCH_CUDA_ALLOC_CONF"
-            and have is not None
-            and set(value.split(",")) <= {o.strip() for o in have.split(",")}
-        ):
+        if name == ALLOC_CONF and have is not None and _has_alloc_options(have, value):
             continue
         if have != value:
             out.append(
@@ -365,7 +376,7 @@ def installed_versions(rep: EnvironmentReport) -> tuple[dict[str, str], list[str
         try:
             parse_version(text, f"versions.{key}")
         except MoeplanError:
-            skipped.append(f"{key} {text!r}")
+            skipped.append(f"{key} {short_repr(text)}")
             continue
         out[key] = text
     return out, skipped

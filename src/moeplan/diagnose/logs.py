@@ -30,9 +30,10 @@ import statistics
 from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from moeplan.io.imports import DumpReader
+from moeplan.spec.policy import ascii_int
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _ITER = re.compile(r"iteration\s+([0-9]{1,18})\s*/\s*([0-9]{1,18})", re.ASCII)
@@ -497,6 +498,77 @@ def tokens_per_s_per_gpu(global_batch_size: int, seq_length: int, iteration_ms: 
     """Training tokens per second per GPU of a step: GBS · seq_length / (iteration time · GPUs)
     (``iteration_ms`` in ms as Megatron prints it, positive)."""
     return global_batch_size * seq_length / (iteration_ms / 1e3) / num_gpus
+
+
+#: the layout and batch keys a log's argument dump must agree on with the layout a run is attributed
+#: to (Megatron-LM argument names, megatron/training/arguments.py)
+DUMP_CHECK_KEYS: tuple[str, ...] = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+)
+
+
+def dump_sizes(args: Mapping[str, str]) -> dict[str, int]:
+    """The sizes of :data:`DUMP_CHECK_KEYS` an argument dump states (name → raw text, as
+    :class:`~moeplan.io.imports.DumpReader` keeps it), as Megatron-LM resolved them: a positive ASCII
+    integer; ``virtual_pipeline_model_parallel_size`` None is 1 (no interleaving), and
+    ``expert_tensor_parallel_size`` None is the TP size (``validate_args`` sets it so). A key the dump
+    leaves out, or gives as anything else, is left out."""
+    out: dict[str, int] = {}
+    for key in DUMP_CHECK_KEYS:
+        raw = args.get(key)
+        v = ascii_int(raw, 1) if raw is not None else None
+        if v is not None:
+            out[key] = v
+        elif raw == "None" and key == "virtual_pipeline_model_parallel_size":
+            out[key] = 1
+    tp = out.get("tensor_model_parallel_size")
+    if args.get("expert_tensor_parallel_size") == "None" and tp is not None:
+        out["expert_tensor_parallel_size"] = tp
+    return out
+
+
+def scenario_sizes(s: Any) -> dict[str, int | None]:
+    """The sizes of :data:`DUMP_CHECK_KEYS` of a resolved scenario (``moeplan.spec.resolved.Scenario``;
+    VPP 1 when not interleaved, ETP 1 when unset), None where it states no batch or sequence."""
+    t = s.training
+    return {
+        "tensor_model_parallel_size": s.tp,
+        "pipeline_model_parallel_size": s.pp,
+        "virtual_pipeline_model_parallel_size": s.vpp,
+        "context_parallel_size": s.cp,
+        "expert_model_parallel_size": s.ep,
+        "expert_tensor_parallel_size": s.etp,
+        "micro_batch_size": t.micro_batch_size,
+        "global_batch_size": t.global_batch_size,
+        "seq_length": t.seq_length,
+    }
+
+
+def dump_mismatches(args: Mapping[str, str], attributed: Mapping[str, int | None]) -> list[tuple[str, int, int]]:
+    """``(key, the log's value, the attributed value)`` for each key of :data:`DUMP_CHECK_KEYS` that a
+    log's argument dump (``args``) and the layout the log is attributed to (``attributed``, as
+    :func:`scenario_sizes` gives it) both state and disagree on; empty for a log without a dump."""
+    logged = dump_sizes(args)
+    return [
+        (k, logged[k], v)
+        for k in DUMP_CHECK_KEYS
+        if k in logged and (v := attributed.get(k)) is not None and logged[k] != v
+    ]
+
+
+def mismatch_text(mismatches: list[tuple[str, int, int]], attributed: str = "the run") -> str:
+    """``tensor_model_parallel_size 8 in the log, 4 in the entry; ...``: each key a log ran
+    differently with both values (``attributed`` names what the log was attributed to), for messages
+    and notes."""
+    return "; ".join(f"{k} {got} in the log, {want} in {attributed}" for k, got, want in mismatches)
 
 
 def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:

@@ -17,7 +17,8 @@ def plot_runs(
     a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("A", "B"), inputs: tuple = ()
 ) -> None:
     """Write a two-panel figure (iteration time in s; max allocated memory in GiB) to ``path``
-    (atomically, under the output policy of :mod:`moeplan.io.write`: a symlink is written through).
+    (atomically, under the output policy of :mod:`moeplan.io.write`: a symlink there is replaced, never
+    written through).
 
     Raises:
         InputError: matplotlib is not installed, or ``path`` cannot be written (or is one of ``inputs``).

@@ -3,8 +3,11 @@
 - Checked before any work: a path that resolves (no symlink loop), in an existing folder, not a
   folder or a FIFO itself, and never one of the command's own inputs (``plan s.yaml --report s.yaml``
   is refused, hard links and symlinks to an input too).
-- Symlinks are followed, everywhere the same way: a link to a file is written through (its target
-  is replaced, the link stays); a link to a folder names that folder.
+- A writer never follows a symlink at the path it writes (a link planted in an output folder would
+  otherwise overwrite a file outside it): a link there is replaced by the new regular file, the file
+  it pointed to is left as it was; a new folder's path that is a link is refused. The folders above
+  the file or folder written are the user's path and are followed (an existing output folder named
+  through a link is written into; each file in it is written as above).
 - Atomic: a file is written under a temporary name in the same folder, flushed, then renamed over
   the target; a folder is built under a temporary name beside the target and renamed into place.
   Readers never see half a file or half a folder, and a full disk or ``kill -9`` leaves the target
@@ -85,7 +88,9 @@ def check_writable(output: Path | str, field: str = "--output", inputs: Iterable
     one bad path of several leaves nothing half-written).
 
     Args:
-        output: the path as given (a symlink is followed).
+        output: the path as given (a symlink is followed for these checks only: a link to a folder,
+            a FIFO or an input is refused; the write itself replaces the link, see
+            :func:`write_atomically`).
         field: the option named in the error (``--output``, ``--save``, ...).
         inputs: the command's input files: the output may be none of them.
 
@@ -111,6 +116,26 @@ def check_writable(output: Path | str, field: str = "--output", inputs: Iterable
         raise InputError(field, str(output), "a regular file (use - for standard output)")
     check_not_input(target, output, field, inputs)
     return target
+
+
+def named_path(output: Path | str) -> Path:
+    """The path a writer writes: its folder resolved (links above the last component followed), the
+    last component as named, never followed (a symlink there is replaced, not written through).
+
+    Raises:
+        InputError: a path :func:`resolve_output` refuses (field ``--output``).
+    """
+    text = os.fspath(output)
+    head, name = os.path.split(text)
+    if name in ("", ".", ".."):  # a folder, refused by the callers' checks
+        return resolve_output(output)
+    return Path(os.path.realpath(head or ".")) / name
+
+
+def _is_link(output: Path | str) -> bool:
+    """True when the last component of ``output`` (trailing slashes ignored) is a symlink."""
+    text = os.fspath(output).rstrip(os.sep)
+    return bool(text) and os.path.islink(text)
 
 
 def _tmp_name(target: Path) -> Path:
@@ -160,14 +185,17 @@ def clean_stale(target: Path) -> list[Path]:
 
 
 def _mode(target: Path, executable: bool) -> int:
-    """An existing file keeps its permissions; a new one gets the umask's (0644 with the usual 022;
-    0755 with ``executable``)."""
+    """An existing regular file keeps its permissions; a new one, or one replacing a symlink, gets the
+    umask's (0644 with the usual 022; 0755 with ``executable``)."""
     umask = os.umask(0)
     os.umask(umask)
     try:
-        return os.stat(target).st_mode & 0o777
+        st = os.lstat(target)
     except OSError:
-        return (0o777 if executable else 0o666) & ~umask
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        return st.st_mode & 0o777
+    return (0o777 if executable else 0o666) & ~umask
 
 
 def write_atomically(
@@ -179,8 +207,9 @@ def write_atomically(
 ) -> Path:
     """Write ``text`` (or bytes) to ``output`` through a temporary file in the same directory, flushed
     to disk, and a rename: readers never see half a file, and a failure leaves the target as it was.
-    A symlink is followed (its target is replaced); an existing file keeps its permissions; a new one
-    gets the umask's (0644 with the usual 022; 0755 with ``executable``).
+    A symlink at ``output`` is never followed: the rename replaces the link itself and the file it
+    pointed to is left as it was. An existing regular file keeps its permissions; a new one gets the
+    umask's (0644 with the usual 022; 0755 with ``executable``).
 
     Args:
         output: the file to write.
@@ -190,12 +219,13 @@ def write_atomically(
         inputs: the command's input files (the output may be none of them).
 
     Returns:
-        The real path written.
+        The path written (its folder resolved, see :func:`named_path`).
 
     Raises:
         InputError: a path :func:`check_writable` refuses, or an unwritable location (a full disk).
     """
-    target = check_writable(output, field, inputs)
+    check_writable(output, field, inputs)
+    target = named_path(output)
     clean_stale(target)
     data = text.encode("utf-8") if isinstance(text, str) else text
     mode = _mode(target, executable)
@@ -226,13 +256,21 @@ def check_new_directory(output: Path | str, field: str = "--output", inputs: Ite
     """The resolved target of a folder to create: new, or an empty folder, in an existing folder.
 
     Raises:
-        InputError: a loop, a missing parent, a file, a non-empty folder, or one of ``inputs``.
+        InputError: a loop, a missing parent, a file, a non-empty folder, a symlink (a writer never
+            follows one), or one of ``inputs``.
     """
+    if _is_link(output):
+        raise InputError(
+            field, str(output), "a new or empty directory, not a symbolic link (a writer never follows one)"
+        )
     target = resolve_output(output, field)
     if target.exists() and not target.is_dir():
         raise InputError(field, str(output), "a new or empty directory (it is a file)")
     if target.is_dir() and any(target.iterdir()):
         raise InputError(field, str(output), "a new or empty directory (a writer never overwrites one)")
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:  # renaming onto it would pull the shell's folder away
+        raise InputError(field, str(output), "a new directory, not the current one or a folder above it")
     if not target.parent.is_dir():
         raise InputError(field, str(output), "a path in an existing directory")
     check_not_input(target, output, field, inputs)
@@ -299,6 +337,7 @@ __all__ = [
     "check_not_input",
     "check_writable",
     "clean_stale",
+    "named_path",
     "resolve_output",
     "write_atomically",
     "write_file_in",

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from moeplan.errors import InputError, MoeplanError, UnknownNameError, missing_extra, short_repr
+from moeplan.errors import InputError, MoeplanError, UnknownNameError, missing_extra, name_some, short_repr
 from moeplan.model.constants import TimeConstants, release_key, release_of
 from moeplan.model.step import estimate_step
 from moeplan.spec.loading import load_json_file
@@ -81,6 +81,7 @@ RUN_KEYS = frozenset(
         "release",
         "scenario",
         "measured",
+        "logs",
         "mtp_included",
         "notes",
         "source",
@@ -97,12 +98,15 @@ MODES = ("scale", "all")
 
 @dataclass(frozen=True)
 class Run:
-    """One measured run: a resolved scenario, its measured tokens/s/GPU and its release (or None)."""
+    """One measured run: a resolved scenario, its measured tokens/s/GPU, its release (or None) and the
+    training logs it was measured from (paths as the runs document gives them, relative to its
+    folder; empty when it names none)."""
 
     id: str
     scenario: Scenario
     measured_tokens_per_s_per_gpu: float
     release: str | None
+    logs: tuple[str, ...] = ()
 
 
 def values_of(c: TimeConstants) -> dict[str, float]:
@@ -405,6 +409,21 @@ def _release(r: dict, i: int) -> str | None:
     return release
 
 
+def _run_logs(r: dict, i: int) -> tuple[str, ...]:
+    """The log paths of run entry ``i`` (``logs:``, as ``sweep collect`` writes them); () without.
+
+    Raises:
+        InputError: not a list of at most 10 000 non-empty path strings.
+    """
+    logs = r.get("logs")
+    if logs is None:
+        return ()
+    ok = isinstance(logs, list) and len(logs) <= 10_000
+    if not ok or not all(isinstance(x, str) and x.strip() and "\x00" not in x and len(x) <= 4096 for x in logs):
+        raise InputError(f"runs[{i}].logs", logs, "a list of the training logs' paths (relative to the runs file)")
+    return tuple(logs)
+
+
 def _run_scenario(r: dict, i: int, rid: str, defaults: dict | None, release: str | None) -> Scenario:
     """The resolved scenario of run entry ``i`` (id ``rid``): ``defaults`` under its ``scenario``, the
     ``release`` as ``versions.container``, no MTP layers when ``mtp_included`` is false. It must fold
@@ -467,7 +486,7 @@ def load_runs_yaml(data: object, defaults: dict | None = None) -> list[Run]:
         s = _run_scenario(r, i, rid, defaults, release)
         if release is None:  # the scenario's own container, as the estimate reads it
             release = release_of(s)
-        out.append(Run(rid, s, float(meas), release))
+        out.append(Run(rid, s, float(meas), release, _run_logs(r, i)))
     return out
 
 
@@ -521,14 +540,15 @@ def _check_profile_keys(data: object, path) -> None:
         why = "; ".join(RETIRED_KEYS[k] for k in retired)
         raise InputError("--calibration", str(path), f"a profile of this moeplan: re-run moeplan calibrate ({why})")
     if set(data) - fields:
-        raise InputError(
-            "--calibration", str(path), f"a moeplan calibration profile (unknown keys {sorted(set(data) - fields)})"
-        )
+        unknown = name_some(sorted(set(data) - fields))
+        raise InputError("--calibration", str(path), f"a moeplan calibration profile (unknown keys {unknown})")
     absent = sorted(fields - {"provenance"} - set(data))
     if absent:
         # a partial profile would silently take the physical priors for what it leaves out
         raise InputError(
-            "--calibration", str(path), f"a complete profile as moeplan calibrate -o writes (missing {absent})"
+            "--calibration",
+            str(path),
+            f"a complete profile as moeplan calibrate -o writes (missing {name_some(absent)})",
         )
 
 

@@ -219,7 +219,11 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
         chk = validate(s)
         out["check"] = {"verdict": chk.verdict, "errors": [f"{f.rule_id}: {f.message}" for f in chk.errors]}
         mem = estimate_memory(s)
-        out["memory"] = {"peak_gib": mem.peak_bytes / 2**30, "verdict": mem.verdict}
+        out["memory"] = {
+            "peak_gib": mem.peak_bytes / 2**30,
+            "verdict": mem.verdict,
+            "dominant_items": mem.dominant_items(),
+        }
         out["throughput"] = estimate_step(s).to_dict() if not chk.errors else None
     except InputError as exc:
         out["check"] = {"verdict": "invalid", "errors": [str(exc)]}

@@ -17,7 +17,7 @@ from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.model.constants import TimeConstants
-from moeplan.model.memory import MemoryEstimate, estimate_memory
+from moeplan.model.memory import TIGHT_HEADROOM, MemoryEstimate, dominant_items, estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.changes import Change, Outcome, Rejection, apply_edits, combine, memory_changes, try_change
 from moeplan.plan.describe import describe
@@ -144,6 +144,17 @@ def _baseline(data: dict, headroom_gib: float | None, constants) -> tuple[Scenar
     return s0, data, split_fix
 
 
+def default_fit_limit(mem: MemoryEstimate) -> float:
+    """The peak (bytes) a fix must stay under without ``--headroom-gib``: what ``estimate`` calls
+    ``fits`` (exit 0), i.e. 5 % of the usable HBM free (:data:`~moeplan.model.memory.TIGHT_HEADROOM`)
+    and the peak plus the memory model's error band (``error_band_pct``, docs/memory_accuracy.md)
+    within it, so that a saved fix is not ``tight``. Needs a GPU (``capacity_bytes``)."""
+    cap = cast(int, mem.capacity_bytes)
+    band = mem.error_band_pct
+    limit = cap * (1 - TIGHT_HEADROOM)
+    return limit if band is None else min(limit, cap / (1 + band / 100))
+
+
 def fit_layout(
     data: dict, *, headroom_gib: float | None = None, top: int = 8, constants: TimeConstants | None = None
 ) -> dict:
@@ -156,7 +167,9 @@ def fit_layout(
         is in one of ``fixes``, ``more_fixes``, ``not_enough`` or ``rejected``; ``tried`` counts them);
         ``replanned`` when no single change or pair fits
         (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
-        before anything else when the layers do not divide by PP, else None; ``capacity_gib`` the
+        before anything else when the layers do not divide by PP, else None; ``dominant_items`` the
+        parts of the peak stage that push it over the limit (:func:`moeplan.model.memory.dominant_items`,
+        empty when it fits already); ``capacity_gib`` the
         usable HBM less ``reserved_gib`` (``system.reserved_gib``); each fix: ``change``,
         ``kind``, ``changes_numerics``, ``peak_gib``, ``saved_gib``, ``step_time_change_pct`` (None
         without a global batch size), ``tokens_per_s_per_gpu``, ``scenario`` (the changed mapping, for
@@ -168,7 +181,7 @@ def fit_layout(
     s0, data, split_fix = _baseline(with_sections(data), headroom_gib, constants)
     mem0 = estimate_memory(s0)
     cap = cast(int, mem0.capacity_bytes)  # _baseline() refused a scenario without a GPU
-    limit = cap - (headroom_gib * GIB_BYTES if headroom_gib is not None else 0.05 * cap)
+    limit = cap - headroom_gib * GIB_BYTES if headroom_gib is not None else default_fit_limit(mem0)
     errors = validate(s0).errors
     timed = s0.training.global_batch_size is not None and not errors
     f = _Fit(data, mem0, limit, estimate_step(s0, constants).step_time_s if timed else None, constants)
@@ -176,7 +189,7 @@ def fit_layout(
     _singles_and_pairs(f, s0, fits_already)
     replanned = False
     if not f.fixes and not fits_already:
-        row = _replan(f, headroom_gib)
+        row = _replan(f, (cap - limit) / GIB_BYTES)
         if row is not None:
             f.fixes.append(row)
             replanned = True
@@ -190,6 +203,7 @@ def fit_layout(
         "reserved_gib": mem0.reserved_bytes / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
         "fits_already": fits_already,
+        "dominant_items": [] if fits_already else dominant_items(mem0.peak_stage.items, mem0.peak_bytes - limit),
         "fixes": fixes[:top],
         "more_fixes": fixes[top:],
         "tried": len(f.fixes) + len(f.not_enough) + len(f.rejected) - int(replanned),

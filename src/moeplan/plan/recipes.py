@@ -83,7 +83,11 @@ def _evaluate(scn: dict) -> dict:
     }
     try:
         mem = estimate_memory(s)
-        out["memory"] = {"peak_gib": mem.peak_bytes / 2**30, "verdict": mem.verdict}
+        out["memory"] = {
+            "peak_gib": mem.peak_bytes / 2**30,
+            "verdict": mem.verdict,
+            "dominant_items": mem.dominant_items(),
+        }
     except InputError as exc:
         out["memory"] = None
         out["memory_note"] = str(exc)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.diagnose import read_log
-from moeplan.diagnose.logs import tokens_per_s_per_gpu
-from moeplan.errors import InputError
+from moeplan.diagnose.logs import dump_mismatches, mismatch_text, scenario_sizes, tokens_per_s_per_gpu
+from moeplan.errors import InputError, MoeplanError
 from moeplan.io.export import launch_script
 from moeplan.io.write import atomic_directory, check_new_directory, write_atomically, write_file_in
 from moeplan.model.memory import estimate_memory
@@ -337,15 +337,65 @@ def _planned(sc: dict) -> tuple[int, int, int] | None:
     return None
 
 
-def _log_tokens_per_s(p: Path, e: dict, notes: list[str]) -> float | None:
+def _entry_sizes(e: dict) -> dict[str, int | None] | None:
+    """The layout and batch sizes a sweep entry attributes its logs to (its resolved scenario, as
+    :func:`moeplan.diagnose.logs.scenario_sizes`); None when its scenario does not resolve (an edited
+    manifest)."""
+    try:
+        return scenario_sizes(load_scenario(e["scenario"]))
+    except MoeplanError:
+        return None
+
+
+def _check_log_layout(
+    p: Path, st, sizes: dict[str, int | None] | None, notes: list[str], mismatched: list[str] | None
+) -> None:
+    """Hold a log's argument dump to the layout of the entry it sits in (a smoke log: its parallel
+    sizes only, the proxy runs a smaller batch). A mismatch is refused; when ``mismatched`` is a list
+    (the override) the log's name is added to it and a note says what differs.
+
+    Raises:
+        InputError: the dump states another value of a key of
+            :data:`moeplan.diagnose.logs.DUMP_CHECK_KEYS` than the entry, and ``mismatched`` is None.
+    """
+    if sizes is None:
+        return
+    if p.name.startswith("smoke"):
+        sizes = {k: v for k, v in sizes.items() if k != "global_batch_size"}
+    bad = dump_mismatches(st.args, sizes)
+    if not bad:
+        return
+    text = mismatch_text(bad, "the entry")
+    if mismatched is None:
+        raise InputError(
+            f"log {p}",
+            text,
+            "",
+            sentence=f"its argument dump ran another layout than the sweep entry it sits in ({text}); move it"
+            " to the entry it ran, or give --accept-mismatch to score it against this entry anyway (nothing"
+            " was written)",
+        )
+    mismatched.append(p.name)
+    notes.append(f"{p.name}: ran another layout than the entry ({text}), scored against the entry")
+
+
+def _log_tokens_per_s(
+    p: Path, e: dict, notes: list[str], sizes: dict[str, int | None] | None = None, mismatched: list[str] | None = None
+) -> float | None:
     """Measured tokens/s/GPU of one log of a sweep entry: the printed figure, else GBS · seq / (median
     iteration time · GPUs) from the entry's scenario (the log's logged batch size when it gives one);
-    None (with a note) when the log gives no usable figure."""
+    None (with a note) when the log gives no usable figure. The log's argument dump is held to the
+    entry's ``sizes`` first (:func:`_check_log_layout`).
+
+    Raises:
+        InputError: the log's argument dump ran another layout, and ``mismatched`` is None.
+    """
     try:
         st = read_log(p)
     except InputError as exc:
         notes.append(f"{p.name}: {exc.allowed}")
         return None
+    _check_log_layout(p, st, sizes, notes, mismatched)
     summ = st.summary()
     tps = (summ.get("tokens_per_s_per_gpu") or {}).get("median")
     if tps is None and summ.get("iteration_time_ms"):
@@ -375,13 +425,18 @@ def _predicted(e: dict) -> float | None:
     return float(v) if math.isfinite(v) and 0 < v < 1e30 else None
 
 
-def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
+def collect(out_dir: Path, *, include_smoke: bool = False, accept_mismatch: bool = False) -> dict:
     """Measured tokens/s/GPU of each entry from the ``*.log`` files in it (steady state, median over
     logs), beside the prediction; Spearman rank correlation; writes ``runs.yaml`` for ``calibrate``
-    (atomically).
+    (atomically), each run with the logs it was measured from (``logs:``, relative to the folder).
+
+    A log whose argument dump states another TP, PP, VPP, CP, EP, ETP, MBS, GBS or sequence length
+    than its entry (:data:`moeplan.diagnose.logs.DUMP_CHECK_KEYS`) would poison every calibration
+    made from it: it is refused, nothing written; with ``accept_mismatch`` it is scored against the
+    entry anyway and the entry's ``notes`` and ``mismatched_logs`` say so.
 
     Raises:
-        InputError: not a sweep directory.
+        InputError: not a sweep directory; a log that ran another layout (without ``accept_mismatch``).
     """
 
     out_dir = Path(out_dir)
@@ -393,8 +448,10 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
             logs = [p for p in logs if not p.name.startswith("smoke")]
         read += logs
         notes: list[str] = []
-        vals = [v for p in logs if (v := _log_tokens_per_s(p, e, notes)) is not None]
-        measured = statistics.median(vals) if vals else None
+        sizes = _entry_sizes(e)
+        bad: list[str] | None = [] if accept_mismatch else None
+        used = {p: v for p in logs if (v := _log_tokens_per_s(p, e, notes, sizes, bad)) is not None}
+        measured = statistics.median(used.values()) if used else None
         pred = _predicted(e)
         rows.append(
             {
@@ -405,10 +462,11 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
                 "predicted_tokens_per_s_per_gpu": pred,
                 "error_pct": None if (measured is None or pred is None) else 100 * (pred / measured - 1),
                 "notes": notes,
+                "mismatched_logs": bad or [],
             }
         )
         if measured is not None:
-            runs.append({"id": e["id"], "scenario": e["scenario"], "measured": {"tokens_per_s_per_gpu": measured}})
+            runs.append(_run_entry(e, measured, list(used), out_dir))
     both = [r for r in rows if r["error_pct"] is not None]
     rho = _spearman(
         [r["predicted_tokens_per_s_per_gpu"] for r in both], [r["measured_tokens_per_s_per_gpu"] for r in both]
@@ -424,6 +482,18 @@ def collect(out_dir: Path, *, include_smoke: bool = False) -> dict:
         "measured_ranking": [r["id"] for r in both],
         "spearman": rho,
         "runs_file": str(runs_file) if runs_file else None,
+    }
+
+
+def _run_entry(e: dict, measured: float, logs: list[Path], out_dir: Path) -> dict:
+    """One run of ``runs.yaml``: the entry's id and scenario, its measured tokens/s/GPU and the logs
+    it was measured from (paths relative to the sweep folder, so that ``calibrate`` can hold each
+    log's argument dump to the scenario again)."""
+    return {
+        "id": e["id"],
+        "scenario": e["scenario"],
+        "measured": {"tokens_per_s_per_gpu": measured},
+        "logs": [p.relative_to(out_dir).as_posix() for p in logs],
     }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from moeplan.errors import InputError
+from moeplan.spec.policy import MAX_INT_DIGITS
 
 #: packages whose versions a scenario may state (``versions.<key>``), in display order
 PACKAGES: tuple[str, ...] = (
@@ -46,17 +47,24 @@ _PREFIXES = ("core_v", "core_r", "v", "r")
 _ALLOWED = "a PEP 440 version such as 0.16.1, 0.19.0rc1, 2.14+71bbefb or 2.9.0a0 (core_v0.16.0 and r0.16.0 also read)"
 
 
+#: a run of digits longer than any version number (:data:`~moeplan.spec.policy.MAX_INT_DIGITS`)
+_LONG_NUMBER = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+
+
 def parse_version(text: str, field_name: str = "versions") -> Version:
     """``"0.16.1"`` → ``Version("0.16.1")``; ``core_v0.16.0``, ``core_r0.16.0`` and ``v0.16`` also read.
 
     Raises:
-        InputError: not a PEP 440 version (free text, non-ASCII digits, empty), naming ``field_name``.
+        InputError: not a PEP 440 version (free text, non-ASCII digits, empty, a number of more than
+            :data:`~moeplan.spec.policy.MAX_INT_DIGITS` digits), naming ``field_name``.
     """
     if not isinstance(text, str):
         raise InputError(field_name, text, _ALLOWED)
     s = text.strip()
     if not s or not s.isascii():
         raise InputError(field_name, text, _ALLOWED)
+    if _LONG_NUMBER.search(s):  # int() of it would raise (over 4300 digits) or take long
+        raise InputError(field_name, text, f"{_ALLOWED}, each number at most {MAX_INT_DIGITS} digits")
     low = s.lower()
     for p in _PREFIXES:
         if low.startswith(p) and len(low) > len(p) and low[len(p)].isdigit():
@@ -64,7 +72,7 @@ def parse_version(text: str, field_name: str = "versions") -> Version:
             break
     try:
         return Version(s)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         raise InputError(field_name, text, _ALLOWED) from None
 
 
@@ -180,6 +188,30 @@ def resolve_versions(
     )
 
 
+def rules_version_basis(versions: ResolvedVersions, rules_version: tuple[int, ...]) -> dict[str, str | None]:
+    """Which megatron-core version the layout rules compared, and why, beside the one a container
+    ships: the rules read the stated version, else the newest moeplan knows; a container's table row
+    feeds only the known-issue ranges (:func:`resolve_versions`).
+
+    Args:
+        versions: the scenario's resolved versions.
+        rules_version: ``Scenario.mcore_version``, (major, minor, micro) the rules compared.
+
+    Returns:
+        ``{"rules": "0.20.0", "basis": "stated" | "newest known", "container": release or None,
+        "container_megatron_core": the container's megatron-core when it was filled from the
+        container's row (differing or not), else None}``.
+    """
+    stated = versions.sources.get("megatron_core") == "versions.megatron_core"
+    shipped = versions.get("megatron_core")
+    return {
+        "rules": ".".join(map(str, rules_version)),
+        "basis": "stated" if stated else "newest known",
+        "container": versions.container,
+        "container_megatron_core": None if stated or shipped is None else str(shipped),
+    }
+
+
 __all__ = [
     "PACKAGES",
     "PACKAGE_NAMES",
@@ -188,5 +220,6 @@ __all__ = [
     "parse_version",
     "release_tuple",
     "resolve_versions",
+    "rules_version_basis",
     "version_text",
 ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
 import moeplan.i18n as i18n
 from moeplan.cli.render import T, console, lang, rule_text
-from moeplan.units import format_count
+from moeplan.cli.render.verdict import verdict_text
+from moeplan.units import GIB_BYTES, format_count
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -44,6 +46,50 @@ def _findings(c, findings: list[dict]) -> None:
             c.print(Padding(fix, (0, 0, 0, 8)), markup=False, highlight=False)
 
 
+def _version_text(version: str, basis: dict | None) -> str:
+    """The megatron-core version the layout rules compared, with why when it was not stated, and a
+    container's own version beside it (``basis``: :func:`moeplan.spec.versions.rules_version_basis`)."""
+    if not basis or basis.get("basis") == "stated":
+        return version
+    shipped = basis.get("container_megatron_core")
+    if shipped:
+        return T(
+            "{rules} for the layout rules, the newest moeplan knows; container {container} ships {shipped}, "
+            "which the known issues are checked against"
+        ).format(rules=version, container=basis.get("container"), shipped=shipped)
+    return T("{rules}, the newest moeplan knows: none stated").format(rules=version)
+
+
+def _memory_line(c, mem: dict | None) -> None:
+    """The memory verdict of the layout (``memory`` of a check document): the peak per GPU against the
+    usable HBM, and why it does not or may not fit."""
+    if not mem or mem.get("capacity_bytes") is None:
+        return
+    style = {"fits": "green", "tight": "yellow", "does-not-fit": "bold red"}.get(mem["verdict"], "dim")
+    c.print(
+        T("memory: {peak} GiB per GPU (stage {stage}) of {cap} GiB usable → ").format(
+            peak=f"{mem['peak_bytes'] / GIB_BYTES:.1f}",
+            stage=mem["peak_stage"],
+            cap=f"{mem['capacity_bytes'] / GIB_BYTES:.1f}",
+        )
+        + f"[{style}]{escape(verdict_text(mem))}[/]"
+        + (T(" — host memory exceeded") if mem.get("host_fits") is False else "")
+        + T("; moeplan estimate itemises it"),
+        highlight=False,
+    )
+
+
+def _verdict_word(d: dict) -> str:
+    """The check's verdict, said with the memory verdict where the rules pass but the layout does not,
+    or may not, fit in memory."""
+    mem = (d.get("memory") or {}).get("verdict")
+    if d["verdict"] in ("valid", "warn") and mem == "does-not-fit":
+        return T("rules pass; does not fit in memory")
+    if d["verdict"] in ("valid", "warn") and mem == "tight":
+        return T("rules pass; may not fit in memory")
+    return T(d["verdict"])
+
+
 def render_check(d: dict) -> None:
     """A check document (:func:`moeplan.api.check_report`): scenario line, each finding with its fix,
     the defaults used and the verdict with counts."""
@@ -56,7 +102,7 @@ def render_check(d: dict) -> None:
             n=s["num_gpus"] or "?",
             gpu=s["gpu"] or "?",
             framework=s["framework"],
-            version=s["megatron_core_version"],
+            version=_version_text(s["megatron_core_version"], d.get("megatron_core")),
         )
     )
     c.print("  " + parallel_text(p), highlight=False)
@@ -69,6 +115,9 @@ def render_check(d: dict) -> None:
             highlight=False,
             markup=False,
         )
+    if s.get("recipe_left_out"):
+        left = T("; ").join(T(x) for x in s["recipe_left_out"])
+        c.print(T("recipe fills left out (they would break a rule for this model): ") + left, highlight=False, markup=False)
     style = {
         "valid": "bold green",
         "warn": "yellow",
@@ -76,10 +125,13 @@ def render_check(d: dict) -> None:
         "invalid": "bold red",
         "unsupported": "bold red",
     }[d["verdict"]]
+    if (d.get("memory") or {}).get("verdict") in ("does-not-fit", "tight") and d["verdict"] in ("valid", "warn"):
+        style = "bold red"
     n = d["counts"]
+    _memory_line(c, d.get("memory"))
     c.print(
         T("verdict: [{style}]{verdict}[/] (errors: {e}, warnings: {w}, info: {i})").format(
-            style=style, verdict=T(d["verdict"]), e=n["error"], w=n["warning"], i=n["info"]
+            style=style, verdict=_verdict_word(d), e=n["error"], w=n["warning"], i=n["info"]
         ),
         highlight=False,
     )
@@ -118,37 +170,33 @@ def render_models(rows: list[dict]) -> None:
 def render_gpus(rows: list[dict]) -> None:
     """The built-in GPUs (:func:`moeplan.api.gpus_report` rows): HBM GiB, dense TFLOP/s, NVLink, NIC, features."""
 
-    t = Table(title="built-in GPUs (dense peaks)")
-    for col in (
-        "id",
-        "entry",
-        "HBM GiB",
-        "(source)",
-        "BF16 TF",
-        "FP8 TF",
-        "FP4 TF",
-        "NVLink domain",
-        "NVLink GB/s",
-        "NIC Gb/s",
-        "DeepEP",
-        "HybridEP",
-    ):
-        t.add_column(col)
+    # two tables, so that each fits an 80-column terminal with every figure whole
+    t = Table(title="built-in GPUs: memory and dense peaks")
+    for col in ("id", "HBM\nGiB", "HBM figure is", "BF16\nTFLOP/s", "FP8\nTFLOP/s", "FP4\nTFLOP/s"):
+        t.add_column(col, no_wrap=col != "HBM figure is", overflow="fold")
+    links = Table(title="built-in GPUs: links and EP kernels")
+    for col in ("id", "entry", "NVLink\ndomain", "NVLink\nGB/s", "NIC\nGb/s", "DeepEP", "HybridEP"):
+        links.add_column(col, no_wrap=col != "entry", overflow="fold")
     for r in rows:
         pk = r["peak_dense_tflops"]
         t.add_row(
             r["id"],
-            r["name"],
             f"{r['usable_hbm_gib']:.2f}",
             r["usable_hbm_source"],
             *(str(int(pk[k])) if k in pk else "–" for k in ("bf16", "fp8", "fp4")),
+        )
+        links.add_row(
+            r["id"],
+            r["name"],
             str(r["scaleup_domain_gpus"]),
             str(r["scaleup_unidir_gb_per_s"] or "?"),
             str(r["nic_gbit_per_s_per_gpu"] or "?"),
             "yes" if r["supports_deepep"] else "no",
             "yes" if r["supports_hybridep"] else "no",
         )
-    console().print(t)
+    c = console()
+    c.print(t)
+    c.print(links)
 
 
 def render_gpu_detail(row: dict) -> None:

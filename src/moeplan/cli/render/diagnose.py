@@ -252,6 +252,17 @@ def render_calibration(d: dict) -> None:
         f"{f['worst_abs_pct_error_after']:.1f} %",
         markup=False,
     )
+    if d.get("mismatched_logs"):
+        c.print(
+            T(
+                f"WARNING: fitted to {len(d['mismatched_logs'])} log(s) of another layout than their run "
+                "(--accept-mismatch): the profile scales the model to runs it did not model"
+            ),
+            style="yellow",
+            markup=False,
+        )
+        for line in d["mismatched_logs"]:
+            c.print(f"  {line}", markup=False)
     if f["at_bounds"]:
         c.print("[yellow]at a bound (the data push past the plausible range):[/] " + ", ".join(f["at_bounds"]))
     if f["median_abs_pct_error_after"] > 25:

@@ -10,6 +10,7 @@ from rich.table import Table
 from moeplan.cli.render import T, console, rule_text
 from moeplan.cli.render.check import parallel_text, render_check, yaml_value
 from moeplan.cli.render.text import PART_NAMES, assumes_line, band_line
+from moeplan.cli.render.verdict import verdict_text
 from moeplan.units import GIB_BYTES
 
 _MEM_STYLE = {"fits": "bold green", "tight": "yellow", "does-not-fit": "bold red", "unknown": "dim"}
@@ -58,8 +59,16 @@ def _stage_tables(c, mem: dict) -> dict:
     itemised table; returns the peak stage."""
 
     narrow = False
-    for narrow in (False, True):  # full headers where they fit, else short ones with a legend
-        t = Table(title=T("peak memory per GPU (GiB)"), box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    # full headers where they fit, else short ones with a legend, else also without the two blank edge
+    # columns (8 stages with 11.50 in-flight microbatches and 3-digit GiB then fit 80 columns)
+    for narrow, edge in ((False, True), (True, True), (True, False)):
+        t = Table(
+            title=T("peak memory per GPU (GiB)"),
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            padding=(0, 1, 0, 0),
+            show_edge=edge,
+        )
         for full, short in _COLS:
             t.add_column(T(short if narrow else full), justify="right", no_wrap=True)
         dg = 1 if narrow else 2  # GiB to 0.1 when narrow: every figure stays visible
@@ -205,7 +214,7 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
             else ""
         )
         + (T(" — host memory exceeded") if mem.get("host_fits") is False else "")
-        + f" → [{_MEM_STYLE[mem['verdict']]}]{T(mem['verdict'])}[/]"
+        + f" → [{_MEM_STYLE[mem['verdict']]}]{escape(verdict_text(mem))}[/]"
     )
     _step_peak_line(c, mem)
     if mem.get("error_band_pct") is not None and mem.get("margin_bytes") is not None:

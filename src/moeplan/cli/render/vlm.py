@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from moeplan.cli.render import console
+from moeplan.errors import cut_text
 
 
 def render_vlm_stats(d: dict) -> None:
@@ -18,9 +19,9 @@ def render_vlm_stats(d: dict) -> None:
         f"{pr['patch_size']}, merge {pr['merge_size']}, pixels {pr['min_pixels']:,}–{pr['max_pixels']:,}",
         highlight=False,
     )
-    t = Table(title="per sample", width=100)
+    t = Table(title="per sample")  # its natural width: fits 80 columns with every figure whole
     for col in ("", "mean", "p50", "p90", "max"):
-        t.add_column(col, justify="left" if not col else "right")
+        t.add_column(col, justify="left" if not col else "right", no_wrap=bool(col), overflow="fold")
     for key, name in (
         ("image_tokens_per_sample", "image tokens"),
         ("vit_patches_per_sample", "ViT patches"),
@@ -40,7 +41,8 @@ def render_vlm_stats(d: dict) -> None:
     )
 
     for b in d["bad_files"][:10]:
-        c.print(f"[dim]skipped {escape(b['file'])}: {escape(b['reason'])}[/]", highlight=False)
+        # a path or reason of 200,000 characters is echoed by its first 200 (--json keeps it whole)
+        c.print(f"[dim]skipped {escape(cut_text(b['file']))}: {escape(cut_text(b['reason']))}[/]", highlight=False)
     if d["unreadable"] > 10:
         c.print(f"[dim]... and {d['unreadable'] - 10} more (--json lists up to 50)[/]")
     if d.get("written"):

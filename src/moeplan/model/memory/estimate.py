@@ -32,6 +32,7 @@ from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
 from moeplan.model.validity import memory_validity
 from moeplan.model.vision import vision_cost
+from moeplan.spec.allocator import expandable_segments
 from moeplan.spec.model import ModelSpec
 from moeplan.spec.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
 from moeplan.spec.params import padded_vocab_size
@@ -145,8 +146,12 @@ class StageMemory:
 class MemoryEstimate:
     """Per-stage memory and the verdict.
 
-    ``verdict``: ``fits`` (headroom ≥ 5 %), ``tight`` (0–5 %), ``does-not-fit``, or ``unknown``
-    when the scenario names no GPU. ``capacity_bytes`` is the usable HBM less ``reserved_bytes``
+    ``verdict``: ``fits`` (the peak plus the memory model's error band stays under the usable HBM,
+    and headroom ≥ 5 %), ``tight`` (the peak fits, but the peak plus its error band reaches the
+    usable HBM, or headroom < 5 %: the layout may not fit), ``does-not-fit``, or ``unknown`` when
+    the scenario names no GPU. The band (:attr:`error_band_pct`, ±11 % today) is the worst |error|
+    of the allocated-vs-measured validation (``benchmarks/memory_accuracy.py``,
+    ``docs/memory_accuracy.md``). ``capacity_bytes`` is the usable HBM less ``reserved_bytes``
     (``system.reserved_gib``: a colocated engine's memory; :attr:`Scenario.capacity_bytes`).
     ``host_bytes_per_node`` is set when optimizer state is offloaded.
     """
@@ -213,6 +218,18 @@ class MemoryEstimate:
             return False
         return self.peak_bytes * (1 + band / 100) > self.capacity_bytes
 
+    def dominant_items(self, most: int = 3) -> list[dict]:
+        """The parts of the peak stage that push it over (:func:`dominant_items`): over the usable
+        HBM when it does not fit, over it with the error band added when it is ``tight``; empty when
+        it fits, no GPU is named, or only the host memory overflows."""
+        if self.verdict not in ("does-not-fit", "tight") or not self.capacity_bytes:
+            return []
+        band = (self.error_band_pct or 0.0) / 100 if self.verdict == "tight" else 0.0
+        excess = self.peak_bytes * (1 + band) - self.capacity_bytes
+        if excess <= 0:
+            return []  # a does-not-fit of the host memory alone: no device part is over
+        return dominant_items(self.peak_stage.items, excess, most)
+
     @property
     def margin_bytes(self) -> int | None:
         """Usable HBM minus the peak device use (negative when it does not fit)."""
@@ -265,6 +282,7 @@ class MemoryEstimate:
             ),
             "fits": self.fits,
             "verdict": self.verdict,
+            "dominant_items": self.dominant_items(),
             "host_bytes_per_rank": self.host_bytes_per_rank,
             "host_bytes_per_node": self.host_bytes_per_node,
             "host_capacity_bytes_per_node": self.host_capacity_bytes_per_node,
@@ -274,6 +292,61 @@ class MemoryEstimate:
             "overheads": self.overheads.to_dict(),
             "assumptions": list(self.assumptions),
         }
+
+
+#: plain names of the memory parts a verdict names (a part not listed keeps its itemised-table name)
+ITEM_LABELS = {
+    "decoder_layers": "activations",
+    "vision_tower": "vision-tower activations",
+    "lora_adapters": "LoRA activations",
+    "cuda_graph_static_inputs": "attention masks and inputs held by CUDA graphs",
+    "cuda_graph_static_outputs": "outputs held by CUDA graphs",
+    "cuda_graph_grad_buffers": "gradients held by CUDA graphs",
+    "cuda_graph_pool": "CUDA graph pool",
+    "params": "weights",
+    "fp8_weight_copies": "FP8 weight copies",
+    "main_grads": "gradients",
+    "expert_state": "expert optimizer state",
+    "dense_state": "dense optimizer state",
+    "allocator_fragmentation": "allocator fragmentation",
+    "backward_working_set": "backward working set",
+    "optimizer_step_excess": "optimizer step temporaries",
+}
+
+
+def dominant_items_text(items: list[dict]) -> str:
+    """``392.1 GiB attention masks and inputs held by CUDA graphs, 155.3 GiB activations`` from
+    :func:`dominant_items` (bytes shown in GiB to 0.1; a part without a plain name keeps its
+    itemised-table name); empty for no items."""
+    return ", ".join(f"{it['bytes'] / GIB_BYTES:.1f} GiB {ITEM_LABELS.get(it['item'], it['item'])}" for it in items)
+
+
+def dominant_items(items: dict[str, dict[str, float]], excess_bytes: float, most: int = 3) -> list[dict]:
+    """The largest parts of one stage's itemised memory that account for ``excess_bytes`` (bytes
+    over the limit): parts taken largest first until their sum reaches the excess, at least one and
+    at most ``most``.
+
+    Args:
+        items: category → part → bytes (:attr:`StageMemory.items`, or its ``to_dict`` form).
+        excess_bytes: how far the peak passes the limit (bytes; ≤ 0 still names the largest part).
+        most: the most parts named (default 3).
+
+    Returns:
+        ``[{"category", "item", "bytes"}]``, largest first (bytes as integers); empty when the stage
+        has no part above zero.
+    """
+    parts = sorted(
+        ((v, cat, name) for cat, d in items.items() for name, v in d.items() if v > 0),
+        key=lambda p: -p[0],
+    )
+    out: list[dict] = []
+    total = 0.0
+    for v, cat, name in parts[:most]:
+        out.append({"category": cat, "item": name, "bytes": int(round(v))})
+        total += v
+        if total >= excess_bytes:
+            break
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,7 +481,7 @@ def _common(s: Scenario, assumptions: list[str]) -> _Common:
         assumptions.append(f"cross_entropy_loss_fusion unset: {str(fused_ce).lower()} ({s.framework} default)")
     ov = resolve_overheads(
         s.input.overheads.model_dump(),
-        "expandable_segments:true" in s.environment.get("PYTORCH_CUDA_ALLOC_CONF", "").lower(),
+        expandable_segments(s.environment),
     )
     return _Common(
         plan=plan,
@@ -438,7 +511,7 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     if vc is not None and vc.assumed:
         assumptions.append(
             "no workload: the vision tower is costed for a planning mix (half the sequence image tokens); "
-            "give workload: (moeplan vlm-stats) for your data"
+            "give workload: (moeplan vlm-stats) for your data, or workload: {text_only: true} for a run without images"
         )
     return MemoryEstimate(
         stages,
@@ -548,4 +621,13 @@ def headroom_gib(est: MemoryEstimate) -> float | None:
     return (est.capacity_bytes - est.peak_bytes) / GIB_BYTES
 
 
-__all__ = ["TIGHT_HEADROOM", "MemoryEstimate", "StageMemory", "estimate_memory", "headroom_gib"]
+__all__ = [
+    "ITEM_LABELS",
+    "TIGHT_HEADROOM",
+    "MemoryEstimate",
+    "StageMemory",
+    "dominant_items",
+    "dominant_items_text",
+    "estimate_memory",
+    "headroom_gib",
+]

@@ -3,6 +3,7 @@ where its figures need reading with care. Each function returns lines in the ord
 
 from __future__ import annotations
 
+from moeplan.errors import short_repr
 from moeplan.model.compute import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, arch_family
 from moeplan.model.constants import TimeConstants, release_key
 from moeplan.model.hardware import planning_notes
@@ -61,7 +62,7 @@ def release_notes(c: TimeConstants, stated: str | None, given: str | None, used:
         return [f"container {stated} not among the fitted releases: software efficiency of {used}, {why}"]
     if stated is None and given:
         return [
-            f"container {given!r} not readable as one NN.NN[.NN] release: software efficiency of the newest "
+            f"container {short_repr(given)} not readable as one NN.NN[.NN] release: software efficiency of the newest "
             f"fitted release, {used}"
         ]
     if stated is None:
@@ -130,7 +131,7 @@ def workload_notes(ctx: StepContext) -> list[str]:
     if vc is not None and vc.assumed:
         out.append(
             "no workload: vision tower costed for a planning mix (half the sequence image tokens); "
-            "give workload: (moeplan vlm-stats) for your data"
+            "give workload: (moeplan vlm-stats) for your data, or workload: {text_only: true} for a run without images"
         )
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(
