@@ -82,6 +82,7 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"cuda_graph_impl": "transformer_engine"},
     },
     {"layout": {"cuda_graph_impl": "full_iteration", "check_for_nan_in_loss": True}},
+    {"layout": {"cuda_graph_impl": "full_iteration", "check_for_nan_in_loss": False}},
     {"layout": {"moe_pad_expert_input_to_capacity": True}},
     {"layout": {"moe_expert_capacity_factor": 1.0, "moe_router_load_balancing_type": "sinkhorn"}},
     {"layout": {"moe_token_dispatcher_type": "allgather"}, "training": {"variable_length": True}},

@@ -1,4 +1,4 @@
-"""Issue #22 regression tests: one per defect of the adversarial pass, each built from its reproducer.
+"""Hostile input, one test per defect an adversarial run found, each built from its reproducer.
 Every hostile input ends in exit code 0, 1 or 2 (never 3), quickly, with no command injected and no
 half-written output."""
 
@@ -71,7 +71,9 @@ def test_sweep_smoke_script_is_rendered_from_data_no_injection(tmp_path):
     of smoke.sh and ran as shell code; the smoke run lost train_iters and num_layers."""
     sc = {**SMALL, "versions": {"container": "OVERRIDES=(;touch${IFS}PWNED;#"}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
-    code, _, err = run("sweep", tmp_path / "s.yaml", "-o", tmp_path / "sw", "--top", "1", "--no-mbs-variants", seconds=120)
+    code, _, err = run(
+        "sweep", tmp_path / "s.yaml", "-o", tmp_path / "sw", "--top", "1", "--no-mbs-variants", seconds=120
+    )
     assert code == 0, err
     stub = tmp_path / "bin"
     stub.mkdir()
@@ -102,25 +104,34 @@ def test_alias_bombs_in_imports_and_argument_dumps(tmp_path):
         "-------------------- end of arguments ---------------------\n"
         + "".join(f" iteration {i}/ 10 | elapsed time per iteration (ms): 100.0 |\n" for i in range(1, 9))
     )
-    for args in (["log", log, "--json"], ["compare", log, log, "--json"], ["check", log, "--from", "megatron-log", "--model", "qwen3-30b-a3b"]):
+    for args in (
+        ["log", log, "--json"],
+        ["compare", log, log, "--json"],
+        ["check", log, "--from", "megatron-log", "--model", "qwen3-30b-a3b"],
+    ):
         code, out, err = run(*args)
         assert code in (0, 1) and len(out) + len(err) < 20_000
 
 
-@pytest.mark.parametrize("writer_args", [
-    ["plan", "{s}", "--top", "1", "--report", "{s}"],
-    ["plan", "{s}", "--top", "1", "--save", "{s}"],
-    ["plan", "{s}", "--top", "1", "--save", "{link}"],
-    ["export", "{s}", "-o", "{hard}"],
-    ["calibrate", "{runs}", "-o", "{runs}"],
-    ["vlm-stats", "{m}", "-s", "8192", "-o", "{m}"],
-])
+@pytest.mark.parametrize(
+    "writer_args",
+    [
+        ["plan", "{s}", "--top", "1", "--report", "{s}"],
+        ["plan", "{s}", "--top", "1", "--save", "{s}"],
+        ["plan", "{s}", "--top", "1", "--save", "{link}"],
+        ["export", "{s}", "-o", "{hard}"],
+        ["calibrate", "{runs}", "-o", "{runs}"],
+        ["vlm-stats", "{m}", "-s", "8192", "-o", "{m}"],
+    ],
+)
 def test_writers_never_write_onto_their_inputs(tmp_path, small, writer_args):
     """``plan s.yaml --report s.yaml`` (and three others) replaced the scenario with the output."""
     (tmp_path / "link.yaml").symlink_to(small)
     os.link(small, tmp_path / "hard.yaml")
     runs = tmp_path / "runs.yaml"
-    runs.write_text(yaml.safe_dump({"runs": [{"id": "a", "scenario": SMALL, "measured": {"tokens_per_s_per_gpu": 5e3}}]}))
+    runs.write_text(
+        yaml.safe_dump({"runs": [{"id": "a", "scenario": SMALL, "measured": {"tokens_per_s_per_gpu": 5e3}}]})
+    )
     m = tmp_path / "m.jsonl"
     m.write_text('{"image_sizes": [[512, 512]], "text_tokens": 100}\n')
     names = {"s": small, "link": tmp_path / "link.yaml", "hard": tmp_path / "hard.yaml", "runs": runs, "m": m}
@@ -167,11 +178,21 @@ def test_model_overrides_are_bounded(small):
 # ---- Medium ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key,value", [
-    ("moe_layers", "5"), ("attention_kinds", "5"), ("attention_kinds", "abc"), ("attention_kinds", "[foo]"),
-    ("moe_layers", "[1, 0]"), ("normalization", "foo"), ("qk_head_dim", "true"), ("qk_layernorm", "1"),
-    ("mtp_num_layers", "null"), ("name", '"a\\nb"'),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("moe_layers", "5"),
+        ("attention_kinds", "5"),
+        ("attention_kinds", "abc"),
+        ("attention_kinds", "[foo]"),
+        ("moe_layers", "[1, 0]"),
+        ("normalization", "foo"),
+        ("qk_head_dim", "true"),
+        ("qk_layernorm", "1"),
+        ("mtp_num_layers", "null"),
+        ("name", '"a\\nb"'),
+    ],
+)
 def test_model_overrides_are_typed_like_the_schema(small, key, value):
     """moe_layers / attention_kinds / normalization / qk_* / null were accepted as anything (``=abc``
     as ('a','b','c'), unknown kinds, then exit 3 in estimate)."""
@@ -191,7 +212,11 @@ def test_qk_head_dim_is_an_integer_and_null_topk_is_input_error(small):
 
 def test_fit_with_etp_above_tp(small):
     """``fit`` ended in exit 3 whenever ETP > TP (``--tp 2 --etp 4``, a legal layout)."""
-    for extra in (["--tp", "2", "--etp", "4"], ["--tp", "2", "--etp", "4", "--ep", "4"], ["--tp", "1", "--etp", "2", "--ep", "4"]):
+    for extra in (
+        ["--tp", "2", "--etp", "4"],
+        ["--tp", "2", "--etp", "4", "--ep", "4"],
+        ["--tp", "1", "--etp", "2", "--ep", "4"],
+    ):
         code, _, _ = run("fit", small, *extra, "--json", seconds=120)
         assert code in (0, 1, 2)
 
@@ -229,8 +254,10 @@ def test_huge_and_non_ascii_numbers_in_logs_dumps_and_manifests(tmp_path):
         code, _, _ = run(*args)
         assert code in (0, 1, 2)
     m = tmp_path / "m.jsonl"
-    m.write_text('{"image_sizes": [[1e999, 5]]}\n{"text_tokens": ' + "9" * 5000 + '}\n{"width": 99999999999, "height": 1}\n'
-                 '{"image_sizes": [[512, 512]], "text_tokens": 5}\n')
+    m.write_text(
+        '{"image_sizes": [[1e999, 5]]}\n{"text_tokens": ' + "9" * 5000 + '}\n{"width": 99999999999, "height": 1}\n'
+        '{"image_sizes": [[512, 512]], "text_tokens": 5}\n'
+    )
     code, out, _ = run("vlm-stats", m, "-s", "8192", "--json")
     assert code == 0 and len(json.loads(out)["bad_files"]) == 3
 
@@ -248,14 +275,19 @@ def test_deeply_nested_json_header_is_ignored_with_a_note():
 def test_control_characters_in_layout_text_are_refused(small, sep):
     """A newline (or \\r, \\v, U+2028 ...) in a free-text layout value smuggled ``checkpoint.save=/evil``
     into the exports and launch scripts."""
-    sc = {**SMALL, "layout": {**SMALL["layout"], "moe_router_load_balancing_type": f"aux_loss{sep}checkpoint.save=/evil"}}
+    sc = {
+        **SMALL,
+        "layout": {**SMALL["layout"], "moe_router_load_balancing_type": f"aux_loss{sep}checkpoint.save=/evil"},
+    }
     small.write_text(yaml.safe_dump(sc))
     for fmt in ("mbridge-overrides", "slurm"):
         code, out, err = run("export", small, "-f", fmt)
         assert code == 2 and "control characters" in err and "evil" not in out
 
 
-@pytest.mark.parametrize("text", ["a'b", "x\\", "${oc.env:HOME}", "\\${x}", "a\\'b", "a,b", "010", "null", "a b", "x\\\\"])
+@pytest.mark.parametrize(
+    "text", ["a'b", "x\\", "${oc.env:HOME}", "\\${x}", "a\\'b", "a,b", "010", "null", "a b", "x\\\\"]
+)
 def test_hydra_values_are_quoted_and_read_back(text):
     """Every free-text value is written so that Hydra reads back exactly that text (no interpolation,
     no sweep, no second override)."""
@@ -330,11 +362,16 @@ def test_sweep_collect_on_an_edited_manifest(tmp_path, edit):
 
 def test_repeated_unknown_label_is_refused_not_printed_200000_times(tmp_path):
     """200,000 identical findings printed for a repeated unknown label (1 MB in, 36 MB out)."""
-    sc = {**SMALL, "layout": {**SMALL["layout"], "recompute_granularity": "selective", "recompute_modules": ["foo"] * 20000}}
+    sc = {
+        **SMALL,
+        "layout": {**SMALL["layout"], "recompute_granularity": "selective", "recompute_modules": ["foo"] * 20000},
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
     code, out, err = run("check", tmp_path / "s.yaml")
     assert code == 2 and len(out) + len(err) < 2000
-    notes = import_config("\n".join(["nope.key=1"] * 20000) + "\nmodel.tensor_model_parallel_size=2\n", "mbridge-overrides")[1]
+    notes = import_config(
+        "\n".join(["nope.key=1"] * 20000) + "\nmodel.tensor_model_parallel_size=2\n", "mbridge-overrides"
+    )[1]
     assert len(notes) == 1
 
 
@@ -342,7 +379,9 @@ def test_plot_replaces_a_symlink_as_every_writer_does(tmp_path):
     """``compare --plot`` onto a symlink: the link is replaced by the figure, the file it named is left
     as it was (no writer follows a link)."""
     log = tmp_path / "a.log"
-    log.write_text("".join(f" iteration {i}/ 99 | elapsed time per iteration (ms): {100 + i % 3}.0 |\n" for i in range(1, 30)))
+    log.write_text(
+        "".join(f" iteration {i}/ 99 | elapsed time per iteration (ms): {100 + i % 3}.0 |\n" for i in range(1, 30))
+    )
     (tmp_path / "real.png").write_bytes(b"old")
     (tmp_path / "link.png").symlink_to("real.png")
     code, _, _ = run("compare", log, log, "--plot", tmp_path / "link.png")
@@ -538,7 +577,9 @@ def test_closed_standard_output_is_one_line_and_exit_2():
         ["sh", "-c", f'"{sys.executable}" -m moeplan rules >&-'], capture_output=True, timeout=120, check=False
     )
     assert p.returncode == 2
-    assert p.stderr.decode().splitlines() == ["error: standard output: cannot write the output (standard output is closed)"]
+    assert p.stderr.decode().splitlines() == [
+        "error: standard output: cannot write the output (standard output is closed)"
+    ]
 
 
 def test_doctor_with_a_5000_digit_installed_version(tmp_path, monkeypatch):
@@ -575,7 +616,10 @@ def test_gpu_without_a_bf16_peak_is_refused_by_check_and_estimate_alike(small, c
     one schema check, one message, for both."""
     code, _, err = run(command, small, "--set", setting)
     assert code == 2
-    assert err.strip() == f"error: {field}: {{}} is not valid; allowed: a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it"
+    assert (
+        err.strip()
+        == f"error: {field}: {{}} is not valid; allowed: a bf16 dense peak in TFLOP/s (and fp8/fp4 for those precisions): the step-time estimate needs it"
+    )
 
 
 def test_errors_name_a_few_unknown_keys_and_cut_long_names(tmp_path, small):
@@ -622,7 +666,10 @@ def test_line_wrapping_is_linear_in_the_longest_token():
 def test_vlm_stats_with_a_200000_character_image_path(tmp_path):
     """``vlm-stats`` on a manifest with one 200,000-character image path did not finish in 120 s
     (1.1 s with --json); the path is echoed by its first 200 characters and its length."""
-    rows = [json.dumps({"image": "a" * 200_000 + ".jpg"}), json.dumps({"image_sizes": [[942, 893]], "text_tokens": 197})]
+    rows = [
+        json.dumps({"image": "a" * 200_000 + ".jpg"}),
+        json.dumps({"image_sizes": [[942, 893]], "text_tokens": 197}),
+    ]
     (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
     code, out, err = run("vlm-stats", tmp_path / "m.jsonl", "-s", "4096", "--model", "qwen3-vl-30b", seconds=30)
     assert code == 0, err
@@ -639,3 +686,87 @@ def test_estimate_with_a_65536_character_container_text(tmp_path):
     assert code in (0, 1), err  # 1: the layout's own verdict
     assert "versions.container '" + "c" * 80 + "'... names no NN.NN release" in out.replace("\n", " ")
     assert len(out) < 20_000
+
+
+# ---- a further adversarial pass --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["{[a]: 1}\n", "? {a: 1}\n: 1\n", "model: x\nlayout: {1: 2, [a]: 4}\n"])
+def test_a_yaml_key_that_is_a_list_or_mapping_is_input_error(tmp_path, text):
+    """A mapping key that is a list or a mapping raised TypeError (unhashable): exit 3, HTTP 500."""
+    p = tmp_path / "k.yaml"
+    p.write_text(text)
+    code, _, err = run("check", p)
+    assert code == 2 and "YAML" in err
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        ("megatron-lm-args", "--pipeline-model-parallel-layout " + "E" * 400_000 + "\n"),
+        ("mbridge-overrides", "model.pipeline_model_parallel_layout=" + "E" * 400_000 + "\n"),
+    ],
+)
+def test_a_token_longer_than_the_text_limit_is_refused_before_splitting(tmp_path, fmt, text):
+    """``shlex`` splits in time growing with the square of a token's length (400 KB: 5 s, 2 MB: over
+    120 s); the token is refused first, naming its length."""
+    p = tmp_path / "a.txt"
+    p.write_text(text)
+    code, _, err = run("check", "--from", fmt, p, seconds=5.0)
+    assert code == 2 and "tokens of at most 65,536 characters" in err
+
+
+def test_a_misspelt_key_given_as_null_is_still_an_unknown_key(small):
+    """``layout: {tensor_model_paralel_size: null}`` was dropped as "not stated" before the unknown-key
+    check, so the typo passed silently; a null of a known key still reads as unset."""
+    doc = yaml.safe_load(small.read_text())
+    doc["layout"]["tensor_model_paralel_size"] = None
+    small.write_text(yaml.safe_dump(doc))
+    code, _, err = run("check", small)
+    assert code == 2 and "did you mean 'tensor_model_parallel_size'" in err
+    small.write_text(yaml.safe_dump(SMALL))
+    code, _, err = run("check", small, "--set", "layout.zzz=null")
+    assert code == 2 and "layout.zzz" in err
+    code, _, err = run("check", small, "--set", ".x=1")
+    assert code == 2 and err.startswith("error: --set: '.x=1'")
+
+
+def test_terminal_control_characters_in_printed_text_are_shown_as_escapes(monkeypatch):
+    """An environment value holding ``ESC ] 0 ; ... BEL ESC [ 31 m`` reached the terminal raw from
+    ``doctor`` (it set the window title and the colour)."""
+    from moeplan.cli.render import console
+
+    buf = __import__("io").StringIO()
+    con = console()
+    con.file = buf
+    con.print("NCCL_DEBUG \x1b]0;PWNED\x07\x1b[31mred")
+    assert "\x1b" not in buf.getvalue() and "\\x1b]0;PWNED" in buf.getvalue()
+
+
+def test_a_sweep_into_the_current_folder_is_refused(tmp_path, monkeypatch, small):
+    """``sweep -o .`` in an empty current folder renamed a new folder onto it, leaving the shell in a
+    folder that no longer exists."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for out in (".", ""):
+        code, _, err = run("sweep", small, "-o", out)
+        assert code == 2 and "not the current one" in err
+    assert here.is_dir() and (here.stat().st_ino == os.stat(".").st_ino)
+
+
+def test_thirty_digits_pass_the_digit_limit_and_meet_the_fields_own_range(small):
+    """``--gbs`` of thirty nines was refused as "an integer of at most 30 digits" (a bit-length
+    estimate); the field's own range is what it breaks."""
+    code, _, err = run("check", small, "--gbs", "9" * 30)
+    assert code == 2 and "16777216" in err and "30 digits" not in err
+
+
+def test_a_yaml_document_over_one_mib_is_refused_at_once(tmp_path):
+    """A 4 MB scenario of nested lists took 66 s and 1.4 GB to parse before it was refused; the YAML
+    limit is 1 MiB (a scenario, a config dump or a runs file is far smaller)."""
+    p = tmp_path / "big.yaml"
+    p.write_text("layout: {recompute_modules: [" + ",".join(["[1,1]"] * 210_000) + "]}\n")
+    assert p.stat().st_size > 2**20
+    code, _, err = run("check", p, seconds=5.0)
+    assert code == 2 and "1 MiB" in err

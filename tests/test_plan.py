@@ -561,6 +561,8 @@ def test_dispatcher_line_flags_disagreement_with_nvl72_guidance():
 def test_fit_applies_the_uneven_split_before_looking_for_memory():
     # DeepSeek-V3's 61 layers do not divide by PP 8: fit applies the check's uneven split (6 / 7 on the
     # first / last stage, 8 on each of the 6 middle ones: 6 + 48 + 7 = 61) and then finds memory fixes
+    # (a 4 GiB headroom, 5 % of the usable HBM: with the default limit, which keeps the ±band free, no
+    # single change or pair is enough on 64 GPUs and fit re-plans)
     from moeplan.plan.fit import fit_layout
 
     res = fit_layout(
@@ -573,7 +575,8 @@ def test_fit_applies_the_uneven_split_before_looking_for_memory():
                 "pipeline_model_parallel_size": 8,
                 "expert_model_parallel_size": 8,
             },
-        }
+        },
+        headroom_gib=4.0,
     )
     assert "num_layers_in_first_pipeline_stage=6" in res["applied_first"]
     assert "num_layers_in_last_pipeline_stage=7" in res["applied_first"]
@@ -722,20 +725,24 @@ def test_knob_choices_keep_the_simplest_setting_within_the_tie_margin(qwen_plan)
 
     checked = 0
     for c in qwen_plan.search.candidates[:5]:
+        warned = c.tried.get("_warns", {})
         for fam, tried in c.tried.items():
-            if fam == "_why" or fam == "vpp":
+            if fam.startswith("_") or fam == "vpp":
                 continue
             vals = [(n, v) for n, v in tried.items() if v is not None]
             chosen = c.knobs.get(fam)
             if not vals or chosen not in tried:
                 continue
             top = max(v for _, v in vals)
-            first_close = next(n for n, v in vals if v >= top / (1 + TIE_FRACTION))
+            # the first within the margin, passing over settings the check warns about more
+            first_close = next(n for n, v in vals if v >= top / (1 + TIE_FRACTION) and f"{fam}:{n}" not in warned)
             assert chosen == first_close, (fam, tried, chosen)
             checked += 1
     # every family tried on the 5 candidates is checked (dispatcher, EP overlap, graphs, and the CP exchange
     # where CP > 1): at least 3 per candidate; fewer would mean the loop skipped what it is meant to test
-    tried_families = sum(1 for c in qwen_plan.search.candidates[:5] for fam in c.tried if fam not in ("_why", "vpp"))
+    tried_families = sum(
+        1 for c in qwen_plan.search.candidates[:5] for fam in c.tried if not fam.startswith("_") and fam != "vpp"
+    )
     assert checked == tried_families and checked >= 15
 
 

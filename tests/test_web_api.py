@@ -694,3 +694,17 @@ def test_ctrl_c_stops_the_server_within_seconds_while_a_plan_computes():
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=60)
     assert rc == 0 and time.perf_counter() - t < 5.0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"scenario_yaml": "{[a]: 1}\n"},  # a list as a mapping key: was a 500 (TypeError, unhashable)
+        {"sets": ["zzz=null"]},  # a misspelt key given as null: was 200 'valid'
+        {"sets": ["system.zzz=null"]},
+        {"sets": ["="]},
+    ],
+)
+def test_keys_that_are_no_names_are_422(client, change):
+    r = client.post("/api/check", json={**SMALL, **change})
+    assert r.status_code == 422, r.text

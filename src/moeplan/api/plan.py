@@ -17,10 +17,14 @@ from moeplan.plan import plan, sweep
 from moeplan.plan.fit import fit_layout
 from moeplan.plan.recipes import list_recipes
 from moeplan.plan.report import write_report
+from moeplan.spec.assumptions import default_batch_assumption
 from moeplan.spec.layout import LayoutSpec
 from moeplan.spec.loading import dump_yaml
 from moeplan.spec.overrides import ScenarioFlags
-from moeplan.spec.training import batch_for_tokens  # noqa: F401 - re-exported (moeplan.api)
+from moeplan.spec.training import (
+    batch_for_tokens,  # noqa: F401 - re-exported (moeplan.api)
+    says_default_batch,
+)
 
 #: ``progress(done, total)``, called as the search advances
 Progress = Callable[[int, int], None]
@@ -211,6 +215,9 @@ def fit_report(
     data, notes = scenario_request(scenario, flags, tokens_per_step=tokens_per_step, default_batch=True)
     out = fit_layout(data, headroom_gib=headroom_gib, top=max(top, pick), constants=load_step_constants(calibration))
     out["notes"] = notes
+    if says_default_batch(notes):
+        tr = data["training"]
+        out["assumes"].insert(0, default_batch_assumption(tr["global_batch_size"], tr["seq_length"]).to_dict())
     if save is not None:
         fixes = out["fixes"]
         if not fixes:
@@ -346,6 +353,7 @@ def sweep_report(
     free: list[str] | tuple[str, ...] = (),
     smoke: bool = False,
     yes: bool = False,
+    accept_mismatch: bool = False,
     flags: ScenarioFlags | None = None,
     calibration: Path | None = None,
     progress: Progress | None = None,
@@ -359,6 +367,8 @@ def sweep_report(
             scenario sets, less ``free`` (``all`` frees them; the scenario stays the baseline), or
             only ``hold``.
         smoke / yes: submit the smoke scripts / confirm the submission (sbatch; nothing otherwise).
+        accept_mismatch: collect: score a log whose argument dump ran another layout than its entry
+            anyway (default False: refused, see :func:`moeplan.plan.sweep.collect`).
 
     Returns:
         write: ``{"directory", "entries": [manifest entries without their scenario]}``; collect:
@@ -367,7 +377,7 @@ def sweep_report(
 
     Raises:
         InputError: a missing / extra argument, an unreadable scenario, bad hold keys, an existing
-            directory, an unwritable one, unconfirmed submission.
+            directory, an unwritable one, unconfirmed submission, a collected log of another layout.
     """
 
     try:
@@ -375,7 +385,7 @@ def sweep_report(
             if directory is None:
                 raise InputError("DIR", None, f"the sweep directory: moeplan sweep {target} DIR")
             if target == "collect":
-                return sweep.collect(directory)
+                return sweep.collect(directory, accept_mismatch=accept_mismatch)
             return {"submitted": sweep.submit(directory, smoke=smoke, yes=yes)}
         return _write_sweep(
             target, directory, output, flags, hold, calibration, progress, top=top, mbs_variants=mbs_variants, free=free

@@ -187,6 +187,14 @@ def sweep_cmd(
     free: FreeOpt = None,
     smoke: Annotated[bool, typer.Option("--smoke", help="submit: the smoke scripts instead of the full runs.")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="submit: confirm that jobs will be submitted (sbatch).")] = False,
+    accept_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--accept-mismatch",
+            help="collect: score a log whose argument dump ran another layout against its entry anyway "
+            "(refused otherwise; its figure then misleads calibrate).",
+        ),
+    ] = False,
     flags: ScenarioFlags = ScenarioFlags(),
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
@@ -208,6 +216,7 @@ def sweep_cmd(
             free=free or (),
             smoke=smoke,
             yes=yes,
+            accept_mismatch=accept_mismatch,
             flags=flags,
             calibration=calibration,
             progress=tick,

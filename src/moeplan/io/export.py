@@ -40,6 +40,7 @@ from moeplan.io.keys import (
     mlm_flag,
     training_paths,
 )
+from moeplan.rules.graphs import nan_check_off_note
 from moeplan.spec.assumptions import benchmark_settings
 from moeplan.spec.loading import dump_yaml
 from moeplan.spec.policy import bad_char
@@ -98,23 +99,30 @@ def recipe_comment(s: Scenario) -> list[str]:
 
 def provenance_comment(s: Scenario) -> list[str]:
     """The comment lines after the ``# moeplan:`` header: :func:`recipe_comment`, then
-    :func:`benchmark_comment` and :func:`nan_check_comment`."""
-    return [*recipe_comment(s), *benchmark_comment(s), *nan_check_comment(s)]
+    :func:`benchmark_comment`, :func:`nan_check_comment` and :func:`environment_comment`."""
+    return [*recipe_comment(s), *benchmark_comment(s), *nan_check_comment(s), *environment_comment(s)]
+
+
+def environment_comment(s: Scenario) -> list[str]:
+    """``# environment ...``: the scenario's own ``environment:`` entries, which a Bridge config or
+    argument list cannot hold, named so that the launch sets them (the memory estimate assumes them:
+    ``PYTORCH_CUDA_ALLOC_CONF`` moves the allocator's fragmentation); nothing without entries. The
+    ``# moeplan:`` header carries them back into ``check --from``."""
+    env = s.input.environment
+    if not env:
+        return []
+    pairs = " ".join(f"{k}={short_repr(v) if len(str(v)) > 200 else v}" for k, v in env.items())
+    return [f"# environment the estimate assumes (set it in the launch; this format cannot hold it): {pairs}"]
 
 
 def nan_check_comment(s: Scenario) -> list[str]:
     """``# NaN check off ...``: a training export whose full-iteration CUDA graph needs
     ``check_for_nan_in_loss`` off (rule ``graphs.full_iteration_nan_check``) says so and what it costs;
     nothing when the check is on, or when :func:`benchmark_comment` already names it."""
-    if s.layout.check_for_nan_in_loss is not False or s.layout.cuda_graph_impl != "full_iteration":
+    note = nan_check_off_note(s)
+    if note is None or any(b["key"] == "check_for_nan_in_loss" for b in benchmark_settings(s)):
         return []
-    if any(b["key"] == "check_for_nan_in_loss" for b in benchmark_settings(s)):
-        return []
-    return [
-        "# NaN check off: the full-iteration CUDA graph needs check_for_nan_in_loss=false (rule "
-        "graphs.full_iteration_nan_check), so a diverging loss is not caught; without the graph the check "
-        "stays on"
-    ]
+    return [f"# {note}"]
 
 
 def benchmark_comment(s: Scenario) -> list[str]:
@@ -147,6 +155,7 @@ def header(s: Scenario) -> str:
             and k in s.training.model_fields_set
         }
         or None,
+        "environment": dict(inp.environment) or None,
         "stated": sorted(s.stated),
     }
     if isinstance(inp.system.gpu, str) or inp.system.gpu is None:
@@ -554,7 +563,7 @@ def launch_script(s: Scenario) -> LaunchScript:
         sbatch=(f"--nodes={nodes}", *tasks, "--exclusive", "--job-name=moeplan"),
         env=tuple(layout_environment(s).items()),
         overrides=tuple(bridge_overrides(s)),
-        comments=tuple(provenance_comment(s)),
+        comments=tuple(c for c in provenance_comment(s) if c not in environment_comment(s)),  # it exports them
     )
 
 

@@ -147,7 +147,7 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
             f"dispatcher {chosen}: set by the full-iteration graph, whose static-budget expert path needs it; "
             f"tried before EP overlap and graphs were set, the dispatchers gave {seen} tok/s/GPU."
         )
-    why = w.tried.get("_why", {})
+    why, warned = w.tried.get("_why", {}), w.tried.get("_warns", {})
     ref = t.get(chosen)
     parts = []
     for name, val in t.items():
@@ -156,7 +156,12 @@ def _knob_line(w: Candidate, fam: str, title: str, brief: bool = False) -> str |
         if val is None:
             parts.append(f"{name} rejected ({why.get(f'{fam}:{name}', 'a rule or memory')})")
         else:
-            parts.append(f"{name} " + (_pct(val, ref) if ref else f"{val:,.0f}"))
+            flag = warned.get(f"{fam}:{name}")
+            parts.append(
+                f"{name} "
+                + (_pct(val, ref) if ref else f"{val:,.0f}")
+                + (f" but the check warns ({flag}): a tie goes to the unflagged option" if flag else "")
+            )
     note = "" if brief else _knob_note(w, fam, t, chosen)
     weak = (w.tried.get("_weak_tie") or {}).get(fam)
     if weak is not None:

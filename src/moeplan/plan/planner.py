@@ -68,6 +68,29 @@ def first_candidate_risk_notes(candidates) -> list[str]:
     return out
 
 
+def _risks(c) -> list[str]:
+    """What ``c`` risks: each known issue its stated versions are affected by, and ``may not fit``
+    when its memory verdict is ``tight`` (the peak plus the memory model's band reaches the HBM)."""
+    out = [k["id"] for k in known_issue_summary(c.scenario) if k["status"] == "affected"]
+    return out + (["may not fit"] if c.memory.get("verdict") == "tight" else [])
+
+
+def safer_alternative_note(cands: list) -> str | None:
+    """When #1 risks something (:func:`_risks`), the first shown candidate that risks nothing, with its
+    predicted throughput against #1's, so that the trade-off is read where the ranking is; None when
+    #1 risks nothing or no shown candidate is free of risks."""
+    if not cands or not (risks := _risks(cands[0])):
+        return None
+    best = cands[0].tokens_per_s_per_gpu
+    for rank, c in enumerate(cands[1:], start=2):
+        if not _risks(c):
+            return (
+                f"#1 risks {', '.join(risks)}; #{rank} {c.parallel.label()} risks none of them "
+                f"({100 * (c.tokens_per_s_per_gpu / best - 1):+.1f} % predicted): prefer it where the risk matters"
+            )
+    return None
+
+
 def within_band_note(cands: list) -> str | None:
     """A note when the candidates shown lie within #1's error band (its regime's 90th-percentile
     |error|, ``throughput.validity.error_band_pct``): the model cannot tell them apart, measure them."""
@@ -214,6 +237,8 @@ def plan(
             "variable shapes, which it does not model)"
         )
     notes += first_candidate_risk_notes(res.candidates)
+    safer = safer_alternative_note(res.candidates[:top])
+    notes += [safer] if safer else []
     band_note = within_band_note(res.candidates[:top])
     if band_note:
         notes.append(band_note)

@@ -17,6 +17,8 @@ from moeplan.io.write import write_atomically as _write_atomically
 from moeplan.units import GIB_BYTES
 
 _CATS = ("weights", "grads", "optimizer", "activations", "other")
+#: what the knobs cell adds for a candidate that runs without the loss NaN check (its ``nan_check_off``)
+_NAN_CELL = "; loss NaN check off (the full-iteration graph needs it): a diverging loss is not caught"
 
 
 def _png(fig) -> str:
@@ -111,7 +113,8 @@ def _rows(d: dict) -> str:
     return "".join(
         f"<tr><td>{c['rank']}</td><td>{e(c['label'])}</td><td>{c['dp']}</td>"
         f"<td>{c['training']['micro_batch_size']}</td><td>{e(c['recompute'])}</td>"
-        f"<td>{e(', '.join(f'{k}={v}' for k, v in c['knobs'].items()))}</td>"
+        f"<td>{e(', '.join(f'{k}={v}' for k, v in c['knobs'].items()))}"
+        f"{_NAN_CELL if c.get('nan_check_off') else ''}</td>"
         f"<td>{c['memory']['peak_gib']:.1f}</td><td>{c['throughput']['tokens_per_s_per_gpu']:,.0f}</td>"
         f"<td>{c['throughput']['model_tflops_per_gpu']:,.0f}</td><td>{100 * c['throughput']['mfu']:.1f} %</td></tr>"
         for c in d["candidates"]

@@ -55,15 +55,18 @@ from moeplan.spec.provenance import RecipeProvenance
 from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
 from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
 from moeplan.spec.system import GpuSpec
-from moeplan.spec.training import default_global_batch
+from moeplan.spec.training import default_global_batch, says_default_batch
 from moeplan.units import GIB_BYTES
 
 #: headroom kept free on every GPU unless ``headroom_gib`` says otherwise (allocator spikes, NCCL
 #: growth; ``estimate`` calls < 5 % "tight")
 DEFAULT_HEADROOM_FRACTION = 0.05
 OBJECTIVES = ("throughput", "time-to-train")
-#: predicted throughputs closer than this fraction are treated as a tie, broken toward the simpler
-#: layout (the step-time model's in-sample error is far larger, docs/accuracy.md)
+#: predicted throughputs closer than this fraction are treated as a tie (the step-time model's
+#: in-sample error is far larger, docs/accuracy.md), broken first toward the layout ``moeplan check``
+#: warns about least (fewest distinct warning rule ids: a warning every tied layout shares does not
+#: decide), then toward the simpler layout; a flagged layout that leads by more is kept, and the plan
+#: prints its warnings in full
 TIE_FRACTION = 0.02
 #: how far all-to-all may lead HybridEP on an NVL72 rack before the planner prefers it: HybridEP's rate
 #: is its published kernel-only figure at one shape (4,096 tokens, hidden 7,168, top-8; DeepEP hybrid-ep
@@ -110,6 +113,17 @@ class Candidate:
     ladder_tried: list[tuple[str, float | None]] = field(default_factory=list)
     capacity_gib: float = 0.0
     tried: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _warned: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    def warning_ids(self) -> tuple[str, ...]:
+        """Rule ids of the warnings ``moeplan check`` gives this candidate's scenario, sorted
+        (validated on first use, then kept: the scenario is frozen). A ``tight`` memory verdict is
+        not among them: NVIDIA's published layouts run where the memory model's band reaches the
+        HBM, and counting it cost the planner a published layout in its top 5 (the plan names the
+        risk and the first layout free of it instead, :func:`moeplan.plan.planner.safer_alternative_note`)."""
+        if self._warned is None:
+            self._warned = tuple(sorted({f.rule_id for f in validate(self.scenario).warnings}))
+        return self._warned
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -408,7 +422,7 @@ def _request(
         if v is None:
             raise InputError(name, None, "a value: the planner needs model, GPU, GPU count and sequence length")
     if s0.training.global_batch_size is None:
-        gbs, why = default_global_batch(cast(int, s0.training.seq_length))  # checked above
+        gbs, why = default_global_batch(cast(int, s0.training.seq_length), num_gpus=s0.num_gpus)  # checked above
         data["training"]["global_batch_size"] = gbs
         assumptions.append(why)
     return data, load_scenario(data, recipe=recipe), assumptions, recipe
@@ -778,24 +792,41 @@ def _refine_phase(st: _Setup, found: list[Candidate], refine: int) -> tuple[list
     return sorted(everything.values(), key=Candidate.key), ev.evaluated - before
 
 
+def fewest_warnings(tied: list[Candidate]) -> Candidate:
+    """The first of ``tied`` (candidates the model cannot order, in preference order) with the fewest
+    distinct warning rule ids (:meth:`Candidate.warning_ids`): a layout the checker flags never wins a
+    tie against one it flags less. A single candidate is returned without validating it."""
+    if len(tied) == 1:
+        return tied[0]
+    return min(tied, key=lambda c: (len(c.warning_ids()), tied.index(c)))
+
+
 def _simplest_leads(out: list[Candidate]) -> str | None:
     """Within :data:`TIE_FRACTION` of the fastest the model cannot tell layouts apart (its error is
-    larger): the simplest such layout (least CP, then PP, TP, VPP, ETP) is moved to the front of
-    ``out`` (in place). Returns the note saying so, None when the fastest is already the simplest."""
+    larger): the layout with the fewest check warnings, then the simplest (least CP, then PP, TP, VPP,
+    ETP), is moved to the front of ``out`` (in place). Returns the note saying so, None when the
+    fastest already leads."""
     if not out:
         return None
     top_tps = out[0].tokens_per_s_per_gpu
     pool = [c for c in out if c.tokens_per_s_per_gpu >= (1 - TIE_FRACTION) * top_tps]
-    lead = min(
-        pool,
-        key=lambda c: (c.parallel.cp, c.parallel.pp, c.parallel.tp, c.parallel.vpp, c.parallel.etp, out.index(c)),
-    )
+    pool.sort(key=lambda c: (c.parallel.cp, c.parallel.pp, c.parallel.tp, c.parallel.vpp, c.parallel.etp, out.index(c)))
+    lead = fewest_warnings(pool)
     if lead is out[0]:
         return None
+    # the warnings decided when simplicity alone would have chosen another layout (pool[0]); name
+    # the fastest's extra warnings, else the simplest's
+    flagged = out[0] if len(out[0].warning_ids()) > len(lead.warning_ids()) else pool[0]
+    dropped = ", ".join(sorted(set(flagged.warning_ids()) - set(lead.warning_ids())))
+    why = (
+        f"the layout the check warns about less wins (the check warns {flagged.parallel.label()}: {dropped})"
+        if lead is not pool[0]
+        else "the simpler layout wins (least CP, then PP, TP, VPP, ETP)"
+    )
     note = (
         f"{lead.parallel.label()} leads although {out[0].parallel.label()} is predicted "
         f"{100 * (top_tps / lead.tokens_per_s_per_gpu - 1):.1f} % faster: within {100 * TIE_FRACTION:.0f} % "
-        "(below the model's resolution) the simpler layout wins (least CP, then PP, TP, VPP, ETP)"
+        f"(below the model's resolution) {why}"
     )
     out.remove(lead)
     out.insert(0, lead)
@@ -818,7 +849,7 @@ def _request_summary(st: _Setup, base: dict, min_dp: int, headroom_gib: float | 
         "headroom_gib": headroom_gib,
         "families": list(st.families),
         "fixed_training": {k: v for k, v in (base.get("training") or {}).items() if k == "micro_batch_size"},
-        "assumes": [a.to_dict() for a in verdict_assumptions(s0)],
+        "assumes": [a.to_dict() for a in verdict_assumptions(s0, says_default_batch(st.assumptions))],
         "reserved_gib": s0.input.system.reserved_gib,
         "peft": s0.peft.model_dump(mode="json") if s0.peft is not None else None,
     }
@@ -1028,15 +1059,30 @@ def _refine(
             variants.append(cand)
         # options are listed simplest first (VPP 1, all-to-all, no EP overlap, eager, p2p): the first
         # within the tie margin of the fastest is kept, as for layouts (the model cannot tell them apart)
+        # and of those the one the check warns about least (:func:`fewest_warnings`)
         pool = [start, *variants]
         top = max(x.tokens_per_s_per_gpu for x in pool)
-        close = [x for x in variants if x.tokens_per_s_per_gpu >= top / (1 + TIE_FRACTION)]
-        if start.tokens_per_s_per_gpu < top / (1 + TIE_FRACTION) and close:
-            best = close[0]
+        tied = [x for x in pool if x.tokens_per_s_per_gpu >= top / (1 + TIE_FRACTION)]
+        best = fewest_warnings(tied)
+        _record_warned(best, fam, [x for x in tied if x is not start], tried)
         if fam == "dispatcher":
             best = _weak_dispatcher_tie(best, variants, top, gpu)
         best.tried[fam] = tried
     return best
+
+
+def _record_warned(best: Candidate, fam: str, tied: list[Candidate], tried: dict[str, float | None]) -> None:
+    """Under ``best.tried["_warns"]``, ``family:option`` → the warning rule ids of each tied variant
+    passed over because the check warns about it more than about ``best`` (so that the explanation
+    says why a faster option lost)."""
+    names = {v: k for k, v in tried.items() if v is not None}
+    for x in tied:
+        if x is best or len(x.warning_ids()) <= len(best.warning_ids()):
+            continue
+        name = names.get(x.tokens_per_s_per_gpu)
+        if name is not None:
+            extra = sorted(set(x.warning_ids()) - set(best.warning_ids()))
+            best.tried.setdefault("_warns", {})[f"{fam}:{name}"] = ", ".join(extra)
 
 
 def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:

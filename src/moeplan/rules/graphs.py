@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from moeplan.rules.base import rule
+from moeplan.spec.allocator import expandable_segments
 from moeplan.spec.numerics import drop_and_pad
 
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
@@ -418,12 +419,45 @@ def _static(s, e):
     return out
 
 
+def nan_check_off_note(s, graph_gain_pct: float | None = None) -> str | None:
+    """The one statement of what a full-iteration CUDA graph costs in numerics: it needs
+    ``check_for_nan_in_loss: false`` (rule ``graphs.full_iteration_nan_check``), so a diverging loss is
+    not caught. None when the scenario keeps the check on or runs no full-iteration graph.
+
+    Args:
+        s: the resolved scenario.
+        graph_gain_pct: what the graph is credited with, in percent: eager execution of the same
+            layout is predicted that much slower (9.1 → "predicted -9.1 %"); None leaves it out.
+    """
+    if s.layout.check_for_nan_in_loss is not False or s.layout.cuda_graph_impl != "full_iteration":
+        return None
+    gain = "" if graph_gain_pct is None else f" (predicted -{abs(graph_gain_pct):.1f} %)"
+    return (
+        "NaN check off: the full-iteration CUDA graph needs check_for_nan_in_loss=false (rule "
+        f"graphs.full_iteration_nan_check), so a diverging loss is not caught; without the graph{gain} the "
+        "check stays on"
+    )
+
+
 @rule("graphs.full_iteration_nan_check", "[B-CFG]; [ARGS]", "full_iteration graphs need check_for_nan_in_loss off")
 def _nan(s, e):
+    """An error while the check is on under a full-iteration graph; a warning while it is off for one
+    (the trade-off, :func:`nan_check_off_note`)."""
     if s.layout.cuda_graph_impl == "full_iteration" and s.layout.check_for_nan_in_loss:
         return [
             e.error("full_iteration graphs need check_for_nan_in_loss: false", "set it false", "check_for_nan_in_loss")
         ]
+    note = nan_check_off_note(s)
+    if note is not None:
+        return [
+            e.warning(
+                note,
+                "accept it for the graph's speed-up, or use cuda_graph_impl: transformer_engine (or none) with "
+                "check_for_nan_in_loss: true",
+                "check_for_nan_in_loss",
+            )
+        ]
+    return None
 
 
 @rule(
@@ -432,8 +466,7 @@ def _nan(s, e):
 def _expandable(s, e):
     if s.layout.cuda_graph_impl != "transformer_engine":
         return None
-    alloc = s.environment.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    if "expandable_segments:true" in alloc.lower().replace(" ", "") and s.environment.get("NCCL_GRAPH_REGISTER") != "0":
+    if expandable_segments(s.environment) and s.environment.get("NCCL_GRAPH_REGISTER") != "0":
         return [
             e.error(
                 "TE CUDA graphs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True need NCCL_GRAPH_REGISTER=0",

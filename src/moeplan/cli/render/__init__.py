@@ -12,13 +12,14 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
 from rich.text import Text
 
 import moeplan.i18n as i18n
@@ -60,10 +61,28 @@ def _break_offsets(plain: str, width: int) -> list[int]:
     return offsets
 
 
+#: control characters of the terminal (C0 but newline and tab, DEL, C1): in text they would move the
+#: cursor, set the title or the colour (an environment value or a file name can hold them)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str) -> str:
+    """``text`` with every terminal control character written as its escape (``\\x1b``)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 class _Console(Console):
     """A console whose plain-text lines (a string, or a string in a ``Padding``) wrap between words
     but never between a figure and its unit (:data:`_UNIT_SPACE`); tables and other renderables
-    as rich draws them."""
+    as rich draws them. Terminal control characters in any text it prints are shown as escapes
+    (:func:`_visible`); only its own styling reaches the terminal as codes."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        clean = (
+            seg if seg.control or not _CONTROL.search(seg.text) else seg._replace(text=_visible(seg.text))
+            for seg in buffer
+        )
+        return super()._render_buffer(clean)
 
     def _wrapped(self, obj: Any, width: int, kw: dict) -> Any:
         if not isinstance(obj, str) or width < 20:

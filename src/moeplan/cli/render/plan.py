@@ -11,6 +11,7 @@ import moeplan.i18n as i18n
 from moeplan.cli.render import T, console, finding_line, lang, rule_text
 from moeplan.cli.render.check import yaml_value
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
+from moeplan.cli.render.verdict import dominant_text, may_not_fit_text, verdict_text
 from moeplan.rules import RULES
 
 
@@ -119,16 +120,11 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
     lines = w["explanation"] if verbose or not w.get("explanation_brief") else w["explanation_brief"]
     for line in lines:
         c.print(Padding(f"• {T(line)}", (0, 0, 0, 2)), highlight=False)
-    warnings = w.get("warnings", [])
-    if verbose:
-        for line in warnings:
-            c.print(Padding(T("[yellow]check warns[/]: ") + escape(finding_line(line)), (0, 0, 0, 2)), highlight=False)
-    elif warnings:
-        ids = ", ".join(line.partition(": ")[0] for line in warnings)
-        c.print(
-            Padding(T("[yellow]check warns[/]: ") + escape(ids) + T(" (details: --verbose)"), (0, 0, 0, 2)),
-            highlight=False,
-        )
+    # every warning in full, short output too: a trade-off #1 rests on (the NaN check off) or a
+    # combination the check doubts is read where #1 is
+    for line in w.get("warnings", []):
+        c.print(Padding(T("[yellow]check warns[/]: ") + escape(finding_line(line)), (0, 0, 0, 2)), highlight=False)
+    _tight_note(c, w)
     if verbose:
         for cand in d["candidates"][1:3]:
             for line in cand["explanation"]:
@@ -145,6 +141,21 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
         c.print(Padding("; ".join(v["outside"]), (0, 0, 0, 2)), style="dim", highlight=False, markup=False)
     if "time_to_train_s" in w:
         c.print(T("time to train: {days} days").format(days=f"{w['time_to_train_s'] / 86400:.2f}"))
+
+
+def _tight_note(c, w: dict) -> None:
+    """#1's ``tight`` memory verdict in words (the peak plus the memory model's band reaches the usable
+    HBM, so ``estimate`` of the saved layout exits 1): the planner keeps such layouts, as published
+    runs near capacity do run, but the user reads the risk where #1 is."""
+    text = may_not_fit_text(w.get("memory") or {})
+    if text:
+        c.print(
+            Padding(
+                T("[yellow]memory[/]: #1 is tight: ") + escape(text) + T("; --headroom-gib keeps a margin free"),
+                (0, 0, 0, 2),
+            ),
+            highlight=False,
+        )
 
 
 def _rule_of_thumb(c, d: dict) -> None:
@@ -210,7 +221,7 @@ def _family(c, fam: dict, verbose: bool) -> None:
         T("[bold]guidance family[/] {recipe} at this size, as written: {broke}").format(
             recipe=fam["recipe"], broke=broke
         )
-        + (f"{T('; ')}{fam['memory']['peak_gib']:.1f} GiB ({T(fam['memory']['verdict'])})" if fam.get("memory") else "")
+        + (f"{T('; ')}{fam['memory']['peak_gib']:.1f} GiB ({verdict_text(fam['memory'])})" if fam.get("memory") else "")
         + (f"{T('; ')}{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if th else "")
         + (T("; #1 is {gain} %").format(gain=f"{fam['search_gain_pct']:+.1f}") if "search_gain_pct" in fam else ""),
         highlight=False,
@@ -442,7 +453,12 @@ def render_fit(d: dict, verbose: bool = False) -> None:
             else ""
         )
         + T("(limit {limit} with headroom)").format(limit=f"{d['limit_gib']:.1f}")
-        + T(" → fits already" if d["fits_already"] else " → does not fit"),
+        + T(" → fits already" if d["fits_already"] else " → does not fit")
+        + (
+            T(" (over the limit: {items})").format(items=dominant_text(d["dominant_items"]))
+            if d.get("dominant_items")
+            else ""
+        ),
         highlight=False,
     )
     if d.get("assumes"):
@@ -530,7 +546,7 @@ def _as_published(c, r: dict, verbose: bool) -> None:
     mem, th = r.get("memory"), r.get("throughput")
     figs = []
     if mem:
-        figs.append(f"{mem['peak_gib']:.1f} GiB {mem['verdict']}")
+        figs.append(f"{mem['peak_gib']:.1f} GiB ({verdict_text(mem)})")
     if th:
         figs.append(f"{th['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, MFU {100 * th['mfu']:.1f} %")
     if chk["rule_ids"] == ["input"]:
@@ -613,12 +629,12 @@ def render_sweep(target: str | None, d: dict) -> None:
     """A sweep document (:func:`moeplan.api.sweep_report`) for ``target`` collect, submit or a scenario (written)."""
     c = console()
     if target == "collect":
-        t = Table(title="measured vs predicted (tokens/s/GPU)", width=100)
+        t = Table(title="measured vs predicted (tokens/s/GPU)")
         for col in ("entry", "logs", "measured", "predicted", "error"):
-            t.add_column(col, justify="left" if col == "entry" else "right", overflow="fold")
+            t.add_column(col, justify="left" if col == "entry" else "right", overflow="fold", no_wrap=col != "entry")
         for r in d["entries"]:
             for n in r.get("notes", []):
-                c.print(f"[dim]{r['id']}: {n}[/]", highlight=False)
+                c.print(f"{r['id']}: {T(n)}", style="dim", markup=False)
         for r in d["entries"]:
             m, p = r["measured_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
             t.add_row(
@@ -633,8 +649,22 @@ def render_sweep(target: str | None, d: dict) -> None:
             c.print("measured ranking: " + " > ".join(d["measured_ranking"]), highlight=False)
         if d["spearman"] is not None:
             c.print(f"Spearman (predicted vs measured): {d['spearman']:.2f}")
+        mismatched = sum(len(r.get("mismatched_logs") or []) for r in d["entries"])
+        if mismatched:
+            c.print(
+                T(
+                    f"WARNING: {mismatched} log(s) ran another layout than their entry and were scored against it "
+                    "(--accept-mismatch): their measured figures, the ranking and any calibration from runs.yaml "
+                    "rest on layouts that did not run"
+                ),
+                style="yellow",
+                markup=False,
+            )
         if d["runs_file"]:
-            c.print(f"runs file for calibrate: {d['runs_file']} (moeplan calibrate {d['runs_file']} -o cluster.json)")
+            c.print(
+                f"runs file for calibrate: {d['runs_file']} (moeplan calibrate {d['runs_file']} -o cluster.json)",
+                markup=False,
+            )
         return
     if target == "submit":
         for r in d["submitted"]:

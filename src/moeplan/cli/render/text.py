@@ -41,7 +41,7 @@ KNOB_LEGEND = {
     "hybridep": "HybridEP dispatcher",
     "ep-ovl": "EP comm overlap",
     "te:...": "TE CUDA graphs",
-    "full-iter": "full-iteration CUDA graph",
+    "full-iter": "full-iteration CUDA graph, loss NaN check off",
     "cp:...": "cp_comm_type",
     "pp-layout": "explicit pipeline layout (--json)",
     "acct-emb/loss": "account_for_embedding/loss_in_pipeline_split",

@@ -52,6 +52,15 @@ function num(v, digits = 0) {
   return Number(v).toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 function gib(bytes, digits = 1) { return num(bytes / GIB, digits); }
+// a memory verdict with its reason: the parts of the peak stage that push it over (dominant_items)
+function verdictText(mem) {
+  const items = (mem.dominant_items || []).map((it) => `${gib(it.bytes)} GiB ${it.item}`).join(", ");
+  if (mem.verdict === "tight") {
+    const band = mem.error_band_pct !== null && mem.error_band_pct !== undefined ? ` ±${num(mem.error_band_pct)} %` : "";
+    return `tight: may not fit (the peak${band} reaches the usable HBM${items ? `; largest: ${items}` : ""})`;
+  }
+  return mem.verdict === "does-not-fit" && items ? `does-not-fit: ${items}` : mem.verdict;
+}
 function pct(f, digits = 1) { return f === null || f === undefined ? "–" : num(100 * f, digits) + " %"; }
 function human(n) {
   if (n >= 1e12) return num(n / 1e12, 2) + " T";
@@ -199,7 +208,9 @@ async function select(i) {
   for (const tr of $("plan-table").tBodies[0].rows) tr.classList.toggle("selected", Number(tr.dataset.index) === i);
   $("selected-title").textContent = `Candidate #${c.rank}`;
   const knobs = Object.entries(c.knobs || {}).map(([k, v]) => `${label(k)} ${v}`).join(", ");
-  $("selected-label").textContent = `${c.label} · DP${c.dp} · MBS ${c.training.micro_batch_size} · recompute ${c.recompute} · ${knobs}`;
+  // a trade-off the candidate rests on is said on its card; the full statement is under "why"
+  const nan = c.nan_check_off ? " · loss NaN check off (full-iteration CUDA graph)" : "";
+  $("selected-label").textContent = `${c.label} · DP${c.dp} · MBS ${c.training.micro_batch_size} · recompute ${c.recompute} · ${knobs}${nan}`;
   showSelection();
   renderMemory(c.memory, null);
   renderTime(c.throughput, null);
@@ -329,7 +340,7 @@ function renderBaseline() {
   const fam = doc.baseline && doc.baseline.family;
   if (fam) {
     let text = `guidance family ${fam.family} (${fam.recipe}): as written ${fam.check ? fam.check.verdict : "?"}`;
-    if (fam.memory) text += `, peak ${num(fam.memory.peak_gib, 1)} GiB (${fam.memory.verdict})`;
+    if (fam.memory) text += `, peak ${num(fam.memory.peak_gib, 1)} GiB (${verdictText(fam.memory)})`;
     if (fam.completed) text += `; completed: ${fam.completed.label}, ${num(fam.completed.tokens_per_s_per_gpu)} tokens/s/GPU`;
     ul.append(el("li", { text }));
   }
@@ -381,7 +392,7 @@ function renderMemory(mem, scenario) {
   const figs = mem.peak_allocated_bytes !== undefined
     ? ` (torch max allocated ${gib(mem.peak_allocated_bytes)}, max reserved ${gib(mem.peak_reserved_bytes)} GiB)`
     : "";
-  $("memory-verdict").textContent = `peak device use ${gib(peakBytes)} GiB${figs} of ${gib(capacity)} GiB usable · ${mem.verdict}`;
+  $("memory-verdict").textContent = `peak device use ${gib(peakBytes)} GiB${figs} of ${gib(capacity)} GiB usable · ${verdictText(mem)}`;
   const W = 460, H = 250, left = 44, right = 10, top = 12, bottom = 30;
   const maxV = Math.max(capacity, ...stages.map((s) => s.total_bytes)) * 1.08 || 1;
   const y = (v) => top + (H - top - bottom) * (1 - v / maxV);
