@@ -267,3 +267,18 @@ def test_calibrate_refuses_a_runs_file_whose_logs_ran_another_layout(tmp_path):
     r = runner.invoke(app, ["calibrate", str(out / "runs.yaml"), "--accept-mismatch"], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output
     assert "fitted to 1 log(s) of another layout than their run" in r.output
+
+
+def test_a_sweep_of_a_fully_held_scenario_says_it_holds_only_the_baseline(tmp_path):
+    """A file ``plan --save`` wrote states every layout key, all held as in ``plan``: the sweep wrote
+    only ``baseline/`` without a word; it says so and names ``--free``. A scenario with free keys
+    gets no such note."""
+    src, scn = tmp_path / "req.yaml", tmp_path / "s.yaml"
+    src.write_text(yaml.safe_dump(REQ))
+    assert runner.invoke(app, ["plan", str(src), "--top", "1", "--save", str(scn)]).exit_code == 0
+    r = runner.invoke(app, ["sweep", str(scn), "-o", str(tmp_path / "d"), "--top", "1", "--no-mbs-variants", "--json"])
+    doc = json.loads(r.output)
+    assert [e["id"] for e in doc["entries"]] == ["baseline"] and "--free KEY" in doc["note"]
+    r = runner.invoke(app, ["sweep", str(scn), "-o", str(tmp_path / "e"), "--top", "1", "--free", "all", "--json"])
+    doc = json.loads(r.output)
+    assert any(e["id"] != "baseline" for e in doc["entries"]) and doc["note"] is None

@@ -336,9 +336,17 @@ def _write_sweep(target, directory, output, flags, hold, calibration, progress, 
     consts = load_step_constants(calibration)
     inputs = (target, calibration)
     man = sweep.write_sweep(data, output, constants=consts, progress=progress, hold=held, inputs=inputs, **kw)
+    entries = [{k: v for k, v in e.items() if k != "scenario"} for e in man["entries"]]
+    only_baseline = all(e["id"] == "baseline" for e in entries)
     return {
         "directory": str(output),
-        "entries": [{k: v for k, v in e.items() if k != "scenario"} for e in man["entries"]],
+        "entries": entries,
+        "note": (
+            "only your baseline: the scenario's layout keys are held, as plan holds them, and no other "
+            "layout passes with them; --free KEY (or --free all) searches the others"
+            if only_baseline
+            else None
+        ),
     }
 
 

@@ -686,4 +686,6 @@ def render_sweep(target: str | None, d: dict) -> None:
             ),
             highlight=False,
         )
+    if d.get("note"):
+        c.print(T("[bold yellow]note[/]: ") + escape(T(d["note"])), highlight=False)
     c.print("nothing was submitted: moeplan sweep submit DIR --smoke --yes (sbatch), or submit the scripts yourself")
