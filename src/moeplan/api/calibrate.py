@@ -11,7 +11,7 @@ import yaml
 
 from moeplan.api.inputs import load_yaml_any
 from moeplan.diagnose import read_log, stats_config
-from moeplan.diagnose.logs import LogStats, dump_mismatches, mismatch_text, scenario_sizes, tokens_per_s_per_gpu
+from moeplan.diagnose.logs import LogStats, other_layout, scenario_sizes, tokens_per_s_per_gpu
 from moeplan.errors import InputError
 from moeplan.io.write import check_writable, write_atomically
 from moeplan.model.calibrate import Run, fit, holdout, load_runs_yaml, profile_json
@@ -80,19 +80,17 @@ def check_log_layout(path: Path, st: LogStats, s: Scenario, run: str, mismatched
     Raises:
         InputError: the dump and ``s`` differ, and ``mismatched`` is None.
     """
-    bad = dump_mismatches(st.args, scenario_sizes(s))
-    if not bad:
-        return
-    text = mismatch_text(bad, "the run")
-    if mismatched is None:
-        raise InputError(
-            f"log {path}",
-            text,
-            "",
-            sentence=f"its argument dump ran another layout than {run} ({text}); correct the run's scenario,"
-            " or give --accept-mismatch to fit to it anyway (nothing was written)",
-        )
-    mismatched.append(f"{run}, {path}: {text}")
+    text = other_layout(
+        path,
+        st.args,
+        scenario_sizes(s),
+        where=run,
+        attributed="the run",
+        remedy="correct the run's scenario, or give --accept-mismatch to fit to it anyway",
+        accept=mismatched is not None,
+    )
+    if text is not None and mismatched is not None:
+        mismatched.append(f"{run}, {path}: {text}")
 
 
 def check_run_logs(runs: list[Run], folder: Path, mismatched: list[str] | None) -> None:
@@ -264,7 +262,9 @@ def calibrate_memory_report(logs: list[Path], scenario: Path | None, output: Pat
     after = [_memory_reading(p, st, _load(p, _deep_merge(m, {"overheads": learned}))) for p, st, m in logged]
     if output is not None:
         text = "# learned by `moeplan calibrate --memory` from: " + ", ".join(ascii(str(p)) for p in logs) + "\n"
-        write_atomically(output, text + yaml.safe_dump({"overheads": learned}, sort_keys=True), inputs=(*logs, scenario))
+        write_atomically(
+            output, text + yaml.safe_dump({"overheads": learned}, sort_keys=True), inputs=(*logs, scenario)
+        )
     return {
         "overheads": learned,
         "votes": votes,

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from moeplan.errors import InputError
 from moeplan.io.imports import DumpReader
 from moeplan.spec.policy import ascii_int
 
@@ -569,6 +570,38 @@ def mismatch_text(mismatches: list[tuple[str, int, int]], attributed: str = "the
     differently with both values (``attributed`` names what the log was attributed to), for messages
     and notes."""
     return "; ".join(f"{k} {got} in the log, {want} in {attributed}" for k, got, want in mismatches)
+
+
+def other_layout(
+    path: Any,
+    args: Mapping[str, str],
+    sizes: Mapping[str, int | None],
+    *,
+    where: str,
+    attributed: str,
+    remedy: str,
+    accept: bool,
+) -> str | None:
+    """Hold a log's argument dump (``args``) to the sizes of the layout it is attributed to
+    (``sizes``, :func:`scenario_sizes`): None when they agree or the log has no dump; the
+    :func:`mismatch_text` when they differ and ``accept`` (``--accept-mismatch``).
+
+    Raises:
+        InputError: they differ and not ``accept``; the message names the log, every key with both
+            values, ``where`` it sits (``the sweep entry it sits in``) and the ``remedy``.
+    """
+    bad = dump_mismatches(args, sizes)
+    if not bad:
+        return None
+    text = mismatch_text(bad, attributed)
+    if not accept:
+        raise InputError(
+            f"log {path}",
+            text,
+            "",
+            sentence=f"its argument dump ran another layout than {where} ({text}); {remedy} (nothing was written)",
+        )
+    return text
 
 
 def derive_tokens_per_s(summary: dict, config: dict | None) -> dict:

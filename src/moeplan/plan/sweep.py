@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.diagnose import read_log
-from moeplan.diagnose.logs import dump_mismatches, mismatch_text, scenario_sizes, tokens_per_s_per_gpu
+from moeplan.diagnose.logs import other_layout, scenario_sizes, tokens_per_s_per_gpu
 from moeplan.errors import InputError, MoeplanError
 from moeplan.io.export import launch_script
 from moeplan.io.write import atomic_directory, check_new_directory, write_atomically, write_file_in
@@ -362,19 +362,17 @@ def _check_log_layout(
         return
     if p.name.startswith("smoke"):
         sizes = {k: v for k, v in sizes.items() if k != "global_batch_size"}
-    bad = dump_mismatches(st.args, sizes)
-    if not bad:
+    text = other_layout(
+        p,
+        st.args,
+        sizes,
+        where="the sweep entry it sits in",
+        attributed="the entry",
+        remedy="move it to the entry it ran, or give --accept-mismatch to score it against this entry anyway",
+        accept=mismatched is not None,
+    )
+    if text is None or mismatched is None:
         return
-    text = mismatch_text(bad, "the entry")
-    if mismatched is None:
-        raise InputError(
-            f"log {p}",
-            text,
-            "",
-            sentence=f"its argument dump ran another layout than the sweep entry it sits in ({text}); move it"
-            " to the entry it ran, or give --accept-mismatch to score it against this entry anyway (nothing"
-            " was written)",
-        )
     mismatched.append(p.name)
     notes.append(f"{p.name}: ran another layout than the entry ({text}), scored against the entry")
 
