@@ -26,7 +26,13 @@ from pathlib import Path
 
 from moeplan.api import ScenarioFlags, plan_report
 
-REQUEST = {"model": "deepseek-ai/DeepSeek-V3", "gpu": "h100", "num_gpus": 256, "seq_length": 131072, "precision": "fp8-blockwise"}
+REQUEST = {
+    "model": "deepseek-ai/DeepSeek-V3",
+    "gpu": "h100",
+    "num_gpus": 256,
+    "seq_length": 131072,
+    "precision": "fp8-blockwise",
+}
 CLI_ARGS = ["plan", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h100", "--num-gpus", "256", "--seq-length", "131072",
             "--precision", "fp8-blockwise", "--json"]  # fmt: skip
 
@@ -94,6 +100,7 @@ def library_plan() -> tuple[float, float]:
 
 def cli_plan() -> tuple[float, float]:
     """(wall, CPU) seconds of the CLI command in a new process."""
+
     def children() -> float:
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         return ru.ru_utime + ru.ru_stime
@@ -135,7 +142,9 @@ def main() -> None:
     print(f"  plan_report in-process (what the CLI calls) {_fmt(*lib)}")
     print(f"  `moeplan plan ... --json` (a new process)   {_fmt(*cli)}")
     if api[1] is not None:
-        print(f"  the API's own cost: {api[1] - lib[1]:+.2f} s CPU over plan_report; {api[0] / cli[0]:.2f}× the CLI's wall time")
+        print(
+            f"  the API's own cost: {api[1] - lib[1]:+.2f} s CPU over plan_report; {api[0] / cli[0]:.2f}× the CLI's wall time"
+        )
 
 
 if __name__ == "__main__":

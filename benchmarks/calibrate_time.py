@@ -25,9 +25,7 @@ def main() -> None:
 
     vals = constants_values(c)
     info["at_bounds"] = sorted(
-        name
-        for name, lo, hi, _ in PARAMS
-        if name in vals and (vals[name] <= lo * 1.001 or vals[name] >= hi / 1.001)
+        name for name, lo, hi, _ in PARAMS if name in vals and (vals[name] <= lo * 1.001 or vals[name] >= hi / 1.001)
     )
     info.update(
         {

@@ -72,7 +72,14 @@ def evaluate() -> list[dict]:
         est = estimate_memory(load_scenario(scenario_of(e)))
         pred = est.peak_allocated_bytes / GIB_BYTES
         meas = e["measured"]["peak_allocated_gib"]
-        out.append({"id": e["id"], "measured_gib": meas, "predicted_gib": round(pred, 3), "error_pct": round(100 * (pred / meas - 1), 2)})
+        out.append(
+            {
+                "id": e["id"],
+                "measured_gib": meas,
+                "predicted_gib": round(pred, 3),
+                "error_pct": round(100 * (pred / meas - 1), 2),
+            }
+        )
     return out
 
 
@@ -85,7 +92,14 @@ def evaluate_reserved() -> list[dict]:
         if meas is None:
             continue
         pred = estimate_memory(load_scenario(scenario_of(e))).peak_reserved_bytes / GIB_BYTES
-        out.append({"id": e["id"], "measured_gib": meas, "predicted_gib": round(pred, 3), "error_pct": round(100 * (pred / meas - 1), 2)})
+        out.append(
+            {
+                "id": e["id"],
+                "measured_gib": meas,
+                "predicted_gib": round(pred, 3),
+                "error_pct": round(100 * (pred / meas - 1), 2),
+            }
+        )
     return out
 
 
@@ -117,7 +131,9 @@ def report(s: dict) -> str:
         "| reading | measured GiB | moeplan GiB | error % |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {r['id']} | {r['measured_gib']} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |" for r in s["readings"]]
+    lines += [
+        f"| {r['id']} | {r['measured_gib']} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |" for r in s["readings"]
+    ]
     lines += [
         "",
         "## Reserved, where a source gives it",
@@ -129,7 +145,9 @@ def report(s: dict) -> str:
         "| reading | measured GiB (about) | moeplan GiB | error % |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {r['id']} | {r['measured_gib']} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |" for r in s["reserved"]]
+    lines += [
+        f"| {r['id']} | {r['measured_gib']} | {r['predicted_gib']:.2f} | {r['error_pct']:+.1f} |" for r in s["reserved"]
+    ]
     return "\n".join(lines) + "\n"
 
 

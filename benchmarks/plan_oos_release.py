@@ -78,7 +78,13 @@ def main() -> None:
         (ROOT / "docs" / "plan_quality_oos.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         figures.update(
             "planner_oos_release",
-            {"runs": total["runs"], "hits": total["hits"], "top1": total["top1"], "top5": total["top5"], "releases": table},
+            {
+                "runs": total["runs"],
+                "hits": total["hits"],
+                "top1": total["top1"],
+                "top5": total["top5"],
+                "releases": table,
+            },
         )
     print("\n".join(lines[:10]))
 

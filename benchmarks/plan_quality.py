@@ -77,7 +77,9 @@ def one(r: dict, constants=None) -> dict:
     }
     # the run's optimizer numerics are held like its precision: the optimizer-state dtypes its recipe
     # sets (BF16 main grads and moments for DeepSeek-V3), with the precision-aware optimizer they need
-    resolved = load_scenario({**sc, "recipe_defaults": "mbridge-perf-benchmark", "versions": {"container": r["release"]}})
+    resolved = load_scenario(
+        {**sc, "recipe_defaults": "mbridge-perf-benchmark", "versions": {"container": r["release"]}}
+    )
     filled = {x.key for x in resolved.resolutions if "recipe" in x.reason.lower()} | resolved.layout.model_fields_set
     held = {k: getattr(resolved.layout, k) for k in NUMERICS if k in filled and getattr(resolved.layout, k) == "bf16"}
     if held:

@@ -40,9 +40,7 @@ def published_runs_path() -> Path:
     benchmarks that fit or score against the published runs need it)."""
     path = REF / "published_runs.yaml"
     if not path.is_file():
-        raise SystemExit(
-            f"error: {path} not found: these benchmarks read the reference data vendored under tests/data"
-        )
+        raise SystemExit(f"error: {path} not found: these benchmarks read the reference data vendored under tests/data")
     return path
 
 

@@ -65,7 +65,9 @@ def run_json(args: list[str]) -> tuple[int, object]:
     try:
         doc = json.loads(res.stdout)
     except ValueError:
-        raise SystemExit(f"moeplan {' '.join(args)} printed no JSON (exit {res.exit_code}): {res.output[-500:]}") from None
+        raise SystemExit(
+            f"moeplan {' '.join(args)} printed no JSON (exit {res.exit_code}): {res.output[-500:]}"
+        ) from None
     return res.exit_code, normalise(doc)
 
 

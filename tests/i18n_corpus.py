@@ -365,7 +365,10 @@ TARGETED: tuple[dict, ...] = (
         },
     },
     {"layout": {"cp_partition_mode": "contiguous", "context_parallel_size": 2}},
-    {"training": {"seq_length": 65536}, "layout": {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"]}},
+    {
+        "training": {"seq_length": 65536},
+        "layout": {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"]},
+    },
     {"training": {"seq_length": 32768}, "layout": {"cuda_graph_impl": "full_iteration"}},
     {"model": None, "layout": {"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et|tL"}},
     {"model": None, "reported": {"model_tflops_per_gpu": 500}, "system": {"num_gpus": 8}},

@@ -93,7 +93,9 @@ def test_parse_set_sections_nesting_and_text_values():
         "recipe_defaults": "mbridge-perf",
     }
     # text values may carry YAML quotes, as every other --set value may
-    quoted = parse_set(['versions.megatron_bridge="0.1.0rc2"', "framework='megatron-core'", "versions.container=\"26.10\""])
+    quoted = parse_set(
+        ['versions.megatron_bridge="0.1.0rc2"', "framework='megatron-core'", 'versions.container="26.10"']
+    )
     assert quoted == {"versions": {"megatron_bridge": "0.1.0rc2", "container": "26.10"}, "framework": "megatron-core"}
 
 

@@ -105,7 +105,8 @@ def test_no_function_over_80_lines():
         f"{path.relative_to(SRC)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
         for path, tree in _modules()
         for fn in ast.walk(tree)
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.end_lineno - fn.lineno + 1 > MAX_FUNCTION_LINES
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and fn.end_lineno - fn.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, "\n".join(long)
 

@@ -83,7 +83,9 @@ def test_the_benchmark_fill_is_explicit_and_says_so():
         assert "# benchmark-only: moe_router_force_load_balancing=true" in text, fmt
     res = export_report(EXAMPLE, ScenarioFlags(sets=("recipe_defaults=mbridge-perf-benchmark",)))
     assert any(w.startswith("benchmark-only settings exported") for w in res.warnings)
-    assert not export_report(EXAMPLE).warnings or not any("benchmark-only" in w for w in export_report(EXAMPLE).warnings)
+    assert not export_report(EXAMPLE).warnings or not any(
+        "benchmark-only" in w for w in export_report(EXAMPLE).warnings
+    )
     # without full-iteration graphs the NaN check off is benchmark-only too
     q = load_scenario({**Q235, **BENCH})
     assert {b["key"] for b in benchmark_settings(q)} == {"moe_router_force_load_balancing", "check_for_nan_in_loss"}

@@ -141,7 +141,9 @@ def test_hard_case(case_id, entry):
         assert any(f"{iid} [" in m for m in unknown), [(f.rule_id, f.message) for f in result.findings]
         assert rid not in result.rule_ids("warning")
         sc = case_to_scenario(case_id, entry)
-        pinned = validate(load_scenario({**sc, "versions": {"megatron_core": VERSION_AT_REPORT.get(case_id, "0.14.0")}}))
+        pinned = validate(
+            load_scenario({**sc, "versions": {"megatron_core": VERSION_AT_REPORT.get(case_id, "0.14.0")}})
+        )
         assert rid in pinned.rule_ids("warning"), [(f.rule_id, f.message) for f in pinned.findings]
         return
     verdict = result.verdict

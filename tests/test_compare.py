@@ -272,8 +272,11 @@ def test_known_issue_offered_when_versions_cross_its_range():
     dsv3 = {
         "model": "deepseek-ai/DeepSeek-V3",
         "system": {"gpu": "h100", "num_gpus": 256},
-        "layout": {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 64,
-                   "pipeline_model_parallel_layout": "Ettt|t*58mL"},
+        "layout": {
+            "pipeline_model_parallel_size": 2,
+            "expert_model_parallel_size": 64,
+            "pipeline_model_parallel_layout": "Ettt|t*58mL",
+        },
     }
     causes, _ = known_issue_causes(
         a, b, {"versions": {"megatron_core": "0.17.0"}}, {"versions": {"megatron_core": "0.16.1"}}, dsv3

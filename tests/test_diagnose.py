@@ -215,7 +215,9 @@ def test_fit_and_oom_try_the_same_changes():
     fixes, rejected = rank_memory_fixes(QWEN_TIGHT)
     oom_labels = {f["change"] for f in fixes} | {r["change"] for r in rejected}
     out = fit_layout(QWEN_TIGHT)
-    fit_labels = {r["change"] for key in ("fixes", "not_enough", "rejected") for r in out[key] if " + " not in r["change"]}
+    fit_labels = {
+        r["change"] for key in ("fixes", "not_enough", "rejected") for r in out[key] if " + " not in r["change"]
+    }
     assert oom_labels == fit_labels
     assert {"recompute full", "CP 1 → 2", "EP 8 → 16", "optimizer offload 1"} <= oom_labels
 

@@ -52,8 +52,13 @@ def test_hang_at_stated_versions_rejects_every_layout_it_covers():
 def test_slowdown_at_stated_versions_is_flagged_not_avoided():
     # NeMo 26.06: MoE recipes slow down with TP > 1 (Megatron Bridge known issues 26.06)
     doc = _plan({"container": "nvcr.io/nvidia/nemo:26.06"})
-    flagged = [c for c in doc["candidates"] if any(
-        k["id"] == "nemo_26_06_tp_slowdown_pytorch_base" and k["status"] == "affected" for k in c["known_issues"])]
+    flagged = [
+        c
+        for c in doc["candidates"]
+        if any(
+            k["id"] == "nemo_26_06_tp_slowdown_pytorch_base" and k["status"] == "affected" for k in c["known_issues"]
+        )
+    ]
     assert all("TP1 " not in c["label"] for c in flagged)
     if flagged:
         assert any("flagged, not avoided" in n for n in doc["notes"])

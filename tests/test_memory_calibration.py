@@ -34,7 +34,10 @@ MIB = 1024 * 1024
 
 def _log(alloc_mib: float, reserved_mib: float, device_mib: float | None) -> str:
     dev = f" | total device memory used: {device_mib:.2f}" if device_mib is not None else ""
-    lines = [f" iteration {i:>8d}/     100 | elapsed time per iteration (ms): 1000.0 | lm loss: 5.0E+00 |" for i in range(1, 21)]
+    lines = [
+        f" iteration {i:>8d}/     100 | elapsed time per iteration (ms): 1000.0 | lm loss: 5.0E+00 |"
+        for i in range(1, 21)
+    ]
     lines.append(
         f"[Rank 0] (after 10 iterations) memory (MB) | allocated: 1000.00 | max allocated: {alloc_mib:.2f} "
         f"| reserved: 2000.00 | max reserved: {reserved_mib:.2f}{dev}"

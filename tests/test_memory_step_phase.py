@@ -61,11 +61,18 @@ def test_bridge_bf16_precision_aware_optimizer_keeps_mcore_master_and_copies_gra
     keeps an fp32 master shard (4 B, no remainders) and copies the bf16 grad shard to fp32."""
     pao = {"grad_reduce_in_fp32": False, "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16"}
     # 0.1.0rc3 took the change as a cherry-pick (d8bb57e3); main since 0.2.0rc2 (15bf28de)
-    for versions in ({}, {"megatron_bridge": "0.1.0rc3"}, {"megatron_bridge": "0.2.0rc2"}, {"megatron_bridge": "0.3.1"}):
+    for versions in (
+        {},
+        {"megatron_bridge": "0.1.0rc3"},
+        {"megatron_bridge": "0.2.0rc2"},
+        {"megatron_bridge": "0.3.1"},
+    ):
         s = _scenario(pao, versions=versions)
         sp, num, dense, expert, sd, se = _shards(s)
         assert num.master_bytes == 4.0
-        assert optimizer_step_transients(s, sp, num, dense, expert) == {"fp32_main_grad_copies": pytest.approx(4 * (sd + se))}
+        assert optimizer_step_transients(s, sp, num, dense, expert) == {
+            "fp32_main_grad_copies": pytest.approx(4 * (sd + se))
+        }
     te_master = optimizer_numerics(_scenario(pao, framework="megatron-core"))
     assert te_master.master_bytes == 2.0  # TE FusedAdam's bf16 param + 16-bit remainder
     fp16_master = _scenario({**pao, "main_params_dtype": "fp16"})  # not fp32: TE keeps it, in fp16

@@ -46,7 +46,9 @@ def test_grad_bytes_and_optimizer_state():
     pao = {"use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
     # Megatron-LM ('delayed' optimizer fp8_recipe): TE keeps the master as the bf16 param + a 16-bit
     # remainder = 2 B; bf16 moments 2 + 2
-    core = optimizer_numerics(load_scenario({**QWEN, "framework": "megatron-core", "layout": {**QWEN["layout"], **pao}}))
+    core = optimizer_numerics(
+        load_scenario({**QWEN, "framework": "megatron-core", "layout": {**QWEN["layout"], **pao}})
+    )
     assert (core.master_bytes, core.state_bytes) == (2.0, 6.0)
     # Megatron Bridge ('tensorwise' copied into the optimizer config): megatron-core's fp32 master, 4 B
     num = optimizer_numerics(_s(**pao))

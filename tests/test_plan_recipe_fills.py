@@ -175,7 +175,11 @@ def test_a_baselines_held_search_fills_its_candidates_as_the_request():
             "model": "Qwen/Qwen3-30B-A3B",
             "system": {"gpu": "b300", "num_gpus": 16},
             "training": {"seq_length": 4096, "micro_batch_size": 8, "global_batch_size": 512, "precision": "mxfp8"},
-            "layout": {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 16},
+            "layout": {
+                "tensor_model_parallel_size": 1,
+                "pipeline_model_parallel_size": 1,
+                "expert_model_parallel_size": 16,
+            },
             "versions": {"container": "26.06"},
         },
         top=5,

@@ -531,7 +531,10 @@ def test_a_known_container_is_not_called_unknown_when_every_version_is_stated():
             "layout": LAYOUT_30B,
             "versions": {
                 "container": "25.11",
-                **{k: "1.0.0" for k in ("megatron_core", "megatron_bridge", "transformer_engine", "torch", "nccl", "deepep")},
+                **{
+                    k: "1.0.0"
+                    for k in ("megatron_core", "megatron_bridge", "transformer_engine", "torch", "nccl", "deepep")
+                },
             },
         }
     )

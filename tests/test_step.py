@@ -257,9 +257,7 @@ def test_ep_overlap_on_blackwell_without_a_whole_graph_says_its_host_cost_is_not
     assert "#1760" in said[0] and "#3399" in said[0]
     assert not any("split-layer" in a for a in _est(b200).assumptions)
     assert not any("split-layer" in a for a in _est(DP_SCN, overlap_moe_expert_parallel_comm=True).assumptions)
-    graphed = _est(
-        b200, overlap_moe_expert_parallel_comm=True, cuda_graph_impl="full_iteration", cuda_graph_scope=[]
-    )
+    graphed = _est(b200, overlap_moe_expert_parallel_comm=True, cuda_graph_impl="full_iteration", cuda_graph_scope=[])
     assert not any("split-layer" in a for a in graphed.assumptions)
 
 

@@ -51,7 +51,9 @@ def test_rc_is_no_longer_read_as_a_patch_release():
     assert s.versions.get("megatron_core") == Version("0.19.0rc1")
 
 
-@pytest.mark.parametrize("text", ["before PR 5401", "r2d2", "０.１６.１", "latest", "", "0.16.1 (patched)", "dev:0.15.0"])
+@pytest.mark.parametrize(
+    "text", ["before PR 5401", "r2d2", "０.１６.１", "latest", "", "0.16.1 (patched)", "dev:0.15.0"]
+)
 def test_free_text_is_an_input_error_naming_the_field(text):
     with pytest.raises(InputError) as exc:
         load_scenario({"versions": {"megatron_core": text}})

@@ -42,10 +42,33 @@ from moeplan.web.requests import (
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-DSV3 = {"model": "deepseek-ai/DeepSeek-V3", "gpu": "h100", "num_gpus": 256, "seq_length": 131072, "precision": "fp8-blockwise"}
-DSV3_FLAGS = ScenarioFlags(model="deepseek-ai/DeepSeek-V3", gpu="h100", num_gpus=256, seq_length=131072, precision="fp8-blockwise")
+DSV3 = {
+    "model": "deepseek-ai/DeepSeek-V3",
+    "gpu": "h100",
+    "num_gpus": 256,
+    "seq_length": 131072,
+    "precision": "fp8-blockwise",
+}
+DSV3_FLAGS = ScenarioFlags(
+    model="deepseek-ai/DeepSeek-V3", gpu="h100", num_gpus=256, seq_length=131072, precision="fp8-blockwise"
+)
 #: a layout of DSV3 that fits (the plan's #1), with a batch
-DSV3_LAYOUT = {"tp": 8, "pp": 4, "vpp": 4, "cp": 4, "ep": 64, "gbs": 32, "sets": ["layout.pipeline_model_parallel_layout=E,t*3|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*2,m,L", "recompute_granularity=selective", "recompute_modules=[moe_act,layernorm,mla_up_proj,moe]", "optimizer_cpu_offload=true", "optimizer_offload_fraction=0.5", "use_precision_aware_optimizer=true"]}
+DSV3_LAYOUT = {
+    "tp": 8,
+    "pp": 4,
+    "vpp": 4,
+    "cp": 4,
+    "ep": 64,
+    "gbs": 32,
+    "sets": [
+        "layout.pipeline_model_parallel_layout=E,t*3|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*2,m,L",
+        "recompute_granularity=selective",
+        "recompute_modules=[moe_act,layernorm,mla_up_proj,moe]",
+        "optimizer_cpu_offload=true",
+        "optimizer_offload_fraction=0.5",
+        "use_precision_aware_optimizer=true",
+    ],
+}
 #: a quick plan (under a second of search)
 SMALL = {"model": "Qwen/Qwen3-8B", "gpu": "h100", "num_gpus": 8, "seq_length": 4096}
 
@@ -93,7 +116,9 @@ def test_nothing_is_loaded_from_elsewhere():
     assert names == ["app.js", "index.html", "style.css"]
     for name in names:
         text = (static / name).read_text(encoding="utf-8")
-        urls = [u for u in re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"')]*", text) if "w3.org/2000/svg" not in u]
+        urls = [
+            u for u in re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"')]*", text) if "w3.org/2000/svg" not in u
+        ]
         assert not urls, f"{name} loads from elsewhere: {urls}"
         assert "@import" not in text and "fonts.googleapis" not in text
 
@@ -130,7 +155,22 @@ def test_check_is_the_cli_document(client):
     r = client.post("/api/check", json=DSV3)
     assert r.status_code == 200
     assert r.json() == json.loads(json.dumps(check_report(None, DSV3_FLAGS)))
-    cli = _cli_json(["check", "--model", DSV3["model"], "--gpu", "h100", "--num-gpus", "256", "--seq-length", "131072", "--precision", "fp8-blockwise", "--json"])
+    cli = _cli_json(
+        [
+            "check",
+            "--model",
+            DSV3["model"],
+            "--gpu",
+            "h100",
+            "--num-gpus",
+            "256",
+            "--seq-length",
+            "131072",
+            "--precision",
+            "fp8-blockwise",
+            "--json",
+        ]
+    )
     assert r.json() == cli
 
 
@@ -149,7 +189,9 @@ def test_estimate_is_the_cli_document(client):
     assert r.status_code == 200, r.text
     doc = r.json()
     sets = tuple(normalise_sets(DSV3_LAYOUT["sets"]))
-    flags = ScenarioFlags(**{**DSV3_FLAGS.__dict__, "tp": 8, "pp": 4, "vpp": 4, "cp": 4, "ep": 64, "gbs": 32, "sets": sets})
+    flags = ScenarioFlags(
+        **{**DSV3_FLAGS.__dict__, "tp": 8, "pp": 4, "vpp": 4, "cp": 4, "ep": 64, "gbs": 32, "sets": sets}
+    )
     assert doc == json.loads(json.dumps(estimate_report(None, flags).document))
     assert doc["memory"]["verdict"] in ("fits", "tight") and len(doc["memory"]["stages"]) == 4
     assert doc["throughput"]["tokens_per_s_per_gpu"] > 0 and doc["throughput"]["validity"]["error_band_pct"] > 0
@@ -162,7 +204,9 @@ def test_estimate_of_an_example_file_matches_the_cli(client):
 
 
 def test_plan_is_the_cli_document_plus_scenarios(client, small_plan):
-    cli = _cli_json(["plan", "--model", SMALL["model"], "--gpu", "h100", "--num-gpus", "8", "--seq-length", "4096", "--json"])
+    cli = _cli_json(
+        ["plan", "--model", SMALL["model"], "--gpu", "h100", "--num-gpus", "8", "--seq-length", "4096", "--json"]
+    )
     web = {k: v for k, v in small_plan.items() if k not in ("seconds", "scenarios")}
     assert web == {k: v for k, v in cli.items() if k != "seconds"}
     assert len(small_plan["scenarios"]) == len(small_plan["candidates"]) == 5
@@ -174,7 +218,9 @@ def test_each_candidate_scenario_estimates_as_planned(client, small_plan):
     for cand, scn in zip(small_plan["candidates"], small_plan["scenarios"], strict=True):
         doc = client.post("/api/estimate", json={"scenario": scn}).json()
         assert doc["memory"]["peak_bytes"] == pytest.approx(cand["memory"]["peak_bytes"], rel=1e-9)
-        assert doc["throughput"]["tokens_per_s_per_gpu"] == pytest.approx(cand["throughput"]["tokens_per_s_per_gpu"], rel=1e-9)
+        assert doc["throughput"]["tokens_per_s_per_gpu"] == pytest.approx(
+            cand["throughput"]["tokens_per_s_per_gpu"], rel=1e-9
+        )
         assert client.post("/api/check", json={"scenario": scn}).json()["verdict"] in ("valid", "warn")
 
 
@@ -259,7 +305,12 @@ def _cli_error(args: list[str]) -> str:
         ({"gpu": "h1000"}, "system.gpu", "gpu", ["--gpu", "h1000"]),
         ({"precision": "fp9"}, "training.precision", "precision", ["--precision", "fp9"]),
         ({"model": "DeepSeek-V9"}, "model", "model", ["--model", "DeepSeek-V9"]),
-        ({"sets": ["layout.tensor_model_parallel_size=x"]}, "layout.tensor_model_parallel_size", "sets", ["--set", "layout.tensor_model_parallel_size=x"]),
+        (
+            {"sets": ["layout.tensor_model_parallel_size=x"]},
+            "layout.tensor_model_parallel_size",
+            "sets",
+            ["--set", "layout.tensor_model_parallel_size=x"],
+        ),
         ({"sets": ["no_such_key=1"]}, "layout.no_such_key", "sets", ["--set", "layout.no_such_key=1"]),
         ({"sets": ["oops"]}, "--set", "sets", ["--set", "oops"]),
     ],
@@ -302,7 +353,11 @@ def test_bad_input_is_422_with_the_request_field(client, path, body, input_):
 def test_a_model_path_is_refused_never_read(client, tmp_path):
     secret = tmp_path / "config.json"
     secret.write_text(_config_text())
-    for body in ({**SMALL, "model": str(secret)}, {"scenario_yaml": f"model: {secret}\n"}, {"scenario": {"model": str(secret)}}):
+    for body in (
+        {**SMALL, "model": str(secret)},
+        {"scenario_yaml": f"model: {secret}\n"},
+        {"scenario": {"model": str(secret)}},
+    ):
         err = _error(client.post("/api/check", json=body))
         assert err["field"] == "model" and "upload a config.json" in err["allowed"]
 
@@ -589,7 +644,9 @@ def test_stopping_the_server_interrupts_its_computations(monkeypatch):
 
 
 def test_normalise_sets():
-    assert normalise_sets(["", " recompute_granularity=selective ", "framework=megatron-core", "training.task=finetune"]) == (
+    assert normalise_sets(
+        ["", " recompute_granularity=selective ", "framework=megatron-core", "training.task=finetune"]
+    ) == (
         "layout.recompute_granularity=selective",
         "framework=megatron-core",
         "training.task=finetune",
@@ -601,14 +658,19 @@ def test_request_field_prefers_what_the_request_gave():
     assert request_field("system.gpu", form) == "gpu"
     assert request_field("system.gpu", ScenarioRequest(scenario_yaml="x")) == "scenario_yaml"
     assert request_field("layout.tensor_model_parallel_size", ScenarioRequest(tp=3)) == "tp"
-    assert request_field("layout.tensor_model_parallel_size", ScenarioRequest(sets=["tensor_model_parallel_size=3"])) == "sets"
+    assert (
+        request_field("layout.tensor_model_parallel_size", ScenarioRequest(sets=["tensor_model_parallel_size=3"]))
+        == "sets"
+    )
     assert request_field("model", ScenarioRequest(config_json="{}")) == "config_json"
     assert request_field("--tokens-per-step", None) == "tokens_per_step"
     assert request_field("weird", ScenarioRequest()) is None
 
 
 def test_materialize_writes_texts_and_builds_the_flags(tmp_path):
-    scenario, flags = materialize(ScenarioRequest(scenario_yaml="model: Qwen3-8B\n", gpu="h100", tp=2, sets=["cp_comm_type=a2a"]), tmp_path)
+    scenario, flags = materialize(
+        ScenarioRequest(scenario_yaml="model: Qwen3-8B\n", gpu="h100", tp=2, sets=["cp_comm_type=a2a"]), tmp_path
+    )
     assert scenario == tmp_path / "scenario.yaml" and scenario.read_text() == "model: Qwen3-8B\n"
     assert flags == ScenarioFlags(gpu="h100", tp=2, sets=("layout.cp_comm_type=a2a",))
     _, flags = materialize(ScenarioRequest(config_json="{}"), tmp_path)
@@ -617,8 +679,16 @@ def test_materialize_writes_texts_and_builds_the_flags(tmp_path):
 
 def test_scrub_and_candidate_scenario(tmp_path):
     assert scrub({"a": [f"{tmp_path}/config.json", 1]}, tmp_path) == {"a": ["config.json", 1]}
-    req = {"model": "m", "system": {"gpu": "h100"}, "training": {"seq_length": 4096}, "layout": {"tensor_model_parallel_size": 2}}
-    cand = {"training": {"global_batch_size": 8, "micro_batch_size": 1}, "layout": {"tensor_model_parallel_size": 2, "context_parallel_size": 2}}
+    req = {
+        "model": "m",
+        "system": {"gpu": "h100"},
+        "training": {"seq_length": 4096},
+        "layout": {"tensor_model_parallel_size": 2},
+    }
+    cand = {
+        "training": {"global_batch_size": 8, "micro_batch_size": 1},
+        "layout": {"tensor_model_parallel_size": 2, "context_parallel_size": 2},
+    }
     out = candidate_scenario(req, cand)
     assert out["training"] == {"seq_length": 4096, "global_batch_size": 8, "micro_batch_size": 1}
     assert out["layout"] == cand["layout"] and req["layout"] == {"tensor_model_parallel_size": 2}
@@ -663,7 +733,19 @@ def test_moeplan_serve_starts_answers_and_stops():
     assert rc == 0
 
 
-@pytest.mark.parametrize(("host", "warned"), [("0", True), ("0.0.0.0", True), ("::", True), ("10.1.2.3", True), ("127.1", False), ("127.0.0.1", False), ("[::1]", False), ("localhost", False)])
+@pytest.mark.parametrize(
+    ("host", "warned"),
+    [
+        ("0", True),
+        ("0.0.0.0", True),
+        ("::", True),
+        ("10.1.2.3", True),
+        ("127.1", False),
+        ("127.0.0.1", False),
+        ("[::1]", False),
+        ("localhost", False),
+    ],
+)
 def test_serve_warns_for_every_non_loopback_bind(monkeypatch, host, warned):
     """``--host 0`` binds every interface (0.0.0.0) and was not warned about, while ``--host 127.1``
     (127.0.0.1, loopback) was: the address is resolved as the bind resolves it."""

@@ -77,10 +77,26 @@ def test_hostile_headers(fmt, header):
 @fuzz_settings(20)
 @given(
     name=st.sampled_from(
-        ["tensor_model_parallel_size", "recompute_modules", "seq_length", "world_size", "cp_comm_type", "moe_expert_capacity_factor"]
+        [
+            "tensor_model_parallel_size",
+            "recompute_modules",
+            "seq_length",
+            "world_size",
+            "cp_comm_type",
+            "moe_expert_capacity_factor",
+        ]
     ),
     value=st.sampled_from(
-        [ALIAS_BOMB.replace("\n", " "), "{a: &a [x,x], b: [*a,*a]}", "²", "８", "9" * 5000, "1e999", "[" * 10000, "x" * 100000]
+        [
+            ALIAS_BOMB.replace("\n", " "),
+            "{a: &a [x,x], b: [*a,*a]}",
+            "²",
+            "８",
+            "9" * 5000,
+            "1e999",
+            "[" * 10000,
+            "x" * 100000,
+        ]
     )
     | hostile_text,
 )
@@ -103,5 +119,9 @@ def test_repeated_unknown_keys_give_bounded_output(n, payload):
     if fmt == "mbridge-yaml":
         text = "model:\n" + "".join(f"  k{i}: 1\n" for i in range(n)) + "  tensor_model_parallel_size: 2\n"
     else:
-        text = "\n".join([payload] * n) + ("\nmodel.tensor_model_parallel_size=2\n" if fmt == "mbridge-overrides" else "\n--tensor-model-parallel-size 2\n")
+        text = "\n".join([payload] * n) + (
+            "\nmodel.tensor_model_parallel_size=2\n"
+            if fmt == "mbridge-overrides"
+            else "\n--tensor-model-parallel-size 2\n"
+        )
     _check("imports", fmt, text)

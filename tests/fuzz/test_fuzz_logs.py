@@ -19,7 +19,22 @@ ITER = (
     "number of skipped iterations: {sk} | number of nan iterations:   0 |"
 )
 MEM = "[Rank 0] (after {it} iterations) memory (MB) | allocated: {a} | max allocated: {a} | reserved: {a} | max reserved: {a}"
-NUMBERS = ["1000.0", "0", "-5", "nan", "inf", "1e999", "9" * 400 + ".5", "9" * 5000, "²", "８", "1.2.3", "", "e", "1e-320"]
+NUMBERS = [
+    "1000.0",
+    "0",
+    "-5",
+    "nan",
+    "inf",
+    "1e999",
+    "9" * 400 + ".5",
+    "9" * 5000,
+    "²",
+    "８",
+    "1.2.3",
+    "",
+    "e",
+    "1e-320",
+]
 JUNK = [
     "| a" + " " * 100_000,
     "iteration 1/ 1 |" + " |" * 50_000,
@@ -93,8 +108,10 @@ def _seconds(text: str) -> float:
 
 SHAPES = {
     "spaces after '| a'": lambda n: "iteration 1/ 10 | a" + " " * n + "\n",
-    "wrapped record": lambda n: " iteration 1/ 10 | elapsed time per iteration (ms): 1.0 | lm loss: 1.0 | x"
-    + "".join("x: 1 |\n" for _ in range(n // 7)),
+    "wrapped record": lambda n: (
+        " iteration 1/ 10 | elapsed time per iteration (ms): 1.0 | lm loss: 1.0 | x"
+        + "".join("x: 1 |\n" for _ in range(n // 7))
+    ),
     "pipes": lambda n: "iteration 1/ 10 " + "|" * n + "\n",
     "dump dots": lambda n: "-- arguments --\n  name " + "." * n + "\n",
     "colons": lambda n: "iteration 1/ 10 | a" + ":" * n + "\n",

@@ -54,7 +54,8 @@ def _set(d: dict, path: tuple, value) -> None:
 @fuzz_settings(30)
 @given(
     path=st.sampled_from(PATHS),
-    value=st.sampled_from([*INT_PAYLOADS[:13], "Infinity", float("inf"), float("nan"), "x", None, [], {}]) | hostile_value,
+    value=st.sampled_from([*INT_PAYLOADS[:13], "Infinity", float("inf"), float("nan"), "x", None, [], {}])
+    | hostile_value,
     raw=st.sampled_from([None, None, None, *RAW_JSON]),
 )
 def test_edited_sweep_manifests(path, value, raw):
@@ -81,7 +82,19 @@ ROW_KEYS = ["image_sizes", "width", "height", "images", "image", "text_tokens"]
 
 
 @fuzz_settings(25)
-@given(rows=st.lists(st.dictionaries(st.sampled_from(ROW_KEYS), hostile_value, max_size=3), min_size=1, max_size=6), raw=st.sampled_from([None, None, *RAW_JSON, '{"image_sizes": [[1e999, 5]]}', '{"width": 9e400, "height": 1}', '{"text_tokens": ' + "9" * 5000 + "}"]))
+@given(
+    rows=st.lists(st.dictionaries(st.sampled_from(ROW_KEYS), hostile_value, max_size=3), min_size=1, max_size=6),
+    raw=st.sampled_from(
+        [
+            None,
+            None,
+            *RAW_JSON,
+            '{"image_sizes": [[1e999, 5]]}',
+            '{"width": 9e400, "height": 1}',
+            '{"text_tokens": ' + "9" * 5000 + "}",
+        ]
+    ),
+)
 def test_hostile_vlm_manifests(rows, raw):
     lines = []
     for r in rows:

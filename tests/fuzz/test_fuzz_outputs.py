@@ -37,7 +37,8 @@ RUNS = {
         {
             "id": f"r{gbs}",
             "release": "25.09",
-            "scenario": yaml.safe_load(SMALL) | {"training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": gbs}},
+            "scenario": yaml.safe_load(SMALL)
+            | {"training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": gbs}},
             "measured": {"tokens_per_s_per_gpu": 5000 + gbs},
         }
         for gbs in (64, 128)
@@ -180,7 +181,9 @@ def _run_writer(writer: str, kind: str) -> None:
 
 
 @fuzz_settings(16)
-@given(writer=st.sampled_from(["export", "vlm-stats -o", "compare --plot", "calibrate -o"]), kind=st.sampled_from(TARGETS))
+@given(
+    writer=st.sampled_from(["export", "vlm-stats -o", "compare --plot", "calibrate -o"]), kind=st.sampled_from(TARGETS)
+)
 def test_fast_writers_on_hostile_targets(writer, kind):
     _run_writer(writer, kind)
 
@@ -226,12 +229,16 @@ def test_kill_9_during_writes(delay, target):
                 problems.append("partial: out.txt is neither the old nor the new content")
             out = run_cli(["export", "s.yaml", "-o", "out.txt"])
         else:
-            _killed(["-m", "moeplan.cli.app", "sweep", "s.yaml", "-o", "sw", "--top", "1", "--no-mbs-variants"], delay, box)
+            _killed(
+                ["-m", "moeplan.cli.app", "sweep", "s.yaml", "-o", "sw", "--top", "1", "--no-mbs-variants"], delay, box
+            )
             sw = box / "sw"
             if sw.exists() and not ((sw / "manifest.json").exists() and (sw / "README.md").exists()):
                 problems.append(f"partial: a half-written sweep folder {sorted(p.name for p in sw.iterdir())}")
-            out = run_cli(["sweep", "s.yaml", "-o", "sw2", "--top", "1", "--no-mbs-variants"]) if sw.exists() else run_cli(
-                ["sweep", "s.yaml", "-o", "sw", "--top", "1", "--no-mbs-variants"]
+            out = (
+                run_cli(["sweep", "s.yaml", "-o", "sw2", "--top", "1", "--no-mbs-variants"])
+                if sw.exists()
+                else run_cli(["sweep", "s.yaml", "-o", "sw", "--top", "1", "--no-mbs-variants"])
             )
         temps = [p for p in listing(box) if TMP_MARKER in p]
         if temps:

@@ -81,7 +81,9 @@ def test_mutated_model_overrides_without_a_catalog_model(data, command):
 @fuzz_settings(12)
 @given(seed=st.sampled_from(SEEDS), data=st.data())
 def test_mutated_scenarios_export_every_format(seed, data):
-    fmt = data.draw(st.sampled_from(["mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm"]))
+    fmt = data.draw(
+        st.sampled_from(["mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm"])
+    )
     _run("scenarios", lambda p: ["export", p, "-f", fmt, "--force"], to_yaml(data.draw(mutated_mapping(seed))))
 
 
@@ -95,7 +97,9 @@ def test_mutated_requests_plan_and_fit(data, command):
 
 @fuzz_settings(15)
 @given(
-    flag=st.sampled_from(["--num-gpus", "--seq-length", "--mbs", "--gbs", "--tp", "--pp", "--vpp", "--cp", "--ep", "--etp"]),
+    flag=st.sampled_from(
+        ["--num-gpus", "--seq-length", "--mbs", "--gbs", "--tp", "--pp", "--vpp", "--cp", "--ep", "--etp"]
+    ),
     value=st.sampled_from(["1", "2", "3", "64", "1048576", "1048577", "99999999999999999999", "9" * 400]),
     command=st.sampled_from(["check", "estimate"]),
 )
@@ -104,8 +108,10 @@ def test_hostile_flags(flag, value, command):
 
 
 @fuzz_settings(15)
-@given(key=st.sampled_from(sorted(SECTION_KEYS["layout"]) + ["model_overrides.num_layers", "versions.megatron_core"]),
-       value=st.sampled_from(["1", "-1", "1e999", ".nan", "[]", "{a: 1}", "&a 1", "*a", "9" * 5000, "'x\\ny'", "null"]))
+@given(
+    key=st.sampled_from(sorted(SECTION_KEYS["layout"]) + ["model_overrides.num_layers", "versions.megatron_core"]),
+    value=st.sampled_from(["1", "-1", "1e999", ".nan", "[]", "{a: 1}", "&a 1", "*a", "9" * 5000, "'x\\ny'", "null"]),
+)
 def test_hostile_set_values(key, value):
     full = key if "." in key else f"layout.{key}"
     _run("scenarios", lambda p: ["check", p, "--set", f"{full}={value}"], to_yaml(SMALL))
@@ -123,7 +129,9 @@ def extreme_overrides(draw) -> dict:
 
 
 @fuzz_settings(15)
-@given(seed=st.sampled_from(SEEDS), overrides=extreme_overrides(), command=st.sampled_from(["estimate", "check", "params"]))
+@given(
+    seed=st.sampled_from(SEEDS), overrides=extreme_overrides(), command=st.sampled_from(["estimate", "check", "params"])
+)
 def test_extreme_but_valid_model_overrides(seed, overrides, command):
     """Valid values at the caps (10^4 layers, 2^24 widths, 2^16 experts) finish within the bound."""
     sc = {**seed, "model_overrides": {**(seed.get("model_overrides") or {}), **overrides}}
@@ -133,7 +141,11 @@ def test_extreme_but_valid_model_overrides(seed, overrides, command):
 @fuzz_settings(3)
 @given(overrides=extreme_overrides())
 def test_extreme_but_valid_model_overrides_plan(overrides):
-    _run("model overrides", lambda p: ["plan", p, "--json", "--top", "1"], to_yaml({**SMALL, "model_overrides": overrides}))
+    _run(
+        "model overrides",
+        lambda p: ["plan", p, "--json", "--top", "1"],
+        to_yaml({**SMALL, "model_overrides": overrides}),
+    )
 
 
 @st.composite
@@ -166,7 +178,11 @@ def random_layout(draw) -> dict:
             lay[key] = draw(st.sampled_from(values))
     world = draw(st.sampled_from([8, 16, 24, 64, 256, 1024]))
     return {
-        "model": draw(st.sampled_from(["qwen3-30b-a3b", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-Next-80B-A3B-Instruct", "gpt-oss-120b"])),
+        "model": draw(
+            st.sampled_from(
+                ["qwen3-30b-a3b", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-Next-80B-A3B-Instruct", "gpt-oss-120b"]
+            )
+        ),
         "system": {"gpu": draw(st.sampled_from(["h100", "gb200", "b200"])), "num_gpus": world},
         "training": {
             "seq_length": draw(st.sampled_from([1024, 4096, 4097, 32768, 131072])),

@@ -68,7 +68,12 @@ def run_script(script: Path, box: Path) -> tuple[list[str], list[str]]:
     (stub_dir / "srun").chmod(0o755)
     record = stub_dir / "record"
     before = set(listing(box))
-    env = {"PATH": f"{stub_dir}:{os.environ.get('PATH', '')}", "CONTAINER": "img", "RECIPE": "r", "SRUN_RECORD": str(record)}
+    env = {
+        "PATH": f"{stub_dir}:{os.environ.get('PATH', '')}",
+        "CONTAINER": "img",
+        "RECIPE": "r",
+        "SRUN_RECORD": str(record),
+    }
     subprocess.run([BASH, str(script)], cwd=box, env=env, capture_output=True, timeout=30, check=False)  # noqa: S603
     new = [p for p in set(listing(box)) - before if not p.startswith(".stub")]
     args = record.read_bytes().decode().split("\0")[:-1] if record.exists() else []

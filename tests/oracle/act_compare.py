@@ -178,8 +178,16 @@ def moeplan_layer(arch: dict, tp: int, modules: frozenset[str]) -> tuple[dict, d
 
     m = moeplan_model(arch)
     c = ActContext(
-        tokens=SEQ * MBS, seq_local=SEQ, micro_batch_size=MBS, tp=tp, sp=tp > 1, etp=tp,
-        act_bytes=2, lin_in_bytes=2, unfused_attention=True, routing_factor=1.0,
+        tokens=SEQ * MBS,
+        seq_local=SEQ,
+        micro_batch_size=MBS,
+        tp=tp,
+        sp=tp > 1,
+        etp=tp,
+        act_bytes=2,
+        lin_in_bytes=2,
+        unfused_attention=True,
+        routing_factor=1.0,
     )
     return layer_activations(m, 0, c, frozenset(modules))
 
@@ -204,9 +212,16 @@ def compare(arch: dict, tp: int, setting: str, rows: list[dict]) -> dict[str, An
     core_mp = sum(v for k, v in kept.items() if k in MOEPLAN_CORE) / tokens
     extra = {k: v / tokens for k, v in orole.items() if k not in MODELLED and k not in CORE}
     return dict(
-        mcore=mc, moeplan=mp, ratio=(mp / mc if mc else float("nan")), per_name=per_name,
-        core_mcore=core_mc, core_moeplan=core_mp, core_roles={k: orole.get(k, 0.0) / tokens for k in CORE},
+        mcore=mc,
+        moeplan=mp,
+        ratio=(mp / mc if mc else float("nan")),
+        per_name=per_name,
+        core_mcore=core_mc,
+        core_moeplan=core_mp,
+        core_roles={k: orole.get(k, 0.0) / tokens for k in CORE},
         core_moeplan_names={k: v / tokens for k, v in kept.items() if k in MOEPLAN_CORE},
-        unmodelled=extra, total_mcore=sum(orole.values()) / tokens,
-        total_moeplan=sum(kept.values()) / tokens, recomputed_moeplan=sum(rec.values()) / tokens,
+        unmodelled=extra,
+        total_mcore=sum(orole.values()) / tokens,
+        total_moeplan=sum(kept.values()) / tokens,
+        recomputed_moeplan=sum(rec.values()) / tokens,
     )

@@ -469,7 +469,11 @@ def _free_port() -> int:
 
 
 def mcore_saved_tensors(
-    arch: dict, settings: dict[str, tuple[bool, list[str] | None]], tp: int = 1, seq: int = 256, mbs: int = 2,
+    arch: dict,
+    settings: dict[str, tuple[bool, list[str] | None]],
+    tp: int = 1,
+    seq: int = 256,
+    mbs: int = 2,
     timeout_s: float = 600.0,
 ) -> dict[str, dict]:
     """Run one forward of one layer per setting in a ``tp``-rank gloo world; rank 0's kept storages.
@@ -513,35 +517,73 @@ def table(rows: list[dict]) -> str:
 KINDS: dict[str, dict] = {
     # Qwen3-8B / 4: h 4096 -> 1024, 32 -> 8 heads, 8 -> 2 KV groups, head_dim 128, ffn 3h
     "gqa_dense": dict(
-        hidden_size=1024, num_attention_heads=8, num_query_groups=2, kv_channels=128, ffn_hidden_size=3072,
+        hidden_size=1024,
+        num_attention_heads=8,
+        num_query_groups=2,
+        kv_channels=128,
+        ffn_hidden_size=3072,
         qk_layernorm=True,
     ),
     # Qwen3-30B-A3B / 2: h 2048 -> 1024, 32 -> 16 heads (nh*d = 2h), 4 -> 2 groups, 128 -> 64 experts,
     # top-8, expert ffn 768 -> 384, no shared expert
     "gqa_moe": dict(
-        hidden_size=1024, num_attention_heads=16, num_query_groups=2, kv_channels=128, ffn_hidden_size=3072,
-        qk_layernorm=True, num_moe_experts=64, moe_router_topk=8, moe_ffn_hidden_size=384,
+        hidden_size=1024,
+        num_attention_heads=16,
+        num_query_groups=2,
+        kv_channels=128,
+        ffn_hidden_size=3072,
+        qk_layernorm=True,
+        num_moe_experts=64,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=384,
     ),
     # DeepSeek-V2-Lite / 2: h 2048 -> 1024, 16 -> 8 heads, kv_lora 512 -> 256, head dims kept
     # (nope 128, rope 64, v 128), 64 -> 32 experts, top-6, expert ffn 1408 -> 704, 2 shared experts
     "mla_moe_shared": dict(
-        hidden_size=1024, num_attention_heads=8, multi_latent_attention=True, q_lora_rank=None,
-        kv_lora_rank=256, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128, qk_layernorm=True,
-        rope_type="rope", ffn_hidden_size=5472, num_moe_experts=32, moe_router_topk=6,
-        moe_ffn_hidden_size=704, moe_shared_expert_intermediate_size=1408,
+        hidden_size=1024,
+        num_attention_heads=8,
+        multi_latent_attention=True,
+        q_lora_rank=None,
+        kv_lora_rank=256,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        qk_layernorm=True,
+        rope_type="rope",
+        ffn_hidden_size=5472,
+        num_moe_experts=32,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=704,
+        moe_shared_expert_intermediate_size=1408,
     ),
     # DeepSeek-V3 / 8: h 7168 -> 896, 128 -> 16 heads, q_lora 1536 -> 192, kv_lora 512 -> 64, head dims
     # kept, 256 -> 32 experts, top-8, expert ffn 2048 -> 256, 1 shared expert
     "mla_q_lora_moe_shared": dict(
-        hidden_size=896, num_attention_heads=16, multi_latent_attention=True, q_lora_rank=192,
-        kv_lora_rank=64, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128, qk_layernorm=True,
-        rope_type="rope", ffn_hidden_size=2304, num_moe_experts=32, moe_router_topk=8,
-        moe_ffn_hidden_size=256, moe_shared_expert_intermediate_size=256,
+        hidden_size=896,
+        num_attention_heads=16,
+        multi_latent_attention=True,
+        q_lora_rank=192,
+        kv_lora_rank=64,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        qk_layernorm=True,
+        rope_type="rope",
+        ffn_hidden_size=2304,
+        num_moe_experts=32,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=256,
+        moe_shared_expert_intermediate_size=256,
     ),
     # Qwen3-Next-80B-A3B full-attention layer / 2: gated attention output, 16 heads x 256, 2 groups
     "gated_attn_dense": dict(
-        hidden_size=1024, num_attention_heads=8, num_query_groups=2, kv_channels=256, ffn_hidden_size=3072,
-        qk_layernorm=True, attention_output_gate=True,
+        hidden_size=1024,
+        num_attention_heads=8,
+        num_query_groups=2,
+        kv_channels=256,
+        ffn_hidden_size=3072,
+        qk_layernorm=True,
+        attention_output_gate=True,
     ),
 }
 

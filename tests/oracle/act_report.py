@@ -19,8 +19,13 @@ from act_harness import KINDS, mcore_saved_tensors, settings_for  # noqa: E402
 
 #: (kind, tp) pairs the oracle runs; MLA and gated attention at TP = 1 only (see the doc)
 RUNS = [
-    ("gqa_dense", 1), ("gqa_dense", 2), ("gqa_moe", 1), ("gqa_moe", 2),
-    ("mla_moe_shared", 1), ("mla_q_lora_moe_shared", 1), ("gated_attn_dense", 1),
+    ("gqa_dense", 1),
+    ("gqa_dense", 2),
+    ("gqa_moe", 1),
+    ("gqa_moe", 2),
+    ("mla_moe_shared", 1),
+    ("mla_q_lora_moe_shared", 1),
+    ("gated_attn_dense", 1),
 ]
 
 
@@ -41,7 +46,9 @@ def collect(runs=RUNS, cache: str | None = None) -> dict[str, dict]:
 def main() -> None:
     cache = sys.argv[1] if len(sys.argv) > 1 else "/tmp/act_oracle_rows.json"
     data = collect(cache=cache)
-    print("| kind | TP | setting | mcore B/token (modelled) | moeplan B/token | ratio | core mcore | core moeplan | unmodelled (mcore) |")
+    print(
+        "| kind | TP | setting | mcore B/token (modelled) | moeplan B/token | ratio | core mcore | core moeplan | unmodelled (mcore) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     cmp = {}
     for key, settings in data.items():
@@ -53,8 +60,10 @@ def main() -> None:
             c = compare(KINDS[kind], int(tp), setting, res["rows"])
             cmp[(kind, tp, setting)] = c
             un = sum(c["unmodelled"].values())
-            print(f"| {kind} | {tp} | {setting} | {c['mcore']:.0f} | {c['moeplan']:.0f} | {c['ratio']:.3f} | "
-                  f"{c['core_mcore']:.0f} | {c['core_moeplan']:.0f} | {un:.0f} |")
+            print(
+                f"| {kind} | {tp} | {setting} | {c['mcore']:.0f} | {c['moeplan']:.0f} | {c['ratio']:.3f} | "
+                f"{c['core_mcore']:.0f} | {c['core_moeplan']:.0f} | {un:.0f} |"
+            )
     print()
     for (kind, tp, setting), c in cmp.items():
         if setting != "none":
@@ -63,8 +72,12 @@ def main() -> None:
         for n, (a, b) in c["per_name"].items():
             flag = "" if a and abs(b / a - 1) < 0.05 else "  <--"
             print(f"    {n:18} mcore {a:9.1f}  moeplan {b:9.1f}{flag}")
-        print("    core:", {k: round(v, 1) for k, v in c["core_roles"].items()}, "moeplan core:",
-              {k: round(v, 1) for k, v in c["core_moeplan_names"].items()})
+        print(
+            "    core:",
+            {k: round(v, 1) for k, v in c["core_roles"].items()},
+            "moeplan core:",
+            {k: round(v, 1) for k, v in c["core_moeplan_names"].items()},
+        )
         print("    unmodelled:", {k: round(v, 1) for k, v in c["unmodelled"].items()})
     print()
     print("| kind | TP | module | mcore saving B/token | moeplan saving B/token | ratio |")
@@ -75,7 +88,9 @@ def main() -> None:
         base = cmp[(kind, tp, "none")]
         mc_save = base["total_mcore"] - c["total_mcore"]
         mp_save = base["total_moeplan"] - c["total_moeplan"]
-        print(f"| {kind} | {tp} | {setting} | {mc_save:.0f} | {mp_save:.0f} | {mp_save / mc_save if mc_save else float('nan'):.2f} |")
+        print(
+            f"| {kind} | {tp} | {setting} | {mc_save:.0f} | {mp_save:.0f} | {mp_save / mc_save if mc_save else float('nan'):.2f} |"
+        )
     print()
     for key, settings in data.items():
         kind = key.split("/")[0]

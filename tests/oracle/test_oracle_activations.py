@@ -197,7 +197,9 @@ def test_recompute_saving(rows, kind, tp, module):
 def test_attention_core(rows, kind, tp):
     arch = KINDS[kind]
     c = compare(arch, tp, "none", _case_rows(rows, kind, tp, "none"))
-    assert c["core_moeplan_names"].get("attention_scores", 0.0) == pytest.approx(c["core_roles"]["core_scores"], rel=TOL)
+    assert c["core_moeplan_names"].get("attention_scores", 0.0) == pytest.approx(
+        c["core_roles"]["core_scores"], rel=TOL
+    )
     if arch.get("multi_latent_attention"):
         assert c["core_moeplan_names"]["mla_qkv"] == pytest.approx(c["core_roles"]["core_qkv"], rel=TOL)
 

@@ -121,7 +121,9 @@ def compare_report(
     if consts is not None:
         cmp.notes.append(f"step times from the calibration profile {calibration}")
     if plot is not None:
-        plot_runs(stats[0], stats[1], plot, labels=plot_labels(log_a, log_b), inputs=(log_a, log_b, scenario, calibration))
+        plot_runs(
+            stats[0], stats[1], plot, labels=plot_labels(log_a, log_b), inputs=(log_a, log_b, scenario, calibration)
+        )
     return {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
 
 

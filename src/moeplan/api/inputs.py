@@ -52,7 +52,9 @@ def scenario_request(
         if tps < seq:
             raise InputError("--tokens-per-step", tps, f"at least one sequence ({seq} tokens)")
         if tps // seq > MAX_GLOBAL_BATCH:  # before any range of batches is built
-            raise InputError("--tokens-per-step", tps, f"at most {MAX_GLOBAL_BATCH:,} sequences of {seq} tokens per step")
+            raise InputError(
+                "--tokens-per-step", tps, f"at most {MAX_GLOBAL_BATCH:,} sequences of {seq} tokens per step"
+            )
         gbs = batch_for_tokens(tps, seq)
         data.setdefault("training", {})["global_batch_size"] = gbs
         if tps % seq:

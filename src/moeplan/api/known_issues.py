@@ -55,7 +55,12 @@ def known_issues_report(package: str | None = None, symptom: str | None = None, 
         for k in known_issues()
         if (pkg is None or any(p.package == pkg for p in k.packages)) and (symptom is None or k.symptom == symptom)
     ]
-    doc = {"count": len(rows), "filters": {"package": pkg, "symptom": symptom}, "issues": rows, "symptoms": dict(SYMPTOMS)}
+    doc = {
+        "count": len(rows),
+        "filters": {"package": pkg, "symptom": symptom},
+        "issues": rows,
+        "symptoms": dict(SYMPTOMS),
+    }
     if containers:
         doc["containers"] = list_containers()
     return doc

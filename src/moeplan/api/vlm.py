@@ -71,7 +71,9 @@ def vlm_stats_report(
     if output is not None:  # before the scan: never onto the manifest, nor onto a file of the folder scanned
         target = check_writable(output, inputs=(data,))
         if data.is_dir() and target.exists() and target.is_relative_to(data.resolve()):
-            raise InputError("--output", str(output), f"a path other than the files of {data} (it would be overwritten)")
+            raise InputError(
+                "--output", str(output), f"a path other than the files of {data} (it would be overwritten)"
+            )
     p, mg = _vision_processor(model, patch_size, merge_size)
     sc = scan(data, text_tokens, progress=progress)
     out = summarize(sc, seq_length, packing, p, mg, min_pixels, max_pixels)

@@ -110,4 +110,11 @@ def list_containers() -> list[dict]:
     ]
 
 
-__all__ = ["ContainerRow", "ContainerTableError", "container_table", "list_containers", "lookup_container", "parse_table"]
+__all__ = [
+    "ContainerRow",
+    "ContainerTableError",
+    "container_table",
+    "list_containers",
+    "lookup_container",
+    "parse_table",
+]

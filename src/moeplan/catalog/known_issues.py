@@ -497,7 +497,9 @@ def _parse_entry(raw: Any, index: int) -> KnownIssue:
     where = f"known issue {raw.get('id', index)!r}"
     unknown = set(raw) - _ENTRY_KEYS
     if unknown:
-        raise KnownIssueDataError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_ENTRY_KEYS))})")
+        raise KnownIssueDataError(
+            f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_ENTRY_KEYS))})"
+        )
     missing = _REQUIRED - set(raw)
     if missing:
         raise KnownIssueDataError(f"{where}: missing keys {sorted(missing)}")
@@ -531,7 +533,9 @@ def _parse_entry(raw: Any, index: int) -> KnownIssue:
         try:
             spec = SpecifierSet(str(rng["affected"]))
         except InvalidSpecifier:
-            raise KnownIssueDataError(f"{where}: {pkg} affected {rng['affected']!r} is not a PEP 440 specifier") from None
+            raise KnownIssueDataError(
+                f"{where}: {pkg} affected {rng['affected']!r} is not a PEP 440 specifier"
+            ) from None
         if not str(spec):
             raise KnownIssueDataError(f"{where}: {pkg} affected must not be empty")
         fixed = None

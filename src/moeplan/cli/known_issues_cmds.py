@@ -43,11 +43,16 @@ def _render(doc: dict) -> None:
 def known_issues_cmd(
     package: Annotated[
         Optional[str],
-        typer.Option("--package", help="Only issues of this package (megatron-core, megatron-bridge, te, torch, nccl, deepep)."),
+        typer.Option(
+            "--package", help="Only issues of this package (megatron-core, megatron-bridge, te, torch, nccl, deepep)."
+        ),
     ] = None,
     symptom: Annotated[
         Optional[str],
-        typer.Option("--symptom", help="Only issues with this symptom (hang, nan, wrong_result, oom, slowdown, crash, assertion)."),
+        typer.Option(
+            "--symptom",
+            help="Only issues with this symptom (hang, nan, wrong_result, oom, slowdown, crash, assertion).",
+        ),
     ] = None,
     containers: Annotated[
         bool, typer.Option("--containers", help="Also list the container release → package versions table.")

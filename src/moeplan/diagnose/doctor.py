@@ -401,5 +401,7 @@ def known_issue_findings(rep: EnvironmentReport, data: dict) -> list[dict]:
     except MoeplanError:  # a scenario the rules cannot read: no known-issue lookup
         return out
     return out + [
-        _finding(f.rule_id, f.severity, f.message, f.fix or "") for f in res.findings if f.rule_id.startswith("known_issue")
+        _finding(f.rule_id, f.severity, f.message, f.fix or "")
+        for f in res.findings
+        if f.rule_id.startswith("known_issue")
     ]

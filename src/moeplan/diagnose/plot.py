@@ -13,9 +13,7 @@ from moeplan.errors import InputError
 from moeplan.io.write import write_atomically
 
 
-def plot_runs(
-    a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("A", "B"), inputs: tuple = ()
-) -> None:
+def plot_runs(a: LogStats, b: LogStats, path: Path, labels: tuple[str, str] = ("A", "B"), inputs: tuple = ()) -> None:
     """Write a two-panel figure (iteration time in s; max allocated memory in GiB) to ``path``
     (atomically, under the output policy of :mod:`moeplan.io.write`: a symlink there is replaced, never
     written through).

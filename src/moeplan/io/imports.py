@@ -113,7 +113,9 @@ def _typed_header(meta: dict, notes: list[str]) -> dict:
         if want is None:
             notes.append(f"the '# moeplan:' header key {short_repr(key)} is not one moeplan writes: ignored")
         elif v is not None and not isinstance(v, want):
-            notes.append(f"the '# moeplan:' header's {key}={short_repr(v)} is not a {getattr(want, '__name__', want)}: ignored")
+            notes.append(
+                f"the '# moeplan:' header's {key}={short_repr(v)} is not a {getattr(want, '__name__', want)}: ignored"
+            )
         elif key == "stated" and not all(isinstance(x, str) for x in cast(list, v)):
             notes.append("the '# moeplan:' header's stated is not a list of key names: ignored")
         else:
@@ -674,7 +676,14 @@ def architecture(args: dict[str, Any]) -> dict[str, Any]:
     for name, field in _ARCH_ARGS.items():
         raw = args.get(name)
         raw = raw[0] if isinstance(raw, list) and raw else raw
-        if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 12 and int(raw) > 0 and field not in out:
+        if (
+            isinstance(raw, str)
+            and raw.isascii()
+            and raw.isdigit()
+            and len(raw) <= 12
+            and int(raw) > 0
+            and field not in out
+        ):
             out[field] = int(raw)
     gqa = args.get("group_query_attention")
     if gqa in ("False", []) or (gqa is None and "num_query_groups" not in args):

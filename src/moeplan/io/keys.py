@@ -167,14 +167,22 @@ MLM_FLAG_EXCEPTIONS: dict[str, str] = {
 }
 #: keys whose Megatron-LM flag is a store_false switch: written when the value is false
 MLM_NEGATED = frozenset(
-    {"check_for_nan_in_loss", "apply_rope_fusion", "pin_cpu_grads", "pin_cpu_params", "create_attention_mask_in_dataloader"}
+    {
+        "check_for_nan_in_loss",
+        "apply_rope_fusion",
+        "pin_cpu_grads",
+        "pin_cpu_params",
+        "create_attention_mask_in_dataloader",
+    }
 )
 
 #: fields of Megatron Bridge's model providers (Qwen3-VL / Qwen3.5-VL, Bridge PR 2334), not of
 #: megatron-core's TransformerConfig: no Megatron-LM flag either
 BRIDGE_PROVIDER_FIELDS = frozenset({"vision_cuda_graph_impl", "vision_cuda_graph_scope"})
 #: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
-MLM_UNSUPPORTED = frozenset({"moe_paged_stash", *BRIDGE_PROVIDER_FIELDS})  # --cuda-graph-modules exists from 0.18 (Megatron-LM CUDA Graphs guide)
+MLM_UNSUPPORTED = frozenset(
+    {"moe_paged_stash", *BRIDGE_PROVIDER_FIELDS}
+)  # --cuda-graph-modules exists from 0.18 (Megatron-LM CUDA Graphs guide)
 
 #: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}

@@ -68,8 +68,7 @@ def planning_notes(gpu: GpuSpec, uses_host_link: bool = True) -> list[str]:
     that gives it (``system.gpu_overrides.KEY``, which a catalog GPU and a custom one both take); the
     host link only when ``uses_host_link`` (something is offloaded: nothing else crosses it)."""
     return [
-        f"the GPU's {key} is not known: {pv.value:g} {pv.unit} assumed ({pv.basis}); give "
-        f"system.gpu_overrides.{key}"
+        f"the GPU's {key} is not known: {pv.value:g} {pv.unit} assumed ({pv.basis}); give system.gpu_overrides.{key}"
         for key, pv in PLANNING_VALUES.items()
         if getattr(gpu, key) is None and (uses_host_link or key != "host_link_unidir_gb_per_s")
     ]

@@ -68,7 +68,12 @@ def lora_activation_bytes(s: Scenario, la: LayerAdapters, ctx: ActContext) -> fl
 
 
 def lora_time_s(
-    s: Scenario, la: LayerAdapters, tokens: float, routing_factor: float, gemm_flops_per_s: float, hbm_bytes_per_s: float
+    s: Scenario,
+    la: LayerAdapters,
+    tokens: float,
+    routing_factor: float,
+    gemm_flops_per_s: float,
+    hbm_bytes_per_s: float,
 ) -> tuple[float, float]:
     """(dense, routed) seconds of one layer's adapter GEMMs, forward and backward, per microbatch
     (module docstring)."""

@@ -403,9 +403,7 @@ def request_recipe(data: dict) -> RecipeProvenance | None:
     return rec.without(PLANNER_KEYS) if rec is not None else None
 
 
-def _request(
-    base: dict, recipe_from: dict | None = None
-) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
+def _request(base: dict, recipe_from: dict | None = None) -> tuple[dict, Scenario, list[str], RecipeProvenance | None]:
     """Complete the request: GBS from tokens_per_step or the default; check what the search needs;
     resolve its recipe fills once (:func:`request_recipe`, of ``recipe_from`` when given: a baseline's
     search with more sizes held takes the fills of the request it serves)."""

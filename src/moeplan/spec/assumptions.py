@@ -58,7 +58,11 @@ def _source(s: Scenario, *keys: str) -> str:
 def _grad(s: Scenario) -> Assumption:
     fp32 = grad_bytes(s) == 4.0
     src = _source(s, "grad_reduce_in_fp32", "main_grads_dtype")
-    hint = "NVIDIA's perf recipes reduce in BF16: --set layout.grad_reduce_in_fp32=false" if fp32 and src == "default" else None
+    hint = (
+        "NVIDIA's perf recipes reduce in BF16: --set layout.grad_reduce_in_fp32=false"
+        if fp32 and src == "default"
+        else None
+    )
     return Assumption("grad_reduce", f"grads reduced in {'FP32' if fp32 else 'BF16'}", src, hint)
 
 
@@ -91,7 +95,11 @@ def _routing(s: Scenario) -> Assumption | None:
         return None
     r = routing(s)
     if r.source == "forced_balance":
-        return Assumption("routing", "routing forced balanced (1.0×, a benchmark setting)", _source(s, "moe_router_force_load_balancing"))
+        return Assumption(
+            "routing",
+            "routing forced balanced (1.0×, a benchmark setting)",
+            _source(s, "moe_router_force_load_balancing"),
+        )
     if r.source == "imbalance":
         src = "stated" if r.imbalance_stated else "default"
         hint = (
@@ -141,7 +149,10 @@ def default_batch_assumption(gbs: int, seq: int) -> Assumption:
     """The global batch a command chose because none was given
     (:func:`moeplan.spec.training.default_global_batch`): ``gbs`` sequences of ``seq`` tokens."""
     return Assumption(
-        "batch", f"GBS {gbs} by default ({gbs * seq / 2**20:.3g} Mi tokens/step)", "default", "set --gbs or --tokens-per-step"
+        "batch",
+        f"GBS {gbs} by default ({gbs * seq / 2**20:.3g} Mi tokens/step)",
+        "default",
+        "set --gbs or --tokens-per-step",
     )
 
 

@@ -154,9 +154,7 @@ def _json_int(text: str) -> int:
     return int(text)
 
 
-def load_json_text(
-    text: str, field: str, where: str, limit: int | None = None, *, constants: bool = False
-) -> object:
+def load_json_text(text: str, field: str, where: str, limit: int | None = None, *, constants: bool = False) -> object:
     """Parse JSON strictly: duplicate keys, ``NaN`` / ``Infinity`` (unless ``constants``: Hugging Face
     writes ``Infinity`` into configs, e.g. Mamba's ``time_step_limit``) and numbers beyond a float
     refused, nesting bounded (:data:`~moeplan.spec.policy.MAX_DEPTH`), at most ``limit`` characters
@@ -271,7 +269,9 @@ def without_nulls(data: dict) -> dict:
     if not any(isinstance(v, dict) and k not in _TYPED_AS_WRITTEN and None in v.values() for k, v in data.items()):
         return data
     return {
-        k: {kk: vv for kk, vv in v.items() if vv is not None} if isinstance(v, dict) and k not in _TYPED_AS_WRITTEN else v
+        k: {kk: vv for kk, vv in v.items() if vv is not None}
+        if isinstance(v, dict) and k not in _TYPED_AS_WRITTEN
+        else v
         for k, v in data.items()
     }
 

@@ -37,7 +37,9 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
     "num_moe_experts": _HEADS,
     "moe_router_topk": _HEADS,
     "linear_conv_kernel_dim": (1, 1024),
-    **{k: _HEADS for k in ("num_attention_heads", "num_query_groups", "linear_num_key_heads", "linear_num_value_heads")},
+    **{
+        k: _HEADS for k in ("num_attention_heads", "num_query_groups", "linear_num_key_heads", "linear_num_value_heads")
+    },
     **{k: _TOKENS for k in ("max_position_embeddings", "sliding_window", "attention_chunk_size")},
     **{
         k: _WIDTH
@@ -111,8 +113,6 @@ def override_value(key: str, value: Any, is_bool: bool) -> Any:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InputError(field, value, f"an integer from {lo} to {hi:,}")
     return value
-
-
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -135,7 +135,10 @@ def _mlp_shapes(m: ModelSpec, moe: bool, p: PeftInput, tp: int, ep: int, etp: in
     else:
         fs, fe = m.moe_shared_expert_intermediate_size, m.moe_ffn_hidden_size or 0
         if fs:
-            widths += [("linear_fc1", "shared", h, glu * fs, p.dim, tp, 1), ("linear_fc2", "shared", fs, h, p.dim, tp, 1)]
+            widths += [
+                ("linear_fc1", "shared", h, glu * fs, p.dim, tp, 1),
+                ("linear_fc2", "shared", fs, h, p.dim, tp, 1),
+            ]
         copies = 1 if p.share_expert_adapters else (m.num_moe_experts or 0) // ep
         for t, i, o in (("linear_fc1", h, glu * fe), ("linear_fc2", fe, h)):
             widths.append((t, "routed", i, o, _expert_dim(m, p, etp, t), etp, copies))

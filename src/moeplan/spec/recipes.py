@@ -108,9 +108,7 @@ def _sizes_text(layout: dict) -> str:
     parts = [("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size")]
     parts += [("VPP", "virtual_pipeline_model_parallel_size"), ("CP", "context_parallel_size")]
     parts += [("EP", "expert_model_parallel_size"), ("ETP", "expert_tensor_parallel_size")]
-    return " ".join(
-        f"{n}{_size(layout, k)}" for n, k in parts if n in ("TP", "PP", "EP") or _size(layout, k) > 1
-    )
+    return " ".join(f"{n}{_size(layout, k)}" for n, k in parts if n in ("TP", "PP", "EP") or _size(layout, k) > 1)
 
 
 def _flex_blocker(row_layout: dict, layout: dict, gpu_id: str | None) -> str | None:

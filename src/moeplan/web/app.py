@@ -177,7 +177,11 @@ def _field_problem(e: dict, fields: list[str]) -> dict:
     if e.get("type") == "extra_forbidden":
         close = did_you_mean(field, fields)
         allowed = "one of " + ", ".join(fields) + (f" (did you mean {close[0]!r}?)" if close else "")
-        return {"field": field, "message": f"{field}: not a field of this request; allowed: {allowed}", "allowed": allowed}
+        return {
+            "field": field,
+            "message": f"{field}: not a field of this request; allowed: {allowed}",
+            "allowed": allowed,
+        }
     msg = str(e.get("msg", "")).removeprefix("Input should be ").removeprefix("Value error, ")
     allowed = _ALLOWED.get(e.get("type", ""), msg)
     shown = "missing" if value is None else f"{_utf8(short_repr(value))} is not valid"
@@ -190,9 +194,10 @@ def _validation_response(exc: RequestValidationError, fields: list[str]) -> JSON
     errs = list(exc.errors())
     if not errs:
         return _error(422, "the request body is not valid")
-    if errs[0].get("type") in ("json_invalid", "model_attributes_type", "dict_type", "model_type") and len(
-        [p for p in errs[0].get("loc", ()) if p != "body"]
-    ) == 0:
+    if (
+        errs[0].get("type") in ("json_invalid", "model_attributes_type", "dict_type", "model_type")
+        and len([p for p in errs[0].get("loc", ()) if p != "body"]) == 0
+    ):
         return _error(400, "the request body must be a JSON object")
     if errs[0].get("type") == "json_invalid":
         return _error(400, "the request body must be a JSON object (not valid JSON)")

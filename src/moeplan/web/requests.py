@@ -229,7 +229,11 @@ _FIELDS = {
     "scenario": "scenario_yaml",
     "scenario_yaml": "scenario_yaml",
     "config_json": "config_json",
-    **{f"layout.{key}": dim.lower() for dim, key in PARALLEL_DIMS.items() if dim.lower() in ScenarioRequest.model_fields},
+    **{
+        f"layout.{key}": dim.lower()
+        for dim, key in PARALLEL_DIMS.items()
+        if dim.lower() in ScenarioRequest.model_fields
+    },
 }
 
 

@@ -39,7 +39,9 @@ def _findings(c, findings: list[dict]) -> None:
     """Each finding: severity and rule id, the message and the fix, in the current language."""
     for f in findings:
         sev = T(f["severity"])
-        c.print(f"[{_SEV_STYLE[f['severity']]}]{sev}{' ' * max(1, 8 - c.measure(sev).maximum)}[/][bold]{f['rule_id']}[/]")
+        c.print(
+            f"[{_SEV_STYLE[f['severity']]}]{sev}{' ' * max(1, 8 - c.measure(sev).maximum)}[/][bold]{f['rule_id']}[/]"
+        )
         c.print(Padding(rule_text(f["rule_id"], f["message"]) or "", (0, 0, 0, 8)), markup=False, highlight=False)
         if f["fix"]:
             fix = T("fix: {fix}").format(fix=rule_text(f["rule_id"], f["fix"]))
@@ -109,15 +111,16 @@ def render_check(d: dict) -> None:
     _findings(c, d["findings"])
     if s["resolved_defaults"]:
         c.print(
-            T("defaults used: ")
-            + "; ".join(f"{r['key']}={yaml_value(r['value'])}" for r in s["resolved_defaults"]),
+            T("defaults used: ") + "; ".join(f"{r['key']}={yaml_value(r['value'])}" for r in s["resolved_defaults"]),
             style="dim",
             highlight=False,
             markup=False,
         )
     if s.get("recipe_left_out"):
         left = T("; ").join(T(x) for x in s["recipe_left_out"])
-        c.print(T("recipe fills left out (they would break a rule for this model): ") + left, highlight=False, markup=False)
+        c.print(
+            T("recipe fills left out (they would break a rule for this model): ") + left, highlight=False, markup=False
+        )
     style = {
         "valid": "bold green",
         "warn": "yellow",

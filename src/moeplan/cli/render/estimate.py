@@ -196,7 +196,9 @@ def _memory_footer(c, mem: dict, peak: dict, verbose: bool = False) -> None:
         )
     head = mem["headroom_fraction"]
     c.print(
-        T("peak device use {peak} GiB (allocated {alloc}, reserved {resv}) on stage {stage} of {cap} GiB usable").format(
+        T(
+            "peak device use {peak} GiB (allocated {alloc}, reserved {resv}) on stage {stage} of {cap} GiB usable"
+        ).format(
             peak=_gib(mem["peak_bytes"]),
             alloc=_gib(mem["peak_allocated_bytes"]),
             resv=_gib(mem["peak_reserved_bytes"]),

@@ -102,7 +102,11 @@ def reading_row(r: MemoryReading) -> dict:
     return {
         "source": r.source,
         "stage": st.stage,
-        "measured_gib": {"allocated": gib(r.allocated_bytes), "reserved": gib(r.reserved_bytes), "device": gib(r.device_bytes)},
+        "measured_gib": {
+            "allocated": gib(r.allocated_bytes),
+            "reserved": gib(r.reserved_bytes),
+            "device": gib(r.device_bytes),
+        },
         "predicted_gib": {
             "allocated": gib(st.peak_allocated_bytes),
             "reserved": gib(st.peak_reserved_bytes),

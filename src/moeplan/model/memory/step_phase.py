@@ -60,7 +60,9 @@ def _unscaled_bytes_per_element(s: Scenario) -> float:
     return out
 
 
-def optimizer_step_transients(s: Scenario, sp: StageParams, num: OptimizerNumerics, dense: float, expert: float) -> dict[str, float]:
+def optimizer_step_transients(
+    s: Scenario, sp: StageParams, num: OptimizerNumerics, dense: float, expert: float
+) -> dict[str, float]:
     """The optimizer step's temporaries on one rank of stage ``sp`` (bytes, named; zero terms left out):
     ``fp32_main_grad_copies`` and ``adam_unscaled_states`` (module docstring). ``dense`` / ``expert``
     are the stage's trained dense and routed-expert parameters (counts)."""
