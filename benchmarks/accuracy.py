@@ -25,9 +25,9 @@ from ceiling import oracle_errors, within_group_ceiling  # noqa: E402
 from timefit import ROOT, fit, load_runs, predict, release_anomalies, spearman  # noqa: E402
 
 from moeplan.model.constants import load_constants  # noqa: E402
-from moeplan.spec.flops import model_flops  # noqa: E402
+from moeplan.structure.flops import model_flops  # noqa: E402
 
-#: the within-group Spearman a (model, GPU) group must reach (the issue's criterion; ceiling.py's target)
+#: the within-group Spearman a (model, GPU) group must reach (the acceptance criterion; ceiling.py's target)
 WITHIN_TARGET = 0.8
 
 
@@ -318,7 +318,7 @@ def main() -> None:
     n_ok = fig["within_ge_0_8"]
     lines += [
         "",
-        "What any model the issue allows can reach (`benchmarks/ceiling.py`). With one software factor per "
+        "What any model of this form can reach (`benchmarks/ceiling.py`). With one software factor per "
         "release shared by all models and GPUs and no constant per model or run, a model predicts "
         "f(layout) × r(release): runs of one layout in two releases are ordered by the release factors alone.",
         "",
@@ -327,8 +327,8 @@ def main() -> None:
         "rankings across layouts are left free); moeplan reaches "
         f"{n_ok}. The measurements order the same layout's releases differently from one group to the next "
         f"(best order {' > '.join(ceil['best_order'])} still leaves "
-        f"{', '.join(ceil['failing_under_best'])} below 0.8), so 'every group ≥ 0.8' cannot be met under "
-        "the issue's rules.",
+        f"{', '.join(ceil['failing_under_best'])} below 0.8), so 'every group ≥ 0.8' cannot be met by "
+        "a model of this form.",
         "- Error floor: the least-squares fit with a free constant per layout (a lookup table, exact for the "
         "layouts measured once) and per-release factors has median "
         f"{np.median(floor):.1f} % and worst {floor.max():.1f} % over the runs without release anomalies: the "

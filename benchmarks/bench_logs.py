@@ -1,4 +1,4 @@
-"""Time and peak memory of ``moeplan log`` and ``moeplan compare`` on big training logs (issue #22).
+"""Time and peak memory of ``moeplan log`` and ``moeplan compare`` on big training logs.
 
 Writes two synthetic Megatron-LM logs of ``--iterations`` iterations each (default 10^6; an argument
 dump, then one ``training_log`` line per iteration in Megatron's format, about 300 bytes each, with a

@@ -1,7 +1,7 @@
 """Speed of ``moeplan serve``: how long the server takes to start (the command launched until the page's
 API answers), and a plan through the JSON API against the same plan in-process (``plan_report``, what
 the CLI calls) and against the whole CLI command (``moeplan plan ... --json``, a new process each time).
-The request is the issue's: DeepSeek-V3 at 131072 tokens on 256 H100, FP8 blockwise. Medians of
+The request is a long-context plan: DeepSeek-V3 at 131072 tokens on 256 H100, FP8 blockwise. Medians of
 ``--repeat`` runs after one warm-up; the server runs in its own process, as a user starts it. Beside
 each wall-clock time, the CPU seconds the work took (the server's process read from /proc, this
 process, the CLI's child process), which a machine shared with other work does not inflate.

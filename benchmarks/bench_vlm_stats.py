@@ -1,6 +1,6 @@
 """Speed of ``moeplan vlm-stats``: 10 000 real image files (JPEG, sides 336–1344 px) read from their
 headers on this machine (issue goal: ≤ 10 s on 2 cores). The images are generated once into
-``--dir`` (default /tmp/moeplan-vlm-bench) and reused.
+``--dir`` (default: moeplan-vlm-bench in the system temporary folder) and reused.
 
 Usage: python benchmarks/bench_vlm_stats.py [--n 10000] [--dir DIR]   (needs Pillow)
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +18,11 @@ from moeplan.vlm.stats import scan, summarize
 
 def main() -> None:
     n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 10000
-    d = Path(sys.argv[sys.argv.index("--dir") + 1]) if "--dir" in sys.argv else Path("/tmp/moeplan-vlm-bench")
+    d = (
+        Path(sys.argv[sys.argv.index("--dir") + 1])
+        if "--dir" in sys.argv
+        else Path(tempfile.gettempdir()) / "moeplan-vlm-bench"
+    )
     d.mkdir(parents=True, exist_ok=True)
     have = len(list(d.glob("*.jpg")))
     if have < n:

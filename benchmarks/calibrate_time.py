@@ -29,7 +29,7 @@ def main() -> None:
     )
     info.update(
         {
-            "fitted_on": "shared/reference/published_runs.yaml (Megatron Bridge performance summary, releases "
+            "fitted_on": "tests/data/reference/published_runs.yaml (Megatron Bridge performance summary, releases "
             "25.11–26.06, runs with a published precision, release anomalies left out by "
             "timefit.release_anomalies), recipe knobs filled from the workload "
             "configs of each run's own release (catalog/data/mbridge_perf_recipes_by_release.yaml), else the "

@@ -1,6 +1,6 @@
-"""What any time model allowed by issue #4 can reach on the published runs.
+"""What any time model of the accepted form can reach on the published runs.
 
-The issue allows one software factor per container release, shared by every model and GPU, and no
+The accepted form has one software factor per container release, shared by every model and GPU, and no
 constant per model or per run. Any such model predicts a run as ``f(layout) × r(release)``: two runs
 of one layout (same model, GPU, GPU count, sizes, MBS, GBS, sequence, precision) in two releases are
 ordered by the release factors alone, whatever ``f`` is. Two bounds follow from the measurements:
@@ -13,7 +13,7 @@ ordered by the release factors alone, whatever ``f`` is. Two bounds follow from 
   is bounded by trying every predicted ranking of its runs, ties allowed, that puts same-layout runs
   in release-factor order (rankings across layouts are left free, so the bound is generous). The most groups any one order
   lets through is a ceiling for every model of that form; below the group count the criterion
-  cannot be met under the issue's own rules.
+  cannot be met by any model of that form.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run the repository's fuzzers (``tests/fuzz``) and tabulate what they found (issue #22): inputs tried
+"""Run the repository's fuzzers (``tests/fuzz``) and tabulate what they found: inputs tried
 per input class, exit codes, hangs, tracebacks, human-readable runs and their lines over 80 columns,
 config files of growing size over their time or memory bound, files written outside the stated
 output, injected commands and partial outputs.

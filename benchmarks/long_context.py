@@ -3,7 +3,7 @@ context parallelism, 4K to 1024K tokens (``benchmarks/data/nemo_long_sequence.ya
 long-sequence performance page), predicted with the packaged constants. Nothing is fitted on them: the
 constants come from the 4K–8K Megatron Bridge runs, so every row past 8K tests the first-principles
 attention (FlashAttention kernel figures, causal s² work per CP rank) and CP (ring p2p overlapped with
-attention) costs, which the issue says the product is judged on.
+attention) costs, on which the product is judged at long context.
 
 Reports per row: measured and predicted model TFLOP/s/GPU, the error, the attention and exposed-CP shares
 of the predicted step; then the median and worst absolute error, and the shape error (each row's error
@@ -198,7 +198,7 @@ def main() -> None:
         "MoE rows of NeMo's performance summaries, none of them in the fitted runs: Mixtral-8x22B at 65536 "
         "tokens with CP 8 (TP 2, PP 4, VPP 14, EP 8, MBS 1, GBS 64) on B200 and GB200, Mixtral-8x7B at 4K on "
         "B200 (EP 8, MBS 2), and the Llama-4-Scout language model at 8K on GB200 (EP 16); layouts from NeMo's "
-        "recommended model configs where the tables omit them, knobs from the perf recipes' shared helpers "
+        "recommended model configs where the tables omit them, knobs from the perf recipes' shared functions "
         "(`recipe_defaults: mbridge-perf`: BF16 gradient reduction, FP8 parameter gather, as NeMo's "
         "performance scripts set). Their containers (25.02–25.07) predate every fitted release, so the "
         "oldest fitted software factor is used. Sources and assumptions: benchmarks/data/nemo_long_sequence.yaml.",

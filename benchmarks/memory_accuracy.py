@@ -1,5 +1,5 @@
-"""Memory model against public "max allocated" readings, like for like (issue: memory as users measure
-it): moeplan's ``peak_allocated_bytes`` (torch ``max_memory_allocated``) of each reading's scenario
+"""Memory model against public "max allocated" readings, like for like (memory as users
+measure it): moeplan's ``peak_allocated_bytes`` (torch ``max_memory_allocated``) of each reading's scenario
 against the measured figure (``tests/data/memory_readings.yaml``, each with its source). Writes
 ``src/moeplan/catalog/data/memory_validity.json`` (the error band ``estimate`` prints beside a memory
 verdict) and ``docs/memory_accuracy.md``.
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from moeplan.model.memory import estimate_memory
-from moeplan.spec.scenario import load_scenario
+from moeplan.resolve.load import load_scenario
 from moeplan.units import GIB_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def report(s: dict) -> str:
         "## Reserved, where a source gives it",
         "",
         "moeplan's `peak_reserved_bytes` (torch `max_memory_reserved`: allocated plus the caching allocator's "
-        "fragmentation, a planning value, `docs/decisions.md`) against approximate published figures; not part "
+        "fragmentation, a planning value, `docs/model/memory.md`) against approximate published figures; not part "
         "of the band.",
         "",
         "| reading | measured GiB (about) | moeplan GiB | error % |",

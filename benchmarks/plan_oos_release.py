@@ -1,5 +1,4 @@
-"""The planner's agreement with the published layouts measured out of sample by release (issue: step
-time v2): for each container release, refit the time-model constants without that release's runs
+"""The planner's agreement with the published layouts measured out of sample by release: for each container release, refit the time-model constants without that release's runs
 (``timefit.fit``, as ``accuracy.py``'s leave-one-release-out does), then plan every run of that release
 with the refitted constants exactly as ``plan_quality.py`` plans it (same request, same hit rule: the
 published layout, or one predicted within 3 % of it, in our top 5). The held-out release's own factor
@@ -23,7 +22,7 @@ import figures  # noqa: E402
 import plan_quality  # noqa: E402
 import timefit  # noqa: E402
 
-from moeplan.model.calibrate import release_key  # noqa: E402
+from moeplan.model.constants_fit import release_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_PCT = 80.0

@@ -14,7 +14,7 @@ Then:
 - whether our top-1 is predicted at least as fast as the published layout as published (its recipe's
   knobs filled, ``recipe_defaults: mbridge-perf``).
 
-Goal (issue): a hit for ≥ 80 % of runs. Writes docs/plan_quality.md.
+Goal: a hit for ≥ 80 % of runs. Writes docs/plan_quality.md.
 
 Usage: python benchmarks/plan_quality.py [--limit N]
 """
@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import figures  # noqa: E402
 
 from moeplan import estimate_step, load_scenario
-from moeplan.model.calibrate import release_key
+from moeplan.inputs.layout import PARALLEL_DIMS
+from moeplan.model.constants_fit import release_key
 from moeplan.plan import plan
-from moeplan.spec.layout import PARALLEL_DIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "data" / "reference"  # vendored copy of the shared reference data

@@ -12,8 +12,8 @@ import yaml
 from scipy.optimize import least_squares
 
 from moeplan import load_scenario
-from moeplan.model.calibrate import SHARED, release_key
 from moeplan.model.constants import TimeConstants
+from moeplan.model.constants_fit import SHARED, release_key
 from moeplan.model.step import estimate_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ REF = ROOT / "tests" / "data" / "reference"  # vendored copy of the shared refer
 RELEASES = ["25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"]
 NEWEST = "26.06"
 
-# starting values of the published fit; the bounds are the package's (moeplan.model.calibrate.SHARED),
+# starting values of the published fit; the bounds are the package's (moeplan.model.constants_fit.SHARED),
 # so `moeplan calibrate` and this script search the same physically plausible ranges
 START = {
     "memory_bound_bytes_per_activation_byte": 3.0,

@@ -2,9 +2,8 @@
 """Import the Megatron Bridge performance-recipe tables into ``mbridge_perf_recipes.yaml``.
 
 Dev-time tool, never imported by the package. Reads ``tests/data/reference/megatron_recipes.md``
-(the vendored copy of the project's ``shared/reference/megatron_recipes.md``; tests/data/README.md)
-and writes ``src/moeplan/catalog/data/mbridge_perf_recipes.yaml`` (its header keeps naming the
-original, ``shared/reference/megatron_recipes.md``):
+(the vendored transcription of the Megatron Bridge recipe tables; provenance in tests/data/README.md)
+and writes ``src/moeplan/catalog/data/mbridge_perf_recipes.yaml`` (its header names that file):
 
 * §1.4 Table A — flat perf recipes at Bridge HEAD ``067f987`` (one sub-table per model);
 * §1.5 Table B — legacy workload base configs at Bridge tag ``v0.5.1`` (one sub-table per model).
@@ -551,7 +550,7 @@ def parse(text: str) -> tuple[dict, dict]:
 
 
 def validate(data: dict) -> None:
-    from moeplan.spec.layout import LayoutSpec
+    from moeplan.inputs.layout import LayoutSpec
 
     for r in data["recipes"]:
         LayoutSpec.model_validate(r["layout"])
@@ -574,7 +573,7 @@ def header_comment(source_name: str) -> str:
     )
 
 
-def render(data: dict, source_name: str = "shared/reference/megatron_recipes.md") -> str:
+def render(data: dict, source_name: str = "tests/data/reference/megatron_recipes.md") -> str:
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100_000, default_flow_style=None)
     return header_comment(source_name) + body
 

@@ -1,5 +1,5 @@
 """Shared test fixtures: the project's reference data, vendored under ``tests/data/reference``
-(copied from the project's shared folder ``shared/reference``; provenance in ``tests/data/README.md``)."""
+(compiled from public Megatron-Core / Megatron Bridge sources; provenance in ``tests/data/README.md``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import pathlib
 import sys
 from types import ModuleType
+from typing import NoReturn
 
 import pytest
 import yaml
@@ -16,6 +17,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 REF = DATA / "reference"
 BENCHMARKS = ROOT / "benchmarks"
+#: environment variable: when set (to anything but ``""`` or ``0``), a test whose external tool
+#: (shellcheck, chromium, chromedriver, Selenium) is missing fails instead of skipping. ``.ci/run``
+#: sets it, so CI never passes without the tools it installed; unset, such a test skips, saying why.
+REQUIRE_TOOLS = "MOEPLAN_REQUIRE_TOOLS"
 
 
 def pytest_configure(config) -> None:
@@ -32,6 +37,15 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "slow: a benchmark over every published run (minutes); CI runs it, `-m 'not slow'` skips it"
     )
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """End the calling test because an external tool it needs is absent: a failure when
+    ``MOEPLAN_REQUIRE_TOOLS`` is set (CI), else a skip; ``reason`` says what is missing and how to
+    install it. Raises pytest's ``Failed`` or ``Skipped`` outcome, never returns."""
+    if os.environ.get(REQUIRE_TOOLS, "") not in ("", "0"):
+        pytest.fail(f"{reason}; {REQUIRE_TOOLS} is set, so a missing tool is a failure", pytrace=False)
+    pytest.skip(reason)
 
 
 def load_benchmark(name: str) -> ModuleType:

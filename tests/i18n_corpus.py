@@ -11,7 +11,7 @@ import itertools
 import pathlib
 
 from moeplan import load_scenario, validate
-from moeplan.catalog.known_issues import known_issues
+from moeplan.catalog.known_issue_table import known_issues
 from moeplan.errors import InputError
 from moeplan.rules import Finding
 

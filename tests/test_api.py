@@ -1,4 +1,4 @@
-"""The library functions behind the commands (moeplan.api, moeplan.spec.overrides, moeplan.io.write),
+"""The library functions behind the commands (moeplan.api, moeplan.inputs.overrides, moeplan.io.write),
 in-process, with expected values worked out by hand; and the CLI's one declaration of the scenario flags."""
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from moeplan.api import (
     vlm_stats_report,
 )
 from moeplan.api.plan import batch_for_tokens, hold_keys
-from moeplan.api.vlm import _vision_processor
+from moeplan.api.vlm import vision_processor
 from moeplan.cli.options import SCENARIO_OPTIONS, scenario_options
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.inputs.overrides import FLAG_NAMES, ScenarioFlags, parse_set, scenario_overrides
 from moeplan.io.write import check_writable, write_atomically
-from moeplan.spec.overrides import FLAG_NAMES, ScenarioFlags, parse_set, scenario_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 DSV3 = ROOT / "examples" / "deepseek_v3_gb300.yaml"
@@ -360,10 +360,10 @@ def test_compare_and_doctor_refuse_bad_paths(tmp_path):
 
 
 def test_vlm_processor_and_pixel_bounds():
-    assert _vision_processor(None, None, None) == (16, 2)
-    assert _vision_processor(None, 14, None) == (14, 2)
+    assert vision_processor(None, None, None) == (16, 2)
+    assert vision_processor(None, 14, None) == (14, 2)
     with pytest.raises(InputError, match="vision-language"):
-        _vision_processor("qwen3-30b-a3b", None, None)
+        vision_processor("qwen3-30b-a3b", None, None)
     with pytest.raises(InputError, match="--min-pixels"):
         vlm_stats_report(ROOT / "examples" / "vlm_manifest.jsonl", 8192, min_pixels=100, max_pixels=10)
 

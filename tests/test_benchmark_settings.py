@@ -1,4 +1,4 @@
-"""Issue #20, problem 1: benchmark-only settings (forced load balancing, the NaN check off) never reach a
+"""Benchmark-only settings (forced load balancing, the NaN check off) never reach a
 training config unless asked for. ``recipe_defaults: mbridge-perf`` fills the recipe's training
 settings; ``mbridge-perf-benchmark`` reproduces the published benchmark, and every output that carries
 a benchmark-only setting says so."""
@@ -12,10 +12,10 @@ import yaml
 
 from moeplan import load_scenario
 from moeplan.api import estimate_report, export_report
+from moeplan.inputs.overrides import ScenarioFlags
 from moeplan.io.export import FORMATS, export
 from moeplan.plan import sweep
-from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
-from moeplan.spec.overrides import ScenarioFlags
+from moeplan.resolve.assumptions import benchmark_settings, verdict_assumptions
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "deepseek_v3_gb300.yaml"

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from moeplan import load_scenario
 from moeplan.cli.app import app
 from moeplan.errors import InputError
-from moeplan.model.calibrate import Run, fit, holdout, load_profile, load_runs_yaml, predict, profile_json
 from moeplan.model.constants import TimeConstants, load_constants
+from moeplan.model.constants_fit import Run, fit, holdout, load_profile, load_runs_yaml, predict, profile_json
 from tests.conftest import REF
 
 pytest.importorskip("scipy")
@@ -67,7 +67,7 @@ def test_unfitted_release_takes_the_last_fitted_one_before_it():
 
 def test_overfit_is_refused():
     runs = _planted_runs(0.9)
-    from moeplan.model.calibrate import SHARED
+    from moeplan.model.constants_fit import SHARED
 
     with pytest.raises(InputError, match=f"more runs than the {len(SHARED)} free constants"):
         fit(runs, TimeConstants(), "all")
@@ -288,7 +288,7 @@ def test_hand_edited_profiles_are_refused(tmp_path, edit):
 
 
 def test_a_profile_from_before_the_dp_contention_factor_was_retired_says_so(tmp_path):
-    # profiles written before December 2026 carry dp_contention_factor: their other values were fitted
+    # a profile that carries dp_contention_factor (a key of the older profile format, RETIRED_KEYS) was fitted
     # with it, so the profile is refused with the reason and what to do, not read without it
     d = json.loads(profile_json(load_constants()))
     d["dp_contention_factor"] = 19.8

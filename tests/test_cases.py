@@ -149,7 +149,7 @@ def test_hard_case(case_id, entry):
     verdict = result.verdict
     if verdict == "incomplete" and exp["verdict"] in ("valid", "warn"):
         # a case that states only what its rule needs (often no model) breaks no rule; moeplan calls
-        # such a check incomplete rather than valid (issue #20): the case's rule passed all the same
+        # such a check incomplete rather than valid: the case's rule passed all the same
         verdict = "warn" if result.warnings else "valid"
     assert verdict == exp["verdict"], [(f.rule_id, f.message) for f in result.findings]
     if exp["verdict"] in ("invalid", "unsupported"):

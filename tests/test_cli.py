@@ -363,7 +363,7 @@ def test_empty_scenario_says_what_was_not_checked(tmp_path):
     p.write_text("")
     r = run(["check", str(p), "--json"])
     d = json.loads(r.output)
-    # nothing was checked: not "valid" (issue #20, problem 6), exit 1
+    # nothing was checked: not "valid", exit 1
     assert r.exit_code == 1 and d["verdict"] == "incomplete"
     assert any(f["rule_id"] == "scenario.inputs_missing" for f in d["findings"])
 
@@ -532,7 +532,7 @@ def test_export_refuses_to_overwrite_its_scenario_and_plan_checks_paths_first(tm
 
 
 def test_set_reads_numbers_as_yaml_1_2_and_bounds_sizes():
-    from moeplan.spec.scenario import parse_yaml_value
+    from moeplan.inputs.loading import parse_yaml_value
 
     assert parse_yaml_value("1e-3") == 0.001 and parse_yaml_value("010") == 10
     assert parse_yaml_value("1:00") == "1:00" and parse_yaml_value("2_0") == "2_0"  # not 60, not 20
@@ -570,7 +570,7 @@ def test_sweep_hold_takes_layout_keys_the_scenario_sets(tmp_path):
 
 
 def test_python_dash_m_moeplan_runs_the_command():
-    # a review found `python -m moeplan` failing (no __main__): it is the same command as `moeplan`
+    # `python -m moeplan` (the package's __main__) is the same command as `moeplan`
     import subprocess
     import sys
 

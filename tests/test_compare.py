@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from moeplan.cli.app import app
 from moeplan.diagnose.compare import compare_runs, rank_causes, shift_test
-from moeplan.diagnose.logs import parse_log
 from moeplan.errors import InputError
+from moeplan.io.run_logs import parse_log
 
 runner = CliRunner()
 
@@ -168,7 +168,7 @@ def test_cli_compare_bad_inputs(tmp_path):
 
 def test_each_cause_is_applied_alone():
     """Regression: trials once shared nested sections, so each carried the earlier changes."""
-    from moeplan.diagnose.compare import _predict
+    from moeplan.diagnose.compare import predict_pair
     from moeplan.io.imports import import_config
 
     b = dict(DUMP_A, recompute_modules="['moe_act', 'layernorm']", micro_batch_size=2)
@@ -176,9 +176,9 @@ def test_each_cause_is_applied_alone():
     cb = import_config(make_log(2, 0, dump=b), "megatron-log")[0]
     _, causes, _ = rank_causes(ca, cb, BASE)
     full_a = {**BASE, **{k: {**BASE.get(k, {}), **v} if isinstance(v, dict) else v for k, v in ca.items()}}
-    t0, m0 = _predict(full_a)
+    t0, m0 = predict_pair(full_a)
     mbs_alone = {**full_a, "training": {**full_a["training"], "micro_batch_size": 2}}
-    t1, m1 = _predict(mbs_alone)
+    t1, m1 = predict_pair(mbs_alone)
     got = next(c for c in causes if c["key"] == "training.micro_batch_size")
     assert got["step_time_change_rel"] == pytest.approx((t1 - t0) / t0, rel=1e-12)
     assert got["peak_memory_change_rel"] == pytest.approx((m1 - m0) / m0, rel=1e-12)
@@ -224,16 +224,17 @@ def test_cli_compare_warns_when_the_scenario_model_is_not_the_runs(tmp_path):
 
 def test_compare_says_how_much_of_the_shift_the_configuration_explains():
     from moeplan.diagnose.compare import modelled_change
+    from moeplan.inputs.loading import deep_merge
     from moeplan.io.imports import import_config
     from moeplan.model.step import estimate_step
-    from moeplan.spec.scenario import _deep_merge, load_scenario
+    from moeplan.resolve.load import load_scenario
 
     b = dict(DUMP_A, recompute_modules="['moe_act', 'layernorm']")
     ca = import_config(make_log(1, 0, dump=DUMP_A), "megatron-log")[0]
     cb = import_config(make_log(2, 0, dump=b), "megatron-log")[0]
     got = modelled_change(ca, cb, BASE)
-    ta = estimate_step(load_scenario(_deep_merge(BASE, ca))).step_time_s
-    tb = estimate_step(load_scenario(_deep_merge(BASE, cb))).step_time_s
+    ta = estimate_step(load_scenario(deep_merge(BASE, ca))).step_time_s
+    tb = estimate_step(load_scenario(deep_merge(BASE, cb))).step_time_s
     assert got == pytest.approx(tb / ta - 1) and got > 0
     cmp = compare_runs(parse_log(make_log(3, 0.0, dump=DUMP_A)), parse_log(make_log(4, 0.04, dump=b)), ca, cb, BASE)
     note = next(n for n in cmp.notes if n.startswith("all changed keys together"))

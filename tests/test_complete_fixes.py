@@ -1,4 +1,4 @@
-"""Issue #20, problem 5: complete fixes for layers that do not divide by PP. ``check`` offers
+"""Complete fixes for layers that do not divide by PP. ``check`` offers
 ``account_for_embedding/loss_in_pipeline_split`` when they make the split divide (how Megatron Bridge
 splits Qwen3-235B's 94 layers on PP 8) and a ready, balanced ``pipeline_model_parallel_layout``;
 ``estimate`` then estimates the layout with the fix applied (memory and step time) and says so;
@@ -10,10 +10,10 @@ import re
 
 from moeplan import load_scenario
 from moeplan.api import estimate_report
+from moeplan.inputs.overrides import ScenarioFlags
 from moeplan.plan.fit import fit_layout
 from moeplan.rules import validate
-from moeplan.spec.overrides import ScenarioFlags
-from moeplan.spec.pipeline import parse_layout, split_options
+from moeplan.structure.stages import parse_layout, split_options
 
 Q235 = {
     "model": "Qwen/Qwen3-235B-A22B",

@@ -10,12 +10,8 @@ from hypothesis import strategies as st
 
 from moeplan.catalog.gpus import get_gpu, measured_gemm_fractions
 from moeplan.model.comm import ep_time, link_bw
-from moeplan.model.compute import (
-    attention_backward_fraction,
-    attention_forward_fraction,
-    grouped_efficiency,
-)
 from moeplan.model.constants import load_constants
+from moeplan.model.executed_flops import attention_backward_fraction, attention_forward_fraction, grouped_efficiency
 from moeplan.model.gdn import gdn_kernel_s
 
 H100, GB200 = get_gpu("h100"), get_gpu("gb200")
@@ -57,7 +53,7 @@ def test_causal_attention_length_term_matches_cudnn_on_blackwell(seq):
     from 1K to 8K, 0.598 / 0.761 / 0.882 / 0.957 modelled. The level is not asserted: this 2026 cuDNN
     runs 1.37–1.46× the model's B200 figure (1.23–1.31× if its GPU is a 2.5-PFLOP/s one), the 1.3× by
     which FlashAttention-4 beat cuDNN 9.13, the version the model's Blackwell fraction is read from;
-    which cuDNN each container release shipped is not established (docs/decisions.md)."""
+    which cuDNN each container release shipped is not established (docs/model/step_time.md)."""
     b200 = get_gpu("b200")
     model = attention_forward_fraction(b200, seq, 128) / attention_forward_fraction(b200, 16384, 128)
     measured = CUDNN_BLACKWELL_HD64_CAUSAL_FWD[seq] / CUDNN_BLACKWELL_HD64_CAUSAL_FWD[16384]

@@ -1,4 +1,4 @@
-"""Issue #20, problem 11: flags agree across commands. The batch can be given in tokens or sequences
+"""Flags agree across commands. The batch can be given in tokens or sequences
 everywhere; a command without one assumes about 4 Mi tokens (as ``plan``) and says so; ``plan`` and
 ``sweep`` hold the same layout keys (all the scenario sets, ``--free`` to search one, ``--hold`` to
 hold only some); ``compare --plot`` labels its curves with file names, not absolute paths."""
@@ -17,8 +17,8 @@ from moeplan.api.diagnose import plot_labels
 from moeplan.api.plan import held_keys
 from moeplan.cli.app import app
 from moeplan.errors import InputError
-from moeplan.spec.overrides import ScenarioFlags
-from moeplan.spec.training import DEFAULT_TOKENS_PER_STEP, default_global_batch
+from moeplan.inputs.overrides import ScenarioFlags
+from moeplan.inputs.training import DEFAULT_TOKENS_PER_STEP, default_global_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

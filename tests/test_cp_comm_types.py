@@ -1,4 +1,4 @@
-"""Issue #19's long-context structure, from benchmarks/cp_comm_types.py (docs/cp_comm_types.md):
+"""The long-context structure, from benchmarks/cp_comm_types.py (docs/cp_comm_types.md):
 
 - DeepSeek-V3 128K guidance layout on 256 H100 (CP 32 over four 8-GPU nodes): a flat p2p ring sends
   every K/V chunk over InfiniBand and cannot hide behind attention, while a2a+p2p with [8, 4] keeps the
@@ -28,6 +28,6 @@ def test_qwen3_next_throughput_falls_from_8k_to_64k():
     tps = [r["tokens_per_s_per_gpu"] for _, _, r in cp_types.qwen3_next_rows()]
     assert all(a > b for a, b in zip(tps, tps[1:], strict=False)), tps
     # the card: ~270 → ~100 TFLOP/s/GPU (0.37); the model: 0.60 (0.50 before the components were set from
-    # their own measurements and element-wise traffic refitted, docs/decisions.md "Step time v2"): the
+    # their own measurements and element-wise traffic refitted, docs/model/step_time.md "Fitted constants"): the
     # direction holds, the size of the fall is under-predicted
     assert tps[-1] < 0.65 * tps[0], tps

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from moeplan.cli.app import app
-from moeplan.diagnose.logs import parse_log
 from moeplan.diagnose.oom import parse_oom
 from moeplan.errors import InputError
+from moeplan.io.run_logs import parse_log
 
 runner = CliRunner()
 
@@ -361,7 +361,7 @@ def test_cli_oom_fragmentation_message_on_a_layout_far_over_capacity_gets_fixes(
 
 
 def test_log_derives_tokens_per_s_from_the_argument_dump():
-    from moeplan.diagnose.logs import derive_tokens_per_s
+    from moeplan.io.run_logs import derive_tokens_per_s
 
     summ = {"iteration_time_ms": {"median": 30675.0, "iqr": 50.0, "min": 30600.0, "max": 30700.0, "n": 4}}
     cfg = {"system": {"num_gpus": 256}, "training": {"global_batch_size": 64, "seq_length": 131072}}
@@ -376,7 +376,7 @@ def test_log_derives_tokens_per_s_from_the_argument_dump():
 
 @pytest.mark.parametrize("ms", ["0.0", "-5.0", "1e308", "nan", "5e-324", "1e-310", "1e10"])
 def test_log_ignores_impossible_iteration_times(ms, tmp_path):
-    from moeplan.diagnose.logs import parse_log
+    from moeplan.io.run_logs import parse_log
 
     lines = [
         f" iteration {i:8d}/      30 | consumed samples: {i * 8} | elapsed time per iteration (ms): {ms} | "

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from moeplan.diagnose.logs import parse_log
 from moeplan.diagnose.oom import parse_oom
+from moeplan.io.run_logs import parse_log
 
 DATA = Path(__file__).parent / "data" / "diagnose"
 GIB, MIB, KIB = 2**30, 2**20, 2**10

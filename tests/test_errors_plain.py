@@ -1,4 +1,4 @@
-"""Issue #20, problem 10: errors read as plain sentences where the ``'X' is not valid; allowed: ...``
+"""Errors read as plain sentences where the ``'X' is not valid; allowed: ...``
 template reads badly — a missing file, a missing optional package, a text that is not an OOM message —
 and an abbreviated key (``tp:``) gets the key it stands for."""
 
@@ -41,7 +41,7 @@ def test_plain_sentences(args, line):
 
 
 def test_a_missing_optional_package_says_what_to_install(monkeypatch):
-    from moeplan.model import calibrate
+    from moeplan.model import constants_fit as calibrate
 
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.optimize", None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from moeplan import get_model, load_scenario
-from moeplan.spec.flops import model_flops
+from moeplan.structure.flops import model_flops
 from tests.conftest import load_published_runs
 
 

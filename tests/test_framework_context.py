@@ -1,4 +1,4 @@
-"""Framework context (issue #21, parts 4 and 5a): the China-market GPUs in the catalog, memory held
+"""Framework context: the China-market GPUs in the catalog, memory held
 by a colocated engine (``system.reserved_gib``), host memory of a CPU optimizer, LoRA / PEFT.
 
 Expected values are derived by hand in the comments from the cited sources."""
@@ -16,16 +16,16 @@ from moeplan.catalog.gpus import get_gpu, list_gpus, measured_gemm_fractions
 from moeplan.cli.app import app
 from moeplan.diagnose.oom import parse_oom, reconcile_with_model
 from moeplan.errors import InputError
+from moeplan.inputs.peft import PeftInput, layer_adapters, total_adapter_params
 from moeplan.io.export import export
-from moeplan.model.compute import arch_family, speeds
 from moeplan.model.constants import load_constants
+from moeplan.model.executed_flops import arch_family, speeds
 from moeplan.model.lora import lora_time_s, stage_layer_adapters
 from moeplan.model.memory.static import cpu_optimizer_host
 from moeplan.model.validity import assess
 from moeplan.plan.search import search
-from moeplan.spec.numerics import optimizer_numerics
-from moeplan.spec.peft import PeftInput, layer_adapters, total_adapter_params
-from moeplan.spec.placement import stage_params
+from moeplan.structure.numerics import optimizer_numerics
+from moeplan.structure.placement import stage_params
 
 # --- GPUs: H800, H20, A800 ------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Full-iteration CUDA graphs for MoE: the static-shape rules (Megatron-LM CUDA Graphs guide, "MoE Model
-Training"; megatron_facts.md rule 32) and the planner's full-iteration option on Blackwell."""
+Training"; tests/data/reference/megatron_facts.md rule 32) and the planner's full-iteration option on Blackwell."""
 
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ def test_graph_options_offer_full_iteration_only_for_text_moe_on_blackwell():
 
 
 def test_planner_tries_full_iteration_and_every_candidate_passes_check():
-    from test_plan import _ask
+    from test_plan import ask_plan
 
-    res = _ask("Qwen/Qwen3-30B-A3B", "gb200", 8, 4096, 512, "mxfp8")
+    res = ask_plan("Qwen/Qwen3-30B-A3B", "gb200", 8, 4096, 512, "mxfp8")
     w = res.candidates[0]
     # tried and predicted (a number, not None: the option was built and estimated, not refused)
     assert w.tried["graphs"]["full_iteration"] > 0
@@ -85,7 +85,7 @@ def test_planner_tries_full_iteration_and_every_candidate_passes_check():
     # the free search prefers TE graphs here, so the full-iteration settings are checked with the graph
     # mode held: every candidate then carries the whole static-shape set (FULL_ITERATION_MOE: HybridEP with
     # a rank capacity budget, the TE op fuser, the paged stash, no NaN check) and passes check
-    held = _ask("Qwen/Qwen3-30B-A3B", "gb200", 8, 4096, 512, "mxfp8", cuda_graph_impl="full_iteration")
+    held = ask_plan("Qwen/Qwen3-30B-A3B", "gb200", 8, 4096, 512, "mxfp8", cuda_graph_impl="full_iteration")
     assert held.candidates
     for c in held.candidates:
         lay = c.data["layout"]

@@ -65,7 +65,7 @@ def test_normalise_drops_wall_clock_and_rounds():
 
 @pytest.mark.parametrize("name", sorted(regen.TEXT_COMMANDS))
 def test_text_snapshots_at_80_and_120_columns(name):
-    """The README tour as a terminal of 80 and of 120 columns shows it (issue #20, problem 3): every
+    """The README tour as a terminal of 80 and of 120 columns shows it: every
     number visible at 80 columns, no line longer than the terminal."""
     for rel, text in regen.text_outputs([name]).items():
         golden = ROOT / "tests" / "golden" / rel

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from moeplan.catalog.models import load_config_file
 from moeplan.cli.app import app
 from moeplan.errors import InputError
-from moeplan.spec.model import model_from_hf_config
+from moeplan.inputs.model_spec import model_from_hf_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "data" / "hf_configs"

@@ -19,14 +19,14 @@ from typer.testing import CliRunner
 
 from moeplan.cli.app import app
 from moeplan.diagnose.compare import shift_test
-from moeplan.diagnose.logs import parse_log
 from moeplan.errors import InputError, short_repr
+from moeplan.inputs.loading import load_json_text
 from moeplan.io import write as writer
 from moeplan.io.export import hydra_quote, hydra_value
 from moeplan.io.imports import hydra_value as read_hydra
 from moeplan.io.imports import import_config
+from moeplan.io.run_logs import parse_log
 from moeplan.plan import sweep
-from moeplan.spec.loading import load_json_text
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -650,11 +650,11 @@ def test_error_parts_are_cut_with_their_length():
 def test_line_wrapping_is_linear_in_the_longest_token():
     """Wrapping re-measured the line for every character: a 20,000-character token took 6 s, a
     200,000-character one minutes. It is linear, and slices a token wider than the line at the width."""
-    from moeplan.cli.render import _break_offsets
+    from moeplan.cli.render import break_offsets
 
     line = "skipped " + "a" * 200_000 + " end"
     t0 = time.process_time()
-    cuts = _break_offsets(line, 80)
+    cuts = break_offsets(line, 80)
     assert time.process_time() - t0 < 5
     pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
     assert "".join(pieces) == line

@@ -1,10 +1,11 @@
-"""Issue #21 (5b): ``--lang zh`` (and LC_ALL / LC_MESSAGES / LANG) prints the human-readable output
+"""``--lang zh`` (and LC_ALL / LC_MESSAGES / LANG) prints the human-readable output
 in Chinese; the JSON stays English.
 
-The Chinese texts are data (``src/moeplan/i18n/zh.yaml``): per rule id a statement and patterns
-(English regex → Chinese template). These tests fail naming what has no Chinese text: a rule id
-without a statement, a rule no scenario of ``tests/i18n_corpus.py`` reaches, a message or fix no
-pattern matches, a known issue without its Chinese title / workaround.
+The Chinese texts are data: messages by id (``src/moeplan/i18n/zh/*.yaml``, tests/test_messages.py),
+rule statements, table labels and known-issue texts in ``src/moeplan/i18n/zh.yaml``. These tests
+fail naming what has no Chinese text: a rule id without a statement, a rule no scenario of
+``tests/i18n_corpus.py`` reaches, a message or fix without a Chinese text, a known issue without its
+Chinese title / workaround.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import pytest
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
-from moeplan.catalog.known_issues import SYMPTOMS, known_issues
+from moeplan.catalog.known_issue_table import SYMPTOMS, known_issues
 from moeplan.cli import render
 from moeplan.cli.app import app
-from moeplan.cli.render.check import render_check
+from moeplan.cli.render.check_view import render_check
 from moeplan.errors import InputError
-from moeplan.i18n import catalog, resolve_lang, summary, translate, translation, ui_translation
+from moeplan.i18n import catalog, known_issue_text, resolve_lang, summary, translate, translation, ui_translation
 from moeplan.rules import RULES
 from tests.i18n_corpus import corpus_findings
 
@@ -69,21 +70,22 @@ def test_every_rule_fires_in_the_corpus():
 def test_every_message_and_fix_has_a_chinese_text():
     texts = list(_texts())
     assert len(texts) > 400  # the corpus is broad (about 480 distinct texts today)
-    unmatched = sorted({(rid, kind, text) for rid, kind, text in texts if translation(rid, text) is None})
-    assert not unmatched, "no Chinese pattern in i18n/zh.yaml for:\n" + "\n".join(
-        f"  {rid} ({kind}): {text}" for rid, kind, text in unmatched
+    untranslated = sorted({(rid, kind, text) for rid, kind, text in texts if translation(rid, text) is None})
+    assert not untranslated, "no Chinese text (i18n/zh/*.yaml) for:\n" + "\n".join(
+        f"  {rid} ({kind}): {text}" for rid, kind, text in untranslated
     )
 
 
 def test_every_known_issue_has_a_chinese_title_workaround_and_size():
-    zh = catalog("zh").phrases
     missing = [
         f"{k.id}.{attr}"
         for k in known_issues()
         for attr in ("title", "workaround", "size")
-        if getattr(k, attr) and getattr(k, attr) not in zh
+        if getattr(k, attr) and not known_issue_text(k.id, attr, "zh")
     ]
     assert not missing, f"known issues without a Chinese text (i18n/zh.yaml known_issues): {missing}"
+    orphans = sorted(set(catalog("zh").known_issues) - {k.id for k in known_issues()})
+    assert not orphans, f"i18n/zh.yaml known_issues for issues the database does not have: {orphans}"
 
 
 def _tokens(text: str) -> collections.Counter:
@@ -121,8 +123,9 @@ def test_chinese_texts_are_chinese():
 def test_unmatched_text_falls_back_to_english():
     assert translation("world.dense_grid_divides_world", "a message nobody wrote") is None
     assert translate("world.dense_grid_divides_world", "a message nobody wrote", "zh") == "a message nobody wrote"
-    assert translate("no.such_rule", "num_layers (30) is not divisible by PP (4)", "zh") == (
-        "num_layers (30) is not divisible by PP (4)"
+    # a text no message produced (a message's text translates by its id whatever the rule id)
+    assert translate("no.such_rule", "num_layers (1001) is not divisible by PP (7)", "zh") == (
+        "num_layers (1001) is not divisible by PP (7)"
     )
     assert translate("pipeline.num_layers_divisible_by_pp", "num_layers (30) is not divisible by PP (4)", "zh") == (
         "num_layers（30）不能被 PP（4）整除"
@@ -293,12 +296,37 @@ def test_commands_in_chinese_at_80_columns(name):
 
 
 def test_catalog_entries_are_checked_on_load():
-    """A malformed pair, and a key YAML reads as a boolean (unquoted yes / no), are refused on load,
-    never silently left English."""
-    from moeplan.i18n import _compile
-
-    with pytest.raises(ValueError, match="rules.x.patterns"):
-        _compile([["only the English"]], "rules.x.patterns")
+    """A key YAML reads as a boolean (unquoted yes / no) is refused on load, never silently left
+    English."""
     ui = catalog("zh").ui
     assert ui["yes"] == "是" and ui["no"] == "否"
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in ui.items())
+
+
+def _fixed_labels() -> list[tuple[str, int, str]]:
+    """``(file, line, text)`` of every ``T("...")`` call with a literal text in the package."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(__file__).resolve().parents[1] / "src" / "moeplan"
+    return [
+        (str(p.relative_to(src)), c.lineno, c.args[0].value)
+        for p in sorted(src.rglob("*.py"))
+        for c in ast.walk(ast.parse(p.read_text()))
+        if isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Name)
+        and c.func.id == "T"
+        and c.args
+        and isinstance(c.args[0], ast.Constant)
+        and isinstance(c.args[0].value, str)
+    ]
+
+
+def test_every_fixed_label_has_a_chinese_text():
+    """A fixed table text (``T("Memory per GPU")``) is keyed by its English text in zh.yaml ``ui``
+    (gettext's way for a text without parameters): a changed label shows here, never silently English."""
+    labels = _fixed_labels()
+    assert len(labels) > 100
+    ui = catalog("zh").ui
+    missing = [f"{f}:{line} {text!r}" for f, line, text in labels if text not in ui]
+    assert not missing, "labels without a Chinese text in i18n/zh.yaml ui:\n" + "\n".join(missing)

@@ -12,10 +12,10 @@ from moeplan import estimate_memory, load_scenario
 from moeplan.api import estimate_report
 from moeplan.cli.app import app
 from moeplan.errors import InputError
+from moeplan.inputs.allocator import alloc_options, expandable_segments
 from moeplan.io.imports import import_config
+from moeplan.resolve.assumptions import verdict_assumptions
 from moeplan.rules import validate
-from moeplan.spec.allocator import alloc_options, expandable_segments
-from moeplan.spec.assumptions import verdict_assumptions
 
 runner = CliRunner()
 

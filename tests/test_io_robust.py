@@ -1,4 +1,4 @@
-"""Import/export robustness (from an adversarial review): real log dumps, real command lines, Hydra
+"""Import/export robustness against hostile and messy input: real log dumps, real command lines, Hydra
 values, output files, shell safety."""
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_check_from_refuses_an_invalid_parallel_size(value, tmp_path):
 
 @pytest.mark.parametrize("layout", ["Et*99999999999|L", "(t|)*99999999", "((t|)*1000)*1000"])
 def test_layout_repeats_that_expand_without_bound_are_rejected(layout):
-    from moeplan.spec.pipeline import LayoutSyntaxError, parse_layout
+    from moeplan.structure.stages import LayoutSyntaxError, parse_layout
 
     with pytest.raises(LayoutSyntaxError, match="expands past"):
         parse_layout(layout)

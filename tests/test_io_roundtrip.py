@@ -14,7 +14,7 @@ from moeplan import load_scenario
 from moeplan.io.export import export, training_guards
 from moeplan.io.imports import import_config
 from moeplan.io.keys import MLM_UNSUPPORTED
-from tests.conftest import REF, load_cases
+from tests.conftest import REF, REQUIRE_TOOLS, load_cases, missing_tool
 
 
 def _reference_scenarios():
@@ -108,12 +108,34 @@ def test_slurm_script_is_valid_bash(tmp_path):
     assert "#SBATCH --nodes=64" in text  # 256 GPUs / 4 per GB200 tray
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (CI installs it: .ci/run)")
+NO_SHELLCHECK = "shellcheck is not installed (.ci/run installs it: apt-get install shellcheck)"
+
+
 def test_slurm_script_passes_shellcheck(tmp_path):
+    """Skips without shellcheck on a developer's machine; fails without it under MOEPLAN_REQUIRE_TOOLS (CI)."""
+    shellcheck = shutil.which("shellcheck") or missing_tool(NO_SHELLCHECK)
     path = tmp_path / "run.sh"
     path.write_text(_slurm_script())
-    res = subprocess.run(["shellcheck", "-S", "warning", str(path)], capture_output=True, text=True)
+    res = subprocess.run([shellcheck, "-S", "warning", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout
+
+
+def test_missing_shellcheck_fails_the_slurm_check_when_tools_are_required(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    monkeypatch.setenv(REQUIRE_TOOLS, "1")
+    with pytest.raises(pytest.fail.Exception, match=r"shellcheck is not installed.*MOEPLAN_REQUIRE_TOOLS is set"):
+        test_slurm_script_passes_shellcheck(tmp_path)
+
+
+@pytest.mark.parametrize("unset", ["", "0", None])
+def test_missing_shellcheck_skips_the_slurm_check_when_tools_are_not_required(tmp_path, monkeypatch, unset):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    if unset is None:
+        monkeypatch.delenv(REQUIRE_TOOLS, raising=False)
+    else:
+        monkeypatch.setenv(REQUIRE_TOOLS, unset)
+    with pytest.raises(pytest.skip.Exception, match=r"apt-get install shellcheck\)$"):
+        test_slurm_script_passes_shellcheck(tmp_path)
 
 
 def test_log_argument_dump_import():

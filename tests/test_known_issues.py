@@ -9,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from moeplan.catalog.known_issues import (
+from moeplan.catalog.known_issue_table import (
     AVOID_SYMPTOMS,
     SYMPTOMS,
     KnownIssueDataError,
@@ -18,9 +18,9 @@ from moeplan.catalog.known_issues import (
     known_issues,
     parse_known_issues,
 )
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES, validate
-from moeplan.rules.known_issues import UNKNOWN_RULE, blocking_issue
-from moeplan.spec.scenario import load_scenario
+from moeplan.rules.known_issue_checks import UNKNOWN_RULE, blocking_issue
 
 ISSUES = known_issues()
 IDS = [k.id for k in ISSUES]
@@ -267,7 +267,7 @@ def test_trigger_language_combinators_and_env():
 
 
 def test_the_unknown_versions_finding_asks_for_the_versions_that_decide_it():
-    from moeplan.rules.known_issues import versions_to_state
+    from moeplan.rules.known_issue_checks import versions_to_state
 
     nccl = get_known_issue("nccl_2_29_2_hang")
     assert {p.package for p in nccl.packages} == {"nccl"}

@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from moeplan.api.known_issues import known_issues_report
-from moeplan.catalog.known_issues import get_known_issue, known_issues
+from moeplan.catalog.known_issue_table import get_known_issue, known_issues
 from moeplan.cli.app import app
 
 RUN = CliRunner()

@@ -6,8 +6,8 @@ first-principles attention and CP costs out of sample.
 Tolerances: the results (docs/long_context.md) were seen before the thresholds were written, so the
 thresholds are what a planner needs rather than what the model happens to reach: every row within 10 % of
 the measured model TFLOP/s/GPU (now worst 8.4 %), and the shape within 10 % after one common scale (now
-worst 2.9 %; 8.3 % before the components were set from their own measurements, docs/decisions.md
-"Step time v2").
+worst 2.9 %; 8.3 % before the components were set from their own measurements, docs/model/step_time.md,
+"Components set from their own measurements").
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_the_table_is_the_published_one():
 
 
 def test_every_row_within_eleven_percent(rows):
-    # 10 % until the refit on each run's own release's recipe (docs/decisions.md): the 4K row, the least
+    # 10 % until the refit on each run's own release's recipe (docs/model/recipe_fills.md): the 4K row, the least
     # compute per layer, carries a dense layer's eager launch cost (a quarter of the refitted MoE
     # layer's) and is 7.8 % under (9.0 % before EP overlap phase by phase and the robust refit, 8.7 %
     # before a release's own settings filled the layouts it shipped no config for, 10.9 % before the
@@ -75,8 +75,8 @@ def test_nvidia_moe_runs_out_of_sample_within_thirty_five_percent():
     # Llama-4-Scout's language model at 8K on GB200), none of them fitted: tokens/s/GPU within 35 %
     # (now +30.1, +13.9, +13.2 and +8.0 %; within 15 % before the components were set from their own
     # measurements: the refit's residuals, MoE element-wise traffic and launch overhead, carry time the
-    # fine-grained MoE runs need and these coarse-expert, few-microbatch runs do not — docs/decisions.md,
-    # "Step time v2") with the oldest fitted software factor, since every container predates the fitted
+    # fine-grained MoE runs need and these coarse-expert, few-microbatch runs do not — docs/model/step_time.md,
+    # "Fitted constants") with the oldest fitted software factor, since every container predates the fitted
     # releases; FLOPs per token equal NVIDIA's within 1 %, except where NeMo 25.02 counted
     # Mixtral-8x7B's attention over the full sequence: there NVIDIA's = ours + 6·s·h·L
     from moeplan import get_model
@@ -103,11 +103,11 @@ def test_nvidia_moe_runs_out_of_sample_within_thirty_five_percent():
 
 
 # Headline figures (docs/long_context.md, README), asserted so that a regression fails CI: the values
-# measured on 2026-12-02 plus 0.5 percentage point. A change that improves them passes and should lower
+# `python benchmarks/long_context.py` reports plus 0.5 percentage point. A change that improves them passes and should lower
 # the thresholds (rerun `python benchmarks/long_context.py`).
 #   LLAMA2-7B with CP, 4K–1024K: median 5.3 % (≤ 5.8), worst 8.7 % (≤ 9.2), shape worst 4.6 % (≤ 5.1)
 #   NVIDIA's MoE runs out of sample: median 13.6 % (≤ 14.1), worst 30.1 % (≤ 30.6)
-#   (after EP overlap phase by phase and the Huber-robust refit, docs/decisions.md; before it 5.4 / 9.0 /
+#   (after EP overlap phase by phase and the Huber-robust refit, docs/model/step_time.md; before it 5.4 / 9.0 /
 #   4.5 and 12.7 / 29.0; before a release's own settings filled the published layouts it shipped no
 #   config for 5.3 / 8.7 / 4.5 and 12.3 / 31.2; before the fills by global batch size and the overlap's
 #   contention cost 6.0 / 10.9 / 4.6 and 14.7 / 28.7)

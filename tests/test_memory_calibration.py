@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from moeplan.api.calibrate import calibrate_memory_report
 from moeplan.cli.app import app
-from moeplan.diagnose import read_log
 from moeplan.errors import InputError
+from moeplan.io.run_logs import read_log
 from moeplan.model.memory import estimate_memory
 from moeplan.model.memory.overheads_fit import (
     predicted_dynamic_bytes,
     predicted_outside_torch_bytes,
 )
-from moeplan.spec.scenario import load_scenario
+from moeplan.resolve.load import load_scenario
 from moeplan.units import GIB_BYTES
 
 runner = CliRunner()

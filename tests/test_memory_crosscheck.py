@@ -1,5 +1,5 @@
 """Independent cross-check: Megatron-LM's closed-form estimate
-(``megatron/training/theoretical_memory_usage.py``, transcribed in megatron_facts.md §5.1) against
+(``megatron/training/theoretical_memory_usage.py``, transcribed in tests/data/reference/megatron_facts.md §5.1) against
 our itemised model on dense models. The closed form is re-derived here from its published terms,
 not from our code."""
 

@@ -1,4 +1,4 @@
-"""CUDA-graph memory as Megatron-Core / Transformer Engine allocate it (moeplan.model.memory.graphs).
+"""CUDA-graph memory as Megatron-Core / Transformer Engine allocate it (moeplan.model.memory.graph_memory).
 
 Expected byte counts are derived by hand in the comments from the shapes Megatron builds (sources in
 the module docstring): T = SP-local tokens per microbatch = seq / CP / TP (with SP), bf16 = 2 bytes.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from moeplan import estimate_memory, load_scenario
-from moeplan.model.memory.graphs import captured_parts
+from moeplan.model.memory.graph_memory import captured_parts
 
 GRAPH_ITEMS = ("cuda_graph_static_inputs", "cuda_graph_static_outputs", "cuda_graph_grad_buffers")
 

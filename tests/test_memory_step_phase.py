@@ -9,9 +9,9 @@ import pytest
 from moeplan.model.memory import estimate_memory
 from moeplan.model.memory.static import trained_params
 from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
-from moeplan.spec.numerics import optimizer_numerics
-from moeplan.spec.placement import stage_params
-from moeplan.spec.scenario import load_scenario
+from moeplan.resolve.load import load_scenario
+from moeplan.structure.numerics import optimizer_numerics
+from moeplan.structure.placement import stage_params
 
 
 def _scenario(layout: dict, seq: int = 256, versions: dict | None = None, framework: str = "megatron-bridge"):

@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 from moeplan.api.estimate import export_report
 from moeplan.cli import render
 from moeplan.cli.app import app
-from moeplan.cli.render import plan as plan_tables
+from moeplan.cli.render import plan_view as plan_tables
+from moeplan.inputs.versions import ResolvedVersions, parse_version, rules_version_basis
 from moeplan.model.memory import MemoryEstimate, StageMemory, dominant_items, estimate_memory
 from moeplan.model.overheads import resolve_overheads
-from moeplan.plan.recipes import list_recipes, skill_recipes
-from moeplan.spec.scenario import load_scenario
-from moeplan.spec.versions import ResolvedVersions, parse_version, rules_version_basis
+from moeplan.plan.starting_points import list_recipes, skill_recipes
+from moeplan.resolve.load import load_scenario
 from moeplan.units import GIB_BYTES
 
 runner = CliRunner()
@@ -140,7 +140,7 @@ def test_check_without_a_gpu_has_no_memory_verdict():
 
 def test_rules_version_basis_says_which_version_the_rules_compared():
     stated = ResolvedVersions({"megatron_core": parse_version("0.17.0")}, {"megatron_core": "versions.megatron_core"})
-    assert rules_version_basis(stated, (0, 17, 0)) == {
+    assert rules_version_basis(stated, parse_version("0.17.0")) == {
         "rules": "0.17.0",
         "basis": "stated",
         "container": None,
@@ -149,7 +149,7 @@ def test_rules_version_basis_says_which_version_the_rules_compared():
     shipped = ResolvedVersions(
         {"megatron_core": parse_version("0.17.0")}, {"megatron_core": "container 26.04: table"}, container="26.04"
     )
-    assert rules_version_basis(shipped, (0, 20, 0)) == {
+    assert rules_version_basis(shipped, parse_version("0.20.0")) == {
         "rules": "0.20.0",
         "basis": "newest known",
         "container": "26.04",

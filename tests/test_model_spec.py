@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from moeplan import estimate_memory, load_scenario, validate
 from moeplan.cli.app import app
 from moeplan.errors import InputError
-from moeplan.spec.model import ModelSpec, PartialModelSpec, partial_model
+from moeplan.inputs.model_spec import ModelSpec, PartialModelSpec, partial_model
 
 GPT = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 32000, "ffn_hidden_size": 4096}
 

@@ -1,4 +1,4 @@
-"""The numeric policy (``moeplan.spec.numerics``): bytes per element, routed-token factor and shard
+"""The numeric policy (``moeplan.structure.numerics``): bytes per element, routed-token factor and shard
 degrees, decided once and read alike by memory, time and rules. Expected values derived by hand."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from moeplan import estimate_memory, estimate_step, load_scenario
-from moeplan.spec.numerics import (
+from moeplan.structure.numerics import (
     fp8_weight_cache_bytes,
     grad_bytes,
     optimizer_numerics,

@@ -1,4 +1,4 @@
-"""Issue #20, problem 6: the commands do not ignore each other. ``compare`` says when ``check`` rejects
+"""The commands do not ignore each other. ``compare`` says when ``check`` rejects
 a changed key (DeepEP on GB200); ``check --from megatron-log`` / ``megatron-lm-args`` check the run's
 own architecture from its arguments; a check that skipped the model rules is ``incomplete`` (exit 1),
 not ``valid``; ``oom`` says when the run's configuration breaks a rule."""

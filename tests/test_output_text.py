@@ -1,14 +1,14 @@
-"""Issue #20: output an engineer can read.
+"""Output an engineer can read.
 
-- problem 2: every assumption that moves a verdict (gradient-reduction dtype, optimizer dtypes,
+- every assumption that moves a verdict (gradient-reduction dtype, optimizer dtypes,
   routing imbalance, recipe fills) is stated once in the header of ``estimate``, ``plan`` and ``fit``;
-- problem 3: at 80 columns every number stays visible (the snapshots in ``tests/golden/text`` are
+- at 80 columns every number stays visible (the snapshots in ``tests/golden/text`` are
   checked by ``test_golden_outputs``); here: the knob column moves under the table when it does not
   fit and comes back on wide terminals, on one line;
-- problem 4: ``fit`` climbs every ladder from where the scenario stands, accounts for every change
+- ``fit`` climbs every ladder from where the scenario stands, accounts for every change
   it tried, marks numerics changes and ranks them apart, and ``--save`` writes its choice;
-- problem 8: ``plan`` shows model TFLOP/s/GPU and a one-line breakdown of #1's step;
-- problem 9: a short default output (legend for the knob codes, the error band once, rule messages
+- ``plan`` shows model TFLOP/s/GPU and a one-line breakdown of #1's step;
+- a short default output (legend for the knob codes, the error band once, rule messages
   beside rule ids, no Python reprs), ``--verbose`` for the rest.
 """
 
@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from moeplan.cli.app import app
 from moeplan.plan.changes import memory_changes
 from moeplan.plan.fit import fit_layout
-from moeplan.spec.scenario import load_scenario
+from moeplan.resolve.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -189,8 +189,8 @@ def test_the_html_report_has_legends_a_breakdown_and_caveats(tmp_path, monkeypat
     import re
 
     from moeplan.api.plan import plan_report
+    from moeplan.inputs.overrides import ScenarioFlags
     from moeplan.plan import report
-    from moeplan.spec.overrides import ScenarioFlags
 
     figs = []
     real = report._png
@@ -218,7 +218,7 @@ def test_the_html_report_has_legends_a_breakdown_and_caveats(tmp_path, monkeypat
 def test_the_brief_explanation_names_a_knob_family_whose_settings_all_tie():
     from types import SimpleNamespace
 
-    from moeplan.plan.explain import _within_tie
+    from moeplan.plan.explain import within_tie
 
     def cand(tried: dict, chosen: str = "alltoall", **extra):
         return SimpleNamespace(
@@ -229,11 +229,11 @@ def test_the_brief_explanation_names_a_knob_family_whose_settings_all_tie():
         )
 
     # every setting within 2 % of the chosen one: named, not listed
-    assert _within_tie(cand({"alltoall": 100.0, "deepep": 101.5, "hybridep": 98.5}), "dispatcher")
+    assert within_tie(cand({"alltoall": 100.0, "deepep": 101.5, "hybridep": 98.5}), "dispatcher")
     # one beyond 2 %, one rejected, or a weak-evidence tie to state: listed in full
-    assert not _within_tie(cand({"alltoall": 100.0, "deepep": 103.0}), "dispatcher")
-    assert not _within_tie(cand({"alltoall": 100.0, "deepep": None}), "dispatcher")
+    assert not within_tie(cand({"alltoall": 100.0, "deepep": 103.0}), "dispatcher")
+    assert not within_tie(cand({"alltoall": 100.0, "deepep": None}), "dispatcher")
     weak = cand({"alltoall": 100.0, "hybridep": 99.0}, _weak_tie={"dispatcher": 1.0})
-    assert not _within_tie(weak, "dispatcher")
+    assert not within_tie(weak, "dispatcher")
     # nothing tried but the chosen setting: nothing to name
-    assert not _within_tie(cand({"alltoall": 100.0}), "dispatcher")
+    assert not within_tie(cand({"alltoall": 100.0}), "dispatcher")

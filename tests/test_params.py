@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from moeplan import COUNTING_CONVENTIONS, count_params, get_model, list_models, rank_params
-from moeplan.spec.params import padded_vocab_size
+from moeplan.structure.params import padded_vocab_size
 from moeplan.units import parse_count
 
 
 def tolerance(text: str) -> float:
-    """Half a unit of the last stated digit, or 0.5 %, whichever is wider (issue acceptance)."""
+    """Half a unit of the last stated digit, or 0.5 %, whichever is wider (a published count rounds to its last digit)."""
     t = text.strip().upper()
     mult = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[t[-1]]
     digits = t[:-1]
@@ -60,7 +60,7 @@ def test_parts_sum_to_total():
 
 
 KNOWN_DEVIATIONS = {
-    # Published "active" figures that our exact count misses by a hair under the issue's tolerance:
+    # Published "active" figures that our exact count misses by a hair under the tolerance of tolerance():
     # the publishers truncated rather than rounded. Our exact values are stated; each must keep failing
     # the strict tolerance (strict xfail), so a change in our counting is noticed.
     ("Qwen/Qwen3-30B-A3B", "active"): "exact 3.353B vs 3.3B ± 0.05B (Qwen's non-embedding total 29.9B matches ours)",

@@ -29,14 +29,14 @@ def _request(num_gpus: int, **layout) -> dict:
 
 
 def _published_layout(run_id: str) -> dict:
-    from moeplan.catalog.recipes import published_runs
+    from moeplan.catalog.perf_recipes import published_runs
 
     return next(r["layout"] for r in published_runs() if r["id"] == run_id)
 
 
 def _count_row_matches(monkeypatch) -> list:
-    import moeplan.catalog.recipes as catalog
-    import moeplan.spec.recipes as fills
+    import moeplan.catalog.perf_recipes as catalog
+    import moeplan.resolve.recipe_fills as fills
 
     calls: list = []
     real = catalog.match_perf_recipe
@@ -56,7 +56,7 @@ def test_no_candidate_is_estimated_as_fsdp_unless_labelled_so(num_gpus, monkeypa
     res = plan(_request(num_gpus), top=20)
     cands = res.search.candidates
     assert cands
-    # the published run at this size is evaluated as benchmarked, with its own row (issue #20: plan
+    # the published run at this size is evaluated as benchmarked, with its own row (plan
     # prints it beside its pick); no candidate matches one
     pub = res.baseline.get("published")
     mine = _published_layout(pub["id"]) if pub is not None else None
@@ -164,11 +164,11 @@ def test_the_sweep_predicts_candidates_as_the_plan_estimated_them(tmp_path):
 
 
 def test_a_baselines_held_search_fills_its_candidates_as_the_request():
-    # A review found the rule of thumb's layout (TP1 PP1 CP1 EP16) reported at 31,280 tok/s/GPU, faster than
-    # #1 (30,360), and not ranked: its search held CP too, so with every core size held it matched 26.06's
-    # Qwen3-30B B300 config and took its FP8 attention, which the main search's candidates (no row: CP is
-    # free in the request) never get. The same layout was predicted two ways; it is now filled as the
-    # request's own, so it is the main search's #2 and #1 is at least as fast
+    # The rule of thumb's layout (TP1 PP1 CP1 EP16) must be filled as the request's own candidates are: had
+    # its search held CP too, every core size would be held, it would match 26.06's Qwen3-30B B300 config
+    # and take its FP8 attention, which the main search's candidates (no row: CP is free in the request)
+    # never get, and it would show 31,280 tok/s/GPU, faster than #1 (30,360), unranked. Filled as the
+    # request, it is the main search's #2 and #1 is at least as fast
     res = plan(
         {
             "recipe_defaults": "mbridge-perf",

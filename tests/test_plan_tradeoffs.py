@@ -15,7 +15,7 @@ from moeplan.cli.app import app
 from moeplan.io.export import nan_check_comment
 from moeplan.plan.describe import graph_gain_pct
 from moeplan.plan.planner import plan
-from moeplan.plan.search import Candidate, _simplest_leads, fewest_warnings
+from moeplan.plan.search import Candidate, fewest_warnings, simplest_leads
 from moeplan.plan.space import FULL_ITERATION_MOE, Parallel
 from moeplan.rules.graphs import nan_check_off_note
 
@@ -123,7 +123,7 @@ def test_a_flagged_layout_within_the_tie_margin_gives_the_lead_to_an_unflagged_o
     # CP16 is simpler and 1000/985 - 1 = 1.5 % faster, but the check warns about it; CP32 is within 2 %
     flagged, clean = _cand(16, 1000.0, (MLA_RULE,)), _cand(32, 985.0)
     out = [flagged, clean]
-    note = _simplest_leads(out)
+    note = simplest_leads(out)
     assert out[0] is clean
     assert note == (
         "TP2 PP2 CP32 EP64 ETP1 leads although TP2 PP2 CP16 EP64 ETP1 is predicted 1.5 % faster: within 2 % "
@@ -136,14 +136,14 @@ def test_a_flagged_layout_that_leads_by_more_than_the_tie_margin_keeps_the_lead(
     # 1000/970 - 1 = 3.1 % > 2 %
     flagged, clean = _cand(16, 1000.0, (MLA_RULE,)), _cand(32, 970.0)
     out = [flagged, clean]
-    assert _simplest_leads(out) is None and out[0] is flagged
+    assert simplest_leads(out) is None and out[0] is flagged
 
 
 def test_a_warning_every_tied_layout_shares_does_not_decide_the_tie():
     shared = ("sequence.max_position_embeddings",)
     fast, simple = _cand(32, 1000.0, shared), _cand(16, 990.0, shared)
     out = [fast, simple]
-    note = _simplest_leads(out)
+    note = simplest_leads(out)
     assert (
         out[0] is simple
         and note is not None

@@ -1,4 +1,4 @@
-"""Issue #20, problem 13: published layouts are first-class. ``recipes`` shows each guidance layout as
+"""Published layouts are first-class. ``recipes`` shows each guidance layout as
 published (every broken rule with its message) and, where it does not run as written, as completed
 (what it needs to run, with its memory and step time); ``plan`` prints NVIDIA's layouts at the
 request's size beside its pick — the published run with its measured figure where one exists, the
@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moeplan.cli.app import app
-from moeplan.plan.recipes import list_recipes
+from moeplan.plan.starting_points import list_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 import moeplan
-from moeplan.spec.layout import LayoutSpec
-from moeplan.spec.training import PRECISIONS
+from moeplan.inputs.layout import LayoutSpec
+from moeplan.inputs.training import PRECISIONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "moeplan" / "catalog" / "data" / "mbridge_perf_recipes.yaml"
@@ -210,8 +210,8 @@ def test_fp8_blockwise_borrows_the_fp8cs_row_it_derives_from():
     Qwen3-235B-A22B H100 fp8_cs row (TP2 PP8 VPP4 EP32) sets the MoE EP overlap and delayed wgrad; a
     fp8-blockwise run of that layout, which has no row of its own, takes them, but not the row's
     precision keys."""
-    from moeplan.catalog.recipes import match_perf_recipe
-    from moeplan.spec.recipes import recipe_fills
+    from moeplan.catalog.perf_recipes import match_perf_recipe
+    from moeplan.resolve.recipe_fills import recipe_fills
 
     layout = {
         "tensor_model_parallel_size": 2,
@@ -257,7 +257,7 @@ def test_fp8_blockwise_run_is_estimated_with_its_recipes_ep_overlap():
 
 
 def test_the_row_of_the_same_gpu_count_is_preferred():
-    from moeplan.catalog.recipes import match_perf_recipe
+    from moeplan.catalog.perf_recipes import match_perf_recipe
 
     layout = {
         "tensor_model_parallel_size": 1,

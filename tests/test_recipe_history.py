@@ -15,8 +15,8 @@ import pathlib
 import pytest
 
 import moeplan
-from moeplan.catalog.recipes import match_perf_recipe, perf_recipe_history
-from moeplan.spec.layout import LayoutSpec
+from moeplan.catalog.perf_recipes import match_perf_recipe, perf_recipe_history
+from moeplan.inputs.layout import LayoutSpec
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "import_recipe_history.py"
@@ -208,9 +208,9 @@ def test_config_names_parse(script, name, expected):
     ],
 )
 def test_the_release_is_read_from_a_nemo_container_tag(container, release):
-    from moeplan.spec.recipes import _nemo_release
+    from moeplan.resolve.recipe_fills import nemo_release
 
-    assert _nemo_release(container) == release
+    assert nemo_release(container) == release
 
 
 def _scenario(model, gpu, n, mbs, gbs, precision, layout, container):
@@ -259,13 +259,13 @@ def test_an_export_spells_its_keys_for_the_containers_megatron_core():
     from moeplan.io.export import bridge_sections, target_mcore
 
     old = _scenario("Qwen/Qwen3-30B-A3B", "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, "26.02")
-    assert target_mcore(old) == (0, 16, 0)
+    assert str(target_mcore(old)) == "0.16.0"
     model = bridge_sections(old)["model"]
     assert model["cuda_graph_scope"] == ["moe_router", "moe_preprocess"] and "cuda_graph_modules" not in model
     stated = moeplan.load_scenario(
         {**old.input.model_dump(exclude_none=True), "versions": {"container": "26.02", "megatron_core": "0.19.0"}}
     )
-    assert target_mcore(stated) == (0, 19, 0)
+    assert str(target_mcore(stated)) == "0.19.0"
     assert "cuda_graph_modules" in bridge_sections(stated)["model"]
 
 
@@ -426,7 +426,7 @@ def test_a_full_iteration_graph_is_left_out_with_the_hybridep_budget_it_needs():
     assert s.layout.cuda_graph_impl != "full_iteration" and not s.layout.moe_paged_stash
     assert not moeplan.validate(s).errors
     # the one-line assumption estimate and plan print says where the settings came from
-    from moeplan.spec.assumptions import verdict_assumptions
+    from moeplan.resolve.assumptions import verdict_assumptions
 
     text = next(a.text for a in verdict_assumptions(s) if a.what == "recipe")
     assert text == (
@@ -455,8 +455,8 @@ _Q235_H100 = {
 def test_a_recipes_ep_overlap_is_not_filled_where_stated_settings_rule_it_out(stated):
     # 25.11's Qwen3-235B H100 BF16 config runs EP A2A overlap with delayed wgrad. A user who turns overlap off,
     # or states a setting megatron-core runs only without it (rule moe.ep_overlap_requirements), gets
-    # neither key filled: the fill never makes a valid layout invalid (a review found delayed wgrad filled
-    # beside a stated overlap: false)
+    # neither key filled: the fill never makes a valid layout invalid (delayed wgrad is not filled beside a
+    # stated overlap: false)
     s = _scenario(Q235, "h100", 256, 1, 1024, "bf16", {**_Q235_H100, **stated}, "25.11")
     assert not s.layout.overlap_moe_expert_parallel_comm and not s.layout.delay_wgrad_compute
     assert "moe.ep_overlap_requirements" not in moeplan.validate(s).rule_ids("error")
@@ -486,7 +486,7 @@ def test_a_rows_pipeline_layout_is_not_filled_beside_a_stated_vpp_of_another_siz
     ],
 )
 def test_a_container_moeplan_cannot_use_is_said(container, warned):
-    # a review found '26.2' (a typo for 26.02) and '27.01' accepted silently, filled from HEAD's tables
+    # '26.2' (a typo for 26.02) and '27.01' take their fills from the current tables, and a warning says so
     s = _scenario(Q30, "gb200", 8, 4, 512, "mxfp8", LAYOUT_30B, container)
     found = [f for f in moeplan.validate(s).findings if f.rule_id == "versions.container_unknown"]
     if warned is None:
@@ -498,7 +498,7 @@ def test_a_container_moeplan_cannot_use_is_said(container, warned):
 
 
 def test_an_export_names_the_recipe_config_its_filled_values_came_from():
-    # a review found no trace, in any export format, of which release config lent the overrides
+    # every export format names the release config that lent the filled overrides
     from moeplan.io.export import to_overrides
 
     lay = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 32}

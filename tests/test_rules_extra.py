@@ -1,4 +1,4 @@
-"""Rules added from expert review: CP vs attention variants, recompute_num_layers, FSDP strategies."""
+"""Rules for CP vs attention variants, recompute_num_layers and FSDP strategies."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_uniform_full_recompute_with_mtp_needs_one_layer_per_chunk():
 def test_uneven_split_hint_prefers_a_balanced_layout_over_heavy_ends():
     from moeplan import load_scenario
     from moeplan.rules import validate
-    from moeplan.spec.pipeline import parse_layout
+    from moeplan.structure.stages import parse_layout
 
     s = load_scenario(
         {

@@ -80,7 +80,7 @@ def test_eval_task(skill, task, monkeypatch):
 
 
 def test_every_point_of_issue_20_has_an_eval():
-    """The points the skills missed (issue #20, problem 14), one eval each."""
+    """The points the skills missed, one eval each."""
     points = [t.get("point", "") for p in EVALS for t in yaml.safe_load(p.read_text())["positive"]]
     for needle in (
         "moeplan recipes",

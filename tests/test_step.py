@@ -52,7 +52,7 @@ DP_SCN = {
 
 def _dp(**layout):
     from moeplan.model.constants import load_constants
-    from moeplan.spec.placement import stage_params
+    from moeplan.structure.placement import stage_params
 
     s = load_scenario({**DP_SCN, "layout": {**DP_SCN["layout"], **layout}})
     c = load_constants()
@@ -117,7 +117,7 @@ def test_container_text_must_name_exactly_one_release():
     for bad in ("latest", "1234.5678", "26.04.1", "26.04 26.02"):
         rel, notes = _rel_assumption(bad)
         assert rel == newest and notes and "not readable as one NN.NN[.NN] release" in notes[0], bad
-    with pytest.raises(InputError, match="control characters"):  # a newline is refused at input (#22)
+    with pytest.raises(InputError, match="control characters"):  # a newline is refused at input
         _rel_assumption("26.04\n26.02")
     assert _rel_assumption("nvcr.io/nvidia/nemo:26.02.01") == ("26.02.01", [])
 
@@ -163,7 +163,7 @@ def test_softmax_exponential_against_tensor_work_sets_the_forward_rate():
     # GB300 (SFUs doubled, exp 0.5) against B200's measured f: dims 256 → 1.87 / 1.435 = 1.3031.
     # combined = 3 / (1/f_fwd + 2.5/(0.866 f)), f = 0.686 (Hopper), 0.546 (Blackwell)
     from moeplan.catalog import get_gpu
-    from moeplan.model.compute import attention_fraction
+    from moeplan.model.executed_flops import attention_fraction
 
     def combined(f, m):
         return 3 / (1 / (f * m) + 2.5 / (0.866 * f))
@@ -181,11 +181,11 @@ def test_softmax_exponential_against_tensor_work_sets_the_forward_rate():
 
 
 def test_custom_gpu_arch_text_is_read_leniently():
-    from moeplan.model.compute import _arch_key
-    from moeplan.spec.system import GpuSpec
+    from moeplan.inputs.system import GpuSpec
+    from moeplan.model.executed_flops import arch_key
 
     def key(arch):
-        return _arch_key(GpuSpec.model_construct(arch=arch))
+        return arch_key(GpuSpec.model_construct(arch=arch))
 
     assert key(" ") == "" and key("\t") == "" and key(None) == ""
     assert key("blackwell") == "Blackwell" and key("BLACKWELL ULTRA (sm_103)") == "Blackwell Ultra"
@@ -407,15 +407,15 @@ def test_a_dense_layer_issues_a_quarter_of_a_moe_layers_launches():
 
 
 def test_an_overlapped_transfer_costs_its_tail_its_overflow_and_the_contention_on_what_hides():
-    from moeplan.model.time.data_parallel import _overlapped
+    from moeplan.model.time.data_parallel import exposed_time
 
     s = OVERLAP_COMPUTE_SLOWDOWN
     # 1 s of traffic, its last 10 % (the last bucket) never overlaps, a 0.5 s window: 0.1 + 0.4 + s·0.5
-    assert _overlapped(1.0, 0.1, 0.5) == pytest.approx(0.1 + 0.4 + s * 0.5)
+    assert exposed_time(1.0, 0.1, 0.5) == pytest.approx(0.1 + 0.4 + s * 0.5)
     # a window longer than the traffic hides all but the tail, at the contention cost
-    assert _overlapped(1.0, 0.1, 5.0) == pytest.approx(0.1 + s * 0.9)
+    assert exposed_time(1.0, 0.1, 5.0) == pytest.approx(0.1 + s * 0.9)
     # no window: all of it is exposed
-    assert _overlapped(1.0, 0.1, 0.0) == pytest.approx(1.0)
+    assert exposed_time(1.0, 0.1, 0.0) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(

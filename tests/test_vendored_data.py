@@ -1,7 +1,7 @@
 """The vendored reference data (``tests/data/reference``, provenance in ``tests/data/README.md``):
 the copies are byte for byte what ``SHA256SUMS`` records, every copied file is listed, and nothing in
-the repository reads the ``../shared`` folder beside the checkout any more (CI runs on a clean clone
-without it, where a test reading it would silently skip or vanish)."""
+the repository reads a ``../shared`` folder beside the checkout (CI runs on a clean clone without it,
+where a test reading it would silently skip or vanish)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_every_vendored_file_matches_its_recorded_sha256():
 
 
 def test_the_vendored_sets_have_their_documented_sizes():
-    # shared/reference/README.md, "Files": 113 runs, 25 cases
+    # tests/data/reference/README.md, "Files": 113 runs, 25 cases
     assert len(load_published_runs()) == 113
     assert len(load_cases()) == 25
 

@@ -1,18 +1,19 @@
-"""Issue #20, problem 7: version-true keys. Every key and value with a megatron-core version boundary is
+"""Version-true keys. Every key and value with a megatron-core version boundary is
 refused by ``check`` below its first version and accepted from it, and ``export`` never writes it for a
 version that lacks it; fine-tuning exports write the dataset field Bridge's fine-tuning datasets read."""
 
 from __future__ import annotations
 
 import pytest
+from packaging.version import Version
 
 from moeplan import load_scenario
 from moeplan.api import export_report
+from moeplan.inputs.overrides import ScenarioFlags
 from moeplan.io.export import export
 from moeplan.rules import validate
 from moeplan.rules.moe import BACKEND_MIN_MCORE
 from moeplan.rules.world import KEY_MIN_MCORE
-from moeplan.spec.overrides import ScenarioFlags
 
 BASE = {
     "model": "deepseek-ai/DeepSeek-V3",
@@ -44,12 +45,12 @@ KEY_VALUES = {
 }
 
 
-def _version(v: tuple[int, ...]) -> str:
-    return ".".join(map(str, v))
+def _version(v: Version) -> str:
+    return str(v)
 
 
-def _below(v: tuple[int, int, int]) -> str:
-    return f"{v[0]}.{v[1] - 1}.0"
+def _below(v: Version) -> str:
+    return f"{v.major}.{v.minor - 1}.0"
 
 
 def _scenario(layout: dict, version: str):
@@ -58,7 +59,7 @@ def _scenario(layout: dict, version: str):
 
 def test_the_table_covers_every_versioned_key():
     assert set(KEY_VALUES) == set(KEY_MIN_MCORE)
-    assert BACKEND_MIN_MCORE == {"hybridep": (0, 15, 0), "ncclep": (0, 19, 0)}
+    assert {k: str(v) for k, v in BACKEND_MIN_MCORE.items()} == {"hybridep": "0.15.0", "ncclep": "0.19.0"}
 
 
 @pytest.mark.parametrize("key", sorted(KEY_MIN_MCORE))

@@ -9,10 +9,10 @@ from packaging.version import Version
 
 from moeplan.catalog.containers import ContainerTableError, container_table, lookup_container, parse_table
 from moeplan.errors import InputError
-from moeplan.spec.resolved import NEWEST_BRIDGE
-from moeplan.spec.scenario import load_scenario, parse_version
-from moeplan.spec.versions import PACKAGES, container_release, release_tuple
-from moeplan.spec.versions import parse_version as parse_pep440
+from moeplan.inputs.resolved import NEWEST_BRIDGE
+from moeplan.inputs.versions import PACKAGES, container_release, release_version
+from moeplan.inputs.versions import parse_version as parse_pep440
+from moeplan.resolve.load import load_scenario
 
 
 @pytest.mark.parametrize(
@@ -44,10 +44,9 @@ def test_pre_dev_post_and_local_order_as_pep440():
 
 def test_rc_is_no_longer_read_as_a_patch_release():
     # the old parser read "0.19.0rc1" as 0.19.1 (digits of every dot part)
-    assert parse_version("0.19.0rc1", "0.20.0") == (0, 19, 0)
-    assert release_tuple(parse_pep440("0.19.0rc1"), "0.20.0") == (0, 19, 0)
+    assert str(release_version(parse_pep440("0.19.0rc1"), "0.20.0")) == "0.19.0"
     s = load_scenario({"versions": {"megatron_core": "0.19.0rc1"}})
-    assert s.mcore_version == (0, 19, 0)
+    assert s.mcore_version == Version("0.19.0")
     assert s.versions.get("megatron_core") == Version("0.19.0rc1")
 
 
@@ -72,11 +71,11 @@ def test_every_package_version_is_validated(key):
 
 
 def test_old_parser_behaviour_kept_for_valid_inputs():
-    assert parse_version("0.16.1", "0.20.0") == (0, 16, 1)
-    assert parse_version("core_r0.16.0", "0.20.0") == (0, 16, 0)
-    assert parse_version("v0.16", "0.20.0") == (0, 16, 0)
-    assert parse_version(None, "0.20.0") == (0, 20, 0)
-    assert load_scenario({}).mcore_version == (0, 20, 0)
+    assert str(release_version(parse_pep440("0.16.1"), "0.20.0")) == "0.16.1"
+    assert str(release_version(parse_pep440("core_r0.16.0"), "0.20.0")) == "0.16.0"
+    assert str(release_version(parse_pep440("v0.16"), "0.20.0")) == "0.16.0"
+    assert str(release_version(None, "0.20.0")) == "0.20.0"
+    assert str(load_scenario({}).mcore_version) == "0.20.0"
     assert load_scenario({}).versions.unknown() == list(PACKAGES)
 
 
@@ -118,7 +117,7 @@ def test_container_fills_only_unstated_versions_and_records_each_fill():
     assert set(fills) == {"versions.torch", "versions.transformer_engine", "versions.megatron_bridge"}
     assert "nemo:26.04" in fills["versions.torch"].reason and "software-versions.md" in fills["versions.torch"].reason
     # the layout rules compare the stated (or newest) releases: Bridge was filled by the container, not stated
-    assert s.mcore_version == (0, 17, 1) and s.bridge_version == tuple(int(x) for x in NEWEST_BRIDGE.split("."))
+    assert s.mcore_version == Version("0.17.1") and s.bridge_version == Version(NEWEST_BRIDGE)
 
 
 def test_container_versions_feed_known_issues_not_the_layout_rules_version():
@@ -126,8 +125,9 @@ def test_container_versions_feed_known_issues_not_the_layout_rules_version():
     assert s.versions.get("megatron_core") == Version("0.15.0")
     assert s.versions.sources["megatron_core"].startswith("container 25.11")
     # the recipe fills and the key-availability rules keep the newest megatron-core unless stated
-    assert s.mcore_version == (0, 20, 0)
-    assert load_scenario({"versions": {"container": "25.11", "megatron_core": "0.15.1"}}).mcore_version == (0, 15, 1)
+    assert s.mcore_version == Version("0.20.0")
+    stated = load_scenario({"versions": {"container": "25.11", "megatron_core": "0.15.1"}})
+    assert stated.mcore_version == Version("0.15.1")
 
 
 def test_patch_release_not_in_the_table_uses_its_base_release_and_says_so():

@@ -203,9 +203,9 @@ def test_mock_guard_in_estimate():
 @pytest.mark.parametrize(
     ("hf_id", "checkpoint_total"),
     [
-        # shared/models: _measured_params.total_in_checkpoint (safetensors sum, third-party report)
+        # catalog/data/models config: _measured_params.total_in_checkpoint (safetensors sum, third-party report)
         (VL30, 31_070_754_032),
-        # shared/models Qwen3-VL-235B-A22B-Instruct _notes: weight scan 235,670,022,896 incl. vision tower
+        # catalog/data/models Qwen3-VL-235B-A22B-Instruct config, _notes: weight scan 235,670,022,896 incl. vision tower
         ("Qwen/Qwen3-VL-235B-A22B-Instruct", 235_670_022_896),
     ],
 )
@@ -220,7 +220,7 @@ def test_vision_params_match_checkpoint_minus_text(hf_id, checkpoint_total):
 def test_vlm_plan_fsdp_and_3d_with_real_workload(tmp_path, gpu, n):
     """Issue acceptance: Qwen3-VL-235B-A22B with a workload measured from real image files whose sides
     follow the LLaVA-style 336–1344 px spread: `plan` gives an FSDP and a 3D candidate, both legal."""
-    from moeplan.api.inputs import load_workload
+    from moeplan.api.side_inputs import load_workload
 
     rng = random.Random(11)
     for i in range(40):

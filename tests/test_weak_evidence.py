@@ -1,4 +1,4 @@
-"""Issue #20, problem 12: a recommendation that rests on HybridEP's exchange rate says so (moeplan takes
+"""A recommendation that rests on HybridEP's exchange rate says so (moeplan takes
 HybridEP's published kernel-only figure, measured at one shape; it used to be the Torch-API figure and,
 before that, the least identified fitted constant): on an NVL72 rack, HybridEP within 25 % of the fastest
 dispatcher is called a tie on weak evidence, with the gap and why in the explanation (the fastest
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from moeplan.plan.search import WEAK_DISPATCHER_TIE, _weak_dispatcher_tie
+from moeplan.plan.search import WEAK_DISPATCHER_TIE, weak_dispatcher_tie
 
 ROOT = Path(__file__).resolve().parents[1]
 NVL72 = SimpleNamespace(is_nvl72=True)
@@ -24,13 +24,13 @@ def _cand(dispatcher: str, tps: float):
 
 def test_hybridep_within_the_weak_margin_is_called_a_tie_on_nvl72():
     a2a, hyb = _cand("alltoall", 110.0), _cand("hybridep", 100.0)
-    assert _weak_dispatcher_tie(a2a, [a2a, hyb], 110.0, NVL72) is a2a
+    assert weak_dispatcher_tie(a2a, [a2a, hyb], 110.0, NVL72) is a2a
     assert round(a2a.tried["_weak_tie"]["dispatcher"], 2) == 9.09  # 1 - 100 / 110
     # not on an 8-GPU NVLink domain, and not beyond the margin: nothing recorded
     a2a = _cand("alltoall", 110.0)
-    assert _weak_dispatcher_tie(a2a, [a2a, hyb], 110.0, HGX) is a2a and "_weak_tie" not in a2a.tried
+    assert weak_dispatcher_tie(a2a, [a2a, hyb], 110.0, HGX) is a2a and "_weak_tie" not in a2a.tried
     far = _cand("hybridep", 110.0 / (1 + WEAK_DISPATCHER_TIE) - 1)
-    assert _weak_dispatcher_tie(a2a, [a2a, far], 110.0, NVL72) is a2a and "_weak_tie" not in a2a.tried
+    assert weak_dispatcher_tie(a2a, [a2a, far], 110.0, NVL72) is a2a and "_weak_tie" not in a2a.tried
 
 
 def test_the_gb200_plan_calls_the_dispatcher_a_tie_and_says_why():

@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from moeplan.api import ScenarioFlags, check_report, estimate_report, export_report, gpus_report, models_report
 from moeplan.cli.app import app as cli_app
-from moeplan.web import app as web_app
 from moeplan.web import create_app, serve_in_thread
+from moeplan.web import routes as web_app
 from moeplan.web.guard import host_name
 from moeplan.web.requests import (
     ScenarioRequest,

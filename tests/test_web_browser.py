@@ -5,9 +5,10 @@ memory chart (a stacked bar per pipeline stage, with its legend), the step-time 
 table; then sorts the table, clicks another candidate, opens the Bridge overrides, and shows a bad
 value beside its field. Screenshots go to ``tests/artifacts/`` (git-ignored).
 
-`.ci/run` installs ``chromium`` and ``chromium-driver`` from Debian's packages; the test skips, saying
-why, only when they (or Selenium) are not there. Selenium is given both paths, so it never tries to
-download a browser or a driver.
+`.ci/run` installs ``chromium`` and ``chromium-driver`` from Debian's packages. When they (or Selenium)
+are not there, or chromium does not start, the tests skip, saying why; with ``MOEPLAN_REQUIRE_TOOLS``
+set (`.ci/run` sets it) they fail instead. Selenium is given both paths, so it never tries to download
+a browser or a driver.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REQUIRE_TOOLS, missing_tool
+
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
-CHROMEDRIVER = shutil.which("chromedriver")
+NO_BROWSER = (
+    "no browser: Debian's chromium and chromium-driver are not installed (.ci/run installs them: "
+    "apt-get install chromium chromium-driver)"
+)
 WIDTH, HEIGHT = 1280, 800
 #: seconds to wait for the plan (about 1.5 s of search on 2 cores; slack for a loaded machine)
 PLAN_WAIT = 120
@@ -37,12 +42,17 @@ try:
 except ImportError as exc:  # pragma: no cover - the test extra installs it
     SELENIUM = f"selenium is not installed ({exc}): pip install -e '.[test]'"
 
-pytestmark = pytest.mark.skipif(
-    SELENIUM is not None or CHROMIUM is None or CHROMEDRIVER is None,
-    reason=SELENIUM
-    or "no browser: Debian's chromium and chromium-driver are not installed (.ci/run installs them: "
-    "apt-get install chromium chromium-driver)",
-)
+
+def _browser_paths() -> tuple[str, str]:
+    """The paths of chromium and chromedriver on ``PATH``; without them (or without Selenium) the
+    calling test skips, or fails under ``MOEPLAN_REQUIRE_TOOLS`` (tests.conftest.missing_tool)."""
+    if SELENIUM is not None:
+        missing_tool(SELENIUM)
+    chromium = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        missing_tool(NO_BROWSER)
+    return chromium, chromedriver
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +65,10 @@ def server_url():
 
 @pytest.fixture(scope="module")
 def browser():
+    chromium, chromedriver = _browser_paths()
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager: never look anything up online
     opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
+    opts.binary_location = chromium
     for arg in (
         "--headless=new",
         "--no-sandbox",  # CI runs as root
@@ -69,9 +80,9 @@ def browser():
     ):
         opts.add_argument(arg)
     try:
-        driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+        driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
     except WebDriverException as exc:
-        pytest.skip(f"chromium did not start headless: {exc.msg}")
+        missing_tool(f"chromium did not start headless: {exc.msg}")
     _viewport(driver, HEIGHT)
     yield driver
     driver.quit()
@@ -134,7 +145,7 @@ def test_plan_deepseek_v3_128k_on_256_h100(server_url, browser):
     legend = d.find_element(By.ID, "memory-legend").text
     for part in ("weights", "gradients", "optimizer", "activations", "other", "torch max allocated", "max reserved"):
         assert part in legend
-    # the three figures of issue #18: a tick at torch's max allocated and max reserved on every stage's bar
+    # the three memory figures: a tick at torch's max allocated and max reserved on every stage's bar
     assert len(d.find_elements(By.CSS_SELECTOR, "#memory-svg line.mem-tick")) == 2 * stages
     assert "max allocated" in d.find_element(By.ID, "memory-verdict").text
     assert "peak stage" in d.find_element(By.ID, "peak-items").text
@@ -207,3 +218,30 @@ def test_an_uploaded_config_json_is_planned(server_url, browser, tmp_path):
     WebDriverWait(d, 30).until(lambda drv: drv.find_element(By.ID, "verdict").text.strip() != "")
     assert "config.json" in d.find_element(By.ID, "plan-summary").text
     assert "moeplan-web-" not in d.page_source  # the server's temporary folder never shows
+
+
+def test_a_missing_browser_fails_the_browser_tests_when_tools_are_required(tmp_path, monkeypatch):
+    monkeypatch.setitem(globals(), "SELENIUM", None)  # the browser alone is missing
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    monkeypatch.setenv(REQUIRE_TOOLS, "1")
+    with pytest.raises(pytest.fail.Exception, match=r"chromium-driver are not installed.*MOEPLAN_REQUIRE_TOOLS is set"):
+        _browser_paths()
+
+
+def test_a_missing_browser_skips_the_browser_tests_when_tools_are_not_required(tmp_path, monkeypatch):
+    monkeypatch.setitem(globals(), "SELENIUM", None)  # the browser alone is missing
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    monkeypatch.delenv(REQUIRE_TOOLS, raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"apt-get install chromium chromium-driver\)$"):
+        _browser_paths()
+
+
+def test_the_browser_tests_find_chromium_and_its_driver_on_path(tmp_path, monkeypatch):
+    """Both found on ``PATH`` (Ubuntu's ``chromium-browser`` name too): their paths, in that order."""
+    for name in ("chromium-browser", "chromedriver"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setitem(globals(), "SELENIUM", None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(REQUIRE_TOOLS, "1")
+    assert _browser_paths() == (str(tmp_path / "chromium-browser"), str(tmp_path / "chromedriver"))

@@ -13,14 +13,15 @@ Public API (the CLI reaches it through :mod:`moeplan.api`, one report function p
 
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
+from moeplan.inputs.model_spec import ModelSpec, VisionSpec
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.system import GpuSpec
 from moeplan.model.memory import MemoryEstimate, StageMemory, estimate_memory
 from moeplan.model.step import ThroughputEstimate, estimate_step
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES, CheckResult, Finding, validate
-from moeplan.spec.model import ModelSpec, VisionSpec
-from moeplan.spec.params import ParamCounts, RankParams, count_params, rank_params
-from moeplan.spec.placement import StageParams, stage_params
-from moeplan.spec.scenario import Scenario, load_scenario
-from moeplan.spec.system import GpuSpec
+from moeplan.structure.params import ParamCounts, RankParams, count_params, rank_params
+from moeplan.structure.placement import StageParams, stage_params
 
 __version__ = "0.1.0"
 

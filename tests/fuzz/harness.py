@@ -1,4 +1,4 @@
-"""The fuzzers' harness (issue #22): run the ``moeplan`` CLI in-process on hostile input and hold every
+"""The fuzzers' harness: run the ``moeplan`` CLI in-process on hostile input and hold every
 run to the contract: exit code 0, 1 or 2 (never 3, a bug), no Python traceback, a wall-time bound (a
 ``SIGALRM`` guard: a hang is a failure, not a stuck CI job), and no file written outside the stated
 outputs (each run works in its own sandbox folder, which is listed before and after). Every other

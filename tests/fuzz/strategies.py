@@ -1,4 +1,4 @@
-"""Hostile values and mutations for the fuzzers: the payloads of the adversarial pass of issue #22
+"""Hostile values and mutations for the fuzzers: the payloads of an adversarial pass
 (huge and non-ASCII numbers, control characters, shell and Hydra payloads, YAML bombs, deep nesting)
 laid into valid seed documents by a mutation at a random place."""
 
@@ -9,10 +9,10 @@ import math
 import yaml
 from hypothesis import strategies as st
 
-from moeplan.spec.inputs import AssumptionsInput, OverheadsInput, ReportedInput, SystemInput, VersionsInput
-from moeplan.spec.layout import LayoutSpec
-from moeplan.spec.model import PartialModelSpec
-from moeplan.spec.training import TrainingSpec
+from moeplan.inputs.layout import LayoutSpec
+from moeplan.inputs.model_spec import PartialModelSpec
+from moeplan.inputs.schema import AssumptionsInput, OverheadsInput, ReportedInput, SystemInput, VersionsInput
+from moeplan.inputs.training import TrainingSpec
 
 #: a marker file a successful shell injection would create
 PWNED = "PWNED"

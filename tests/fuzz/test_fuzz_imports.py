@@ -1,4 +1,4 @@
-"""Fuzz the importers (issue #22): mutated Megatron Bridge YAML and overrides, Megatron-LM flags and
+"""Fuzz the importers: mutated Megatron Bridge YAML and overrides, Megatron-LM flags and
 log argument dumps through ``check --from``, ``log`` and ``calibrate``; exit 0, 1 or 2, no
 traceback, within the bound, nothing written; notes quote values cut (the output stays small)."""
 

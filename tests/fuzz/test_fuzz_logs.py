@@ -1,4 +1,4 @@
-"""Fuzz the log readers (issue #22): hostile line shapes (runs of spaces after ``| a``, wrapped records
+"""Fuzz the log readers: hostile line shapes (runs of spaces after ``| a``, wrapped records
 of millions of pieces, other loggers' ``date | INFO |`` lines, huge and non-ASCII numbers, binary,
 a line without end) through ``log`` and ``compare``, and the linear-time contract of the parser: a
 log ten times longer takes about ten times longer, never a hundred."""
@@ -11,7 +11,7 @@ from harness import TIMEOUT_S, fuzz_settings, judge, listing, outside, run_cli, 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moeplan.diagnose.logs import parse_log
+from moeplan.io.run_logs import parse_log
 
 ITER = (
     " iteration {it:8d}/     100 | consumed samples: {cs:8d} | elapsed time per iteration (ms): {ms} | "

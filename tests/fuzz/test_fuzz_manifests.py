@@ -1,4 +1,4 @@
-"""Fuzz the manifest readers (issue #22): an edited sweep ``manifest.json`` (``num_gpus: 0``,
+"""Fuzz the manifest readers: an edited sweep ``manifest.json`` (``num_gpus: 0``,
 ``Infinity``, huge numbers, wrong types) through ``sweep collect``, and hostile JSONL rows through
 ``vlm-stats``: exit 0, 1 or 2, no traceback, within the bound, and nothing written but
 ``runs.yaml`` (collect) or nothing (vlm-stats)."""

@@ -1,4 +1,4 @@
-"""Fuzz the writers (issue #22): every command that writes, pointed at hostile targets (its own input,
+"""Fuzz the writers: every command that writes, pointed at hostile targets (its own input,
 a symlink or hard link to it, a symlink loop, a dangling link, a folder, a FIFO, a missing folder, an
 empty name, a name too long) must exit 0, 1 or 2, leave its inputs unchanged, write nothing but the
 stated output (no temporary file left), and either write the output whole or leave it as it was."""

@@ -1,4 +1,4 @@
-"""Fuzz the scenario readers (issue #22): mutated scenario files and model overrides through
+"""Fuzz the scenario readers: mutated scenario files and model overrides through
 ``check``, ``estimate``, ``params``, ``fit``, ``export`` and ``plan`` must exit 0, 1 or 2 (never 3),
 print no traceback, finish within the bound and write nothing."""
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import SECTION_KEYS, hostile_value, mutated_mapping, mutated_text, to_yaml
 
-from moeplan.spec.model import MODEL_INT_RANGES
+from moeplan.inputs.model_spec import MODEL_INT_RANGES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEEDS = [

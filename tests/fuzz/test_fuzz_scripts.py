@@ -1,4 +1,4 @@
-"""Fuzz the script generators (issue #22): shell and Hydra payloads in every free-text value that
+"""Fuzz the script generators: shell and Hydra payloads in every free-text value that
 reaches an export or a sweep (layout text, versions, names, environment values, a custom GPU id). A
 payload is refused at input (exit 2) or written quoted: the script passes ``bash -n``, runs with a
 recording ``srun`` on PATH in a sandbox without creating any file there (no injected command), and

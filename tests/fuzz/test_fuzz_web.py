@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import hostile_value
 
-from moeplan.web import app as web_app
 from moeplan.web import create_app, serve_in_thread
+from moeplan.web import routes as web_app
 
 #: a plan that searches for several seconds (DeepSeek-V3 at 128K tokens on 256 H100)
 SLOW_PLAN = {

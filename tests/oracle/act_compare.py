@@ -151,7 +151,7 @@ def roles(rows: list[dict], arch: dict) -> dict[str, float]:
 
 
 def moeplan_model(arch: dict):
-    from moeplan.spec.model import ModelSpec, partial_model
+    from moeplan.inputs.model_spec import ModelSpec, partial_model
 
     fields = dict(arch)
     fields.pop("rope_type", None)

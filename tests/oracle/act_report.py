@@ -1,8 +1,8 @@
 """Run the activation oracle for every kind x TP and print the comparison tables (markdown).
 
-    /work/oracle-venv/bin/python tests/oracle/act_report.py [rows.json]
+    oracle-venv/bin/python tests/oracle/act_report.py [rows.json]
 
-Writes the raw kept-storage rows to ``rows.json`` (default /tmp/act_oracle_rows.json) and prints the
+Writes the raw kept-storage rows to ``rows.json`` (default ``act_oracle_rows.json`` in the current directory) and prints the
 tables that ``docs/activation_oracle.md`` carries.
 """
 
@@ -44,7 +44,7 @@ def collect(runs=RUNS, cache: str | None = None) -> dict[str, dict]:
 
 
 def main() -> None:
-    cache = sys.argv[1] if len(sys.argv) > 1 else "/tmp/act_oracle_rows.json"
+    cache = sys.argv[1] if len(sys.argv) > 1 else "act_oracle_rows.json"
     data = collect(cache=cache)
     print(
         "| kind | TP | setting | mcore B/token (modelled) | moeplan B/token | ratio | core mcore | core moeplan | unmodelled (mcore) |"

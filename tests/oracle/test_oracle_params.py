@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mcore_harness import arch_from_hf, mcore_param_counts, pad_vocab  # noqa: E402
 
 from moeplan import get_model, rank_params  # noqa: E402
-from moeplan.catalog.models import _load_raw, resolve_model_name  # noqa: E402
-from moeplan.spec.pipeline import plan_stages  # noqa: E402
+from moeplan.catalog.models import load_raw, resolve_model_name  # noqa: E402
+from moeplan.structure.stages import plan_stages  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -89,7 +89,7 @@ KIND_MAP = {
 
 def _sides(case_id: str):
     name, n_layers, tp, pp, ep, etp, extra = CASES[case_id]
-    hf = _load_raw(resolve_model_name(name))
+    hf = load_raw(resolve_model_name(name))
     vocab = pad_vocab(hf["vocab_size"], tp)
     model = get_model(name).with_overrides({"num_layers": n_layers})
     arch = arch_from_hf(hf, num_layers=n_layers)
@@ -185,7 +185,7 @@ KNOWN_FIELD_DIFFERENCES = {
 @pytest.mark.parametrize("name", [QWEN_MOE, MIXTRAL, QWEN_DENSE, DSV2_LITE])
 def test_arch_from_hf_agrees_with_catalog(name):
     """The two readings of the same config.json agree on every field both sides have."""
-    hf = _load_raw(resolve_model_name(name))
+    hf = load_raw(resolve_model_name(name))
     arch = arch_from_hf(hf, num_layers=3)
     model = get_model(name).with_overrides({"num_layers": 3})
     diffs = {}

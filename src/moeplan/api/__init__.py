@@ -13,7 +13,7 @@ can serve the same documents.
   (:mod:`moeplan.api.diagnose`); :func:`calibrate_report`, :func:`calibrate_memory_report`, :func:`runs_from_logs` (:mod:`moeplan.api.calibrate`)
 - :func:`vlm_stats_report` (:mod:`moeplan.api.vlm`)
 
-Scenario flags are :class:`moeplan.spec.overrides.ScenarioFlags`. Every function raises
+Scenario flags are :class:`moeplan.inputs.overrides.ScenarioFlags`. Every function raises
 :class:`moeplan.InputError` (or its subclass ``UnknownNameError``) for bad input, naming the field.
 """
 
@@ -21,10 +21,10 @@ from moeplan.api.calibrate import calibrate_memory_report, calibrate_report, run
 from moeplan.api.check import check_report, gpus_report, models_report, params_report, rules_report
 from moeplan.api.diagnose import compare_report, doctor_report, log_report, oom_report
 from moeplan.api.estimate import EstimateReport, ExportResult, estimate_report, export_report
-from moeplan.api.inputs import load_step_constants, load_workload
 from moeplan.api.plan import batch_for_tokens, fit_report, plan_report, plan_request, recipes_report, sweep_report
+from moeplan.api.side_inputs import load_step_constants, load_workload
 from moeplan.api.vlm import vlm_stats_report
-from moeplan.spec.overrides import ScenarioFlags
+from moeplan.inputs.overrides import ScenarioFlags
 
 __all__ = [
     "EstimateReport",

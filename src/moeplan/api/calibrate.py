@@ -9,17 +9,18 @@ from pathlib import Path
 
 import yaml
 
-from moeplan.api.inputs import load_yaml_any
-from moeplan.diagnose import read_log, stats_config
-from moeplan.diagnose.logs import LogStats, other_layout, scenario_sizes, tokens_per_s_per_gpu
+from moeplan.api.side_inputs import load_yaml_any
 from moeplan.errors import InputError
+from moeplan.inputs.loading import deep_merge, load_scenario_file
+from moeplan.inputs.resolved import Scenario
+from moeplan.io.run_logs import LogStats, other_layout, read_log, scenario_sizes, stats_config, tokens_per_s_per_gpu
 from moeplan.io.write import check_writable, write_atomically
-from moeplan.model.calibrate import Run, fit, holdout, load_runs_yaml, profile_json
 from moeplan.model.constants import TimeConstants, load_constants
+from moeplan.model.constants_fit import Run, fit, holdout, load_runs_yaml, profile_json
 from moeplan.model.memory import estimate_memory
 from moeplan.model.memory.overheads_fit import MemoryReading, learned_overheads, reading_row
 from moeplan.model.step import release_of
-from moeplan.spec.scenario import Scenario, _deep_merge, load_scenario, load_scenario_file
+from moeplan.resolve.load import load_scenario
 from moeplan.units import MIB_BYTES
 
 #: suffixes of a runs document (anything else is taken for a training log)
@@ -55,11 +56,11 @@ def _log_scenario(path: Path, base: dict) -> tuple[LogStats, dict]:
     """A log's statistics and its scenario mapping: the log's argument dump (and its container banner,
     as ``versions.container``) laid over ``base``."""
     st = read_log(path)  # one streaming pass; the argument dump kept with the statistics
-    merged = _deep_merge(base, stats_config(st)[0] or {})
+    merged = deep_merge(base, stats_config(st)[0] or {})
     banner = (st.environment or {}).get("container_release")
     if banner and not (merged.get("versions") or {}).get("container"):
         # the log's own container banner (NVIDIA Release 26.04) names the release it measured
-        merged = _deep_merge(merged, {"versions": {"container": banner}})
+        merged = deep_merge(merged, {"versions": {"container": banner}})
     return st, merged
 
 
@@ -73,7 +74,7 @@ def _load(path: Path, merged: dict) -> Scenario:
 
 def check_log_layout(path: Path, st: LogStats, s: Scenario, run: str, mismatched: list[str] | None) -> None:
     """Hold a log's argument dump (when it has one) to the scenario ``s`` it is attributed to, on the
-    keys of :data:`moeplan.diagnose.logs.DUMP_CHECK_KEYS`: a log of another layout would make the fit
+    keys of :data:`moeplan.io.run_logs.DUMP_CHECK_KEYS`: a log of another layout would make the fit
     scale the model to a run it did not model. A mismatch is refused; when ``mismatched`` is a list
     (``--accept-mismatch``) a line naming the run, the log and the keys is added to it instead.
 
@@ -113,7 +114,7 @@ def runs_from_logs(logs: list[Path], scenario: Path | None, mismatched: list[str
     ``versions.container``) laid over ``scenario``.
 
     Returns:
-        :class:`moeplan.model.calibrate.Run` per log (id = path, measured tokens/s/GPU, release).
+        :class:`moeplan.model.constants_fit.Run` per log (id = path, measured tokens/s/GPU, release).
 
     Raises:
         InputError: no scenario, an unreadable log, a scenario the log makes invalid (field prefixed
@@ -259,7 +260,7 @@ def calibrate_memory_report(logs: list[Path], scenario: Path | None, output: Pat
         logged.append((path, st, merged))
     before = [_memory_reading(p, st, _load(p, m)) for p, st, m in logged]
     learned, votes = learned_overheads(before)
-    after = [_memory_reading(p, st, _load(p, _deep_merge(m, {"overheads": learned}))) for p, st, m in logged]
+    after = [_memory_reading(p, st, _load(p, deep_merge(m, {"overheads": learned}))) for p, st, m in logged]
     if output is not None:
         text = "# learned by `moeplan calibrate --memory` from: " + ", ".join(ascii(str(p)) for p in logs) + "\n"
         write_atomically(

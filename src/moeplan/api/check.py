@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeplan.api.inputs import scenario_request
+from moeplan.api.side_inputs import scenario_request
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
-from moeplan.diagnose import read_log
 from moeplan.errors import InputError, missing_file
+from moeplan.inputs.overrides import ScenarioFlags, scenario_overrides
+from moeplan.inputs.policy import MAX_JSON_BYTES, read_text
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.versions import rules_version_basis
 from moeplan.io.imports import import_config, import_dump
+from moeplan.io.run_logs import read_log
 from moeplan.model.memory import estimate_memory
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES, validate
-from moeplan.spec.overrides import ScenarioFlags, scenario_overrides
-from moeplan.spec.params import count_params
-from moeplan.spec.placement import stage_params
-from moeplan.spec.policy import MAX_JSON_BYTES, read_text
-from moeplan.spec.scenario import Scenario, load_scenario
-from moeplan.spec.versions import rules_version_basis
+from moeplan.structure.params import count_params
+from moeplan.structure.placement import stage_params
 
 #: the longest configuration file imported (a Bridge YAML, an overrides file, a command line)
 MAX_CONFIG_BYTES = MAX_JSON_BYTES
@@ -52,7 +53,7 @@ def check_report(
         :meth:`moeplan.rules.CheckResult.to_dict`: ``verdict`` (valid | warn | invalid | unsupported),
         ``scenario`` (summary), ``counts`` (per severity), ``findings`` (rule_id, severity,
         message, fix, kind, source, keys; errors first); ``megatron_core``: the version the layout
-        rules compared and why, beside a container's (:func:`moeplan.spec.versions.rules_version_basis`);
+        rules compared and why, beside a container's (:func:`moeplan.inputs.versions.rules_version_basis`);
         ``memory`` (:func:`memory_verdict`) when the
         scenario names what the memory model needs; with ``from_format`` also ``import_notes`` (what
         the import assumed or dropped, list of str).

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeplan.api.inputs import load_step_constants
-from moeplan.diagnose import log_config, read_log, read_text_file, stats_config
+from moeplan.api.side_inputs import load_step_constants
 from moeplan.diagnose.compare import compare_runs, model_mismatch
 from moeplan.diagnose.doctor import check_environment, collect_environment, known_issue_findings
 from moeplan.diagnose.fixes import rank_memory_fixes
-from moeplan.diagnose.logs import derive_tokens_per_s
 from moeplan.diagnose.oom import parse_oom, reconcile_with_model
 from moeplan.diagnose.plot import plot_runs
 from moeplan.errors import InputError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.loading import deep_merge, load_scenario_file
+from moeplan.io.run_logs import derive_tokens_per_s, log_config, read_log, read_text_file, stats_config
 from moeplan.io.write import check_writable
 from moeplan.model.memory import estimate_memory
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.scenario import _deep_merge, load_scenario, load_scenario_file
 
 #: the largest memory terms named by the OOM blame
 BLAME_TERMS = 3
@@ -158,7 +159,7 @@ def _run_scenario(text: str, scenario: Path) -> tuple[dict, list[str]]:
     notes: list[str] = []
     cfg, _ = log_config(text)  # the run's own argument dump, when the OOM log holds one
     if cfg is not None:
-        data = _deep_merge(data, cfg)
+        data = deep_merge(data, cfg)
         notes.append("layout and training from the log's argument dump, over --scenario")
     s_run = load_scenario(data)
     if s_run.model is not None and (diff := model_mismatch(text, s_run.model)):
@@ -174,20 +175,22 @@ def _like_for_like(rep, peak) -> list[str]:
     gib = 2**30
     pairs = []
     if rep.process_in_use_bytes is not None:
-        pairs.append(("the process had", rep.process_in_use_bytes, "in use (device)", peak.device_used_bytes))
+        pairs.append(("process", rep.process_in_use_bytes, peak.device_used_bytes))
     if rep.allocated_bytes is not None:
-        pairs.append(("PyTorch had", rep.allocated_bytes, "allocated", peak.peak_allocated_bytes))
+        pairs.append(("allocated", rep.allocated_bytes, peak.peak_allocated_bytes))
         held = rep.allocated_bytes + (rep.reserved_unallocated_bytes or 0)
-        pairs.append(("PyTorch held", held, "reserved", peak.peak_reserved_bytes))
-    notes = []
-    for who, have, what, predicted in pairs:
+        pairs.append(("reserved", held, peak.peak_reserved_bytes))
+    notes: list[str] = []
+    for which, have, predicted in pairs:
         need = have + rep.requested_bytes
         if need > predicted * 1.05:
-            notes.append(
-                f"{who} {have / gib:.2f} GiB {what} and asked for {rep.requested_bytes / gib:.2f} GiB more, above "
-                f"the {predicted / gib:.2f} GiB the memory model predicts for that figure: it underestimates this "
-                f"run by at least {(need - predicted) / gib:.2f} GiB, so 'fits' below is the model's view"
-            )
+            h, a, p, u = have / gib, rep.requested_bytes / gib, predicted / gib, (need - predicted) / gib
+            if which == "process":
+                notes.append(msg("api.oom_underestimate_process", have=h, asked=a, predicted=p, under=u))
+            elif which == "allocated":
+                notes.append(msg("api.oom_underestimate_allocated", have=h, asked=a, predicted=p, under=u))
+            else:
+                notes.append(msg("api.oom_underestimate_reserved", have=h, asked=a, predicted=p, under=u))
     return notes
 
 

@@ -7,18 +7,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeplan.api.inputs import load_step_constants, scenario_request
+from moeplan.api.side_inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.overrides import ScenarioFlags
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.training import says_default_batch
 from moeplan.io.export import benchmark_keys_text, export
 from moeplan.io.write import check_writable
 from moeplan.model.memory import dominant_items_text, estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.changes import apply_check_fixes
+from moeplan.resolve.assumptions import benchmark_settings, verdict_assumptions
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.assumptions import benchmark_settings, verdict_assumptions
-from moeplan.spec.overrides import ScenarioFlags
-from moeplan.spec.scenario import Scenario, load_scenario
-from moeplan.spec.training import says_default_batch
 
 BROKEN = ("invalid", "unsupported")
 
@@ -146,7 +148,7 @@ def _fixed_split(data: dict, checked) -> dict | None:
     return {
         "rule_ids": ids,
         "edits": edits,
-        "text": f"{text} ({', '.join(ids)}); the check's errors are for the layout as given",
+        "text": msg("api.check_fixes_applied", edits=text, ids=", ".join(ids)),
         "_scenario": load_scenario(fixed),
     }
 

@@ -1,30 +1,16 @@
-"""Report of ``moeplan known-issues``: the known-issue database (:mod:`moeplan.catalog.known_issues`),
+"""Report of ``moeplan known-issues``: the known-issue database (:mod:`moeplan.catalog.known_issue_table`),
 filtered by package or symptom, and the container release → package versions table."""
 
 from __future__ import annotations
 
 from moeplan.catalog.containers import list_containers
-from moeplan.catalog.known_issues import SYMPTOMS, known_issues
+from moeplan.catalog.known_issue_table import SYMPTOMS, known_issues
 from moeplan.errors import UnknownNameError
-from moeplan.spec.versions import PACKAGES
-
-#: spellings accepted for --package besides the versions.* keys
-_PACKAGE_ALIASES = {
-    "megatron-core": "megatron_core",
-    "mcore": "megatron_core",
-    "megatron-bridge": "megatron_bridge",
-    "bridge": "megatron_bridge",
-    "transformer-engine": "transformer_engine",
-    "te": "transformer_engine",
-    "pytorch": "torch",
-    "deep_ep": "deepep",
-    "deep-ep": "deepep",
-    "hybridep": "deepep",
-}
+from moeplan.inputs.versions import PACKAGE_SPELLINGS, PACKAGES
 
 
 def _package_key(name: str) -> str:
-    key = _PACKAGE_ALIASES.get(name.strip().lower(), name.strip().lower())
+    key = PACKAGE_SPELLINGS.get(name.strip().lower(), name.strip().lower())
     if key not in PACKAGES:
         raise UnknownNameError("--package", name, PACKAGES, "one of")
     return key

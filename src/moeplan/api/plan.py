@@ -10,21 +10,20 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from moeplan.api.inputs import load_step_constants, scenario_request
+from moeplan.api.side_inputs import load_step_constants, scenario_request
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.layout import LayoutSpec
+from moeplan.inputs.loading import dump_yaml
+from moeplan.inputs.overrides import ScenarioFlags
+from moeplan.inputs.training import batch_for_tokens, says_default_batch
+from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE
 from moeplan.io.write import atomic_directory, check_writable, resolve_output, write_atomically, write_file_in
 from moeplan.plan import plan, sweep
 from moeplan.plan.fit import fit_layout
-from moeplan.plan.recipes import list_recipes
 from moeplan.plan.report import write_report
-from moeplan.spec.assumptions import default_batch_assumption
-from moeplan.spec.layout import LayoutSpec
-from moeplan.spec.loading import dump_yaml
-from moeplan.spec.overrides import ScenarioFlags
-from moeplan.spec.training import (
-    batch_for_tokens,  # noqa: F401 - re-exported (moeplan.api)
-    says_default_batch,
-)
+from moeplan.plan.starting_points import list_recipes
+from moeplan.resolve.assumptions import default_batch_assumption
 
 #: ``progress(done, total)``, called as the search advances
 Progress = Callable[[int, int], None]
@@ -38,7 +37,7 @@ def plan_request(
 ) -> tuple[dict, str | None]:
     """The scenario mapping a planning command is asked: the file (if any) with the flags laid over
     it, the workload under ``workload:``, and ``tokens_per_step`` (or ``flags.tokens_per_step``)
-    turned into a global batch size (:func:`moeplan.api.inputs.scenario_request`).
+    turned into a global batch size (:func:`moeplan.api.side_inputs.scenario_request`).
 
     Returns:
         (mapping, note): the note says how the batch was rounded when ``tokens_per_step`` is not a
@@ -92,7 +91,7 @@ def save_layout(best, path: Path, inputs: tuple = ()) -> None:
 
     saved = best.data
     lay = saved.get("layout") or {}
-    if "cuda_graph_scope" in lay and best.scenario.mcore_version >= (0, 18, 0):
+    if "cuda_graph_scope" in lay and best.scenario.mcore_version >= CUDA_GRAPH_MODULES_MCORE:
         lay = {("cuda_graph_modules" if k == "cuda_graph_scope" else k): v for k, v in lay.items()}
         saved = {**saved, "layout": lay}
     write_atomically(path, dump_yaml(saved), field="--save", inputs=inputs)
@@ -241,7 +240,7 @@ def recipes_report(kind: str = "all", model: str | None = None, output_dir: Path
             every target is checked before any is written.
 
     Returns:
-        :func:`moeplan.plan.recipes.list_recipes` rows (id, source, scenario, check, memory,
+        :func:`moeplan.plan.starting_points.list_recipes` rows (id, source, scenario, check, memory,
         throughput, notes).
 
     Raises:
@@ -341,12 +340,7 @@ def _write_sweep(target, directory, output, flags, hold, calibration, progress, 
     return {
         "directory": str(output),
         "entries": entries,
-        "note": (
-            "only your baseline: the scenario's layout keys are held, as plan holds them, and no other "
-            "layout passes with them; --free KEY (or --free all) searches the others"
-            if only_baseline
-            else None
-        ),
+        "note": msg("api.only_your_baseline") if only_baseline else None,
     }
 
 

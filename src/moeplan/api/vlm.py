@@ -8,15 +8,15 @@ from pathlib import Path
 
 from moeplan.catalog import get_model
 from moeplan.errors import InputError
+from moeplan.inputs.loading import dump_yaml
 from moeplan.io.write import check_writable, write_atomically
-from moeplan.spec.loading import dump_yaml
 from moeplan.vlm.stats import scan, summarize
 
 #: processor defaults when neither the flags nor a model give them (Qwen-VL)
 DEFAULT_PATCH_SIZE, DEFAULT_MERGE_SIZE = 16, 2
 
 
-def _vision_processor(model: str | None, patch_size: int | None, merge_size: int | None) -> tuple[int, int]:
+def vision_processor(model: str | None, patch_size: int | None, merge_size: int | None) -> tuple[int, int]:
     """(patch size, spatial merge size): as given, else the model's ViT, else the Qwen-VL defaults.
 
     Raises:
@@ -74,7 +74,7 @@ def vlm_stats_report(
             raise InputError(
                 "--output", str(output), f"a path other than the files of {data} (it would be overwritten)"
             )
-    p, mg = _vision_processor(model, patch_size, merge_size)
+    p, mg = vision_processor(model, patch_size, merge_size)
     sc = scan(data, text_tokens, progress=progress)
     out = summarize(sc, seq_length, packing, p, mg, min_pixels, max_pixels)
     if output is not None:

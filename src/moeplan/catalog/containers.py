@@ -14,7 +14,7 @@ from importlib import resources
 import yaml
 from packaging.version import InvalidVersion, Version
 
-from moeplan.spec.versions import PACKAGES
+from moeplan.inputs.versions import PACKAGES
 
 
 class ContainerTableError(ValueError):

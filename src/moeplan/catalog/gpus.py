@@ -9,7 +9,7 @@ import json
 from importlib import resources
 
 from moeplan.errors import UnknownNameError
-from moeplan.spec.system import GpuSpec
+from moeplan.inputs.system import GpuSpec
 
 #: moeplan id → entry in gpus.json
 GPU_IDS: dict[str, str] = {

@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 
 from moeplan.errors import InputError, UnknownNameError
-from moeplan.spec.loading import load_json_file
-from moeplan.spec.model import ModelSpec, check_model_consistency, check_model_ranges, model_from_hf_config
+from moeplan.inputs.loading import load_json_file
+from moeplan.inputs.model_spec import ModelSpec, check_model_consistency, check_model_ranges, model_from_hf_config
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def resolve_model_name(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _load_raw(hf_id: str) -> dict:
+def load_raw(hf_id: str) -> dict:
     return json.loads(_data_dir().joinpath(_index()[hf_id]).read_text())
 
 
@@ -131,7 +131,7 @@ def load_config_file(path: str | Path) -> dict:
 
 def _model_from_file(path: str) -> ModelSpec:
     """The model of a user's ``config.json``, every field within the plausible ranges and consistent
-    (:func:`~moeplan.spec.model.check_model_consistency`, as ``model_overrides`` are held to).
+    (:func:`~moeplan.inputs.model_spec.check_model_consistency`, as ``model_overrides`` are held to).
 
     The file is read and parsed once per version: the result is cached by the file's identity and
     modification (path, device, inode, mtime in ns, size), so the planner's thousands of candidates
@@ -169,7 +169,7 @@ def _read_model_file(path: str) -> ModelSpec:
 
 @functools.lru_cache(maxsize=64)
 def _get_catalog_model(hf_id: str) -> ModelSpec:
-    return model_from_hf_config(_load_raw(hf_id), hf_id, source="catalog")
+    return model_from_hf_config(load_raw(hf_id), hf_id, source="catalog")
 
 
 def get_model(name_or_path: str) -> ModelSpec:

@@ -9,8 +9,8 @@ import typer
 from moeplan.api.check import check_report, gpus_report, models_report, params_report, rules_report
 from moeplan.cli import render
 from moeplan.cli.options import JsonOpt, LangOpt, ScenarioArg, exit_with, input_errors, scenario_options
-from moeplan.cli.render import check as tables
-from moeplan.spec.overrides import ScenarioFlags
+from moeplan.cli.render import check_view as tables
+from moeplan.inputs.overrides import ScenarioFlags
 
 #: memory verdicts that make ``check`` exit 1 (does not fit; may not fit within the error band)
 NOT_FITTING = ("does-not-fit", "tight")

@@ -11,7 +11,7 @@ from moeplan.api.calibrate import calibrate_memory_report, calibrate_report
 from moeplan.api.diagnose import compare_report, doctor_report, log_report, oom_report
 from moeplan.cli import render
 from moeplan.cli.options import CalibrationOpt, JsonOpt, LangOpt, exit_with, input_errors
-from moeplan.cli.render import diagnose as tables
+from moeplan.cli.render import diagnose_view as tables
 
 
 def log_cmd(

@@ -22,9 +22,9 @@ from moeplan.cli.options import (
     input_errors,
     scenario_options,
 )
-from moeplan.cli.render import estimate as tables
+from moeplan.cli.render import estimate_view as tables
+from moeplan.inputs.overrides import ScenarioFlags
 from moeplan.io.write import write_atomically
-from moeplan.spec.overrides import ScenarioFlags
 
 FormatOpt = Annotated[
     str,

@@ -10,7 +10,7 @@ from rich.table import Table
 from moeplan.api.known_issues import known_issues_report
 from moeplan.cli import render
 from moeplan.cli.options import JsonOpt, input_errors
-from moeplan.spec.versions import PACKAGE_NAMES
+from moeplan.inputs.versions import PACKAGE_NAMES
 
 
 def _versions(row: dict) -> str:

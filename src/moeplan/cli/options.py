@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from moeplan.errors import InputError
-from moeplan.spec.overrides import FLAG_NAMES, ScenarioFlags
+from moeplan.inputs.overrides import FLAG_NAMES, ScenarioFlags
 
 EXIT_OK, EXIT_RULE, EXIT_INPUT = 0, 1, 2
 

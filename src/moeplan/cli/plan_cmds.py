@@ -21,8 +21,8 @@ from moeplan.cli.options import (
     input_errors,
     scenario_options,
 )
-from moeplan.cli.render import plan as tables
-from moeplan.spec.overrides import ScenarioFlags
+from moeplan.cli.render import plan_view as tables
+from moeplan.inputs.overrides import ScenarioFlags
 
 TopOpt = Annotated[int, typer.Option("--top", min=1, max=50, help="Candidates to show.")]
 MinDpOpt = Annotated[int, typer.Option("--min-dp", min=1, help="Smallest data-parallel size accepted.")]

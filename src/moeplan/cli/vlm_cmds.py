@@ -10,7 +10,7 @@ import typer
 from moeplan.api.vlm import vlm_stats_report
 from moeplan.cli import render
 from moeplan.cli.options import JsonOpt, ModelOpt, exit_with, input_errors
-from moeplan.cli.render import vlm as tables
+from moeplan.cli.render import vlm_view as tables
 
 
 def vlm_stats_cmd(

@@ -1,7 +1,7 @@
 """Compare two training runs: is B slower (or heavier) than A beyond run-to-run noise, and why.
 
 Statistics: the steady-state iteration times of each log (warm-up skipped, see
-:mod:`moeplan.diagnose.logs`) are compared with the two-sided Mann–Whitney U test (Mann & Whitney 1947;
+:mod:`moeplan.io.run_logs`) are compared with the two-sided Mann–Whitney U test (Mann & Whitney 1947;
 normal approximation with tie correction and continuity correction 0.5, as
 ``scipy.stats.mannwhitneyu(method="asymptotic")``), which does not assume normal noise and is robust to
 the odd slow iteration (checkpointing, GC). The size of the change is the Hodges–Lehmann shift (median
@@ -12,7 +12,7 @@ detectable but irrelevant change on a long log is not called a regression.
 
 Causes: the keys that differ between the two argument dumps, each applied alone to run A's scenario and
 ranked by how much our step-time and memory models say it moves the step time and the peak memory.
-Known issues (:mod:`moeplan.catalog.known_issues`): when the two runs' software versions differ (their
+Known issues (:mod:`moeplan.catalog.known_issue_table`): when the two runs' software versions differ (their
 ``versions:``, or the container release and PyTorch version of the log banners) across an issue's
 affected range — one run affected, the other not — the issue is offered as a possible cause
 (``known_issue_causes``), the slower run's first.
@@ -26,15 +26,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeplan.catalog.known_issues import known_issues
-from moeplan.diagnose.logs import LogStats
+from moeplan.catalog.known_issue_table import known_issues
 from moeplan.errors import InputError, MoeplanError
+from moeplan.inputs.loading import deep_merge
+from moeplan.inputs.policy import ascii_int
 from moeplan.io.imports import dump_args
+from moeplan.io.run_logs import LogStats
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.policy import ascii_int
-from moeplan.spec.scenario import _deep_merge, load_scenario
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def _set(d: dict, dotted: str, value: object) -> None:
         d[parts[-1]] = value
 
 
-def _predict(data: dict, constants=None) -> tuple[float, float]:
+def predict_pair(data: dict, constants=None) -> tuple[float, float]:
     """(step time s, peak memory bytes) of a scenario mapping; raises on anything unusable."""
     s = load_scenario(data)
     return estimate_step(s, constants).step_time_s, float(estimate_memory(s).peak_stage.total_bytes)
@@ -263,9 +264,9 @@ def rank_causes(
         if fa.get(k) != fb.get(k) and k not in ("name", "notes")
     ]
     notes: list[str] = []
-    full_a = copy.deepcopy(_deep_merge(copy.deepcopy(base or {}), config_a))
+    full_a = copy.deepcopy(deep_merge(copy.deepcopy(base or {}), config_a))
     try:
-        t0, m0 = _predict(full_a, constants)
+        t0, m0 = predict_pair(full_a, constants)
     except MoeplanError as exc:
         notes.append(f"causes not ranked: run A's configuration is not a complete scenario ({exc}); pass --scenario")
         return diff, [], notes
@@ -277,7 +278,7 @@ def rank_causes(
         trial = copy.deepcopy(full_a)  # each key applied alone: never share nested sections
         _set(trial, d["key"], d["b"])
         try:
-            t1, m1 = _predict(trial, constants)
+            t1, m1 = predict_pair(trial, constants)
             causes.append(
                 {
                     **d,
@@ -297,7 +298,7 @@ def rank_causes(
                 }
             )
     causes.sort(key=lambda c: -direction * c["step_time_change_rel"] if c["step_time_change_rel"] is not None else 1e9)
-    for name, run in (("A", full_a), ("B", _deep_merge(copy.deepcopy(base or {}), config_b))):
+    for name, run in (("A", full_a), ("B", deep_merge(copy.deepcopy(base or {}), config_b))):
         broke = _broken(run)
         if broke:
             notes.append(f"run {name}'s configuration breaks {len(broke)} rule(s) (moeplan check): " + "; ".join(broke))
@@ -307,11 +308,11 @@ def rank_causes(
 def modelled_change(config_a: dict, config_b: dict, base: dict | None, constants=None) -> float | None:
     """Relative step-time change the model predicts from run A's configuration to run B's, every
     changed key applied at once; None when either is not a complete, valid scenario."""
-    full_a = _deep_merge(copy.deepcopy(base or {}), config_a)
-    full_b = _deep_merge(copy.deepcopy(base or {}), config_b)
+    full_a = deep_merge(copy.deepcopy(base or {}), config_a)
+    full_b = deep_merge(copy.deepcopy(base or {}), config_b)
     try:
-        t0, _ = _predict(full_a, constants)
-        t1, _ = _predict(full_b, constants)
+        t0, _ = predict_pair(full_a, constants)
+        t1, _ = predict_pair(full_b, constants)
     except MoeplanError:
         return None
     return (t1 - t0) / t0
@@ -330,7 +331,7 @@ def run_versions(stats: LogStats, config: dict | None, base: dict | None) -> dic
 
 
 def _run_scenario(config: dict | None, base: dict | None, versions: dict[str, str]):
-    data = _deep_merge(copy.deepcopy(base or {}), copy.deepcopy(config or {}))
+    data = deep_merge(copy.deepcopy(base or {}), copy.deepcopy(config or {}))
     data["versions"] = dict(versions)
     try:
         return load_scenario(data), None

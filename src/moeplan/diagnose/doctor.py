@@ -35,37 +35,25 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 from moeplan.errors import InputError, MoeplanError, short_repr
+from moeplan.inputs.allocator import ALLOC_CONF, alloc_options
+from moeplan.inputs.policy import MAX_INT_DIGITS
+from moeplan.inputs.versions import COMPONENTS, parse_version
 from moeplan.io.export import layout_environment
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.allocator import ALLOC_CONF, alloc_options
-from moeplan.spec.policy import MAX_INT_DIGITS
-from moeplan.spec.scenario import load_scenario
-from moeplan.spec.versions import parse_version
 
+#: doctor's key of a tracked package: its import name with ``_`` for ``.`` (``megatron_core``, ``deep_ep``)
+_DOCTOR_KEY = {c.key: c.module.replace(".", "_") for c in COMPONENTS if c.module is not None}
+#: doctor's package key → the distribution names its version is read from (the tracked packages of
+#: :data:`~moeplan.inputs.versions.COMPONENTS`, and nvidia-ml-py, which reads the GPUs)
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",),
-    "transformer_engine": ("transformer_engine", "transformer-engine", "transformer_engine_torch"),
-    "megatron_core": ("megatron-core", "megatron_core"),
-    "megatron_bridge": ("megatron-bridge", "megatron_bridge"),
-    "deep_ep": ("deep_ep", "deep-ep"),
+    **{_DOCTOR_KEY[c.key]: c.distributions for c in COMPONENTS if c.key in _DOCTOR_KEY},
     "nvidia_ml_py": ("nvidia-ml-py",),
 }
 #: doctor's package keys → the scenario's versions.* keys (the NCCL version comes from torch's build)
-_VERSION_KEYS = {
-    "megatron_core": "megatron_core",
-    "megatron_bridge": "megatron_bridge",
-    "transformer_engine": "transformer_engine",
-    "torch": "torch",
-    "deep_ep": "deepep",
-}
-
-MODULES = {
-    "torch": "torch",
-    "transformer_engine": "transformer_engine",
-    "megatron_core": "megatron.core",
-    "megatron_bridge": "megatron.bridge",
-    "deep_ep": "deep_ep",
-}
+_VERSION_KEYS = {doctor: key for key, doctor in _DOCTOR_KEY.items()}
+#: doctor's package key → the module imported to see whether it is usable
+MODULES = {_DOCTOR_KEY[c.key]: c.module for c in COMPONENTS if c.module is not None}
 ENV_PREFIXES = ("NCCL_", "NVTE_", "CUDA_", "PYTORCH_", "TORCH_NCCL_", "NUM_OF_HYBRID_EP", "NVSHMEM_", "UB_")
 
 
@@ -315,7 +303,7 @@ def _versions(rep: EnvironmentReport, s) -> list[dict]:
 
 def _has_alloc_options(have: str, need: str) -> bool:
     """True when the ``PYTORCH_CUDA_ALLOC_CONF`` value ``have`` sets every option of ``need`` as
-    PyTorch reads them (:func:`moeplan.spec.allocator.alloc_options`: spaces ignored, values
+    PyTorch reads them (:func:`moeplan.inputs.allocator.alloc_options`: spaces ignored, values
     case-sensitive); False when PyTorch would refuse ``have``."""
     try:
         got = alloc_options(have)

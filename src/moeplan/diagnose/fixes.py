@@ -12,11 +12,12 @@ step-time cost among what fits.
 from __future__ import annotations
 
 from moeplan.errors import MoeplanError
+from moeplan.i18n.messages import msg
 from moeplan.model.constants import TimeConstants
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.changes import Rejection, memory_changes, try_change
-from moeplan.spec.scenario import load_scenario
+from moeplan.resolve.load import load_scenario
 
 
 def rank_memory_fixes(data: dict, constants: TimeConstants | None = None) -> tuple[list[dict], list[dict]]:
@@ -66,7 +67,7 @@ def rank_memory_fixes(data: dict, constants: TimeConstants | None = None) -> tup
                 {
                     "change": f["change"],
                     "rule": None,
-                    "message": f"does not lower the peak ({f['saving_bytes'] / 2**30:+.2f} GiB saved)",
+                    "message": msg("oom.fix_does_not_lower_peak", gib=f["saving_bytes"] / 2**30),
                 }
             )
     return [f for f in out if f["saving_bytes"] > 0], rejected

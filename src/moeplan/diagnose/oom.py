@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 
 from moeplan.errors import InputError
+from moeplan.i18n.messages import msg
 
 _UNIT = {
     "BYTES": 1,
@@ -93,20 +94,11 @@ def _diagnose(requested: int, total: int | None, unalloc: int | None) -> tuple[b
     if unalloc is not None:
         frag = unalloc >= floor and (unalloc >= requested or bool(total and unalloc > 0.1 * total))
     if frag is None:
-        diagnosis = "cannot tell fragmentation from real demand: the message gives no reserved-but-unallocated figure"
-        fixes = [
-            "find the full message (every rank prints one) or rerun with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-            "run `moeplan estimate SCENARIO` to compare the predicted peak with the GPU's usable memory",
-        ]
+        diagnosis: str = msg("oom.cannot_tell")
+        fixes: list[str] = [msg("oom.find_full_message"), msg("oom.run_estimate_to_compare")]
     elif frag:
-        diagnosis = (
-            f"fragmentation: {human_bytes(unalloc)} is reserved by PyTorch but unallocated, "
-            f"more than the {human_bytes(requested)} request could use in one piece"
-        )
-        fixes = [
-            "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (with TE CUDA graphs also NCCL_GRAPH_REGISTER=0)",
-            "then re-check the peak with `moeplan estimate`",
-        ]
+        diagnosis = msg("oom.fragmentation", unallocated=human_bytes(unalloc), requested=human_bytes(requested))
+        fixes = [msg("oom.set_expandable_segments"), msg("oom.then_recheck_peak")]
     else:
         diagnosis = "real demand: the allocator has no large idle reserve; the layout needs less memory per GPU"
         fixes = [
@@ -115,6 +107,17 @@ def _diagnose(requested: int, total: int | None, unalloc: int | None) -> tuple[b
             "more CP or PP, or EP for expert weights; optimizer CPU offload",
         ]
     return frag, diagnosis, fixes
+
+
+def _diagnosis_kind(diagnosis: str) -> str:
+    """What a diagnosis of :func:`_diagnose` says before its colon (``fragmentation``, ``cannot tell
+    fragmentation from real demand``), as a message where it is one of those."""
+    head = diagnosis.split(":")[0]
+    if head == "fragmentation":
+        return msg("oom.kind_fragmentation")
+    if head == "cannot tell fragmentation from real demand":
+        return msg("oom.kind_cannot_tell")
+    return head
 
 
 def parse_oom(text: str) -> OomReport:
@@ -186,9 +189,7 @@ def reconcile_with_model(
     total = capacity_bytes + reserved_bytes if capacity_bytes else None
     if rep.total_bytes and total and abs(rep.total_bytes / total - 1) > 0.10:
         notes.append(
-            f"WARNING: the message's GPU has {human_bytes(rep.total_bytes)} in total, the scenario's GPU "
-            f"{human_bytes(total)} usable: the fixes below are rated for the scenario's GPU; give "
-            "the GPU that ran out of memory (--scenario with its system.gpu)"
+            msg("oom.gpu_differs_from_scenario", total=human_bytes(rep.total_bytes), usable=human_bytes(total))
         )
     if reserved_bytes and capacity_bytes:
         notes.append(
@@ -199,15 +200,12 @@ def reconcile_with_model(
         rep = replace(
             rep,
             fragmentation=False,
-            diagnosis=(
-                f"real demand: the memory model puts the peak at {human_bytes(predicted_peak_bytes)}, above the "
-                f"{human_bytes(capacity_bytes)} usable; the layout needs less memory per GPU"
-                f" (the message alone suggested {rep.diagnosis.split(':')[0]})"
+            diagnosis=msg(
+                "oom.real_demand_predicted",
+                peak=human_bytes(predicted_peak_bytes),
+                usable=human_bytes(capacity_bytes),
+                suggested=_diagnosis_kind(rep.diagnosis),
             ),
-            fixes=[
-                "one of the ranked changes (each checked by every rule)",
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True still helps with the idle reserve, but cannot "
-                "make the layout fit",
-            ],
+            fixes=[msg("oom.one_of_the_ranked_changes"), msg("oom.expandable_segments_cannot_fit")],
         )
     return rep, notes

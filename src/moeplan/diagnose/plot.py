@@ -8,8 +8,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from moeplan.diagnose.logs import LogStats
 from moeplan.errors import InputError
+from moeplan.io.run_logs import LogStats
 from moeplan.io.write import write_atomically
 
 

@@ -1,19 +1,19 @@
 """Chinese texts of the human-readable output: which language to print (``--lang`` or the locale
-environment) and the lookup of a rule's message, fix or statement, or of a line of the tables, in
-``i18n/zh.yaml``. The JSON documents never pass through here: they stay English, with stable keys.
+environment), and the texts that are not messages with parameters. The JSON documents never pass
+through here: they stay English, with stable keys.
 
-The data file holds, per rule id, the rule's statement (``summary``) and a list of
-``[English pattern, Chinese template]`` pairs: the pattern is a regular expression that must match
-the whole English text, its named groups carry the values (numbers, Megatron key names, model ids)
-into the template unchanged. A group named ``t_<name>`` is itself translated (with the same rule's
-patterns), a group named ``ls_<name>`` is a ``"; "``-separated list translated item by item, and a
-group named ``p_<name>`` is a free-text phrase looked up whole: the title, workaround and size of a
-known issue (``known_issues: {id: {title, workaround, size}}``, matched against the English texts of
-``catalog/data/known_issues.yaml``) or an entry of ``phrases``.
-``common`` patterns apply to every rule (e.g. ``skipped: needs ...``), ``ui`` maps exact table texts
-and ``ui_patterns`` formatted lines. Text no pattern matches is printed in English
-(:func:`translate` returns it unchanged; :func:`translation` returns None, which the tests use to
-list what has no Chinese text).
+Messages with parameters (a rule's message and fix, a formatted line of the tables) are ids with
+English and Chinese catalogues (:mod:`moeplan.i18n.messages`, ``i18n/en/*.yaml`` and
+``i18n/zh/*.yaml``). The rest is in ``i18n/zh.yaml``, each by its own key:
+
+- ``rules: {<rule id>: {summary}}``: a rule's one-line statement (``moeplan rules``);
+- ``ui: {<English label>: <Chinese label>}``: the fixed texts of the tables (titles, column labels,
+  words such as ``fits``), keyed by their English text, as gettext keys a text without parameters;
+- ``known_issues: {<issue id>: {title, workaround, size}}``: the Chinese texts of an entry of the
+  known-issue database (:func:`known_issue_text`).
+
+A text that is none of these is printed in English (:func:`translate` returns it unchanged;
+:func:`translation` returns None, which the tests use to list what has no Chinese text).
 
 Source of the terms: the Chinese Megatron-LM / Megatron-Core community's usage (张量并行 TP,
 流水线并行 PP, 上下文并行 CP, 专家并行 EP, 重计算, 显存, 激活, 优化器状态); key names stay English.
@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
 import yaml
 
-from moeplan.catalog.known_issues import known_issues
 from moeplan.errors import InputError
+from moeplan.i18n.messages import catalogue, lookup
 
 #: languages of the human-readable output
 LANGS = ("en", "zh")
@@ -63,30 +62,21 @@ def resolve_lang(option: str | None, environ: Mapping[str, str] | None = None) -
 
 
 @dataclass(frozen=True)
-class _Pattern:
-    regex: re.Pattern
-    template: str
-
-
-@dataclass(frozen=True)
 class Catalog:
-    """One language's texts: per rule id its statement and patterns, the common patterns, the table texts."""
+    """One language's texts that are not messages: rule statements by rule id, table labels by their
+    English text, known-issue texts by issue id and field."""
 
     summaries: dict[str, str]
-    patterns: dict[str, tuple[_Pattern, ...]]
-    common: tuple[_Pattern, ...]
     ui: dict[str, str]
-    ui_patterns: tuple[_Pattern, ...]
-    phrases: dict[str, str]
+    known_issues: dict[str, dict[str, str]]
 
 
-def _compile(pairs: list, where: str) -> tuple[_Pattern, ...]:
-    out = []
-    for i, pair in enumerate(pairs or []):
-        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-            raise ValueError(f"{where}[{i}]: expected [English pattern, Chinese template], got {pair!r}")
-        out.append(_Pattern(re.compile(pair[0], re.S), pair[1]))
-    return tuple(out)
+def _strings(raw: dict, section: str, lang: str) -> dict[str, str]:
+    table = raw.get(section) or {}
+    bad = [k for k, v in table.items() if not (isinstance(k, str) and isinstance(v, str))]
+    if bad:  # e.g. an unquoted yes / no / on / off key, which YAML reads as a boolean
+        raise ValueError(f"{lang}.yaml {section}: keys and texts must be strings, not {bad!r}")
+    return dict(table)
 
 
 @functools.cache
@@ -98,80 +88,43 @@ def catalog(lang: str = "zh") -> Catalog:
     """
     raw = yaml.safe_load(resources.files("moeplan.i18n").joinpath(f"{lang}.yaml").read_text(encoding="utf-8"))
     rules = raw.get("rules") or {}
-    for section in ("ui", "phrases"):
-        bad = [k for k, v in (raw.get(section) or {}).items() if not (isinstance(k, str) and isinstance(v, str))]
-        if bad:  # e.g. an unquoted yes / no / on / off key, which YAML reads as a boolean
-            raise ValueError(f"{lang}.yaml {section}: keys and texts must be strings, not {bad!r}")
-    phrases = dict(raw.get("phrases") or {})
-    zh_issues = raw.get("known_issues") or {}
-    for k in known_issues():
-        for attr in ("title", "workaround", "size"):
-            text = (zh_issues.get(k.id) or {}).get(attr)
-            if text and getattr(k, attr):
-                phrases[getattr(k, attr)] = text
+    issues = raw.get("known_issues") or {}
+    bad = [k for k, v in issues.items() if not (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))]
+    if bad:
+        raise ValueError(f"{lang}.yaml known_issues: each entry maps title / workaround / size to a text: {bad!r}")
     return Catalog(
         summaries={rid: v["summary"] for rid, v in rules.items() if v.get("summary")},
-        patterns={rid: _compile(v.get("patterns"), f"rules.{rid}.patterns") for rid, v in rules.items()},
-        common=_compile(raw.get("common"), "common"),
-        ui=dict(raw.get("ui") or {}),
-        ui_patterns=_compile(raw.get("ui_patterns"), "ui_patterns"),
-        phrases=phrases,
+        ui=_strings(raw, "ui", lang),
+        known_issues={k: dict(v) for k, v in issues.items()},
     )
 
 
-def _fill(m: re.Match, template: str, sub, phrases: dict[str, str]) -> str | None:
-    vals: dict[str, str] = {}
-    for name, val in m.groupdict().items():
-        val = val or ""
-        if name.startswith("p_") and val:
-            val = phrases.get(val)
-        elif name.startswith("t_") and val:
-            val = sub(val)
-        elif name.startswith("ls_") and val:
-            items = [sub(x) for x in val.split("; ")]
-            val = None if None in items else "；".join(items)
-        if val is None:
-            return None
-        vals[name] = val
-    try:
-        return template.format(**vals)
-    except (KeyError, IndexError, ValueError):  # a template naming a group its pattern lacks: no text
+def known_issue_text(issue_id: str, field: str, lang: str) -> str | None:
+    """The ``lang`` text of a known issue's ``field`` (``title``, ``workaround`` or ``size``), or None
+    where ``i18n/<lang>.yaml`` has none (English: always None, the database's text is the English)."""
+    if lang == "en":
         return None
+    return catalog(lang).known_issues.get(issue_id, {}).get(field)
 
 
-def _apply(text: str, pats: tuple[_Pattern, ...], sub, phrases: dict[str, str]) -> str | None:
-    for p in pats:
-        m = p.regex.fullmatch(text)
-        if m:
-            out = _fill(m, p.template, sub, phrases)
-            if out is not None:
-                return out
-    return None
-
-
-def _rule_patterns(cat: Catalog, rule_id: str) -> tuple[_Pattern, ...]:
-    if rule_id in cat.patterns:
-        return cat.patterns[rule_id] + cat.common
-    family = rule_id.split(".", 1)[0] + ".*"  # e.g. known_issue.* for every known-issue finding
-    return cat.patterns.get(family, ()) + cat.common
+def _by_id(text: str, lang: str) -> str | None:
+    """``text`` in ``lang`` when a message (:mod:`moeplan.i18n.messages`) produced it and ``lang``'s
+    catalogue has its id; None otherwise."""
+    m = lookup(text)
+    return m.text(lang) if m is not None and m.msgid in catalogue(lang) else None
 
 
 def translation(rule_id: str, text: str, lang: str = "zh") -> str | None:
-    """The ``lang`` text of a rule's message or fix (None when no pattern of ``rule_id`` or the
-    common ones matches it, or a translated group does not match either)."""
+    """The ``lang`` text of a rule's message or fix: the message's text by its id (None when no
+    message produced ``text`` or ``lang`` has no text for its id). ``rule_id`` names the rule for
+    the error a caller reports; the id of the message decides the text."""
     if lang == "en":
         return text
-    cat = catalog(lang)
-    pats = _rule_patterns(cat, rule_id)
-
-    def sub(part: str) -> str | None:
-        return _apply(part, pats, sub, cat.phrases)
-
-    return _apply(text, pats, sub, cat.phrases)
+    return _by_id(text, lang)
 
 
 def translate(rule_id: str, text: str | None, lang: str) -> str | None:
-    """A rule's message or fix in ``lang``; the English text where no Chinese one matches."""
+    """A rule's message or fix in ``lang``; the English text where there is no ``lang`` text."""
     if text is None or lang == "en":
         return text
     return translation(rule_id, text, lang) or text
@@ -186,14 +139,8 @@ def ui_translation(text: str, lang: str = "zh") -> str | None:
     """A text of the tables (a title, a column label, a formatted line) in ``lang``, or None."""
     if lang == "en":
         return text
-    cat = catalog(lang)
-    if text in cat.ui:
-        return cat.ui[text]
-
-    def sub(part: str) -> str | None:
-        return cat.ui.get(part) or _apply(part, cat.ui_patterns, sub, cat.phrases)
-
-    return _apply(text, cat.ui_patterns, sub, cat.phrases)
+    by_id = _by_id(text, lang)
+    return by_id if by_id is not None else catalog(lang).ui.get(text)
 
 
 def ui(text: str, lang: str) -> str:
@@ -206,6 +153,7 @@ __all__ = [
     "LOCALE_VARS",
     "Catalog",
     "catalog",
+    "known_issue_text",
     "resolve_lang",
     "summary",
     "translate",

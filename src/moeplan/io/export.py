@@ -9,9 +9,9 @@ file back into the same scenario. Nothing is submitted or launched.
 
 Which keys are written: every layout key the user stated or moeplan resolved (defaults it filled,
 recipe fills), always both ``moe_token_dispatcher_type`` and ``moe_flex_dispatcher_backend`` for MoE
-models (``megatron_facts.md`` §6.1), with the spelling of the target megatron-core version (§3.13).
+models (``megatron_facts.md`` §6.1, vendored in ``tests/data/reference``), with the spelling of the target megatron-core version (§3.13).
 
-Benchmark-only settings (:data:`moeplan.spec.provenance.BENCHMARK_ONLY`: forced load balancing, the
+Benchmark-only settings (:data:`moeplan.inputs.provenance.BENCHMARK_ONLY`: forced load balancing, the
 NaN check off) are only written when the scenario asks for them (``recipe_defaults:
 mbridge-perf-benchmark`` or the key stated), with a ``# benchmark-only`` comment; the training fill
 (``recipe_defaults: mbridge-perf``) writes their training values, since the Bridge perf recipe the
@@ -26,7 +26,13 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
+from packaging.version import Version
+
 from moeplan.errors import InputError, short_repr
+from moeplan.inputs.loading import dump_yaml
+from moeplan.inputs.policy import bad_char
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE, release_version
 from moeplan.io.keys import (
     BRIDGE_PATHS,
     DTYPE_KEYS,
@@ -40,12 +46,8 @@ from moeplan.io.keys import (
     mlm_flag,
     training_paths,
 )
+from moeplan.resolve.assumptions import benchmark_settings
 from moeplan.rules.graphs import nan_check_off_note
-from moeplan.spec.assumptions import benchmark_settings
-from moeplan.spec.loading import dump_yaml
-from moeplan.spec.policy import bad_char
-from moeplan.spec.scenario import Scenario
-from moeplan.spec.versions import release_tuple
 
 FORMATS = ("mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm")
 HEADER = "# moeplan: "
@@ -62,7 +64,7 @@ def exported_layout(s: Scenario) -> dict[str, Any]:
 
 
 def training_guards(s: Scenario) -> dict[str, Any]:
-    """The training values of the benchmark-only settings (:data:`~moeplan.spec.provenance.BENCHMARK_ONLY`)
+    """The training values of the benchmark-only settings (:data:`~moeplan.inputs.provenance.BENCHMARK_ONLY`)
     that a Bridge export writes even when the scenario leaves them unstated: the export is laid over
     whatever recipe the user launches (``RECIPE``), and Megatron Bridge's perf configurations set
     ``moe_router_force_load_balancing=True`` and ``check_for_nan_in_loss=False``
@@ -165,12 +167,12 @@ def header(s: Scenario) -> str:
     return HEADER + json.dumps({k: v for k, v in meta.items() if v is not None}, separators=(",", ":"))
 
 
-def target_mcore(s: Scenario) -> tuple[int, ...]:
+def target_mcore(s: Scenario) -> Version:
     """The megatron-core version an export spells its keys for: the stated one, else the one the
     container release ships (``versions.container``; its recipe fills are that release's too), else the
     newest moeplan knows (``s.mcore_version``)."""
     known = s.versions.get("megatron_core")
-    return s.mcore_version if known is None else release_tuple(known, "0")
+    return s.mcore_version if known is None else release_version(known, "0")
 
 
 def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -181,7 +183,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
     lay = exported_layout(s)
     for key, value in training_guards(s).items():
         lay.setdefault(key, value)
-    if lay.get("cuda_graph_impl") == "full_iteration" and mcore < (0, 18, 0):
+    if lay.get("cuda_graph_impl") == "full_iteration" and mcore < CUDA_GRAPH_MODULES_MCORE:
         # megatron-core ≤ 0.17 has no full_iteration impl: the path is impl local + scope full_iteration
         lay["cuda_graph_impl"] = "local"
         lay["cuda_graph_scope"] = ["full_iteration"]
@@ -192,7 +194,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 "for megatron-core < 0.18"
             )
     legacy_scope = lay.get("cuda_graph_scope") in ("full_iteration", ["full_iteration"])
-    if lay.get("cuda_graph_impl") == "local" and legacy_scope and mcore >= (0, 18, 0):
+    if lay.get("cuda_graph_impl") == "local" and legacy_scope and mcore >= CUDA_GRAPH_MODULES_MCORE:
         lay["cuda_graph_impl"] = "full_iteration"  # 0.18+: the full-iteration impl with an empty scope
         lay["cuda_graph_scope"] = []
     for key, value in lay.items():
@@ -201,11 +203,9 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
         for path in BRIDGE_PATHS[key]:
             sec, field = path.split(".", 1)
             field = bridge_key_for_version(field, mcore)
-            if mcore < KEY_MIN_MCORE.get(field, (0, 0, 0)):
+            if field in KEY_MIN_MCORE and mcore < KEY_MIN_MCORE[field]:
                 if notes is not None:
-                    notes.append(
-                        f"{field}={short_repr(value)} needs megatron-core ≥ {'.'.join(map(str, KEY_MIN_MCORE[field]))}: left out"
-                    )
+                    notes.append(f"{field}={short_repr(value)} needs megatron-core ≥ {KEY_MIN_MCORE[field]}: left out")
                 continue
             out.setdefault(sec, {})[field] = value
     t = s.training

@@ -20,11 +20,11 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from moeplan.errors import InputError, short_repr
+from moeplan.inputs.layout import PARALLEL_DIMS, LayoutSpec
+from moeplan.inputs.loading import load_json_text, load_yaml_text, parse_yaml_value
+from moeplan.inputs.policy import MAX_DEPTH, MAX_TEXT_CHARS, ascii_int
 from moeplan.io.export import HEADER
 from moeplan.io.keys import BRIDGE_PATHS, MIXED_PRECISION, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
-from moeplan.spec.layout import PARALLEL_DIMS, LayoutSpec
-from moeplan.spec.loading import load_json_text, load_yaml_text, parse_yaml_value
-from moeplan.spec.policy import MAX_DEPTH, MAX_TEXT_CHARS, ascii_int
 
 SOURCES = ("mbridge-yaml", "mbridge-overrides", "megatron-lm-args", "megatron-log")
 
@@ -143,7 +143,7 @@ def _keep_valid(layout: dict, notes: list[str]) -> dict:
     out = {}
     for key, v in layout.items():
         v = _value(key, v)
-        if v is None:  # how a dump writes an unset field: not stated (spec.loading.without_nulls)
+        if v is None:  # how a dump writes an unset field: not stated (inputs.loading.without_nulls)
             continue
         try:
             LayoutSpec.model_validate({key: v})
@@ -288,7 +288,7 @@ def hydra_value(text: str, _depth: int = 0) -> Any:
     decimal ints (ASCII digits, no octal), finite floats; anything else is a plain string.
 
     Raises:
-        InputError: lists nested deeper than :data:`~moeplan.spec.policy.MAX_DEPTH` (64) levels
+        InputError: lists nested deeper than :data:`~moeplan.inputs.policy.MAX_DEPTH` (64) levels
             (field ``override``; :func:`parse_overrides` names the key and line).
     """
     t = text.strip()
@@ -343,7 +343,7 @@ _LONG_TOKEN = re.compile(rf"\S{{{MAX_TEXT_CHARS + 1},}}")
 
 
 def _refuse_long_tokens(text: str, field: str) -> None:
-    """Refuse ``text`` holding a token longer than :data:`~moeplan.spec.policy.MAX_TEXT_CHARS`.
+    """Refuse ``text`` holding a token longer than :data:`~moeplan.inputs.policy.MAX_TEXT_CHARS`.
 
     Raises:
         InputError: naming ``field``, the token's length and the limit.

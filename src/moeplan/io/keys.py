@@ -1,7 +1,7 @@
 """Where each moeplan layout / training key lives in Megatron Bridge's ``ConfigContainer`` and in
 Megatron-LM's ``pretrain_gpt.py`` arguments.
 
-Sources: ``megatron_facts.md`` §3.1–3.13 (Bridge ``training/config.py`` @067f987, mcore
+Sources: ``megatron_facts.md`` §3.1–3.13 (vendored in ``tests/data/reference``; Bridge ``training/config.py`` @067f987, mcore
 ``TransformerConfig`` / ``OptimizerConfig`` / ``DistributedDataParallelConfig`` @2a75ac1) and
 Megatron-LM ``megatron/training/arguments.py`` flag spellings. A key listed under several Bridge
 sections is written to each (Bridge keeps e.g. ``ddp`` and ``optimizer`` in sync).
@@ -9,8 +9,11 @@ sections is written to each (Bridge keeps e.g. ``ddp`` and ``optimizer`` in sync
 
 from __future__ import annotations
 
+from packaging.version import Version
+
+from moeplan.inputs.layout import PARALLEL_DIMS
+from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE
 from moeplan.rules.world import KEY_MIN_MCORE  # noqa: F401 - defined with the rule that checks it; read by the export
-from moeplan.spec.layout import PARALLEL_DIMS
 
 #: layout key → Bridge ConfigContainer paths (``section.field``); first is the canonical one
 BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
@@ -194,11 +197,11 @@ def mlm_flag(key: str) -> str:
     return MLM_FLAG_EXCEPTIONS.get(key, "--" + key.replace("_", "-"))
 
 
-def bridge_key_for_version(key: str, mcore_version: tuple[int, ...]) -> str:
+def bridge_key_for_version(key: str, mcore_version: Version) -> str:
     """Version-aware spelling: megatron-core ≥ 0.18 reads ``cuda_graph_modules`` (``cuda_graph_scope``
     is its deprecated alias); earlier versions only know ``cuda_graph_scope`` (§3.13)."""
-    if key == "cuda_graph_scope" and mcore_version >= (0, 18, 0):
+    if key == "cuda_graph_scope" and mcore_version >= CUDA_GRAPH_MODULES_MCORE:
         return "cuda_graph_modules"
-    if key == "cuda_graph_modules" and mcore_version < (0, 18, 0):
+    if key == "cuda_graph_modules" and mcore_version < CUDA_GRAPH_MODULES_MCORE:
         return "cuda_graph_scope"
     return key

@@ -1,4 +1,4 @@
-"""Writing output files and folders: one output policy for every writer (issue #22).
+"""Writing output files and folders: one output policy for every writer.
 
 - Checked before any work: a path that resolves (no symlink loop), in an existing folder, not a
   folder or a FIFO itself, and never one of the command's own inputs (``plan s.yaml --report s.yaml``

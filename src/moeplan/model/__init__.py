@@ -1,2 +1,2 @@
 """Cost models: per-GPU memory (this package) and, later, step time. Pure functions of a resolved
-:class:`~moeplan.spec.scenario.Scenario`."""
+:class:`~moeplan.resolve.load.Scenario`."""

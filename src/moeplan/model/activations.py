@@ -5,7 +5,7 @@ Activation Recomputation in Large Transformer Models", arXiv 2205.05198, §4 and
 flash/fused attention (no s² term unless ``attention_backend: unfused``), GQA/MLA/Gated DeltaNet
 attention, SwiGLU or GeLU MLPs and MoE layers (router, top-k expanded tokens on the expert side,
 shared experts). Each tensor is tagged with the recompute module whose checkpoint drops it
-(``megatron_facts.md`` §3.4: ``core_attn``, ``mla_up_proj``, ``layernorm``, ``moe_act``, ``mlp``,
+(``megatron_facts.md`` §3.4, vendored in ``tests/data/reference``: ``core_attn``, ``mla_up_proj``, ``layernorm``, ``moe_act``, ``mlp``,
 ``moe``, ``shared_experts``, ``gdn_norm_out``).
 
 Sharding: ``tokens`` are the tokens of one microbatch on this CP rank (MBS·seq/CP). Tensors of the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from moeplan.spec.model import ModelSpec
+from moeplan.inputs.model_spec import ModelSpec
 
 #: label of tensors no selective recompute drops
 KEEP = ""

@@ -26,9 +26,9 @@ domain when the product of the inner sizes does.
 
 from __future__ import annotations
 
+from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import nic_bytes_per_s, nvlink_bytes_per_s
-from moeplan.spec.system import GpuSpec
 
 
 def link_bw(gpu: GpuSpec, span_gpus: int, c: TimeConstants) -> float:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from moeplan.inputs.versions import find_release
+
 if TYPE_CHECKING:
-    from moeplan.spec.scenario import Scenario
+    from moeplan.inputs.resolved import Scenario
 
 
 #: the constants set from a published measurement of their term alone (never fitted; the defaults of
@@ -102,8 +103,8 @@ class TimeConstants:
     provenance: dict = field(default_factory=dict)
 
     def release(self, name: str | None) -> tuple[str, float]:
-        """(release used, its factor). Missing or unreadable → the newest fitted release (the issue's
-        rule for a scenario without a release); a fitted release → itself; another ``NN.NN[.NN]`` → the
+        """(release used, its factor). Missing or unreadable → the newest fitted release (a scenario
+        without a release is taken to run the newest measured software); a fitted release → itself; another ``NN.NN[.NN]`` → the
         newest fitted release not newer than it, or the oldest fitted one when it predates them all
         (software is assumed at least as good as the last release measured before it, and an older
         container than any measured is not credited with newer software)."""
@@ -134,12 +135,8 @@ def load_constants() -> TimeConstants:
     return TimeConstants(**data)
 
 
-_RELEASE_IN_TEXT = re.compile(r"(?<![\d.])(\d\d\.\d\d(?:\.\d\d)?)(?![\d.])")
-
-
 def release_of(s: Scenario) -> str | None:
     """The container release (``26.04.01``) named in ``versions.container`` (``nvcr.io/nvidia/nemo:26.04.01``
-    works too); None when not given or not readable as exactly one ``NN.NN[.NN]``."""
-    text = s.input.versions.container or ""
-    found = _RELEASE_IN_TEXT.findall(text)
-    return found[0] if len(found) == 1 and "\n" not in text else None
+    works too); None when not given or not readable as exactly one ``NN.NN[.NN]``
+    (:func:`moeplan.inputs.versions.find_release`)."""
+    return find_release(s.input.versions.container)

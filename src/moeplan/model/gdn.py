@@ -25,8 +25,8 @@ chunk term.
 
 from __future__ import annotations
 
+from moeplan.inputs.system import GpuSpec
 from moeplan.model.hardware import hbm_bytes_per_s
-from moeplan.spec.system import GpuSpec
 
 #: per token·head, forward + backward, head dim 128, GB200 (s)
 GDN_S_PER_TOKEN_HEAD = 5.486e-9

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.spec.system import GpuSpec
+from moeplan.inputs.system import GpuSpec
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """LoRA adapters on one rank of a pipeline stage: their parameters, the activations their paths save,
-and their GEMM time (:mod:`moeplan.spec.peft` counts each layer's adapters, with Bridge's sources).
+and their GEMM time (:mod:`moeplan.inputs.peft` counts each layer's adapters, with Bridge's sources).
 
 Activations per adapted linear and microbatch (Bridge ``ParallelLinearAdapter``, bf16): the
 bottleneck ``tokens · dim`` that ``linear_out`` saves as its input; ``linear_in``'s input is the
@@ -18,11 +18,11 @@ rank's routed tokens (``tokens · top-k · routing factor``).
 
 from __future__ import annotations
 
+from moeplan.inputs.peft import LayerAdapters, layer_adapters
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import ActContext
-from moeplan.spec.params import RankParams
-from moeplan.spec.peft import LayerAdapters, layer_adapters
-from moeplan.spec.placement import StageParams
-from moeplan.spec.scenario import Scenario
+from moeplan.structure.params import RankParams
+from moeplan.structure.placement import StageParams
 
 #: bytes per element of adapter weights and activations (bf16: ``lora_dtype`` None → params dtype)
 LORA_BYTES = 2.0

@@ -27,7 +27,7 @@ WORKSPACES_GIB = 0.25
 #: Extra of CUDA graph memory pools beyond the tensors they hold, as a fraction of activations: a
 #: graph's private pool blocks cannot serve eager allocations (nor eager blocks the graphs), and the
 #: instantiated graphs hold executable memory; neither Megatron nor TE sizes these. Static inputs,
-#: outputs and grad surfaces are modelled from the source (``moeplan.model.memory.graphs``). Planning
+#: outputs and grad surfaces are modelled from the source (``moeplan.model.memory.graph_memory``). Planning
 #: value.
 CUDA_GRAPH_POOL_FRACTION = 0.05
 #: Caching-allocator fragmentation (reserved minus allocated) as a fraction of the dynamic memory

@@ -5,7 +5,7 @@ Per pipeline stage and microbatch: compute (dense GEMMs, grouped expert GEMMs, a
 wise memory traffic, kernel-launch overhead (reduced by CUDA graphs), recompute, exposed TP / CP / EP
 communication. The pipeline runs ``m`` microbatches on the slowest stage plus the bubble
 ``(p − 1)/v`` stage-times (Narayanan et al. 2021, interleaved schedule); then exposed data-parallel
-communication and the optimizer step. Model TFLOP/s uses :mod:`moeplan.spec.flops` (Megatron
+communication and the optimizer step. Model TFLOP/s uses :mod:`moeplan.structure.flops` (Megatron
 Bridge's count); MFU divides it by the dense BF16 peak (say so in reports).
 """
 
@@ -15,21 +15,21 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from moeplan.catalog.gpus import measured_gemm_fractions
+from moeplan.inputs.model_spec import ModelSpec
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants, load_constants, release_of
 from moeplan.model.lora import adapter_rank_params
 from moeplan.model.time import notes
 from moeplan.model.time.context import StepContext, require_step_inputs, step_context
 from moeplan.model.time.data_parallel import data_parallel_time
-from moeplan.model.time.optimizer import optimizer_step_s
-from moeplan.model.time.pipeline import pipeline_bubble_s, pipeline_comm_s
+from moeplan.model.time.optimizer_step import optimizer_step_s
+from moeplan.model.time.pipeline_bubble import pipeline_bubble_s, pipeline_comm_s
 from moeplan.model.time.stage import StageTime, stage_time
 from moeplan.model.validity import assess
-from moeplan.spec.flops import model_flops
-from moeplan.spec.model import ModelSpec
-from moeplan.spec.numerics import optimizer_offload_fraction
-from moeplan.spec.placement import stage_params, stage_plan
-from moeplan.spec.scenario import Scenario
-from moeplan.spec.system import GpuSpec
+from moeplan.structure.flops import model_flops
+from moeplan.structure.numerics import optimizer_offload_fraction
+from moeplan.structure.placement import stage_params, stage_plan
 
 
 @dataclass(frozen=True)

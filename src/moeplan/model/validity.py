@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.constants import load_constants, release_of
-from moeplan.spec.scenario import Scenario
 
 #: median signed error (%) of a (model, GPU) pair's published runs from which an estimate warns of it
 BIAS_NOTE_PCT = 15.0
@@ -87,7 +88,9 @@ def long_context_check() -> dict:
 
 
 def _seq_note(seq: int, lo: int, hi: int) -> str:
-    text = f"seq_length {seq} outside the fitted {lo}–{hi}: attention and CP costs are first-principles, not fitted"
+    # the head is a message of its own: the one-line error band prints it alone
+    head = msg("validity.seq_outside_fitted", seq=seq, lo=lo, hi=hi)
+    text = f"{head}: attention and CP costs are first-principles, not fitted"
     chk = long_context_check()
     if not chk:
         return text + ", and not validated"
@@ -104,6 +107,18 @@ def _seq_note(seq: int, lo: int, hi: int) -> str:
     )
 
 
+def _not_measured(what: Message, measured: list[str]) -> Message:
+    """``<what> (measured: a, b, ...)``: what the fitted runs lack, with what they hold."""
+    return msg("validity.not_measured_among", what=what, measured=", ".join(measured))
+
+
+def _bias_note(over: bool, model: str | None, gpu: str | None, pct: float, runs: int) -> Message:
+    """The model's median signed error on a (model, GPU) pair's published runs (``pct``, %)."""
+    if over:
+        return msg("validity.bias_over_predicted", model=model, gpu=gpu, pct=pct, n=runs)
+    return msg("validity.bias_under_predicted", model=model, gpu=gpu, pct=pct, n=runs)
+
+
 def layout_kind(s: Scenario) -> list[str]:
     """Labels of the layout features that matter for coverage (e.g. ``cp>1``, ``vpp``, ``offload``)."""
     lay = s.layout
@@ -117,9 +132,9 @@ def layout_kind(s: Scenario) -> list[str]:
     if s.etp > 1 and s.model is not None and s.model.is_moe:
         kinds.append("etp>1")
     if lay.recompute_granularity == "full":
-        kinds.append("full recompute")
+        kinds.append(msg("validity.feature_full_recompute"))
     if lay.optimizer_cpu_offload:
-        kinds.append("optimizer offload")
+        kinds.append(msg("validity.feature_optimizer_offload"))
     if lay.use_megatron_fsdp:
         kinds.append("megatron-fsdp")
     if s.peft is not None:
@@ -133,16 +148,17 @@ def assess(s: Scenario, constants=None) -> Validity:
     cov = coverage()
     if not cov:
         return Validity(False, ["no coverage data packaged"], float("nan"), "none")
-    out = []
+    out: list[str] = []
     gpu = s.gpu.id if s.gpu else None
     if gpu not in cov["gpus"]:
-        out.append(f"GPU {gpu} was not measured (measured: {', '.join(cov['gpus'])})")
+        out.append(_not_measured(msg("validity.gpu_not_measured", gpu=gpu), cov["gpus"]))
     name = s.model.name if s.model else None
     if name not in cov["models"]:
-        out.append(f"model {name} was not measured (measured: {', '.join(m.split('/')[-1] for m in cov['models'])})")
+        models = [m.split("/")[-1] for m in cov["models"]]
+        out.append(_not_measured(msg("validity.model_not_measured", model=name), models))
     prec = s.training.precision
     if prec not in cov["precisions"]:
-        out.append(f"precision {prec} was not measured (measured: {', '.join(cov['precisions'])})")
+        out.append(_not_measured(msg("validity.precision_not_measured", precision=prec), cov["precisions"]))
     lo, hi = cov["seq_length_range"]
     seq = s.training.seq_length or 0
     if not lo <= seq <= hi:
@@ -163,10 +179,7 @@ def assess(s: Scenario, constants=None) -> Validity:
     b, n = bias.get("median_signed_pct"), int(bias.get("runs", 0))
     note = None
     if b is not None and abs(b) >= BIAS_NOTE_PCT:
-        note = (
-            f"on the published runs of {name} on {gpu} the model {'over' if b > 0 else 'under'}-predicted "
-            f"tokens/s/GPU by a median {b:+.0f} % ({n} run(s), benchmarks/accuracy.py)"
-        )
+        note = _bias_note(b > 0, name, gpu, b, n)
     extra: dict[str, Any] = {"measured_bias_pct": b, "measured_bias_runs": n, "bias_note": note}
     band, source = regime_band(cov, name, gpu, out)
     return Validity(not out, out, band, source, **extra)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.errors import InputError
-from moeplan.spec.scenario import Scenario
+from moeplan.inputs.resolved import Scenario
 
 #: ViT patches per sequence assumed when a VLM scenario has no ``workload`` (mock-data guard): half
 #: of the sequence's tokens are image tokens, i.e. 2 patches per token with a 2×2 merge — a planning

@@ -8,16 +8,17 @@ import copy
 import math
 from typing import Any
 
-from moeplan.catalog.recipes import published_runs
+from moeplan.catalog.perf_recipes import published_runs
 from moeplan.errors import InputError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.layout import PARALLEL_DIMS
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.describe import candidate_dict, describe
-from moeplan.plan.recipes import skill_recipes
 from moeplan.plan.search import Candidate, SearchResult, search
+from moeplan.plan.starting_points import skill_recipes
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.layout import PARALLEL_DIMS
-from moeplan.spec.scenario import load_scenario
 
 
 def rule_of_thumb_cp(seq_length: int) -> int:
@@ -67,9 +68,13 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
             )
         elif match is None and sub is not None and sub.rejected.counts:
             top = max(sub.rejected.counts, key=lambda r: sub.rejected.counts[r])
-            out["rule_of_thumb"]["why_not"] = (
-                f"no legal layout with CP {cp} fits at this size ({sub.rejected.counts[top]} of "
-                f"{sum(sub.rejected.counts.values())} break {top}: {sub.rejected.examples[top]})"
+            out["rule_of_thumb"]["why_not"] = msg(
+                "plan.no_legal_layout_with_cp_because",
+                cp=cp,
+                n=sub.rejected.counts[top],
+                total=sum(sub.rejected.counts.values()),
+                rule=top,
+                example=sub.rejected.examples[top],
             )
     if match is not None:
         out["rule_of_thumb"]["candidate"] = candidate_dict(match, rank, None)
@@ -77,7 +82,7 @@ def rule_of_thumb_baseline(res: SearchResult, base: dict | None = None, constant
             out["rule_of_thumb"]["search_gain_pct"] = 100 * (win.tokens_per_s_per_gpu / match.tokens_per_s_per_gpu - 1)
     else:
         out["rule_of_thumb"]["candidate"] = None
-        out["rule_of_thumb"].setdefault("why_not", f"no legal layout with CP {cp} fits at this size")
+        out["rule_of_thumb"].setdefault("why_not", msg("plan.no_legal_layout_with_cp", cp=cp))
     pub = published_baseline(res, constants)
     if pub is not None:
         out["published"] = pub

@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from moeplan.errors import MoeplanError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.constants import TimeConstants
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import estimate_step
-from moeplan.plan.space import RECOMPUTE_KEYS, recompute_ladder
+from moeplan.plan.space import RECOMPUTE_KEYS, recompute_ladder, rung_text
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.pipeline import output_stage_layers, pipeline_split
-from moeplan.spec.scenario import Scenario, load_scenario
+from moeplan.structure.stages import output_stage_layers, pipeline_split
 
 #: the kinds of change, in the order they are listed
 KINDS = ("recompute", "offload", "parallel", "batch", "numerics")
@@ -124,7 +126,7 @@ def combine(a: Change, b: Change) -> Change | None:
                 return None
             node[k] = v
     kind = "numerics" if "numerics" in (a.kind, b.kind) else a.kind
-    return Change(f"{a.label} + {b.label}", edits, kind)
+    return Change(msg("plan.change_both", first=a.label, second=b.label), edits, kind)
 
 
 def _current_rung(s: Scenario, ladder: list[tuple[str, dict]]) -> int:
@@ -155,7 +157,7 @@ def recompute_changes(s: Scenario) -> list[Change]:
             keys = {**keys, "recompute_modules": have + [x for x in keys["recompute_modules"] if x not in have]}
         edits = dict.fromkeys(RECOMPUTE_KEYS)
         edits.update(keys)
-        out.append(Change(f"recompute {name}", {"layout": edits}, "recompute"))
+        out.append(Change(rung_text(name), {"layout": edits}, "recompute"))
     return out
 
 
@@ -165,7 +167,11 @@ def offload_changes(s: Scenario) -> list[Change]:
         return []
     keys = {"optimizer_cpu_offload": True, "use_precision_aware_optimizer": True}
     return [
-        Change(f"optimizer offload {f:g}", {"layout": {**keys, "optimizer_offload_fraction": f}}, "offload")
+        Change(
+            msg("plan.change_offload", fraction=f"{f:g}"),
+            {"layout": {**keys, "optimizer_offload_fraction": f}},
+            "offload",
+        )
         for f in OFFLOAD_FRACTIONS
     ]
 
@@ -173,20 +179,32 @@ def offload_changes(s: Scenario) -> list[Change]:
 def parallel_changes(s: Scenario) -> list[Change]:
     """CP×2, PP×2 (with a legal split of the layers), TP×2 (SP), and for MoE EP×2 and ETP = TP."""
     m = s.complete_model
-    out = [Change(f"CP {s.cp} → {s.cp * 2}", {"layout": {"context_parallel_size": s.cp * 2}}, "parallel")]
+    out = [
+        Change(
+            msg("plan.change_size", name="CP", old=s.cp, new=s.cp * 2),
+            {"layout": {"context_parallel_size": s.cp * 2}},
+            "parallel",
+        )
+    ]
     seq = cast(int, s.training.seq_length)  # the callers estimated memory for s, which needs it
     tail = output_stage_layers(m, seq, 1, s.mtp_num_layers)
     split = pipeline_split(m.num_layers, s.pp * 2, 1, s.mtp_num_layers, tail)
     pp = {**_SPLIT_RESET, "pipeline_model_parallel_size": s.pp * 2, "virtual_pipeline_model_parallel_size": None}
     pp.update(split or {})
-    out.append(Change(f"PP {s.pp} → {s.pp * 2}", {"layout": pp}, "parallel"))
+    out.append(Change(msg("plan.change_size", name="PP", old=s.pp, new=s.pp * 2), {"layout": pp}, "parallel"))
     tp = {"tensor_model_parallel_size": s.tp * 2, "sequence_parallel": True}
-    out.append(Change(f"TP {s.tp} → {s.tp * 2} (SP)", {"layout": tp}, "parallel"))
+    out.append(Change(msg("plan.change_size_sp", name="TP", old=s.tp, new=s.tp * 2), {"layout": tp}, "parallel"))
     if m.is_moe:
-        out.append(Change(f"EP {s.ep} → {s.ep * 2}", {"layout": {"expert_model_parallel_size": s.ep * 2}}, "parallel"))
+        out.append(
+            Change(
+                msg("plan.change_size", name="EP", old=s.ep, new=s.ep * 2),
+                {"layout": {"expert_model_parallel_size": s.ep * 2}},
+                "parallel",
+            )
+        )
         if s.tp > 1 and s.etp != s.tp:
             etp = {"expert_tensor_parallel_size": s.tp}
-            out.append(Change(f"ETP {s.etp} → {s.tp}", {"layout": etp}, "parallel"))
+            out.append(Change(msg("plan.change_size", name="ETP", old=s.etp, new=s.tp), {"layout": etp}, "parallel"))
     return out
 
 
@@ -195,11 +213,19 @@ def batch_and_numerics_changes(s: Scenario) -> list[Change]:
     out = []
     mbs = s.training.micro_batch_size or 1
     if mbs > 1:
-        out.append(Change(f"MBS {mbs} → {mbs // 2}", {"training": {"micro_batch_size": mbs // 2}}, "batch"))
+        out.append(
+            Change(
+                msg("plan.change_size", name="MBS", old=mbs, new=mbs // 2),
+                {"training": {"micro_batch_size": mbs // 2}},
+                "batch",
+            )
+        )
     if s.training.precision == "bf16" and s.gpu is not None:
         fp8 = "mxfp8" if s.gpu.supports_mxfp8 else ("fp8-blockwise" if s.gpu.supports_te_fp8 else None)
         if fp8:
-            out.append(Change(f"precision bf16 → {fp8}", {"training": {"precision": fp8}}, "numerics"))
+            out.append(
+                Change(msg("plan.change_precision", old="bf16", new=fp8), {"training": {"precision": fp8}}, "numerics")
+            )
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from moeplan.plan.search import Candidate, time_to_train_s
 from moeplan.rules import validate
 from moeplan.rules.graphs import nan_check_off_note
-from moeplan.rules.known_issues import summary as known_issue_summary
+from moeplan.rules.known_issue_checks import summary as known_issue_summary
 
 
 def describe(c: Candidate) -> str:

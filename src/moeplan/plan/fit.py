@@ -16,6 +16,7 @@ import itertools
 from typing import cast
 
 from moeplan.errors import InputError
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.constants import TimeConstants
 from moeplan.model.memory import TIGHT_HEADROOM, MemoryEstimate, dominant_items, estimate_memory
 from moeplan.model.step import estimate_step
@@ -23,9 +24,9 @@ from moeplan.plan.changes import Change, Outcome, Rejection, apply_edits, combin
 from moeplan.plan.describe import describe
 from moeplan.plan.planner import plan
 from moeplan.plan.space import with_sections
+from moeplan.resolve.assumptions import verdict_assumptions
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.assumptions import verdict_assumptions
-from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
 

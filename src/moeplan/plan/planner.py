@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import time
 
-from moeplan.catalog.known_issues import get_known_issue
-from moeplan.catalog.recipes import published_runs
+from moeplan.catalog.known_issue_table import get_known_issue
+from moeplan.catalog.perf_recipes import published_runs
 from moeplan.errors import InputError
+from moeplan.i18n.messages import msg
 from moeplan.model.step import estimate_step
 from moeplan.plan.baseline import differs, rule_of_thumb_baseline
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
-from moeplan.plan.search import _simplest_leads, search
-from moeplan.rules.known_issues import summary as known_issue_summary
-from moeplan.rules.known_issues import versions_to_state
+from moeplan.plan.search import search, simplest_leads
+from moeplan.rules.known_issue_checks import summary as known_issue_summary
+from moeplan.rules.known_issue_checks import versions_to_state
 
 
 def known_issue_notes(candidates) -> list[str]:
@@ -24,7 +25,7 @@ def known_issue_notes(candidates) -> list[str]:
     for c in candidates:
         for k in known_issue_summary(c.scenario):
             seen[k["status"]].add(k["id"])
-    notes = []
+    notes: list[str] = []
     if seen["affected"]:
         notes.append(
             "known issues at the stated versions (flagged, not avoided): "
@@ -34,9 +35,11 @@ def known_issue_notes(candidates) -> list[str]:
     if seen["possible"]:
         issues = [ki for i in sorted(seen["possible"]) if (ki := get_known_issue(i)) is not None]
         notes.append(
-            "possible known issues (versions not stated): "
-            + ", ".join(sorted(seen["possible"]))
-            + f"; set {versions_to_state(candidates[0].scenario, issues)} to check"
+            msg(
+                "plan.possible_known_issues",
+                ids=", ".join(sorted(seen["possible"])),
+                keys=versions_to_state(candidates[0].scenario, issues),
+            )
         )
     return notes
 
@@ -50,7 +53,7 @@ STOPPING_SYMPTOMS = ("hang", "crash", "assertion")
 
 
 def first_candidate_risk_notes(candidates) -> list[str]:
-    """One note per known issue #1 may hit that breaks the run, with its title, workaround and source:
+    """One note per known issue the top candidate may hit that breaks the run, with its title, workaround and source:
     a silent one (:data:`SILENT_SYMPTOMS`) at the stated versions or with them unstated, one that
     stops the run (:data:`STOPPING_SYMPTOMS`) at the stated versions. The ranking avoids only
     confirmed hangs, crashes and assertions at stated versions, so these are said in full, not only
@@ -84,9 +87,12 @@ def safer_alternative_note(cands: list) -> str | None:
     best = cands[0].tokens_per_s_per_gpu
     for rank, c in enumerate(cands[1:], start=2):
         if not _risks(c):
-            return (
-                f"#1 risks {', '.join(risks)}; #{rank} {c.parallel.label()} risks none of them "
-                f"({100 * (c.tokens_per_s_per_gpu / best - 1):+.1f} % predicted): prefer it where the risk matters"
+            return msg(
+                "plan.safer_alternative",
+                risks=", ".join(risks),
+                rank=rank,
+                layout=c.parallel.label(),
+                pct=100 * (c.tokens_per_s_per_gpu / best - 1),
             )
     return None
 
@@ -110,7 +116,7 @@ def within_band_note(cands: list) -> str | None:
         if close == list(range(close[0], close[-1] + 1))
         else "#" + ", #".join(map(str, close))
     )
-    return f"{ranks} within #1's error band (±{band:.0f} %): the model cannot order them; measure (moeplan sweep)"
+    return msg("plan.within_error_band", ranks=ranks, band=band)
 
 
 def _rank_baselines(res, base_d: dict) -> list[str]:
@@ -133,18 +139,15 @@ def _rank_baselines(res, base_d: dict) -> list[str]:
         if same(c) not in seen and c.tokens_per_s_per_gpu > top:
             seen.add(same(c))
             added.append(c)
-    notes = []
+    notes: list[str] = []
     for c in added:
         res.candidates.append(c)
-        notes.append(
-            f"{c.parallel.label()} was found by the baselines' own search (the main search refines only its best "
-            "layouts) and is ranked with the rest"
-        )
+        notes.append(msg("plan.found_by_baselines", layout=c.parallel.label()))
     if not added:
         return notes
     res.candidates.sort(key=lambda c: c.key())
     # the ranking changed: the main search's tie note spoke of its own #1, which may no longer lead
-    res.tie_note = _simplest_leads(res.candidates)
+    res.tie_note = simplest_leads(res.candidates)
     win = res.candidates[0]
     rot = base_d.get("rule_of_thumb", {})
     cand = rot.get("candidate")
@@ -224,18 +227,8 @@ def plan(
     if m0 is not None and m0.vision is not None:
         w = res.candidates[0]
         mock = estimate_step(w.scenario, constants, vision_patches=0.0).tokens_per_s_per_gpu
-        src = (
-            "your workload"
-            if w.scenario.input.workload is not None
-            else "no workload given: a planning mix (half the tokens are image tokens); use --workload from `moeplan vlm-stats`"
-        )
-        notes.append(
-            f"VLM: #1 with mock (image-free) data would show {mock:,.0f} tokens/s/GPU "
-            f"({100 * (mock / w.tokens_per_s_per_gpu - 1):+.0f} %) — not a real-data figure; the ranking uses {src}. "
-            "The model counts only the vision tower's compute and the padding; the guidance reports mock data "
-            "running up to about twice as fast as real multimodal input (data loading, preprocessing and "
-            "variable shapes, which it does not model)"
-        )
+        src = msg("plan.your_workload") if w.scenario.input.workload is not None else msg("plan.no_workload_given")
+        notes.append(msg("plan.vlm_mock_data", tok=mock, pct=100 * (mock / w.tokens_per_s_per_gpu - 1), source=src))
     notes += first_candidate_risk_notes(res.candidates)
     safer = safer_alternative_note(res.candidates[:top])
     notes += [safer] if safer else []
@@ -252,14 +245,15 @@ def plan(
         if rules:
             top_rule = rules[0]
             notes.append(
-                f"no layout fits: {counts[top_rule]} of {sum(counts.values())} layouts break {top_rule} "
-                f"(e.g. {res.rejected.examples[top_rule]}) — with the keys you hold fixed; `moeplan check` on "
-                "one of them gives the fix"
+                msg(
+                    "plan.no_layout_fits_rule",
+                    n=counts[top_rule],
+                    total=sum(counts.values()),
+                    rule=top_rule,
+                    example=res.rejected.examples[top_rule],
+                )
             )
         else:
-            notes.append(
-                "no layout fits: see the rejected tally (try more GPUs, a shorter sequence, FP8, fewer keys "
-                "held fixed, or --headroom-gib 0)"
-            )
+            notes.append(msg("plan.no_layout_fits"))
     brief = explain_winner(res, brief=True)
     return PlanResult(res, top, expl, runner, base_d, time.perf_counter() - t0, train_tokens, notes, objective, brief)

@@ -26,6 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from moeplan.errors import InputError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.layout import PARALLEL_DIMS
+from moeplan.inputs.model_spec import ModelSpec
+from moeplan.inputs.provenance import RecipeProvenance
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.schema import scenario_from_dict
+from moeplan.inputs.system import GpuSpec
+from moeplan.inputs.training import default_global_batch, says_default_batch
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.space import (
@@ -44,18 +52,14 @@ from moeplan.plan.space import (
     vpp_options,
     with_sections,
 )
+from moeplan.resolve.assumptions import verdict_assumptions
+from moeplan.resolve.defaults import resolve_model
+from moeplan.resolve.load import load_scenario
+from moeplan.resolve.recipe_fills import CORE_SIZES, recipe_for_input
 from moeplan.rules import RULES, validate
-from moeplan.rules.known_issues import blocking_finding
-from moeplan.spec.assumptions import verdict_assumptions
-from moeplan.spec.layout import PARALLEL_DIMS
-from moeplan.spec.model import ModelSpec
-from moeplan.spec.params import count_params
-from moeplan.spec.pipeline import output_stage_layers, pipeline_split
-from moeplan.spec.provenance import RecipeProvenance
-from moeplan.spec.recipes import CORE_SIZES, recipe_for_input
-from moeplan.spec.scenario import Scenario, load_scenario, resolve_model, scenario_from_dict
-from moeplan.spec.system import GpuSpec
-from moeplan.spec.training import default_global_batch, says_default_batch
+from moeplan.rules.known_issue_checks import blocking_finding
+from moeplan.structure.params import count_params
+from moeplan.structure.stages import output_stage_layers, pipeline_split
 from moeplan.units import GIB_BYTES
 
 #: headroom kept free on every GPU unless ``headroom_gib`` says otherwise (allocator spikes, NCCL
@@ -559,7 +563,7 @@ def _families(fixed_layout: dict, m) -> tuple[str, ...]:
     return ("3d", "fsdp")
 
 
-def _mbs_options(base: dict, s0: Scenario) -> list[int]:
+def mbs_options(base: dict, s0: Scenario) -> list[int]:
     """Micro-batch sizes searched: the one given, else 1–4 up to 8K tokens, 1–2 up to 32K, else 1
     (larger microbatches only where a sequence leaves room)."""
     mbs = s0.training.micro_batch_size
@@ -602,7 +606,7 @@ def _setup(base: dict, headroom_gib: float | None, constants, recipe_from: dict 
         ev,
         Rejections(),
         ladder,
-        _mbs_options(base, s0),
+        mbs_options(base, s0),
         _families(fixed_layout, m),
         dict(added),
     )
@@ -799,7 +803,7 @@ def fewest_warnings(tied: list[Candidate]) -> Candidate:
     return min(tied, key=lambda c: (len(c.warning_ids()), tied.index(c)))
 
 
-def _simplest_leads(out: list[Candidate]) -> str | None:
+def simplest_leads(out: list[Candidate]) -> str | None:
     """Within :data:`TIE_FRACTION` of the fastest the model cannot tell layouts apart (its error is
     larger): the layout with the fewest check warnings, then the simplest (least CP, then PP, TP, VPP,
     ETP), is moved to the front of ``out`` (in place). Returns the note saying so, None when the
@@ -817,14 +821,17 @@ def _simplest_leads(out: list[Candidate]) -> str | None:
     flagged = out[0] if len(out[0].warning_ids()) > len(lead.warning_ids()) else pool[0]
     dropped = ", ".join(sorted(set(flagged.warning_ids()) - set(lead.warning_ids())))
     why = (
-        f"the layout the check warns about less wins (the check warns {flagged.parallel.label()}: {dropped})"
+        msg("plan.tie_fewer_warnings", layout=flagged.parallel.label(), ids=dropped)
         if lead is not pool[0]
-        else "the simpler layout wins (least CP, then PP, TP, VPP, ETP)"
+        else msg("plan.tie_simpler")
     )
-    note = (
-        f"{lead.parallel.label()} leads although {out[0].parallel.label()} is predicted "
-        f"{100 * (top_tps / lead.tokens_per_s_per_gpu - 1):.1f} % faster: within {100 * TIE_FRACTION:.0f} % "
-        f"(below the model's resolution) {why}"
+    note = msg(
+        "plan.tie_note",
+        lead=lead.parallel.label(),
+        fastest=out[0].parallel.label(),
+        pct=100 * (top_tps / lead.tokens_per_s_per_gpu - 1),
+        tie=100 * TIE_FRACTION,
+        why=why,
     )
     out.remove(lead)
     out.insert(0, lead)
@@ -889,7 +896,7 @@ def search(
     ph = _phase_one(st, _combos(st, min_dp), progress)
     ph.found.sort(key=Candidate.key)
     out, refined_variants = _refine_phase(st, ph.found, refine)
-    tie_note = _simplest_leads(out)
+    tie_note = simplest_leads(out)
     return SearchResult(
         out,
         st.rej,
@@ -1064,7 +1071,7 @@ def _refine(
         best = fewest_warnings(tied)
         _record_warned(best, fam, [x for x in tied if x is not start], tried)
         if fam == "dispatcher":
-            best = _weak_dispatcher_tie(best, variants, top, gpu)
+            best = weak_dispatcher_tie(best, variants, top, gpu)
         best.tried[fam] = tried
     return best
 
@@ -1083,7 +1090,7 @@ def _record_warned(best: Candidate, fam: str, tied: list[Candidate], tried: dict
             best.tried.setdefault("_warns", {})[f"{fam}:{name}"] = ", ".join(extra)
 
 
-def _weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
+def weak_dispatcher_tie(best: Candidate, variants: list[Candidate], top: float, gpu) -> Candidate:
     """On an NVL72 rack, HybridEP within :data:`WEAK_DISPATCHER_TIE` of the fastest dispatcher is a tie
     on weak evidence (the gap rests on HybridEP's kernel rate measured at one shape):
     the fastest prediction is kept, so that every candidate is ranked by what the model predicts for

@@ -4,7 +4,7 @@ per-candidate knobs (dispatcher, CUDA graph scope, CP communication type).
 Everything here is cheap integer arithmetic; legality beyond divisibility is left to the rules
 (:func:`moeplan.validate`), so the planner and ``moeplan check`` can never disagree.
 Sources: world-size folding ``PP·max(TP·CP, EP·ETP)`` and the pipeline split options follow
-``megatron_facts.md`` §4.3–4.4 (Megatron-Core ``parallel_state.initialize_model_parallel``,
+``megatron_facts.md`` §4.3–4.4 (vendored in ``tests/data/reference``; Megatron-Core ``parallel_state.initialize_model_parallel``,
 ``transformer_block.get_num_layers_to_build``, ``PipelineParallelLayerLayout``).
 """
 
@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from moeplan.model.compute import arch_family
-from moeplan.spec.layout import PARALLEL_DIMS
-from moeplan.spec.model import ModelSpec
-from moeplan.spec.system import GpuSpec
+from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.layout import PARALLEL_DIMS
+from moeplan.inputs.model_spec import ModelSpec
+from moeplan.inputs.system import GpuSpec
+from moeplan.model.executed_flops import arch_family
 
 if TYPE_CHECKING:
-    from moeplan.spec.scenario import Scenario
+    from moeplan.inputs.resolved import Scenario
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: the layout keys a recompute-ladder rung sets
@@ -30,7 +31,7 @@ OPTIMIZER_OFFLOAD_KEYS = ("optimizer_cpu_offload", "optimizer_offload_fraction")
 #: and the pipeline split. The planner chooses them for every candidate (or holds what the request
 #: states), so a recipe fill (``recipe_defaults: mbridge-perf``) never sets them in a candidate: a
 #: 64-GPU Megatron-FSDP recipe row must not turn a 3D candidate of the same sizes into FSDP
-#: (docs/decisions.md, "Planner").
+#: (docs/model/recipe_fills.md, "In the planner").
 LAYOUT_KEYS = frozenset(
     {
         *PARALLEL_DIMS.values(),
@@ -218,6 +219,35 @@ def parallel_candidates(
 def POW2_upto(n: int) -> list[int]:  # noqa: N802 - reads as a constant
     """Powers of two from 1 up to ``n``."""
     return [p for p in POW2 if p <= n]
+
+
+#: the ladder's rungs without modules as messages: (``recompute full``, ``full``)
+_RUNGS = {
+    "none": (lambda: msg("plan.recompute_none"), lambda: msg("plan.rung_none")),
+    "full": (lambda: msg("plan.recompute_full"), lambda: msg("plan.rung_full")),
+    "selective": (lambda: msg("plan.recompute_selective"), lambda: msg("plan.rung_selective")),
+}
+
+
+def rung_text(rung: str, prefix: bool = True) -> Message:
+    """A recompute rung as the ladder names it (``none``, ``full``, ``selective moe_act``, each maybe
+    ``+ optimizer offload 0.5``), as a message: ``recompute full`` with ``prefix``, ``full`` without."""
+    base, sep, fraction = rung.partition(" + optimizer offload ")
+    inner, given, _ = base.partition(" (given)")
+    kind, _, modules = inner.partition(" ")
+    out: Message
+    if kind == "selective" and modules:
+        out = (
+            msg("plan.recompute_selective_modules", modules=modules)
+            if prefix
+            else msg("plan.rung_selective_modules", modules=modules)
+        )
+    elif kind in _RUNGS and not modules:
+        out = _RUNGS[kind][0 if prefix else 1]()
+    else:  # a granularity the ladder does not name: kept as written
+        out = msg("plan.recompute_other", rung=inner) if prefix else msg("plan.rung_other", rung=inner)
+    out = msg("plan.rung_given", rung=out) if given else out
+    return msg("plan.with_optimizer_offload", rung=out, fraction=fraction) if sep else out
 
 
 def recompute_ladder(m: ModelSpec) -> list[tuple[str, dict]]:

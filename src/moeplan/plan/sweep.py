@@ -17,19 +17,20 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from moeplan.diagnose import read_log
-from moeplan.diagnose.logs import other_layout, scenario_sizes, tokens_per_s_per_gpu
 from moeplan.errors import InputError, MoeplanError
+from moeplan.i18n.messages import msg
+from moeplan.inputs.loading import dump_yaml, load_json_file
+from moeplan.inputs.provenance import RecipeProvenance
+from moeplan.inputs.resolved import Scenario
 from moeplan.io.export import launch_script
+from moeplan.io.run_logs import other_layout, read_log, scenario_sizes, tokens_per_s_per_gpu
 from moeplan.io.write import atomic_directory, check_new_directory, write_atomically, write_file_in
 from moeplan.model.memory import estimate_memory
 from moeplan.model.step import estimate_step
 from moeplan.plan.describe import describe
 from moeplan.plan.planner import plan
+from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
-from moeplan.spec.loading import dump_yaml, load_json_file
-from moeplan.spec.provenance import RecipeProvenance
-from moeplan.spec.scenario import Scenario, load_scenario
 from moeplan.units import GIB_BYTES
 
 SMOKE_STEPS = 20
@@ -339,7 +340,7 @@ def _planned(sc: dict) -> tuple[int, int, int] | None:
 
 def _entry_sizes(e: dict) -> dict[str, int | None] | None:
     """The layout and batch sizes a sweep entry attributes its logs to (its resolved scenario, as
-    :func:`moeplan.diagnose.logs.scenario_sizes`); None when its scenario does not resolve (an edited
+    :func:`moeplan.io.run_logs.scenario_sizes`); None when its scenario does not resolve (an edited
     manifest)."""
     try:
         return scenario_sizes(load_scenario(e["scenario"]))
@@ -356,7 +357,7 @@ def _check_log_layout(
 
     Raises:
         InputError: the dump states another value of a key of
-            :data:`moeplan.diagnose.logs.DUMP_CHECK_KEYS` than the entry, and ``mismatched`` is None.
+            :data:`moeplan.io.run_logs.DUMP_CHECK_KEYS` than the entry, and ``mismatched`` is None.
     """
     if sizes is None:
         return
@@ -374,7 +375,7 @@ def _check_log_layout(
     if text is None or mismatched is None:
         return
     mismatched.append(p.name)
-    notes.append(f"{p.name}: ran another layout than the entry ({text}), scored against the entry")
+    notes.append(msg("plan.log_ran_another_layout", log=p.name, details=text))
 
 
 def _log_tokens_per_s(
@@ -429,7 +430,7 @@ def collect(out_dir: Path, *, include_smoke: bool = False, accept_mismatch: bool
     (atomically), each run with the logs it was measured from (``logs:``, relative to the folder).
 
     A log whose argument dump states another TP, PP, VPP, CP, EP, ETP, MBS, GBS or sequence length
-    than its entry (:data:`moeplan.diagnose.logs.DUMP_CHECK_KEYS`) would poison every calibration
+    than its entry (:data:`moeplan.io.run_logs.DUMP_CHECK_KEYS`) would poison every calibration
     made from it: it is refused, nothing written; with ``accept_mismatch`` it is scored against the
     entry anyway and the entry's ``notes`` and ``mismatched_logs`` say so.
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.rules import (  # noqa: F401
+from moeplan.inputs.resolved import Scenario
+from moeplan.rules import (  # noqa: F401  (imported to register their rules)
     attention,
     graphs,
-    known_issues,
+    known_issue_checks,
     moe,
     optimizer,
     pipeline,
@@ -21,7 +22,6 @@ from moeplan.rules import (  # noqa: F401
     world,
 )
 from moeplan.rules.base import RULES, Finding, Rule, overall_verdict
-from moeplan.spec.scenario import Scenario
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 

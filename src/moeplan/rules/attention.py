@@ -1,7 +1,10 @@
-"""Attention heads vs TP / CP (``megatron_facts.md`` §4.2)."""
+"""Attention heads vs TP / CP (``megatron_facts.md`` §4.2, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
+from packaging.version import Version
+
+from moeplan.i18n.messages import msg
 from moeplan.rules.base import rule
 
 
@@ -9,16 +12,21 @@ from moeplan.rules.base import rule
 def _heads(s, e):
     m = s.model
     if m is None or m.num_attention_heads is None:
-        return [e.missing("the model's num_attention_heads")] if s.tp > 1 else None
+        return [e.missing_model("num_attention_heads")] if s.tp > 1 else None
     if m.num_attention_heads % s.tp:
         ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if m.num_attention_heads % t == 0]
         return [
             e.error(
-                f"num_attention_heads ({m.num_attention_heads}) is not divisible by TP ({s.tp})",
-                f"use TP in {ok}",
+                msg("attention.heads_not_divisible_by_tp", heads=m.num_attention_heads, tp=s.tp),
+                msg("common.use_tp_in", values=ok),
                 "tensor_model_parallel_size",
             )
         ]
+
+
+#: the first megatron-core that accepts TP > num_query_groups when TP is a multiple of the groups
+#: (each KV group replicated on TP / groups ranks); before it groups % TP == 0 only
+GQA_TP_RELAXED_MCORE = Version("0.16.0")
 
 
 @rule(
@@ -34,29 +42,27 @@ def _groups(s, e):
     if g % tp == 0:
         return None
     ok_divides = tp % g == 0
-    relaxed = s.mcore_version >= (0, 16, 0)
+    relaxed = s.mcore_version >= GQA_TP_RELAXED_MCORE
     if ok_divides and relaxed:
         return [
             e.info(
-                f"TP ({tp}) > num_query_groups ({g}): each KV group is replicated on {tp // g} TP ranks "
-                f"(accepted since megatron-core 0.16)",
+                msg("attention.kv_groups_replicated", tp=tp, groups=g, ranks=tp // g),
                 "tensor_model_parallel_size",
             )
         ]
     heads = m.num_attention_heads or g
     cands = (1, 2, 4, 8, 16, 32, 64)
     allowed = [t for t in cands if heads % t == 0 and (g % t == 0 or (relaxed and t % g == 0))]
-    ver = ".".join(map(str, s.mcore_version))
-    rule_txt = "a multiple or a divisor of" if relaxed else "divisible by"
-    why = (
-        ""
+    ver = str(s.mcore_version)
+    text = (
+        msg("attention.query_groups_not_multiple_or_divisor", groups=g, tp=tp)
         if relaxed
-        else f" (megatron-core {ver} requires num_query_groups % TP == 0; 0.16+ also accepts TP % groups == 0)"
+        else msg("attention.query_groups_not_divisible_by_tp", groups=g, tp=tp, version=ver)
     )
     return [
         e.error(
-            f"num_query_groups ({g}) is not {rule_txt} TP ({tp}){why}",
-            f"use TP in {allowed}",
+            text,
+            msg("common.use_tp_in", values=allowed),
             "tensor_model_parallel_size",
         )
     ]
@@ -64,7 +70,7 @@ def _groups(s, e):
 
 #: first megatron-core release whose TransformerConfig accepts Gated DeltaNet with CP > 1 (core_v0.17.1
 #: still asserts ``context_parallel_size == 1``; core_v0.18.0 checks heads against TP·CP instead)
-GDN_CP_MIN_MCORE = (0, 18, 0)
+GDN_CP_MIN_MCORE = Version("0.18.0")
 
 
 @rule(
@@ -78,16 +84,15 @@ def _gdn(s, e):
     if m is None or not m.has_linear_attention:
         return None
     nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
-    ver = ".".join(map(str, s.mcore_version))
+    ver = str(s.mcore_version)
     out = []
     if s.cp > 1 and s.mcore_version < GDN_CP_MIN_MCORE:
         # megatron-core 0.16.0–0.17.1 assert context_parallel_size == 1 for gated delta net; 0.18.0 is the
         # first release that shards GDN heads over TP·CP (transformer_config.py at core_v0.17.1 and core_v0.18.0)
         out.append(
             e.error(
-                f"Gated DeltaNet layers do not support context parallelism in megatron-core {ver} (CP = {s.cp}); "
-                "0.18.0 is the first release with GDN context parallelism",
-                "use CP = 1 (TP for memory) or megatron-core ≥ 0.18 (heads sharded over TP·CP)",
+                msg("attention.gdn_cp_unsupported", version=ver, cp=s.cp),
+                msg("attention.gdn_cp_unsupported.fix"),
                 "context_parallel_size",
                 kind="unsupported",
             )
@@ -101,8 +106,8 @@ def _gdn(s, e):
             best = max(x for x in (1, 2, 4, 8, 16) if n % x == 0)
             out.append(
                 e.error(
-                    f"{name} ({n}) is not divisible by {what} = {d}",
-                    f"choose {what} dividing {n} (at most {best})",
+                    msg("attention.gdn_heads_not_divisible", key=name, heads=n, what=what, d=d),
+                    msg("attention.gdn_heads_not_divisible.fix", what=what, heads=n, best=best),
                     "tensor_model_parallel_size",
                     "context_parallel_size",
                 )
@@ -110,8 +115,8 @@ def _gdn(s, e):
     if nk and nv and nv % nk:
         out.append(
             e.error(
-                f"linear_num_value_heads ({nv}) is not divisible by linear_num_key_heads ({nk})",
-                "fix the model config",
+                msg("attention.gdn_value_heads_not_divisible", value_heads=nv, key_heads=nk),
+                msg("common.fix_the_model_config"),
                 "model",
             )
         )
@@ -132,8 +137,8 @@ def _vision_heads(s, e):
         ok = [t for t in (1, 2, 4, 8, 16) if n % t == 0]
         return [
             e.error(
-                f"the vision tower has {n} attention heads, not divisible by TP ({s.tp})",
-                f"use TP in {ok}, or freeze/offload the tower with its own TP in a custom provider",
+                msg("attention.vision_heads_not_divisible_by_tp", heads=n, tp=s.tp),
+                msg("attention.vision_heads_not_divisible_by_tp.fix", values=ok),
                 "tensor_model_parallel_size",
             )
         ]

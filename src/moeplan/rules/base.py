@@ -9,11 +9,13 @@ every other rule still runs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from moeplan.spec.scenario import Scenario
+from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.resolved import Scenario
 
 Severity = Literal["error", "warning", "info"]
 Verdict = Literal["invalid", "unsupported", "incomplete", "warn", "valid"]
@@ -85,8 +87,77 @@ class Emitter:
     def info(self, message: str, *keys: str) -> Finding:
         return Finding(self.rule.rule_id, "info", message, None, "info", self.rule.source, keys)
 
-    def missing(self, what: str) -> Finding:
-        return self.info(f"skipped: needs {what}")
+    def missing(self, what: str, why: str | None = None) -> Finding:
+        """The info finding of a rule skipped because an input is not known: ``skipped: needs <what>``,
+        or ``skipped: needs <what> (<why>)``.
+
+        Args:
+            what: the missing input: a scenario key (``training.seq_length``; printed as it is in every
+                language) or a message naming it (:func:`both` for two keys).
+            why: what the rule needs it for, a message (e.g. :func:`why_for_dp`); None when the rule
+                makes it plain.
+
+        Raises:
+            ValueError: ``what`` is free text, neither a key nor a message (it would have no Chinese
+                text).
+        """
+        if not (isinstance(what, Message) or _KEY.fullmatch(what)):
+            raise ValueError(f"Emitter.missing: {what!r} is neither a scenario key nor a message")
+        if why is not None:
+            return self.info(msg("rules_common.skipped_needs_why", what=what, why=why))
+        return self.info(msg("rules_common.skipped_needs", what=what))
+
+    def missing_model(self, field: str, why: str | None = None) -> Finding:
+        """The info finding of a rule skipped because the model does not give ``field`` (a model
+        config key, e.g. ``num_layers``): ``skipped: needs the model's <field>`` (`` (<why>)`` with a
+        ``why`` message)."""
+        if why is not None:
+            return self.info(msg("rules_common.skipped_needs_model_field_why", field=field, why=why))
+        return self.info(msg("rules_common.skipped_needs_model_field", field=field))
+
+    def missing_integer_dp_world(self) -> Finding:
+        """The info finding of a rule skipped because the world size gives no integer DP."""
+        return self.info(msg("rules_common.skipped_needs_integer_dp_world"))
+
+
+#: a scenario key, or keys, as :meth:`Emitter.missing` takes them (``system.num_gpus``)
+_KEY = re.compile(r"[\w.]+")
+
+
+def both(a: str, b: str) -> Message:
+    """Two missing inputs for :meth:`Emitter.missing`: ``<a> and <b>`` (keys or messages)."""
+    return msg("rules_common.both", a=a, b=b)
+
+
+def why_for_dp() -> Message:
+    """The reason ``for DP`` of :meth:`Emitter.missing` (the input is needed to derive DP)."""
+    return msg("rules_common.why_for_dp")
+
+
+def why_microbatch_count() -> Message:
+    """The reason ``microbatch count`` of :meth:`Emitter.missing` (needed to count microbatches)."""
+    return msg("rules_common.why_microbatch_count")
+
+
+def why_precision_support() -> Message:
+    """The reason ``precision support`` of :meth:`Emitter.missing` (needed to know what the GPU runs)."""
+    return msg("rules_common.why_precision_support")
+
+
+def set_key(key: str, value: object) -> Message:
+    """The fix ``set <key>: <value>`` (a layout or training key and the value that satisfies the rule)."""
+    return msg("rules_common.set_key", key=key, value=value)
+
+
+def use_ep_in(values: list[int]) -> Message:
+    """The fix ``use EP in [...]``: the expert-parallel sizes that satisfy the rule."""
+    return msg("rules_common.use_ep_in", values=values)
+
+
+def megatron_lm_asserts(message: str) -> Message:
+    """``<message> (Megatron-LM asserts it)``: a rule's message (a message) for a check Megatron-LM
+    enforces with an assertion."""
+    return msg("rules_common.megatron_lm_asserts", message=message)
 
 
 def rule(rule_id: str, source: str, summary: str, kind: str = "invalid"):

@@ -1,10 +1,15 @@
-"""CUDA graph rules (``megatron_facts.md`` §3.6, §4.7)."""
+"""CUDA graph rules (``megatron_facts.md`` §3.6, §4.7, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
-from moeplan.rules.base import rule
-from moeplan.spec.allocator import expandable_segments
-from moeplan.spec.numerics import drop_and_pad
+from packaging.version import Version
+
+from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.allocator import expandable_segments
+from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE
+from moeplan.rules.base import rule, set_key
+from moeplan.rules.world import KEY_MIN_MCORE
+from moeplan.structure.numerics import drop_and_pad
 
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
@@ -16,37 +21,40 @@ def _version_spelling(s, e, impl: str) -> list:
     (``none`` when unset)."""
     lay = s.layout
     out = []
-    ver = ".".join(map(str, s.mcore_version))
-    if impl == "full_iteration" and s.mcore_version < (0, 18, 0):
+    ver = str(s.mcore_version)
+    if impl == "full_iteration" and s.mcore_version < CUDA_GRAPH_MODULES_MCORE:
         out.append(
             e.error(
-                f"cuda_graph_impl full_iteration needs megatron-core ≥ 0.18 (scenario: {ver})",
-                "use cuda_graph_impl: local with cuda_graph_scope: full_iteration",
+                msg("graphs.full_iteration_impl_needs_018", version=ver),
+                msg("graphs.full_iteration_impl_needs_018.fix"),
                 "cuda_graph_impl",
             )
         )
     if lay.cuda_graph_scope is not None and lay.cuda_graph_modules is not None:
         out.append(
             e.error(
-                "cuda_graph_scope and cuda_graph_modules cannot both be set",
-                "keep cuda_graph_modules (cuda_graph_scope is its deprecated alias)",
+                msg("graphs.scope_and_modules_both_set"),
+                msg("graphs.scope_and_modules_both_set.fix"),
                 "cuda_graph_scope",
             )
         )
-    if lay.cuda_graph_modules is not None and s.mcore_version < (0, 18, 0):
+    if lay.cuda_graph_modules is not None and s.mcore_version < CUDA_GRAPH_MODULES_MCORE:
         out.append(
             e.error(
-                f"cuda_graph_modules does not exist in megatron-core {ver} (added in 0.18)",
-                "use cuda_graph_scope on megatron-core ≤ 0.17",
+                msg("graphs.modules_before_018", version=ver),
+                msg("graphs.modules_before_018.fix"),
                 "cuda_graph_modules",
             )
         )
     # said only of a stated key: a recipe fill's spelling is moeplan's, and exports write cuda_graph_modules
-    if lay.cuda_graph_scope is not None and s.mcore_version >= (0, 18, 0) and "cuda_graph_scope" in s.stated:
+    if (
+        lay.cuda_graph_scope is not None
+        and s.mcore_version >= CUDA_GRAPH_MODULES_MCORE
+        and "cuda_graph_scope" in s.stated
+    ):
         out.append(
             e.info(
-                f"cuda_graph_scope is a deprecated alias of cuda_graph_modules since megatron-core 0.18 "
-                f"(scenario: {ver}); it is migrated automatically",
+                msg("graphs.scope_is_deprecated_alias", version=ver),
                 "cuda_graph_scope",
             )
         )
@@ -60,36 +68,42 @@ def _scope_list(e, impl: str, scopes: list[str]) -> list:
     out = []
     bad = [x for x in scopes if x not in SCOPES and x != "full"]
     if bad:
-        out.append(e.error(f"unknown CUDA graph scope {bad[0]!r}", f"use {', '.join(SCOPES)}", "cuda_graph_scope"))
+        out.append(
+            e.error(
+                msg("graphs.unknown_scope", scope=bad[0]),
+                msg("graphs.unknown_scope.fix", scopes=", ".join(SCOPES)),
+                "cuda_graph_scope",
+            )
+        )
     if impl == "full_iteration" and [x for x in scopes if x != "full_iteration"]:
         out.append(
             e.error(
-                f"full_iteration graphs need an empty scope (got {scopes})",
-                "set cuda_graph_scope: []",
+                msg("graphs.full_iteration_needs_empty_scope", scopes=scopes),
+                set_key("cuda_graph_scope", "[]"),
                 "cuda_graph_scope",
             )
         )
     if "full" in scopes and len(scopes) > 1:
         out.append(
             e.error(
-                "the deprecated 'full' scope (whole layer) cannot be combined with other scopes",
-                "use an empty scope for whole layers, or list the parts",
+                msg("graphs.full_scope_combined"),
+                msg("graphs.full_scope_combined.fix"),
                 "cuda_graph_scope",
             )
         )
     if "full_iteration" in scopes and len(scopes) > 1:
         out.append(
             e.error(
-                "the full_iteration scope cannot be combined with other scopes",
-                "keep only full_iteration",
+                msg("graphs.full_iteration_scope_combined"),
+                msg("graphs.full_iteration_scope_combined.fix"),
                 "cuda_graph_scope",
             )
         )
     if impl == "transformer_engine" and "full_iteration" in scopes:
         out.append(
             e.error(
-                "the full_iteration scope cannot be captured by transformer_engine graphs",
-                "use cuda_graph_impl: full_iteration",
+                msg("graphs.full_iteration_scope_with_te"),
+                msg("graphs.use_impl", impl="full_iteration"),
                 "cuda_graph_impl",
             )
         )
@@ -103,16 +117,16 @@ def _impl_platform(s, e, impl: str, scopes: list[str]) -> list:
     if s.framework == "megatron-bridge" and impl == "local" and scopes and scopes != ["full_iteration"]:
         out.append(
             e.error(
-                "Megatron Bridge accepts cuda_graph_impl local only for full-iteration capture",
-                "use cuda_graph_impl: transformer_engine for scoped graphs",
+                msg("graphs.bridge_local_only_full_iteration"),
+                msg("graphs.bridge_local_only_full_iteration.fix"),
                 "cuda_graph_impl",
             )
         )
     if s.gpu is not None and s.gpu.vendor != "NVIDIA" and impl == "transformer_engine":
         out.append(
             e.error(
-                f"Transformer Engine CUDA graphs are NVIDIA-only ({s.gpu.id})",
-                "use cuda_graph_impl: none",
+                msg("graphs.te_graphs_nvidia_only", gpu=s.gpu.id),
+                msg("graphs.use_impl", impl="none"),
                 "cuda_graph_impl",
                 kind="unsupported",
             )
@@ -132,22 +146,20 @@ def _values(s, e):
     return [*_version_spelling(s, e, impl), *_scope_list(e, impl, scopes), *_impl_platform(s, e, impl, scopes)]
 
 
-#: why a VLM's graph settings are checked against its language model: Bridge's VLM providers are the
-#: language model's TransformerConfig (``finalize`` runs megatron-core's ``__post_init__`` checks on
-#: ``cuda_graph_impl`` / ``cuda_graph_scope`` / ``recompute_granularity``), while the vision tower's
-#: config is built with defaults and then assigned the recompute settings and
-#: ``vision_cuda_graph_impl`` / ``vision_cuda_graph_scope`` (Megatron Bridge @067f987
-#: ``models/qwen_vl/modelling_qwen3_vl/transformer_config.py`` ``get_vision_model_config``), so no check
-#: runs on it. docs/decisions.md, "MoE-VLM graph scopes".
-VLM_GRAPHS_WHY = (
-    "; in a VLM, cuda_graph_impl / cuda_graph_scope and recompute_granularity configure the language "
-    "model, whose TransformerConfig asserts this"
-)
-VLM_GRAPHS_FIX = (
-    "graphs of the dense vision tower are set apart with vision_cuda_graph_impl: transformer_engine and "
-    "vision_cuda_graph_scope: [mlp] (Megatron Bridge ≥ 0.5; its config is not checked against recompute), "
-    "leaving the language model's cuda_graph_impl: none"
-)
+def _vision_graphs_apart() -> Message:
+    """Where a VLM's dense vision tower gets its graphs: ``vision_cuda_graph_impl`` /
+    ``vision_cuda_graph_scope`` (a part of the fixes of ``graphs.moe_scopes`` and
+    ``graphs.recompute_compatibility``).
+
+    Why a VLM's graph settings are checked against its language model: Bridge's VLM providers are the
+    language model's TransformerConfig (``finalize`` runs megatron-core's ``__post_init__`` checks on
+    ``cuda_graph_impl`` / ``cuda_graph_scope`` / ``recompute_granularity``), while the vision tower's
+    config is built with defaults and then assigned the recompute settings and
+    ``vision_cuda_graph_impl`` / ``vision_cuda_graph_scope`` (Megatron Bridge @067f987
+    ``models/qwen_vl/modelling_qwen3_vl/transformer_config.py`` ``get_vision_model_config``), so no
+    check runs on it. docs/model/rules.md, "MoE-VLM graph scopes".
+    """
+    return msg("graphs.vision_tower_graphs_apart")
 
 
 def _mlp_scope_all_moe(s, e):
@@ -156,18 +168,19 @@ def _mlp_scope_all_moe(s, e):
     m = s.model
     if not m.is_vlm:
         return e.error(
-            "the mlp graph scope is not allowed when every layer is MoE",
-            "use moe_router (+ moe_preprocess) instead",
+            msg("graphs.mlp_scope_all_moe"),
+            msg("graphs.mlp_scope_all_moe.fix"),
             "cuda_graph_scope",
         )
     return e.error(
-        f"the mlp graph scope is not allowed when every layer is MoE: cuda_graph_scope configures {m.name}'s "
-        f"language model ({m.num_layers} layers, all MoE), whose TransformerConfig asserts 'mlp cuda graph is "
-        "only supported for dense layers'; the vision tower's dense layers are not in its scope",
-        "use moe_router (+ moe_preprocess) for the language model; "
-        + VLM_GRAPHS_FIX.replace(", leaving the language model's cuda_graph_impl: none", ""),
+        msg("graphs.mlp_scope_all_moe_vlm", model=m.name, layers=m.num_layers),
+        msg("graphs.mlp_scope_all_moe_vlm.fix", vision=_vision_graphs_apart()),
         "cuda_graph_scope",
     )
+
+
+#: the first Megatron Bridge with vision CUDA graphs (``vision_cuda_graph_impl`` / ``_scope``, PR 2334)
+VISION_GRAPHS_BRIDGE = Version("0.5.0")
 
 
 @rule(
@@ -186,31 +199,34 @@ def _vision_graphs(s, e):
     m = s.model
     if m is not None and m.num_layers is not None and not m.is_vlm:
         out.append(
-            e.error(f"vision CUDA graphs on {m.name}, which has no vision tower", "drop them", "vision_cuda_graph_impl")
+            e.error(
+                msg("graphs.vision_graphs_without_tower", model=m.name),
+                msg("graphs.drop_them"),
+                "vision_cuda_graph_impl",
+            )
         )
     if s.framework != "megatron-bridge":
         out.append(
             e.error(
-                "vision_cuda_graph_impl / vision_cuda_graph_scope are Megatron Bridge VLM provider fields "
-                "(no Megatron-LM flag)",
-                "run with Megatron Bridge, or drop them",
+                msg("graphs.vision_graph_keys_bridge_only"),
+                msg("graphs.vision_graph_keys_bridge_only.fix"),
                 "vision_cuda_graph_impl",
                 kind="unsupported",
             )
         )
-    elif s.bridge_version < (0, 5, 0):
+    elif s.bridge_version < VISION_GRAPHS_BRIDGE:
         out.append(
             e.error(
-                f"vision CUDA graphs need Megatron Bridge ≥ 0.5 (scenario: {'.'.join(map(str, s.bridge_version))})",
-                "use Megatron Bridge ≥ 0.5, or drop them",
+                msg("graphs.vision_graphs_need_bridge_05", version=str(s.bridge_version)),
+                msg("graphs.vision_graphs_need_bridge_05.fix"),
                 "vision_cuda_graph_impl",
             )
         )
     if scope and impl in (None, "none"):
         out.append(
             e.warning(
-                "vision_cuda_graph_scope is ignored while vision_cuda_graph_impl is none",
-                "set vision_cuda_graph_impl: transformer_engine",
+                msg("graphs.vision_scope_ignored"),
+                set_key("vision_cuda_graph_impl", "transformer_engine"),
                 "vision_cuda_graph_scope",
             )
         )
@@ -234,13 +250,13 @@ def _moe_scopes(s, e):
         sc |= {"moe_router", "moe_preprocess"}
     if {"moe", "moe_router"} <= sc:
         out.append(
-            e.error("the moe and moe_router graph scopes cannot both be set", "keep moe_router", "cuda_graph_scope")
+            e.error(msg("graphs.moe_and_router_scopes"), msg("graphs.moe_and_router_scopes.fix"), "cuda_graph_scope")
         )
     if "moe_preprocess" in sc and "moe_router" not in sc:
         out.append(
             e.error(
-                "the moe_preprocess graph scope needs moe_router",
-                "add moe_router to cuda_graph_scope",
+                msg("graphs.preprocess_needs_router"),
+                msg("graphs.preprocess_needs_router.fix"),
                 "cuda_graph_scope",
             )
         )
@@ -248,7 +264,11 @@ def _moe_scopes(s, e):
     known = m is not None and m.num_layers is not None
     if known and not m.is_moe and sc & {"moe", "moe_router", "moe_preprocess"}:
         out.append(
-            e.error("MoE graph scopes on a model without routed experts", "use attn / mlp scopes", "cuda_graph_scope")
+            e.error(
+                msg("graphs.moe_scopes_without_experts"),
+                msg("graphs.moe_scopes_without_experts.fix"),
+                "cuda_graph_scope",
+            )
         )
     if known and m.all_layers_moe and "mlp" in sc:
         out.append(_mlp_scope_all_moe(s, e))
@@ -256,10 +276,8 @@ def _moe_scopes(s, e):
     if "moe" in sc and not drop_pad:
         out.append(
             e.error(
-                "the moe graph scope needs static shapes: drop-and-pad routing "
-                "(moe_expert_capacity_factor set and moe_pad_expert_input_to_capacity: true); "
-                "dropless routing gives variable per-expert token counts",
-                "use moe_router + moe_preprocess scopes, or enable drop-and-pad",
+                msg("graphs.moe_scope_needs_drop_and_pad"),
+                msg("graphs.moe_scope_needs_drop_and_pad.fix"),
                 "cuda_graph_scope",
                 "moe_expert_capacity_factor",
             )
@@ -270,9 +288,8 @@ def _moe_scopes(s, e):
     if "moe_preprocess" in sc and not drop_pad and lay.moe_token_dispatcher_type == "alltoall" and syncs:
         out.append(
             e.error(
-                "moe_preprocess graphs with the alltoall dispatcher cannot use a capacity factor or "
-                "router padding without drop-and-pad (device-to-host syncs)",
-                "drop moe_preprocess or the capacity factor",
+                msg("graphs.preprocess_alltoall_syncs"),
+                msg("graphs.preprocess_alltoall_syncs.fix"),
                 "cuda_graph_scope",
             )
         )
@@ -298,24 +315,13 @@ def _full_iteration_moe(s, e):
     rank_budget = lay.moe_expert_rank_capacity_factor is not None and backend in ("hybridep", "ncclep")
     if drop_pad or rank_budget:
         return None
-    if s.mcore_version >= (0, 18, 0):
-        fix = (
-            "give the dispatcher a static budget as NVIDIA's full-iteration recipes do: "
-            "moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: hybridep, "
-            "moe_expert_rank_capacity_factor: 1.5, use_transformer_engine_op_fuser: true, moe_paged_stash: true "
-            "(an over-budget step reruns eagerly, so training stays dropless); or drop-and-pad; or "
-            "cuda_graph_impl: transformer_engine with scopes attn, moe_router, moe_preprocess"
-        )
+    if s.mcore_version >= KEY_MIN_MCORE["moe_expert_rank_capacity_factor"]:  # the static dispatcher budget
+        fix = msg("graphs.full_iteration_dropless.fix_static_budget")
     else:
-        fix = (
-            "drop-and-pad (moe_expert_capacity_factor with moe_pad_expert_input_to_capacity: true), or "
-            "per-layer graphs of attn, moe_router, moe_preprocess; the dropless static-budget path "
-            "(moe_expert_rank_capacity_factor) needs megatron-core ≥ 0.18"
-        )
+        fix = msg("graphs.full_iteration_dropless.fix_drop_and_pad")
     return [
         e.error(
-            "a full-iteration CUDA graph cannot capture dropless expert dispatch: per-expert token counts "
-            "change every step (the dispatcher syncs with the host to size its buffers)",
+            msg("graphs.full_iteration_dropless"),
             fix,
             "cuda_graph_impl",
             "moe_expert_rank_capacity_factor",
@@ -334,16 +340,20 @@ def _recompute(s, e):
     lay = s.layout
     out = []
     legacy_full_iteration = (
-        s.mcore_version < (0, 18, 0) and lay.cuda_graph_impl == "local" and s.graph_scopes() == ["full_iteration"]
+        s.mcore_version < CUDA_GRAPH_MODULES_MCORE
+        and lay.cuda_graph_impl == "local"
+        and s.graph_scopes() == ["full_iteration"]
     )
     if lay.recompute_granularity == "full" and lay.cuda_graph_impl != "full_iteration" and not legacy_full_iteration:
         vlm = s.model is not None and s.model.is_vlm
         out.append(
             e.error(
-                f"full recompute is only allowed with full_iteration graphs (impl is {lay.cuda_graph_impl})"
-                + (VLM_GRAPHS_WHY if vlm else ""),
-                "use selective recompute with scoped graphs, or full_iteration graphs"
-                + ("; " + VLM_GRAPHS_FIX if vlm else ""),
+                msg("graphs.full_recompute_needs_full_iteration_vlm", impl=lay.cuda_graph_impl)
+                if vlm
+                else msg("graphs.full_recompute_needs_full_iteration", impl=lay.cuda_graph_impl),
+                msg("graphs.full_recompute_needs_full_iteration.fix_vlm", vision=_vision_graphs_apart())
+                if vlm
+                else msg("graphs.full_recompute_needs_full_iteration.fix"),
                 "recompute_granularity",
                 "cuda_graph_impl",
             )
@@ -356,8 +366,8 @@ def _recompute(s, e):
     ):
         out.append(
             e.error(
-                "'moe' recompute cannot be combined with the moe_router TE graph scope",
-                "recompute moe_act instead of moe, or drop moe_router",
+                msg("graphs.moe_recompute_with_router_graph"),
+                msg("graphs.moe_recompute_with_router_graph.fix"),
                 "recompute_modules",
                 "cuda_graph_scope",
             )
@@ -374,8 +384,8 @@ def _rng(s, e):
     if s.graphs_on() and s.layout.use_te_rng_tracker is False:
         return [
             e.error(
-                "CUDA graphs need the TE RNG tracker but use_te_rng_tracker is false",
-                "set use_te_rng_tracker: true (rng.te_rng_tracker in Bridge)",
+                msg("graphs.needs_te_rng_tracker"),
+                msg("graphs.needs_te_rng_tracker.fix"),
                 "use_te_rng_tracker",
             )
         ]
@@ -394,8 +404,8 @@ def _static(s, e):
     if t.variable_length and not t.pad_to_max_length:
         out.append(
             e.error(
-                "CUDA graphs with variable-length batches: a replay with another shape is silently wrong or fails",
-                "pad microbatches to seq_length (pad_to_max_length: true) or run eager",
+                msg("graphs.variable_length_batches"),
+                msg("graphs.variable_length_batches.fix"),
                 "training.variable_length",
                 "cuda_graph_impl",
             )
@@ -403,16 +413,16 @@ def _static(s, e):
     elif t.packed_sequences and t.pad_to_max_length is False:
         out.append(
             e.error(
-                "packed sequences with CUDA graphs need pad_to_max_length",
-                "set pad_to_max_length: true",
+                msg("graphs.packed_needs_pad_to_max_length"),
+                set_key("pad_to_max_length", "true"),
                 "training.pad_to_max_length",
             )
         )
     if t.packed_sequences and "attn" in s.graph_scopes() and t.pad_cu_seqlens is False:
         out.append(
             e.error(
-                "attention graphs over packed data need pad_cu_seqlens",
-                "set pad_cu_seqlens: true",
+                msg("graphs.packed_attn_needs_pad_cu_seqlens"),
+                set_key("pad_cu_seqlens", "true"),
                 "training.pad_cu_seqlens",
             )
         )
@@ -431,12 +441,9 @@ def nan_check_off_note(s, graph_gain_pct: float | None = None) -> str | None:
     """
     if s.layout.check_for_nan_in_loss is not False or s.layout.cuda_graph_impl != "full_iteration":
         return None
-    gain = "" if graph_gain_pct is None else f" (predicted -{abs(graph_gain_pct):.1f} %)"
-    return (
-        "NaN check off: the full-iteration CUDA graph needs check_for_nan_in_loss=false (rule "
-        f"graphs.full_iteration_nan_check), so a diverging loss is not caught; without the graph{gain} the "
-        "check stays on"
-    )
+    if graph_gain_pct is None:
+        return msg("graphs.nan_check_off")
+    return msg("graphs.nan_check_off_with_gain", gain=abs(graph_gain_pct))
 
 
 @rule("graphs.full_iteration_nan_check", "[B-CFG]; [ARGS]", "full_iteration graphs need check_for_nan_in_loss off")
@@ -445,15 +452,18 @@ def _nan(s, e):
     (the trade-off, :func:`nan_check_off_note`)."""
     if s.layout.cuda_graph_impl == "full_iteration" and s.layout.check_for_nan_in_loss:
         return [
-            e.error("full_iteration graphs need check_for_nan_in_loss: false", "set it false", "check_for_nan_in_loss")
+            e.error(
+                msg("graphs.full_iteration_needs_nan_check_off"),
+                msg("graphs.full_iteration_needs_nan_check_off.fix"),
+                "check_for_nan_in_loss",
+            )
         ]
     note = nan_check_off_note(s)
     if note is not None:
         return [
             e.warning(
                 note,
-                "accept it for the graph's speed-up, or use cuda_graph_impl: transformer_engine (or none) with "
-                "check_for_nan_in_loss: true",
+                msg("graphs.nan_check_off.fix"),
                 "check_for_nan_in_loss",
             )
         ]
@@ -469,8 +479,8 @@ def _expandable(s, e):
     if expandable_segments(s.environment) and s.environment.get("NCCL_GRAPH_REGISTER") != "0":
         return [
             e.error(
-                "TE CUDA graphs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True need NCCL_GRAPH_REGISTER=0",
-                "export NCCL_GRAPH_REGISTER=0",
+                msg("graphs.expandable_segments_need_no_graph_register"),
+                msg("graphs.expandable_segments_need_no_graph_register.fix"),
                 "environment",
             )
         ]
@@ -486,13 +496,15 @@ def _inflight(s, e):
     if not s.graphs_on() or full_iter or s.pp <= 1:
         return None
     inflight = s.pp if s.vpp <= 1 else s.pp * s.vpp
+    advisory = (
+        msg("graphs.inflight_buffers_vpp", n=inflight, pp=s.pp, vpp=s.vpp)
+        if s.vpp > 1
+        else msg("graphs.inflight_buffers", n=inflight, pp=s.pp)
+    )
     return [
         e.warning(
-            f"generic memory advisory (not a release-bug check; known issues are known_issue.*): per-layer "
-            f"CUDA graphs capture static input/output buffers for every in-flight microbatch "
-            f"(up to {inflight} with PP = {s.pp}{', VPP = ' + str(s.vpp) if s.vpp > 1 else ''}): graph memory "
-            "grows with PP; check the memory estimate",
-            "narrow the graph scope or lower PP if memory is tight",
+            advisory,
+            msg("graphs.inflight_buffers.fix"),
             "cuda_graph_scope",
             "pipeline_model_parallel_size",
         )
@@ -515,19 +527,18 @@ def _static_masks(s, e):
     seq, mbs = s.training.seq_length, s.training.micro_batch_size or 1
     scopes = s.graph_scopes()
     if lay.cuda_graph_impl == "full_iteration" or scopes == ["full_iteration"]:
-        one, where = mbs * seq * seq, "the full-iteration graph copies every microbatch's [b, 1, s, s] dataloader mask"
+        one, where = mbs * seq * seq, msg("graphs.static_mask_full_iteration")
     elif lay.cuda_graph_impl == "transformer_engine" and (not scopes or "attn" in scopes):
         one = mbs * seq // s.cp * seq
-        where = "TE graphs capturing attention keep a [b, 1, s/CP, s] mask per layer and in-flight microbatch"
+        where = msg("graphs.static_mask_te")
     else:
         return None
     if one < MASK_WARN_BYTES:
         return None
     return [
         e.warning(
-            f"{where} ({one / 2**30:.2f} GiB each; the memory estimate counts them)",
-            "set create_attention_mask_in_dataloader: false (--no-create-attention-mask-in-dataloader; TE "
-            "per-layer graphs honour it in megatron-core dev since PR #5131) or use local graphs",
+            msg("graphs.static_masks_kept", where=where, gib=one / 2**30),
+            msg("graphs.static_masks_kept.fix"),
             "create_attention_mask_in_dataloader",
             "cuda_graph_scope",
         )

@@ -1,8 +1,11 @@
-"""MoE, EP/ETP and dispatcher rules (``megatron_facts.md`` §4.5)."""
+"""MoE, EP/ETP and dispatcher rules (``megatron_facts.md`` §4.5, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
-from moeplan.rules.base import rule
+from packaging.version import Version
+
+from moeplan.i18n.messages import Items, msg
+from moeplan.rules.base import both, rule
 
 
 def _is_moe(s) -> bool | None:
@@ -31,12 +34,12 @@ def _ep(s, e):
         return None
     moe = _is_moe(s)
     if moe is None:
-        return [e.missing("the model's num_moe_experts")]
+        return [e.missing_model("num_moe_experts")]
     if not moe:
         return [
             e.error(
-                f"expert_model_parallel_size = {s.ep} but {s.model.name} has no routed experts",
-                "set expert_model_parallel_size: 1",
+                msg("moe.ep_without_routed_experts", ep=s.ep, model=s.model.name),
+                msg("moe.ep_without_routed_experts.fix"),
                 "expert_model_parallel_size",
             )
         ]
@@ -45,8 +48,8 @@ def _ep(s, e):
         ok = [x for x in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n % x == 0]
         return [
             e.error(
-                f"num_moe_experts ({n}) is not divisible by expert_model_parallel_size ({s.ep})",
-                f"use EP in {ok}",
+                msg("moe.experts_not_divisible_by_ep", experts=n, ep=s.ep),
+                msg("moe.experts_not_divisible_by_ep.fix", values=ok),
                 "expert_model_parallel_size",
             )
         ]
@@ -59,8 +62,8 @@ def _etp_bias(s, e):
         return None
     return [
         e.error(
-            f"{m.name} has biased expert layers; expert_tensor_parallel_size must be 1 (is {s.etp})",
-            "set expert_tensor_parallel_size: 1",
+            msg("moe.biased_experts_need_etp_1", model=m.name, etp=s.etp),
+            msg("moe.biased_experts_need_etp_1.fix"),
             "expert_tensor_parallel_size",
         )
     ]
@@ -89,22 +92,22 @@ def _backend_gpu(s, e):
     if b is None:
         return None
     if s.gpu is None:
-        return [e.missing("system.gpu (dispatcher backend support)")]
+        return [e.missing("system.gpu", msg("moe.why_dispatcher_support"))]
     if b == "deepep" and not s.gpu.supports_deepep:
         alt = (
             "moe_flex_dispatcher_backend: hybridep"
             if s.gpu.supports_hybridep
             else "moe_token_dispatcher_type: alltoall"
         )
+        fix = (
+            msg("moe.deepep_unsupported.fix_with_domain", alt=alt, ranks=min(s.gpu.scaleup_domain_gpus, s.ep * s.etp))
+            if s.gpu.is_nvl72
+            else msg("moe.deepep_unsupported.fix", alt=alt)
+        )
         return [
             e.error(
-                f"DeepEP is not supported on {s.gpu.id} ({s.gpu.name})",
-                f"use {alt}"
-                + (
-                    f" with NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={min(s.gpu.scaleup_domain_gpus, s.ep * s.etp)}"
-                    if s.gpu.is_nvl72
-                    else ""
-                ),
+                msg("moe.deepep_unsupported", gpu=s.gpu.id, name=s.gpu.name),
+                fix,
                 "moe_flex_dispatcher_backend",
                 "system.gpu",
             )
@@ -112,8 +115,8 @@ def _backend_gpu(s, e):
     if b == "hybridep" and not s.gpu.supports_hybridep:
         return [
             e.error(
-                f"HybridEP is not supported on {s.gpu.id}",
-                "use moe_token_dispatcher_type: alltoall",
+                msg("moe.hybridep_unsupported", gpu=s.gpu.id),
+                msg("moe.use_alltoall_dispatcher"),
                 "moe_flex_dispatcher_backend",
             )
         ]
@@ -132,34 +135,43 @@ def _backend_spelling(s, e) -> list:
     ):
         out.append(
             e.warning(
-                f"moe_flex_dispatcher_backend={lay.moe_flex_dispatcher_backend} is ignored with "
-                f"moe_token_dispatcher_type={lay.moe_token_dispatcher_type}",
-                "set moe_token_dispatcher_type: flex to use it",
+                msg(
+                    "moe.backend_ignored_without_flex",
+                    backend=lay.moe_flex_dispatcher_backend,
+                    dispatcher=lay.moe_token_dispatcher_type,
+                ),
+                msg("moe.backend_ignored_without_flex.fix"),
                 "moe_token_dispatcher_type",
             )
         )
     if lay.moe_enable_deepep:
         out.append(
             e.info(
-                "moe_enable_deepep is deprecated: it means moe_token_dispatcher_type=flex with "
-                "moe_flex_dispatcher_backend=deepep",
+                msg("moe.enable_deepep_deprecated"),
                 "moe_enable_deepep",
             )
         )
     if lay.moe_enable_deepep and lay.moe_flex_dispatcher_backend == "hybridep":
         out.append(
             e.error(
-                "moe_enable_deepep cannot be combined with moe_flex_dispatcher_backend=hybridep",
-                "drop the deprecated moe_enable_deepep",
+                msg("moe.enable_deepep_with_hybridep"),
+                msg("moe.enable_deepep_with_hybridep.fix"),
                 "moe_enable_deepep",
             )
         )
     return out
 
 
+def _either(names: list[str]):
+    """``names`` joined with " or " (English) / "或" (Chinese): a name alone, else a message."""
+    if len(names) == 1:
+        return names[0]
+    return msg("moe.either_backend", first=names[0], rest=_either(names[1:]))
+
+
 #: flex dispatcher backends newer than the oldest megatron-core moeplan knows → the first version
 #: that has each (HybridEP arrived in 0.15, NCCL-EP in 0.19)
-BACKEND_MIN_MCORE: dict[str, tuple[int, int, int]] = {"hybridep": (0, 15, 0), "ncclep": (0, 19, 0)}
+BACKEND_MIN_MCORE: dict[str, Version] = {"hybridep": Version("0.15.0"), "ncclep": Version("0.19.0")}
 
 
 def _backend_needs(s, e, b: str | None) -> list:
@@ -171,8 +183,8 @@ def _backend_needs(s, e, b: str | None) -> list:
         # MoEFlexTokenDispatcher asserts TP×EP > 1 (its expert TP × EP group) before choosing a backend
         out.append(
             e.error(
-                f"the flex dispatcher ({b}) needs ETP·EP > 1 (is {s.etp}·{s.ep})",
-                "use EP > 1 or the alltoall dispatcher",
+                msg("moe.flex_needs_expert_group", backend=b, etp=s.etp, ep=s.ep),
+                msg("moe.flex_needs_expert_group.fix"),
                 "expert_model_parallel_size",
             )
         )
@@ -181,20 +193,24 @@ def _backend_needs(s, e, b: str | None) -> list:
         others = [x for x, v in BACKEND_MIN_MCORE.items() if x != b and s.mcore_version >= v]
         if s.gpu is None or s.gpu.supports_deepep:
             others.insert(0, "deepep")
-        alt = f"moe_flex_dispatcher_backend: {' or '.join(others)}" if others else "the alltoall dispatcher"
+        need = f"{first.major}.{first.minor}"
+        fix = (
+            msg("moe.backend_needs_newer_mcore.fix", backends=_either(others), version=need)
+            if others
+            else msg("moe.backend_needs_newer_mcore.fix_alltoall", version=need)
+        )
         out.append(
             e.error(
-                f"{b} needs megatron-core ≥ {'.'.join(map(str, first[:2]))} "
-                f"(scenario: {'.'.join(map(str, s.mcore_version))})",
-                f"use {alt}, or megatron-core ≥ {'.'.join(map(str, first[:2]))}",
+                msg("moe.backend_needs_newer_mcore", backend=b, version=need, scenario=str(s.mcore_version)),
+                fix,
                 "moe_flex_dispatcher_backend",
             )
         )
     if b == "deepep" and s.layout.moe_pad_expert_input_to_capacity:
         out.append(
             e.error(
-                "flex + DeepEP does not support moe_pad_expert_input_to_capacity",
-                "use alltoall for drop-and-pad, or drop padding",
+                msg("moe.deepep_pad_to_capacity"),
+                msg("moe.deepep_pad_to_capacity.fix"),
                 "moe_pad_expert_input_to_capacity",
             )
         )
@@ -210,25 +226,24 @@ def _rank_budget(s, e, b: str | None) -> list:
     if lay.moe_expert_rank_capacity_factor is not None and b not in ("hybridep", "ncclep"):
         out.append(
             e.error(
-                "moe_expert_rank_capacity_factor needs the hybridep or ncclep backend",
-                "set moe_token_dispatcher_type: flex with moe_flex_dispatcher_backend: hybridep",
+                msg("moe.rank_capacity_needs_backend"),
+                msg("moe.rank_capacity_needs_backend.fix"),
                 "moe_expert_rank_capacity_factor",
             )
         )
     if lay.moe_expert_rank_capacity_factor is not None and b == "hybridep" and not lay.use_transformer_engine_op_fuser:
         out.append(
             e.error(
-                "moe_expert_rank_capacity_factor with hybridep needs use_transformer_engine_op_fuser "
-                "(the static-shape path runs the fused grouped MLP)",
-                "set use_transformer_engine_op_fuser: true",
+                msg("moe.rank_capacity_needs_op_fuser"),
+                msg("moe.rank_capacity_needs_op_fuser.fix"),
                 "use_transformer_engine_op_fuser",
             )
         )
     if lay.moe_paged_stash and lay.moe_expert_rank_capacity_factor is None:
         out.append(
             e.error(
-                "moe_paged_stash needs moe_expert_rank_capacity_factor (it pages the fixed-budget expert buffers)",
-                "set moe_expert_rank_capacity_factor (NVIDIA's recipes use 1.5) or drop moe_paged_stash",
+                msg("moe.paged_stash_needs_rank_capacity"),
+                msg("moe.paged_stash_needs_rank_capacity.fix"),
                 "moe_paged_stash",
             )
         )
@@ -260,8 +275,8 @@ def _capacity(s, e):
     if lay.moe_pad_expert_input_to_capacity and (cf is None or cf < 0):
         out.append(
             e.error(
-                "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor",
-                "set moe_expert_capacity_factor (e.g. 1.0)",
+                msg("moe.pad_to_capacity_needs_factor"),
+                msg("moe.pad_to_capacity_needs_factor.fix"),
                 "moe_pad_expert_input_to_capacity",
             )
         )
@@ -269,17 +284,16 @@ def _capacity(s, e):
     if cf is not None and cf >= 0 and lb not in (None, "aux_loss", "seq_aux_loss", "global_aux_loss", "none"):
         out.append(
             e.error(
-                f"moe_expert_capacity_factor works only with aux_loss, seq_aux_loss, global_aux_loss or "
-                f"none balancing (is {lb})",
-                "change the balancing type or drop the capacity factor",
+                msg("moe.capacity_factor_balancing", balancing=lb),
+                msg("moe.capacity_factor_balancing.fix"),
                 "moe_router_load_balancing_type",
             )
         )
     if lay.moe_token_dispatcher_type == "allgather" and s.training.variable_length:
         out.append(
             e.error(
-                "the allgather dispatcher does not support variable sequence lengths",
-                "use moe_token_dispatcher_type: alltoall",
+                msg("moe.allgather_variable_length"),
+                msg("moe.use_alltoall_dispatcher"),
                 "moe_token_dispatcher_type",
             )
         )
@@ -289,12 +303,17 @@ def _capacity(s, e):
     if lay.moe_shared_expert_overlap and not no_shared and lay.moe_token_dispatcher_type not in ("alltoall", "flex"):
         out.append(
             e.error(
-                "moe_shared_expert_overlap needs the alltoall or flex dispatcher",
-                "use moe_token_dispatcher_type: alltoall",
+                msg("moe.shared_expert_overlap_dispatcher"),
+                msg("moe.use_alltoall_dispatcher"),
                 "moe_shared_expert_overlap",
             )
         )
     return out
+
+
+#: the first megatron-core whose ``TransformerConfig`` refuses 'moe' recompute with EP overlap (the
+#: pinned 0.20, megatron_facts rule 36; 0.16.1's accepts it, oracle); Megatron Bridge's comm_overlap always does
+MOE_RECOMPUTE_EP_OVERLAP_MCORE = Version("0.20.0")
 
 
 @rule(
@@ -309,44 +328,44 @@ def _ep_overlap(s, e):
         if lay.delay_wgrad_compute:
             return [
                 e.error(
-                    "delay_wgrad_compute requires overlap_moe_expert_parallel_comm",
-                    "enable EP overlap or drop delay_wgrad_compute",
+                    msg("moe.delay_wgrad_needs_ep_overlap"),
+                    msg("moe.delay_wgrad_needs_ep_overlap.fix"),
                     "delay_wgrad_compute",
                 )
             ]
         return None
     problems = []
     if s.ep <= 1:
-        problems.append(f"EP > 1 (is {s.ep})")
+        problems.append(msg("moe.ep_overlap.needs_ep", ep=s.ep))
     if s.model is not None and s.model.num_layers is not None and not s.model.is_moe:
-        problems.append("a model with routed experts")
+        problems.append(msg("moe.ep_overlap.needs_routed_experts"))
     if lay.moe_token_dispatcher_type not in ("alltoall", "flex"):
-        problems.append(f"the alltoall or flex dispatcher (is {lay.moe_token_dispatcher_type})")
+        problems.append(msg("moe.ep_overlap.needs_dispatcher", dispatcher=lay.moe_token_dispatcher_type))
     if s.pp > 1 and s.vpp <= 1:
-        problems.append(f"VPP when PP > 1 (PP = {s.pp}, no VPP)")
+        problems.append(msg("moe.ep_overlap.needs_vpp", pp=s.pp))
     if lay.recompute_granularity == "full" or lay.recompute_method or lay.recompute_num_layers:
-        problems.append("no full recompute (recompute_method/num_layers unset)")
+        problems.append(msg("moe.ep_overlap.no_full_recompute"))
     # 'moe' recompute vs EP overlap: a Megatron Bridge comm_overlap check, in TransformerConfig at the
     # pinned 0.20 (megatron_facts rule 36); megatron-core 0.16.1's config accepts it (oracle).
-    moe_rc_checked = s.framework == "megatron-bridge" or s.mcore_version >= (0, 20, 0)
+    moe_rc_checked = s.framework == "megatron-bridge" or s.mcore_version >= MOE_RECOMPUTE_EP_OVERLAP_MCORE
     if moe_rc_checked and lay.recompute_granularity == "selective" and "moe" in (lay.recompute_modules or []):
-        problems.append("no 'moe' in recompute_modules")
+        problems.append(msg("moe.ep_overlap.no_moe_recompute"))
     if lay.moe_shared_expert_overlap:
-        problems.append("moe_shared_expert_overlap off")
+        problems.append(msg("moe.ep_overlap.no_shared_expert_overlap"))
     if s.mtp_num_layers > 1:
-        problems.append(f"mtp_num_layers ≤ 1 (is {s.mtp_num_layers})")
+        problems.append(msg("moe.ep_overlap.mtp_layers", mtp=s.mtp_num_layers))
     if s.mtp_num_layers == 1 and s.pp == 1:
-        problems.append("PP > 1 when an MTP layer is built")
+        problems.append(msg("moe.ep_overlap.mtp_needs_pp"))
     if lay.cuda_graph_impl == "transformer_engine" and {"moe", "mlp"} & set(s.graph_scopes()):
-        problems.append("no 'moe' or 'mlp' TE graph scope")
+        problems.append(msg("moe.ep_overlap.no_moe_mlp_graphs"))
     if lay.cuda_graph_impl == "local" and s.graph_scopes() != ["full_iteration"]:
-        problems.append("transformer_engine (not local) for per-layer CUDA graphs")
+        problems.append(msg("moe.ep_overlap.te_graphs"))
     if not problems:
         return None
     return [
         e.error(
-            "overlap_moe_expert_parallel_comm requires " + "; ".join(problems),
-            "meet those requirements or turn EP overlap off",
+            msg("moe.ep_overlap_requirements", problems=Items(problems)),
+            msg("moe.ep_overlap_requirements.fix"),
             "overlap_moe_expert_parallel_comm",
         )
     ]
@@ -366,11 +385,8 @@ def _etp_unset(s, e):
     grid = s.etp * s.ep
     return [
         e.warning(
-            f"expert_tensor_parallel_size is unset, so {s.framework} sets it to TP = {s.tp}: each expert's "
-            f"FC1/FC2 is split {s.tp} ways and one expert group spans ETP·EP = {s.tp}·{s.ep} = {grid} GPUs "
-            f"(with ETP = 1 it would be {s.ep})",
-            "state expert_tensor_parallel_size: 1 to fold experts across the TP ranks (the usual MoE layout), "
-            f"or expert_tensor_parallel_size: {s.tp} to keep the split on purpose",
+            msg("moe.etp_unset_follows_tp", framework=s.framework, tp=s.tp, ep=s.ep, grid=grid),
+            msg("moe.etp_unset_follows_tp.fix", tp=s.tp),
             "expert_tensor_parallel_size",
             "tensor_model_parallel_size",
         )
@@ -422,13 +438,13 @@ def _hybridep_tokens(s, e):
     if dom is None and s.gpu is not None:
         dom = s.gpu.scaleup_domain_gpus
     if dom is None:
-        return [e.missing("system.gpu (the NVLink domain HybridEP sees)")]
+        return [e.missing("system.gpu", msg("moe.why_hybridep_nvlink_domain"))]
     group = s.etp * s.ep
     if group <= dom:
         return None
     n = _dispatch_tokens(s)
     if n is None:
-        return [e.missing("training.seq_length and micro_batch_size (tokens per rank)")]
+        return [e.missing(both("training.seq_length", "micro_batch_size"), msg("moe.why_tokens_per_rank"))]
     chunk_env = s.environment.get("NUM_OF_TOKENS_PER_CHUNK_COMBINE_API", "")
     chunk = int(chunk_env) if chunk_env.isdigit() and int(chunk_env) > 0 else HYBRIDEP_COMBINE_CHUNK_TOKENS
     buf = hybridep_buffer_tokens(n, chunk)
@@ -438,13 +454,17 @@ def _hybridep_tokens(s, e):
     best = (limit // chunk) * chunk
     return [
         e.error(
-            f"HybridEP spans {-(-group // dom)} NVLink domains (ETP·EP = {group}, {dom} ranks per domain) and each rank "
-            f"dispatches {n:,} tokens per microbatch (buffer {buf:,}); across domains HybridEP accepts at most "
-            f"{limit:,} (its IB queue pair needs 3·tokens + 1 < {HYBRIDEP_QP_MAX_TX_DEPTH:,} work requests): "
-            "buffer creation fails",
-            f"keep MBS·seq/(CP{'·TP' if s.sp and s.tp > 1 else ''}) ≤ {best:,} per rank (lower the micro-batch, raise "
-            "CP or TP with SP), keep ETP·EP within one NVLink domain, or use moe_flex_dispatcher_backend: deepep / "
-            "moe_token_dispatcher_type: alltoall",
+            msg(
+                "moe.hybridep_internode_tokens",
+                domains=-(-group // dom),
+                group=group,
+                ranks=dom,
+                tokens=n,
+                buffer=buf,
+                limit=limit,
+                depth=HYBRIDEP_QP_MAX_TX_DEPTH,
+            ),
+            msg("moe.hybridep_internode_tokens.fix", divisor="CP·TP" if s.sp and s.tp > 1 else "CP", best=best),
             "moe_flex_dispatcher_backend",
             "training.micro_batch_size",
             "context_parallel_size",
@@ -454,6 +474,8 @@ def _hybridep_tokens(s, e):
 
 #: ``moe_deepep_num_sms``'s default in megatron-core ≤ 0.18 (``TransformerConfig``; None from 0.19)
 DEEPEP_NUM_SMS_DEFAULT = 20
+#: the first megatron-core where ``moe_deepep_num_sms`` is a deprecated alias of ``moe_flex_dispatcher_num_sms``
+FLEX_NUM_SMS_MCORE = Version("0.19.0")
 
 
 @rule(
@@ -471,24 +493,23 @@ def _deepep_sms(s, e):
     if n % 2 and b == "deepep":
         out.append(
             e.error(
-                f"moe_deepep_num_sms = {n} is odd; DeepEP's Buffer.set_num_sms asserts 'The SM count must be even'",
-                f"use moe_deepep_num_sms: {n + 1} (megatron-core's historical default is 20)",
+                msg("moe.deepep_num_sms_odd", sms=n),
+                msg("moe.deepep_num_sms_odd.fix", sms=n + 1),
                 "moe_deepep_num_sms",
             )
         )
-    if s.mcore_version >= (0, 19, 0):
+    if s.mcore_version >= FLEX_NUM_SMS_MCORE:
         out.append(
             e.info(
-                "moe_deepep_num_sms is a deprecated alias of moe_flex_dispatcher_num_sms from megatron-core 0.19 "
-                "(routed into it in TransformerConfig.__post_init__, for every flex backend)",
+                msg("moe.deepep_num_sms_deprecated"),
                 "moe_deepep_num_sms",
             )
         )
     elif b != "deepep" and n != DEEPEP_NUM_SMS_DEFAULT:  # 20 is the default every ≤ 0.18 argument dump shows
         out.append(
             e.warning(
-                f"moe_deepep_num_sms is read only by the DeepEP flex backend (in force: {b or 'no flex dispatcher'})",
-                "drop it (moe_hybridep_num_sms sets HybridEP's SMs before megatron-core 0.19)",
+                msg("moe.deepep_num_sms_unread", backend=b or msg("moe.no_flex_dispatcher")),
+                msg("moe.deepep_num_sms_unread.fix"),
                 "moe_deepep_num_sms",
             )
         )

@@ -1,9 +1,11 @@
-"""Optimizer, optimizer offload, DDP and FSDP rules (``megatron_facts.md`` §3.8, §4.8)."""
+"""Optimizer, optimizer offload, DDP and FSDP rules (``megatron_facts.md`` §3.8, §4.8;
+vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
+from moeplan.i18n.messages import msg
 from moeplan.rules.base import rule
-from moeplan.spec.numerics import FP8_RECIPE_OF, grad_bytes, optimizer_fp8_recipe, te_managed_master
+from moeplan.structure.numerics import FP8_RECIPE_OF, grad_bytes, optimizer_fp8_recipe, te_managed_master
 
 
 @rule(
@@ -16,8 +18,8 @@ def _off_dist(s, e):
     if lay.optimizer_cpu_offload and not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
         return [
             e.error(
-                "optimizer_cpu_offload needs use_distributed_optimizer: true",
-                "set use_distributed_optimizer: true",
+                msg("offload.optimizer_offload_needs_distributed_optimizer"),
+                msg("optimizer.set_distributed_optimizer"),
                 "optimizer_cpu_offload",
                 "use_distributed_optimizer",
             )
@@ -32,11 +34,15 @@ def _off_dist(s, e):
 def _off_pao(s, e):
     lay = s.layout
     if lay.optimizer_cpu_offload and not lay.use_precision_aware_optimizer:
-        how = "" if "use_precision_aware_optimizer" in s.stated else " (unset; OptimizerConfig default false)"
+        text = (
+            msg("offload.optimizer_offload_needs_precision_aware")
+            if "use_precision_aware_optimizer" in s.stated
+            else msg("offload.optimizer_offload_needs_precision_aware_unset")
+        )
         return [
             e.error(
-                f"optimizer_cpu_offload needs use_precision_aware_optimizer: true{how}",
-                "set use_precision_aware_optimizer: true",
+                text,
+                msg("offload.optimizer_offload_needs_precision_aware.fix"),
                 "optimizer_cpu_offload",
                 "use_precision_aware_optimizer",
                 edits={"use_precision_aware_optimizer": True},
@@ -52,18 +58,16 @@ def _fraction(s, e):
     if lay.optimizer_cpu_offload and lay.optimizer_offload_fraction in (None, 0.0):
         return [
             e.warning(
-                "optimizer_cpu_offload is on but optimizer_offload_fraction is "
-                f"{lay.optimizer_offload_fraction or 0.0} (default 0.0): nothing is offloaded",
-                "set optimizer_offload_fraction (0–1, e.g. 1.0)",
+                msg("offload.offload_fraction_zero", fraction=lay.optimizer_offload_fraction or 0.0),
+                msg("offload.offload_fraction_zero.fix"),
                 "optimizer_offload_fraction",
             )
         ]
     if not lay.optimizer_cpu_offload and lay.optimizer_offload_fraction:
         return [
             e.warning(
-                f"optimizer_offload_fraction {lay.optimizer_offload_fraction} has no effect without "
-                "optimizer_cpu_offload",
-                "set optimizer_cpu_offload: true",
+                msg("offload.offload_fraction_without_offload", fraction=lay.optimizer_offload_fraction),
+                msg("offload.offload_fraction_without_offload.fix"),
                 "optimizer_cpu_offload",
             )
         ]
@@ -80,9 +84,8 @@ def _fp8_pg(s, e):
     if lay.optimizer_cpu_offload and lay.fp8_param_gather:
         return [
             e.error(
-                "fp8_param_gather cannot be combined with optimizer_cpu_offload (the CPU optimizer "
-                "updates high-precision params that the FP8 gather never sees)",
-                "turn fp8_param_gather off when offloading the optimizer",
+                msg("offload.fp8_param_gather_with_optimizer_offload"),
+                msg("offload.fp8_param_gather_with_optimizer_offload.fix"),
                 "fp8_param_gather",
                 "optimizer_cpu_offload",
             )
@@ -99,8 +102,8 @@ def _pao_dist(s, e):
     if lay.use_precision_aware_optimizer and not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
         return [
             e.error(
-                "use_precision_aware_optimizer needs use_distributed_optimizer: true",
-                "set use_distributed_optimizer: true",
+                msg("optimizer.precision_aware_needs_distributed_optimizer"),
+                msg("optimizer.set_distributed_optimizer"),
                 "use_precision_aware_optimizer",
             )
         ]
@@ -119,15 +122,17 @@ def _opg(s, e):
     if not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
         out.append(
             e.error(
-                "overlap_param_gather needs the distributed optimizer",
-                "set use_distributed_optimizer: true",
+                msg("optimizer.overlap_param_gather_needs_distributed_optimizer"),
+                msg("optimizer.set_distributed_optimizer"),
                 "overlap_param_gather",
             )
         )
     if lay.overlap_grad_reduce is False:
         out.append(
             e.error(
-                "overlap_param_gather needs overlap_grad_reduce", "set overlap_grad_reduce: true", "overlap_grad_reduce"
+                msg("optimizer.overlap_param_gather_needs_overlap_grad_reduce"),
+                msg("optimizer.overlap_param_gather_needs_overlap_grad_reduce.fix"),
+                "overlap_grad_reduce",
             )
         )
     return out
@@ -145,8 +150,8 @@ def _fsdp(s, e):
     if lay.use_megatron_fsdp and lay.use_torch_fsdp2:
         out.append(
             e.error(
-                "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive",
-                "keep one",
+                msg("fsdp.megatron_fsdp_and_torch_fsdp2"),
+                msg("fsdp.megatron_fsdp_and_torch_fsdp2.fix"),
                 "use_megatron_fsdp",
                 "use_torch_fsdp2",
             )
@@ -154,24 +159,24 @@ def _fsdp(s, e):
     if lay.use_torch_fsdp2 and (s.pp > 1 or s.ep > 1):
         out.append(
             e.error(
-                f"Torch-FSDP2 needs PP = 1 and EP = 1 (PP = {s.pp}, EP = {s.ep})",
-                "use Megatron-FSDP for MoE, or PP = EP = 1",
+                msg("fsdp.torch_fsdp2_needs_pp_1_ep_1", pp=s.pp, ep=s.ep),
+                msg("fsdp.torch_fsdp2_needs_pp_1_ep_1.fix"),
                 "use_torch_fsdp2",
             )
         )
     if lay.data_parallel_sharding_strategy not in (None, "no_shard") and not lay.use_megatron_fsdp:
         out.append(
             e.warning(
-                "data_parallel_sharding_strategy has no effect without use_megatron_fsdp",
-                "set use_megatron_fsdp: true",
+                msg("fsdp.sharding_strategy_without_megatron_fsdp"),
+                msg("fsdp.sharding_strategy_without_megatron_fsdp.fix"),
                 "data_parallel_sharding_strategy",
             )
         )
     if lay.use_megatron_fsdp and s.environment.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
         out.append(
             e.error(
-                "Megatron-FSDP requires CUDA_DEVICE_MAX_CONNECTIONS ≠ 1",
-                "unset CUDA_DEVICE_MAX_CONNECTIONS or set it to 8",
+                msg("fsdp.megatron_fsdp_one_device_connection"),
+                msg("fsdp.megatron_fsdp_one_device_connection.fix"),
                 "environment",
             )
         )
@@ -192,11 +197,8 @@ def _fsdp_pp_vlm(s, e):
         return None
     return [
         e.error(
-            f"Megatron-FSDP with PP = {s.pp} on {m.name}: Megatron Bridge's VLM path does not combine FSDP with "
-            "pipeline parallelism (the vision tower sits on the first stage; FSDP for the encoder with PP for "
-            "the language model is an open feature request)",
-            "use PP = 1 with Megatron-FSDP (the MoE-VLM guidance's FSDP path: TP1 PP1, EP for the experts), "
-            "or drop use_megatron_fsdp and keep PP (3D parallel with the distributed optimizer)",
+            msg("fsdp.megatron_fsdp_with_pp_on_vlm", pp=s.pp, model=m.name),
+            msg("fsdp.megatron_fsdp_with_pp_on_vlm.fix"),
             "use_megatron_fsdp",
             "pipeline_model_parallel_size",
         )
@@ -214,15 +216,10 @@ def _pao_master(s, e):
     # master, Megatron-LM's 'delayed' default and megatron-core < 0.13 all hand TE the master)
     if not s.layout.use_precision_aware_optimizer or te_managed_master(s) or s.training.precision in FP8_RECIPE_OF:
         return None
-    grads = " and copies the bf16 gradient shard to fp32 at every step (4 B more per element while it steps)"
+    grads = msg("optimizer.precision_aware_fp32_master_under_bridge.grads") if grad_bytes(s) < 4 else ""
     return [
         e.info(
-            f"use_precision_aware_optimizer with an fp32 master under Megatron Bridge: Bridge copies "
-            f"mixed_precision.fp8_recipe ('{optimizer_fp8_recipe(s)}' by default, also when FP8 is off) into "
-            "the optimizer config, so use_precision_aware_optimizer_no_fp8_or_ds_fp8 is false and megatron-core, "
-            "not TE's FusedAdam, keeps the master: an fp32 shard (4 B per element, not the 2 B of "
-            f"store_param_remainders){grads if grad_bytes(s) < 4 else ''}; moeplan counts it so. "
-            "Megatron-LM's default fp8_recipe ('delayed') hands the master to TE",
+            msg("optimizer.precision_aware_fp32_master_under_bridge", recipe=optimizer_fp8_recipe(s), grads=grads),
             "use_precision_aware_optimizer",
             "main_params_dtype",
         )

@@ -1,9 +1,10 @@
-"""Pipeline split and layout rules (``megatron_facts.md`` §4.4)."""
+"""Pipeline split and layout rules (``megatron_facts.md`` §4.4, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
+from moeplan.i18n.messages import Message, msg
 from moeplan.rules.base import rule
-from moeplan.spec.pipeline import (
+from moeplan.structure.stages import (
     LayoutSyntaxError,
     balanced_layout,
     output_stage_layers,
@@ -21,9 +22,17 @@ def _uses_uneven(s) -> bool:
     return lay.num_layers_in_first_pipeline_stage is not None or lay.num_layers_in_last_pipeline_stage is not None
 
 
-def _even_options(n_layers: int, pp: int, vpp: int) -> str:
+def _even_options(n_layers: int, pp: int, vpp: int) -> Message:
     pps = [p for p in (1, 2, 4, 8, 16, 32) if n_layers % p == 0 and (n_layers // p) % vpp == 0]
-    return f"PP in {pps}" if pps else "no even PP; use uneven first/last stages or a layout"
+    return msg("pipeline.even_pp_options", values=pps) if pps else msg("pipeline.no_even_pp")
+
+
+def _any_of(texts: list[str]) -> str:
+    """``texts`` (fix texts, best first) as one text of alternatives: joined with ", or " in English and
+    "；或 " in Chinese (each text translated); a single text as it is."""
+    if len(texts) == 1:
+        return texts[0]
+    return msg("pipeline.or", first=texts[0], rest=_any_of(texts[1:]))
 
 
 def uneven_split(n_layers: int, pp: int) -> tuple[int, int, int] | None:
@@ -43,7 +52,7 @@ def uneven_split(n_layers: int, pp: int) -> tuple[int, int, int] | None:
     return ends // 2, ends - ends // 2, k
 
 
-def _uneven_hint(n_layers: int, pp: int) -> str | None:
+def _uneven_hint(n_layers: int, pp: int) -> Message | None:
     """The uneven first/last split of :func:`uneven_split` as a fix text, when it leaves the ends no
     more loaded than a middle stage (they also hold the embedding and the output layer); else None."""
     split = uneven_split(n_layers, pp)
@@ -52,10 +61,30 @@ def _uneven_hint(n_layers: int, pp: int) -> str | None:
     first, last, k = split
     if max(first, last) > k:
         return None
-    text = f"num_layers_in_first_pipeline_stage: {first} and num_layers_in_last_pipeline_stage: {last}"
-    if pp > 2:
-        text += f" ({k} on {'the middle stage' if pp == 3 else f'each of the {pp - 2} middle stages'})"
-    return text
+    if pp == 2:
+        return msg("pipeline.uneven_split", first=first, last=last)
+    if pp == 3:
+        return msg("pipeline.uneven_split_one_middle", first=first, last=last, middle=k)
+    return msg("pipeline.uneven_split_middles", first=first, last=last, middle=k, stages=pp - 2)
+
+
+def _account_for_text(keys: list[str], n: int, stages: int) -> Message:
+    """The fix that sets the ``account_for_*_in_pipeline_split`` ``keys`` (one or two) to true, with
+    the sum it makes: ``n`` decoder layers + one per key = ``stages`` × the layers per stage."""
+    extra = len(keys)
+    total, per = n + extra, (n + extra) // stages
+    if extra == 1:
+        return msg("pipeline.account_for_one", key=keys[0], layers=n, extra=extra, total=total, stages=stages, per=per)
+    return msg(
+        "pipeline.account_for_two",
+        key=keys[0],
+        other=keys[1],
+        layers=n,
+        extra=extra,
+        total=total,
+        stages=stages,
+        per=per,
+    )
 
 
 def split_fix(s) -> tuple[list[str], dict | None]:
@@ -67,7 +96,8 @@ def split_fix(s) -> tuple[list[str], dict | None]:
     m = s.model
     n, pp, vpp = m.num_layers, s.pp, s.vpp
     tail = output_stage_layers(m, s.training.seq_length or 4096, 1, s.mtp_num_layers)
-    texts, edits = [], None
+    texts: list[str] = []
+    edits = None
     for opt in split_options(n, pp, vpp, s.mtp_num_layers, tail):
         if "pipeline_model_parallel_layout" in opt:
             uneven = _uneven_hint(n, pp) if vpp <= 1 else None
@@ -77,11 +107,9 @@ def split_fix(s) -> tuple[list[str], dict | None]:
                 if edits is None and split is not None:
                     first, last, _ = split
                     edits = {"num_layers_in_first_pipeline_stage": first, "num_layers_in_last_pipeline_stage": last}
-            texts.append(f"pipeline_model_parallel_layout: {opt['pipeline_model_parallel_layout']!r} (balanced)")
+            texts.append(msg("pipeline.balanced_layout", layout=repr(opt["pipeline_model_parallel_layout"])))
         else:
-            extra = len(opt)
-            what = " and ".join(f"{k}: true" for k in opt)
-            texts.append(f"{what} ({n} + {extra} = {n + extra} = {pp * vpp} × {(n + extra) // (pp * vpp)})")
+            texts.append(_account_for_text(list(opt), n, pp * vpp))
         if edits is None:
             edits = dict(opt)
     return texts, edits
@@ -97,28 +125,32 @@ def _even_pp(s, e):
         return None
     m = s.model
     if m is None or m.num_layers is None:
-        return [e.missing("the model's num_layers")]
+        return [e.missing_model("num_layers")]
     extra = int(s.layout.account_for_embedding_in_pipeline_split) + int(s.layout.account_for_loss_in_pipeline_split)
     n = m.num_layers + extra
     if n % s.pp:
-        counted = f"num_layers ({m.num_layers}" + (f" + {extra} for embedding/loss = {n})" if extra else ")")
+        counted = (
+            msg("pipeline.counted_layers_not_divisible_by_pp", layers=m.num_layers, extra=extra, total=n, pp=s.pp)
+            if extra
+            else msg("pipeline.num_layers_not_divisible_by_pp", layers=m.num_layers, pp=s.pp)
+        )
         texts, edits = split_fix(s) if not extra else ([], None)
         if extra:
             bal = balanced_layout(m.num_layers, s.pp, s.vpp, s.mtp_num_layers)
             if bal:
-                texts = [f"pipeline_model_parallel_layout: {bal!r} (balanced; without account_for_*)"]
+                texts = [msg("pipeline.balanced_layout_without_account_for", layout=repr(bal))]
                 edits = {
                     "pipeline_model_parallel_layout": bal,
                     "account_for_embedding_in_pipeline_split": None,
                     "account_for_loss_in_pipeline_split": None,
                 }
         if m.num_layers < s.pp * s.vpp:
-            texts.append(f"PP ≤ {m.num_layers // s.vpp} (every stage needs at least one layer)")
+            texts.append(msg("pipeline.pp_at_most_layers", pp=m.num_layers // s.vpp))
         texts.append(_even_options(m.num_layers, s.pp, 1))
         return [
             e.error(
-                f"{counted} is not divisible by PP ({s.pp})",
-                ", or ".join(texts),
+                counted,
+                _any_of(texts),
                 "pipeline_model_parallel_size",
                 edits=edits,
             )
@@ -135,7 +167,7 @@ def _even_vpp(s, e):
         return None
     m = s.model
     if m is None or m.num_layers is None:
-        return [e.missing("the model's num_layers")]
+        return [e.missing_model("num_layers")]
     extra = int(s.layout.account_for_embedding_in_pipeline_split) + int(s.layout.account_for_loss_in_pipeline_split)
     n = m.num_layers + extra
     if n % s.pp:
@@ -145,8 +177,8 @@ def _even_vpp(s, e):
         vpps = [v for v in range(2, per + 1) if per % v == 0]
         return [
             e.error(
-                f"{per} layers per PP rank ({n}/{s.pp}) are not divisible by VPP ({s.vpp})",
-                f"use VPP in {vpps or [1]}, or a pipeline_model_parallel_layout",
+                msg("pipeline.stage_layers_not_divisible_by_vpp", per=per, layers=n, pp=s.pp, vpp=s.vpp),
+                msg("pipeline.stage_layers_not_divisible_by_vpp.fix", values=vpps or [1]),
                 "virtual_pipeline_model_parallel_size",
             )
         ]
@@ -165,24 +197,23 @@ def _uneven_middle_stages(s, e, num_layers: int) -> list:
     if middle == 0 and rest != 0:
         out.append(
             e.error(
-                f"first/last stage counts ({given}) cover {num_layers - rest} layers but the model "
-                f"has {num_layers} and PP = {s.pp} leaves no middle stage",
-                f"make them add up to {num_layers} or raise PP",
+                msg("pipeline.uneven_no_middle", given=given, covered=num_layers - rest, layers=num_layers, pp=s.pp),
+                msg("pipeline.uneven_no_middle.fix", layers=num_layers),
                 "num_layers_in_first_pipeline_stage",
                 "num_layers_in_last_pipeline_stage",
             )
         )
     elif middle > 0 and (rest <= 0 or rest % middle):
-        others = "the other stage" if middle == 1 else f"the other {middle} stages"
-        what = (
-            f"leave no layers for {others} ({num_layers} − {given} = {rest})"
+        others = msg("pipeline.the_other_stage") if middle == 1 else msg("pipeline.the_other_stages", n=middle)
+        text = (
+            msg("pipeline.uneven_leaves_no_layers", others=others, layers=num_layers, given=given, rest=rest)
             if rest <= 0
-            else f"leave {rest} layers for {others} ({num_layers} − {given}), which does not split evenly"
+            else msg("pipeline.uneven_rest_not_even", others=others, layers=num_layers, given=given, rest=rest)
         )
         out.append(
             e.error(
-                f"the first/last stage counts {what}",
-                "choose first/last counts leaving a positive multiple of the number of other stages",
+                text,
+                msg("pipeline.uneven_rest.fix"),
                 "num_layers_in_first_pipeline_stage",
                 "num_layers_in_last_pipeline_stage",
             )
@@ -190,8 +221,8 @@ def _uneven_middle_stages(s, e, num_layers: int) -> list:
     elif middle > 0 and s.vpp > 1 and (rest // middle) % s.vpp:
         out.append(
             e.error(
-                f"each middle stage gets {rest // middle} layers, not divisible by VPP ({s.vpp})",
-                f"adjust first/last so the middle count is a multiple of {s.vpp}",
+                msg("pipeline.middle_stage_not_divisible_by_vpp", per=rest // middle, vpp=s.vpp),
+                msg("pipeline.middle_stage_not_divisible_by_vpp.fix", vpp=s.vpp),
                 "virtual_pipeline_model_parallel_size",
             )
         )
@@ -212,23 +243,41 @@ def _uneven(s, e):
     out = []
     for key, v in (("num_layers_in_first_pipeline_stage", f), ("num_layers_in_last_pipeline_stage", la)):
         if v is not None and v <= 0:
-            out.append(e.error(f"{key} ({v}) must be > 0", "use a positive count or a layout with an empty stage", key))
+            out.append(
+                e.error(
+                    msg("pipeline.stage_count_not_positive", key=key, value=v),
+                    msg("pipeline.stage_count_not_positive.fix"),
+                    key,
+                )
+            )
         if v is not None and s.vpp > 1 and v % s.vpp:
-            out.append(e.error(f"{key} ({v}) is not divisible by VPP ({s.vpp})", f"use a multiple of {s.vpp}", key))
+            out.append(
+                e.error(
+                    msg("pipeline.stage_count_not_divisible_by_vpp", key=key, value=v, vpp=s.vpp),
+                    msg("pipeline.stage_count_not_divisible_by_vpp.fix", vpp=s.vpp),
+                    key,
+                )
+            )
     if lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
         out.append(
             e.error(
-                "uneven stage counts cannot be combined with account_for_*_in_pipeline_split",
-                "use one of the two mechanisms",
+                msg("pipeline.uneven_with_account_for"),
+                msg("pipeline.uneven_with_account_for.fix"),
                 "account_for_embedding_in_pipeline_split",
             )
         )
     if s.pp == 1:
-        out.append(e.error("uneven stage counts need PP > 1", "unset them", "num_layers_in_first_pipeline_stage"))
+        out.append(
+            e.error(
+                msg("pipeline.uneven_needs_pp"),
+                msg("pipeline.uneven_needs_pp.fix"),
+                "num_layers_in_first_pipeline_stage",
+            )
+        )
         return out
     m = s.model
     if m is None or m.num_layers is None:
-        out.append(e.missing("the model's num_layers"))
+        out.append(e.missing_model("num_layers"))
         return out
     out.extend(_uneven_middle_stages(s, e, m.num_layers))
     return out
@@ -241,9 +290,8 @@ def _layout_exclusive(s, e) -> list:
     if _uses_uneven(s) or lay.account_for_embedding_in_pipeline_split or lay.account_for_loss_in_pipeline_split:
         return [
             e.error(
-                "pipeline_model_parallel_layout cannot be combined with uneven stage counts or "
-                "account_for_*_in_pipeline_split",
-                "keep only the layout",
+                msg("pipeline.layout_not_exclusive"),
+                msg("pipeline.layout_not_exclusive.fix"),
                 "pipeline_model_parallel_layout",
             )
         ]
@@ -256,8 +304,8 @@ def _layout_stage_count(s, e, n: int) -> list:
     if n % s.pp:
         return [
             e.error(
-                f"the layout has {n} stages, not divisible by PP ({s.pp})",
-                f"give PP·VPP stages (e.g. {s.pp * s.vpp})",
+                msg("pipeline.layout_stages_not_divisible_by_pp", stages=n, pp=s.pp),
+                msg("pipeline.layout_stages_not_divisible_by_pp.fix", stages=s.pp * s.vpp),
                 "pipeline_model_parallel_layout",
             )
         ]
@@ -266,8 +314,8 @@ def _layout_stage_count(s, e, n: int) -> list:
     if explicit is not None and explicit != v and not (explicit == 1 and v == 1):
         return [
             e.error(
-                f"the layout has {n} stages = PP {s.pp} × {v}, but virtual_pipeline_model_parallel_size is {explicit}",
-                f"set VPP to {v} or unset it (it is inferred from the layout)",
+                msg("pipeline.layout_vpp_mismatch", stages=n, pp=s.pp, vpp=v, explicit=explicit),
+                msg("pipeline.layout_vpp_mismatch.fix", vpp=v),
                 "virtual_pipeline_model_parallel_size",
             )
         ]
@@ -281,16 +329,16 @@ def _layout_ends(e, flat: list[str]) -> list:
     if flat.count("E") != 1 or not flat or flat[0] != "E":
         out.append(
             e.error(
-                "the layout must hold exactly one E, before every other symbol",
-                "start the layout with E",
+                msg("pipeline.layout_first_e"),
+                msg("pipeline.layout_first_e.fix"),
                 "pipeline_model_parallel_layout",
             )
         )
     if flat.count("L") != 1 or not flat or flat[-1] != "L":
         out.append(
             e.error(
-                "the layout must hold exactly one L, after every other symbol",
-                "end the layout with L",
+                msg("pipeline.layout_last_l"),
+                msg("pipeline.layout_last_l.fix"),
                 "pipeline_model_parallel_layout",
             )
         )
@@ -302,13 +350,13 @@ def _layout_decoder_count(s, e, flat: list[str]) -> list:
     ``num_layers``; an info finding when the model does not give that number."""
     m = s.model
     if m is None or m.num_layers is None:
-        return [e.missing("the model's num_layers (to count 't')")]
+        return [e.missing_model("num_layers", msg("pipeline.why_count_t"))]
     t = flat.count("t")
     if t != m.num_layers:
         return [
             e.error(
-                f"the layout holds {t} decoder layers ('t') but the model has {m.num_layers}",
-                f"give exactly {m.num_layers} 't' symbols",
+                msg("pipeline.layout_decoder_count", count=t, layers=m.num_layers),
+                msg("pipeline.layout_decoder_count.fix", layers=m.num_layers),
                 "pipeline_model_parallel_layout",
             )
         ]
@@ -325,8 +373,8 @@ def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
     if mc != mtp:
         out.append(
             e.error(
-                f"the layout holds {mc} MTP layers ('m') but mtp_num_layers is {mtp}",
-                f"give {mtp} 'm' symbols before L" if mtp else "remove the 'm' symbols",
+                msg("pipeline.layout_mtp_count", count=mc, mtp=mtp),
+                msg("pipeline.layout_mtp_count.fix", mtp=mtp) if mtp else msg("pipeline.layout_mtp_count.fix_remove"),
                 "pipeline_model_parallel_layout",
                 "mtp_num_layers",
             )
@@ -338,9 +386,8 @@ def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
     if len(m_stages) > 1 or last_rank_last_stage not in m_stages:
         out.append(
             e.error(
-                "MTP layers must all sit in the last virtual stage of the last PP rank "
-                "(elsewhere Megatron builds them as a standalone stage)",
-                "move every 'm' into the final stage, before L",
+                msg("pipeline.layout_mtp_stage"),
+                msg("pipeline.layout_mtp_stage.fix"),
                 "pipeline_model_parallel_layout",
             )
         )
@@ -349,8 +396,8 @@ def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
     if first_m < last_t:
         out.append(
             e.error(
-                "MTP layers must come after all decoder layers",
-                "move 'm' after the last 't'",
+                msg("pipeline.layout_mtp_order"),
+                msg("pipeline.layout_mtp_order.fix"),
                 "pipeline_model_parallel_layout",
             )
         )
@@ -364,8 +411,8 @@ def _layout_empty_stages(e, stages: list) -> list:
         return []
     return [
         e.warning(
-            f"virtual stage(s) {empty} are empty (no E, t, m or L): empty stages are reported to hang the pipeline",
-            "give every stage at least one symbol",
+            msg("pipeline.layout_empty_stages", stages=empty),
+            msg("pipeline.layout_empty_stages.fix"),
             "pipeline_model_parallel_layout",
         )
     ]
@@ -387,8 +434,8 @@ def _layout(s, e):
     except LayoutSyntaxError as exc:
         return [
             e.error(
-                f"pipeline_model_parallel_layout does not parse: {exc}",
-                "use E, t, m, L, | with x*n or (...)*n repeats",
+                msg("pipeline.layout_syntax", error=str(exc)),
+                msg("pipeline.layout_syntax.fix"),
                 "pipeline_model_parallel_layout",
             )
         ]

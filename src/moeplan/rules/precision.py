@@ -1,10 +1,14 @@
-"""FP8 / MXFP8 / NVFP4 rules (``megatron_facts.md`` §3.10, §4.8; Transformer Engine alignment)."""
+"""FP8 / MXFP8 / NVFP4 rules (``megatron_facts.md`` §3.10, §4.8, vendored in
+``tests/data/reference``; Transformer Engine alignment)."""
 
 from __future__ import annotations
 
 import math
 
-from moeplan.rules.base import rule
+from packaging.version import Version
+
+from moeplan.i18n.messages import Message, msg
+from moeplan.rules.base import rule, why_precision_support
 
 #: Tokens per rank must be a multiple of this for the recipe's GEMMs (TE asserts the leading
 #: dimension of FP8 GEMM inputs is a multiple of 16; MXFP8 and NVFP4 scale blocks of 32 / 16
@@ -23,24 +27,32 @@ def _gpu(s, e):
     if p == "bf16":
         return None
     if s.gpu is None:
-        return [e.missing("system.gpu (precision support)")]
+        return [e.missing("system.gpu", why_precision_support())]
     g = s.gpu
     if p in ("mxfp8", "nvfp4") and not (g.supports_mxfp8 if p == "mxfp8" else g.supports_nvfp4):
         return [
             e.error(
-                f"{p} needs a Blackwell GPU (compute capability ≥ 10.0); {g.id} does not support it",
-                "use fp8-blockwise or fp8-tensorwise on Hopper, or bf16",
+                msg("precision.needs_blackwell", precision=p, gpu=g.id),
+                msg("precision.needs_blackwell.fix"),
                 "training.precision",
             )
         ]
     if p.startswith("fp8") and not g.supports_te_fp8:
         return [
             e.error(
-                f"Transformer Engine FP8 ({p}) is not supported on {g.id} ({g.vendor} {g.arch})",
-                "use bf16",
+                msg("precision.te_fp8_unsupported", precision=p, gpu=g.id, vendor=g.vendor, arch=g.arch),
+                msg("precision.te_fp8_unsupported.fix"),
                 "training.precision",
             )
         ]
+
+
+def _rank_split(s, div: int) -> Message:
+    """How a sequence is split over the ranks, as a message: ``÷ CP n``, and ``÷ TP m with SP`` when
+    ``div`` (the per-rank divisor) also counts the sequence-parallel TP split."""
+    if div != s.cp:
+        return msg("precision.rank_split_sp", cp=s.cp, tp=s.tp)
+    return msg("precision.rank_split", cp=s.cp)
 
 
 @rule(
@@ -64,12 +76,21 @@ def _align(s, e):
         per_rank = n / div
         if n % div or int(per_rank) % unit:
             need = div * unit
+            padded = math.ceil(n / need) * need
             out.append(
                 e.error(
-                    f"{key} {n} gives {per_rank:g} tokens per rank (÷ CP {s.cp}"
-                    f"{f' ÷ TP {s.tp} with SP' if div != s.cp else ''}), not a multiple of {unit} required by {p}",
-                    f"pad to {math.ceil(n / need) * need} tokens (a multiple of {need})"
-                    + ("; for packed THD data pad each sequence to a multiple of 32" if t.packed_sequences else ""),
+                    msg(
+                        "precision.tokens_per_rank_unaligned",
+                        key=key,
+                        length=n,
+                        per_rank=per_rank,
+                        split=_rank_split(s, div),
+                        unit=unit,
+                        precision=p,
+                    ),
+                    msg("precision.tokens_per_rank_unaligned.fix_packed", padded=padded, need=need)
+                    if t.packed_sequences
+                    else msg("precision.tokens_per_rank_unaligned.fix", padded=padded, need=need),
                     f"training.{key}",
                     "training.precision",
                 )
@@ -91,16 +112,16 @@ def _flags(s, e):
         if p == "bf16" or p == "nvfp4":
             out.append(
                 e.error(
-                    f"fp8_param_gather needs an FP8 recipe (precision is {p})",
-                    "set an FP8 precision or turn fp8_param_gather off",
+                    msg("precision.param_gather_needs_fp8", precision=p),
+                    msg("precision.param_gather_needs_fp8.fix"),
                     "fp8_param_gather",
                 )
             )
         if not lay.use_distributed_optimizer and not lay.use_megatron_fsdp:
             out.append(
                 e.error(
-                    "fp8_param_gather needs the distributed optimizer or Megatron-FSDP",
-                    "set use_distributed_optimizer: true",
+                    msg("precision.param_gather_needs_dist_opt"),
+                    msg("precision.param_gather_needs_dist_opt.fix"),
                     "fp8_param_gather",
                 )
             )
@@ -108,8 +129,8 @@ def _flags(s, e):
         if p == "fp8-delayed":
             out.append(
                 e.error(
-                    "delayed scaling does not support BF16 first/last layers",
-                    "use fp8-tensorwise",
+                    msg("precision.delayed_scaling_bf16_layers"),
+                    msg("precision.delayed_scaling_bf16_layers.fix"),
                     "first_last_layers_bf16",
                 )
             )
@@ -118,7 +139,13 @@ def _flags(s, e):
             for key in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
                 v = getattr(lay, key)
                 if v is not None and v > lim:
-                    out.append(e.error(f"{key} ({v}) must be ≤ L/PP = {lim}", f"use at most {lim}", key))
+                    out.append(
+                        e.error(
+                            msg("precision.bf16_layers_above_stage", key=key, value=v, limit=lim),
+                            msg("precision.bf16_layers_above_stage.fix", limit=lim),
+                            key,
+                        )
+                    )
     return out
 
 
@@ -132,17 +159,21 @@ def _reported(s, e):
     if r.model_tflops_per_gpu is None:
         return None
     if s.gpu is None:
-        return [e.missing("system.gpu (peak TFLOP/s)")]
+        return [e.missing("system.gpu", msg("reported.why_peak_tflops"))]
     peak = s.gpu.peak_tflops(s.training.precision)
     if peak is None:
-        return [e.missing(f"the {s.training.precision} peak of {s.gpu.id}")]
+        return [e.missing(msg("reported.peak_of_gpu", precision=s.training.precision, gpu=s.gpu.id))]
     if r.model_tflops_per_gpu > peak:
         return [
             e.error(
-                f"reported {r.model_tflops_per_gpu:g} TFLOP/s/GPU exceeds the {s.gpu.id} dense "
-                f"{s.training.precision} peak of {peak:g} TFLOP/s: the run is not doing the modelled work "
-                "(e.g. CP silently off, wrong FLOP count)",
-                "check the run's config (cp_comm_type, hierarchical CP sizes) and the FLOP formula",
+                msg(
+                    "reported.throughput_exceeds_peak",
+                    reported=r.model_tflops_per_gpu,
+                    gpu=s.gpu.id,
+                    precision=s.training.precision,
+                    peak=peak,
+                ),
+                msg("reported.throughput_exceeds_peak.fix"),
                 "reported.model_tflops_per_gpu",
             )
         ]
@@ -181,17 +212,20 @@ def _packed_padding(s, e):
     need, div = _packed_padding_need(s, unit)
     m = t.pad_seq_to_mult or 1
     stated = "pad_seq_to_mult" in t.model_fields_set
-    where = f"÷ CP {s.cp}" + (f" ÷ TP {s.tp} with SP" if div != s.cp else "")
+    where = _rank_split(s, div)
     out = []
     if m % need:
         out.append(
             e.error(
-                f"packed microbatches are padded only to a multiple of {m} tokens (pad_seq_to_mult"
-                f"{'' if stated else ' unset: Bridge default 1'}), so a packed microbatch need not give a multiple "
-                f"of {unit} tokens per rank ({where}) as {p} GEMMs require: Transformer Engine raises 'FP8 execution "
-                "requires the product of all dimensions except the last to be divisible by …' on an unlucky batch",
-                f"set training.pad_seq_to_mult: {need} (dataset.offline_packing_specs.pad_seq_to_mult), or "
-                "pad_to_max_length: true",
+                msg(
+                    "precision.packed_padding_unaligned",
+                    mult=m,
+                    unset="" if stated else msg("precision.pad_seq_to_mult_unset"),
+                    unit=unit,
+                    split=where,
+                    precision=p,
+                ),
+                msg("precision.packed_padding_unaligned.fix", mult=need),
                 "training.pad_seq_to_mult",
                 "training.precision",
             )
@@ -199,14 +233,16 @@ def _packed_padding(s, e):
     elif p == "fp8-blockwise" and s.sp and s.tp > 1 and m % (FP8_BLOCK_LEN * div):
         out.append(
             e.warning(
-                f"fp8-blockwise with SP: a packed microbatch padded to a multiple of {m} need not give whole "
-                f"{FP8_BLOCK_LEN}-token blocks per rank ({where}); Transformer Engine then all-gathers the "
-                "sequence-parallel input in BF16 and quantizes after ('Cannot quantize input tensor')",
-                f"set training.pad_seq_to_mult: {math.lcm(need, FP8_BLOCK_LEN * div)} to gather in FP8",
+                msg("precision.blockwise_gather_in_bf16", mult=m, block=FP8_BLOCK_LEN, split=where),
+                msg("precision.blockwise_gather_in_bf16.fix", mult=math.lcm(need, FP8_BLOCK_LEN * div)),
                 "training.pad_seq_to_mult",
             )
         )
     return out
+
+
+#: the first Megatron-LM whose ``validate_args`` refuses TE cross-entropy loss fusion (PR 5115)
+TE_CE_FUSION_REFUSED_MCORE = Version("0.19.0")
 
 
 @rule(
@@ -220,13 +256,12 @@ def _te_ce(s, e):
     lay = s.layout
     if lay.cross_entropy_loss_fusion is not True or lay.cross_entropy_fusion_impl != "te":
         return None
-    ver = ".".join(map(str, s.mcore_version))
-    fix = "set cross_entropy_fusion_impl: native (or drop cross_entropy_loss_fusion)"
-    if s.framework == "megatron-core" and s.mcore_version >= (0, 19, 0):
+    ver = str(s.mcore_version)
+    fix = msg("loss.te_cross_entropy_fusion.fix")
+    if s.framework == "megatron-core" and s.mcore_version >= TE_CE_FUSION_REFUSED_MCORE:
         return [
             e.error(
-                f"Megatron-LM {ver} refuses --cross-entropy-loss-fusion with --cross-entropy-fusion-impl te "
-                "('Transformer Engine cross entropy loss fusion is disabled due to stability issues')",
+                msg("loss.te_cross_entropy_fusion_refused", version=ver),
                 fix,
                 "cross_entropy_fusion_impl",
                 "cross_entropy_loss_fusion",
@@ -234,8 +269,7 @@ def _te_ce(s, e):
         ]
     return [
         e.warning(
-            "Transformer Engine's fused cross entropy (cross_entropy_fusion_impl: te) has known stability issues; "
-            "megatron-core warns and Megatron-LM ≥ 0.19 refuses it",
+            msg("loss.te_cross_entropy_fusion_unstable"),
             fix,
             "cross_entropy_fusion_impl",
         )

@@ -1,11 +1,17 @@
-"""Activation recompute and activation offload rules (``megatron_facts.md`` §3.4, §4.6)."""
+"""Activation recompute and activation offload rules (``megatron_facts.md`` §3.4, §4.6;
+vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
+from packaging.version import Version
+
+from moeplan.i18n.messages import msg
 from moeplan.rules.base import rule
 
 MODULES_0_16 = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 MODULES_0_19 = MODULES_0_16 + ("gdn_norm_out",)
+#: the first megatron-core with the ``gdn_norm_out`` recompute label
+GDN_RECOMPUTE_MCORE = Version("0.19.0")
 #: Shorthand labels used in prose guidance → the real Megatron-Core labels.
 SHORTHAND = {
     "up_proj": "mla_up_proj",
@@ -17,10 +23,10 @@ SHORTHAND = {
 }
 
 
-def allowed_modules(version: tuple[int, ...]) -> tuple[str, ...]:
+def allowed_modules(version: Version) -> tuple[str, ...]:
     """Allowed ``recompute_modules`` for a megatron-core version (0.16–0.18: seven labels;
     0.19+: adds ``gdn_norm_out``)."""
-    return MODULES_0_19 if version >= (0, 19, 0) else MODULES_0_16
+    return MODULES_0_19 if version >= GDN_RECOMPUTE_MCORE else MODULES_0_16
 
 
 def _full_fields(s, e) -> list:
@@ -31,33 +37,32 @@ def _full_fields(s, e) -> list:
     if lay.recompute_method is None:
         out.append(
             e.error(
-                "recompute_granularity full needs recompute_method (uniform or block)",
-                "set recompute_method: uniform",
+                msg("recompute.full_needs_method"),
+                msg("recompute.full_needs_method.fix"),
                 "recompute_method",
             )
         )
     if lay.recompute_num_layers is None:
         out.append(
             e.error(
-                "recompute_granularity full needs recompute_num_layers",
-                "set recompute_num_layers: 1 (uniform: layers per checkpoint chunk)",
+                msg("recompute.full_needs_num_layers"),
+                msg("recompute.full_needs_num_layers.fix"),
                 "recompute_num_layers",
             )
         )
     elif lay.recompute_num_layers < 1:
         out.append(
             e.error(
-                f"recompute_num_layers ({lay.recompute_num_layers}) must be ≥ 1",
-                "use 1 (uniform: layers per checkpoint chunk)",
+                msg("recompute.num_layers_below_one", n=lay.recompute_num_layers),
+                msg("recompute.num_layers_below_one.fix"),
                 "recompute_num_layers",
             )
         )
     elif lay.recompute_method == "uniform" and lay.recompute_num_layers != 1 and s.mtp_num_layers:
         out.append(
             e.error(
-                f"recompute_num_layers ({lay.recompute_num_layers}) must be 1 with uniform recompute and MTP "
-                "layers (MultiTokenPredictionLayer asserts it)",
-                "set recompute_num_layers: 1, or recompute_method: block (MTP blocks then run without recompute)",
+                msg("recompute.num_layers_not_one_with_mtp", n=lay.recompute_num_layers),
+                msg("recompute.num_layers_not_one_with_mtp.fix"),
                 "recompute_num_layers",
             )
         )
@@ -80,33 +85,32 @@ def _fields(s, e):
         if lay.recompute_num_layers is not None:
             out.append(
                 e.error(
-                    "recompute_num_layers must be unset for selective recompute",
-                    "unset recompute_num_layers",
+                    msg("recompute.selective_with_num_layers"),
+                    msg("recompute.unset_key", key="recompute_num_layers"),
                     "recompute_num_layers",
                 )
             )
         if lay.recompute_method is not None:
             out.append(
                 e.error(
-                    "recompute_method must be unset for selective recompute (Megatron-LM asserts it)",
-                    "unset recompute_method",
+                    msg("recompute.selective_with_method"),
+                    msg("recompute.unset_key", key="recompute_method"),
                     "recompute_method",
                 )
             )
     elif lay.recompute_method is not None or lay.recompute_num_layers:
         out.append(
             e.warning(
-                "recompute_method / recompute_num_layers are set but recompute_granularity is not: "
-                "nothing is recomputed",
-                "set recompute_granularity: full",
+                msg("recompute.fields_without_granularity"),
+                msg("recompute.set_granularity", granularity="full"),
                 "recompute_granularity",
             )
         )
     if lay.distribute_saved_activations and (s.sp or s.tp == 1 or g != "full"):
         out.append(
             e.error(
-                "distribute_saved_activations needs full recompute, TP > 1 and no sequence parallel",
-                "turn distribute_saved_activations off",
+                msg("recompute.distribute_saved_activations_needs"),
+                msg("recompute.distribute_saved_activations_needs.fix"),
                 "distribute_saved_activations",
             )
         )
@@ -116,12 +120,12 @@ def _fields(s, e):
 def _shorthand_fix(mod: str, real: str, m) -> str:
     """The fix for a shorthand label ``mod`` meaning the Megatron-Core label ``real``: use the real
     label, or drop it when model ``m`` (if known) has nothing it would recompute."""
-    fix = f"use {real!r}"
+    fix = msg("recompute.use_label", label=real)
     if m is not None and m.num_layers is not None:
         if real == "mla_up_proj" and not m.multi_latent_attention:
-            fix = f"drop {mod!r}: {m.name} has no MLA up-projections (for GQA use 'core_attn' or 'layernorm')"
+            fix = msg("recompute.drop_shorthand_no_mla", label=mod, model=m.name)
         elif real == "gdn_norm_out" and not m.has_linear_attention:
-            fix = f"drop {mod!r}: {m.name} has no Gated DeltaNet layers"
+            fix = msg("recompute.drop_shorthand_no_gdn", label=mod, model=m.name)
     return fix
 
 
@@ -129,7 +133,7 @@ def _label_names(s, e, mods: list[str]) -> list:
     """Each of ``mods`` must be a label of the scenario's megatron-core version: a shorthand from prose
     guidance, a label of a later version and an unknown label are errors, in the order given."""
     allowed = allowed_modules(s.mcore_version)
-    ver = ".".join(map(str, s.mcore_version))
+    ver = str(s.mcore_version)
     out = []
     for mod in mods:
         if mod in allowed:
@@ -138,7 +142,7 @@ def _label_names(s, e, mods: list[str]) -> list:
             real = SHORTHAND[mod]
             out.append(
                 e.error(
-                    f"recompute module {mod!r} is shorthand, not a Megatron-Core label (it means {real!r})",
+                    msg("recompute.shorthand_label", label=mod, real=real),
                     _shorthand_fix(mod, real, s.model),
                     "recompute_modules",
                 )
@@ -146,15 +150,17 @@ def _label_names(s, e, mods: list[str]) -> list:
         elif mod in MODULES_0_19:
             out.append(
                 e.error(
-                    f"recompute module {mod!r} needs megatron-core ≥ 0.19 (scenario: {ver})",
-                    "upgrade megatron-core or drop it",
+                    msg("recompute.label_needs_0_19", label=mod, version=ver),
+                    msg("recompute.label_needs_0_19.fix"),
                     "recompute_modules",
                 )
             )
         else:
             out.append(
                 e.error(
-                    f"unknown recompute module {mod!r}", f"use labels from {', '.join(allowed)}", "recompute_modules"
+                    msg("recompute.unknown_label", label=mod),
+                    msg("recompute.unknown_label.fix", labels=", ".join(allowed)),
+                    "recompute_modules",
                 )
             )
     return out
@@ -171,28 +177,32 @@ def _labels_vs_model(s, e, mods: list[str]) -> list:
     if "mla_up_proj" in mods and not m.multi_latent_attention:
         out.append(
             e.error(
-                "mla_up_proj recompute needs multi-latent attention; the model uses GQA",
-                "drop mla_up_proj",
+                msg("recompute.mla_up_proj_without_mla"),
+                msg("recompute.drop_label", label="mla_up_proj"),
                 "recompute_modules",
             )
         )
     if "gdn_norm_out" in mods and not m.has_linear_attention:
         out.append(
-            e.error("gdn_norm_out recompute needs Gated DeltaNet layers", "drop gdn_norm_out", "recompute_modules")
+            e.error(
+                msg("recompute.gdn_norm_out_without_gdn"),
+                msg("recompute.drop_label", label="gdn_norm_out"),
+                "recompute_modules",
+            )
         )
     if ({"moe", "moe_act"} & set(mods)) and not m.is_moe:
         out.append(
             e.warning(
-                "moe / moe_act recompute on a model without routed experts has no effect",
-                "drop them",
+                msg("recompute.moe_without_routed_experts"),
+                msg("recompute.drop_them"),
                 "recompute_modules",
             )
         )
     if "shared_experts" in mods and not m.moe_shared_expert_intermediate_size:
         out.append(
             e.warning(
-                "shared_experts recompute on a model without shared experts has no effect",
-                "drop it",
+                msg("recompute.shared_experts_without_shared_experts"),
+                msg("recompute.drop_it"),
                 "recompute_modules",
             )
         )
@@ -207,8 +217,8 @@ def _labels_vs_settings(s, e, mods: list[str]) -> list:
     if "moe_act" in mods and lay.moe_grouped_gemm is False:
         out.append(
             e.error(
-                "moe_act recompute needs moe_grouped_gemm",
-                "set moe_grouped_gemm: true",
+                msg("recompute.moe_act_without_grouped_gemm"),
+                msg("recompute.moe_act_without_grouped_gemm.fix"),
                 "recompute_modules",
                 "moe_grouped_gemm",
             )
@@ -216,16 +226,16 @@ def _labels_vs_settings(s, e, mods: list[str]) -> list:
     if "shared_experts" in mods and lay.moe_shared_expert_overlap:
         out.append(
             e.error(
-                "shared_experts recompute cannot be combined with moe_shared_expert_overlap",
-                "drop one of them",
+                msg("recompute.shared_experts_with_overlap"),
+                msg("recompute.shared_experts_with_overlap.fix"),
                 "recompute_modules",
             )
         )
     if {"moe_act", "layernorm"} & set(mods) and s.training.precision == "fp8-delayed":
         out.append(
             e.error(
-                "moe_act / layernorm recompute are not allowed with the FP8 delayed-scaling recipe",
-                "use fp8-tensorwise or drop them",
+                msg("recompute.fp8_delayed_excludes_labels"),
+                msg("recompute.fp8_delayed_excludes_labels.fix"),
                 "recompute_modules",
             )
         )
@@ -249,12 +259,15 @@ def _core_attn_long(s, e):
     mods = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]  # Megatron's default
     if "core_attn" not in mods:
         return None
-    how = "" if lay.recompute_modules is not None else " (recompute_modules unset: Megatron recomputes core_attn)"
+    text = (
+        msg("recompute.core_attn_at_long_context", tokens=seq)
+        if lay.recompute_modules is not None
+        else msg("recompute.core_attn_by_default_at_long_context", tokens=seq)
+    )
     return [
         e.warning(
-            f"recomputing core attention at {seq:,} tokens{how} repeats the attention forward, the largest cost "
-            "of a long-context step, while flash attention keeps little to save (its output and log-sum-exp)",
-            "recompute other modules (layernorm, moe_act, mla_up_proj, mlp/moe), offload the optimizer, or raise CP",
+            text,
+            msg("recompute.core_attn_at_long_context.fix"),
             "recompute_modules",
         )
     ]
@@ -274,8 +287,8 @@ def _labels(s, e):
         # megatron-core validates recompute_modules only for selective granularity (0.16.1, oracle)
         return [
             e.warning(
-                f"recompute_modules {mods} are ignored unless recompute_granularity is selective",
-                "set recompute_granularity: selective",
+                msg("recompute.modules_ignored_unless_selective", modules=mods),
+                msg("recompute.set_granularity", granularity="selective"),
                 "recompute_modules",
             )
         ]
@@ -296,8 +309,8 @@ def _act_offload(s, e):
     if s.pp > 1:
         out.append(
             e.error(
-                f"cpu_offloading (layer-level activation offload) needs PP = 1 (is {s.pp})",
-                "use fine_grained_activation_offloading, or PP = 1",
+                msg("offload.cpu_offloading_needs_pp_1", pp=s.pp),
+                msg("offload.cpu_offloading_needs_pp_1.fix"),
                 "cpu_offloading",
                 "pipeline_model_parallel_size",
             )
@@ -305,8 +318,8 @@ def _act_offload(s, e):
     if lay.recompute_granularity is not None:
         out.append(
             e.error(
-                "cpu_offloading cannot be combined with activation recompute",
-                "drop recompute or offloading",
+                msg("offload.cpu_offloading_with_recompute"),
+                msg("offload.cpu_offloading_with_recompute.fix"),
                 "cpu_offloading",
                 "recompute_granularity",
             )
@@ -314,8 +327,8 @@ def _act_offload(s, e):
     if s.graphs_on() and lay.cuda_graph_impl != "full_iteration":
         out.append(
             e.error(
-                "cpu_offloading allows CUDA graphs only with cuda_graph_impl full_iteration",
-                "use full_iteration graphs or none",
+                msg("offload.cpu_offloading_with_graphs"),
+                msg("offload.cpu_offloading_with_graphs.fix"),
                 "cpu_offloading",
                 "cuda_graph_impl",
             )
@@ -324,16 +337,16 @@ def _act_offload(s, e):
     if n is not None and s.model is not None and s.model.num_layers and n >= s.model.num_layers:
         out.append(
             e.error(
-                f"cpu_offloading_num_layers ({n}) must be < num_layers ({s.model.num_layers})",
-                f"use at most {s.model.num_layers - 1}",
+                msg("offload.cpu_offloading_num_layers_too_many", n=n, layers=s.model.num_layers),
+                msg("offload.cpu_offloading_num_layers_too_many.fix", most=s.model.num_layers - 1),
                 "cpu_offloading_num_layers",
             )
         )
     if lay.fine_grained_activation_offloading:
         out.append(
             e.error(
-                "cpu_offloading and fine_grained_activation_offloading are mutually exclusive",
-                "keep one",
+                msg("offload.cpu_offloading_and_fine_grained"),
+                msg("offload.cpu_offloading_and_fine_grained.fix"),
                 "cpu_offloading",
             )
         )

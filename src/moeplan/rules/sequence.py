@@ -1,11 +1,12 @@
-"""Sequence length, CP and SP rules (``megatron_facts.md`` §4.3)."""
+"""Sequence length, CP and SP rules (``megatron_facts.md`` §4.3, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
 import math
 
+from moeplan.i18n.messages import Items, Message, msg
+from moeplan.inputs.layout import CP_COMM_TYPES
 from moeplan.rules.base import rule
-from moeplan.spec.layout import CP_COMM_TYPES
 
 
 def alignment_unit(cp: int, tp: int, sp: bool) -> int:
@@ -15,6 +16,28 @@ def alignment_unit(cp: int, tp: int, sp: bool) -> int:
     two = 2 if cp > 1 else 1
     tpf = tp if (sp and tp > 1) else 1
     return cp * math.lcm(two, tpf)
+
+
+def _alignment_needed(cp: int, tp: int, sp: bool) -> Message:
+    """What makes up the alignment unit of :func:`alignment_unit` with CP > 1 or SP (2·CP, CP·TP or
+    both), as shown in the message of ``sequence.cp_sp_alignment``; called only when the unit is > 1."""
+    parts = []
+    if cp > 1:
+        parts.append(msg("sequence.alignment_two_cp", n=2 * cp))
+    if sp and tp > 1:
+        parts.append(msg("sequence.alignment_cp_tp", n=cp * tp))
+    if len(parts) == 2:
+        return msg("sequence.alignment_both", two_cp=parts[0], cp_tp=parts[1])
+    return parts[0]
+
+
+def _alignment_fix(key: str, unit: int, up: int) -> Message:
+    """The fix for a length of ``key`` not a multiple of ``unit`` tokens; ``up`` is the next multiple."""
+    if key != "training.seq_length":
+        return msg("sequence.pad_microbatches", unit=unit, up=up)
+    if up - unit > 0:
+        return msg("sequence.use_seq_length_or", up=up, down=up - unit)
+    return msg("sequence.use_seq_length", up=up)
 
 
 @rule(
@@ -34,24 +57,15 @@ def _align(s, e):
         lengths.append(("training.microbatch_seq_lengths", n))
     if not lengths:
         return [e.missing("training.seq_length")]
-    parts = []
-    if s.cp > 1:
-        parts.append(f"2·CP = {2 * s.cp}")
-    if s.sp and s.tp > 1:
-        parts.append(f"CP·TP = {s.cp * s.tp}")
+    needed = _alignment_needed(s.cp, s.tp, s.sp)
     out = []
     for key, n in lengths:
         if n % unit:
             up = math.ceil(n / unit) * unit
             out.append(
                 e.error(
-                    f"{key.split('.')[-1]} {n} is not a multiple of {unit} (needed: {' and '.join(parts)})",
-                    (
-                        f"use seq_length {up}" + (f" or {up - unit}" if up - unit > 0 else "")
-                        if key == "training.seq_length"
-                        else f"pad microbatches to a multiple of {unit} (e.g. {up} tokens, or to seq_length); "
-                        "for packed data set pad_to_max_length / pad_cu_seqlens"
-                    ),
+                    msg("sequence.length_not_aligned", key=key.split(".")[-1], n=n, unit=unit, needed=needed),
+                    _alignment_fix(key, unit, up),
                     key,
                     "context_parallel_size",
                     "tensor_model_parallel_size",
@@ -63,11 +77,11 @@ def _align(s, e):
 @rule("sequence.sp_requires_tp", "[MPC] model_parallel_config.py", "sequence_parallel needs TP > 1")
 def _sp_tp(s, e):
     if s.layout.sequence_parallel and s.tp == 1:
-        how = "; Bridge's finalize silently turns it off" if s.framework == "megatron-bridge" else ""
+        bridge = s.framework == "megatron-bridge"
         return [
             e.error(
-                f"sequence_parallel is on with TP = 1 (megatron-core raises{how})",
-                "set sequence_parallel: false or TP ≥ 2",
+                msg("sequence.sp_without_tp_bridge") if bridge else msg("sequence.sp_without_tp"),
+                msg("sequence.sp_without_tp.fix"),
                 "sequence_parallel",
             )
         ]
@@ -88,9 +102,8 @@ def _moe_sp(s, e):
     if is_moe:
         return [
             e.error(
-                f"MoE with TP = {s.tp} and sequence_parallel off: the MoE layer raises a ValueError "
-                "at the first training forward",
-                "set sequence_parallel: true",
+                msg("sequence.moe_tp_without_sp", tp=s.tp),
+                msg("sequence.moe_tp_without_sp.fix"),
                 "sequence_parallel",
                 "tensor_model_parallel_size",
                 edits={"sequence_parallel": True},
@@ -113,16 +126,16 @@ def _cp_comm(s, e):
     if bad:
         out.append(
             e.error(
-                f"cp_comm_type {bad[0]!r} is not one of {', '.join(CP_COMM_TYPES)}",
-                "use p2p (ring), all_gather, a2a or a2a+p2p",
+                msg("sequence.cp_comm_type_unknown", value=bad[0], allowed=", ".join(CP_COMM_TYPES)),
+                msg("sequence.cp_comm_type_unknown.fix"),
                 "cp_comm_type",
             )
         )
     if isinstance(ct, list) and s.model is not None and s.model.num_layers and len(ct) != s.model.num_layers:
         out.append(
             e.error(
-                f"cp_comm_type has {len(ct)} entries but the model has {s.model.num_layers} layers",
-                "give one entry per layer or a single string",
+                msg("sequence.cp_comm_type_entries", entries=len(ct), layers=s.model.num_layers),
+                msg("sequence.cp_comm_type_entries.fix"),
                 "cp_comm_type",
             )
         )
@@ -145,10 +158,8 @@ def _hcp_needed(s, e):
             inner = max(d for d in range(1, s.cp) if s.cp % d == 0)
         return [
             e.error(
-                f"cp_comm_type 'a2a+p2p' with CP = {s.cp} but no hierarchical_context_parallel_sizes: "
-                "without them each CP rank silently attends only to its own slice",
-                f"set hierarchical_context_parallel_sizes: [{inner}, {s.cp // inner}] (a2a inside the "
-                "NVLink domain, p2p across)",
+                msg("sequence.a2a_p2p_without_hierarchical_sizes", cp=s.cp),
+                msg("sequence.a2a_p2p_without_hierarchical_sizes.fix", inner=inner, outer=s.cp // inner),
                 "hierarchical_context_parallel_sizes",
                 "cp_comm_type",
             )
@@ -168,9 +179,8 @@ def _hcp_product(s, e):
     if prod != s.cp:
         return [
             e.error(
-                f"the product of hierarchical_context_parallel_sizes ({'·'.join(map(str, h))} = {prod}) "
-                f"must equal CP ({s.cp})",
-                f"use sizes whose product is {s.cp}",
+                msg("sequence.hierarchical_cp_product", factors="·".join(map(str, h)), product=prod, cp=s.cp),
+                msg("sequence.hierarchical_cp_product.fix", cp=s.cp),
                 "hierarchical_context_parallel_sizes",
                 "context_parallel_size",
             )
@@ -188,8 +198,8 @@ def _ft_cp(s, e):
     if s.layout.calculate_per_token_loss is False:
         return [
             e.error(
-                "fine-tuning with CP > 1 requires calculate_per_token_loss=True (and ddp.average_in_collective=False)",
-                "set calculate_per_token_loss: true",
+                msg("sequence.finetune_cp_per_token_loss"),
+                msg("sequence.finetune_cp_per_token_loss.fix"),
                 "calculate_per_token_loss",
             )
         ]
@@ -205,32 +215,39 @@ def _max_pos(s, e):
     if m is None or t.seq_length is None or not m.max_position_embeddings:
         return None
     if t.seq_length > m.max_position_embeddings:
-        msg = (
-            f"seq_length ({t.seq_length}) exceeds max_position_embeddings ({m.max_position_embeddings}) "
-            "of the model config"
-        )
-        fix = "extend RoPE (e.g. YaRN) and raise max_position_embeddings, or shorten seq_length"
+        seq, max_pos = t.seq_length, m.max_position_embeddings
+        fix = msg("sequence.seq_length_over_max_position.fix")
         if s.framework == "megatron-core":
-            return [e.error(msg + " (Megatron-LM asserts it)", fix, "training.seq_length")]
-        return [e.warning(msg, fix, "training.seq_length")]
+            text = msg("sequence.seq_length_over_max_position_asserted", seq=seq, max_pos=max_pos)
+            return [e.error(text, fix, "training.seq_length")]
+        text = msg("sequence.seq_length_over_max_position", seq=seq, max_pos=max_pos)
+        return [e.warning(text, fix, "training.seq_length")]
+
+
+def _comma_list(items: list[str]) -> str:
+    """``items`` joined with ", " in English ("、" in Chinese), each item translated; ``items`` is not empty."""
+    if len(items) == 1:
+        return items[0]
+    return msg("sequence.hybrid_cp_conflicts.list", first=items[0], rest=_comma_list(items[1:]))
 
 
 @rule("sequence.hybrid_cp_restrictions", "[ARGS] arguments.py", "hybrid (dynamic) CP excludes PP > 1, graphs and FSDP")
 def _hybrid_cp(s, e):
     if not s.layout.hybrid_context_parallel:
         return None
-    bad = []
+    bad: list[str] = []
     if s.pp > 1:
         bad.append(f"PP = {s.pp}")
     if s.graphs_on():
-        bad.append("CUDA graphs")
+        bad.append(msg("sequence.hybrid_cp_conflicts.cuda_graphs"))
     if s.layout.use_megatron_fsdp:
         bad.append("Megatron-FSDP")
     if bad:
+        conflicts = _comma_list(bad)
         return [
             e.error(
-                "hybrid_context_parallel cannot be combined with " + ", ".join(bad),
-                "turn hybrid_context_parallel off or remove " + ", ".join(bad),
+                msg("sequence.hybrid_cp_conflicts", conflicts=conflicts),
+                msg("sequence.hybrid_cp_conflicts.fix", conflicts=conflicts),
                 "hybrid_context_parallel",
             )
         ]
@@ -256,26 +273,24 @@ def _cp_attention(s, e):
         if m.attention_sinks and typ != "a2a":
             out.append(
                 e.error(
-                    f"attention sinks (softmax with learnable offsets, {m.name}) with CP = {s.cp} run only "
-                    f"with cp_comm_type a2a in Transformer Engine (got {typ})",
-                    "set cp_comm_type: a2a (or CP = 1)",
+                    msg("sequence.cp_sinks_need_a2a", model=m.name, cp=s.cp, comm=typ),
+                    msg("sequence.cp_sinks_need_a2a.fix"),
                     "cp_comm_type",
                 )
             )
         if "sliding" in kinds and typ in ("p2p", "a2a+p2p"):
             out.append(
                 e.error(
-                    f"sliding-window attention with CP = {s.cp} is not supported by the {typ} exchange",
-                    "use cp_comm_type: a2a or all_gather",
+                    msg("sequence.cp_sliding_window_exchange", cp=s.cp, comm=typ),
+                    msg("sequence.cp_sliding_window_exchange.fix"),
                     "cp_comm_type",
                 )
             )
         if m.multi_latent_attention and "p2p" not in typ:
             out.append(
                 e.warning(
-                    f"MLA (different Q/K and V head dims) with CP = {s.cp} is tested only with p2p "
-                    f"exchanges in Transformer Engine (got {typ})",
-                    "use cp_comm_type: p2p",
+                    msg("sequence.cp_mla_needs_p2p", cp=s.cp, comm=typ),
+                    msg("sequence.cp_mla_needs_p2p.fix"),
                     "cp_comm_type",
                 )
             )
@@ -285,9 +300,8 @@ def _cp_attention(s, e):
             if heads % s.cp or groups % s.cp:
                 out.append(
                     e.error(
-                        f"a2a context parallelism splits heads over CP: {heads} query heads and {groups} "
-                        f"KV head(s) per TP rank are not divisible by CP ({s.cp})",
-                        "use cp_comm_type: p2p (ring), or lower TP/CP so heads per rank divide by CP",
+                        msg("sequence.cp_a2a_heads_not_divisible", heads=heads, groups=groups, cp=s.cp),
+                        msg("sequence.cp_a2a_heads_not_divisible.fix"),
                         "cp_comm_type",
                         "context_parallel_size",
                     )
@@ -295,27 +309,27 @@ def _cp_attention(s, e):
     if m.multi_latent_attention and s.layout.fp8_dot_product_attention and s.training.precision != "bf16":
         out.append(
             e.warning(
-                "FP8 attention with MLA and CP > 1 is not covered by Transformer Engine's CP tests",
-                "turn fp8_dot_product_attention off with CP",
+                msg("sequence.cp_fp8_mla_untested"),
+                msg("sequence.cp_fp8_mla_untested.fix"),
                 "fp8_dot_product_attention",
             )
         )
     return out
 
 
-def _contiguous_problems(s) -> list[str]:
+def _contiguous_problems(s) -> list[Message]:
     """What megatron-core's dev-branch ``TransformerConfig.__post_init__`` (@d48bd6b L1563-1616) refuses
     for ``cp_partition_mode: contiguous`` with CP > 1, on the models moeplan builds (no DSv4 hybrid)."""
     m = s.model
     out = []
     if not s.training.packed_sequences:
-        out.append("THD inputs from a sequence-packing scheduler (BSHD context parallelism is zigzag only)")
+        out.append(msg("sequence.contiguous_cp_requires.thd"))
     if s.mtp_num_layers > 0 and s.tp > 1 and s.sp:
-        out.append("no MTP with TP > 1 and SP (a known padding-mask layout bug)")
+        out.append(msg("sequence.contiguous_cp_requires.no_mtp"))
     if m is not None and m.multi_latent_attention:
-        out.append("no multi-latent attention (outside DeepSeek-V4's hybrid attention)")
+        out.append(msg("sequence.contiguous_cp_requires.no_mla"))
     elif m is not None and m.num_layers is not None and not m.has_linear_attention:
-        out.append("Gated DeltaNet (or DeepSeek-V4 hybrid) attention")
+        out.append(msg("sequence.contiguous_cp_requires.gdn"))
     return out
 
 
@@ -332,9 +346,8 @@ def _cp_partition(s, e):
         return None
     out = [
         e.warning(
-            f"cp_partition_mode is a TransformerConfig field of megatron-core's dev branch only (no release up to "
-            f"{'.'.join(map(str, s.mcore_version))} has it; a released config refuses the unknown field)",
-            "drop it unless you run megatron-core's dev branch",
+            msg("sequence.cp_partition_mode_dev_only", version=str(s.mcore_version)),
+            msg("sequence.cp_partition_mode_dev_only.fix"),
             "cp_partition_mode",
         )
     ]
@@ -342,8 +355,8 @@ def _cp_partition(s, e):
     if problems:
         out.append(
             e.error(
-                f"cp_partition_mode 'contiguous' with CP = {s.cp} requires " + "; ".join(problems),
-                "use cp_partition_mode: zigzag (the default)",
+                msg("sequence.contiguous_cp_requires", cp=s.cp, problems=Items(problems)),
+                msg("sequence.contiguous_cp_requires.fix"),
                 "cp_partition_mode",
             )
         )

@@ -1,30 +1,35 @@
-"""World size, parallel folding and batch rules (``megatron_facts.md`` §4.1)."""
+"""World size, parallel folding and batch rules (``megatron_facts.md`` §4.1, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 
 import math
 
-from moeplan.rules.base import rule
-from moeplan.spec.scenario import NEWEST_MCORE, parse_version
+from packaging.version import Version
+
+from moeplan.i18n.messages import Items, Message, msg
+from moeplan.inputs.resolved import NEWEST_MCORE
+from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE, release_version
+from moeplan.rules.base import both, rule, why_for_dp, why_microbatch_count
 
 #: layout keys that appear in a later megatron-core than 0.16 (§3.13) → the first version that has
 #: each: :func:`_keys_version` rejects them for older versions and the export
 #: (:mod:`moeplan.io.export`, through :mod:`moeplan.io.keys`) leaves them out
-KEY_MIN_MCORE: dict[str, tuple[int, int, int]] = {
-    "moe_expert_rank_capacity_factor": (0, 18, 0),
-    "moe_paged_stash": (0, 18, 0),
+KEY_MIN_MCORE: dict[str, Version] = {
+    "moe_expert_rank_capacity_factor": Version("0.18.0"),
+    "moe_paged_stash": Version("0.18.0"),
     # absent from megatron-core 0.16.1's TransformerConfig (oracle test); needed only with the rank budget
     # of 0.18, so exported from there
-    "use_transformer_engine_op_fuser": (0, 18, 0),
-    "cuda_graph_modules": (0, 18, 0),
+    "use_transformer_engine_op_fuser": Version("0.18.0"),
+    "cuda_graph_modules": CUDA_GRAPH_MODULES_MCORE,
     # in no release up to 0.20.0 (megatron-core dev branch @d48bd6b only): refused for and never exported
     # to a release whose TransformerConfig would reject the unknown field (sequence.cp_partition_mode)
-    "cp_partition_mode": (0, 21, 0),
+    "cp_partition_mode": Version("0.21.0"),
 }
 
 
-def _divisors_hint(w: int, d: int) -> str:
-    return f"a world size that is a multiple of {d} (e.g. {math.ceil(w / d) * d})"
+def _divisors_hint(w: int, d: int) -> Message:
+    """A world size that ``d`` divides, with the next one above ``w`` GPUs as the example."""
+    return msg("world.multiple_world_size", d=d, example=math.ceil(w / d) * d)
 
 
 @rule(
@@ -39,8 +44,8 @@ def _dense_grid(s, e):
     if s.num_gpus % d:
         return [
             e.error(
-                f"num_gpus ({s.num_gpus}) is not divisible by TP·PP·CP = {s.tp}·{s.pp}·{s.cp} = {d}",
-                f"use {_divisors_hint(s.num_gpus, d)} or change TP/PP/CP so their product divides {s.num_gpus}",
+                msg("world.gpus_not_divisible_by_dense_grid", gpus=s.num_gpus, tp=s.tp, pp=s.pp, cp=s.cp, product=d),
+                msg("world.gpus_not_divisible_by_dense_grid.fix", world=_divisors_hint(s.num_gpus, d), gpus=s.num_gpus),
                 "system.num_gpus",
                 "tensor_model_parallel_size",
                 "pipeline_model_parallel_size",
@@ -61,16 +66,26 @@ def _expert_grid(s, e):
         return [e.missing("system.num_gpus")]
     d = s.etp * s.ep * s.pp
     if s.num_gpus % d:
-        etp_note = (
-            ""
+        n, etp, ep, pp = s.num_gpus, s.etp, s.ep, s.pp
+        text = (
+            msg("world.gpus_not_divisible_by_expert_grid", gpus=n, etp=etp, ep=ep, pp=pp, product=d)
             if "expert_tensor_parallel_size" in s.stated
-            else f" (ETP was unset and resolves to {s.etp} under {s.framework})"
+            else msg(
+                "world.gpus_not_divisible_by_expert_grid_etp_unset",
+                gpus=n,
+                etp=etp,
+                ep=ep,
+                pp=pp,
+                product=d,
+                framework=s.framework,
+            )
         )
         return [
             e.error(
-                f"num_gpus ({s.num_gpus}) is not divisible by ETP·EP·PP = {s.etp}·{s.ep}·{s.pp} = {d}{etp_note}",
-                f"lower EP or ETP (ETP = 1 folds experts across TP ranks) so ETP·EP·PP divides {s.num_gpus}, "
-                f"or use {_divisors_hint(s.num_gpus, d)}",
+                text,
+                msg(
+                    "world.gpus_not_divisible_by_expert_grid.fix", gpus=s.num_gpus, world=_divisors_hint(s.num_gpus, d)
+                ),
                 "system.num_gpus",
                 "expert_model_parallel_size",
                 "expert_tensor_parallel_size",
@@ -89,12 +104,12 @@ def _dopt_instances(s, e):
     if n == 1:
         return None
     if s.dp is None:
-        return [e.missing("a world size that gives an integer DP")]
+        return [e.missing_integer_dp_world()]
     if (s.dp * s.cp) % n:
         return [
             e.error(
-                f"DP·CP = {s.dp}·{s.cp} = {s.dp * s.cp} is not divisible by num_distributed_optimizer_instances ({n})",
-                "choose num_distributed_optimizer_instances dividing DP·CP",
+                msg("world.dp_cp_not_divisible_by_optimizer_instances", dp=s.dp, cp=s.cp, product=s.dp * s.cp, n=n),
+                msg("world.dp_cp_not_divisible_by_optimizer_instances.fix"),
                 "num_distributed_optimizer_instances",
             )
         ]
@@ -110,15 +125,18 @@ def _gbs(s, e):
     if t.global_batch_size is None:
         return [e.missing("training.global_batch_size")]
     if s.dp is None:
-        return [e.missing("system.num_gpus (for DP)")]
+        return [e.missing("system.num_gpus", why_for_dp())]
     mbs = t.micro_batch_size or 1
     d = mbs * s.dp
     if t.global_batch_size % d:
         return [
             e.error(
-                f"global_batch_size ({t.global_batch_size}) is not divisible by micro_batch_size·DP = {mbs}·{s.dp} = {d}",
-                f"use global_batch_size {max(d, t.global_batch_size // d * d)} or "
-                f"{math.ceil(t.global_batch_size / d) * d}",
+                msg("batch.global_batch_not_divisible", gbs=t.global_batch_size, mbs=mbs, dp=s.dp, d=d),
+                msg(
+                    "batch.global_batch_not_divisible.fix",
+                    lower=max(d, t.global_batch_size // d * d),
+                    upper=math.ceil(t.global_batch_size / d) * d,
+                ),
                 "training.global_batch_size",
                 "training.micro_batch_size",
             )
@@ -135,7 +153,7 @@ def _vpp_microbatches(s, e):
         return None
     t = s.training
     if t.global_batch_size is None or s.dp is None:
-        return [e.missing("training.global_batch_size and system.num_gpus (microbatch count)")]
+        return [e.missing(both("training.global_batch_size", "system.num_gpus"), why_microbatch_count())]
     mbs = t.micro_batch_size or 1
     if t.global_batch_size % (mbs * s.dp):
         return None
@@ -144,9 +162,15 @@ def _vpp_microbatches(s, e):
     if n_mb < s.pp:
         return [
             e.error(
-                f"the interleaved schedule needs at least PP = {s.pp} microbatches; "
-                f"GBS/(MBS·DP) = {t.global_batch_size}/({mbs}·{s.dp}) = {n_mb}",
-                f"raise global_batch_size to at least {s.pp * mbs * s.dp} or drop VPP",
+                msg(
+                    "batch.too_few_interleaved_microbatches",
+                    pp=s.pp,
+                    gbs=t.global_batch_size,
+                    mbs=mbs,
+                    dp=s.dp,
+                    n=n_mb,
+                ),
+                msg("batch.too_few_interleaved_microbatches.fix", gbs=s.pp * mbs * s.dp),
                 "training.global_batch_size",
                 "virtual_pipeline_model_parallel_size",
             )
@@ -154,8 +178,8 @@ def _vpp_microbatches(s, e):
     if group < s.pp or group > n_mb:
         return [
             e.error(
-                f"microbatch_group_size_per_vp_stage ({group}) must lie in [PP, microbatches] = [{s.pp}, {n_mb}]",
-                f"set it to {s.pp}",
+                msg("batch.microbatch_group_out_of_range", group=group, pp=s.pp, n=n_mb),
+                msg("batch.microbatch_group_out_of_range.fix", pp=s.pp),
                 "microbatch_group_size_per_vp_stage",
             )
         ]
@@ -163,8 +187,8 @@ def _vpp_microbatches(s, e):
     if rem and rem < s.pp:
         return [
             e.error(
-                f"microbatches ({n_mb}) mod microbatch group ({group}) = {rem} is neither 0 nor ≥ PP ({s.pp})",
-                f"make the microbatch count a multiple of {group}",
+                msg("batch.microbatch_group_remainder", n=n_mb, group=group, rem=rem, pp=s.pp),
+                msg("batch.microbatch_group_remainder.fix", group=group),
                 "training.global_batch_size",
             )
         ]
@@ -176,8 +200,8 @@ def _vpp_pp(s, e):
     if v is not None and v > 1 and s.pp == 1:
         return [
             e.error(
-                f"virtual_pipeline_model_parallel_size ({v}) needs pipeline_model_parallel_size > 1 (PP = 1)",
-                "unset virtual_pipeline_model_parallel_size or use PP ≥ 2",
+                msg("pipeline.vpp_without_pp", vpp=v),
+                msg("pipeline.vpp_without_pp.fix"),
                 "virtual_pipeline_model_parallel_size",
                 "pipeline_model_parallel_size",
             )
@@ -185,9 +209,8 @@ def _vpp_pp(s, e):
     if v is not None and v > 1 and s.pp == 2 and s.framework == "megatron-core":
         return [
             e.warning(
-                "Megatron-LM's argument check requires PP > 2 for VPP unless overlap_p2p_comm is on "
-                "(Bridge turns it on automatically)",
-                "set --overlap-p2p-communication",
+                msg("pipeline.vpp_with_pp2_needs_overlap"),
+                msg("pipeline.vpp_with_pp2_needs_overlap.fix"),
                 "virtual_pipeline_model_parallel_size",
             )
         ]
@@ -205,15 +228,13 @@ def _max_connections(s, e):
         return None
     if s.gpu.compute_capability >= 10.0 or (s.tp == 1 and s.cp == 1):
         return None
-    msg = (
-        f"CUDA_DEVICE_MAX_CONNECTIONS={val} on {s.gpu.id} with TP = {s.tp}, CP = {s.cp}: kernels of the TP/CP "
-        "communication overlap can be reordered"
-    )
-    fix = "export CUDA_DEVICE_MAX_CONNECTIONS=1"
+    gpu, tp, cp = s.gpu.id, s.tp, s.cp
+    fix = msg("env.max_connections_not_one.fix")
     relaxed = s.layout.use_megatron_fsdp or s.layout.overlap_moe_expert_parallel_comm
     if s.framework == "megatron-core" and not relaxed:
-        return [e.error(msg + " (Megatron-LM asserts it)", fix, "environment")]
-    return [e.warning(msg, fix, "environment")]
+        text = msg("env.max_connections_not_one_asserted", value=val, gpu=gpu, tp=tp, cp=cp)
+        return [e.error(text, fix, "environment")]
+    return [e.warning(msg("env.max_connections_not_one", value=val, gpu=gpu, tp=tp, cp=cp), fix, "environment")]
 
 
 @rule(
@@ -224,15 +245,15 @@ def _max_connections(s, e):
 def _inputs(s, e):
     missing = []
     if s.model is None:
-        missing.append("model (every model-dependent rule: heads, layers, experts, pipeline split)")
+        missing.append(msg("scenario.not_checked_for_lack_of_input.model"))
     if s.gpu is None:
-        missing.append("system.gpu (GPU-dependent rules: precision, dispatcher backend)")
+        missing.append(msg("scenario.not_checked_for_lack_of_input.gpu"))
     if not s.num_gpus:
-        missing.append("system.num_gpus (world-size and batch rules)")
+        missing.append(msg("scenario.not_checked_for_lack_of_input.num_gpus"))
     if s.training.seq_length is None:
-        missing.append("training.seq_length (sequence alignment rules)")
+        missing.append(msg("scenario.not_checked_for_lack_of_input.seq_length"))
     if missing:
-        return [e.info("not checked for lack of input: " + "; ".join(missing))]
+        return [e.info(msg("scenario.not_checked_for_lack_of_input", inputs=Items(missing)))]
 
 
 @rule(
@@ -241,12 +262,11 @@ def _inputs(s, e):
     "versions newer than the newest moeplan knows are checked as the newest",
 )
 def _versions(s, e):
-    newest = parse_version(NEWEST_MCORE, NEWEST_MCORE)
+    newest = release_version(None, NEWEST_MCORE)
     if s.mcore_version > newest:
         return [
             e.info(
-                f"megatron-core {'.'.join(map(str, s.mcore_version))} is newer than the newest moeplan knows "
-                f"({NEWEST_MCORE}); its rules are checked as {NEWEST_MCORE}'s",
+                msg("scenario.version_newer_than_known", version=str(s.mcore_version), newest=NEWEST_MCORE),
                 "versions.megatron_core",
             )
         ]
@@ -267,9 +287,8 @@ def _keys_version(s, e):
         if val not in (None, False) and s.mcore_version < first:
             out.append(
                 e.error(
-                    f"{key} needs megatron-core ≥ {'.'.join(map(str, first))} "
-                    f"(scenario: {'.'.join(map(str, s.mcore_version))})",
-                    f"drop {key} or use megatron-core ≥ {'.'.join(map(str, first))}",
+                    msg("scenario.key_needs_newer_mcore", key=key, version=str(first), scenario=str(s.mcore_version)),
+                    msg("scenario.key_needs_newer_mcore.fix", key=key, version=str(first)),
                     key,
                 )
             )
@@ -286,9 +305,8 @@ def _tp_domain(s, e):
         return None
     return [
         e.warning(
-            f"TP = {s.tp} spans more than the {s.gpu.scaleup_domain_gpus}-GPU NVLink domain of {s.gpu.id}: every "
-            "layer's TP all-gathers and reduce-scatters cross the NIC, several times slower than NVLink",
-            f"keep TP ≤ {s.gpu.scaleup_domain_gpus} and add CP, PP or EP for memory",
+            msg("world.tp_beyond_nvlink_domain", tp=s.tp, domain=s.gpu.scaleup_domain_gpus, gpu=s.gpu.id),
+            msg("world.tp_beyond_nvlink_domain.fix", domain=s.gpu.scaleup_domain_gpus),
             "tensor_model_parallel_size",
         )
     ]

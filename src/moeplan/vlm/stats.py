@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moeplan.errors import InputError, missing_extra, short_repr
-from moeplan.spec.loading import load_json_text
-from moeplan.spec.policy import open_regular
+from moeplan.inputs.loading import load_json_text
+from moeplan.inputs.policy import open_regular
 from moeplan.vlm.tokens import image_grid
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}

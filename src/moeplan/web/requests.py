@@ -1,5 +1,5 @@
 """What the web page (or any client of the JSON API) sends, and how it becomes the same arguments the
-CLI passes to :mod:`moeplan.api`: a scenario file and :class:`~moeplan.spec.overrides.ScenarioFlags`.
+CLI passes to :mod:`moeplan.api`: a scenario file and :class:`~moeplan.inputs.overrides.ScenarioFlags`.
 
 A request is the form's fields (model, GPU, count, sequence length, batch, precision, the parallel
 sizes and any other key as ``section.key=value``), optionally over a scenario given as YAML text or
@@ -24,9 +24,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from moeplan.errors import InputError
-from moeplan.spec.layout import PARALLEL_DIMS
-from moeplan.spec.overrides import TOP_LEVEL_SET, ScenarioFlags
-from moeplan.spec.scenario import load_scenario_file
+from moeplan.inputs.layout import PARALLEL_DIMS
+from moeplan.inputs.loading import load_scenario_file
+from moeplan.inputs.overrides import TOP_LEVEL_SET, ScenarioFlags
 
 #: the name an uploaded config.json has in answers and downloaded scenarios
 CONFIG_NAME = "config.json"

@@ -17,8 +17,8 @@ from typing import Any
 import uvicorn
 
 from moeplan.errors import InputError
-from moeplan.web.app import DEFAULT_QUEUE, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, Jobs, create_app
 from moeplan.web.guard import loopback_hosts
+from moeplan.web.routes import DEFAULT_QUEUE, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, Jobs, create_app
 
 #: seconds a background server may take to start
 START_TIMEOUT = 30.0
@@ -137,7 +137,7 @@ def serve(
 
     Args:
         host, port: where to listen (port 0: a free port).
-        request_timeout, workers: see :func:`moeplan.web.app.create_app`.
+        request_timeout, workers: see :func:`moeplan.web.routes.create_app`.
         announce: called with the page's URL once the socket listens (default: print it to stderr).
 
     Raises:

@@ -30,7 +30,7 @@ import moeplan.i18n as i18n
 _UNIT_SPACE = re.compile(r"(?<=\d) (?=(%|[KMGT]i?B\b|GB/s|s\b|ms\b|µs\b|tok/s|tokens/s|TFLOP/s|Mi\b|×))")
 
 
-def _break_offsets(plain: str, width: int) -> list[int]:
+def break_offsets(plain: str, width: int) -> list[int]:
     """Where to break ``plain`` (greedy, at spaces other than :data:`_UNIT_SPACE`) so that no line is
     wider than ``width`` cells; a word wider than ``width`` is sliced at the width. Offsets point just
     past the space that ends a line (or at the first character of a slice's next line).
@@ -88,7 +88,7 @@ class _Console(Console):
         if not isinstance(obj, str) or width < 20:
             return obj
         text = self.render_str(obj, style=kw.get("style") or "", markup=kw.get("markup"), highlight=False)
-        cuts = _break_offsets(text.plain, width)
+        cuts = break_offsets(text.plain, width)
         if not cuts:
             return text
         lines = text.divide(cuts)
@@ -131,7 +131,7 @@ def T(text: str) -> str:
 
 
 def rule_text(rule_id: str, text: str | None) -> str | None:
-    """A rule's message or fix in the current language (English where no Chinese pattern matches)."""
+    """A rule's message or fix in the current language (English where there is no Chinese text)."""
     return i18n.translate(rule_id, text, _STATE["lang"])
 
 

@@ -1,6 +1,6 @@
 """Per-GPU memory of a layout, per pipeline stage (see :mod:`.estimate`)."""
 
-from moeplan.model.memory.estimate import (
+from moeplan.model.memory.breakdown import (
     ITEM_LABELS,
     TIGHT_HEADROOM,
     MemoryEstimate,
@@ -10,7 +10,7 @@ from moeplan.model.memory.estimate import (
     estimate_memory,
     headroom_gib,
 )
-from moeplan.spec.numerics import DEFAULT_ROUTING_IMBALANCE
+from moeplan.structure.numerics import DEFAULT_ROUTING_IMBALANCE
 
 __all__ = [
     "DEFAULT_ROUTING_IMBALANCE",

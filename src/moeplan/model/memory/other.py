@@ -5,7 +5,7 @@
 - CP ring buffers: K/V blocks in flight (send + receive) per attention layer, bf16;
 - CUDA context, NCCL and dispatcher buffers, workspaces (:mod:`moeplan.model.overheads`, planning
   values); TP-overlap userbuffers;
-- CUDA graphs (:mod:`moeplan.model.memory.graphs`): per-layer graphs' static inputs, outputs and
+- CUDA graphs (:mod:`moeplan.model.memory.graph_memory`): per-layer graphs' static inputs, outputs and
   backward surfaces as Megatron / TE allocate them, a full-iteration graph's static data buffers,
   and the pools' overhead beyond what they hold (a planning value);
 - allocator fragmentation, a share of the dynamic memory (none under a full-iteration graph, whose
@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import ActContext
-from moeplan.model.memory.graphs import full_iteration_graph, per_layer_graphs
+from moeplan.model.memory.graph_memory import full_iteration_graph, per_layer_graphs
 from moeplan.model.overheads import Overheads
-from moeplan.spec.placement import StageParams
-from moeplan.spec.scenario import Scenario
+from moeplan.structure.placement import StageParams
 from moeplan.units import GIB_BYTES
 
 #: which of the three measured figures each ``other`` item enters (an item enters its own and every
@@ -109,12 +109,12 @@ def graph_buffers(
 ) -> dict[str, float]:
     """CUDA-graph memory of one stage (bytes, named; empty without graphs).
 
-    What Megatron / TE pin (:mod:`moeplan.model.memory.graphs`, sources there): per-layer graphs'
-    static inputs, outputs and backward surfaces (:func:`~moeplan.model.memory.graphs.per_layer_graphs`),
+    What Megatron / TE pin (:mod:`moeplan.model.memory.graph_memory`, sources there): per-layer graphs'
+    static inputs, outputs and backward surfaces (:func:`~moeplan.model.memory.graph_memory.per_layer_graphs`),
     or a full-iteration graph's static data buffers (``full_iteration_graph``). What no source pins:
     ``cuda_graph_pool`` = ``cuda_graph_pool_fraction`` × activations, a planning value for the private
     pool's blocks that eager allocations cannot reuse (and vice versa) and the graphs' own executable
-    memory (docs/decisions.md, "CUDA graph memory").
+    memory (docs/model/memory.md, "CUDA-graph memory").
     """
     if not s.graphs_on():
         return {}

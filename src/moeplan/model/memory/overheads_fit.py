@@ -3,7 +3,7 @@
 Megatron prints ``max allocated`` and ``max reserved`` (torch's caching allocator) and, with
 ``--log-device-memory-used``, ``total device memory used`` (``torch.cuda.device_memory_used()``, what
 nvidia-smi shows) — megatron/training/utils/common_utils.py ``report_memory``. moeplan predicts the
-same three figures (:class:`moeplan.model.memory.estimate.StageMemory`); two of its terms are planning
+same three figures (:class:`moeplan.model.memory.breakdown.StageMemory`); two of its terms are planning
 values no source pins and that a user's own runs can set:
 
 - ``fragmentation_fraction``: measured reserve beyond the allocated peak (max reserved − max allocated),
@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from moeplan.model.memory.estimate import StageMemory
+from moeplan.model.memory.breakdown import StageMemory
 from moeplan.model.memory.other import figure_of
 from moeplan.units import GIB_BYTES
 

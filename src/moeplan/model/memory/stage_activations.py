@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import (
     OFFLOAD_ITEMS,
     ActContext,
@@ -21,9 +22,8 @@ from moeplan.model.activations import (
     mtp_activations,
     output_layer_activations,
 )
-from moeplan.spec.pipeline import StagePlan
-from moeplan.spec.placement import StageParams
-from moeplan.spec.scenario import Scenario
+from moeplan.structure.placement import StageParams
+from moeplan.structure.stages import StagePlan
 
 
 @dataclass(frozen=True)

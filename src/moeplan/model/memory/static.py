@@ -1,8 +1,8 @@
 """Static memory of one rank of a pipeline stage (bytes): weights, gradients and optimizer state,
 and the optimizer state and gradients an offloading optimizer keeps in host memory.
 
-Bytes per element and shard degrees come from :mod:`moeplan.spec.numerics` (Megatron-Core
-``docs/.../dist_optimizer.md``, ``megatron_facts.md`` §5.3):
+Bytes per element and shard degrees come from :mod:`moeplan.structure.numerics` (Megatron-Core
+``docs/.../dist_optimizer.md``, ``megatron_facts.md`` §5.3, vendored in ``tests/data/reference``):
 
 - weights: bf16 parameters, 2 B each (FP8 parameter gather: 1 B for GEMM weights), plus Transformer
   Engine's cached FP8 weight copies under FP8 recipes; the vision tower's weights listed apart; LoRA
@@ -42,10 +42,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from packaging.version import Version
+
+from moeplan.inputs.resolved import Scenario
 from moeplan.model.lora import LORA_BYTES, adapter_rank_params
-from moeplan.spec.numerics import BF16_BYTES, OptimizerNumerics, fp8_weight_cache_bytes, weight_bytes_gemm
-from moeplan.spec.placement import StageParams
-from moeplan.spec.scenario import Scenario
+from moeplan.structure.numerics import BF16_BYTES, OptimizerNumerics, fp8_weight_cache_bytes, weight_bytes_gemm
+from moeplan.structure.placement import StageParams
 
 #: parameter kinds whose weights feed GEMMs (FP8 casts and caches apply to them); the output layer
 #: stays bf16
@@ -59,7 +61,7 @@ HOST_MOMENTS_BYTES = 8.0
 #: allocator for sizes uniform in log2 within an octave, 2 ln 2 (module docstring)
 PINNED_ROUNDUP_FACTOR = 2 * math.log(2)
 #: the last megatron-core release whose CPU fp32 master copies are pageable (PR #4547 pins them later)
-PINNED_MASTER_AFTER_MCORE = (0, 20, 0)
+PINNED_MASTER_AFTER_MCORE = Version("0.20.0")
 
 
 @dataclass(frozen=True)

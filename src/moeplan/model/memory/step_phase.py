@@ -11,7 +11,7 @@ NVIDIA/TransformerEngine d0067d0d:
   shard_model_grad.float()`` — a new fp32 tensor per shard element when the DDP grad buffer is bf16
   (``grad_reduce_in_fp32: false``), a view when it is fp32 — unless the precision-aware optimizer
   takes the bf16 shard as ``decoupled_grad`` (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``,
-  :func:`moeplan.spec.numerics.te_managed_master`; note that Megatron Bridge's BF16 runs set the
+  :func:`moeplan.structure.numerics.te_managed_master`; note that Megatron Bridge's BF16 runs set the
   optimizer's ``fp8_recipe`` to ``"tensorwise"``, so their fp32-master precision-aware optimizer is
   megatron-core's, with these copies). Without the distributed optimizer,
   ``Float16OptimizerWithFloat16Params`` does the same per whole parameter (optimizer.py
@@ -32,15 +32,17 @@ the CPU-offloaded share of the state steps on the host (``HybridDeviceOptimizer`
 
 from __future__ import annotations
 
-from moeplan.spec.numerics import OptimizerNumerics, te_managed_master
-from moeplan.spec.placement import StageParams
-from moeplan.spec.scenario import Scenario
-from moeplan.spec.versions import release_tuple
+from packaging.version import Version
+
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.versions import release_version
+from moeplan.structure.numerics import OptimizerNumerics, te_managed_master
+from moeplan.structure.placement import StageParams
 
 #: fp32 bytes of one unscaled state or gradient element
 FP32_BYTES = 4.0
 #: the first Transformer Engine release whose FusedAdam unscales bf16 moments inside its kernel
-TE_FUSED_BF16_UNSCALE = (2, 14, 0)
+TE_FUSED_BF16_UNSCALE = Version("2.14.0")
 #: the ``other`` items that are freed before the optimizer step (activations are freed too)
 FREED_BEFORE_STEP = ("backward_working_set", "vision_working_set", "cp_kv_buffers")
 
@@ -53,7 +55,7 @@ def _unscaled_bytes_per_element(s: Scenario) -> float:
         return 0.0
     moments = (lay.exp_avg_dtype or "fp32", lay.exp_avg_sq_dtype or "fp32")
     te = s.versions.get("transformer_engine")
-    fused_bf16 = moments == ("bf16", "bf16") and (te is None or release_tuple(te, "0") >= TE_FUSED_BF16_UNSCALE)
+    fused_bf16 = moments == ("bf16", "bf16") and (te is None or release_version(te, "0") >= TE_FUSED_BF16_UNSCALE)
     out = sum(FP32_BYTES for d in moments if d in ("fp16", "fp8") or (d == "bf16" and not fused_bf16))
     if (lay.main_params_dtype or "fp32") == "fp16":
         out += FP32_BYTES

@@ -1,10 +1,10 @@
 """A decoder layer's compute for one microbatch on one rank, forward + backward (s): dense GEMMs,
 grouped expert GEMMs, the attention kernels and memory-bound element-wise work.
 
-Executed FLOPs from :func:`moeplan.model.compute.layer_flops`; backward runs 2× the forward GEMMs
+Executed FLOPs from :func:`moeplan.model.executed_flops.layer_flops`; backward runs 2× the forward GEMMs
 (3× in all). GEMMs run at the achieved GEMM rate (peak × measured best-shape fraction) times the
 grouped-GEMM occupancy for few tokens per expert; attention at the achieved attention rate for the
-kernel length (:func:`moeplan.model.compute.attention_fraction`, first principles); element-wise work
+kernel length (:func:`moeplan.model.executed_flops.attention_fraction`, first principles); element-wise work
 moves ``memory_bound_bytes_per_activation_byte`` HBM bytes per saved activation byte in a dense layer and
 ``moe_memory_bound_bytes_per_activation_byte`` in a MoE layer (both fitted); a Gated
 DeltaNet layer's delta rule runs at the measured speed of its chunked kernel (:mod:`moeplan.model.gdn`).
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.activations import layer_activations
-from moeplan.model.compute import grouped_efficiency, layer_flops
+from moeplan.model.executed_flops import grouped_efficiency, layer_flops
 from moeplan.model.gdn import gdn_kernel_s
 from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
 

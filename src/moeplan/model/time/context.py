@@ -1,7 +1,7 @@
 """What every step-time term needs, derived once per scenario.
 
-The numeric policy (routed-token factor, linear-input bytes) comes from :mod:`moeplan.spec.numerics`;
-achieved GEMM / attention / HBM rates from :func:`moeplan.model.compute.speeds`; link figures from
+The numeric policy (routed-token factor, linear-input bytes) comes from :mod:`moeplan.structure.numerics`;
+achieved GEMM / attention / HBM rates from :func:`moeplan.model.executed_flops.speeds`; link figures from
 :mod:`moeplan.model.hardware`.
 """
 
@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from typing import cast
 
 from moeplan.errors import InputError
+from moeplan.inputs.model_spec import ModelSpec
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.system import GpuSpec
 from moeplan.model.activations import OFFLOAD_ITEMS, ActContext
-from moeplan.model.compute import Speeds, attention_fraction, speeds
 from moeplan.model.constants import TimeConstants
+from moeplan.model.executed_flops import Speeds, attention_fraction, speeds
 from moeplan.model.hardware import host_link_bytes_per_s
 from moeplan.model.vision import VisionCost, vision_cost
-from moeplan.spec.model import ModelSpec
-from moeplan.spec.numerics import linear_input_bytes, routing
-from moeplan.spec.params import padded_vocab_size
-from moeplan.spec.scenario import Scenario
-from moeplan.spec.system import GpuSpec
+from moeplan.structure.numerics import linear_input_bytes, routing
+from moeplan.structure.params import padded_vocab_size
 
 #: graph scopes and the share of a layer's launch overhead they remove (attention and router/
 #: preprocess are the launch-heavy parts of an MoE layer; ``full_iteration`` removes all)

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.inputs.system import GpuSpec
 from moeplan.model.comm import dp_time
 from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN, TimeConstants
 from moeplan.model.time.context import StepContext
 from moeplan.model.time.stage import StageTime
-from moeplan.spec.numerics import fsdp_strategy, grad_bytes, param_gather_bytes
-from moeplan.spec.params import RankParams
-from moeplan.spec.system import GpuSpec
+from moeplan.structure.numerics import fsdp_strategy, grad_bytes, param_gather_bytes
+from moeplan.structure.params import RankParams
 
 #: Megatron DDP's smallest gradient bucket, parameters (bucket size max(40M, 1M·DP))
 MIN_BUCKET_PARAMS = 40e6
@@ -82,7 +82,7 @@ def _fsdp(ctx: StepContext, params: RankParams, crit: StageTime) -> tuple[float,
     return exposed, ctx.num_microbatches * per_mb - exposed
 
 
-def _overlapped(t: float, tail: float, window: float) -> float:
+def exposed_time(t: float, tail: float, window: float) -> float:
     """Exposed time (s) of a transfer of ``t`` s overlapped with a compute window of ``window`` s when
     its last bucket (``tail``, a share of ``t``) cannot overlap: the tail, what exceeds the window,
     and :data:`OVERLAP_COMPUTE_SLOWDOWN` of what the window hides."""
@@ -103,6 +103,6 @@ def data_parallel_time(ctx: StepContext, params: RankParams, crit: StageTime) ->
     exchanges = ("ep_comm_exposed", "cp_comm_exposed", "tp_comm")
     compute_mb = crit.total_s - sum(crit.parts.get(k, 0.0) for k in exchanges)
     tail = min(1.0, max(MIN_BUCKET_PARAMS, 1e6 * ctx.dp * s.cp) / max(1.0, dense + expert))
-    rs = t_rs if lay.overlap_grad_reduce is False else _overlapped(t_rs, tail, BACKWARD_SHARE * compute_mb)
-    ag = t_ag if lay.overlap_param_gather is False else _overlapped(t_ag, tail, FORWARD_SHARE * compute_mb)
+    rs = t_rs if lay.overlap_grad_reduce is False else exposed_time(t_rs, tail, BACKWARD_SHARE * compute_mb)
+    ag = t_ag if lay.overlap_param_gather is False else exposed_time(t_ag, tail, FORWARD_SHARE * compute_mb)
     return DataParallelTime(rs + ag, (t_rs - rs) + (t_ag - ag))

@@ -9,7 +9,7 @@ from moeplan.model.time.context import StepContext
 from moeplan.model.time.exchange import Exchange, cp_exchange, ep_exchange, tp_exchange
 from moeplan.model.time.launch import launch_overhead
 from moeplan.model.time.offload import activation_offload_s
-from moeplan.model.time.recompute import full_recompute_s, gdn_norm_out_a2a_s, selective_recompute_s
+from moeplan.model.time.recompute_cost import full_recompute_s, gdn_norm_out_a2a_s, selective_recompute_s
 
 #: the breakdown parts a layer contributes to (``ThroughputEstimate.breakdown_s`` keys)
 LAYER_PARTS = (

@@ -3,18 +3,21 @@ where its figures need reading with care. Each function returns lines in the ord
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from moeplan.errors import short_repr
-from moeplan.model.compute import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, arch_family
+from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.system import GpuSpec
+from moeplan.inputs.versions import release_version
 from moeplan.model.constants import TimeConstants, release_key
+from moeplan.model.executed_flops import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, arch_family
 from moeplan.model.hardware import planning_notes
 from moeplan.model.time.context import StepContext
-from moeplan.spec.scenario import Scenario
-from moeplan.spec.system import GpuSpec
-from moeplan.spec.versions import release_tuple
 
 #: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
 #: (``dispatch_with_permute`` in ``transformer/moe/fused_a2a.py``, present at core_v0.16.0)
-FUSED_HYBRIDEP_MCORE = (0, 16, 0)
+FUSED_HYBRIDEP_MCORE = Version("0.16.0")
 #: HybridEP's component-set rate (``COMPONENT_SOURCES``): a profile with another one calibrated it
 PACKAGED_HYBRIDEP_RATE = TimeConstants().a2a_efficiency["hybridep"]
 
@@ -66,7 +69,7 @@ def release_notes(c: TimeConstants, stated: str | None, given: str | None, used:
             f"fitted release, {used}"
         ]
     if stated is None:
-        return [f"no container release given (versions.container): software efficiency of {used}"]
+        return [msg("notes.no_container_release", release=used)]
     return []
 
 
@@ -86,24 +89,16 @@ def precision_notes(ctx: StepContext) -> list[str]:
     return out
 
 
-def _hybridep_note(s: Scenario, c: TimeConstants) -> str:
+def _hybridep_note(s: Scenario, c: TimeConstants) -> Message:
     """Where HybridEP's exchange rate comes from: the packaged kernel-only figure (and whether the
     scenario's megatron-core has the fused dispatch it assumes), or the calibration profile."""
     rate, a2a = c.a2a_efficiency.get("hybridep", 0), c.a2a_efficiency.get("alltoall", 0)
-    head = f"HybridEP's exchange runs at {rate:.2f} of the link rate against {a2a:.2f} for all-to-all: "
     if rate != PACKAGED_HYBRIDEP_RATE:
-        return head + "the calibration profile's value"
+        return msg("notes.hybridep_calibrated", rate=rate, a2a=a2a)
     mcore = s.versions.get("megatron_core")
-    if mcore is not None and release_tuple(mcore, "0") < FUSED_HYBRIDEP_MCORE:
-        return head + (
-            f"its published kernel-only figure, which assumes megatron-core ≥ 0.16's fused dispatch; "
-            f"megatron-core {mcore} may run it through the Torch API, 1.3–1.4× slower "
-            "(moeplan.model.constants.COMPONENT_SOURCES)"
-        )
-    return head + (
-        "its published kernel-only figure, since megatron-core ≥ 0.16 fuses the permutation into the "
-        "dispatch; through the Torch API it runs 1.3–1.4× slower (moeplan.model.constants.COMPONENT_SOURCES)"
-    )
+    if mcore is not None and release_version(mcore, "0") < FUSED_HYBRIDEP_MCORE:
+        return msg("notes.hybridep_kernel_only_unfused", rate=rate, a2a=a2a, version=mcore)
+    return msg("notes.hybridep_kernel_only", rate=rate, a2a=a2a)
 
 
 def workload_notes(ctx: StepContext) -> list[str]:
@@ -129,10 +124,7 @@ def workload_notes(ctx: StepContext) -> list[str]:
     if w is not None and m.vision is None and (w.image_patches_per_sequence or w.image_tokens_per_sequence):
         out.append("the model has no vision tower: the workload's image figures are ignored (its padding is not)")
     if vc is not None and vc.assumed:
-        out.append(
-            "no workload: vision tower costed for a planning mix (half the sequence image tokens); "
-            "give workload: (moeplan vlm-stats) for your data, or workload: {text_only: true} for a run without images"
-        )
+        out.append(msg("notes.vision_planning_mix"))
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(
             "overlap_moe_expert_parallel_comm pairs one microbatch's forward with another's backward "

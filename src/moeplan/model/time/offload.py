@@ -1,7 +1,7 @@
 """Fine-grained activation offload (``fine_grained_activation_offloading`` with ``offload_modules``):
 the chosen saved tensors go to the host after forward and come back for backward over the host link,
 behind the layer's dense GEMMs and memory-bound work up to ``overlap_hidden_fraction`` of them
-(``megatron_facts.md`` §3.8)."""
+(``megatron_facts.md`` §3.8, vendored in ``tests/data/reference``)."""
 
 from __future__ import annotations
 

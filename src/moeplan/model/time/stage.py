@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.model.compute import attention_fraction
+from moeplan.model.executed_flops import attention_fraction
 from moeplan.model.lora import lora_time_s, stage_layer_adapters
 from moeplan.model.time.context import StepContext
 from moeplan.model.time.layer import LAYER_HIDDEN, LAYER_PARTS, layer_time
 from moeplan.model.vision import VisionCost
-from moeplan.spec.pipeline import StagePlan
-from moeplan.spec.placement import StageParams
+from moeplan.structure.placement import StageParams
+from moeplan.structure.stages import StagePlan
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,260 @@
+"""Compute time of one decoder layer for one microbatch on one GPU (forward + backward).
+
+Executed FLOPs per rank (not the model-FLOP convention of :mod:`moeplan.structure.flops`): projections
+and MLPs split by TP, tokens split by CP, causal attention does half of the s² work (flash kernels skip
+the masked blocks), sliding-window layers are bounded by the window, routed experts process
+``k·tokens·imbalance`` tokens. Time = FLOPs / achieved throughput, where the achieved throughput is
+the dense peak × the GPU's measured best-shape GEMM fraction (``gpus.json`` MAMF, ml-engineering) ×
+a grouped-GEMM occupancy term for few tokens per expert; attention is first-
+principles, not fitted (:func:`attention_fraction`); element-wise work is memory-bound (HBM bandwidth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.errors import InputError
+from moeplan.inputs.model_spec import ModelSpec
+from moeplan.inputs.system import GpuSpec
+from moeplan.model.constants import TimeConstants
+from moeplan.model.hardware import hbm_bytes_per_s
+
+#: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak for head
+#: dim 128 (d_qk + d_v = 256), by architecture: Hopper 0.686 (FlashAttention-3, arXiv 2407.08608,
+#: Fig. 5: 648 TFLOP/s forward at 16K tokens, head dim 128, BF16, on H100 = 0.655 of 989, divided by
+#: this module's length term at 16K, 0.955; its 740 TFLOP/s headline is head dim 256); Blackwell
+#: 0.71 / 1.3 = 0.546 (FlashAttention-4, arXiv 2603.05451: 1613 TFLOP/s = 71 % on B200, "up to 1.3×
+#: over cuDNN 9.13", the kernel Transformer Engine uses); Ampere 0.70 (FlashAttention-2, arXiv
+#: 2307.08691: up to 73 % on A100); others 0.55.
+ATTENTION_FWD_FRACTION = {"Hopper": 0.686, "Blackwell": 0.546, "Ampere": 0.70}
+ATTENTION_FWD_FRACTION_DEFAULT = 0.55
+#: backward / forward FLOP-rate ratio of flash attention: FlashAttention-3 on H100, head dim 128 at 16K,
+#: 561 TFLOP/s backward against 648 forward (arXiv 2407.08608, Figs. 5 and 7) → 0.866
+ATTENTION_BWD_RATE = 0.866
+#: share of the attention kernels' forward + backward time that is the forward (backward executes
+#: 2.5 × the forward's FLOPs at ATTENTION_BWD_RATE of its rate): what recomputing core attention costs
+ATTENTION_FWD_SHARE = 1 / (1 + 2.5 / ATTENTION_BWD_RATE)
+#: query length per kernel call at which attention reaches half its long-sequence throughput (tiles of
+#: 128 queries fill the SMs only with thousands of queries per head; FA3 Fig. 5 rises from ~0.4 of its
+#: peak at 512 to ~0.95 at 16K)
+ATTENTION_HALF_QUERY_TOKENS = 768.0
+#: FP8 attention (fp8_dot_product_attention) reaches this share of the FP8 peak relative to BF16's share
+#: of the BF16 peak (FA3: ~1200 of 1979 TFLOP/s FP8 = 0.61 vs 0.75 → 0.81)
+ATTENTION_FP8_RELATIVE = 0.81
+
+
+#: time of the softmax exponentials per attention score relative to the BF16 tensor-core time of a
+#: head-dim-128 score (2·256 FLOPs), by architecture: one MUFU.EX2 per score at 16 per clock per SM.
+#: H100: 989 TFLOP/s ÷ (16 × 132 SMs × 1.83 GHz) ≈ 256 FLOPs per exponential → 0.5; B200: tensor cores
+#: 2.25× Hopper's with the SFUs unchanged, FlashAttention-4 (arXiv 2603.05451) finds the head-dim-128
+#: forward bound by the exponential → 1.0; Blackwell Ultra doubles SFU throughput (NVIDIA, "Making
+#: Softmax More Efficient with NVIDIA Blackwell Ultra") → 0.5.
+EXP_TIME_PER_SCORE = {"Hopper": 0.5, "Blackwell": 1.0, "Blackwell Ultra": 0.5}
+#: share of the shorter of (tensor-core work, exponentials) that the kernel hides behind the longer:
+#: t = max(a, b) + (1 − η)·min(a, b). From FlashAttention-3's H100 BF16 forward at 16K (arXiv 2407.08608,
+#: Fig. 5): head dim 64 runs at 497 vs 648 TFLOP/s at 128, i.e. 0.767 → η = 0.13; the same η then gives
+#: head dim 256 at 1.18× head dim 128, against 756 / 648 = 1.17 measured
+EXP_OVERLAP = 0.13
+#: d_qk + d_v of the kernels the forward fractions above were measured with: head dim 128 in BF16
+#: (FlashAttention-3/4), head dim 256 for FP8 (FlashAttention-3's ~1.2 PFLOP/s)
+REFERENCE_HEAD_DIMS = 256
+REFERENCE_HEAD_DIMS_FP8 = 512
+
+
+def arch_key(gpu: GpuSpec) -> str:
+    """``Hopper``, ``Blackwell``, ``Blackwell Ultra``, ... from the GPU's arch text (case and extra
+    words ignored); ``""`` when it is blank."""
+    words = (gpu.arch or "").lower().split()
+    if words[:2] == ["blackwell", "ultra"]:
+        return "Blackwell Ultra"
+    return words[0].capitalize() if words else ""
+
+
+def arch_family(gpu: GpuSpec) -> str:
+    """The architecture family whose measured attention fraction applies (Blackwell Ultra →
+    ``Blackwell``); a key of :data:`ATTENTION_FWD_FRACTION` when known."""
+    return arch_key(gpu).split(" ")[0]
+
+
+def _fwd_time_per_flop(head_dims: float, exp_time: float, fp8: bool) -> float:
+    """Forward time per tensor-core FLOP of one attention score (arbitrary units): tensor work
+    ``head_dims/256`` (halved by FP8 tensor cores) against the exponential's ``exp_time``."""
+    mma = head_dims / REFERENCE_HEAD_DIMS * (0.5 if fp8 else 1.0)
+    t = max(mma, exp_time) + (1 - EXP_OVERLAP) * min(mma, exp_time)
+    return t / head_dims
+
+
+def _length_term(query_tokens: float) -> float:
+    """How far a kernel over ``query_tokens`` queries gets to its long-sequence throughput:
+    q / (q + 768) (:data:`ATTENTION_HALF_QUERY_TOKENS`)."""
+    q = max(1.0, query_tokens)
+    return q / (q + ATTENTION_HALF_QUERY_TOKENS)
+
+
+def _forward_at_length(gpu: GpuSpec, head_dims: float, fp8: bool) -> float:
+    """The forward kernel's long-sequence fraction of the attention peak for ``head_dims``
+    (d_qk + d_v): the family's measured fraction moved by tensor work per score against the softmax
+    exponential (:data:`EXP_TIME_PER_SCORE`, :data:`EXP_OVERLAP`)."""
+    key, family = arch_key(gpu), arch_family(gpu)
+    f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    exp_time = EXP_TIME_PER_SCORE.get(key)
+    if exp_time is None:
+        return f
+    # f was measured on the family's base GPU (H100, B200): Blackwell Ultra's doubled SFUs shorten
+    # the exponential against that measurement
+    measured_exp = EXP_TIME_PER_SCORE[family]
+    ref = REFERENCE_HEAD_DIMS_FP8 if fp8 else REFERENCE_HEAD_DIMS
+    return f * _fwd_time_per_flop(ref, measured_exp, fp8) / _fwd_time_per_flop(head_dims, exp_time, fp8)
+
+
+def attention_forward_fraction(
+    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+) -> float:
+    """Forward attention kernel throughput as a fraction of the attention peak (BF16, or FP8 with
+    ``fp8``) for ``query_tokens`` queries per sequence and head dims ``head_dims`` (d_qk + d_v)."""
+    return _forward_at_length(gpu, head_dims, fp8) * _length_term(query_tokens)
+
+
+def attention_backward_fraction(
+    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+) -> float:
+    """Backward attention kernel throughput (its own executed FLOPs, 2.5 × the forward's) as a
+    fraction of the attention peak: :data:`ATTENTION_BWD_RATE` of the family's head-dim-128 forward."""
+    family = arch_family(gpu)
+    f = ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    return ATTENTION_BWD_RATE * f * _length_term(query_tokens)
+
+
+def attention_fraction(
+    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+) -> float:
+    """Forward + backward attention throughput as a fraction of the attention peak (BF16, or FP8 with
+    ``fp8``), for kernels over ``query_tokens`` queries (the tokens of one CP rank) with query-key plus
+    value head dimensions ``head_dims`` (d_qk + d_v: 256 for head dim 128, 320 for MLA's 192 + 128).
+
+    Megatron counts attention as 3 × forward FLOPs; flash backward executes 2.5 × forward (it recomputes
+    QKᵀ), so the effective fraction is 3 / (1/f_fwd + 2.5/f_bwd) of the forward and backward kernels'
+    fractions (:func:`attention_forward_fraction`, :func:`attention_backward_fraction`), both scaled by the
+    length term q / (q + 768). The forward's rate moves with the head dimensions as the tensor-core work
+    per score against the softmax exponential (:data:`EXP_TIME_PER_SCORE`, :data:`EXP_OVERLAP`): head dim
+    64 runs the forward at 0.77× on Hopper and 0.65× on Blackwell; Blackwell Ultra's doubled SFUs run the
+    head-dim-128 forward 1.3× faster than B200's; FP8 attention (tensor work halved) is more
+    exponential-bound still. Sources in the module constants; nothing here is fitted.
+    """
+    f_fwd = _forward_at_length(gpu, head_dims, fp8)
+    family = arch_family(gpu)
+    f_bwd = ATTENTION_BWD_RATE * ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    return 3.0 / (1.0 / f_fwd + 2.5 / f_bwd) * _length_term(query_tokens)
+
+
+#: best-shape GEMM fraction of peak when the catalog has no measurement for a GPU / precision:
+#: the median of the measured ones (ml-engineering MAMF: 0.71–0.87).
+DEFAULT_GEMM_FRACTION = 0.75
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """Achieved throughputs of one GPU for one scenario (FLOP/s, bytes/s)."""
+
+    gemm_flops_per_s: float
+    attention_flops_per_s: float
+    hbm_bytes_per_s: float
+
+
+def speeds(
+    gpu: GpuSpec,
+    precision: str,
+    fp8_attention: bool,
+    c: TimeConstants,
+    measured: dict[str, float] | None = None,
+) -> Speeds:
+    """Peak × measured GEMM fraction for GEMMs (FP8/FP4 recipes use their peak);
+    ``attention_flops_per_s`` is the attention peak (BF16 unless ``fp8_dot_product_attention``):
+    multiply by :func:`attention_fraction` for a kernel length. The container release's software
+    efficiency is applied to the whole step, not here (:func:`moeplan.model.step.estimate_step`)."""
+    key = "bf16" if precision == "bf16" else ("fp4" if precision == "nvfp4" else "fp8")
+    peak = gpu.peak_dense_tflops.get(key) or gpu.peak_dense_tflops.get("bf16")
+    frac = (measured or {}).get(key if key != "fp4" else "fp8", DEFAULT_GEMM_FRACTION)
+    bf16 = gpu.peak_dense_tflops.get("bf16")
+    if peak is None or bf16 is None:
+        raise InputError("system.gpu.peak_dense_tflops", dict(gpu.peak_dense_tflops), "a bf16 dense peak in TFLOP/s")
+    attn_peak = gpu.peak_dense_tflops.get("fp8", bf16) * ATTENTION_FP8_RELATIVE if fp8_attention else bf16
+    return Speeds(
+        gemm_flops_per_s=peak * 1e12 * frac,
+        attention_flops_per_s=attn_peak * 1e12,
+        hbm_bytes_per_s=hbm_bytes_per_s(gpu),
+    )
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """Executed forward FLOPs of one layer for one microbatch on one rank, by kind."""
+
+    dense_gemm: float = 0.0
+    attention_core: float = 0.0
+    expert_gemm: float = 0.0
+    tokens_per_local_expert: float = 0.0
+
+
+def layer_flops(
+    m: ModelSpec,
+    layer: int,
+    tokens: float,
+    seq_local: float,
+    seq_full: int,
+    tp: int,
+    cp: int,
+    ep: int,
+    routing_factor: float,
+) -> LayerFlops:
+    """Forward FLOPs (2 per multiply-add) of decoder layer ``layer`` on one rank."""
+    h = m.hidden_size
+    kinds = m.attention_kinds or ("full",) * m.num_layers
+    kind = kinds[layer]
+    moe = bool(m.moe_layers and m.moe_layers[layer])
+    g = 3 if m.gated_linear_unit else 2
+    dense = 0.0
+    core = 0.0
+    if kind == "linear":
+        qk = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
+        v = m.given("linear_value_head_dim") * m.given("linear_num_value_heads")
+        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.given("linear_num_value_heads")) + h * v) / tp
+        # the depthwise causal conv; the delta rule itself is timed by moeplan.model.gdn
+        core += 2 * tokens * m.given("linear_conv_kernel_dim") * (2 * qk + v) / tp
+    elif m.multi_latent_attention:
+        nh = m.num_attention_heads
+        qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
+        q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope))
+        lin = q_term + m.given("kv_lora_rank") * (h + nh * (qk + vd)) + h * rope + nh * vd * h
+        dense += 2 * tokens * lin / tp
+        # causal: each of the seq_local queries on this CP rank sees on average half the keys
+        core += 2 * tokens * seq_full * nh * (qk + rope + vd) / 2 / tp
+    else:
+        q = m.given("kv_channels") * m.num_attention_heads
+        kv = m.given("kv_channels") * m.num_query_groups
+        gate = q if m.attention_output_gate else 0
+        dense += 2 * tokens * (h * (q + 2 * kv + gate) + q * h) / tp
+        span = seq_full / 2
+        if kind in ("sliding", "chunked"):
+            window = m.sliding_window or m.attention_chunk_size or seq_full
+            span = min(window, seq_full / 2)
+        core += 2 * tokens * span * 2 * q / tp  # QK^T and PV
+    expert = 0.0
+    per_expert = 0.0
+    if moe:
+        expert = 2 * tokens * h * m.moe_ffn * g * m.moe_topk * routing_factor / tp
+        routed_rank = tokens / tp * m.moe_topk * routing_factor  # routed tokens arriving on this rank
+        per_expert = routed_rank / max(1, m.num_moe_experts // ep) if m.num_moe_experts else 0.0
+        if m.moe_shared_expert_intermediate_size:
+            dense += 2 * tokens * h * m.moe_shared_expert_intermediate_size * g / tp
+        dense += 2 * tokens * h * m.moe_experts / tp  # router
+    else:
+        dense += 2 * tokens * h * (m.ffn_hidden_size or 0) * g / tp
+    return LayerFlops(dense, core, expert, per_expert)
+
+
+def grouped_efficiency(tokens_per_expert: float, c: TimeConstants) -> float:
+    """Occupancy of a grouped GEMM relative to a large dense one: t / (t + t½)."""
+    if tokens_per_expert <= 0:
+        return 1.0
+    return tokens_per_expert / (tokens_per_expert + c.grouped_gemm_half_tokens)

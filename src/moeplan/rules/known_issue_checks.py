@@ -1,0 +1,310 @@
+"""Known issues: release-specific bugs from the known-issue database
+(:mod:`moeplan.catalog.known_issue_table`, ``catalog/data/known_issues.yaml``), reported only when the
+scenario meets an entry's trigger.
+
+- Every package version the entry names is known and in its affected range: one finding with rule id
+  ``known_issue.<id>`` — an error for a guaranteed failure (an assertion every run hits), else a
+  warning — naming the symptom, the versions matched and the source; the fix is the workaround and
+  the upgrade.
+- Some of those versions are not stated (and no ``versions.container`` fills them): one info finding,
+  ``known_issue.versions_unknown``, listing the issues that could apply and the versions to check.
+- A stated version outside the range: nothing.
+
+Generic warnings of the other rule families never stand in for these findings.
+
+The findings' texts are messages (``i18n/*/rules_known_issues.yaml``); an issue's own title, workaround
+and size are data of the database, passed to them as :class:`IssueText` parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from moeplan.catalog.containers import container_table, lookup_container
+from moeplan.catalog.known_issue_table import KnownIssue, PackageRange, get_known_issue, known_issues
+from moeplan.errors import short_repr
+from moeplan.i18n import known_issue_text
+from moeplan.i18n.messages import Items, Message, msg
+from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.versions import PACKAGE_NAMES, ResolvedVersions, container_release
+from moeplan.rules.base import Finding, rule
+
+SOURCE = "moeplan known-issue database (catalog/data/known_issues.yaml)"
+UNKNOWN_RULE = "known_issue.versions_unknown"
+
+
+def matches(s: Scenario) -> list[tuple[KnownIssue, str, list[str]]]:
+    """Every entry whose trigger the scenario meets and whose versions do not rule it out:
+    ``(issue, "affected" | "possible", details)`` in database order."""
+    out = []
+    for k in known_issues():
+        if not k.triggered(s):
+            continue
+        status, details = k.version_status(s.versions)
+        if status != "not_affected":
+            out.append((k, status, details))
+    return out
+
+
+def _keys(k: KnownIssue) -> tuple[str, ...]:
+    keys = [f"versions.{p.package}" for p in k.packages]
+    keys += [p.split(".", 1)[1] for p in k.paths if p.startswith("layout.")]
+    return tuple(dict.fromkeys(keys))
+
+
+@dataclass(frozen=True)
+class IssueText:
+    """One free-text field of a known issue (its ``title``, ``workaround`` or ``size``) as a message
+    parameter.
+
+    These texts are data, not catalogue entries: the English one is the database's
+    (``catalog/data/known_issues.yaml``), the Chinese one is in ``i18n/zh.yaml`` under
+    ``known_issues: {<issue id>: {title, workaround, size}}`` (:func:`moeplan.i18n.known_issue_text`),
+    both keyed by the issue's id. A template names the field ``{title}`` in English (the text itself)
+    and ``{title.zh}`` in Chinese (:attr:`zh`, looked up when the message is printed; the English
+    text where zh.yaml has none). One message per issue would copy the database into the catalogues.
+
+    Attributes:
+        issue_id: the known issue's id.
+        field: ``title``, ``workaround`` or ``size``.
+        english: the text as the database writes it.
+    """
+
+    issue_id: str
+    field: str
+    english: str
+
+    def __format__(self, spec: str) -> str:
+        return format(self.english, spec)
+
+    def __str__(self) -> str:
+        return self.english
+
+    @property
+    def zh(self) -> str:
+        """The Chinese text (``i18n/zh.yaml`` ``known_issues``), or the English one where there is none."""
+        return known_issue_text(self.issue_id, self.field, "zh") or self.english
+
+
+#: a symptom class (:data:`~moeplan.catalog.known_issue_table.SYMPTOMS`) → its message in words
+#: (``NaN loss / gradients``), as the finding of an affected issue names it
+SYMPTOM_MESSAGES = {
+    "hang": lambda: msg("known_issue.symptom.hang"),
+    "nan": lambda: msg("known_issue.symptom.nan"),
+    "wrong_result": lambda: msg("known_issue.symptom.wrong_result"),
+    "oom": lambda: msg("known_issue.symptom.oom"),
+    "slowdown": lambda: msg("known_issue.symptom.slowdown"),
+    "crash": lambda: msg("known_issue.symptom.crash"),
+    "assertion": lambda: msg("known_issue.symptom.assertion"),
+}
+#: a symptom class → its message as the key itself (``nan``), as the unknown-versions finding names it
+SYMPTOM_KEY_MESSAGES = {
+    "hang": lambda: msg("known_issue.symptom_key.hang"),
+    "nan": lambda: msg("known_issue.symptom_key.nan"),
+    "wrong_result": lambda: msg("known_issue.symptom_key.wrong_result"),
+    "oom": lambda: msg("known_issue.symptom_key.oom"),
+    "slowdown": lambda: msg("known_issue.symptom_key.slowdown"),
+    "crash": lambda: msg("known_issue.symptom_key.crash"),
+    "assertion": lambda: msg("known_issue.symptom_key.assertion"),
+}
+
+
+def symptom_message(k: KnownIssue) -> Message:
+    """The issue's symptom in words, with its size when it has one (:meth:`KnownIssue.symptom_text`)."""
+    words = SYMPTOM_MESSAGES[k.symptom]()
+    return (
+        msg("known_issue.symptom_with_size", symptom=words, size=IssueText(k.id, "size", k.size)) if k.size else words
+    )
+
+
+def _range(p: PackageRange) -> str:
+    return p.text or str(p.affected)
+
+
+def fix_message(k: KnownIssue) -> Message:
+    """The issue's workaround, and the releases that fix it (:meth:`KnownIssue.upgrade_text`)."""
+    ups = [
+        msg("known_issue.at_least", package=PACKAGE_NAMES[p.package], version=str(p.fixed))
+        for p in k.packages
+        if p.fixed is not None
+    ]
+    if not ups:
+        return msg("known_issue.workaround", workaround=IssueText(k.id, "workaround", k.workaround))
+    upgrades = functools.reduce(lambda a, b: msg("known_issue.upgrade_and", a=a, b=b), ups)
+    return msg(
+        "known_issue.workaround_and_upgrade", workaround=IssueText(k.id, "workaround", k.workaround), upgrades=upgrades
+    )
+
+
+def finding(k: KnownIssue, versions: ResolvedVersions) -> Finding:
+    """The finding of an issue whose versions (``versions``, the scenario's) are all in range: the
+    title, the symptom, each package's version and affected range, the source; the fix is the
+    workaround and the upgrade."""
+    details = Items(
+        msg(
+            "known_issue.version_in_range",
+            package=PACKAGE_NAMES[p.package],
+            version=str(versions.get(p.package)),
+            range=_range(p),
+        )
+        for p in k.packages
+    )
+    return Finding(
+        k.rule_id,
+        k.severity,
+        msg(
+            "known_issue.affected",
+            id=k.id,
+            title=IssueText(k.id, "title", k.title),
+            symptom=symptom_message(k),
+            details=details,
+            source=k.source,
+        ),
+        fix_message(k),
+        "unsupported" if k.severity == "error" else "warn",
+        SOURCE,
+        _keys(k),
+    )
+
+
+def versions_to_state(s: Scenario, issues: list[KnownIssue]) -> str:
+    """What the user should state to decide ``issues``: the ``versions.<package>`` keys they depend on
+    that the scenario leaves unknown (neither stated nor given by its container); without a container,
+    ``versions.container`` and the keys no container row gives (its table has no NCCL column, so
+    NCCL's issues always need ``versions.nccl``)."""
+    keys = sorted({f"versions.{p.package}" for k in issues for p in k.packages if s.versions.get(p.package) is None})
+    if s.input.versions.container:
+        return ", ".join(keys) if keys else "versions.*"
+    covered = {p for row in container_table().values() for p in row.packages}
+    rest = [k for k in keys if k.removeprefix("versions.") not in covered]
+    return msg("known_issue.state_container_and", keys=", ".join(rest)) if rest else "versions.container"
+
+
+def _condition(p: PackageRange) -> Message:
+    """A package whose version is not known, as a condition: its affected range and first fixed
+    release (:meth:`PackageRange.describe`)."""
+    if p.fixed is None:
+        return msg("known_issue.range_no_fix", package=PACKAGE_NAMES[p.package], range=_range(p))
+    return msg("known_issue.range_fixed_in", package=PACKAGE_NAMES[p.package], range=_range(p), fixed=str(p.fixed))
+
+
+def _possible(k: KnownIssue, versions: ResolvedVersions) -> Message:
+    """``<id> [<symptom>] if <conditions>``: an issue that applies unless a version not stated rules it out."""
+    conditions = [_condition(p) for p in k.packages if versions.get(p.package) is None]
+    joined = functools.reduce(lambda a, b: msg("known_issue.condition_and", a=a, b=b), conditions)
+    return msg("known_issue.possible", id=k.id, symptom=SYMPTOM_KEY_MESSAGES[k.symptom](), conditions=joined)
+
+
+def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]], s: Scenario) -> Finding:
+    """One info finding for the issues that apply unless a version not stated rules them out."""
+    parts = Items(_possible(k, s.versions) for k, _, _ in possible)
+    keys = sorted({f"versions.{p.package}" for k, _, _ in possible for p in k.packages})
+    ask = versions_to_state(s, [k for k, _, _ in possible])
+    return Finding(
+        UNKNOWN_RULE,
+        "info",
+        msg("known_issue.versions_unknown", n=len(possible), parts=parts, keys=ask),
+        None,
+        "info",
+        SOURCE,
+        tuple(keys),
+    )
+
+
+def blocking_finding(findings) -> str | None:
+    """Rule id of the first ``known_issue.<id>`` finding (of a check already run) whose issue a planner
+    must avoid (:attr:`KnownIssue.avoid`: a confirmed hang, crash or assertion at the scenario's
+    versions); None otherwise."""
+    for f in findings:
+        if f.rule_id.startswith("known_issue.") and f.severity != "info":
+            k = get_known_issue(f.rule_id)
+            if k is not None and k.avoid:
+                return f.rule_id
+    return None
+
+
+def blocking_issue(s: Scenario) -> str | None:
+    """Rule id of the first issue a planner must avoid for ``s``: its versions are all in range and it
+    is a confirmed hang, crash or assertion (NaN, wrong results, slowdowns, OOMs and open reports are
+    only flagged)."""
+    for k, status, _ in matches(s):
+        if status == "affected" and k.avoid:
+            return k.rule_id
+    return None
+
+
+def summary(s: Scenario) -> list[dict]:
+    """The issues a scenario may hit, as the planner's candidate JSON lists them: ``{id, status
+    (affected | possible), symptom, severity, source}``."""
+    return [
+        {"id": k.id, "status": status, "symptom": k.symptom, "severity": k.severity, "source": k.source}
+        for k, status, _ in matches(s)
+    ]
+
+
+@rule(
+    "known_issue.database",
+    SOURCE,
+    "release-specific bugs (public issues / PRs) whose trigger the scenario meets and whose affected "
+    "versions include the scenario's: known_issue.<id> per issue, known_issue.versions_unknown when "
+    "versions are not stated",
+)
+def _known(s, e):
+    found = matches(s)
+    out = [finding(k, s.versions) for k, status, _ in found if status == "affected"]
+    possible = [m for m in found if m[1] == "possible"]
+    if possible:
+        out.append(unknown_versions_finding(possible, s))
+    return out
+
+
+@rule(
+    "versions.container_unknown",
+    "catalog/data/containers.yaml (NeMo / PyTorch container release notes)",
+    "a versions.container with no NN.NN release, or a release the container table does not hold, gives no "
+    "package versions (known issues, key spellings) and no release recipe: said, not silently skipped",
+)
+def _container_unknown(s, e):
+    text = s.input.versions.container
+    if not text:
+        return None
+    rel = container_release(text)
+    if rel is not None and lookup_container(*rel)[0] is not None:  # a patch release takes its base's row
+        return None
+    if rel is None:
+        said = msg("versions.container_unknown.no_release", text=short_repr(text))
+    else:
+        known = sorted((r for f, r in container_table() if f == rel[0]), key=_release_order)
+        said = msg(
+            "versions.container_unknown.not_in_table",
+            text=short_repr(text),
+            family=rel[0],
+            release=rel[1],
+            known=", ".join(known),
+        )
+    if s.input.recipe_defaults != "none":
+        said = msg("versions.container_unknown.recipe_from_current_tables", message=said)
+    return [e.warning(said, msg("versions.container_unknown.fix"), "versions.container")]
+
+
+def _release_order(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split(".") if x.isdigit())
+
+
+__all__ = [
+    "SOURCE",
+    "SYMPTOM_KEY_MESSAGES",
+    "SYMPTOM_MESSAGES",
+    "UNKNOWN_RULE",
+    "IssueText",
+    "blocking_finding",
+    "blocking_issue",
+    "finding",
+    "fix_message",
+    "matches",
+    "summary",
+    "symptom_message",
+    "unknown_versions_finding",
+    "versions_to_state",
+]

@@ -1,1 +1,0 @@
-"""Input specifications: model, system, training, layout, scenario."""

@@ -1,0 +1,423 @@
+"""Exact parameter counting: whole model, active per token, and per rank for a layout.
+
+Counts follow the Hugging Face checkpoint tensors of each family (which Megatron Bridge maps one to
+one onto Megatron-Core modules), e.g. for one standard GQA layer with SwiGLU:
+``q: h·nh·d, k/v: h·ng·d each, o: nh·d·h, norms: 2h, MLP: 3·h·f``; MoE layers add a router ``h·E``
+and ``E`` experts of ``3·h·f_e``. Megatron's own closed form is in
+``megatron/training/theoretical_memory_usage.py`` (see ``megatron_facts.md`` §5.1, vendored in ``tests/data/reference``); ours is exact
+per tensor and is cross-checked against megatron-core's ``GPTModel`` in ``tests/oracle``.
+
+Per-rank sharding (Megatron-Core 0.16–0.20, ``megatron_facts.md`` §5.4): column/row-parallel
+weights (attention projections, dense MLP, shared experts, GDN projections, vocab) are divided by
+TP; norms, the router, MLA down-projections (``linear_q_down_proj``/``linear_kv_down_proj``), the
+shared-expert gate and row-parallel biases are replicated; routed experts are divided by EP (whole
+experts) and ETP (each expert's FC1/FC2). With TP > num_query_groups each rank keeps one KV group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from moeplan.errors import InputError
+from moeplan.inputs.model_spec import ModelSpec, PartialModelSpec, VisionSpec
+
+PARAM_KINDS = (
+    "embedding",
+    "output_layer",
+    "attention",
+    "norms",
+    "dense_mlp",
+    "router",
+    "shared_experts",
+    "routed_experts",
+)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Parameters of one module on one rank, split by how Megatron shards them.
+
+    ``tp``: elements on this rank of TP-sharded weights; ``rep``: replicated elements;
+    ``exp``: elements on this rank of routed-expert weights.
+    """
+
+    tp: int = 0
+    rep: int = 0
+    exp: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.tp + self.rep + self.exp
+
+    def __add__(self, o: Shard) -> Shard:
+        return Shard(self.tp + o.tp, self.rep + o.rep, self.exp + o.exp)
+
+
+def _require(model: PartialModelSpec, *names: str) -> tuple[int, ...]:
+    """The integer fields ``names`` of ``model``, in order.
+
+    Raises:
+        InputError: naming every one of them the model does not give.
+    """
+    missing = [n for n in names if getattr(model, n) is None]
+    if missing:
+        raise InputError(f"model.{missing[0]}", None, "a value: parameter counting needs " + ", ".join(missing))
+    return tuple(getattr(model, n) for n in names)
+
+
+def _div(n: int, d: int, what: str) -> int:
+    if n % d:
+        raise InputError(what, n, f"a multiple of {d} to shard evenly")
+    return n // d
+
+
+# ----- attention -----------------------------------------------------------------------------
+
+
+def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard]:
+    """Attention parameters of one layer on one TP rank, split into ``attention`` and ``norms``.
+
+    ``kind`` is ``full``/``sliding``/``chunked`` (softmax attention, GQA or MLA) or ``linear``
+    (Gated DeltaNet). Returns a mapping kind → :class:`Shard`. Elements, exact.
+
+    Raises:
+        InputError: when a needed width is missing or a sharded dimension does not divide by TP.
+    """
+    h = model.hidden_size
+    if kind == "linear":
+        nk, nv, dk, dv, conv_k = _require(
+            model,
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+        )
+        conv_ch = 2 * nk * dk + nv * dv
+        # in_proj_qkvz (h → 2·nk·dk + 2·nv·dv), in_proj_ba (h → 2·nv), depthwise conv1d (no bias),
+        # dt_bias and A_log (nv each), out_proj (nv·dv → h): all split by TP over heads.
+        sharded = h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + conv_ch * conv_k
+        sharded += 2 * nv + nv * dv * h
+        # gated RMSNorm over the value head dim: replicated.
+        return {"attention": Shard(tp=_div(sharded, tp, "gated-deltanet heads vs TP"), rep=dv)}
+    if model.multi_latent_attention:
+        kv, qk_nope, rope, vd, nh = _require(
+            model, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_attention_heads"
+        )
+        qk = qk_nope + rope
+        rep = h * (kv + rope) + kv  # kv down + norm
+        sharded = kv * nh * (qk_nope + vd)  # kv up
+        if model.q_lora_rank:
+            rep += h * model.q_lora_rank + model.q_lora_rank  # q down + q norm
+            sharded += model.q_lora_rank * nh * qk
+        else:
+            sharded += h * nh * qk
+        sharded += nh * vd * h  # output projection
+        return {"attention": Shard(tp=_div(sharded, tp, "attention heads vs TP"), rep=rep)}
+    nh, ng, d = _require(model, "num_attention_heads", "num_query_groups", "kv_channels")
+    heads_rank = _div(nh, tp, "num_attention_heads vs TP")
+    if ng % tp and tp % ng:
+        raise InputError("num_query_groups vs TP", ng, f"a multiple or a divisor of TP={tp}")
+    # linear_qkv is column-parallel over its whole output (q [+ gate] + k + v): megatron-core 0.16
+    # stores (nh·d·(1|2) + 2·ng·d)/TP rows per rank even when TP > ng (measured with the oracle).
+    qkv_out = _div(nh * d * (2 if model.attention_output_gate else 1) + 2 * ng * d, tp, "qkv width vs TP")
+    sharded = h * qkv_out + heads_rank * d * h
+    rep = 0
+    if model.add_qkv_bias or model.add_bias_linear:
+        sharded += qkv_out
+    if model.add_bias_linear:
+        rep += h  # row-parallel output bias is not split
+    if model.qk_layernorm:
+        rep += 2 * d
+    if model.attention_sinks:
+        sharded += heads_rank
+    return {"attention": Shard(tp=sharded, rep=rep)}
+
+
+# ----- MLP / MoE -----------------------------------------------------------------------------
+
+
+def mlp_shard(model: ModelSpec, moe: bool, tp: int = 1, ep: int = 1, etp: int = 1) -> dict[str, Shard]:
+    """MLP parameters of one layer on one rank: dense MLP, or router + shared + routed experts.
+
+    Elements, exact. SwiGLU (``gated_linear_unit``) has FC1 of 2·f, else f.
+
+    Raises:
+        InputError: when experts do not divide by EP or widths by TP/ETP.
+    """
+    h = model.hidden_size
+    glu = 2 if model.gated_linear_unit else 1
+    if not moe:
+        (f,) = _require(model, "ffn_hidden_size")
+        n = h * f * glu + f * h
+        return {"dense_mlp": Shard(tp=_div(n, tp, "ffn_hidden_size vs TP"))}
+    e, fe = _require(model, "num_moe_experts", "moe_ffn_hidden_size")
+    local = _div(e, ep, "num_moe_experts vs EP")
+    per_expert_split = h * fe * glu + fe * h + (fe * glu if model.moe_expert_bias else 0)
+    per_expert_rep = h if model.moe_expert_bias else 0  # FC2 bias is not split by ETP
+    routed = Shard(exp=local * (_div(per_expert_split, etp, "moe_ffn_hidden_size vs ETP") + per_expert_rep))
+    router = h * e + (e if model.moe_router_bias else 0) + (e if model.moe_router_expert_bias else 0)
+    out = {"router": Shard(rep=router), "routed_experts": routed}
+    fs = model.moe_shared_expert_intermediate_size
+    if fs:
+        n = h * fs * glu + fs * h
+        out["shared_experts"] = Shard(
+            tp=_div(n, tp, "shared expert width vs TP"), rep=h if model.moe_shared_expert_gate else 0
+        )
+    return out
+
+
+_SHARD_CACHE: dict[tuple, tuple[ModelSpec, dict]] = {}
+
+
+def layer_shard(model: ModelSpec, layer: int, tp: int = 1, ep: int = 1, etp: int = 1) -> dict[str, Shard]:
+    """All parameters of decoder layer ``layer`` (0-based) on one rank, by kind (memoised per layer
+    kind: the planner asks for the same shards thousands of times)."""
+    _require(model, "hidden_size", "num_layers")
+    kinds = model.attention_kinds or ("full",) * model.num_layers
+    moe_layers = model.moe_layers or (False,) * model.num_layers
+    key = (id(model), kinds[layer], moe_layers[layer], tp, ep, etp)
+    hit = _SHARD_CACHE.get(key)
+    if hit is not None and hit[0] is model:
+        return dict(hit[1])
+    if len(_SHARD_CACHE) > 20000:
+        _SHARD_CACHE.clear()
+    out = _layer_shard(model, kinds[layer], moe_layers[layer], tp, ep, etp)
+    _SHARD_CACHE[key] = (model, out)
+    return dict(out)
+
+
+def _layer_shard(model: ModelSpec, kind: str, moe: bool, tp: int, ep: int, etp: int) -> dict[str, Shard]:
+    out = dict(attention_shard(model, kind, tp))
+    out.update(mlp_shard(model, moe, tp, ep, etp))
+    out["norms"] = Shard(rep=2 * model.hidden_size)  # input_layernorm + pre_mlp_layernorm
+    return out
+
+
+def mtp_shard(model: ModelSpec, tp: int = 1, ep: int = 1, etp: int = 1) -> Shard:
+    """One MTP block (DeepSeek-V3 §2.2; Megatron ``MultiTokenPredictionLayer``): enorm, hnorm,
+    eh_proj (2h → h, TP-sharded), one decoder layer (MoE when the model's last layer is MoE, full
+    attention) and its final norm. Embedding and output head are shared with the main model."""
+    h = model.hidden_size
+    moe = bool(model.moe_layers and model.moe_layers[-1])
+    s = Shard(tp=_div(2 * h * h, tp, "hidden_size vs TP"), rep=3 * h)
+    for part in attention_shard(model, "full", tp).values():
+        s = s + part
+    for part in mlp_shard(model, moe, tp, ep, etp).values():
+        s = s + part
+    return s + Shard(rep=2 * h)
+
+
+def vision_params(v: VisionSpec) -> int:
+    """Parameters of a vision tower (ViT + mergers / projector), elements, exact per HF modules.
+
+    Qwen3-VL / Qwen3.5 (``modeling_qwen3_vl_moe``): Conv3d patch embed with bias, learned position
+    table, ``depth`` blocks (LayerNorm ×2 with bias, qkv and proj with bias, MLP fc1/fc2 with bias),
+    a patch merger (LayerNorm(h), fc1 4h→4h, fc2 4h→out) and one DeepStack merger per index
+    (LayerNorm(4h), same fc1/fc2). Llama 4 (``modeling_llama4``): unfold-conv patch linear (no bias),
+    class token, position table, pre/post LayerNorm, encoder layers with biased q/k/v/o and fc1/fc2,
+    pixel-shuffle MLP (no bias) and the multimodal projector (no bias).
+    """
+    h, f = v.hidden_size, v.intermediate_size
+    block = 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
+    if v.kind == "qwen3_vl":
+        patch = v.in_channels * v.temporal_patch_size * v.patch_size**2 * h + h
+        pos = v.num_position_embeddings * h
+        m = v.spatial_merge_size**2
+        merger = 2 * h + (h * m) * (h * m) + h * m + (h * m) * v.out_hidden_size + v.out_hidden_size
+        deep = 2 * h * m + (h * m) * (h * m) + h * m + (h * m) * v.out_hidden_size + v.out_hidden_size
+        return patch + pos + v.depth * block + merger + len(v.deepstack_visual_indexes) * deep
+    patch = v.in_channels * v.patch_size**2 * h
+    grid = (v.image_size // v.patch_size) ** 2 + 1
+    cls_pos = h + grid * h
+    norms = 2 * (2 * h)
+    adapter = f * v.projector_input_dim + v.projector_output_dim * v.projector_output_dim
+    projector = v.out_hidden_size * v.text_hidden_size
+    return patch + cls_pos + norms + v.depth * block + adapter + projector
+
+
+def vision_shard(v: VisionSpec, tp: int = 1) -> Shard:
+    """Vision tower on one rank of the first pipeline stage (Megatron Bridge builds it there).
+
+    Megatron-style TP inside the ViT: QKV and FC1 (column-parallel, weights and biases) and the
+    attention projection and FC2 weights (row-parallel) are split by TP; norms, row-parallel biases,
+    patch embedding and position tables are replicated; merger/projector FC1 is column- and FC2
+    row-parallel. Elements; the split of the tower itself is our reading of Megatron's ViT, not
+    checked against a build.
+
+    Raises:
+        InputError: when ViT widths do not divide by TP.
+    """
+    total = vision_params(v)
+    h, f = v.hidden_size, v.intermediate_size
+    col = h * 3 * h + 3 * h + h * f + f  # qkv + fc1 (weights and biases)
+    row = h * h + f * h  # proj + fc2 weights
+    split = v.depth * (col + row)
+    if v.kind == "qwen3_vl":
+        m = v.spatial_merge_size**2
+        merger = (h * m) * (h * m) + h * m + (h * m) * v.out_hidden_size
+        split += merger * (1 + len(v.deepstack_visual_indexes))
+    return Shard(tp=_div(split, tp, "vision tower widths vs TP"), rep=total - split)
+
+
+# ----- whole-model counts ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Whole-model parameter counts (elements), by kind, with derived totals.
+
+    ``by_kind`` covers the decoder stack, embedding and output layer (``PARAM_KINDS``); ``mtp`` and
+    ``vision`` are reported apart. ``routed_active`` is the routed-expert share used per token
+    (top-k of E experts per MoE layer).
+    """
+
+    by_kind: dict[str, int]
+    mtp: int
+    vision: int
+    routed_active: int
+    per_layer_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        """Language-model parameters without MTP and vision tower."""
+        return sum(self.by_kind.values())
+
+    def total_with(self, mtp: bool = False, vision: bool = False) -> int:
+        return self.total + (self.mtp if mtp else 0) + (self.vision if vision else 0)
+
+    def active(
+        self, input_embedding: bool = True, mtp: bool = False, vision: bool = False, output_layer: bool = True
+    ) -> int:
+        """Parameters used per token: all but the non-selected routed experts.
+
+        ``input_embedding=False`` drops the embedding table (a lookup, not compute), as DeepSeek
+        and OpenAI count "activated" parameters.
+        """
+        n = self.total - self.by_kind["routed_experts"] + self.routed_active
+        if not input_embedding:
+            n -= self.by_kind["embedding"]
+        if not output_layer:
+            n -= self.by_kind["output_layer"]
+        return n + (self.mtp if mtp else 0) + (self.vision if vision else 0)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["total"] = self.total
+        d["active"] = self.active()
+        return d
+
+
+def count_params(model: PartialModelSpec) -> ParamCounts:
+    """Exact parameter counts of ``model`` (elements), unpadded vocabulary.
+
+    Raises:
+        InputError: when the model lacks a width needed for counting.
+    """
+    _require(model, "hidden_size", "num_layers", "vocab_size")
+    model = model.completed()
+    by = dict.fromkeys(PARAM_KINDS, 0)
+    per_layer_kind: dict[str, int] = {}
+    routed_active = 0
+    for i in range(model.num_layers):
+        parts = layer_shard(model, i)
+        for k, s in parts.items():
+            by[k] += s.total
+        if "routed_experts" in parts:
+            routed_active += parts["routed_experts"].total * model.moe_topk // model.moe_experts
+        kinds = model.attention_kinds or ("full",) * model.num_layers
+        key = f"{kinds[i]}+{'moe' if model.moe_layers and model.moe_layers[i] else 'dense'}"
+        per_layer_kind[key] = per_layer_kind.get(key, 0) + sum(s.total for s in parts.values())
+    h, v = model.hidden_size, model.vocab_size
+    by["embedding"] = v * h
+    by["output_layer"] = v * h if model.untie_embeddings_and_output_weights else 0
+    by["norms"] += h  # final norm
+    mtp = model.mtp_num_layers * mtp_shard(model).total if model.mtp_num_layers else 0
+    vision = vision_params(model.vision) if model.vision else 0
+    return ParamCounts(by_kind=by, mtp=mtp, vision=vision, routed_active=routed_active, per_layer_kind=per_layer_kind)
+
+
+def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:
+    """Vocabulary padded as Megatron pads it: to a multiple of ``divisible_by · TP``
+    (``megatron/training/tokenizer``: ``_vocab_size_with_padding``). ``divisible_by=1`` pads to TP only."""
+    m = divisible_by * tp
+    return -(-vocab_size // m) * m
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters held by one rank (elements), by kind, plus the dense/expert split used for
+    optimizer sharding (dense state shards over DP·CP, expert state over EDP)."""
+
+    by_kind: dict[str, int]
+    dense: int
+    expert: int
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+    def to_dict(self) -> dict:
+        return {"by_kind": self.by_kind, "dense": self.dense, "expert": self.expert, "total": self.total}
+
+
+def rank_params(
+    model: PartialModelSpec,
+    layers: list[int],
+    *,
+    tp: int = 1,
+    ep: int = 1,
+    etp: int = 1,
+    embedding: bool = False,
+    output_layer: bool = False,
+    mtp_layers: int = 0,
+    padded_vocab: int | None = None,
+    vision: bool = False,
+) -> RankParams:
+    """Parameters on one rank that builds decoder ``layers`` (0-based ids), optionally the
+    embedding (first stage), the output layer and final norm (last stage) and ``mtp_layers`` MTP
+    blocks (last stage, which then also holds a copy of the word embeddings, as Megatron's GPTModel
+    builds them for ``mtp_process``), and the vision tower (``vision=True``: first stage of a VLM, see
+    :func:`vision_shard`). With tied embeddings and an output layer on a rank without the embedding
+    (PP > 1), Megatron keeps a copy of the word embeddings there, counted here.
+
+    ``padded_vocab`` defaults to :func:`padded_vocab_size` (divisible by 128·TP).
+
+    Raises:
+        InputError: when a dimension does not shard evenly or a needed width is missing.
+    """
+    _require(model, "hidden_size", "num_layers", "vocab_size")
+    model = model.completed()
+    by = dict.fromkeys(PARAM_KINDS, 0)
+    dense = expert = 0
+    for i in layers:
+        for k, s in layer_shard(model, i, tp, ep, etp).items():
+            by[k] += s.total
+            dense += s.tp + s.rep
+            expert += s.exp
+    vpad = padded_vocab or padded_vocab_size(model.vocab_size, tp)
+    vocab_rank = _div(vpad, tp, "padded vocab vs TP") * model.hidden_size
+    if embedding:
+        by["embedding"] += vocab_rank
+        dense += vocab_rank
+    if output_layer:
+        by["norms"] += model.hidden_size
+        dense += model.hidden_size
+        if model.untie_embeddings_and_output_weights or not embedding:
+            by["output_layer"] += vocab_rank
+            dense += vocab_rank
+    if vision and model.vision is not None:
+        vs = vision_shard(model.vision, tp)
+        by["vision"] = vs.total
+        dense += vs.total
+    if mtp_layers and not embedding:
+        # GPTModel builds the word embeddings when pre_process or mtp_process: the MTP stage keeps a
+        # copy (kept in sync like tied embeddings)
+        by["embedding"] += vocab_rank
+        dense += vocab_rank
+    if mtp_layers:
+        m = mtp_shard(model, tp, ep, etp)
+        by["mtp"] = mtp_layers * m.total
+        dense += mtp_layers * (m.tp + m.rep)
+        expert += mtp_layers * m.exp
+    return RankParams(by_kind=by, dense=dense, expert=expert)
