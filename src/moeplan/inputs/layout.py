@@ -301,7 +301,7 @@ class LayoutSpec(BaseModel):
         default=None,
         ge=0.0,
         le=1.0,
-        description="Fraction (0–1) of the optimizer state moved to the host under `optimizer_cpu_offload`. Source: `OptimizerConfig.optimizer_offload_fraction` (default 0; Megatron-LM's `--optimizer-offload-fraction` defaults to 1); unset: 0, nothing offloaded.",
+        description="Fraction (0–1) of the optimizer state moved to the host under `optimizer_cpu_offload`. Source: `OptimizerConfig.optimizer_offload_fraction` (default 0; Megatron-LM's `--optimizer-offload-fraction` defaults to 1); unset: 1.0 under `framework: megatron-core` (Megatron-LM's argument default), 0 under megatron-bridge (nothing offloaded; the check warns).",
     )
     pin_cpu_grads: bool | None = Field(
         default=None,

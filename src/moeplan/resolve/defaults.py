@@ -135,7 +135,9 @@ def _moe_defaults(lay: LayoutSpec, model: PartialModelSpec | None, bridge: bool)
 def _optimizer_defaults(lay: LayoutSpec, bridge: bool) -> list[Resolution]:
     """Distributed optimizer (on in Bridge recipes and with Megatron-FSDP, off in megatron-core),
     gradient reduce-scatter and parameter all-gather overlap (on in Bridge recipes; not with
-    Megatron-FSDP), precision-aware optimizer (off, ``OptimizerConfig``)."""
+    Megatron-FSDP), precision-aware optimizer (off, ``OptimizerConfig``), and with optimizer CPU
+    offload under megatron-core the offloaded share (1.0, Megatron-LM's ``--optimizer-offload-fraction``
+    default in ``megatron/training/arguments.py``; Bridge passes ``OptimizerConfig``'s 0.0 through)."""
     out: list[Resolution] = []
     dist_opt = lay.use_distributed_optimizer
     if dist_opt is None:
@@ -164,6 +166,12 @@ def _optimizer_defaults(lay: LayoutSpec, bridge: bool) -> list[Resolution]:
         out.append(Resolution("overlap_param_gather", bridge and grad_overlap is not False, why))
     if lay.use_precision_aware_optimizer is None:
         out.append(Resolution("use_precision_aware_optimizer", False, "unset: OptimizerConfig default"))
+    if lay.optimizer_cpu_offload and lay.optimizer_offload_fraction is None and not bridge:
+        # Megatron-LM's training scripts default --optimizer-offload-fraction to 1.0 (training/arguments.py);
+        # OptimizerConfig's own default, which Bridge passes through, is 0.0
+        out.append(
+            Resolution("optimizer_offload_fraction", 1.0, "unset: Megatron-LM's --optimizer-offload-fraction default")
+        )
     return out
 
 
