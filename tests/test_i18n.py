@@ -330,3 +330,15 @@ def test_every_fixed_label_has_a_chinese_text():
     ui = catalog("zh").ui
     missing = [f"{f}:{line} {text!r}" for f, line, text in labels if text not in ui]
     assert not missing, "labels without a Chinese text in i18n/zh.yaml ui:\n" + "\n".join(missing)
+
+
+def test_the_notes_under_the_first_candidate_read_in_chinese():
+    """The README's main job (DeepSeek-V3 at 128K on 256 H100) has notes on #1's possible known issue
+    and its memory risk: in Chinese they are Chinese, with the issue id and figures kept."""
+    args = ["plan", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h100", "--num-gpus", "256"]
+    args += ["--seq-length", "131072", "--precision", "fp8-blockwise", "--gbs", "32", "--lang", "zh"]
+    out = _invoke(args, columns=120).stdout
+    flat = re.sub(r"\s+", "", out)
+    assert "#1可能触发optimizer_offload_h2d_stream_sync（若其版本受影响；未给出版本）" in flat
+    assert "#1有风险：可能放不下" in flat
+    assert "may hit" not in out and "may not fit" not in out

@@ -7,14 +7,14 @@ import time
 from moeplan.catalog.known_issue_table import get_known_issue
 from moeplan.catalog.perf_recipes import published_runs
 from moeplan.errors import InputError
-from moeplan.i18n.messages import msg
+from moeplan.i18n.messages import Items, msg
 from moeplan.model.step import estimate_step
 from moeplan.plan.baseline import differs, rule_of_thumb_baseline
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search, simplest_leads
+from moeplan.rules.known_issue_checks import IssueText, versions_to_state
 from moeplan.rules.known_issue_checks import summary as known_issue_summary
-from moeplan.rules.known_issue_checks import versions_to_state
 
 
 def known_issue_notes(candidates) -> list[str]:
@@ -60,22 +60,27 @@ def first_candidate_risk_notes(candidates) -> list[str]:
     in the id list."""
     if not candidates:
         return []
-    out = []
+    out: list[str] = []
     for k in known_issue_summary(candidates[0].scenario):
         ki = get_known_issue(k["id"])
         affected = k["status"] == "affected"
         if ki is None or not (k["symptom"] in SILENT_SYMPTOMS or (affected and k["symptom"] in STOPPING_SYMPTOMS)):
             continue
-        when = "at the stated versions" if affected else "if its versions are affected (not stated)"
-        out.append(f"#1 may hit {ki.id} {when}: {ki.title}; {ki.workaround} ({ki.source})")
+        title = IssueText(ki.id, "title", ki.title)
+        workaround = IssueText(ki.id, "workaround", ki.workaround)
+        if affected:
+            note = msg("plan.first_may_hit_stated", issue=ki.id, title=title, workaround=workaround, source=ki.source)
+        else:
+            note = msg("plan.first_may_hit_unstated", issue=ki.id, title=title, workaround=workaround, source=ki.source)
+        out.append(note)
     return out
 
 
 def _risks(c) -> list[str]:
     """What ``c`` risks: each known issue its stated versions are affected by, and ``may not fit``
     when its memory verdict is ``tight`` (the peak plus the memory model's band reaches the HBM)."""
-    out = [k["id"] for k in known_issue_summary(c.scenario) if k["status"] == "affected"]
-    return out + (["may not fit"] if c.memory.get("verdict") == "tight" else [])
+    out: list[str] = [k["id"] for k in known_issue_summary(c.scenario) if k["status"] == "affected"]
+    return out + ([msg("plan.risk_may_not_fit")] if c.memory.get("verdict") == "tight" else [])
 
 
 def safer_alternative_note(cands: list) -> str | None:
@@ -89,7 +94,7 @@ def safer_alternative_note(cands: list) -> str | None:
         if not _risks(c):
             return msg(
                 "plan.safer_alternative",
-                risks=", ".join(risks),
+                risks=Items(risks, ", "),
                 rank=rank,
                 layout=c.parallel.label(),
                 pct=100 * (c.tokens_per_s_per_gpu / best - 1),
