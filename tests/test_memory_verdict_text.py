@@ -169,7 +169,7 @@ def test_check_header_states_the_rules_version_beside_the_containers():
     stated = _invoke(["check", OOM, "--set", "versions.megatron_core=0.17.0"])
     assert "(megatron-bridge, megatron-core 0.17.0)" in stated.stdout
     none = _invoke(["check", OOM])
-    assert "megatron-core 0.20.0, the newest moeplan knows: none stated" in none.stdout
+    assert "megatron-core 0.20.0: none stated, so the newest moeplan knows" in none.stdout
 
 
 def _guidance_row_memory():
