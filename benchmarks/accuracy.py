@@ -62,7 +62,10 @@ def _baseline(runs, keyf, train_idx=None):
     for i, r in enumerate(runs):
         if train_idx is None or i in train_idx:
             groups[keyf(r)].append(i)
-    overall = float(np.exp(np.median(np.log(mfu))))
+    # the fallback for a group with no training run is the training runs' median too: a held-out
+    # run never informs its own baseline
+    train = sorted(train_idx) if train_idx is not None else list(range(len(runs)))
+    overall = float(np.exp(np.median(np.log(mfu[train]))))
     pred = (
         np.array([np.exp(np.median(np.log(mfu[groups[keyf(r)]]))) if groups.get(keyf(r)) else overall for r in runs])
         * peak
