@@ -1,7 +1,7 @@
 """Regenerate every derived file of the repository in dependency order, and print what moved.
 
 The steps (``--list`` shows them with what each writes and its rough wall time on a 2-core machine):
-the packaged recipe and measured-run tables, the fitted time constants, the benchmark reports and the
+the Megatron key tables, the packaged recipe and measured-run tables, the fitted time constants, the benchmark reports and the
 validity figures the package prints, the generated pages (validation, scenario reference), the CLI
 surface and the golden outputs, the skills' examples. Each step runs its generator as a separate
 process in a copy of the tree (``moeplan`` imported from the copy's ``src``), so a failing step leaves
@@ -75,6 +75,13 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step(
+        "megatron_keys",
+        ("scripts/gen_megatron_keys.py",),
+        ("src/moeplan/inputs/data/megatron_keys.json",),
+        5,
+        "Megatron key tables from the Megatron-LM / Megatron Bridge git mirrors (skips without them)",
+    ),
+    Step(
         "recipes",
         ("scripts/import_recipes.py",),
         (f"{DATA}/mbridge_perf_recipes.yaml",),
@@ -146,6 +153,14 @@ STEPS: tuple[Step, ...] = (
         1800,
         "planner out of sample by release: a refit per release (SLOW)",
         slow=True,
+    ),
+    Step(
+        "known_issues",
+        ("scripts/harvest_known_issues.py",),
+        (f"{DATA}/known_issues_harvested.yaml",),
+        10,
+        "known issues harvested from the Megatron-LM / Megatron Bridge git mirrors (skipped, with a message, "
+        "where the mirrors are absent)",
     ),
     Step("validation_doc", ("scripts/validation_doc.py",), ("docs/validation.md",), 2, "docs/validation.md"),
     Step("scenario_doc", ("scripts/scenario_doc.py",), ("docs/scenario.md",), 2, "docs/scenario.md"),

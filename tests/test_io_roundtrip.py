@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from moeplan import load_scenario
+from moeplan.errors import InputError
 from moeplan.io.export import export, training_guards
 from moeplan.io.imports import import_config
 from moeplan.io.keys import MLM_UNSUPPORTED
@@ -177,3 +178,104 @@ def test_version_aware_spellings():
     paged = {"model": "qwen3-30b-a3b", "layout": {"moe_paged_stash": True}, "versions": {"megatron_core": "0.16.1"}}
     body = [line for line in export(load_scenario(paged), "mbridge-yaml")[0].splitlines() if not line.startswith("#")]
     assert not any("moe_paged_stash" in line for line in body)
+
+
+# --- Megatron keys moeplan does not model (unmodelled_keys) through export and import -------------------
+
+#: carried keys of four kinds: a count above any parallel size, a float, a store_false switch at its
+#: Megatron-LM default (no flag is written: the header keeps it), a store_true switch, a text and an
+#: nargs list of integers (``--mrope-section``, list[int] from megatron-core 0.16)
+CARRIED = {
+    "train_samples": 585937500,
+    "lr": 0.00012,
+    "overlap_p2p_comm": True,
+    "log_throughput": True,
+    "tokenizer_model": "unsloth/DeepSeek-V3",
+    "mrope_section": [16, 24, 24],
+}
+
+
+@pytest.mark.parametrize("fmt", ["megatron-lm-args", "mbridge-yaml", "mbridge-overrides"])
+def test_unmodelled_keys_survive_export_and_import(fmt):
+    s = load_scenario({"model": "Qwen/Qwen3-8B", "layout": {"tensor_model_parallel_size": 2, **CARRIED}})
+    assert s.input.unmodelled_keys == CARRIED
+    text, _ = export(s, fmt)
+    back, _ = import_config(text, fmt)
+    assert load_scenario(back).input.unmodelled_keys == CARRIED
+
+
+def test_megatron_lm_flags_of_unmodelled_keys_read_back_typed_by_the_key_table():
+    text = (
+        "--tensor-model-parallel-size 2 --train-samples 585937500 --lr 1.2e-4 "
+        "--no-overlap-p2p-communication --log-throughput --tokenizer-model unsloth/DeepSeek-V3 "
+        "--mrope-section 16 24 24 --data-path 0.3 /d/a 0.7 /d/b"
+    )
+    sc, notes = import_config(text, "megatron-lm-args")
+    assert sc["layout"] == {
+        "tensor_model_parallel_size": 2,
+        "train_samples": 585937500,  # int
+        "lr": 0.00012,  # float
+        "overlap_p2p_comm": False,  # store_false: dest overlap_p2p_comm
+        "log_throughput": True,  # store_true
+        "tokenizer_model": "unsloth/DeepSeek-V3",
+        "mrope_section": [16, 24, 24],  # nargs '+', list[int]
+        "data_path": ["0.3", "/d/a", "0.7", "/d/b"],  # nargs '*', no type: text
+    }
+    assert not [n for n in notes if "not modelled" in n]
+
+
+def test_bridge_yaml_fields_of_unmodelled_keys_read_back_from_their_sections():
+    text = (
+        "model: {tensor_model_parallel_size: 2, num_layers: 4, moe_aux_loss_coeff: 0.001}\n"
+        "optimizer: {lr: 0.00012, adam_beta1: 0.9}\n"
+        "comm_overlap: {overlap_p2p_comm: true}\n"
+        "mixed_precision: {bf16: true, grad_reduce_in_fp32: false}\n"
+    )
+    sc, notes = import_config(text, "mbridge-yaml")
+    lay = sc["layout"]
+    assert (lay["lr"], lay["adam_beta1"], lay["overlap_p2p_comm"], lay["moe_aux_loss_coeff"]) == (
+        0.00012,
+        0.9,
+        True,
+        0.001,
+    )
+    assert "num_layers" not in lay and any("model.num_layers" in n for n in notes)  # a model field
+    assert "bf16" not in lay and sc["training"]["precision"] == "bf16"
+
+
+def test_log_argument_dump_carries_arguments_set_away_from_their_defaults():
+    log = """\
+------------------------ arguments ------------------------
+  tensor_model_parallel_size ...................... 2
+  train_samples ................................... 585937500
+  lr .............................................. 0.00012
+  log_interval .................................... 1
+  log_throughput .................................. False
+  overlap_p2p_comm ................................ True
+  norm_epsilon .................................... 1e-05
+  swiglu .......................................... True
+  num_layers ...................................... 4
+  rank ............................................ 0
+-------------------- end of arguments ---------------------
+"""
+    sc, _ = import_config(log, "megatron-log")
+    # log_throughput False, overlap_p2p_comm True, norm_epsilon 1e-05: Megatron-LM's defaults;
+    # swiglu and num_layers: the model; rank: no argument
+    assert load_scenario(sc).input.unmodelled_keys == {"train_samples": 585937500, "lr": 0.00012, "log_interval": 1}
+
+
+def test_unmodelled_key_of_the_wrong_type_names_key_value_and_type():
+    with pytest.raises(InputError) as exc:
+        load_scenario({"layout": {"train_samples": "many"}})
+    assert exc.value.field == "layout.train_samples" and exc.value.value == "many"
+    assert "a value of type int" in exc.value.allowed and "str" in exc.value.allowed
+    with pytest.raises(InputError) as exc:
+        load_scenario({"layout": {"log_throughput": 3}})
+    assert "a value of type bool" in exc.value.allowed
+
+
+def test_size_cap_applies_to_parallel_sizes_not_to_megatron_counts():
+    assert load_scenario({"layout": {"lr_warmup_samples": 2**30}}).input.unmodelled_keys == {"lr_warmup_samples": 2**30}
+    with pytest.raises(InputError) as exc:
+        load_scenario({"layout": {"tensor_model_parallel_size": 2**21}})
+    assert exc.value.field == "layout.tensor_model_parallel_size"

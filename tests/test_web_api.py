@@ -694,6 +694,23 @@ def test_scrub_and_candidate_scenario(tmp_path):
     assert out["layout"] == cand["layout"] and req["layout"] == {"tensor_model_parallel_size": 2}
 
 
+def test_candidate_scenario_keeps_the_megatron_keys_moeplan_does_not_model():
+    req = {"model": "m", "layout": {"tensor_model_parallel_size": 2, "train_samples": 585937500, "lr": 0.00012}}
+    cand = {"training": {"global_batch_size": 8}, "layout": {"tensor_model_parallel_size": 1}}
+    out = candidate_scenario(req, cand)
+    assert out["layout"] == {"tensor_model_parallel_size": 1, "train_samples": 585937500, "lr": 0.00012}
+
+
+def test_exported_plan_candidate_carries_the_unmodelled_keys(client):
+    sets = ["layout.train_samples=585937500", "layout.log_throughput=true"]
+    doc = client.post("/api/plan", json={**SMALL, "top": 1, "sets": sets}).json()
+    scn = doc["scenarios"][0]
+    assert (scn["layout"]["train_samples"], scn["layout"]["log_throughput"]) == (585937500, True)
+    out = client.post("/api/export", json={"scenario": scn, "format": "megatron-lm-args"}).json()
+    lines = out["text"].splitlines()
+    assert "--train-samples 585937500" in lines and "--log-throughput" in lines
+
+
 # ---------- the command ----------
 
 

@@ -68,7 +68,6 @@ ALWAYS_COMPARED = frozenset(
         "attention.heads_divisible_by_tp",
         "attention.query_groups_vs_tp",
         "attention.gdn_heads_vs_tp_cp",
-        "sequence.sp_requires_tp",
         "moe.experts_divisible_by_ep",
         "moe.capacity_settings",
         "moe.ep_overlap_requirements",
@@ -260,7 +259,9 @@ def mcore_kwargs(c: dict) -> dict:
         tensor_model_parallel_size=c["tp"],
         pipeline_model_parallel_size=c["pp"],
         expert_model_parallel_size=c["ep"],
-        sequence_parallel=c["sp"],
+        # Megatron-LM's validate_args and Bridge's finalize turn SP off with TP = 1 before the config
+        # is built (moeplan does the same, with a warning): the config never sees SP with TP = 1
+        sequence_parallel=c["sp"] and c["tp"] > 1,
         bf16=True,
         attention_dropout=0.0,
         hidden_dropout=0.0,
@@ -402,7 +403,6 @@ RELEVANT = {
     "attention.heads_divisible_by_tp": lambda c: c["tp"] > 1,
     "attention.query_groups_vs_tp": lambda c: c["tp"] > 1,
     "attention.gdn_heads_vs_tp_cp": lambda c: bool(c["gdn"]) and c["tp"] > 1,
-    "sequence.sp_requires_tp": lambda c: c["sp"],
     "moe.experts_divisible_by_ep": lambda c: c["ep"] > 1,
     "moe.capacity_settings": lambda c: c["cf"] is not None or c["pad"] or (c["shared_overlap"] and c["shared"]),
     "moe.ep_overlap_requirements": lambda c: c["overlap"] or c["delay_wgrad"],

@@ -8,13 +8,16 @@ from pathlib import Path
 from moeplan.api.side_inputs import scenario_request
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
 from moeplan.errors import InputError, missing_file
+from moeplan.i18n.messages import msg
 from moeplan.inputs.overrides import ScenarioFlags, scenario_overrides
 from moeplan.inputs.policy import MAX_JSON_BYTES, read_text
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.versions import rules_version_basis
-from moeplan.io.imports import import_config, import_dump
+from moeplan.io.driver_configs import import_any
+from moeplan.io.imports import import_dump
 from moeplan.io.run_logs import read_log
 from moeplan.model.memory import estimate_memory
+from moeplan.plan.starting_points import published_scenario
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES, validate
 from moeplan.structure.params import count_params
@@ -31,11 +34,13 @@ def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
         InputError: a missing or unreadable file, an unknown format, or a configuration it cannot read.
     """
 
+    if from_format == "mbridge-recipe" and path is not None:  # a catalog recipe by its id, no file
+        return published_scenario(path.as_posix()), [msg("drivers.recipe_loaded", id=path.as_posix())]
     if path is None or not path.is_file():
         raise missing_file("scenario", path, f"{from_format} file")
     if from_format == "megatron-log":  # a training log of any length: streamed, its dump kept
         return import_dump(read_log(path, "scenario").dump)
-    return import_config(read_text(path, "scenario", MAX_CONFIG_BYTES), from_format)
+    return import_any(read_text(path, "scenario", MAX_CONFIG_BYTES), from_format)
 
 
 def check_report(
@@ -47,7 +52,11 @@ def check_report(
         scenario: scenario YAML, or (with ``from_format``) a configuration to import.
         flags: overrides laid over the file.
         from_format: read ``scenario`` as ``mbridge-yaml``, ``mbridge-overrides``,
-            ``megatron-lm-args`` or ``megatron-log`` (see :mod:`moeplan.io.imports`).
+            ``megatron-lm-args`` or ``megatron-log`` (see :mod:`moeplan.io.imports`), or a driver's
+            config: ``megatron-lm-yaml``, ``verl-yaml``, ``slime-args``, ``nemo-rl-yaml``,
+            ``ms-swift-args``, ``skyrl-overrides`` (see :mod:`moeplan.io.driver_configs`); or
+            ``mbridge-recipe``: ``scenario`` is then the id of a Megatron Bridge perf recipe of the
+            catalog (:func:`moeplan.plan.starting_points.published_scenario`).
 
     Returns:
         :meth:`moeplan.rules.CheckResult.to_dict`: ``verdict`` (valid | warn | invalid | unsupported),
@@ -86,7 +95,9 @@ def memory_verdict(scn: Scenario) -> dict | None:
         per GPU), "peak_stage", "capacity_bytes" (usable HBM less system.reserved_gib), "error_band_pct"
         (the memory model's band, docs/memory_accuracy.md), "dominant_items" (the parts that push the
         peak over, :func:`moeplan.model.memory.dominant_items`), "host_fits" (offloaded state against
-        the node's host memory; None when nothing is offloaded or the host memory is unknown)}``.
+        the node's host memory; None when nothing is offloaded or the host memory is unknown),
+        "verdict_band" (the band's edges and the verdict's reason,
+        :meth:`moeplan.model.memory.MemoryVerdict.to_dict`)}``: the one verdict every command gives.
     """
     if scn.model is None or scn.gpu is None or not scn.num_gpus or scn.training.seq_length is None:
         return None
@@ -102,6 +113,7 @@ def memory_verdict(scn: Scenario) -> dict | None:
         "error_band_pct": mem.error_band_pct,
         "dominant_items": mem.dominant_items(),
         "host_fits": mem.host_fits,
+        "verdict_band": mem.memory_verdict.to_dict(),
     }
 
 

@@ -19,7 +19,7 @@ FromOpt = Annotated[
     Optional[str],
     typer.Option(
         "--from",
-        help="Read SCENARIO as mbridge-yaml, mbridge-overrides, megatron-lm-args or megatron-log (the argument dump).",
+        help="Read SCENARIO as mbridge-yaml, mbridge-overrides, megatron-lm-args, megatron-log (the argument dump), megatron-lm-yaml (a Megatron-LM MoE recipe), verl-yaml, slime-args, nemo-rl-yaml, ms-swift-args, skyrl-overrides; or mbridge-recipe with a catalog perf recipe id as SCENARIO.",
     ),
 ]
 
@@ -39,8 +39,8 @@ def check(
 
     Exit code 0 when no rule is broken (warnings allowed) and the layout fits in memory (or memory
     cannot be estimated), 1 when a rule is broken, the check is incomplete (no model, or several rules
-    skipped for lack of input), or the layout does not fit or may not fit in memory (the peak plus the
-    memory model's error band reaches the usable HBM), 2 on bad input."""
+    skipped for lack of input), or the layout does not fit or may not fit in memory (the memory
+    model's error band around the peak crosses the usable HBM), 2 on bad input."""
     with input_errors():
         render.set_lang(lang)
         doc = check_report(scenario, flags, from_)

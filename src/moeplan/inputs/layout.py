@@ -12,9 +12,9 @@ DP and EDP are derived (``DP = W/(TP·PP·CP)``, ``EDP = W/(ETP·EP·PP)``), nev
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 #: Parallel dimension names, defined once.
 PARALLEL_DIMS = {
@@ -423,6 +423,17 @@ class LayoutSpec(BaseModel):
         description="Dropout probability of the transformer hidden state (a fraction 0–1). Source: `TransformerConfig.hidden_dropout` (megatron-core default 0.1); unset: 0, as the HF configs and Bridge providers set it, shown as an assumption.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        """A key given as null is not stated, however the layout is built (a mapping, keyword
+        arguments): it keeps its default and stays out of ``model_fields_set``, so the resolver fills
+        it and the unset-key warnings name it, as a Megatron Bridge config dump writes "unset"
+        (``expert_tensor_parallel_size: null``)."""
+        if isinstance(data, dict) and None in data.values():
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
     def stated(self, key: str) -> bool:
-        """True when the user gave ``key`` explicitly (even as null)."""
+        """True when the user gave ``key`` explicitly with a value (a null is not stated)."""
         return key in self.model_fields_set

@@ -14,6 +14,7 @@ from packaging.version import Version
 
 from moeplan.errors import InputError
 from moeplan.inputs.layout import LayoutSpec
+from moeplan.inputs.megatron_keys import describe_unmodelled
 from moeplan.inputs.model_spec import ModelSpec, PartialModelSpec
 from moeplan.inputs.peft import PeftInput
 from moeplan.inputs.system import GpuSpec
@@ -86,6 +87,8 @@ class Scenario:
     resolutions: list[Resolution] = field(default_factory=list)
     recipe: RecipeProvenance | None = None
     versions: ResolvedVersions = field(default_factory=ResolvedVersions)
+    #: the ``framework:`` named (a driver such as verl or slime); ``framework`` is its base resolution
+    driver: str = ""
 
     # shorthand for the parallel sizes
     @property
@@ -207,7 +210,10 @@ class Scenario:
     def summary(self) -> dict[str, Any]:
         """Plain mapping for JSON output: model, GPU, GPU count, framework, megatron-core version,
         sizes with derived DP/EDP, and each resolution as ``{key, value, reason}`` (the recipe fills'
-        reasons are the record's text, ``recipe fill: <reason>``), and ``recipe_left_out`` — only when
+        reasons are the record's text, ``recipe fill: <reason>``), ``unmodelled_keys`` — only when the
+        layout states Megatron keys moeplan does not model — each with its Bridge path, Megatron-LM
+        tokens and whether it may move memory or time (:func:`~moeplan.inputs.megatron_keys.describe_unmodelled`),
+        and ``recipe_left_out`` — only when
         a recipe fill was left out because it would break a rule for this model — each
         ``key=value (why)``."""
         return {
@@ -215,6 +221,7 @@ class Scenario:
             "gpu": self.gpu.id if self.gpu else None,
             "num_gpus": self.num_gpus,
             "framework": self.framework,
+            **({"driver": self.driver} if self.driver and self.driver != self.framework else {}),
             "megatron_core_version": str(self.mcore_version),
             "parallel": {
                 "TP": self.tp,
@@ -228,6 +235,11 @@ class Scenario:
                 "SP": self.sp,
             },
             "resolved_defaults": [{"key": r.key, "value": r.value, "reason": r.reason} for r in self.resolutions],
+            **(
+                {"unmodelled_keys": describe_unmodelled(self.input.unmodelled_keys, self.bridge_version)}
+                if self.input.unmodelled_keys
+                else {}
+            ),
             **(
                 {"recipe_left_out": list(self.recipe.left_out)}
                 if self.recipe is not None and self.recipe.left_out

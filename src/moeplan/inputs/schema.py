@@ -19,6 +19,7 @@ from moeplan.errors import InputError, UnknownNameError
 from moeplan.inputs.allocator import ALLOC_CONF, alloc_options
 from moeplan.inputs.layout import LayoutSpec
 from moeplan.inputs.loading import without_nulls
+from moeplan.inputs.megatron_keys import check_key, check_value_type
 from moeplan.inputs.peft import PeftInput
 from moeplan.inputs.policy import check_plain
 from moeplan.inputs.system import GpuSpec
@@ -105,6 +106,10 @@ class SystemInput(BaseModel):
         gt=0,
         le=1e7,
         description="Host RAM of one node for CPU-offloaded optimizer state (GiB). moeplan's own input; unset: the catalog's host memory per GPU × GPUs per node, when known.",
+    )
+    ep_library_build: list[Literal["deepep-nvshmem", "hybridep-multinode"]] | None = Field(
+        default=None,
+        description="The build options of the installed `deep_ep` package (DeepEP / HybridEP), as a list of those it has: `deepep-nvshmem` — DeepEP built with NVSHMEM (its setup.py found `NVSHMEM_DIR` or the `nvidia-nvshmem` module), which its internode kernels (EP·ETP > 8) need; `hybridep-multinode` — HybridEP built with `HYBRID_EP_MULTINODE=1` (RDMA between NVLink domains), which an EP·ETP group beyond one NVLink domain needs; `[]`: a build with neither. Source: DeepEP v1.2.1 `setup.py` and the hybrid-ep branch's `setup.py` (catalog/data/comm_libraries.yaml). moeplan's own input (`moeplan doctor` reads the DeepEP build on a node); unset: not known, so `check` does not judge the build.",
     )
 
     @field_validator("reserved_gib", "host_memory_gib", mode="before")
@@ -203,12 +208,12 @@ class OverheadsInput(BaseModel):
     deepep_buffers_gib: float | None = Field(
         default=None,
         ge=0,
-        description="DeepEP's NVLink and RDMA buffers with the flex dispatcher's `deepep` backend (GiB per GPU). moeplan's own planning input; unset: 2.0 GiB (`moeplan.model.overheads.DEEPEP_BUFFERS_GIB`).",
+        description="DeepEP's NVLink and RDMA buffers with the flex dispatcher's `deepep` backend (GiB per GPU; also NCCL EP's with `ncclep`). Overrides the source's sizing; unset: sized as DeepEP's `Config` hints size them from the ETP×EP group, the hidden size and `moe_deepep_num_sms` (`moeplan.model.memory.dispatcher_buffers`; `ncclep`: 2.0 GiB, `moeplan.model.overheads.NCCLEP_BUFFERS_GIB`).",
     )
     hybridep_buffers_gib: float | None = Field(
         default=None,
         ge=0,
-        description="HybridEP's registered NVLink buffers with the flex dispatcher's `hybridep` backend (GiB per GPU). moeplan's own planning input; unset: 1.0 GiB (`moeplan.model.overheads.HYBRIDEP_BUFFERS_GIB`).",
+        description="HybridEP's registered NVLink and RDMA buffers with the flex dispatcher's `hybridep` backend (GiB per GPU). Overrides the source's sizing; unset: sized as `HybridEPBuffer` allocates them from the tokens per rank, hidden size, local experts and NVLink domain (`moeplan.model.memory.dispatcher_buffers`).",
     )
     workspaces_gib: float | None = Field(
         default=None,
@@ -339,9 +344,11 @@ class ScenarioInput(BaseModel):
         default_factory=LayoutSpec,
         description="The `layout:` section: Megatron-Core / Megatron Bridge parallelism, recompute, MoE, CUDA-graph, optimizer and overlap keys under their Megatron names. Unset: every key unstated (framework defaults fill them).",
     )
-    framework: Literal["megatron-bridge", "megatron-core"] = Field(
+    framework: Literal[
+        "megatron-bridge", "megatron-core", "megatron-lm", "verl", "slime", "nemo-rl", "ms-swift", "skyrl"
+    ] = Field(
         default="megatron-bridge",
-        description="Which framework resolves unstated keys: `megatron-bridge` (its recipes' and providers' defaults) or `megatron-core` (the dataclass defaults, as Megatron-LM runs them). Unset: megatron-bridge.",
+        description="Which framework drives Megatron and so resolves unstated keys: `megatron-bridge` (its recipes' and providers' defaults), `megatron-core` (the dataclass defaults), `megatron-lm` (megatron-core's plus Megatron-LM's argument fix-ups: SP off with TP 1, VPP from `pipeline_model_parallel_layout`, ...), or a driver of Megatron: `slime` and `ms-swift` (Megatron-LM arguments, as `megatron-lm`), `verl` (megatron-core), `nemo-rl` and `skyrl` (Megatron Bridge); a driver's own defaults fill first and each is listed with its source (`moeplan.resolve.frameworks`), and a driver that colocates a rollout engine says that its memory is `system.reserved_gib`. Unset: megatron-bridge.",
     )
     recipe_defaults: Literal["none", "mbridge-perf", "mbridge-perf-benchmark"] = Field(
         default="none",
@@ -374,6 +381,10 @@ class ScenarioInput(BaseModel):
     peft: PeftInput | None = Field(
         default=None,
         description="The `peft:` section: LoRA adapters as Megatron Bridge builds them (`cfg.peft = LoRA(...)`). Unset: full training of every weight.",
+    )
+    unmodelled_keys: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Megatron keys of the `layout:` section that moeplan does not model but megatron-core, Megatron-LM or Megatron Bridge has at the stated release (`inputs/data/megatron_keys.json`): moved here from `layout:`, carried to the exports as written (Bridge YAML under their section, Megatron-LM flags) and named once in the text output as not modelled. Unset: none.",
     )
 
 
@@ -421,18 +432,124 @@ def pydantic_to_input_error(exc: ValidationError) -> InputError:
     return InputError(loc, value, allowed)
 
 
+def _stated(versions: object, key: str) -> Any:
+    v = versions.get(key) if isinstance(versions, dict) else None
+    return parse_version(v, f"versions.{key}") if isinstance(v, str) else None
+
+
+#: Megatron's precision keys: moeplan models them as ``training.precision`` (``fp8`` + ``fp8_recipe``
+#: → fp8-tensorwise / -delayed / -blockwise / mxfp8, ``fp4`` → nvfp4); under ``layout:`` they set
+#: (or must agree with) the precision, and exports write them from it (:func:`_layout_precision`)
+PRECISION_KEYS = frozenset({"fp8", "fp8_recipe", "fp8_format", "fp4", "fp4_recipe", "fp4_format", "bf16", "fp16"})
+
+
+_FP8_RECIPE_PRECISION = {
+    "tensorwise": "fp8-tensorwise",
+    "delayed": "fp8-delayed",
+    "blockwise": "fp8-blockwise",
+    "mxfp8": "mxfp8",
+}
+
+
+def _layout_precision(keys: dict) -> str | None:
+    """The ``training.precision`` Megatron's precision keys under ``layout:`` name, as Megatron reads
+    them: ``fp4`` / ``fp4_recipe`` → nvfp4; ``fp8`` (or ``fp8_format``) with ``fp8_recipe`` (default
+    ``delayed``, ``TransformerConfig``) → that FP8 recipe; ``fp8_recipe`` alone → that recipe (a
+    Bridge ``mixed_precision`` preset sets both); ``bf16`` alone → bf16; none → None.
+
+    Raises:
+        InputError: ``fp16`` (not modelled), or an ``fp8_recipe`` moeplan does not model.
+    """
+    if keys.get("fp16"):
+        raise InputError(
+            "layout.fp16", keys["fp16"], "bf16 or an FP8 / FP4 recipe: moeplan does not model FP16 training"
+        )
+    if keys.get("fp4") or keys.get("fp4_recipe") or keys.get("fp4_format"):
+        return "nvfp4"
+    recipe = keys.get("fp8_recipe")
+    if recipe is not None and recipe not in _FP8_RECIPE_PRECISION:
+        raise InputError("layout.fp8_recipe", recipe, f"one of {', '.join(_FP8_RECIPE_PRECISION)}")
+    if keys.get("fp8") or keys.get("fp8_format") or recipe is not None:
+        return _FP8_RECIPE_PRECISION[recipe or "delayed"]
+    return "bf16" if keys.get("bf16") else None
+
+
+def _training_with_precision(data: dict, layout: dict) -> Any:
+    """``data['training']`` with the precision the layout's precision keys name (:func:`_layout_precision`)
+    when none is stated; unchanged when they name none or the same one.
+
+    Raises:
+        InputError: they name another precision than ``training.precision`` states.
+    """
+    training = data.get("training")
+    named = _layout_precision({k: v for k, v in layout.items() if k in PRECISION_KEYS})
+    if named is None or (training is not None and not isinstance(training, dict)):
+        return training
+    stated = (training or {}).get("precision")
+    if stated is not None and stated != named:
+        key = next(k for k in layout if k in PRECISION_KEYS)
+        raise InputError(
+            f"layout.{key}", layout[key], f"a value that agrees with training.precision={stated!r} (it names {named})"
+        )
+    return {**(training or {}), "precision": named}
+
+
+def split_unmodelled(data: dict) -> dict:
+    """``data`` with the ``layout:`` keys moeplan does not model moved to ``unmodelled_keys`` (with
+    those stated there), each checked against Megatron's key tables at the stated
+    ``versions.megatron_core`` / ``versions.megatron_bridge`` (:func:`moeplan.inputs.megatron_keys.check_key`);
+    a null one is left out (not stated). Returns ``data`` itself when there is nothing to move.
+
+    Raises:
+        InputError: a key in no table at the stated release, naming it, the nearest names and the
+            releases that have it; a value of a kind its key table does not give
+            (:func:`~moeplan.inputs.megatron_keys.check_value_type`); a ``training:`` key written under
+            ``layout:``; a malformed stated version.
+    """
+    layout, given = data.get("layout", {}), data.get("unmodelled_keys")
+    layout = {} if layout is None else layout
+    if not isinstance(layout, dict) or (not isinstance(given, dict) and given is not None):
+        return data
+    merged = {**(given or {}), **layout}
+    modelled = LayoutSpec.model_fields
+    if all(k in modelled for k in merged) and not given:
+        return data
+    vers = data.get("versions")
+    mcore, bridge = _stated(vers, "megatron_core"), _stated(vers, "megatron_bridge")
+    carried = {}
+    for k, v in merged.items():
+        if k in TrainingSpec.model_fields:  # modelled, in another section
+            raise InputError(f"layout.{k}", v, f"training.{k} (a training key, stated under training:)")
+        if (
+            k not in modelled
+            and k not in PRECISION_KEYS
+            and check_key(str(k), v, modelled, mcore, bridge) == "accepted"
+            and v is not None
+        ):
+            check_value_type(str(k), v)
+            carried[str(k)] = v
+    kept = {k: v for k, v in merged.items() if k in modelled}
+    out = {**data, "layout": kept, "unmodelled_keys": carried}
+    training = _training_with_precision(data, merged)
+    return out if training is None else {**out, "training": training}
+
+
 def _check_layout_values(data: dict) -> None:
     """Layout values within plausible bounds (integers up to :data:`MAX_LAYOUT_INT`, floats up to
     :data:`MAX_LAYOUT_FLOAT`, list items too) and label lists without repeats (a repeated unknown
-    label would be reported once per repeat).
+    label would be reported once per repeat). The bounds apply to the keys moeplan models; a Megatron
+    key it does not model (``train_samples`` counts samples, far beyond any parallel size) is checked
+    only for the kind of value its key table gives (:func:`moeplan.inputs.megatron_keys.check_value_type`).
 
     Raises:
-        InputError: naming ``layout.KEY``.
+        InputError: naming ``layout.KEY``, the value and what is allowed.
     """
     layout = data.get("layout")
     if not isinstance(layout, dict):
         return
     for key, v in layout.items():
+        if key not in LayoutSpec.model_fields:  # type-checked by split_unmodelled
+            continue
         for x in v if isinstance(v, list) else [v]:
             if isinstance(x, bool) or not isinstance(x, (int, float)):
                 continue
@@ -463,8 +580,9 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
     if not isinstance(data, dict):
         raise InputError("scenario", data, "a YAML mapping with model, system, training, layout")
     check_plain(data, "")
-    _check_unknown_keys(data)
     _check_layout_values(data)
+    data = split_unmodelled(data)
+    _check_unknown_keys(data)
     gpu = (data.get("system") or {}).get("gpu") if isinstance(data.get("system"), dict) else None
     if isinstance(gpu, dict):
         unknown = [k for k in gpu if k not in GpuSpec.model_fields]

@@ -30,6 +30,7 @@ from packaging.version import Version
 
 from moeplan.errors import InputError, short_repr
 from moeplan.inputs.loading import dump_yaml
+from moeplan.inputs.megatron_keys import bridge_path, mlm_tokens
 from moeplan.inputs.policy import bad_char
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE, release_version
@@ -140,8 +141,21 @@ def benchmark_comment(s: Scenario) -> list[str]:
     ]
 
 
+def unwritten_keys(s: Scenario) -> dict[str, Any]:
+    """The carried Megatron keys (``unmodelled_keys``) that a Megatron-LM or a Bridge export cannot
+    write as a flag or field: a switch at its Megatron-LM default (``--no-overlap-p2p-communication``
+    absent reads true), a key with no Megatron-LM argument or no Bridge field. The ``# moeplan:``
+    header keeps them, so an import of the export gives every key back."""
+    return {
+        k: v
+        for k, v in s.input.unmodelled_keys.items()
+        if not mlm_tokens(k, v) or bridge_path(k, s.bridge_version) is None
+    }
+
+
 def header(s: Scenario) -> str:
-    """The ``# moeplan:`` line: what a ConfigContainer does not hold."""
+    """The ``# moeplan:`` line: what a ConfigContainer does not hold (the model, system, framework,
+    versions, training extras, environment, the stated keys and :func:`unwritten_keys`)."""
     inp = s.input
     meta: dict[str, Any] = {
         "model": inp.model,
@@ -159,6 +173,7 @@ def header(s: Scenario) -> str:
         or None,
         "environment": dict(inp.environment) or None,
         "stated": sorted(s.stated),
+        "unmodelled_keys": unwritten_keys(s) or None,
     }
     if isinstance(inp.system.gpu, str) or inp.system.gpu is None:
         pass
@@ -215,6 +230,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
             for path in paths:
                 sec, field = path.split(".", 1)
                 out.setdefault(sec, {})[field] = v
+    carry_bridge(s, out, notes)
     # VLM providers' freeze flags (Megatron Bridge Qwen3-VL / Llama-4 providers), only when set
     for key in ("freeze_vision_model", "freeze_language_model"):
         if getattr(t, key):
@@ -227,6 +243,42 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 "checkpoint.pretrained_checkpoint=<the base checkpoint>"
             )
     return out
+
+
+def carry_bridge(s: Scenario, out: dict[str, dict[str, Any]], notes: list[str] | None) -> None:
+    """Write the Megatron keys moeplan does not model (``unmodelled_keys``) into ``out`` as written,
+    under their ConfigContainer path (:func:`moeplan.inputs.megatron_keys.bridge_path` at the stated
+    Bridge release). A key with no Bridge field, or whose field moeplan already wrote with another
+    value, is left out and noted."""
+    for key, value in s.input.unmodelled_keys.items():
+        path = bridge_path(key, s.bridge_version)
+        if path is None:
+            if notes is not None:
+                notes.append(f"{key}={short_repr(value)} has no Megatron Bridge field (Megatron-LM only): not written")
+            continue
+        sec, field = path.split(".", 1)
+        have = out.setdefault(sec, {})
+        if field in have and have[field] != value:
+            if notes is not None:
+                notes.append(f"{key}={short_repr(value)}: {path} is {short_repr(have[field])} from the scenario; kept")
+            continue
+        have[field] = value
+
+
+def carry_megatron_lm(s: Scenario, args: list[str], notes: list[str]) -> None:
+    """Append the Megatron-LM flags of the keys moeplan does not model (``unmodelled_keys``), spelt as
+    ``arguments.py`` declares them (:func:`moeplan.inputs.megatron_keys.mlm_tokens`). A key with no
+    argument, one already written, or a switch at its default is left out and noted."""
+    for key, value in s.input.unmodelled_keys.items():
+        tokens = mlm_tokens(key, value)
+        if tokens is None:
+            notes.append(f"{key}={short_repr(value)} has no Megatron-LM flag (Bridge or config only): not written")
+        elif not tokens:
+            notes.append(f"{key}={short_repr(value)} is the Megatron-LM default of its switch: not written")
+        elif any(a == tokens[0] or a.startswith(tokens[0] + " ") for a in args):
+            notes.append(f"{key}={short_repr(value)}: {tokens[0]} is already written from the scenario; kept")
+        else:
+            args.append(" ".join(shlex.quote(t) for t in tokens))
 
 
 def peft_section(s: Scenario) -> dict[str, Any]:
@@ -438,6 +490,7 @@ def to_megatron_lm(s: Scenario) -> tuple[str, list[str]]:
             args += [f"--fp8-format {fmt}", f"--fp8-recipe {recipe}"]
         else:
             args += ["--fp4-format e2m1", "--fp4-recipe nvfp4"]
+    carry_megatron_lm(s, args, notes)
     return "\n".join([header(s), *provenance_comment(s), *args]) + "\n", notes
 
 

@@ -11,6 +11,8 @@ Bridge nor megatron-core (the switch is ``comm_overlap.overlap_moe_expert_parall
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import math
 import re
 import shlex
@@ -22,6 +24,16 @@ from pydantic import ValidationError
 from moeplan.errors import InputError, short_repr
 from moeplan.inputs.layout import PARALLEL_DIMS, LayoutSpec
 from moeplan.inputs.loading import load_json_text, load_yaml_text, parse_yaml_value
+from moeplan.inputs.megatron_keys import (
+    MCORE_CLASS_SECTION,
+    Place,
+    argument_for_flag,
+    check_value_type,
+    lookup,
+    mlm_argument,
+    value_kinds,
+)
+from moeplan.inputs.model_spec import PartialModelSpec
 from moeplan.inputs.policy import MAX_DEPTH, MAX_TEXT_CHARS, ascii_int
 from moeplan.io.export import HEADER
 from moeplan.io.keys import BRIDGE_PATHS, MIXED_PRECISION, MLM_FLAG_EXCEPTIONS, PRECISION_FIELDS, TRAINING_PATHS
@@ -84,6 +96,7 @@ _HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "training": dict,
     "environment": dict,
     "stated": list,
+    "unmodelled_keys": dict,
 }
 #: the most import notes listed (identical notes are listed once; the rest are counted)
 MAX_NOTES = 50
@@ -145,6 +158,14 @@ def _keep_valid(layout: dict, notes: list[str]) -> dict:
         v = _value(key, v)
         if v is None:  # how a dump writes an unset field: not stated (inputs.loading.without_nulls)
             continue
+        if key not in LayoutSpec.model_fields:  # a Megatron key moeplan carries: its table's type
+            try:
+                check_value_type(key, v)
+            except InputError as exc:
+                notes.append(f"{key}={short_repr(v)} dropped: {exc.allowed}")
+                continue
+            out[key] = v
+            continue
         try:
             LayoutSpec.model_validate({key: v})
         except ValidationError as exc:
@@ -175,7 +196,9 @@ def _scenario(meta: dict, layout: dict, training: dict, notes: list[str]) -> dic
     if world and "system" not in sc:
         sc["system"] = {"num_gpus": world}
     sc["training"] = tr
-    sc["layout"] = _keep_valid(layout, notes)
+    # the carried keys the export could not write as flags or fields; what the file sets wins
+    carried = {str(k): v for k, v in (meta.get("unmodelled_keys") or {}).items() if k not in layout}
+    sc["layout"] = _keep_valid({**carried, **layout}, notes)
     return sc
 
 
@@ -201,6 +224,8 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
                     key = _PATH_TO_KEY.get(f"mixed_precision.{k}")
                     if key:
                         layout[key] = v
+                    elif k not in _PRECISION_NAMES and carried_in_section("mixed_precision", k):
+                        layout[k] = v
             continue
         if not isinstance(fields, dict):
             notes.append(f"{short_repr(sec)}: not a mapping, ignored")
@@ -225,9 +250,31 @@ def from_sections(sections: dict, notes: list[str]) -> tuple[dict, dict]:
                     )
                     continue
                 layout[key] = v
+            elif carried_in_section(sec, field):
+                layout[field] = layout.get(field, v)
             else:
                 notes.append(f"{short_repr(path)[1:-1]} is not modelled by moeplan (ignored)")
     return layout, training
+
+
+#: the mixed-precision fields that spell the precision (read into ``training.precision``)
+_PRECISION_NAMES = frozenset(k for fields in PRECISION_FIELDS.values() for k in fields)
+#: the model's own fields (``model:`` / ``model_overrides:`` hold them, never ``layout:``)
+_MODEL_FIELDS = frozenset(f.name for f in dataclasses.fields(PartialModelSpec))
+
+
+def carried_in_section(section: str, field: str) -> bool:
+    """Whether Bridge's ``section.field`` is a Megatron key moeplan carries (``unmodelled_keys``): a
+    field the Bridge table declares in that section, or a megatron-core class field of the section
+    that takes the class (:data:`~moeplan.inputs.megatron_keys.MCORE_CLASS_SECTION`); never a model
+    field (:class:`~moeplan.inputs.model_spec.PartialModelSpec`)."""
+    if field in _MODEL_FIELDS:
+        return False
+    return any(
+        (p.table == "megatron-bridge" and p.at == section)
+        or (p.table == "megatron-core" and MCORE_CLASS_SECTION.get(p.at) == section)
+        for p in lookup(field)
+    )
 
 
 def _split_top(text: str) -> list[str]:
@@ -451,6 +498,32 @@ def _typed(key: str, vals: list[str]) -> Any:
     return [_scalar(x) for x in vals]
 
 
+def _as_kind(text: str, kinds: set[str] | None) -> Any:
+    """One value's text as the kind its key table gives: kept as text when the key takes only text,
+    else a number, boolean or ``None`` when it spells one (:func:`_scalar`)."""
+    if kinds is not None and kinds <= {"str", "list"}:
+        return text
+    v = _scalar(text)
+    if isinstance(v, bool) and kinds is not None and "bool" not in kinds:
+        return text
+    return v
+
+
+def table_value(key: str, place: Place, vals: list[str]) -> Any:
+    """A Megatron-LM argument moeplan does not model, read from its flag's values as ``arguments.py``
+    declares it (:func:`moeplan.inputs.megatron_keys.argument_for_flag`): a ``store_true`` switch is
+    true, a ``store_false`` one false, an argument with ``nargs`` a list (one item per value), else
+    the one value typed by :func:`~moeplan.inputs.megatron_keys.value_kinds` (a bare flag: true)."""
+    if place.action in ("store_true", "store_false"):
+        return place.action == "store_true"
+    kinds = cast("set[str] | None", value_kinds(key))
+    if place.nargs:
+        return [_as_kind(v, kinds) for v in vals]
+    if not vals:
+        return True
+    return _as_kind(vals[0], kinds) if len(vals) == 1 else [_as_kind(v, kinds) for v in vals]
+
+
 _FP8_RECIPES = {
     "tensorwise": "fp8-tensorwise",
     "delayed": "fp8-delayed",
@@ -497,6 +570,8 @@ def from_megatron_lm(text: str, notes: list[str]) -> tuple[dict, dict]:
             )
         elif key in LayoutSpec.model_fields:
             layout[key] = _typed(key, vals)
+        elif (arg := argument_for_flag(flag)) is not None:
+            layout[arg[0]] = table_value(arg[0], arg[1], vals)
         else:
             notes.append(f"{short_repr(flag)[1:-1]} is not modelled by moeplan (ignored)")
     if fp8:
@@ -605,8 +680,48 @@ def from_dump(args: dict[str, str], ended: bool, notes: list[str], too_long: Seq
             training["precision"] = "nvfp4"
         elif name in LayoutSpec.model_fields:
             layout[name] = _REPR[raw] if raw in _REPR else parse_yaml_value(raw)
+        elif (carried := dump_carried(name, raw)) is not None:
+            layout[name] = carried
     training.setdefault("precision", "bf16")
     return layout, training
+
+
+#: dump names moeplan reads elsewhere or that describe the model, never carried: the architecture
+#: (:data:`_ARCH_ARGS`, the model's fields and switches), the precision and the batch
+_DUMP_NOT_CARRIED = frozenset(
+    {"group_query_attention", "swiglu", "disable_bias_linear", "moe_layer_freq", "num_experts", "padded_vocab_size"}
+    | {"bf16", "fp16", "fp8", "fp8_format", "fp8_recipe", "fp4", "fp4_format", "fp4_recipe"}
+    | {"seq_length", "micro_batch_size", "global_batch_size", "world_size"}
+)
+
+
+def _literal(text: str) -> Any:
+    """A default as ``arguments.py`` writes it (``None``, ``'text'``, ``1e-05``) read as a value."""
+    if text in _REPR:
+        return _REPR[text]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def dump_carried(name: str, raw: str) -> Any:
+    """The value of a dump argument moeplan does not model but carries (``unmodelled_keys``), None
+    when it is not carried: a Megatron-LM argument (:func:`moeplan.inputs.megatron_keys.mlm_argument`)
+    outside :data:`_DUMP_NOT_CARRIED` and the model's fields, whose value differs from every default
+    its table gives (a dump lists every argument; those at their default say nothing the run chose).
+    Typed as :func:`table_value` types a flag's value."""
+    place = mlm_argument(name)
+    if place is None or name in _DUMP_NOT_CARRIED or name in _MODEL_FIELDS or name in _ARCH_ARGS:
+        return None
+    v = _REPR[raw] if raw in _REPR else parse_yaml_value(raw)
+    if isinstance(v, str):
+        v = _as_kind(raw, cast("set[str] | None", value_kinds(name)))
+    for _, text in place.defaults:
+        d = raw if text is None else _literal(text)
+        if v == d and isinstance(v, bool) == isinstance(d, bool):
+            return None
+    return v
 
 
 def from_log(text: str, notes: list[str]) -> tuple[dict, dict]:

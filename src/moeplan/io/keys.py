@@ -155,6 +155,10 @@ MIXED_PRECISION = {
 #: Megatron-LM flags whose spelling is not ``--`` + key with ``_`` → ``-``
 MLM_FLAG_EXCEPTIONS: dict[str, str] = {
     "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
+    # arguments.py dests decoder_{first,last}_pipeline_num_layers (every release 0.14–0.19)
+    "num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
+    "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
+    "microbatch_group_size_per_vp_stage": "--microbatch-group-size-per-virtual-pipeline-stage",
     "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
     "use_te_rng_tracker": "--te-rng-tracker",
     "optimizer_cpu_offload": "--optimizer-cpu-offload",
@@ -182,10 +186,15 @@ MLM_NEGATED = frozenset(
 #: fields of Megatron Bridge's model providers (Qwen3-VL / Qwen3.5-VL, Bridge PR 2334), not of
 #: megatron-core's TransformerConfig: no Megatron-LM flag either
 BRIDGE_PROVIDER_FIELDS = frozenset({"vision_cuda_graph_impl", "vision_cuda_graph_scope"})
-#: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them
+#: keys with no Megatron-LM flag (Bridge-only or config-file-only); the export notes them.
+#: ``moe_paged_stash`` has one: Megatron-LM generates ``--moe-paged-stash`` from the TransformerConfig
+#: field (``ArgumentGroupFactory(TransformerConfig)``, megatron/training/arguments.py; field and flag
+#: since f007db77, core_v0.18.0) and the Megatron-LM MoE recipes set it
+#: ``store_param_remainders``, ``fp8_dot_product_attention``, ``cpu_offloading``: in no arguments.py
+#: of 0.14–0.19 nor dev (Megatron-LM leaves them out of its generated flags; inputs/data/megatron_keys.json)
 MLM_UNSUPPORTED = frozenset(
-    {"moe_paged_stash", *BRIDGE_PROVIDER_FIELDS}
-)  # --cuda-graph-modules exists from 0.18 (Megatron-LM CUDA Graphs guide)
+    {*BRIDGE_PROVIDER_FIELDS, "store_param_remainders", "fp8_dot_product_attention", "cpu_offloading"}
+)  # --cuda-graph-modules exists from 0.18 (CUDA Graphs guide)
 
 #: optimizer dtype fields: Bridge reads torch dtype names (``getattr(torch, name)``)
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}

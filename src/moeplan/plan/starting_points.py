@@ -16,7 +16,7 @@ import yaml
 
 from moeplan.catalog.models import get_model
 from moeplan.catalog.perf_recipes import perf_recipes
-from moeplan.errors import InputError
+from moeplan.errors import InputError, UnknownNameError
 from moeplan.inputs.layout import PARALLEL_DIMS
 from moeplan.inputs.resolved import Scenario
 from moeplan.model.memory import estimate_memory
@@ -55,6 +55,20 @@ def _published_scenario(r: dict) -> dict:
     }
 
 
+def published_scenario(recipe_id: str) -> dict:
+    """The scenario of one Megatron Bridge perf recipe of the catalog, by its id (``moeplan recipes
+    --kind published`` lists them; e.g. ``deepseek_v3/64gpu_gb300_bf16_fsdp``), as ``recipes`` checks
+    it: its model, GPUs, training, layout, ``recipe_defaults: mbridge-perf-benchmark``.
+
+    Raises:
+        UnknownNameError: an id that is no recipe of the catalog (with the closest ids).
+    """
+    for r in perf_recipes():
+        if r["id"] == recipe_id:
+            return _published_scenario(r)
+    raise UnknownNameError("--from mbridge-recipe", recipe_id, [r["id"] for r in perf_recipes()], "a perf recipe id:")
+
+
 def _evaluate(scn: dict) -> dict:
     """Rules, memory and (with a global batch size) throughput of one recipe scenario."""
 
@@ -81,6 +95,7 @@ def _evaluate(scn: dict) -> dict:
         out["memory"] = {
             "peak_gib": mem.peak_bytes / 2**30,
             "verdict": mem.verdict,
+            "verdict_band": mem.memory_verdict.to_dict(),
             "dominant_items": mem.dominant_items(),
         }
     except InputError as exc:

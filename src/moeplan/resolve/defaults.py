@@ -27,6 +27,13 @@ from moeplan.inputs.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Sce
 from moeplan.inputs.schema import ScenarioInput, SystemInput, pydantic_to_input_error
 from moeplan.inputs.system import GpuSpec
 from moeplan.inputs.versions import PACKAGES, release_version, resolve_versions
+from moeplan.resolve.frameworks import (
+    base_framework,
+    driver_defaults,
+    driver_fixups,
+    rollout_statement,
+    sequences_statement,
+)
 from moeplan.resolve.recipe_fills import apply_recipe, recipe_for_input
 
 
@@ -92,7 +99,10 @@ def _gpus_per_node(system: SystemInput, gpu: GpuSpec | None) -> tuple[int | None
 
 def _parallel_defaults(lay: LayoutSpec, bridge: bool) -> list[Resolution]:
     """ETP (megatron-core ``ModelParallelConfig``: TP; Bridge ``finalize``: 1 when EP > 1) and SP (on
-    with TP > 1, as Bridge recipes set it; required for MoE with TP > 1)."""
+    with TP > 1, as Bridge recipes set it; required for MoE with TP > 1). SP stated true with TP = 1
+    is turned off, as both frameworks do before megatron-core's config would raise: Megatron-LM's
+    ``validate_args`` with a warning (``megatron/training/arguments.py``), Bridge's
+    ``TransformerConfig.finalize`` silently (``models/transformer_config.py``, v0.5.1 and v0.6.0)."""
     out: list[Resolution] = []
     tp, ep = lay.tensor_model_parallel_size, lay.expert_model_parallel_size
     if lay.expert_tensor_parallel_size is None:
@@ -110,6 +120,13 @@ def _parallel_defaults(lay: LayoutSpec, bridge: bool) -> list[Resolution]:
     if lay.sequence_parallel is None:
         why = "unset: on with TP > 1 as Bridge recipes set it" if tp > 1 else "unset: off with TP = 1"
         out.append(Resolution("sequence_parallel", tp > 1, why))
+    elif lay.sequence_parallel and tp == 1:
+        why = (
+            "stated true with TP = 1: Megatron Bridge's finalize turns it off"
+            if bridge
+            else "stated true with TP = 1: Megatron-LM's argument check turns it off with a warning"
+        )
+        out.append(Resolution("sequence_parallel", False, why))
     return out
 
 
@@ -214,6 +231,42 @@ def _mtp_default(lay: LayoutSpec, model: PartialModelSpec | None) -> list[Resolu
     return []
 
 
+def _vpp_from_megatron_lm_keys(
+    keys: Mapping[str, Any], lay: LayoutSpec, model: PartialModelSpec | None
+) -> tuple[LayoutSpec, list[Resolution]]:
+    """VPP from Megatron-LM's ``num_virtual_stages_per_pipeline_rank`` or
+    ``num_layers_per_virtual_pipeline_stage`` (keys moeplan carries but does not model), as
+    ``validate_args`` derives it (``megatron/training/arguments.py``): the former is VPP itself; the
+    latter gives VPP = (num_layers [+1 with account_for_embedding] [+1 with account_for_loss]) / PP /
+    it; a VPP of 1 means none. A stated VPP, PP = 1 or no model leaves the layout as it is (the key
+    stays listed as not modelled).
+
+    Raises:
+        InputError: the layers do not divide by PP, or a stage's layers by the key (Megatron-LM asserts both).
+    """
+    stages, per = keys.get("num_virtual_stages_per_pipeline_rank"), keys.get("num_layers_per_virtual_pipeline_stage")
+    pp = lay.pipeline_model_parallel_size
+    if lay.virtual_pipeline_model_parallel_size is not None or pp <= 1 or (stages is None and per is None):
+        return lay, []
+    if isinstance(stages, int) and not isinstance(stages, bool):
+        vpp, why = stages, "from num_virtual_stages_per_pipeline_rank (Megatron-LM's validate_args)"
+    elif isinstance(per, int) and not isinstance(per, bool) and per > 0 and model is not None and model.num_layers:
+        layers = model.num_layers + bool(lay.account_for_embedding_in_pipeline_split)
+        layers += bool(lay.account_for_loss_in_pipeline_split)
+        if layers % pp or (layers // pp) % per:
+            allowed = f"a divisor of the {layers // pp if layers % pp == 0 else layers / pp:g} layers per stage ({layers} layers / PP {pp}; Megatron-LM asserts it)"
+            raise InputError("layout.num_layers_per_virtual_pipeline_stage", per, allowed)
+        vpp = layers // pp // per
+        why = f"from num_layers_per_virtual_pipeline_stage={per}: {layers} layers / PP {pp} / {per} (Megatron-LM's validate_args)"
+    else:
+        return lay, []
+    if vpp <= 1:
+        return lay, []
+    return lay.model_copy(update={"virtual_pipeline_model_parallel_size": vpp}), [
+        Resolution("virtual_pipeline_model_parallel_size", vpp, why)
+    ]
+
+
 def framework_defaults(lay: LayoutSpec, model: PartialModelSpec | None, framework: str) -> list[Resolution]:
     """Every framework default for keys ``lay`` leaves unset, in resolution order: parallel sizes,
     MoE, optimizer, CUDA graphs, MTP (each reads ``lay`` as filled by the recipe, before these)."""
@@ -265,6 +318,8 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
       ``GPTDatasetConfig.create_attention_mask``) where graphs would keep masks (TE graphs capturing
       attention, full-iteration graphs).
     - ``mtp_num_layers`` unset: the model config's MTP layers.
+    - ``framework`` a driver (:mod:`moeplan.resolve.frameworks`): first Megatron-LM's argument fix-ups
+      (megatron-lm, slime, ms-swift) and the driver's own defaults, then its base's defaults above.
     - ``versions.*`` unset with ``versions.container`` naming a release in the container table
       (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last). They feed
       :attr:`Scenario.versions` (known issues, doctor, compare); ``mcore_version`` / ``bridge_version``,
@@ -284,8 +339,12 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     if record is not None:
         lay, fills, applied = apply_recipe(lay, stated, record, model)
         res += fills
-    defaults = framework_defaults(lay, model, inp.framework)
-    res += defaults
+    lay, driven, stated_only = _driver_fills(inp, lay, model is not None and model.is_moe)
+    res += driven
+    lay, vpp = _vpp_from_megatron_lm_keys(inp.unmodelled_keys, lay, model)
+    res += vpp
+    defaults = framework_defaults(lay, model, base_framework(inp.framework))
+    res += defaults + stated_only
     layout = lay.model_copy(update=_updates(defaults)) if defaults else lay
     _check_training(inp)
     vers, vfills = resolve_versions(
@@ -301,7 +360,8 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
         training=inp.training,
         layout=layout,
         stated=stated,
-        framework=inp.framework,
+        framework=base_framework(inp.framework),
+        driver=inp.framework,
         # the layout rules read the versions as stated (a container's table row feeds the known-issue
         # ranges, doctor and compare, not the key-availability rules: recipe fills use the newest keys)
         mcore_version=release_version(_stated(vers, "megatron_core"), NEWEST_MCORE),
@@ -311,6 +371,26 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
         recipe=applied,
         versions=vers,
     )
+
+
+def _driver_fills(
+    inp: ScenarioInput, lay: LayoutSpec, moe: bool
+) -> tuple[LayoutSpec, list[Resolution], list[Resolution]]:
+    """The layout after the named driver's own changes (:mod:`moeplan.resolve.frameworks`): its fix-ups
+    (Megatron-LM's argument fix-ups for a driver that passes Megatron-LM arguments), then its defaults for
+    keys still unset; the changes applied, and the statements recorded but not applied (a colocated
+    rollout engine's memory, how sequences are fed)."""
+    fixups = driver_fixups(_stated_layout(lay), inp.framework)
+    lay = lay.model_copy(update=_updates(fixups)) if fixups else lay
+    fills = driver_defaults(lay, inp.framework, moe)
+    lay = lay.model_copy(update=_updates(fills)) if fills else lay
+    notes = rollout_statement(inp.framework, inp.system.reserved_gib) + sequences_statement(inp.framework, inp.training)
+    return lay, fixups + fills, notes
+
+
+def _stated_layout(lay: LayoutSpec) -> dict[str, Any]:
+    """The layout keys set (stated or filled by a recipe) with their values."""
+    return {k: getattr(lay, k) for k in lay.model_fields_set}
 
 
 def _stated(vers, key: str):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from packaging.version import Version
+
 from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.layout import CP_COMM_TYPES
 from moeplan.rules.base import rule
@@ -74,14 +76,19 @@ def _align(s, e):
     return out
 
 
-@rule("sequence.sp_requires_tp", "[MPC] model_parallel_config.py", "sequence_parallel needs TP > 1")
+@rule(
+    "sequence.sp_requires_tp",
+    "[MPC] model_parallel_config.py; Megatron-LM arguments.py validate_args; [B-TC] finalize",
+    "sequence_parallel needs TP > 1: stated with TP = 1 it is turned off (Megatron-LM warns, Bridge's finalize "
+    "says nothing) before megatron-core's config would raise",
+)
 def _sp_tp(s, e):
-    if s.layout.sequence_parallel and s.tp == 1:
+    if s.input.layout.sequence_parallel and s.tp == 1:
         bridge = s.framework == "megatron-bridge"
         return [
-            e.error(
-                msg("sequence.sp_without_tp_bridge") if bridge else msg("sequence.sp_without_tp"),
-                msg("sequence.sp_without_tp.fix"),
+            e.warning(
+                msg("inputs_keys.sp_off_tp1_bridge") if bridge else msg("inputs_keys.sp_off_tp1_mcore"),
+                msg("inputs_keys.sp_off_tp1.fix"),
                 "sequence_parallel",
             )
         ]
@@ -253,6 +260,24 @@ def _hybrid_cp(s, e):
         ]
 
 
+#: first Transformer Engine release whose CP tests run MLA (head_dim_qk != head_dim_v) with every
+#: cp_comm_type under FusedAttention (``tests/pytorch/attention/test_attention_with_cp.py``, 8e73f54)
+MLA_ANY_CP_COMM_TE = Version("2.15")
+
+
+def _mla_cp_tested(s, comm_type: str) -> bool:
+    """Whether Transformer Engine's CP tests run MLA with ``comm_type``: the ring types (``p2p``,
+    ``a2a+p2p``) in every release (the tests skip MLA when ``"p2p" not in cp_comm_type``, v2.6–v2.14,
+    FlashAttention and FusedAttention); ``a2a`` and ``all_gather`` from TE 2.15 under FusedAttention,
+    which TE prefers on Hopper and newer (compute capability 9.0+). An unknown TE version or GPU
+    counts as untested."""
+    if "p2p" in comm_type:
+        return True
+    te = s.versions.get("transformer_engine")
+    cc = s.gpu.compute_capability if s.gpu is not None else None
+    return te is not None and te >= MLA_ANY_CP_COMM_TE and cc is not None and cc >= 9.0
+
+
 @rule(
     "sequence.cp_attention_support",
     "Transformer Engine context-parallel attention (tests/pytorch/attention/test_attention_with_cp.py)",
@@ -286,7 +311,7 @@ def _cp_attention(s, e):
                     "cp_comm_type",
                 )
             )
-        if m.multi_latent_attention and "p2p" not in typ:
+        if m.multi_latent_attention and not _mla_cp_tested(s, typ):
             out.append(
                 e.warning(
                     msg("sequence.cp_mla_needs_p2p", cp=s.cp, comm=typ),

@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from moeplan.errors import InputError
-from moeplan.inputs.layout import PARALLEL_DIMS
+from moeplan.inputs.layout import PARALLEL_DIMS, LayoutSpec
 from moeplan.inputs.loading import load_scenario_file
 from moeplan.inputs.overrides import TOP_LEVEL_SET, ScenarioFlags
 
@@ -282,10 +282,15 @@ def scrub(obj: Any, tmp: Path) -> Any:
 
 def candidate_scenario(request: dict, candidate: dict) -> dict:
     """The scenario mapping of a planned candidate (what ``plan --save`` writes for #1): the request
-    with the candidate's layout and training."""
+    with the candidate's layout and training, and the request's Megatron keys moeplan does not model
+    (its ``layout:`` keys outside :class:`~moeplan.inputs.layout.LayoutSpec` and its
+    ``unmodelled_keys``), which the search never changes: a check or export of the candidate carries
+    them as the request gave them."""
     out = {k: v for k, v in request.items() if k not in ("layout", "training")}
     out["training"] = {**(request.get("training") or {}), **candidate["training"]}
-    out["layout"] = dict(candidate["layout"])
+    given = request.get("layout") or {}
+    carried = {k: v for k, v in given.items() if k not in LayoutSpec.model_fields}
+    out["layout"] = {**dict(candidate["layout"]), **carried}
     return out
 
 

@@ -212,6 +212,7 @@ def print_json(obj: Any) -> None:
 
 
 def print_lines(prefix: str, lines: list[str]) -> None:
-    """Each line to stderr as ``prefix: line`` (notes and warnings next to the output)."""
+    """Each line to stderr as ``prefix: line`` (notes and warnings next to the output), a message in
+    the current language."""
     for line in lines:
-        sys.stderr.write(f"{prefix}: {line}\n")
+        sys.stderr.write(f"{prefix}: {T(line)}\n")
