@@ -179,22 +179,27 @@ def test_fixed_releases_of_two_packages_are_joined_in_the_fix():
     assert fix.text("zh") == "use TP = 1；已修复：升级到 megatron-core ≥ 0.16.0 且 Transformer Engine ≥ 2.9"
 
 
-def test_the_unknown_versions_finding_lists_the_conditions_in_both_languages():
+def test_the_unknown_versions_finding_names_the_assumed_container_in_both_languages():
     k = get_known_issue("te_graphs_attn_ep_overlap_nan")
     data = copy.deepcopy(k.example)
     data.pop("versions")
     (f,) = [f for f in validate(load_scenario(data)).findings if f.rule_id == UNKNOWN_RULE]
-    part = f"{k.id} [nan] if megatron-core >=0.19.0, no fixed release and Transformer Engine >=2.16, no fixed release"
-    zh_part = (
-        f"{k.id} [loss / 梯度出现 NaN]，条件：megatron-core >=0.19.0（尚无修复版本），且 Transformer Engine >=2.16"
-        "（尚无修复版本）"
+    # six issues of that layout are possible; at nemo:26.06 (megatron-core 0.18.0, PyTorch 2.12.0a0,
+    # Megatron Bridge 0.5.0) the EP-overlap event deadlock (>=0.14.0) and the 26.06 TP slowdown apply;
+    # the container decides the four that name no NCCL, versions.nccl the two NCCL hangs
+    assert f.message.startswith("versions not stated: 6 known issue(s) may apply (")
+    assert f"{k.id} [nan]" in f.message
+    assert "moeplan assumes the newest container it knows, nemo:26.06 (" in f.message
+    assert f.message.endswith(
+        "and 2 of the 6 apply there; stating versions.container decides 4 of them, versions.nccl the other 2 "
+        "(moeplan known-issues lists them)"
     )
-    assert part in f.message
-    # six issues of that layout are possible; an NCCL one asks for versions.nccl, which no container row gives
-    assert f.message.endswith(" — state versions.container and versions.nccl (moeplan known-issues lists them)")
     zh = translate(UNKNOWN_RULE, f.message, "zh")
-    assert zh_part in zh
-    assert zh.endswith(" —— 请给出 versions.container 和 versions.nccl（moeplan known-issues 会列出这些问题）")
+    assert f"{k.id} [loss / 梯度出现 NaN]" in zh
+    assert zh.endswith(
+        "在该容器下 6 个中有 2 个适用；给出 versions.container 可判定其中 4 个，versions.nccl 判定其余 2 个"
+        "（moeplan known-issues 会列出这些问题）"
+    )
 
 
 def test_the_versions_to_state_join_the_container_and_nccl_in_both_languages():

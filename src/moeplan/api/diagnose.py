@@ -10,7 +10,7 @@ from pathlib import Path
 
 from moeplan.api.side_inputs import load_step_constants
 from moeplan.diagnose.compare import compare_runs, model_mismatch
-from moeplan.diagnose.doctor import check_environment, collect_environment, known_issue_findings
+from moeplan.diagnose.doctor import check_environment, collect_environment, deployment_check, known_issue_findings
 from moeplan.diagnose.fixes import rank_memory_fixes
 from moeplan.diagnose.oom import parse_oom, reconcile_with_model
 from moeplan.diagnose.plot import plot_runs
@@ -221,6 +221,9 @@ def _blame(rep, text: str, scenario: Path, calibration: Path | None):
         "largest_terms": [{"category": c, "part": n, "bytes": int(v)} for c, n, v in terms],
         "capacity_bytes": mem.capacity_bytes,
         "reserved_bytes": mem.reserved_bytes,
+        "verdict": mem.verdict,
+        "verdict_band": mem.memory_verdict.to_dict(),
+        "dominant_items": mem.dominant_items(),
         "notes": notes,
     }
     if rep.fragmentation is not True:
@@ -245,8 +248,11 @@ def oom_report(source: str, scenario: Path | None = None, calibration: Path | No
         ``fragmentation`` True | False | None, ``diagnosis``, ``fixes``) and ``blame``: None without a
         scenario, else ``{"stage", "predicted_peak_bytes" (device use), "predicted_allocated_bytes",
         "predicted_reserved_bytes", "largest_terms": [{category, part, bytes}]
-        (the 3 largest), "capacity_bytes", "notes"}`` and, unless the message is fragmentation,
-        ``fixes`` (each change's peak and saving in bytes, fits, relative step-time change) and
+        (the 3 largest), "capacity_bytes", "verdict" (fits | tight | does-not-fit: the memory verdict
+        every command gives), "verdict_band" (:meth:`moeplan.model.memory.MemoryVerdict.to_dict`),
+        "dominant_items", "notes"}`` and, unless the message is fragmentation,
+        ``fixes`` (each change's peak and saving in bytes, its verdict, fits (the verdict is
+        ``fits``), relative step-time change) and
         ``rejected_fixes`` (change, rule, message).
 
     Raises:
@@ -276,7 +282,7 @@ def doctor_report(scenario: Path | None = None) -> dict:
     data = load_scenario_file(scenario) if scenario is not None else None
     s = load_scenario(data) if data is not None else None
     rep = collect_environment()
-    findings = check_environment(rep, s)
+    findings = check_environment(rep, s) + deployment_check(rep, s)
     if data is not None:
         findings += known_issue_findings(rep, data)
     return {**rep.to_dict(), "findings": findings}

@@ -21,6 +21,7 @@ from moeplan.plan.changes import apply_check_fixes
 from moeplan.resolve.assumptions import benchmark_settings, verdict_assumptions
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
+from moeplan.rules.known_issue_checks import UNKNOWN_RULE
 
 BROKEN = ("invalid", "unsupported")
 
@@ -59,8 +60,8 @@ class EstimateReport:
 
     @property
     def may_not_fit(self) -> bool:
-        """The verdict is ``tight``: the peak fits, but the peak plus the memory model's error band
-        (``memory.error_band_pct``, docs/memory_accuracy.md) reaches the usable HBM."""
+        """The verdict is ``tight``: the memory model's error band around the peak
+        (``memory.verdict_band``, docs/memory_accuracy.md) crosses the usable HBM."""
         mem = self.document["memory"]
         return mem is not None and mem["verdict"] == "tight"
 
@@ -121,10 +122,12 @@ def estimate_report(
     if scn.training.global_batch_size is not None and not broken:
         throughput = _throughput(scn, consts, calibration)
     warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
+    # the one line on versions not stated (rules.known_issue_checks.versions_unknown_message)
+    unknown = [f.to_dict() for f in checked.findings if f.rule_id == UNKNOWN_RULE]
     doc = {
         "scenario": scn.summary(),
         "assumes": [a.to_dict() for a in verdict_assumptions(scn, says_default_batch(batch_notes))],
-        "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings},
+        "check": {"verdict": checked.verdict, "errors": errors, "warnings": warnings, "versions_unknown": unknown},
         "memory": mem.to_dict(),
         "throughput": throughput,
     }

@@ -6,6 +6,12 @@ An entry names its source, the affected and fixed versions of each package (PEP 
 ``trigger`` (when the scenario can hit it), the symptom and the workaround, plus an ``example``
 scenario that must trigger it and a ``near_miss`` that must not (both tested).
 
+A second file, ``catalog/data/known_issues_harvested.yaml`` (:func:`harvested_issues`), holds entries
+proposed from merged upstream fixes by ``scripts/harvest_known_issues.py``: each also names its
+``family`` (the feature its fix belongs to, e.g. ``mcore_pp``) and its ``features``, and is always
+``certainty: reported``; checks fold the entries of a family into one finding
+(:mod:`moeplan.rules.known_issue_families`).
+
 Trigger language (data, never evaluated as code). A trigger is a mapping whose entries must all hold:
 
 - ``<path>: <condition>`` — a scenario fact (see :data:`FACTS`; ``env.<NAME>`` reads an environment
@@ -41,7 +47,8 @@ from moeplan.structure.placement import stage_plan
 if TYPE_CHECKING:
     from moeplan.inputs.resolved import Scenario
 
-#: symptom classes; ``slowdown`` entries state their size
+#: symptom classes; ``slowdown`` entries state their size; ``unspecified`` (a harvested entry only:
+#: the fix's text names no failure mode) is not a claim about what the bug did
 SYMPTOMS: dict[str, str] = {
     "hang": "hang",
     "nan": "NaN loss / gradients",
@@ -50,7 +57,10 @@ SYMPTOMS: dict[str, str] = {
     "slowdown": "slowdown",
     "crash": "crash",
     "assertion": "assertion at start-up",
+    "unspecified": "the fix names no failure mode",
 }
+#: symptoms only a harvested entry (one with a family) may carry: a hand-entered entry names its failure
+HARVESTED_ONLY_SYMPTOMS = frozenset({"unspecified"})
 #: symptoms a planner must not recommend a layout for when the versions are affected and the bug is
 #: confirmed (a guaranteed failure, or one with a fixed release); NaN, wrong results, slowdowns, OOMs and
 #: open reports are flagged instead
@@ -71,6 +81,8 @@ _ENTRY_KEYS = {
     "notes",
     "example",
     "near_miss",
+    "family",
+    "features",
 }
 _REQUIRED = {"id", "title", "source", "reported", "packages", "trigger", "symptom", "certainty", "workaround"}
 _OPS = {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "contains", "contains_any", "stated"}
@@ -238,7 +250,9 @@ FACTS: dict[str, Callable[[Scenario], Any]] = {
     "system.nodes": _nodes,
     "system.compute_capability": lambda s: s.gpu.compute_capability if s.gpu is not None else None,
     "system.scaleup_domain_gpus": lambda s: s.gpu.scaleup_domain_gpus if s.gpu is not None else None,
+    "system.reserved_gib": lambda s: s.input.system.reserved_gib,
     "model.name": _model_attr("name"),
+    "model.model_type": _model_attr("model_type"),
     "model.is_moe": _model_attr("is_moe"),
     "model.all_layers_moe": _model_attr("all_layers_moe"),
     "model.has_linear_attention": _model_attr("has_linear_attention"),
@@ -424,6 +438,8 @@ class KnownIssue:
     near_miss: dict | None
     _pred: Pred = field(repr=False, compare=False)
     paths: tuple[str, ...] = ()
+    family: str | None = None
+    features: tuple[str, ...] = ()
 
     @property
     def rule_id(self) -> str:
@@ -455,10 +471,11 @@ class KnownIssue:
 
     @property
     def avoid(self) -> bool:
-        """True when a planner must drop layouts that hit it at affected versions: a hang, crash or
-        assertion that is guaranteed or confirmed by a fix (open reports are only flagged)."""
+        """True when a planner must drop layouts that hit it at affected versions: a hand-entered hang,
+        crash or assertion that is guaranteed or confirmed by a fix (open reports are only flagged, and
+        so are harvested entries, whose triggers come from the files a fix touched, not a report)."""
         confirmed = self.certainty == "guaranteed" or any(p.fixed is not None for p in self.packages)
-        return self.symptom in AVOID_SYMPTOMS and confirmed
+        return self.symptom in AVOID_SYMPTOMS and confirmed and self.family is None
 
     def symptom_text(self) -> str:
         text = SYMPTOMS[self.symptom]
@@ -487,6 +504,7 @@ class KnownIssue:
             "severity": self.severity,
             "workaround": self.workaround,
             "notes": self.notes,
+            "family": self.family,
         }
 
 
@@ -568,7 +586,43 @@ def _parse_entry(raw: Any, index: int) -> KnownIssue:
         near_miss=raw.get("near_miss"),
         _pred=pred,
         paths=tuple(dict.fromkeys(paths)),
+        **_harvest_fields(raw, where),
     )
+
+
+def _harvest_fields(raw: dict, where: str) -> dict[str, Any]:
+    """``family`` and ``features`` of a harvested entry (None and () for a hand-entered one), checked."""
+    fam = _family(raw, where)
+    _check_symptom_owner(raw, fam, where)
+    return {"family": fam, "features": tuple(raw["features"]) if fam is not None else ()}
+
+
+def _family(raw: dict, where: str) -> str | None:
+    """The entry's family (a harvested entry's; None for a hand-entered one), checked with its features."""
+    fam, feats = raw.get("family"), raw.get("features")
+    if fam is None and feats is None:
+        return None
+    if not isinstance(fam, str) or not _ID.match(fam):
+        raise KnownIssueDataError(f"{where}: family must be snake_case letters, digits and _, got {fam!r}")
+    if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
+        raise KnownIssueDataError(f"{where}: features must be a non-empty list of feature keys")
+    if raw["certainty"] != "reported":
+        raise KnownIssueDataError(f"{where}: a harvested entry (with a family) is certainty: reported")
+    return fam
+
+
+def _check_symptom_owner(raw: dict, fam: str | None, where: str) -> None:
+    """A hand-entered entry (no family) names its failure: :data:`HARVESTED_ONLY_SYMPTOMS` are refused.
+
+    Raises:
+        KnownIssueDataError: a hand-entered entry with such a symptom.
+    """
+    if fam is None and raw["symptom"] in HARVESTED_ONLY_SYMPTOMS:
+        allowed = ", ".join(s for s in SYMPTOMS if s not in HARVESTED_ONLY_SYMPTOMS)
+        raise KnownIssueDataError(
+            f"{where}: symptom {raw['symptom']!r} is for harvested entries (with a family); a hand-entered "
+            f"entry names its failure: one of {allowed}"
+        )
 
 
 def parse_known_issues(data: Any) -> tuple[KnownIssue, ...]:
@@ -592,25 +646,64 @@ def parse_known_issues(data: Any) -> tuple[KnownIssue, ...]:
 def known_issues() -> tuple[KnownIssue, ...]:
     """The packaged database, validated (cached)."""
     text = resources.files("moeplan.catalog").joinpath("data").joinpath("known_issues.yaml").read_text(encoding="utf-8")
-    return parse_known_issues(yaml.safe_load(text))
+    return parse_known_issues(_load_packaged_yaml(text))
+
+
+def _load_packaged_yaml(text: str) -> Any:
+    """Parse a packaged (trusted) YAML file with libyaml's C loader where PyYAML was built with it:
+    the harvested database takes about 1 s to parse with the pure-Python loader and 0.15 s with the C
+    one. Both are safe loaders (no arbitrary Python objects)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader, chosen above
+
+
+@functools.cache
+def harvested_issues() -> tuple[KnownIssue, ...]:
+    """The harvested database (``known_issues_harvested.yaml``, written by
+    ``scripts/harvest_known_issues.py`` from merged upstream fixes), validated (cached); every entry
+    has a family and is ``certainty: reported``.
+
+    Raises:
+        KnownIssueDataError: an entry is malformed, has no family, or reuses a hand-entered id.
+    """
+    text = (
+        resources.files("moeplan.catalog")
+        .joinpath("data")
+        .joinpath("known_issues_harvested.yaml")
+        .read_text(encoding="utf-8")
+    )
+    out = parse_known_issues(_load_packaged_yaml(text))
+    hand = {k.id for k in known_issues()}
+    for k in out:
+        if k.family is None or k.id in hand:
+            raise KnownIssueDataError(f"harvested known issue {k.id!r}: needs a family and an id of its own")
+    return out
+
+
+def all_known_issues() -> tuple[KnownIssue, ...]:
+    """The hand-entered entries, then the harvested ones."""
+    return known_issues() + harvested_issues()
 
 
 def get_known_issue(issue_id: str) -> KnownIssue | None:
-    """The entry with this id (``known_issue.`` prefix allowed), None when unknown."""
+    """The entry with this id, hand-entered or harvested (``known_issue.`` prefix allowed), None when unknown."""
     iid = issue_id.removeprefix("known_issue.")
-    return next((k for k in known_issues() if k.id == iid), None)
+    return next((k for k in all_known_issues() if k.id == iid), None)
 
 
 __all__ = [
     "AVOID_SYMPTOMS",
+    "HARVESTED_ONLY_SYMPTOMS",
     "FACTS",
     "SYMPTOMS",
     "KnownIssue",
     "KnownIssueDataError",
     "PackageRange",
+    "all_known_issues",
     "compile_trigger",
     "fact",
     "get_known_issue",
+    "harvested_issues",
     "known_issues",
     "parse_known_issues",
 ]

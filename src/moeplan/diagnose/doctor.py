@@ -35,12 +35,14 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 from moeplan.errors import InputError, MoeplanError, short_repr
+from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.allocator import ALLOC_CONF, alloc_options
 from moeplan.inputs.policy import MAX_INT_DIGITS
 from moeplan.inputs.versions import COMPONENTS, parse_version
 from moeplan.io.export import layout_environment
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
+from moeplan.rules.deployment import Deployment, deployment_findings, flex_backend
 
 #: doctor's key of a tracked package: its import name with ``_`` for ``.`` (``megatron_core``, ``deep_ep``)
 _DOCTOR_KEY = {c.key: c.module.replace(".", "_") for c in COMPONENTS if c.module is not None}
@@ -73,6 +75,9 @@ class EnvironmentReport:
     modules: dict[str, bool] = field(default_factory=dict)
     topology: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
+    ep_build: list[str] | None = None
+    ep_build_file: str | None = None
+    nvlink_peers: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -186,7 +191,68 @@ def collect_environment(with_torch: bool = True, with_topology: bool = True) -> 
         except (OSError, subprocess.TimeoutExpired):
             rep.topology = None
     rep.environment = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+    build, rep.ep_build_file = deepep_build()
+    rep.ep_build = None if build is None else sorted(build)
+    rep.nvlink_peers = nvlink_peers(rep.topology)
     return rep
+
+
+#: text compiled into a DeepEP extension built without NVSHMEM only (DeepEP v1.2.1 csrc/deep_ep.cpp
+#: L39, L127, L929: assertions under ``#ifdef DISABLE_NVSHMEM`` / its ``#else`` branches)
+NO_NVSHMEM_MARK = b"NVSHMEM is disabled during compilation"
+
+
+def deepep_build(module: str = "deep_ep_cpp") -> tuple[frozenset[str] | None, str | None]:
+    """The build options of the installed DeepEP extension (``module``, DeepEP v1.x's ``deep_ep_cpp``),
+    read from its file without importing it: ``{"deepep-nvshmem"}`` when it links NVSHMEM, an empty
+    set when it carries :data:`NO_NVSHMEM_MARK` (built with ``-DDISABLE_NVSHMEM``: DeepEP v1.2.1
+    setup.py L19-29), and its path; ``(None, None)`` when no such extension is found or readable."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None, None
+    origin = spec.origin if spec is not None else None
+    if not origin or not os.path.isfile(origin):
+        return None, None
+    try:
+        no_nvshmem, nvshmem = _scan(origin)
+    except OSError:
+        return None, None
+    if no_nvshmem:
+        return frozenset(), origin
+    return (frozenset({"deepep-nvshmem"}) if nvshmem else None), origin
+
+
+def _scan(path: str, chunk: int = 1 << 22) -> tuple[bool, bool]:
+    """Whether the file holds :data:`NO_NVSHMEM_MARK`, and whether it names NVSHMEM at all (any case),
+    read in chunks of ``chunk`` bytes (overlapping by the mark's length, so none is split unseen).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    keep = len(NO_NVSHMEM_MARK)
+    mark = named = False
+    tail = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            data = tail + block
+            mark = mark or NO_NVSHMEM_MARK in data
+            named = named or b"nvshmem" in data.lower()
+            tail = data[-keep:]
+    return mark, named
+
+
+def nvlink_peers(topology: str | None) -> int | None:
+    """GPUs of this node that reach each other over NVLink, from ``nvidia-smi topo -m``: one plus the
+    fewest ``NV<n>`` entries of a GPU row among the GPU columns; None without a matrix."""
+    if not topology:
+        return None
+    rows = [line.split() for line in topology.splitlines() if re.match(r"GPU\d+\s", line)]
+    if not rows:
+        return None
+    n = len(rows)
+    counts = [sum(1 for cell in row[1 : n + 1] if re.fullmatch(r"NV\d+", cell)) for row in rows]
+    return 1 + min(counts)
 
 
 def _finding(rule: str, severity: str, message: str, fix: str = "") -> dict:
@@ -350,6 +416,55 @@ def check_environment(rep: EnvironmentReport, scenario=None) -> list[dict]:
     if s is None:
         return out
     return [*out, *_gpu_fit(rep, s), *_packages(rep, s), *_versions(rep, s), *_environment_variables(rep, s)]
+
+
+def machine_deployment(rep: EnvironmentReport) -> Deployment:
+    """The deployment this machine shows (:class:`moeplan.rules.deployment.Deployment`): the DeepEP
+    build read from its extension, the environment, the NVLink peers of ``nvidia-smi topo -m``."""
+    return Deployment(
+        build=None if rep.ep_build is None else frozenset(rep.ep_build),
+        build_said=msg("deployment.said.build_installed", path=rep.ep_build_file or "?"),
+        environment=dict(rep.environment),
+        environment_said=msg("deployment.said.environment_machine"),
+        nvlink_peers=rep.nvlink_peers,
+        nvlink_said=msg("deployment.said.nvlink_machine"),
+    )
+
+
+def _unseen(rep: EnvironmentReport, s) -> list[Message]:
+    """What the deployment checks need that this machine does not show, as messages: every such fact
+    without a scenario ``s``, with one those its dispatcher backend needs."""
+    out: list[Message] = []
+    deepep = s is None or flex_backend(s) == "deepep"
+    if deepep and rep.nvlink_peers is None:
+        out.append(msg("deployment.doctor.no_topology"))
+    if deepep and rep.ep_build is None:
+        out.append(msg("deployment.doctor.no_deepep_build"))
+    if s is not None and flex_backend(s) == "hybridep":
+        out.append(msg("deployment.doctor.no_hybridep_build"))
+    return out
+
+
+def deployment_check(rep: EnvironmentReport, s=None) -> list[dict]:
+    """The deployment checks (:mod:`moeplan.rules.deployment`: DeepEP / HybridEP builds, NVLink peers,
+    NCCL settings) of scenario ``s`` on this machine, each finding with its fix and source; an info
+    naming what was seen and one naming what could not be checked (no GPU, no topology, no DeepEP
+    extension). Without a scenario only those two infos."""
+    out = []
+    seen = []
+    if rep.ep_build is not None:
+        seen.append(msg("deployment.doctor.seen_build", build=", ".join(rep.ep_build) or "[]", path=rep.ep_build_file))
+    if rep.nvlink_peers is not None:
+        seen.append(msg("deployment.doctor.seen_peers", peers=rep.nvlink_peers))
+    if seen:
+        out.append(_finding("deployment.machine", "info", msg("deployment.doctor.seen", what=Items(seen))))
+    unseen = _unseen(rep, s)
+    if unseen:
+        out.append(_finding("deployment.machine", "info", msg("deployment.doctor.not_checked", what=Items(unseen))))
+    if s is None:
+        return out
+    found = deployment_findings(s, machine_deployment(rep))
+    return [{**_finding(f.rule_id, f.severity, f.message, f.fix or ""), "source": f.source} for f in found] + out
 
 
 def installed_versions(rep: EnvironmentReport) -> tuple[dict[str, str], list[str]]:

@@ -1,7 +1,8 @@
 """Megatron-Core layout rules. :func:`validate` runs every rule and returns every finding at once.
 
 One module per family: world (sizes, batch), attention, sequence (CP/SP), pipeline, moe, recompute
-(+ activation offload), graphs, optimizer (offload, FSDP), precision (+ reported figures).
+(+ activation offload), graphs, optimizer (offload, FSDP), precision (+ reported figures), known issues,
+deployment (the communication libraries' builds and settings).
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from dataclasses import dataclass
 from moeplan.inputs.resolved import Scenario
 from moeplan.rules import (  # noqa: F401  (imported to register their rules)
     attention,
+    deployment,
     graphs,
     known_issue_checks,
+    known_issue_families,
+    mamba,
     moe,
     optimizer,
     pipeline,

@@ -7,7 +7,10 @@ scenario meets an entry's trigger.
   warning — naming the symptom, the versions matched and the source; the fix is the workaround and
   the upgrade.
 - Some of those versions are not stated (and no ``versions.container`` fills them): one info finding,
-  ``known_issue.versions_unknown``, listing the issues that could apply and the versions to check.
+  ``known_issue.versions_unknown`` (:func:`versions_unknown_message`, also the line ``estimate`` and
+  ``plan`` print), naming the issues that could apply, the container moeplan assumes
+  (:func:`assumed_container`) with how many of them apply at its versions, and how many stating
+  ``versions.container`` (and the keys no container gives) would decide.
 - A stated version outside the range: nothing.
 
 Generic warnings of the other rule families never stand in for these findings.
@@ -20,14 +23,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
-from moeplan.catalog.containers import container_table, lookup_container
+from moeplan.catalog.containers import ContainerRow, container_table, lookup_container
 from moeplan.catalog.known_issue_table import KnownIssue, PackageRange, get_known_issue, known_issues
 from moeplan.errors import short_repr
 from moeplan.i18n import known_issue_text
 from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.resolved import Scenario
-from moeplan.inputs.versions import PACKAGE_NAMES, ResolvedVersions, container_release
+from moeplan.inputs.versions import PACKAGE_NAMES, PACKAGES, ResolvedVersions, container_release, resolve_versions
 from moeplan.rules.base import Finding, rule
 
 SOURCE = "moeplan known-issue database (catalog/data/known_issues.yaml)"
@@ -181,30 +185,86 @@ def versions_to_state(s: Scenario, issues: list[KnownIssue]) -> str:
     return msg("known_issue.state_container_and", keys=", ".join(rest)) if rest else "versions.container"
 
 
-def _condition(p: PackageRange) -> Message:
-    """A package whose version is not known, as a condition: its affected range and first fixed
-    release (:meth:`PackageRange.describe`)."""
-    if p.fixed is None:
-        return msg("known_issue.range_no_fix", package=PACKAGE_NAMES[p.package], range=_range(p))
-    return msg("known_issue.range_fixed_in", package=PACKAGE_NAMES[p.package], range=_range(p), fixed=str(p.fixed))
+@functools.lru_cache(maxsize=16)
+def _versions_at_assumed(stated: tuple[tuple[str, Any], ...]) -> ResolvedVersions:
+    """The stated versions (``(package, version or None)`` pairs) completed from the assumed
+    container's row (:func:`assumed_container`), once per distinct stated versions (a plan checks
+    thousands of layouts at the same ones)."""
+    at_row, _ = resolve_versions(dict(stated), assumed_container().release, lookup_container)
+    return at_row
 
 
-def _possible(k: KnownIssue, versions: ResolvedVersions) -> Message:
-    """``<id> [<symptom>] if <conditions>``: an issue that applies unless a version not stated rules it out."""
-    conditions = [_condition(p) for p in k.packages if versions.get(p.package) is None]
-    joined = functools.reduce(lambda a, b: msg("known_issue.condition_and", a=a, b=b), conditions)
-    return msg("known_issue.possible", id=k.id, symptom=SYMPTOM_KEY_MESSAGES[k.symptom](), conditions=joined)
+@functools.cache
+def _container_packages() -> frozenset[str]:
+    """Every package some container row gives a version of."""
+    return frozenset(p for row in container_table().values() for p in row.packages)
+
+
+def assumed_container() -> ContainerRow:
+    """The container release moeplan assumes when ``versions.container`` is not stated: the newest NeMo
+    release of the container table (``catalog/data/containers.yaml``), the release whose software
+    efficiency the step-time model also takes (``moeplan.model.constants`` ``newest_release``)."""
+    rows = [r for (family, _), r in container_table().items() if family == "nemo"]
+    return max(rows, key=lambda r: _release_order(r.release))
+
+
+def _issue_ids(issues: list[KnownIssue]) -> Items:
+    """``<id> [<symptom>]`` per issue, comma-separated."""
+    return Items(
+        (msg("deployment.issue_with_symptom", id=k.id, symptom=SYMPTOM_KEY_MESSAGES[k.symptom]()) for k in issues), ", "
+    )
+
+
+def _decides(s: Scenario, issues: list[KnownIssue]) -> Message:
+    """What stating versions buys: how many of ``issues`` ``versions.container`` would decide (every
+    package it leaves unknown is one a container row gives) and which keys decide the rest."""
+    keys = versions_to_state(s, issues)
+    if s.input.versions.container:
+        return msg("deployment.decide_all", keys=keys, n=len(issues))
+    covered = _container_packages()
+    decided = sum(all(p.package in covered for p in k.packages if s.versions.get(p.package) is None) for k in issues)
+    if decided == len(issues):
+        return msg("deployment.decide_all", keys=keys, n=len(issues))
+    rest = sorted(
+        {f"versions.{p.package}" for k in issues for p in k.packages if s.versions.get(p.package) is None}
+        - {f"versions.{p}" for p in covered}
+    )
+    return msg("deployment.decide_some", decided=decided, keys=", ".join(rest), rest=len(issues) - decided)
+
+
+def versions_unknown_message(s: Scenario, issues: list[KnownIssue]) -> Message:
+    """The one line on versions not stated: the known issues (``issues``) that apply unless a version
+    not stated rules them out, the container moeplan assumes (:func:`assumed_container`) with how many
+    of them apply at its versions, and how many stating ``versions.container`` (and the keys no
+    container gives, such as ``versions.nccl``) would decide. With ``versions.container`` stated, no
+    container is assumed: the keys still unknown are named."""
+    ids = _issue_ids(issues)
+    if s.input.versions.container:
+        return msg("deployment.versions_unknown_partial", n=len(issues), ids=ids, decides=_decides(s, issues))
+    row = assumed_container()
+    at_row = _versions_at_assumed(tuple((k, getattr(s.input.versions, k)) for k in PACKAGES))
+    applies = sum(k.version_status(at_row)[0] == "affected" for k in issues)
+    packages = ", ".join(f"{PACKAGE_NAMES[p]} {v}" for p, v in row.packages.items())
+    return msg(
+        "deployment.versions_unknown",
+        n=len(issues),
+        ids=ids,
+        container=f"{row.family}:{row.release}",
+        packages=packages,
+        applies=applies,
+        decides=_decides(s, issues),
+    )
 
 
 def unknown_versions_finding(possible: list[tuple[KnownIssue, str, list[str]]], s: Scenario) -> Finding:
-    """One info finding for the issues that apply unless a version not stated rules them out."""
-    parts = Items(_possible(k, s.versions) for k, _, _ in possible)
-    keys = sorted({f"versions.{p.package}" for k, _, _ in possible for p in k.packages})
-    ask = versions_to_state(s, [k for k, _, _ in possible])
+    """One info finding for the issues that apply unless a version not stated rules them out
+    (:func:`versions_unknown_message`)."""
+    issues = [k for k, _, _ in possible]
+    keys = sorted({f"versions.{p.package}" for k in issues for p in k.packages})
     return Finding(
         UNKNOWN_RULE,
         "info",
-        msg("known_issue.versions_unknown", n=len(possible), parts=parts, keys=ask),
+        versions_unknown_message(s, issues),
         None,
         "info",
         SOURCE,
@@ -298,6 +358,7 @@ __all__ = [
     "SYMPTOM_MESSAGES",
     "UNKNOWN_RULE",
     "IssueText",
+    "assumed_container",
     "blocking_finding",
     "blocking_issue",
     "finding",
@@ -307,4 +368,5 @@ __all__ = [
     "symptom_message",
     "unknown_versions_finding",
     "versions_to_state",
+    "versions_unknown_message",
 ]

@@ -8,7 +8,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from moeplan.cli.render import T, console, rule_text
-from moeplan.cli.render.check_view import parallel_text, render_check, yaml_value
+from moeplan.cli.render.check_view import parallel_text, render_check, unmodelled_text, yaml_value
 from moeplan.cli.render.text import PART_NAMES, assumes_line, band_line
 from moeplan.cli.render.verdict import verdict_text
 from moeplan.i18n.messages import msg
@@ -34,6 +34,7 @@ def render_estimate(report, verbose: bool = False) -> None:
     render_memory(
         doc["scenario"], doc["memory"], chk["errors"], chk["warnings"], verbose, doc.get("assumes"), doc.get("fixed")
     )
+    _versions_line(chk.get("versions_unknown") or [])
     ids = ", ".join(dict.fromkeys(e["rule_id"] for e in chk["errors"] if isinstance(e, dict) and "rule_id" in e))
     withheld = doc.get("withheld") or (T("the layout breaks {ids}").format(ids=ids) if report.broken and ids else None)
     render_throughput(doc["throughput"], report.broken, verbose, withheld)
@@ -121,6 +122,15 @@ def _peak_table(c, mem: dict) -> dict:
                 d.add_row(T(f"category {cat}").removeprefix("category "), name, _gib(v))
     c.print(d)
     return peak
+
+
+def _versions_line(unknown: list[dict]) -> None:
+    """The one line on versions not stated (``known_issue.versions_unknown``: the known issues they leave
+    open, the container assumed and what stating versions decides), as ``check`` lists it."""
+    for f in unknown:
+        console().print(
+            f"{f['rule_id']}: {rule_text(f['rule_id'], f['message'])}", style="dim", highlight=False, markup=False
+        )
 
 
 def _findings_lines(c, errors: list[dict] | None, warnings: list[dict] | None) -> None:
@@ -291,6 +301,7 @@ def render_memory(
         c.print(T("[yellow]estimated with the check's fix[/]: ") + escape(T(fixed["text"])), highlight=False)
     peak = _stage_tables(c, mem)
     _defaults_line(c, scn_summary["resolved_defaults"], verbose)
+    unmodelled_text(c, scn_summary)
     if mem["assumptions"]:
         c.print(T("assumed: ") + T("; ").join(map(T, mem["assumptions"])), style="dim", highlight=False, markup=False)
     _findings_lines(c, errors, warnings)

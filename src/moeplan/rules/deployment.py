@@ -1,0 +1,321 @@
+"""Deployment: the builds and settings of the communication libraries under the MoE dispatchers and
+the collectives (DeepEP, HybridEP, NCCL), from the facts of ``catalog/data/comm_libraries.yaml``
+(:mod:`moeplan.catalog.comm_libraries`, each with its public source).
+
+Each check takes the scenario and a :class:`Deployment` — what is known of where it runs. ``check``
+builds it from the scenario (:func:`scenario_deployment`: ``system.ep_library_build``,
+``system.gpus_per_node``, ``environment:``); ``moeplan doctor`` from the machine (the installed
+``deep_ep`` build, ``nvidia-smi topo -m``, the environment) and runs the same checks
+(:func:`deployment_findings`). A fact whose input is not known is not judged (never guessed).
+
+Rules (``deployment.<fact id>``):
+
+- ``deepep_internode_nvshmem``: DeepEP with EP·ETP > 8 on a build without NVSHMEM (error);
+- ``deepep_rank_count``: DeepEP with EP·ETP > 8 and not a multiple of 8 (error);
+- ``deepep_nvlink_peers``: fewer NVLink peers per node than min(EP·ETP, 8) for DeepEP (error);
+- ``deepep_num_sms_even``: an odd ``moe_deepep_num_sms`` (error);
+- ``hybridep_multinode_build``: HybridEP with EP·ETP beyond one NVLink domain on a build without
+  ``HYBRID_EP_MULTINODE`` (error);
+- ``hybridep_ranks_per_domain``: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` that does not divide
+  EP·ETP (error);
+- ``hybridep_mnnvl_off``: ``USE_MNNVL=0`` with HybridEP across the nodes of an NVL72 domain (warning);
+- ``nccl_ib_disabled``: ``NCCL_IB_DISABLE=1`` on a job that spans nodes (warning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import cast
+
+from moeplan.catalog.comm_libraries import comm_fact
+from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.resolved import Scenario
+from moeplan.rules.base import Finding, Severity, rule, set_key
+
+#: the table the facts come from, named in each rule's source
+TABLE = "catalog/data/comm_libraries.yaml"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What is known of where a scenario runs; None where it is not known (the check that needs it
+    says nothing).
+
+    Attributes:
+        build: the ``deep_ep`` build options (``deepep-nvshmem``, ``hybridep-multinode``), None unknown.
+        build_said: where :attr:`build` comes from, as a message (the scenario's key or the installed file).
+        environment: the run's environment variables (name → value).
+        environment_said: where :attr:`environment` comes from, as a message.
+        nvlink_peers: GPUs of one node that reach each other over NVLink (count), None unknown.
+        nvlink_said: where :attr:`nvlink_peers` comes from, as a message.
+    """
+
+    build: frozenset[str] | None = None
+    build_said: str = ""
+    environment: Mapping[str, str] = field(default_factory=dict)
+    environment_said: str = ""
+    nvlink_peers: int | None = None
+    nvlink_said: str = ""
+
+
+#: the last scenario asked and its deployment: each deployment rule asks for the same scenario's
+_LAST: list = [None, None]
+
+
+def scenario_deployment(s: Scenario) -> Deployment:
+    """The deployment a scenario states: ``system.ep_library_build``, ``environment:`` and, as NVLink
+    peers per node, min(``system.gpus_per_node``, the GPU's NVLink domain). Built once per scenario
+    (every deployment rule of one check asks for the same scenario's)."""
+    if _LAST[0] is s:
+        return _LAST[1]
+    _LAST[1] = _scenario_deployment(s)
+    _LAST[0] = s
+    return _LAST[1]
+
+
+def _scenario_deployment(s: Scenario) -> Deployment:
+    stated = s.input.system.ep_library_build
+    peers = None
+    if s.gpu is not None and s.gpus_per_node is not None:
+        peers = min(s.gpus_per_node, s.gpu.scaleup_domain_gpus)
+    return Deployment(
+        build=None if stated is None else frozenset(stated),
+        build_said=msg("deployment.said.build_stated", build=", ".join(stated or [])),
+        environment=dict(s.environment),
+        environment_said=msg("deployment.said.environment_stated"),
+        nvlink_peers=peers,
+        nvlink_said=msg("deployment.said.nvlink_stated", gpn=s.gpus_per_node),
+    )
+
+
+def flex_backend(s: Scenario) -> str | None:
+    """The flex dispatcher backend in force (as :mod:`moeplan.rules.moe` reads it): ``deepep`` with the
+    deprecated ``moe_enable_deepep``, else ``moe_flex_dispatcher_backend`` (DeepEP by default) with the
+    flex dispatcher; None without flex."""
+    lay = s.layout
+    if lay.moe_enable_deepep:
+        return "deepep"
+    if lay.moe_token_dispatcher_type != "flex":
+        return None
+    return lay.moe_flex_dispatcher_backend or "deepep"
+
+
+def _finding(fact_id: str, message: Message, fix: Message, *keys: str) -> Finding:
+    """A finding of fact ``fact_id`` with the fact's severity, kind and source."""
+    f = comm_fact(fact_id)
+    severity = cast(Severity, f.severity)
+    return Finding(f"deployment.{fact_id}", severity, message, fix, f.kind, f"{f.source} ({TABLE})", keys)
+
+
+def _ep_group(s: Scenario) -> int:
+    """Ranks of the dispatcher's group: EP·ETP (Megatron's flex dispatcher runs on the tp_ep group)."""
+    return s.ep * s.etp
+
+
+def deepep_internode_nvshmem(s: Scenario, d: Deployment) -> list[Finding]:
+    """DeepEP with EP·ETP above its NVLink peers (8) on a build known to lack NVSHMEM."""
+    peers = comm_fact("deepep_internode_nvshmem").value("max_nvl_peers")
+    g = _ep_group(s)
+    if flex_backend(s) != "deepep" or g <= peers or d.build is None or "deepep-nvshmem" in d.build:
+        return []
+    m = msg("deployment.deepep_internode_nvshmem", group=g, peers=peers, rdma=g // peers, said=d.build_said)
+    fix = msg("deployment.deepep_internode_nvshmem.fix", peers=peers)
+    return [_finding("deepep_internode_nvshmem", m, fix, "expert_model_parallel_size", "system.ep_library_build")]
+
+
+def deepep_rank_count(s: Scenario, d: Deployment) -> list[Finding]:
+    """DeepEP with EP·ETP above 8 and not a multiple of 8."""
+    peers = comm_fact("deepep_rank_count").value("max_nvl_peers")
+    g = _ep_group(s)
+    if flex_backend(s) != "deepep" or g < peers or g % peers == 0:
+        return []
+    m = msg("deployment.deepep_rank_count", group=g, ep=s.ep, etp=s.etp, peers=peers)
+    fix = msg("deployment.deepep_rank_count.fix", peers=peers, down=g // peers * peers, up=-(-g // peers) * peers)
+    return [_finding("deepep_rank_count", m, fix, "expert_model_parallel_size", "expert_tensor_parallel_size")]
+
+
+def deepep_nvlink_peers(s: Scenario, d: Deployment) -> list[Finding]:
+    """DeepEP whose NVLink half (min(EP·ETP, 8) consecutive ranks) does not fit the node's NVLink peers;
+    not on a GPU DeepEP does not support at all (``moe.flex_dispatcher_backend_vs_gpu`` says that)."""
+    peers = comm_fact("deepep_nvlink_peers").value("max_nvl_peers")
+    need = min(_ep_group(s), peers)
+    if flex_backend(s) != "deepep" or d.nvlink_peers is None or d.nvlink_peers >= need:
+        return []
+    if s.gpu is not None and not s.gpu.supports_deepep:
+        return []
+    m = msg("deployment.deepep_nvlink_peers", need=need, group=_ep_group(s), have=d.nvlink_peers, said=d.nvlink_said)
+    fix = msg("deployment.deepep_nvlink_peers.fix", need=need)
+    return [_finding("deepep_nvlink_peers", m, fix, "expert_model_parallel_size", "system.gpus_per_node")]
+
+
+def deepep_num_sms_even(s: Scenario, d: Deployment) -> list[Finding]:
+    """An odd ``moe_deepep_num_sms`` with DeepEP in force."""
+    n = s.layout.moe_deepep_num_sms
+    multiple = comm_fact("deepep_num_sms_even").value("multiple")
+    if flex_backend(s) != "deepep" or n is None or n % multiple == 0:
+        return []
+    m = msg("deployment.deepep_num_sms_even", n=n)
+    return [_finding("deepep_num_sms_even", m, set_key("moe_deepep_num_sms", n + 1), "moe_deepep_num_sms")]
+
+
+def hybridep_multinode_build(s: Scenario, d: Deployment) -> list[Finding]:
+    """HybridEP with EP·ETP beyond one NVLink domain on a build known to lack ``HYBRID_EP_MULTINODE``."""
+    g = _ep_group(s)
+    if flex_backend(s) != "hybridep" or s.gpu is None or d.build is None or "hybridep-multinode" in d.build:
+        return []
+    domain = s.gpu.scaleup_domain_gpus
+    if g <= domain:
+        return []
+    m = msg("deployment.hybridep_multinode_build", group=g, domain=domain, said=d.build_said)
+    fix = msg("deployment.hybridep_multinode_build.fix", domain=domain)
+    return [_finding("hybridep_multinode_build", m, fix, "expert_model_parallel_size", "system.ep_library_build")]
+
+
+def nccl_ib_disabled(s: Scenario, d: Deployment) -> list[Finding]:
+    """``NCCL_IB_DISABLE=1`` on a job whose world spans more than one node."""
+    off = comm_fact("nccl_ib_disabled").value("disabled")
+    if d.environment.get("NCCL_IB_DISABLE", "").strip() != off or s.num_gpus is None or s.gpus_per_node is None:
+        return []
+    if s.num_gpus <= s.gpus_per_node:
+        return []
+    nodes = -(-s.num_gpus // s.gpus_per_node)
+    m = msg("deployment.nccl_ib_disabled", nodes=nodes, said=d.environment_said)
+    return [_finding("nccl_ib_disabled", m, msg("deployment.nccl_ib_disabled.fix"), "environment.NCCL_IB_DISABLE")]
+
+
+def hybridep_ranks_per_domain(s: Scenario, d: Deployment) -> list[Finding]:
+    """``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` set to a whole number that does not divide EP·ETP,
+    with HybridEP in force (a value that is no whole number is not judged)."""
+    text = d.environment.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "").strip()
+    if flex_backend(s) != "hybridep" or not text.isdigit() or len(text) > 9 or int(text) == 0:
+        return []
+    n, g = int(text), _ep_group(s)
+    if g % n == 0:
+        return []
+    m = msg("deployment.hybridep_ranks_per_domain", n=n, group=g, said=d.environment_said)
+    fix = msg("deployment.hybridep_ranks_per_domain.fix", group=g)
+    return [_finding("hybridep_ranks_per_domain", m, fix, "environment.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")]
+
+
+def hybridep_mnnvl_off(s: Scenario, d: Deployment) -> list[Finding]:
+    """``USE_MNNVL`` off with HybridEP on an NVLink domain wider than a node (NVL72) and an EP·ETP group
+    wider than a node: the ranks of the domain's other nodes are reached over RDMA, not NVLink."""
+    off = comm_fact("hybridep_mnnvl_off").value("disabled_values")
+    value = d.environment.get("USE_MNNVL", "").strip()
+    if flex_backend(s) != "hybridep" or value.lower() not in off or s.gpu is None or s.gpus_per_node is None:
+        return []
+    gpn, domain, g = s.gpus_per_node, s.gpu.scaleup_domain_gpus, _ep_group(s)
+    if domain <= gpn or g <= gpn:
+        return []
+    m = msg("deployment.hybridep_mnnvl_off", value=value, said=d.environment_said, gpn=gpn, domain=domain, group=g)
+    return [_finding("hybridep_mnnvl_off", m, msg("deployment.hybridep_mnnvl_off.fix"), "environment.USE_MNNVL")]
+
+
+#: every deployment check, in report order
+CHECKS: tuple[Callable[[Scenario, Deployment], list[Finding]], ...] = (
+    deepep_internode_nvshmem,
+    deepep_rank_count,
+    deepep_nvlink_peers,
+    deepep_num_sms_even,
+    hybridep_multinode_build,
+    hybridep_ranks_per_domain,
+    hybridep_mnnvl_off,
+    nccl_ib_disabled,
+)
+
+
+def deployment_findings(s: Scenario, d: Deployment) -> list[Finding]:
+    """Every deployment check of scenario ``s`` against deployment ``d`` (the machine's, for ``doctor``)."""
+    return [f for check in CHECKS for f in check(s, d)]
+
+
+_DEEPEP = "DeepEP v1.2.1 (deepseek-ai/DeepEP; " + TABLE + ")"
+
+
+@rule(
+    "deployment.deepep_internode_nvshmem",
+    _DEEPEP,
+    "DeepEP with EP·ETP > 8 runs its internode kernels over NVSHMEM (IBGDA): a build without NVSHMEM asserts",
+    kind="unsupported",
+)
+def _deepep_internode_nvshmem(s, e):
+    return deepep_internode_nvshmem(s, scenario_deployment(s))
+
+
+@rule("deployment.deepep_rank_count", _DEEPEP, "DeepEP's group (EP·ETP) holds fewer than 8 ranks or a multiple of 8")
+def _deepep_rank_count(s, e):
+    return deepep_rank_count(s, scenario_deployment(s))
+
+
+@rule(
+    "deployment.deepep_nvlink_peers",
+    _DEEPEP,
+    "DeepEP's normal kernels need min(EP·ETP, 8) NVLink peers per node (CUDA IPC between consecutive ranks)",
+    kind="unsupported",
+)
+def _deepep_nvlink_peers(s, e):
+    return deepep_nvlink_peers(s, scenario_deployment(s))
+
+
+@rule("deployment.deepep_num_sms_even", _DEEPEP, "moe_deepep_num_sms is even (DeepEP's Buffer.set_num_sms asserts it)")
+def _deepep_num_sms_even(s, e):
+    return deepep_num_sms_even(s, scenario_deployment(s))
+
+
+@rule(
+    "deployment.hybridep_multinode_build",
+    "DeepEP hybrid-ep branch setup.py (" + TABLE + ")",
+    "HybridEP with EP·ETP beyond one NVLink domain needs a HYBRID_EP_MULTINODE=1 build (RDMA)",
+    kind="unsupported",
+)
+def _hybridep_multinode_build(s, e):
+    return hybridep_multinode_build(s, scenario_deployment(s))
+
+
+_HYBRIDEP = "DeepEP hybrid-ep branch (deepseek-ai/DeepEP; " + TABLE + ")"
+
+
+@rule(
+    "deployment.hybridep_ranks_per_domain",
+    _HYBRIDEP,
+    "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, when set, divides EP·ETP (HybridEPBuffer asserts it)",
+)
+def _hybridep_ranks_per_domain(s, e):
+    return hybridep_ranks_per_domain(s, scenario_deployment(s))
+
+
+@rule(
+    "deployment.hybridep_mnnvl_off",
+    _HYBRIDEP,
+    "USE_MNNVL=0 keeps HybridEP on CUDA IPC within a node: a multi-node NVLink domain is reached over RDMA",
+)
+def _hybridep_mnnvl_off(s, e):
+    return hybridep_mnnvl_off(s, scenario_deployment(s))
+
+
+@rule(
+    "deployment.nccl_ib_disabled",
+    "NCCL User Guide, NCCL_IB_DISABLE (" + TABLE + ")",
+    "NCCL_IB_DISABLE=1 on a job that spans nodes sends the groups that cross nodes over IP sockets",
+)
+def _nccl_ib_disabled(s, e):
+    return nccl_ib_disabled(s, scenario_deployment(s))
+
+
+__all__ = [
+    "CHECKS",
+    "TABLE",
+    "Deployment",
+    "deepep_internode_nvshmem",
+    "deepep_nvlink_peers",
+    "deepep_num_sms_even",
+    "deepep_rank_count",
+    "deployment_findings",
+    "flex_backend",
+    "hybridep_mnnvl_off",
+    "hybridep_multinode_build",
+    "hybridep_ranks_per_domain",
+    "nccl_ib_disabled",
+    "scenario_deployment",
+]
