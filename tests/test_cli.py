@@ -43,15 +43,16 @@ def run(args):
 
 
 def test_check_valid_recipe_layout_exit_0():
-    # with the selective recompute that keeps it in memory (246.6 GiB, 273.7 with the ±11 % band,
-    # of 276.5 usable); without it the layout needs 293 GiB: rules pass, memory does not (exit 1)
+    # with the selective recompute that keeps it in memory (246.6 GiB, 274.2 at the band's top, × 1.1118,
+    # of 276.5 usable); without it the layout needs 293 GiB, over the usable HBM but within the band
+    # (293 × 0.9092 = 266 GiB): rules pass, memory may not fit (tight, exit 1)
     recompute = ["--set", "layout.recompute_granularity=selective"]
     recompute += ["--set", "layout.recompute_modules=[mla_up_proj,moe_act,layernorm]"]
     r = run(["check", *DSV3_GB300, *recompute])
     assert r.exit_code == 0, r.output
     assert "verdict: valid" in r.output
     over = run(["check", *DSV3_GB300])
-    assert over.exit_code == 1 and "rules pass; does not fit in memory" in over.output
+    assert over.exit_code == 1 and "rules pass; may not fit in memory" in over.output
 
 
 def test_check_json_contract():
@@ -441,7 +442,9 @@ def test_set_versions_container_stays_text():
     ):
         none += ["--set", f"layout.{key}"]  # the recipe's optimizer settings, stated: the example fits with them
     r = run(["estimate", "examples/deepseek_v3_gb300.yaml", *none, "--set", "versions.container=26.10", "--json"])
-    assert r.exit_code == 0, r.output
+    # exit 1 here is the memory verdict, not the container: 248.7 GiB × 1.1118 (the band's top) just
+    # passes the usable 276.5 GiB, so tight
+    assert r.exit_code in (0, 1) and json.loads(r.output)["memory"]["verdict"] in ("fits", "tight"), r.output
     assumptions = " ".join(json.loads(r.output)["throughput"]["assumptions"])
     assert "container 26.10 not among the fitted releases: software efficiency of 26.06" in assumptions
     newest = json.loads(r.output)["throughput"]["tokens_per_s_per_gpu"]

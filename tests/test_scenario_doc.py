@@ -117,6 +117,9 @@ def test_stated_planning_values_match_the_constants():
     modules = {"moeplan.model.overheads": overheads, "moeplan.structure.numerics": numerics}
     for info in described:
         text = info.description or ""
+        if "unset: sized" in text:  # sized by a source's formula, not a constant
+            assert "`moeplan.model.memory.dispatcher_buffers`" in text, text
+            continue
         value = float(re.search(r"unset: ([0-9.]+)", text).group(1))
         module, name = re.search(r"`(moeplan\.[a-z.]+)\.([A-Z_]+)`", text).groups()
         assert value == getattr(modules[module], name), text

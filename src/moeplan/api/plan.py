@@ -15,7 +15,9 @@ from moeplan.errors import InputError, UnknownNameError
 from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import LayoutSpec
 from moeplan.inputs.loading import dump_yaml
+from moeplan.inputs.megatron_keys import describe_unmodelled
 from moeplan.inputs.overrides import ScenarioFlags
+from moeplan.inputs.schema import split_unmodelled
 from moeplan.inputs.training import batch_for_tokens, says_default_batch
 from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE
 from moeplan.io.write import atomic_directory, check_writable, resolve_output, write_atomically, write_file_in
@@ -149,6 +151,7 @@ def plan_report(
     inputs = (scenario, workload, calibration)
     _check_plan_options(objective, train_tokens, headroom_gib, save, report, inputs)
     data, rounding = plan_request(scenario, flags, workload, tokens_per_step)
+    data = split_unmodelled(data)  # keys moeplan does not model: carried, never searched or held
     if hold or free:
         lay = data.get("layout") or {}
         data = {**data, "layout": {k: lay[k] for k in held_keys(lay, hold, free)}}
@@ -168,6 +171,9 @@ def plan_report(
     if calibration is not None:  # (then consts is the profile's)
         res.notes.append(_calibration_note(consts, calibration))
     out = res.to_dict()
+    if data.get("unmodelled_keys"):
+        bridge = (data.get("versions") or {}).get("megatron_bridge")
+        out["unmodelled_keys"] = describe_unmodelled(data["unmodelled_keys"], bridge)
     if report is not None:
         write_report(res, report, inputs)
         out["report"] = str(report)

@@ -56,7 +56,8 @@ def rank_memory_fixes(data: dict, constants: TimeConstants | None = None) -> tup
                 "changes_numerics": change.changes_numerics,
                 "peak_bytes": int(peak),
                 "saving_bytes": int(peak0 - peak),
-                "fits": res.memory.verdict != "does-not-fit",
+                "verdict": res.memory.verdict,
+                "fits": res.memory.verdict == "fits",
                 "step_time_change_rel": (t - t0) / t0 if t0 and t else None,
             }
         )

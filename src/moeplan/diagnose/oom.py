@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 
 from moeplan.errors import InputError
 from moeplan.i18n.messages import msg
+from moeplan.model.memory import judge_memory
 
 _UNIT = {
     "BYTES": 1,
@@ -176,9 +177,13 @@ def reconcile_with_model(
 ) -> tuple[OomReport, list[str]]:
     """Weigh the message against the memory model of the run's scenario: (the report, notes to print).
 
-    - A predicted peak above the usable memory is real demand whatever the allocator's idle reserve
-      says: the reserve is a symptom, and ``expandable_segments`` alone cannot make the layout fit;
-      the report returned says so (``fragmentation`` False, diagnosis and fixes rewritten).
+    - A layout whose memory verdict is ``does-not-fit`` (:func:`moeplan.model.memory.judge_memory`, the
+      verdict every command gives: even the low edge of the memory model's band is over the usable
+      memory) is real demand whatever the allocator's idle reserve says: the reserve is a symptom,
+      and ``expandable_segments`` alone cannot make the layout fit; the report returned says so
+      (``fragmentation`` False, diagnosis and fixes rewritten). A ``tight`` verdict (the band crosses
+      the usable memory) leaves the message's own reading standing, with a note that the model
+      cannot tell.
     - A message whose GPU total differs from the scenario's usable memory by more than 10 % comes
       from another GPU: fixes rated against the scenario's GPU do not apply to the one that failed.
 
@@ -196,7 +201,10 @@ def reconcile_with_model(
             f"system.reserved_gib: {human_bytes(reserved_bytes)} of each GPU is held by a colocated engine; "
             f"the training step has {human_bytes(capacity_bytes)}"
         )
-    if capacity_bytes and predicted_peak_bytes > capacity_bytes and rep.fragmentation is not False:
+    verdict = judge_memory(predicted_peak_bytes, capacity_bytes)
+    if verdict.verdict == "tight":
+        notes.append(msg("model_verdict.oom_tight", cap=(verdict.capacity_bytes or 0) / 2**30))
+    if verdict.verdict == "does-not-fit" and rep.fragmentation is not False:
         rep = replace(
             rep,
             fragmentation=False,

@@ -17,11 +17,10 @@ CUDA_CONTEXT_GIB = 0.75
 #: (TP, CP, EP, PP, DP, EDP groups and their combinations); with NVLS/SHARP registration more.
 #: Planning value for a 3D+EP layout.
 NCCL_BUFFERS_GIB = 1.0
-#: DeepEP's ``Buffer`` (NVLink + RDMA bytes) as Megatron's flex dispatcher sizes it for training
-#: (hundreds of MB to ~2 GB each, scaling with hidden size and tokens per rank). Planning value.
-DEEPEP_BUFFERS_GIB = 2.0
-#: HybridEP's registered NVLink buffers (smaller than DeepEP's RDMA buffers). Planning value.
-HYBRIDEP_BUFFERS_GIB = 1.0
+#: NCCL EP's buffers (the flex dispatcher's ``ncclep`` backend through Transformer Engine): no source
+#: sizes them here; planning value. DeepEP's and HybridEP's buffers are sized from their sources
+#: (:mod:`moeplan.model.memory.dispatcher_buffers`) unless ``overheads:`` states them.
+NCCLEP_BUFFERS_GIB = 2.0
 #: cuBLASLt/TE workspaces (32 MiB per stream and handle) and TE's FP8 scaling state.
 WORKSPACES_GIB = 0.25
 #: Extra of CUDA graph memory pools beyond the tensors they hold, as a fraction of activations: a
@@ -42,8 +41,8 @@ class Overheads:
 
     cuda_context_gib: float = CUDA_CONTEXT_GIB
     nccl_buffers_gib: float = NCCL_BUFFERS_GIB
-    deepep_buffers_gib: float = DEEPEP_BUFFERS_GIB
-    hybridep_buffers_gib: float = HYBRIDEP_BUFFERS_GIB
+    deepep_buffers_gib: float | None = None  # None: sized from DeepEP's source
+    hybridep_buffers_gib: float | None = None  # None: sized from HybridEP's source
     workspaces_gib: float = WORKSPACES_GIB
     cuda_graph_pool_fraction: float = CUDA_GRAPH_POOL_FRACTION
     fragmentation_fraction: float = FRAGMENTATION_FRACTION

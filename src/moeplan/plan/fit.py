@@ -18,7 +18,7 @@ from typing import cast
 from moeplan.errors import InputError
 from moeplan.inputs.resolved import Scenario
 from moeplan.model.constants import TimeConstants
-from moeplan.model.memory import TIGHT_HEADROOM, MemoryEstimate, dominant_items, estimate_memory
+from moeplan.model.memory import MemoryEstimate, dominant_items, estimate_memory, largest_fitting_peak
 from moeplan.model.step import estimate_step
 from moeplan.plan.changes import Change, Outcome, Rejection, apply_edits, combine, memory_changes, try_change
 from moeplan.plan.describe import describe
@@ -70,7 +70,8 @@ class _Fit:
             "step_time_change_pct": 100 * (res.step_time_s / self.t0 - 1) if self.t0 and res.step_time_s else None,
             "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu,
             "scenario": res.data,
-            "fits": mem.peak_bytes <= self.limit and mem.verdict != "does-not-fit",
+            "verdict": mem.verdict,
+            "fits": mem.verdict == "fits" and mem.peak_bytes <= self.limit,
         }
 
 
@@ -114,7 +115,8 @@ def _replan(f: _Fit, headroom_gib: float | None) -> dict | None:
         "step_time_change_pct": (100 * (c.throughput["step_time_s"] / f.t0 - 1)) if f.t0 else None,
         "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
         "scenario": c.data,
-        "fits": True,
+        "verdict": c.memory.get("verdict"),
+        "fits": c.memory.get("verdict") == "fits",
     }
 
 
@@ -146,14 +148,25 @@ def _baseline(data: dict, headroom_gib: float | None, constants) -> tuple[Scenar
 
 
 def default_fit_limit(mem: MemoryEstimate) -> float:
-    """The peak (bytes) a fix must stay under without ``--headroom-gib``: what ``estimate`` calls
-    ``fits`` (exit 0), i.e. 5 % of the usable HBM free (:data:`~moeplan.model.memory.TIGHT_HEADROOM`)
-    and the peak plus the memory model's error band (``error_band_pct``, docs/memory_accuracy.md)
-    within it, so that a saved fix is not ``tight``. Needs a GPU (``capacity_bytes``)."""
-    cap = cast(int, mem.capacity_bytes)
-    band = mem.error_band_pct
-    limit = cap * (1 - TIGHT_HEADROOM)
-    return limit if band is None else min(limit, cap / (1 + band / 100))
+    """The peak (bytes) a fix must stay under without ``--headroom-gib``: the largest peak whose
+    memory verdict is ``fits`` (:func:`moeplan.model.memory.largest_fitting_peak`: capacity / the
+    largest measured/predicted peak of docs/memory_accuracy.md), so that a saved fix is what ``estimate``
+    and ``check`` call ``fits`` (exit 0). Needs a GPU (``capacity_bytes``)."""
+    return largest_fitting_peak(cast(int, mem.capacity_bytes))
+
+
+def _verdict_doc(mem: MemoryEstimate) -> dict:
+    """The layout's own memory verdict as ``check``, ``estimate``, ``plan`` and ``oom`` give it:
+    ``verdict``, ``verdict_band`` (:meth:`moeplan.model.memory.MemoryVerdict.to_dict`),
+    ``dominant_items``, ``peak_bytes``, ``capacity_bytes``, ``error_band_pct``."""
+    return {
+        "verdict": mem.verdict,
+        "verdict_band": mem.memory_verdict.to_dict(),
+        "dominant_items": mem.dominant_items(),
+        "peak_bytes": mem.peak_bytes,
+        "capacity_bytes": mem.capacity_bytes,
+        "error_band_pct": mem.error_band_pct,
+    }
 
 
 def fit_layout(
@@ -162,12 +175,15 @@ def fit_layout(
     """Changes that make the scenario fit, least step-time cost first (numerics changes last).
 
     Returns:
-        ``{assumes, peak_gib, capacity_gib, reserved_gib, limit_gib, fits_already, fixes[], more_fixes[],
+        ``{assumes, peak_gib, capacity_gib, reserved_gib, limit_gib, fits_already, memory, fixes[], more_fixes[],
         tried, not_enough[], replanned, rejected[], check_errors[], applied_first}``: ``fixes`` the ``top``
         least costly changes that fit, ``more_fixes`` the other changes that fit (every change tried
         is in one of ``fixes``, ``more_fixes``, ``not_enough`` or ``rejected``; ``tried`` counts them);
         ``replanned`` when no single change or pair fits
-        (the last fix is the planner's layout); ``applied_first`` the uneven pipeline split applied
+        (the last fix is the planner's layout); ``memory`` the layout's own memory verdict, the one
+        every command gives (:func:`_verdict_doc`); ``fits_already`` that verdict is ``fits`` (and the
+        peak within ``--headroom-gib``); each fix's ``fits`` its verdict is ``fits`` within the limit;
+        ``applied_first`` the uneven pipeline split applied
         before anything else when the layers do not divide by PP, else None; ``dominant_items`` the
         parts of the peak stage that push it over the limit (:func:`moeplan.model.memory.dominant_items`,
         empty when it fits already); ``capacity_gib`` the
@@ -186,7 +202,7 @@ def fit_layout(
     errors = validate(s0).errors
     timed = s0.training.global_batch_size is not None and not errors
     f = _Fit(data, mem0, limit, estimate_step(s0, constants).step_time_s if timed else None, constants)
-    fits_already = mem0.peak_bytes <= limit
+    fits_already = mem0.verdict == "fits" and mem0.peak_bytes <= limit
     _singles_and_pairs(f, s0, fits_already)
     replanned = False
     if not f.fixes and not fits_already:
@@ -204,6 +220,7 @@ def fit_layout(
         "reserved_gib": mem0.reserved_bytes / GIB_BYTES,
         "limit_gib": limit / GIB_BYTES,
         "fits_already": fits_already,
+        "memory": _verdict_doc(mem0),
         "dominant_items": [] if fits_already else dominant_items(mem0.peak_stage.items, mem0.peak_bytes - limit),
         "fixes": fixes[:top],
         "more_fixes": fixes[top:],

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from moeplan.cli.render import T, console, rule_text
 from moeplan.cli.render.check_view import yaml_value
+from moeplan.cli.render.verdict import verdict_text
 from moeplan.diagnose.oom import human_bytes
 from moeplan.i18n.messages import msg
 
@@ -122,7 +123,7 @@ def _oom_fixes_table(c, fixes: list[dict]) -> None:
             escape(T(f["change"]) + (T(" [numerics]") if f.get("changes_numerics") else "")),
             f"{f['peak_bytes'] / 2**30:.2f}",
             f"{f['saving_bytes'] / 2**30:.2f}",
-            T("yes" if f["fits"] else "no"),
+            T("yes" if f["fits"] else "tight" if f.get("verdict") == "tight" else "no"),
             f"{st * 100:+.1f} %" if st is not None else "–",
         )
     c.print(tab)
@@ -141,6 +142,13 @@ def _oom_blame(c, b: dict) -> None:
         + ", ".join(f"{t['category']}/{t['part']} {g(t['bytes'])}" for t in b["largest_terms"]),
         markup=False,
     )
+    if b.get("verdict"):
+        mem = {
+            **b,
+            "peak_bytes": b["predicted_peak_bytes"],
+            "error_band_pct": (b.get("verdict_band") or {}).get("band_pct"),
+        }
+        c.print(T(msg("model_verdict.memory_verdict")) + T(": ") + verdict_text(mem), markup=False)
     for n in b.get("notes", []):
         c.print(T(n), style="yellow" if n.startswith(("WARNING", "the memory model")) else None, markup=False)
     if b.get("fixes"):
@@ -238,6 +246,7 @@ def render_doctor(d: dict) -> None:
     for f in d["findings"]:
         style = {"error": "red", "warning": "yellow"}.get(f["severity"], "cyan")
         text = f"{f['rule']}: {f['message']}" + (f" → {f['fix']}" if f["fix"] else "")
+        text += f" [{f['source']}]" if f.get("source") else ""  # a deployment fact's source
         c.print(f"[{style}]{f['severity']}[/] " + escape(text))
 
 

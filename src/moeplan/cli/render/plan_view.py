@@ -9,7 +9,7 @@ from rich.table import Table
 
 import moeplan.i18n as i18n
 from moeplan.cli.render import T, console, finding_line, lang, rule_text
-from moeplan.cli.render.check_view import yaml_value
+from moeplan.cli.render.check_view import unmodelled_text, yaml_value
 from moeplan.cli.render.text import assumes_line, band_line, breakdown_line, knob_codes, legend
 from moeplan.cli.render.verdict import dominant_text, may_not_fit_text, verdict_text
 from moeplan.i18n.messages import msg
@@ -43,6 +43,7 @@ def _plan_header(c, d: dict, verbose: bool = False) -> None:
     )
     if d.get("assumes"):
         c.print(assumes_line(d["assumes"], verbose), style="dim", highlight=False, markup=False)
+    unmodelled_text(c, d)
     if not d["candidates"]:
         c.print(T("[bold red]no layout fits[/]"))
 
@@ -145,7 +146,7 @@ def _why_first(c, d: dict, verbose: bool = False) -> None:
 
 
 def _tight_note(c, w: dict) -> None:
-    """#1's ``tight`` memory verdict in words (the peak plus the memory model's band reaches the usable
+    """#1's ``tight`` memory verdict in words (the memory model's band around the peak crosses the usable
     HBM, so ``estimate`` of the saved layout exits 1): the planner keeps such layouts, as published
     runs near capacity do run, but the user reads the risk where #1 is."""
     text = may_not_fit_text(w.get("memory") or {})
@@ -385,6 +386,22 @@ def render_plan(d: dict, verbose: bool = False) -> None:
     _plan_footer(c, d)
 
 
+def _fit_verdict(d: dict) -> str:
+    """`` → `` and the layout's own memory verdict as every command gives it (``d["memory"]``,
+    :func:`~moeplan.cli.render.verdict.verdict_text`); a layout that fits but not within
+    ``--headroom-gib`` says so; the old wording where a document has no verdict."""
+    mem = d.get("memory")
+    if not mem:
+        over = T(" (over the limit: {items})").format(items=dominant_text(d["dominant_items"]))
+        return T(" → fits already" if d["fits_already"] else " → does not fit") + (
+            over if d.get("dominant_items") else ""
+        )
+    text = " → " + verdict_text(mem)
+    if mem.get("verdict") == "fits" and not d["fits_already"]:
+        text += T("; ") + T(msg("model_verdict.over_headroom_limit", limit=d["limit_gib"]))
+    return text
+
+
 def _fit_table(d: dict) -> Table:
     """The changes that fit: change (numerics changes marked), peak, saved, step-time cost, tok/s/GPU."""
     title = (
@@ -454,12 +471,7 @@ def render_fit(d: dict, verbose: bool = False) -> None:
             else ""
         )
         + T("(limit {limit} with headroom)").format(limit=f"{d['limit_gib']:.1f}")
-        + T(" → fits already" if d["fits_already"] else " → does not fit")
-        + (
-            T(" (over the limit: {items})").format(items=dominant_text(d["dominant_items"]))
-            if d.get("dominant_items")
-            else ""
-        ),
+        + _fit_verdict(d),
         highlight=False,
     )
     if d.get("assumes"):

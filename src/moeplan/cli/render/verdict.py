@@ -27,29 +27,36 @@ def verdict_text(mem: dict) -> str:
     if verdict == "tight":
         return T("tight") + T(": ") + (may_not_fit_text(mem) or T("may not fit"))
     why = dominant_text(mem.get("dominant_items")) if verdict == "does-not-fit" else ""
+    if not why and verdict == "does-not-fit":
+        why = T((mem.get("verdict_band") or {}).get("text") or "")
     return T(verdict) + (T(": ") + why if why else "")
 
 
 def may_not_fit_text(mem: dict) -> str:
-    """``may not fit: the peak 77.1 GiB ±11 % reaches the usable 79.6 GiB (largest: ...)`` for a
-    ``tight`` memory document (``peak_bytes``, ``error_band_pct``, ``capacity_bytes``); empty
-    otherwise."""
-    if mem.get("verdict") != "tight" or mem.get("capacity_bytes") is None or mem.get("peak_bytes") is None:
+    """``may not fit: the peak 77.1 GiB may measure 69.5–86.6 GiB (the memory model's ±11 %), across the
+    usable 79.6 GiB (largest: ...)`` for a ``tight`` memory document (the model's reason in
+    ``verdict_band.text``, :class:`moeplan.model.memory.MemoryVerdict`; from ``peak_bytes``,
+    ``error_band_pct`` and ``capacity_bytes`` where a document has none); empty otherwise."""
+    banded = (mem.get("verdict_band") or {}).get("text")
+    if mem.get("verdict") != "tight" or (
+        not banded and (mem.get("capacity_bytes") is None or mem.get("peak_bytes") is None)
+    ):
         return ""
     band = mem.get("error_band_pct")
-    text = (
-        T("may not fit: the peak {peak} GiB ±{pct} % reaches the usable {cap} GiB").format(
+    if banded:
+        text = T(banded)
+    elif band is not None:
+        text = T("may not fit: the peak {peak} GiB ±{pct} % reaches the usable {cap} GiB").format(
             peak=f"{mem['peak_bytes'] / GIB_BYTES:.1f}",
             pct=f"{band:.0f}",
             cap=f"{mem['capacity_bytes'] / GIB_BYTES:.1f}",
         )
-        if band is not None
-        else T("may not fit: the peak {peak} GiB leaves under {pct} % of the usable {cap} GiB").format(
+    else:
+        text = T("may not fit: the peak {peak} GiB leaves under {pct} % of the usable {cap} GiB").format(
             peak=f"{mem['peak_bytes'] / GIB_BYTES:.1f}",
             pct=f"{TIGHT_HEADROOM * 100:.0f}",
             cap=f"{mem['capacity_bytes'] / GIB_BYTES:.1f}",
         )
-    )
     largest = dominant_text(mem.get("dominant_items"))
     return text + (T(" (largest: {items})").format(items=largest) if largest else "")
 

@@ -22,6 +22,7 @@ from moeplan.inputs.peft import total_adapter_params
 from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import ActContext
 from moeplan.model.lora import adapter_rank_params, lora_activation_bytes, stage_layer_adapters
+from moeplan.model.memory.memory_band import MemoryVerdict, judge_memory
 from moeplan.model.memory.other import (
     backward_working_set,
     cp_kv_buffers,
@@ -43,7 +44,8 @@ from moeplan.structure.placement import StageParams, stage_params, stage_plan
 from moeplan.structure.stages import StagePlan
 from moeplan.units import GIB_BYTES
 
-#: Headroom below which a fitting layout is called "tight" (fraction of usable HBM).
+#: Default headroom (fraction of usable HBM) the planner keeps free; the verdict itself comes from the
+#: memory model's measured band (:mod:`moeplan.model.memory.memory_band`).
 TIGHT_HEADROOM = 0.05
 
 
@@ -147,11 +149,12 @@ class StageMemory:
 class MemoryEstimate:
     """Per-stage memory and the verdict.
 
-    ``verdict``: ``fits`` (the peak plus the memory model's error band stays under the usable HBM,
-    and headroom ≥ 5 %), ``tight`` (the peak fits, but the peak plus its error band reaches the
-    usable HBM, or headroom < 5 %: the layout may not fit), ``does-not-fit``, or ``unknown`` when
-    the scenario names no GPU. The band (:attr:`error_band_pct`, ±11 % today) is the worst |error|
-    of the allocated-vs-measured validation (``benchmarks/memory_accuracy.py``,
+    ``verdict`` (:attr:`memory_verdict`, :func:`moeplan.model.memory.memory_band.judge_memory`, the one
+    verdict every command gives): ``fits`` (the band around the peak stays under the capacity),
+    ``tight`` (the band crosses it: the layout may or may not fit), ``does-not-fit`` (the whole band
+    is over it, or offloaded state overflows host memory), or ``unknown`` when the scenario names no
+    GPU. The band (:attr:`error_band_pct`, ±11 % today) is the worst |error| of the
+    allocated-vs-measured validation (``benchmarks/memory_accuracy.py``,
     ``docs/memory_accuracy.md``). ``capacity_bytes`` is the usable HBM less ``reserved_bytes``
     (``system.reserved_gib``: a colocated engine's memory; :attr:`Scenario.capacity_bytes`).
     ``host_bytes_per_node`` is set when optimizer state is offloaded.
@@ -192,41 +195,33 @@ class MemoryEstimate:
         return (self.capacity_bytes - self.peak_bytes) / self.capacity_bytes
 
     @property
+    def memory_verdict(self) -> MemoryVerdict:
+        """The one memory verdict (:func:`moeplan.model.memory.memory_band.judge_memory`): the peak
+        device use against the capacity with the memory model's measured band (docs/memory_accuracy.md)."""
+        return judge_memory(self.peak_bytes, self.capacity_bytes, self.host_fits)
+
+    @property
     def verdict(self) -> str:
-        """``does-not-fit`` also when offloaded optimizer state overflows the node's host memory."""
-        h = self.headroom_fraction
-        if self.host_fits is False:
-            return "does-not-fit"
-        if h is None:
-            return "unknown"
-        if h < 0:
-            return "does-not-fit"
-        return "tight" if h < TIGHT_HEADROOM or self.band_crosses_limit else "fits"
+        """``fits`` | ``tight`` | ``does-not-fit`` | ``unknown`` (:attr:`memory_verdict`); ``does-not-fit``
+        also when offloaded optimizer state overflows the node's host memory."""
+        return self.memory_verdict.verdict
 
     @property
     def error_band_pct(self) -> float | None:
-        """The memory model's error band (%): the worst |error| of its allocated-vs-allocated
-        validation (``benchmarks/memory_accuracy.py``), None when no validation is packaged."""
+        """The memory model's error band as ``estimate`` summarises it (%, ±): the worst |error| of its
+        allocated-vs-measured validation rounded up (``band_pct``, ``benchmarks/memory_accuracy.py``,
+        docs/memory_accuracy.md); the verdict uses the readings' own range (:attr:`memory_verdict`)."""
         band = memory_validity().get("band_pct")
         return float(band) if isinstance(band, (int, float)) else None
 
-    @property
-    def band_crosses_limit(self) -> bool:
-        """Whether the peak plus its error band would pass the usable HBM (the verdict is then
-        ``tight`` however much headroom the estimate itself leaves)."""
-        band = self.error_band_pct
-        if band is None or not self.capacity_bytes:
-            return False
-        return self.peak_bytes * (1 + band / 100) > self.capacity_bytes
-
     def dominant_items(self, most: int = 3) -> list[dict]:
         """The parts of the peak stage that push it over (:func:`dominant_items`): over the usable
-        HBM when it does not fit, over it with the error band added when it is ``tight``; empty when
+        HBM when it does not fit, over it at the band's top edge when it is ``tight``; empty when
         it fits, no GPU is named, or only the host memory overflows."""
-        if self.verdict not in ("does-not-fit", "tight") or not self.capacity_bytes:
+        v = self.memory_verdict
+        if v.verdict not in ("does-not-fit", "tight") or not self.capacity_bytes:
             return []
-        band = (self.error_band_pct or 0.0) / 100 if self.verdict == "tight" else 0.0
-        excess = self.peak_bytes * (1 + band) - self.capacity_bytes
+        excess = (v.high_bytes if v.verdict == "tight" else self.peak_bytes) - self.capacity_bytes
         if excess <= 0:
             return []  # a does-not-fit of the host memory alone: no device part is over
         return dominant_items(self.peak_stage.items, excess, most)
@@ -277,12 +272,13 @@ class MemoryEstimate:
             "margin_bytes": self.margin_bytes,
             "error_band_pct": self.error_band_pct,
             "verdict_basis": (
-                "device use (nvidia-smi) of the peak stage against usable HBM less system.reserved_gib; tight below "
-                f"{TIGHT_HEADROOM:.0%} headroom or when the peak plus the memory model's error band "
-                "(docs/memory_accuracy.md) would pass the limit"
+                "device use (nvidia-smi) of the peak stage against usable HBM less system.reserved_gib, with the "
+                "memory model's band (the smallest and largest measured/predicted peak of docs/memory_accuracy.md): "
+                "fits when peak x largest is under it, does-not-fit when peak x smallest is over it, tight between"
             ),
             "fits": self.fits,
             "verdict": self.verdict,
+            "verdict_band": self.memory_verdict.to_dict(),
             "dominant_items": self.dominant_items(),
             "host_bytes_per_rank": self.host_bytes_per_rank,
             "host_bytes_per_node": self.host_bytes_per_node,

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import ActContext
+from moeplan.model.memory.dispatcher_buffers import NVL_PEERS, deepep_buffers, flex_tokens_per_rank, hybridep_buffers
 from moeplan.model.memory.graph_memory import full_iteration_graph, per_layer_graphs
-from moeplan.model.overheads import Overheads
+from moeplan.model.overheads import NCCLEP_BUFFERS_GIB, Overheads
 from moeplan.structure.placement import StageParams
 from moeplan.units import GIB_BYTES
 
@@ -90,11 +91,30 @@ def fixed_buffers(s: Scenario, ctx: ActContext, ov: Overheads) -> dict[str, floa
     }
     if lay.moe_token_dispatcher_type == "flex" and s.ep * s.etp > 1:
         backend = lay.moe_flex_dispatcher_backend or "deepep"
-        gib = ov.hybridep_buffers_gib if backend == "hybridep" else ov.deepep_buffers_gib
-        out[f"{backend}_buffers"] = gib * GIB_BYTES
+        out[f"{backend}_buffers"] = dispatcher_buffer_bytes(s, ctx, ov, backend)
     if lay.tp_comm_overlap and s.tp > 1:
         out["tp_overlap_userbuffers"] = 2 * ctx.tokens * s.complete_model.hidden_size * ctx.act_bytes
     return out
+
+
+def dispatcher_buffer_bytes(s: Scenario, ctx: ActContext, ov: Overheads, backend: str) -> float:
+    """The flex dispatcher's registered buffers per GPU (bytes): the scenario's ``overheads:`` value
+    where it states one, else DeepEP's and HybridEP's buffers as their sources size them
+    (:mod:`moeplan.model.memory.dispatcher_buffers`: the ETP×EP group, hidden size, DeepEP's SMs
+    ``moe_deepep_num_sms``, HybridEP's tokens per rank, local experts and NVLink domain); NCCL EP's
+    a planning value (:data:`moeplan.model.overheads.NCCLEP_BUFFERS_GIB`)."""
+    stated = ov.hybridep_buffers_gib if backend == "hybridep" else ov.deepep_buffers_gib
+    if stated is not None:
+        return stated * GIB_BYTES
+    m, ranks = s.complete_model, s.ep * s.etp
+    if backend == "deepep":
+        return float(deepep_buffers(m.hidden_size, ranks, s.layout.moe_deepep_num_sms).total_bytes)
+    if backend == "hybridep":
+        domain = s.gpu.scaleup_domain_gpus if s.gpu is not None else NVL_PEERS
+        local = (m.num_moe_experts or 0) // s.ep
+        tokens = flex_tokens_per_rank(ctx.seq_tokens)
+        return float(hybridep_buffers(m.hidden_size, tokens, local, ranks, domain).total_bytes)
+    return NCCLEP_BUFFERS_GIB * GIB_BYTES
 
 
 def graph_buffers(

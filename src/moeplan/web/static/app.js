@@ -52,14 +52,18 @@ function num(v, digits = 0) {
   return Number(v).toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 function gib(bytes, digits = 1) { return num(bytes / GIB, digits); }
-// a memory verdict with its reason: the parts of the peak stage that push it over (dominant_items)
+// a memory verdict with its reason (the model's verdict_band.text: the band against the usable HBM) and
+// the parts of the peak stage that push it over (dominant_items)
 function verdictText(mem) {
   const items = (mem.dominant_items || []).map((it) => `${gib(it.bytes)} GiB ${it.item}`).join(", ");
+  const reason = (mem.verdict_band || {}).text;
+  if (mem.verdict === "tight" && reason) return `tight: ${reason}${items ? `; largest: ${items}` : ""}`;
   if (mem.verdict === "tight") {
     const band = mem.error_band_pct !== null && mem.error_band_pct !== undefined ? ` ±${num(mem.error_band_pct)} %` : "";
     return `tight: may not fit (the peak${band} reaches the usable HBM${items ? `; largest: ${items}` : ""})`;
   }
-  return mem.verdict === "does-not-fit" && items ? `does-not-fit: ${items}` : mem.verdict;
+  if (mem.verdict === "does-not-fit") return `does-not-fit: ${items || reason || ""}`;
+  return mem.verdict;
 }
 function pct(f, digits = 1) { return f === null || f === undefined ? "–" : num(100 * f, digits) + " %"; }
 function human(n) {
