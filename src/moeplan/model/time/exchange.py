@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from moeplan.model.comm import (
     cp_a2a_s,
     cp_all_gather_s,
-    cp_ring_s,
     ep_time,
     etp_exchange_s,
     gdn_cp_a2a_s,
@@ -33,6 +32,7 @@ from moeplan.model.comm import (
 from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN
 from moeplan.model.time.compute import LayerCompute
 from moeplan.model.time.context import StepContext, hierarchical_a2a_size, layer_cp_comm_type
+from moeplan.model.time.cp_ring import ring_steps
 
 
 @dataclass(frozen=True)
@@ -99,14 +99,19 @@ def ep_overlap_phases(
     return [(max(2 * unit, attn / 3), attn / 3), (phase2, mlp), (max(2 * unit, attn * 2 / 3), attn * 2 / 3)]
 
 
-def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exchange:
+def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute, layer: int | None = None) -> Exchange:
     """SP collectives of one layer over TP: 4 around attention, 4 more around a TP-split MLP (dense,
-    or a MoE block with shared experts); without SP the same volume moves as all-reduces."""
+    or a MoE block with shared experts); without SP the same volume moves as all-reduces. A layer of
+    a hybrid pattern (``layer`` given) is one block: 4 around its mixer, or 4 around its MLP."""
     s, m = ctx.s, ctx.model
     if s.tp == 1:
         return Exchange()
     mlp_tp = not moe_layer or bool(m.moe_shared_expert_intermediate_size)
     n_coll = 4 + (4 if mlp_tp else 0)
+    if layer is not None and m.hybrid_layer_pattern is not None:
+        n_coll = 4 if (not m.layer_has_mlp(layer) or mlp_tp) else 0
+        if n_coll == 0:
+            return Exchange()
     t = tp_time(ctx.tokens, m.hidden_size, s.tp, ctx.gpu, ctx.c, s.layout.tp_comm_overlap, n_coll, compute.dense_gemm_s)
     plain = tp_time(ctx.tokens, m.hidden_size, s.tp, ctx.gpu, ctx.c, False, n_coll)
     return Exchange(t, plain - t)
@@ -114,8 +119,10 @@ def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute) -> Exc
 
 def _attention_cp(ctx: StepContext, comm_type: str, attention_s: float) -> Exchange:
     """An attention layer's CP exchange (Transformer Engine ``context_parallel.py``): the p2p ring
-    hides behind the attention kernel; a2a and all_gather are exposed; a2a+p2p all-to-alls in its
-    inner group (exposed) and rings over the outer one (hidden behind the kernel)."""
+    hides each step's K/V send behind that step's attention (:func:`~moeplan.model.time.cp_ring.ring_steps`:
+    what a step's transfer over the ring's slowest hop takes beyond its attention is exposed); a2a
+    and all_gather are exposed; a2a+p2p all-to-alls in its inner group (exposed) and rings over the
+    outer one (step by step, as p2p)."""
     s, c, w = ctx.s, ctx.c, ctx.cp_widths
     tokens, cp, tp, span = ctx.tokens, s.cp, s.tp, s.tp * s.cp
     qkvo = w.q + w.kv + w.o
@@ -126,9 +133,8 @@ def _attention_cp(ctx: StepContext, comm_type: str, attention_s: float) -> Excha
         return Exchange(cp_all_gather_s(tokens, w.kv, cp, tp, ctx.gpu, c), 0.0)
     inner = hierarchical_a2a_size(s) if comm_type == "a2a+p2p" else 1
     a2a = cp_a2a_s(tokens, qkvo, inner, tp, tp * inner, ctx.gpu, c)
-    ring = cp_ring_s(tokens, w.kv, cp // inner, tp, span, ctx.gpu, c)
-    ring_exposed = max(0.0, ring - attention_s)
-    return Exchange(a2a + ring_exposed, ring - ring_exposed)
+    ring = ring_steps(tokens * inner, w.kv / (tp * inner), cp // inner, tp * inner, ctx.gpu, c, attention_s)
+    return Exchange(a2a + ring.exposed_s, ring.hidden_s)
 
 
 def _gdn_cp(ctx: StepContext) -> Exchange:
@@ -141,11 +147,27 @@ def _gdn_cp(ctx: StepContext) -> Exchange:
     return Exchange(t, 0.0)
 
 
+def _mamba_cp(ctx: StepContext) -> Exchange:
+    """A Mamba-2 layer's head-split all-to-alls under CP (exposed): megatron-core
+    ``ssm/mamba_context_parallel.py`` moves z, x, B, C and dt to a head split before the conv and scan
+    and the output back after them (the same pattern as Gated DeltaNet's, so the same cost model)."""
+    s, m = ctx.s, ctx.model
+    nh, p, n = m.given("mamba_num_heads"), m.given("mamba_head_dim"), m.given("mamba_state_dim")
+    d_inner = nh * p
+    in_width = 2 * d_inner + 2 * m.given("mamba_num_groups") * n + nh
+    return Exchange(gdn_cp_a2a_s(ctx.tokens, in_width, d_inner, s.cp, s.tp, ctx.gpu, ctx.c), 0.0)
+
+
 def cp_exchange(ctx: StepContext, layer: int, compute: LayerCompute) -> Exchange:
     """Context-parallel exchange of decoder layer ``layer``: its attention's ``cp_comm_type`` (per
     layer when a list), or a Gated DeltaNet layer's all-to-alls (which ignore ``cp_comm_type``)."""
     if ctx.s.cp == 1:
         return Exchange()
-    if ctx.model.attention_kinds[layer] == "linear":
+    kind = ctx.model.attention_kinds[layer]
+    if kind == "linear":
         return _gdn_cp(ctx)
+    if kind == "none":  # an MLP-only hybrid layer: nothing crosses CP
+        return Exchange()
+    if kind == "mamba":
+        return _mamba_cp(ctx)
     return _attention_cp(ctx, layer_cp_comm_type(ctx.s, layer), compute.attention_s)
