@@ -302,6 +302,19 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"context_parallel_size": 2},
     },
     {"model": "Qwen/Qwen3-Next-80B-A3B-Instruct", "model_overrides": {"linear_num_value_heads": 24}},
+    # Mamba-2 hybrid: groups not divisible by TP; heads per TP rank and groups vs CP; heads vs groups
+    {"model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "layout": {"tensor_model_parallel_size": 16}},
+    {
+        "model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+        "layout": {"tensor_model_parallel_size": 4, "context_parallel_size": 3},
+        "system": {"gpu": "h100", "num_gpus": 12},
+    },
+    {"model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "model_overrides": {"mamba_num_groups": 6}},
+    {
+        "model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+        "layout": {"pipeline_model_parallel_size": 3, "virtual_pipeline_model_parallel_size": 2},
+        "system": {"gpu": "h100", "num_gpus": 24},
+    },
     {
         "system": {"gpu": "mi300x", "num_gpus": 16},
         "layout": {
@@ -380,6 +393,46 @@ TARGETED: tuple[dict, ...] = (
             "moe_flex_dispatcher_backend": "deepep",
         },
         "system": {"num_gpus": 8},
+    },
+    # deployment.*: DeepEP / HybridEP builds, NVLink peers, SMs, NCCL settings
+    {
+        "layout": {"expert_model_parallel_size": 16, "moe_token_dispatcher_type": "flex"},
+        "system": {"gpu": "h100", "num_gpus": 16, "ep_library_build": []},
+    },
+    {
+        "layout": {"expert_model_parallel_size": 12, "moe_token_dispatcher_type": "flex"},
+        "system": {"gpu": "h100", "num_gpus": 24},
+    },
+    {
+        "layout": {"expert_model_parallel_size": 8, "moe_token_dispatcher_type": "flex"},
+        "system": {"gpu": "h100", "num_gpus": 16, "gpus_per_node": 4},
+    },
+    {"layout": {"expert_model_parallel_size": 8, "moe_token_dispatcher_type": "flex", "moe_deepep_num_sms": 21}},
+    {
+        "layout": {
+            "expert_model_parallel_size": 128,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+        },
+        "system": {"gpu": "gb200", "num_gpus": 256, "ep_library_build": ["deepep-nvshmem"]},
+    },
+    {"environment": {"NCCL_IB_DISABLE": "1"}, "layout": {"expert_model_parallel_size": 16}},
+    {
+        "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "12"},
+        "layout": {
+            "expert_model_parallel_size": 16,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+        },
+    },
+    {
+        "environment": {"USE_MNNVL": "0"},
+        "layout": {
+            "expert_model_parallel_size": 8,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+        },
+        "system": {"gpu": "gb200", "num_gpus": 16},
     },
 )
 GPUS = (("h100", 64, 4096), ("gb200", 256, 131072), ("a100", 16, 8192))

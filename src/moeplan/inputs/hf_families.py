@@ -26,7 +26,8 @@ from moeplan.errors import InputError
 #: what moeplan models, for the error messages
 MODELLED = (
     "dense and MoE decoders (GQA or MLA attention, full / sliding-window / chunked layers, Gated "
-    "DeltaNet hybrids, shared experts, MTP) and the Qwen3-VL / Qwen3.5 / Llama 4 vision towers"
+    "DeltaNet hybrids, Mamba-2 / attention / MoE / MLP hybrids of Nemotron-H, shared experts, MTP) and "
+    "the Qwen3-VL / Qwen3.5 / Llama 4 vision towers"
 )
 
 #: HF ``model_type`` values whose mapping moeplan implements and checks against published totals
@@ -55,8 +56,12 @@ KNOWN_MODEL_TYPES = frozenset(
         "gpt_oss",
         "llama4",
         "llama4_text",
+        "nemotron_h",
     }
 )
+
+#: Mamba-2 hybrid fields moeplan models in a ``nemotron_h`` config (``inputs.model_spec._hybrid_fields``)
+NEMOTRON_H_MODELLED = frozenset({"hybrid_override_pattern", "layers_block_type", "ssm_state_size", "mamba_num_heads"})
 
 #: fields whose presence (with a value other than null / false / 0 / empty) means an architecture
 #: moeplan does not model: field → what it is (and where it comes from)
@@ -223,6 +228,8 @@ def refuse_unmodelled(top: dict, text: dict, model_type: str) -> None:
             models.
     """
     for key, what in UNMODELLED_FIELDS.items():
+        if model_type == "nemotron_h" and key in NEMOTRON_H_MODELLED:
+            continue
         for part in (text, top):
             if key in part and _given(part[key]):
                 raise _refuse(key, part[key], what)

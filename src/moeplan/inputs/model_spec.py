@@ -21,9 +21,14 @@ from moeplan.errors import InputError, UnknownNameError
 from moeplan.inputs.hf_families import refuse_unmodelled
 from moeplan.inputs.policy import bad_char
 
-AttentionKind = Literal["full", "sliding", "chunked", "linear"]
-#: the attention kinds a layer may have (:data:`AttentionKind`)
-ATTENTION_KINDS: tuple[str, ...] = ("full", "sliding", "chunked", "linear")
+AttentionKind = Literal["full", "sliding", "chunked", "linear", "mamba", "none"]
+#: the token-mixer kinds a layer may have (:data:`AttentionKind`): softmax attention (full / sliding /
+#: chunked), Gated DeltaNet (``linear``), a Mamba-2 mixer (``mamba``) or none (the MLP-only layers of
+#: a Mamba hybrid)
+ATTENTION_KINDS: tuple[str, ...] = ("full", "sliding", "chunked", "linear", "mamba", "none")
+#: the layer symbols of Megatron's ``hybrid_layer_pattern`` (``mamba_hybrid_layer_allocation.Symbols``)
+#: moeplan models: Mamba-2, attention, MoE, dense MLP
+HYBRID_SYMBOLS = "M*E-"
 
 _WIDTH = (1, 2**24)  # elements: far beyond any published width, far short of overflowing a float
 _HEADS = (1, 2**16)
@@ -37,6 +42,12 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
     "num_moe_experts": _HEADS,
     "moe_router_topk": _HEADS,
     "linear_conv_kernel_dim": (1, 1024),
+    "mamba_conv_kernel": (1, 1024),
+    "mamba_chunk_size": (1, 2**16),
+    "mamba_num_heads": _HEADS,
+    "mamba_num_groups": _HEADS,
+    "mamba_head_dim": _WIDTH,
+    "mamba_state_dim": _WIDTH,
     **{
         k: _HEADS for k in ("num_attention_heads", "num_query_groups", "linear_num_key_heads", "linear_num_value_heads")
     },
@@ -82,6 +93,30 @@ def _override_list(key: str, value: Any) -> tuple:
     return tuple(value)
 
 
+def _hybrid_pattern(field: str, value: Any) -> str:
+    """A Megatron hybrid layer pattern: one of :data:`HYBRID_SYMBOLS` per layer.
+
+    Raises:
+        InputError: naming ``field`` when it is not such a string.
+    """
+    top = MODEL_INT_RANGES["num_layers"][1]
+    what = f"a string of the layer symbols {HYBRID_SYMBOLS} (M Mamba-2, * attention, E MoE, - MLP), one per layer"
+    if not isinstance(value, str) or not value or len(value) > top:
+        raise InputError(field, value, what)
+    odd = sorted(set(value) - set(HYBRID_SYMBOLS))
+    if odd:
+        raise InputError(field, value, f"{what}; {odd[0]!r} is a layer kind moeplan does not model")
+    return value
+
+
+def hybrid_kinds(pattern: str) -> tuple[tuple[str, ...], tuple[bool, ...]]:
+    """(token-mixer kind, MoE flag) per layer of a hybrid pattern: ``M`` → ``mamba``, ``*`` →
+    ``full`` attention, ``E`` / ``-`` → no mixer (``none``); MoE only on ``E``
+    (megatron-core ``mamba_hybrid_layer_allocation``: each symbol is one whole layer)."""
+    kinds = tuple("mamba" if c == "M" else "full" if c == "*" else "none" for c in pattern)
+    return kinds, tuple(c == "E" for c in pattern)
+
+
 def override_value(key: str, value: Any, is_bool: bool) -> Any:
     """A model override checked and typed like the rest of the schema: booleans for the switches,
     integers within :data:`MODEL_INT_RANGES` (None where the field may be unset), per-layer lists,
@@ -97,6 +132,8 @@ def override_value(key: str, value: Any, is_bool: bool) -> Any:
         return value
     if key in ("moe_layers", "attention_kinds"):
         return None if value is None else _override_list(key, value)
+    if key == "hybrid_layer_pattern":
+        return None if value is None else _hybrid_pattern(field, value)
     if key == "normalization":
         if value not in _NORMALIZATIONS or not isinstance(value, str):
             raise InputError(field, value, " or ".join(_NORMALIZATIONS))
@@ -214,6 +251,14 @@ class PartialModelSpec:
     linear_key_head_dim: int | None = None
     linear_value_head_dim: int | None = None
     linear_conv_kernel_dim: int | None = None
+    # Mamba-2 hybrids (Megatron ``hybrid_layer_pattern``; Nemotron-H / Nemotron-3)
+    hybrid_layer_pattern: str | None = None
+    mamba_num_heads: int | None = None
+    mamba_head_dim: int | None = None
+    mamba_state_dim: int | None = None
+    mamba_num_groups: int | None = None
+    mamba_conv_kernel: int | None = None
+    mamba_chunk_size: int = 128
     # MTP
     mtp_num_layers: int = 0
     # vision
@@ -244,6 +289,16 @@ class PartialModelSpec:
     def has_linear_attention(self) -> bool:
         """True for hybrid models with Gated DeltaNet layers (Qwen3-Next, Qwen3.5)."""
         return self.attention_kinds is not None and "linear" in self.attention_kinds
+
+    @property
+    def has_mamba(self) -> bool:
+        """True for Mamba-2 hybrids (a ``hybrid_layer_pattern`` with ``M`` layers)."""
+        return self.attention_kinds is not None and "mamba" in self.attention_kinds
+
+    def layer_has_mlp(self, layer: int) -> bool:
+        """True when decoder layer ``layer`` (0-based) has an MLP or MoE block: every layer of a
+        transformer; only the ``E`` and ``-`` layers of a hybrid pattern."""
+        return self.hybrid_layer_pattern is None or self.hybrid_layer_pattern[layer] in "E-"
 
     @property
     def attention_head_dims(self) -> int:
@@ -297,10 +352,13 @@ class PartialModelSpec:
         latent ranks and head dims of MLA."""
         need = list(REQUIRED_FIELDS)
         moe = self.moe_layers if self.moe_layers is not None else (self.is_moe,) * (self.num_layers or 0)
+        pattern = self.hybrid_layer_pattern
         if self.is_moe:
             need += ["moe_router_topk", "moe_ffn_hidden_size"]
-        if not self.is_moe or not all(moe):
+        if ("-" in pattern) if pattern is not None else (not self.is_moe or not all(moe)):
             need.append("ffn_hidden_size")
+        if pattern is not None and "M" in pattern:
+            need += ["mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel"]
         if self.multi_latent_attention:
             need += ["kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"]
         return [f for f in need if getattr(self, f) is None]
@@ -326,9 +384,13 @@ class PartialModelSpec:
         fields["num_query_groups"] = self.num_query_groups or heads
         if not self.multi_latent_attention and self.kv_channels is None:
             fields["kv_channels"] = hidden // heads
-        if self.moe_layers is None:
+        if self.hybrid_layer_pattern is not None:
+            kinds, moe = hybrid_kinds(self.hybrid_layer_pattern)
+            fields["attention_kinds"] = self.attention_kinds or kinds
+            fields["moe_layers"] = self.moe_layers or moe
+        if self.moe_layers is None and fields["moe_layers"] is None:
             fields["moe_layers"] = (self.is_moe,) * n
-        if self.attention_kinds is None:
+        if fields["attention_kinds"] is None:
             fields["attention_kinds"] = ("full",) * n
         return ModelSpec(**fields)
 
@@ -352,10 +414,15 @@ class PartialModelSpec:
             changes[key] = override_value(key, value, isinstance(getattr(self, key), bool))
         new_layers = changes.get("num_layers")
         if new_layers is not None:
-            for tup in ("moe_layers", "attention_kinds"):
+            for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern"):
                 seq = getattr(self, tup)
                 if tup not in changes and seq:
-                    changes[tup] = tuple(seq[i % len(seq)] for i in range(new_layers))
+                    cut = tuple(seq[i % len(seq)] for i in range(new_layers))
+                    changes[tup] = "".join(cut) if isinstance(seq, str) else cut
+        if changes.get("hybrid_layer_pattern") and "hybrid_layer_pattern" in overrides:
+            kinds, moe = hybrid_kinds(changes["hybrid_layer_pattern"])
+            changes.setdefault("attention_kinds", kinds)
+            changes.setdefault("moe_layers", moe)
         out = dataclasses.replace(self, **changes)
         check_model_consistency(out, "model_overrides.", set(changes))
         return out
@@ -401,11 +468,10 @@ class ModelSpec(PartialModelSpec):
             raise InputError(
                 "model", self.name, "a complete model: give " + ", ".join(f"model_overrides.{f}" for f in missing)
             )
-        for tup in ("moe_layers", "attention_kinds"):
-            if len(getattr(self, tup)) != self.num_layers:
-                raise InputError(
-                    f"model_overrides.{tup}", len(getattr(self, tup)), f"one entry per layer ({self.num_layers})"
-                )
+        for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern"):
+            seq = getattr(self, tup)
+            if seq is not None and len(seq) != self.num_layers:
+                raise InputError(f"model_overrides.{tup}", len(seq), f"one entry per layer ({self.num_layers})")
 
     def with_overrides(self, overrides: dict[str, Any] | None) -> ModelSpec:
         """As :meth:`PartialModelSpec.with_overrides`; the result is still complete.
@@ -671,6 +737,8 @@ def _shared_experts(
     """(shared-expert width, gated): DeepSeek's ``n_shared_experts`` × expert width; Qwen2-MoE /
     Qwen3-Next / Qwen3.5's ``shared_expert_intermediate_size`` with a sigmoid gate (h → 1); Llama 4's
     one shared expert of the expert width."""
+    if _get(text, "moe_shared_expert_intermediate_size"):  # Nemotron-H: the shared expert's own width
+        return int(text["moe_shared_expert_intermediate_size"]), False
     if _get(text, "n_shared_experts"):
         return int(text["n_shared_experts"]) * int(expert_ffn or 0), False
     if _get(text, "shared_expert_intermediate_size"):
@@ -757,10 +825,59 @@ def _moe_fields(text: dict, model_type: str, top_type: str, num_layers: int) -> 
         "moe_shared_expert_intermediate_size": shared if eff else None,
         "moe_shared_expert_gate": shared_gate and bool(eff),
         "moe_router_bias": "gpt_oss" in top_type,
-        "moe_router_expert_bias": str(_get(text, "topk_method", default="")) == "noaux_tc",
+        "moe_router_expert_bias": str(_get(text, "topk_method", default="")) == "noaux_tc"
+        or model_type == "nemotron_h",
         "moe_expert_bias": "gpt_oss" in top_type,
         "moe_layers": moe_layers,
     }
+
+
+#: Nemotron-H's ``layers_block_type`` entries → Megatron's hybrid symbols
+_BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}
+
+
+def _hybrid_pattern_of(text: dict, num_layers: int) -> str | None:
+    """The hybrid layer pattern of a Nemotron-H config: ``hybrid_override_pattern`` (a string) or
+    ``layers_block_type`` (a list of mamba / attention / moe / mlp); None for other configs.
+
+    Raises:
+        InputError: naming the field when it is not one symbol per layer of a kind moeplan models.
+    """
+    if text.get("hybrid_override_pattern") is not None:
+        key, raw = "hybrid_override_pattern", text["hybrid_override_pattern"]
+    elif text.get("layers_block_type") is not None:
+        key, raw = "layers_block_type", text["layers_block_type"]
+        if not isinstance(raw, list) or any(b not in _BLOCK_SYMBOLS for b in raw):
+            raise InputError(f"config.json:{key}", raw, f"a list of {', '.join(_BLOCK_SYMBOLS)}, one per layer")
+        raw = "".join(_BLOCK_SYMBOLS[b] for b in raw)
+    else:
+        return None
+    pattern = _hybrid_pattern(f"config.json:{key}", raw)
+    if len(pattern) != num_layers:
+        raise InputError(f"config.json:{key}", f"{len(pattern)} layers", f"one per layer ({num_layers})")
+    return pattern
+
+
+def _hybrid_fields(text: dict, num_layers: int) -> dict[str, Any]:
+    """The Mamba-2 hybrid fields (HF ``NemotronHConfig`` → Megatron ``MambaModel``): the pattern,
+    the per-layer kinds it implies, Mamba-2 heads / head dim / state / groups / conv kernel / chunk,
+    and no experts when no layer is ``E``. Empty for configs without a pattern."""
+    pattern = _hybrid_pattern_of(text, num_layers)
+    if pattern is None:
+        return {}
+    kinds, moe = hybrid_kinds(pattern)
+    out: dict[str, Any] = {"hybrid_layer_pattern": pattern, "attention_kinds": kinds, "moe_layers": moe}
+    if "M" in pattern:
+        out["mamba_num_heads"] = _need(text, "mamba_num_heads")
+        out["mamba_head_dim"] = _need(text, "mamba_head_dim")
+        out["mamba_state_dim"] = _need(text, "ssm_state_size")
+        out["mamba_num_groups"] = _need(text, "n_groups")
+        out["mamba_conv_kernel"] = _need(text, "conv_kernel")
+        out["mamba_chunk_size"] = _optional_int(text, "chunk_size") or 128
+    if "E" not in pattern:
+        out.update(num_moe_experts=None, moe_router_topk=None, moe_ffn_hidden_size=None)
+        out.update(moe_shared_expert_intermediate_size=None, moe_router_expert_bias=False)
+    return out
 
 
 def model_from_hf_config(config: dict, name: str, source: str = "user") -> ModelSpec:
@@ -810,6 +927,12 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
         if v > MODEL_INT_RANGES[key][1]:  # checked before any per-layer tuple is built
             raise InputError(f"config.json:{key}", v, f"an integer up to {MODEL_INT_RANGES[key][1]:,}")
     tie = top.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    fields = {
+        **_attention_fields(text, model_type, top_type, hidden, heads),
+        **_moe_fields(text, model_type, top_type, num_layers),
+        "attention_kinds": _attention_kinds(text, model_type, num_layers),
+        **_hybrid_fields(text, num_layers),
+    }
     return ModelSpec(
         name=name,
         model_type=top_type,
@@ -819,13 +942,12 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
         vocab_size=vocab,
         max_position_embeddings=_optional_int(text, "max_position_embeddings"),
         untie_embeddings_and_output_weights=not bool(tie),
-        gated_linear_unit=str(_get(text, "hidden_act", default="silu")) in ("silu", "swiglu", "gelu_glu"),
+        gated_linear_unit=str(_get(text, "hidden_act", "mlp_hidden_act", default="silu"))
+        in ("silu", "swiglu", "gelu_glu"),
         # gpt-oss: clamped SwiGLU with x·σ(1.702x) (Megatron's GPT-OSS provider: quick-GELU gate)
         clamped_glu=_get(text, "swiglu_limit") is not None,
         normalization="RMSNorm",
-        **_attention_fields(text, model_type, top_type, hidden, heads),
-        **_moe_fields(text, model_type, top_type, num_layers),
-        attention_kinds=_attention_kinds(text, model_type, num_layers),
+        **fields,
         mtp_num_layers=_optional_int(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
         vision=_vision_of(top, hidden),
         source=source,

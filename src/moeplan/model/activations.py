@@ -65,7 +65,36 @@ def _add(d: dict[str, dict[str, float]], tag: str, name: str, nbytes: float) -> 
     d.setdefault(tag, {})[name] = d.get(tag, {}).get(name, 0.0) + nbytes
 
 
+def _mamba(m: ModelSpec, c: ActContext, out: dict) -> None:
+    """A Mamba-2 mixer's saved tensors (megatron-core ``MambaMixer`` with mamba_ssm's
+    ``MambaSplitConv1dScanCombinedFn``, whose ``save_for_backward`` keeps the in_proj output
+    ``zxbcdt`` (z, x, B, C, dt: the conv input, from which backward recomputes the conv output), the
+    scan output ``out_x`` and the gated norm's fp32 1/rms per group; the SSD chunk states are recomputed
+    in backward, not kept). The in_proj's fused norm keeps its input and output, the separate
+    ``out_proj`` its input (the gated norm's output). All but the norm input are split by TP over
+    heads; no selective recompute label covers a Mamba mixer (only full recompute drops them)."""
+    nh, p, n_state, g = (
+        m.given("mamba_num_heads"),
+        m.given("mamba_head_dim"),
+        m.given("mamba_state_dim"),
+        m.given("mamba_num_groups"),
+    )
+    t, n, a, li, h = c.tp, c.tokens, c.act_bytes, c.lin_in_bytes, m.hidden_size
+    d_inner = nh * p
+    _add(out, KEEP, "mamba_norm_input", c.seq_tokens * h * a)
+    _add(out, KEEP, "mamba_norm_output", c.seq_tokens * h * li + c.seq_tokens * 4)
+    _add(out, KEEP, "mamba_zxbcdt", n * (2 * d_inner + 2 * g * n_state + nh) / t * a)
+    _add(out, KEEP, "mamba_scan_out", n * d_inner / t * a)
+    _add(out, KEEP, "mamba_norm_rstd", n * g / t * 4)
+    _add(out, KEEP, "mamba_out_proj_in", n * d_inner / t * li)
+
+
 def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
+    if kind == "none":  # the MLP-only layers of a Mamba hybrid
+        return
+    if kind == "mamba":
+        _mamba(m, c, out)
+        return
     t, n, a, li = c.tp, c.tokens, c.act_bytes, c.lin_in_bytes
     h = m.hidden_size
     _add(out, KEEP, "attn_norm_input", c.seq_tokens * h * a)
@@ -185,13 +214,14 @@ def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozense
     """
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe_flags = m.moe_layers or (False,) * m.num_layers
-    key = (id(m), kinds[layer], moe_flags[layer], c, modules)
+    has_mlp = m.layer_has_mlp(layer)
+    key = (id(m), kinds[layer], moe_flags[layer], has_mlp, c, modules)
     hit = _ACT_CACHE.get(key)
     if hit is not None and hit[0] is m:
         return dict(hit[1]), dict(hit[2])
     if len(_ACT_CACHE) > 20000:
         _ACT_CACHE.clear()
-    kept, rec = _layer_activations(m, kinds[layer], moe_flags[layer], c, modules)
+    kept, rec = _layer_activations(m, kinds[layer], moe_flags[layer], c, modules, has_mlp)
     _ACT_CACHE[key] = (m, kept, rec)
     return dict(kept), dict(rec)
 
@@ -199,10 +229,13 @@ def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozense
 _ACT_CACHE: dict[tuple, tuple] = {}
 
 
-def _layer_activations(m: ModelSpec, kind: str, moe: bool, c: ActContext, modules: frozenset[str]) -> tuple[dict, dict]:
+def _layer_activations(
+    m: ModelSpec, kind: str, moe: bool, c: ActContext, modules: frozenset[str], has_mlp: bool = True
+) -> tuple[dict, dict]:
     raw: dict[str, dict[str, float]] = {}
     _attention(m, kind, c, raw)
-    _mlp(m, moe, c, raw)
+    if has_mlp:
+        _mlp(m, moe, c, raw)
     dropped_tags: set[str] = set()
     for mod in modules:
         dropped_tags.update(_WIDER.get(mod, (mod,)))

@@ -18,6 +18,7 @@ from moeplan.inputs.model_spec import ModelSpec
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import hbm_bytes_per_s
+from moeplan.structure.mamba_shapes import mamba_executed_flops
 
 #: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak for head
 #: dim 128 (d_qk + d_v = 256), by architecture: Hopper 0.686 (FlashAttention-3, arXiv 2407.08608,
@@ -215,7 +216,12 @@ def layer_flops(
     g = 3 if m.gated_linear_unit else 2
     dense = 0.0
     core = 0.0
-    if kind == "linear":
+    if kind == "none":  # an MLP-only layer of a Mamba hybrid
+        pass
+    elif kind == "mamba":
+        # in_proj and out_proj; the conv and SSD scan are timed by moeplan.model.mamba_scan
+        dense += tokens * mamba_executed_flops(m)[0] / tp
+    elif kind == "linear":
         qk = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
         v = m.given("linear_value_head_dim") * m.given("linear_num_value_heads")
         dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.given("linear_num_value_heads")) + h * v) / tp
@@ -241,6 +247,8 @@ def layer_flops(
         core += 2 * tokens * span * 2 * q / tp  # QK^T and PV
     expert = 0.0
     per_expert = 0.0
+    if not m.layer_has_mlp(layer):
+        return LayerFlops(dense, core, expert, per_expert)
     if moe:
         expert = 2 * tokens * h * m.moe_ffn * g * m.moe_topk * routing_factor / tp
         routed_rank = tokens / tp * m.moe_topk * routing_factor  # routed tokens arriving on this rank

@@ -350,6 +350,8 @@ def graph_options(m: ModelSpec, gpu: GpuSpec | None = None) -> list[tuple[str, d
     whose images change shape from step to step). The rules drop the ones a layout cannot use."""
     out: list[tuple[str, dict]] = [("eager", {"cuda_graph_impl": "none"})]
     scopes = [["attn", "moe_router", "moe_preprocess"], ["attn"]] if m.is_moe else [["attn"]]
+    if m.has_mamba:  # a hybrid's Mamba mixers graph with attention (Bridge's Nemotron-3 recipes: attn + mamba)
+        scopes = [sc + ["mamba"] for sc in scopes]
     for scope in scopes:
         out.append(("te:" + "+".join(scope), {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}))
     blackwell_hybridep = gpu is not None and gpu.supports_hybridep and arch_family(gpu) == "Blackwell"

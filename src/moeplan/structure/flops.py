@@ -11,6 +11,9 @@ Source: Megatron Bridge ``training/utils/flop_utils.py::num_floating_point_opera
 - MLA: q/kv LoRA projections, their norms (+1), the rope key projection and the output projection per
   token, and ``6·nh·(qk + rope + v)/2`` per squared sequence (causal);
 - Gated DeltaNet layers (``linear_attention_freq``): in/conv/out projections and ``4·nv·dv²`` per token;
+- Mamba hybrids (``hybrid_layer_pattern``, Bridge's ``hybrid_flops``): each symbol one layer: ``*``
+  attention, ``E`` MoE, ``-`` dense MLP, ``M`` Bridge's ``mamba_layer_flops``
+  (:func:`moeplan.structure.mamba_shapes.mamba_bridge_flops_term`); MTP of hybrids is not modelled;
 - MLP: ``6·h·f·g`` per dense layer (g = 3 with SwiGLU, else 2); MoE layers: top-k routed experts plus
   shared experts; MTP layers count as the last layer's type plus ``6·(3h + 2h²)``;
 - logits: ``6·h·V_pad·(1 + mtp_num_layers)`` with the vocabulary padded to 128·TP.
@@ -23,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.inputs.model_spec import ModelSpec
+from moeplan.structure.mamba_shapes import mamba_bridge_flops_term
 from moeplan.structure.params import padded_vocab_size
 
 
@@ -46,6 +50,9 @@ def _layer_counts(m: ModelSpec, mtp: int) -> tuple[int, int, int, int]:
     """(MoE layers, dense layers, Gated DeltaNet layers, standard-attention layers) over the decoder
     and MTP layers, as Bridge counts them: MTP layers take the last layer's MLP type; GDN layers follow
     Bridge's pattern over ``num_layers + MTP`` (layer i is GDN unless ``(i + 1) % freq == 0``)."""
+    if m.hybrid_layer_pattern is not None:  # Bridge's hybrid_flops: counts per pattern symbol
+        p = m.hybrid_layer_pattern
+        return p.count("E"), p.count("-"), 0, p.count("*")
     L = m.num_layers + mtp
     moe_flags = list(m.moe_layers or [False] * m.num_layers)
     last_moe = bool(moe_flags[-1]) if moe_flags else False
@@ -127,6 +134,8 @@ def model_flops(
         parts["attention_quadratic"] = 6 * n_std * s2 * quad
     if n_gdn:
         parts["gated_deltanet"] = 6 * n_gdn * s * _gdn_term(m)
+    if m.has_mamba:
+        parts["mamba"] = 6 * (m.hybrid_layer_pattern or "").count("M") * s * mamba_bridge_flops_term(m)
     mlp = 0.0
     if n_dense:
         mlp += (m.ffn_hidden_size or 0) * gated * n_dense

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from moeplan.errors import InputError
 from moeplan.inputs.model_spec import ModelSpec, PartialModelSpec, VisionSpec
+from moeplan.structure.mamba_shapes import mamba_tp_params
 
 PARAM_KINDS = (
     "embedding",
@@ -84,6 +85,10 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
         InputError: when a needed width is missing or a sharded dimension does not divide by TP.
     """
     h = model.hidden_size
+    if kind == "none":  # the MLP-only layers of a Mamba hybrid
+        return {}
+    if kind == "mamba":  # the Mamba-2 mixer, counted with the token mixers (structure.mamba_shapes)
+        return {"attention": Shard(tp=mamba_tp_params(model, tp))}
     if kind == "linear":
         nk, nv, dk, dv, conv_k = _require(
             model,
@@ -176,21 +181,27 @@ def layer_shard(model: ModelSpec, layer: int, tp: int = 1, ep: int = 1, etp: int
     _require(model, "hidden_size", "num_layers")
     kinds = model.attention_kinds or ("full",) * model.num_layers
     moe_layers = model.moe_layers or (False,) * model.num_layers
-    key = (id(model), kinds[layer], moe_layers[layer], tp, ep, etp)
+    has_mlp = model.layer_has_mlp(layer)
+    key = (id(model), kinds[layer], moe_layers[layer], has_mlp, tp, ep, etp)
     hit = _SHARD_CACHE.get(key)
     if hit is not None and hit[0] is model:
         return dict(hit[1])
     if len(_SHARD_CACHE) > 20000:
         _SHARD_CACHE.clear()
-    out = _layer_shard(model, kinds[layer], moe_layers[layer], tp, ep, etp)
+    out = _layer_shard(model, kinds[layer], moe_layers[layer], tp, ep, etp, has_mlp)
     _SHARD_CACHE[key] = (model, out)
     return dict(out)
 
 
-def _layer_shard(model: ModelSpec, kind: str, moe: bool, tp: int, ep: int, etp: int) -> dict[str, Shard]:
+def _layer_shard(
+    model: ModelSpec, kind: str, moe: bool, tp: int, ep: int, etp: int, has_mlp: bool = True
+) -> dict[str, Shard]:
+    """One layer's shards; a hybrid-pattern layer (one symbol: a mixer or an MLP) has one pre-norm."""
     out = dict(attention_shard(model, kind, tp))
-    out.update(mlp_shard(model, moe, tp, ep, etp))
-    out["norms"] = Shard(rep=2 * model.hidden_size)  # input_layernorm + pre_mlp_layernorm
+    if has_mlp:
+        out.update(mlp_shard(model, moe, tp, ep, etp))
+    hybrid = model.hybrid_layer_pattern is not None
+    out["norms"] = Shard(rep=(1 if hybrid else 2) * model.hidden_size)  # input_layernorm + pre_mlp_layernorm
     return out
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from moeplan.model.activations import layer_activations
 from moeplan.model.executed_flops import grouped_efficiency, layer_flops
 from moeplan.model.gdn import gdn_kernel_s
+from moeplan.model.mamba_scan import mamba_kernel_s
 from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
 
 
@@ -106,6 +107,8 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
     if m.attention_kinds[layer] == "linear":
         t_core += gated_deltanet_s(ctx)
+    elif m.attention_kinds[layer] == "mamba":
+        t_core += mamba_kernel_s(m, ctx.tokens, s.tp, ctx.gpu.peak_dense_tflops["bf16"] * 1e12, sp.hbm_bytes_per_s)
     kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
     act = sum(kept.values()) + sum(rec.values())
     t_mem = element_wise_bytes_per_activation_byte(ctx, layer) * act / sp.hbm_bytes_per_s

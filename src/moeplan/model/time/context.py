@@ -23,8 +23,9 @@ from moeplan.structure.numerics import linear_input_bytes, routing
 from moeplan.structure.params import padded_vocab_size
 
 #: graph scopes and the share of a layer's launch overhead they remove (attention and router/
-#: preprocess are the launch-heavy parts of an MoE layer; ``full_iteration`` removes all)
-GRAPH_SHARE = {"attn": 0.4, "moe_router": 0.2, "moe_preprocess": 0.15, "mlp": 0.3, "moe": 0.3}
+#: preprocess are the launch-heavy parts of an MoE layer; ``full_iteration`` removes all; ``mamba``, the
+#: Mamba mixers of a hybrid, taken as attention's share: a planning assumption)
+GRAPH_SHARE = {"attn": 0.4, "moe_router": 0.2, "moe_preprocess": 0.15, "mlp": 0.3, "moe": 0.3, "mamba": 0.4}
 
 
 @dataclass(frozen=True)

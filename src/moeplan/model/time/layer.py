@@ -45,7 +45,7 @@ def layer_time(ctx: StepContext, layer: int) -> LayerTime:
     moe_layer = bool(m.moe_layers and m.moe_layers[layer])
     comp = layer_compute(ctx, layer)
     ep = ep_exchange(ctx, comp) if moe_layer else Exchange()
-    tp = tp_exchange(ctx, moe_layer, comp)
+    tp = tp_exchange(ctx, moe_layer, comp, layer)
     cp = cp_exchange(ctx, layer, comp)
     launch = launch_overhead(ctx, moe_layer)
     parts = {

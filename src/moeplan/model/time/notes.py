@@ -13,6 +13,7 @@ from moeplan.inputs.versions import release_version
 from moeplan.model.constants import TimeConstants, release_key
 from moeplan.model.executed_flops import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, arch_family
 from moeplan.model.hardware import planning_notes
+from moeplan.model.mamba_scan import MAMBA_FWD_BWD_FACTOR, MAMBA_SCAN_PEAK_FRACTION
 from moeplan.model.time.context import StepContext
 
 #: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
@@ -125,6 +126,8 @@ def workload_notes(ctx: StepContext) -> list[str]:
         out.append("the model has no vision tower: the workload's image figures are ignored (its padding is not)")
     if vc is not None and vc.assumed:
         out.append(msg("notes.vision_planning_mix"))
+    if m.has_mamba:
+        out.append(msg("mamba.kernel_assumption", fraction=MAMBA_SCAN_PEAK_FRACTION, factor=MAMBA_FWD_BWD_FACTOR))
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(
             "overlap_moe_expert_parallel_comm pairs one microbatch's forward with another's backward "
