@@ -21,6 +21,9 @@ BENCHMARKS = ROOT / "benchmarks"
 #: (shellcheck, chromium, chromedriver, Selenium) is missing fails instead of skipping. ``.ci/run``
 #: sets it, so CI never passes without the tools it installed; unset, such a test skips, saying why.
 REQUIRE_TOOLS = "MOEPLAN_REQUIRE_TOOLS"
+#: environment variable: when set (to anything but ``""`` or ``0``), the ``slow`` tests run with the
+#: rest; unset, a plain ``python -m pytest`` leaves them out (``-m slow`` selects them alone)
+RUN_SLOW = "MOEPLAN_SLOW"
 
 
 def pytest_configure(config) -> None:
@@ -35,7 +38,8 @@ def pytest_configure(config) -> None:
     for var in ("COLUMNS", "LINES", "TERMINAL_WIDTH"):
         os.environ.pop(var, None)
     config.addinivalue_line(
-        "markers", "slow: a benchmark over every published run (minutes); CI runs it, `-m 'not slow'` skips it"
+        "markers",
+        f"slow: a benchmark over every published run (minutes); left out unless `-m slow` or {RUN_SLOW}=1 (CI)",
     )
 
 
@@ -73,7 +77,14 @@ def load_published_runs() -> list[dict]:
 @pytest.hookimpl(trylast=True)  # after -m / -k have deselected what they deselect
 def pytest_collection_modifyitems(config, items) -> None:
     """When the full planner-quality test (``slow``, every published run) is selected, the 26.06 subset
-    test (the same check on 13 of those runs, for ``-m 'not slow'`` sessions) adds nothing: deselect it."""
+    test (the same check on 13 of those runs, for ``-m 'not slow'`` sessions) adds nothing: deselect it.
+    The ``slow`` tests are left out of a session that does not ask for them (``-m`` naming ``slow``, or
+    :data:`RUN_SLOW` set): the default run keeps the 13-run sample."""
+    asked = "slow" in (config.option.markexpr or "") or os.environ.get(RUN_SLOW, "") not in ("", "0")
+    slow = [] if asked else [i for i in items if i.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if i not in slow]
     full = any(i.nodeid.endswith("test_plan_quality.py::test_plan_quality_on_every_published_run") for i in items)
     if not full:
         return

@@ -44,11 +44,12 @@ ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
 
 def run(*args, seconds: float = 30.0):
     """Run the CLI in-process; (exit code as the console script gives it, stdout, stderr). A run
-    longer than ``seconds`` fails the test."""
-    t0 = time.perf_counter()
+    taking more than ``seconds`` of CPU fails the test (CPU, not wall time: a loaded machine does not
+    fail it)."""
+    t0 = time.process_time()
     r = runner.invoke(app, [str(a) for a in args])
-    elapsed = time.perf_counter() - t0
-    assert elapsed < seconds, f"took {elapsed:.0f} s"
+    elapsed = time.process_time() - t0
+    assert elapsed < seconds, f"took {elapsed:.0f} CPU s"
     code = 3 if r.exception is not None and not isinstance(r.exception, SystemExit) else r.exit_code
     assert code != 3, f"exit 3: {r.exception!r}"
     assert "Traceback" not in r.stdout + r.stderr
@@ -144,11 +145,11 @@ def test_writers_never_write_onto_their_inputs(tmp_path, small, writer_args):
 def test_log_parser_is_linear_on_spaces_and_wrapped_records():
     """A run of spaces after ``| a`` made the field regex quadratic (160 K spaces: 20 s); joining a
     wrapped record copied the growing record (2 M continuation lines: 2 min)."""
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds: a loaded machine does not fail it
     parse_log("iteration 1/ 10 | a" + " " * 1_000_000 + "\n")
     record = " iteration 1/ 10 | elapsed time per iteration (ms): 1.0 | lm loss: 1.0 | x"
     parse_log(record + "".join("x: 1 |\n" for _ in range(300_000)))
-    assert time.perf_counter() - t0 < 10
+    assert time.process_time() - t0 < 10
 
 
 def test_other_loggers_lines_are_not_continuations():

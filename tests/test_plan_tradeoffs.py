@@ -95,7 +95,10 @@ def test_plan_says_next_to_its_first_layout_that_the_nan_check_is_off(tmp_path):
     assert "NaN check off: the full-iteration CUDA graph needs" in html and "loss NaN check off (the full" in html
     for cmd in ("check", "estimate"):
         out = CliRunner().invoke(app, [cmd, str(best)])
-        assert out.exit_code == 0, out.output  # a warning, not an error
+        # a warning, not an error; exit 1 is the memory verdict of a layout tight on HBM ("may not fit",
+        # which the plan prints under #1), never a broken rule
+        assert out.exit_code in (0, 1), out.output
+        assert re.search(rf"error\s+{re.escape(NAN_RULE)}", out.output) is None, out.output
         assert "a diverging loss is not caught" in " ".join(out.output.split()), cmd
 
 

@@ -33,7 +33,9 @@ def _held_search(base: dict, layout: dict, constants=None, refine: int = 1, **se
     its candidates filled as the request's own (``search(recipe_from=base)``), so that a layout it finds
     is the same run as the main search's of that layout; None when those keys cannot fold into the world."""
     try:
-        return search({**base, "layout": layout}, refine=refine, constants=constants, recipe_from=base, **search_kw)
+        return search(
+            {**base, "layout": layout}, refine=refine, constants=constants, recipe_from=base, exact=False, **search_kw
+        )
     except InputError:
         return None
 
@@ -227,6 +229,7 @@ def family_baseline(res: SearchResult, base: dict | None = None, constants=None,
         out["memory"] = {
             "peak_gib": mem.peak_bytes / 2**30,
             "verdict": mem.verdict,
+            "verdict_band": mem.memory_verdict.to_dict(),
             "dominant_items": mem.dominant_items(),
         }
         out["throughput"] = estimate_step(s).to_dict() if not chk.errors else None

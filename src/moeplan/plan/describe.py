@@ -59,6 +59,7 @@ def candidate_dict(c: Candidate, rank: int | None, train_tokens: float | None) -
         "capacity_gib": c.capacity_gib,
         "peak_stage": c.memory["peak_stage"],
         "verdict": c.memory["verdict"],
+        "verdict_band": c.memory.get("verdict_band"),
         "capacity_bytes": c.memory.get("capacity_bytes"),
         "error_band_pct": c.memory.get("error_band_pct"),
         "dominant_items": c.memory.get("dominant_items", []),

@@ -10,10 +10,11 @@ from moeplan.errors import InputError
 from moeplan.i18n.messages import Items, msg
 from moeplan.model.step import estimate_step
 from moeplan.plan.baseline import differs, rule_of_thumb_baseline
+from moeplan.plan.evaluation import evaluation_cache
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search, simplest_leads
-from moeplan.rules.known_issue_checks import IssueText, versions_to_state
+from moeplan.rules.known_issue_checks import IssueText, versions_unknown_message
 from moeplan.rules.known_issue_checks import summary as known_issue_summary
 
 
@@ -34,13 +35,7 @@ def known_issue_notes(candidates) -> list[str]:
         )
     if seen["possible"]:
         issues = [ki for i in sorted(seen["possible"]) if (ki := get_known_issue(i)) is not None]
-        notes.append(
-            msg(
-                "plan.possible_known_issues",
-                ids=", ".join(sorted(seen["possible"])),
-                keys=versions_to_state(candidates[0].scenario, issues),
-            )
-        )
+        notes.append(versions_unknown_message(candidates[0].scenario, issues))
     return notes
 
 
@@ -78,7 +73,7 @@ def first_candidate_risk_notes(candidates) -> list[str]:
 
 def _risks(c) -> list[str]:
     """What ``c`` risks: each known issue its stated versions are affected by, and ``may not fit``
-    when its memory verdict is ``tight`` (the peak plus the memory model's band reaches the HBM)."""
+    when its memory verdict is ``tight`` (the memory model's band around the peak crosses the HBM)."""
     out: list[str] = [k["id"] for k in known_issue_summary(c.scenario) if k["status"] == "affected"]
     return out + ([msg("plan.risk_may_not_fit")] if c.memory.get("verdict") == "tight" else [])
 
@@ -221,10 +216,16 @@ def plan(
     if top < 1:
         raise InputError("--top", top, "an integer ≥ 1")
     t0 = time.perf_counter()
-    res = search(
-        base, min_dp=min_dp, headroom_gib=headroom_gib, refine=max(refine, top), constants=constants, progress=progress
-    )
-    base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
+    with evaluation_cache():  # the baselines' searches re-evaluate layouts the main search has
+        res = search(
+            base,
+            min_dp=min_dp,
+            headroom_gib=headroom_gib,
+            refine=max(refine, top),
+            constants=constants,
+            progress=progress,
+        )
+        base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
     notes = _rank_baselines(res, base_d)
     expl = explain_winner(res)
     runner = runner_up_diff(res)
@@ -244,7 +245,11 @@ def plan(
     if not res.candidates:
         counts = res.rejected.counts
         rules = sorted(
-            (r for r in counts if r not in ("does-not-fit", "dominated", "gbs-divisibility", "dp-budget")),
+            (
+                r
+                for r in counts
+                if r not in ("does-not-fit", "tight", "headroom", "dominated", "gbs-divisibility", "dp-budget")
+            ),
             key=lambda r: -counts[r],
         )
         if rules:

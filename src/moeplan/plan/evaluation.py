@@ -1,0 +1,305 @@
+"""Evaluating one layout: its recompute / offload rung (the cheapest that is legal and fits, found by a
+binary search down the ladder), its memory and step-time estimates, and the knob labels it stands for
+(:class:`Evaluator`). Every scenario, rule check, memory and step-time estimate of a mapping is kept for
+the plan call that asks for it (:class:`EvaluationCache`): the baselines' searches re-evaluate many
+layouts the main search has."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from moeplan.errors import InputError
+from moeplan.inputs.provenance import RecipeProvenance
+from moeplan.inputs.resolved import Scenario
+from moeplan.model.memory import MemoryEstimate, estimate_memory
+from moeplan.model.step import ThroughputEstimate, estimate_step
+from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, KNOB_KEYS, Candidate, Rejections
+from moeplan.plan.space import Parallel
+from moeplan.resolve.load import load_scenario
+from moeplan.rules import validate
+from moeplan.rules.known_issue_checks import blocking_finding
+from moeplan.units import GIB_BYTES
+
+#: what :meth:`Evaluator.evaluate` finds: (rung label, data, scenario, memory, peak GiB of each rung tried)
+Found = tuple[str, dict, Scenario, MemoryEstimate, dict[str, float | None]]
+
+
+@dataclass
+class _Entry:
+    """What one candidate mapping resolved to: its scenario (None: rejected, ``why`` says by what) and
+    the estimates computed for it, per headroom margin (memory) and per time-constants object (step)."""
+
+    scenario: Scenario | None
+    why: str | None
+    fits: dict[int | None, tuple[bool, MemoryEstimate]] = field(default_factory=dict)
+    steps: dict[int, ThroughputEstimate] = field(default_factory=dict)
+
+
+class EvaluationCache:
+    """The scenarios, rule checks and estimates of the candidate mappings one plan call evaluates, keyed
+    by the mapping as written (key order included) and the recipe fills applied. The resolution,
+    the rules and the cost models are pure functions of that pair, so a repeat answers what the first
+    evaluation did: the plan's two baselines search layouts the main search has evaluated, and
+    refinement re-tries each layout's own knob values. Lives for one :func:`evaluation_cache` block."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, _Entry] = {}
+        self._by_scenario: dict[int, _Entry] = {}
+        self.hits = 0
+        self.keep: list[object] = []
+
+    def resolve(self, data: dict, recipe_key: str, make) -> _Entry:
+        """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` → (scenario, why) on a miss."""
+        key = recipe_key + json.dumps(data, default=repr)
+        got = self._by_key.get(key)
+        if got is not None:
+            self.hits += 1
+            return got
+        s, why = make()
+        entry = _Entry(s, why)
+        self._by_key[key] = entry
+        if s is not None:
+            self._by_scenario[id(s)] = entry  # the entry holds ``s``: its id stays unique
+        return entry
+
+    def entry_of(self, s: Scenario) -> _Entry | None:
+        """The entry a scenario came from (None: not resolved through this cache)."""
+        return self._by_scenario.get(id(s))
+
+
+_ACTIVE: contextvars.ContextVar[EvaluationCache | None] = contextvars.ContextVar("evaluation_cache", default=None)
+
+
+@contextlib.contextmanager
+def evaluation_cache() -> Iterator[EvaluationCache]:
+    """Share one :class:`EvaluationCache` between every search started inside the block (the plan's
+    own and its baselines'); an enclosing block's cache is reused."""
+    current = _ACTIVE.get()
+    if current is not None:
+        yield current
+        return
+    cache = EvaluationCache()
+    token = _ACTIVE.set(cache)
+    try:
+        yield cache
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_cache() -> EvaluationCache:
+    """The cache of the enclosing :func:`evaluation_cache` block, else a new one (one search's own)."""
+    return _ACTIVE.get() or EvaluationCache()
+
+
+class Evaluator:
+    """Holds the request and evaluates layouts (rules → memory ladder → time)."""
+
+    def __init__(
+        self, base: dict, capacity_margin_bytes: int | None, constants=None, recipe: RecipeProvenance | None = None
+    ):
+        self.base = base
+        #: the request's recipe fills, the same for every candidate (:func:`request_recipe`)
+        self.recipe = recipe
+        self.constants = constants
+        self.margin = capacity_margin_bytes
+        self.evaluated = 0
+        #: off-ladder rungs compared by time when only full recompute fits (set by :func:`search`)
+        self.alternatives: list[tuple[str, dict]] = []
+        #: what this plan call has evaluated already (:func:`evaluation_cache`)
+        self.cache = active_cache()
+        self.cache.keep.append(constants)  # its id keys the step estimates: it must outlive the cache
+        self._recipe_key = repr(recipe)
+
+    def scenario(self, data: dict) -> Scenario:
+        """A candidate mapping resolved with the request's recipe fills (no row matched for it)."""
+        return load_scenario(data, recipe=self.recipe)
+
+    def fits(self, s: Scenario) -> tuple[bool, MemoryEstimate]:
+        """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""
+        entry = self.cache.entry_of(s)
+        if entry is not None and self.margin in entry.fits:
+            return entry.fits[self.margin]
+        mem = estimate_memory(s)
+        cap = mem.capacity_bytes or 0
+        margin = self.margin if self.margin is not None else int(cap * DEFAULT_HEADROOM_FRACTION)
+        ok = mem.peak_bytes <= cap - margin and mem.verdict != "does-not-fit"
+        if entry is not None:
+            entry.fits[self.margin] = (ok, mem)
+        return ok, mem
+
+    def step(self, s: Scenario) -> ThroughputEstimate:
+        """The step-time estimate of ``s`` with the search's time constants (computed once per plan call)."""
+        entry = self.cache.entry_of(s)
+        key = id(self.constants)  # (the constants object lives as long as the search that holds it)
+        if entry is not None and key in entry.steps:
+            return entry.steps[key]
+        th = estimate_step(s, self.constants)
+        if entry is not None:
+            entry.steps[key] = th
+        return th
+
+    def evaluate(
+        self, data: dict, ladder: list[tuple[str, dict]], rej: Rejections, label: str, floor_tps: float = 0.0
+    ) -> Found | None:
+        """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory, the
+        peak GiB of each rung tried)."""
+
+        def rung(i: int) -> tuple[dict, Scenario | None, str | None]:
+            return self._with(data, ladder[i][1])
+
+        self.evaluated += 1
+        # does anything fit? (most memory-saving rung)
+        last = len(ladder) - 1
+        d, s, why = rung(last)
+        while s is None and last > 0:
+            # a rung may break a rule (e.g. offload without the precision-aware optimizer): step down
+            last -= 1
+            d, s, why = rung(last)
+        if s is None:
+            rej.add(why or "rules", label)
+            return None
+        ok, mem = self.fits(s)
+        if not ok:
+            # tagged by the memory verdict every command gives: over the headroom but only tight (the
+            # band crosses the usable memory) or fitting is not called does-not-fit
+            tag = {"does-not-fit": "does-not-fit", "tight": "tight"}.get(mem.verdict, "headroom")
+            rej.add(tag, f"{label}: {mem.peak_bytes / GIB_BYTES:.1f} GiB with {ladder[last][0]}")
+            return None
+        if floor_tps > 0 and last > 0:
+            # branch and bound: recompute and offload only add time, so the cheapest rung's
+            # throughput bounds every rung's; far below the best so far → not worth fitting
+            _, s0, _ = rung(0)
+            if s0 is not None:
+                bound = self.step(s0).tokens_per_s_per_gpu
+                if bound < floor_tps:
+                    rej.add("dominated", f"{label}: ≤ {bound:,.0f} tok/s/GPU even without recompute")
+                    return None
+        seen: dict[str, float | None] = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
+        best: Found = (ladder[last][0], d, s, mem, seen)
+        lo, hi = 0, last - 1
+        # binary search for the cheapest fitting rung (memory falls along the ladder)
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            d2, s2, _ = rung(mid)
+            ok2, mem2 = self.fits(s2) if s2 is not None else (False, None)
+            seen[ladder[mid][0]] = mem2.peak_bytes / GIB_BYTES if mem2 is not None else None
+            if ok2 and s2 is not None and mem2 is not None:  # (ok2 only with both)
+                best = (ladder[mid][0], d2, s2, mem2, seen)
+                hi = mid - 1
+            else:
+                lo = mid + 1
+        if best[0].startswith("full") and self.alternatives:
+            best = self._faster_alternative(best, data)
+        return best
+
+    def _with(self, data: dict, keys: dict) -> tuple[dict, Scenario | None, str | None]:
+        """``data`` with its recompute / offload keys replaced by ``keys`` (those the request holds
+        fixed stay): (data, scenario or None, the first broken rule or input field)."""
+        d = copy_mapping(data)
+        fixed = self.base.get("layout", {})
+        for k in KNOB_KEYS["recompute"]:
+            if k not in fixed:
+                d["layout"].pop(k, None)
+        d["layout"].update({k: v for k, v in keys.items() if k not in fixed})
+        if d["layout"].get("recompute_granularity") is None:
+            d["layout"].pop("recompute_granularity", None)
+        entry = self.cache.resolve(d, self._recipe_key, lambda: self._checked(d))
+        return d, entry.scenario, entry.why
+
+    def _checked(self, d: dict) -> tuple[Scenario | None, str | None]:
+        """``d`` resolved and checked: (scenario, None), or (None, the first broken rule or input field)."""
+        try:
+            s = self.scenario(d)
+        except InputError as exc:
+            return None, f"input: {exc.field}"
+        res = validate(s)
+        if res.errors:
+            return None, res.errors[0].rule_id
+        blocked = blocking_finding(res.findings)  # a confirmed hang, crash or assertion at the stated versions
+        if blocked:
+            return None, blocked
+        return s, None
+
+    def _faster_alternative(self, best: Found, data: dict) -> Found:
+        """When only full recompute fits: the off-ladder rungs (every selective module with the
+        optimizer state offloaded, :func:`offload_alternatives`) that fit too, and the fastest of them
+        and the ladder's choice by predicted step time: offloading the optimizer can cost less than
+        recomputing every layer, or more — the time model decides, not the ladder's order."""
+        label, d, s, mem, seen = best
+        top = (self.step(s).tokens_per_s_per_gpu, best)
+        for alt_label, keys in self.alternatives:
+            d2, s2, _ = self._with(data, keys)
+            if s2 is None:
+                seen[alt_label] = None
+                continue
+            ok, mem2 = self.fits(s2)
+            seen[alt_label] = mem2.peak_bytes / GIB_BYTES
+            if ok:
+                tps = self.step(s2).tokens_per_s_per_gpu
+                if tps > top[0]:
+                    top = (tps, (alt_label, d2, s2, mem2, seen))
+        return top[1]
+
+    def timed(self, found, knobs: dict[str, str]) -> Candidate:
+        """A candidate from what :meth:`evaluate` found, timed; its sizes and family (its label) are
+        read from the same resolved scenario the memory and time estimates were computed for."""
+        rung_label, d, s, mem, seen = found
+        th = self.step(s)
+        c = Candidate(Parallel.of(s), d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
+        c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
+        c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
+        return c
+
+
+def copy_mapping(x):
+    """A copy of a scenario mapping (nested dicts and lists of plain values): what copy.deepcopy does
+    here, several times faster (the search copies one per candidate)."""
+    if isinstance(x, dict):
+        return {k: copy_mapping(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [copy_mapping(v) for v in x]
+    return x
+
+
+def apply_keys(data: dict, keys: dict, base_layout: dict) -> dict:
+    d = copy_mapping(data)
+    for k, v in keys.items():
+        if k not in base_layout:
+            if v is None:
+                d["layout"].pop(k, None)
+            else:
+                d["layout"][k] = v
+    return d
+
+
+def _disp_label(s: Scenario) -> str:
+    lay = s.layout
+    if lay.moe_token_dispatcher_type == "flex":
+        return lay.moe_flex_dispatcher_backend or "flex"
+    return lay.moe_token_dispatcher_type or "alltoall"
+
+
+def knob_labels(s: Scenario) -> dict[str, str]:
+    """The knob labels of a layout as it stands (what the request holds fixed included), in the names
+    the refinement uses."""
+    lay = s.layout
+    if lay.cuda_graph_impl == "full_iteration" or s.graph_scopes() == ["full_iteration"]:
+        graphs = "full_iteration"
+    elif s.graphs_on():
+        graphs = "te:" + "+".join(s.graph_scopes()) if lay.cuda_graph_impl == "transformer_engine" else "local"
+    else:
+        graphs = "eager"
+    cp_comm = lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p"
+    h = lay.hierarchical_context_parallel_sizes
+    if cp_comm == "a2a+p2p" and h:
+        cp_comm = f"a2a+p2p {'x'.join(map(str, h))}"
+    return {
+        "dispatcher": _disp_label(s),
+        "ep_overlap": "on" if lay.overlap_moe_expert_parallel_comm else "off",
+        "graphs": graphs,
+        "cp_comm": cp_comm,
+    }
