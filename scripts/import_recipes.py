@@ -164,6 +164,29 @@ PARALLEL_COLUMNS = {
 }
 
 
+# Knobs the library base recipe sets and no perf recipe of the model overrides, so every row of the
+# model inherits them although no column of the transcription shows them (sources at Bridge HEAD 067f987,
+# the same lines at tag v0.5.1):
+# * gpt_oss_20b / gpt_oss_120b: ``cfg.model.cp_comm_type = "a2a"`` in the base recipe
+#   (recipes/gpt_oss/h100/gpt_oss.py L70 and L195; v0.5.1 recipes/gpt_oss/gpt_oss.py L69 and L190);
+# * qwen3_next_80b_a3b: ``cfg.model.mtp_num_layers = 1`` (recipes/qwen/h100/qwen3_next.py L63;
+#   v0.5.1 recipes/qwen/qwen3_next.py L62).
+BASE_KNOBS: dict[str, dict[str, Any]] = {
+    "gpt_oss_20b": {"cp_comm_type": "a2a"},
+    "gpt_oss_120b": {"cp_comm_type": "a2a"},
+    "qwen3_next_80b_a3b": {"mtp_num_layers": 1},
+}
+
+
+# Table B: the family's ``*_llm_pretrain.py`` at v0.5.1 applies ``set_full_iter_cg_configs`` after the
+# workload base config when the graph is full_iteration (deepseek_llm_pretrain.py L53-65 and L100,
+# gpt_oss_llm_pretrain.py L39-56 and L422, qwen3_llm_pretrain.py L48-55 and L80, there only for fp8_mx):
+# the static expert budget (``moe_expert_rank_capacity_factor=1.5``) with paged stashing.
+FULL_ITER_CG_KNOBS: dict[str, Any] = {"moe_paged_stash": True, "moe_expert_rank_capacity_factor": 1.5}
+#: model-key prefix -> the precision that gates ``set_full_iter_cg_configs`` (None: every precision)
+FULL_ITER_CG_FAMILIES: dict[str, str | None] = {"deepseek_": None, "gpt_oss_": None, "qwen3_": "mxfp8"}
+
+
 class ParseError(ValueError):
     """A cell the importer does not understand (fail loudly rather than guess)."""
 
@@ -449,6 +472,8 @@ def row_b(model_key: str, cells: list[str], line: str) -> dict:
         rec.set("cuda_graph_impl", impl.strip())
     if scope.strip() not in UNSET:
         rec.set("cuda_graph_scope", to_list(scope.strip()))
+    if rec.layout.get("cuda_graph_impl") == "full_iteration":
+        full_iter_cg_configs(rec, model_key, precs)
     a2a = c["moe_a2a_overlap"]
     if a2a not in UNSET:
         if to_bool(a2a):
@@ -468,7 +493,23 @@ def row_b(model_key: str, cells: list[str], line: str) -> dict:
     return finish(rid, "B", model_key, gpu, to_int(c["GPUs"]), precs, rec, line)
 
 
+def full_iter_cg_configs(rec: Recipe, model_key: str, precs: list[str]) -> None:
+    """Table B: what ``set_full_iter_cg_configs`` adds to a full_iteration row (``FULL_ITER_CG_KNOBS``)."""
+    gates = [gate for prefix, gate in FULL_ITER_CG_FAMILIES.items() if model_key.startswith(prefix)]
+    if not gates:
+        return
+    if gates[0] is not None and set(precs) != {gates[0]}:
+        if gates[0] in precs:
+            raise ParseError(f"full_iteration row mixes {gates[0]} with other precisions: {precs}")
+        return
+    for key, value in FULL_ITER_CG_KNOBS.items():
+        rec.set(key, value)
+
+
 def finish(rid, table, model_key, gpu, num_gpus, precs, rec: Recipe, line: str) -> dict:
+    for key, value in BASE_KNOBS.get(model_key, {}).items():
+        if key not in rec.layout:
+            rec.set(key, value, inherited=table == "A")  # Table B has no † marks (§1.5)
     return {
         "id": rid,
         "table": table,

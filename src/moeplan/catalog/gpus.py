@@ -8,7 +8,8 @@ import functools
 import json
 from importlib import resources
 
-from moeplan.errors import UnknownNameError
+from moeplan.errors import InputError, UnknownNameError
+from moeplan.i18n.messages import msg
 from moeplan.inputs.system import GpuSpec
 
 #: moeplan id → entry in gpus.json
@@ -86,16 +87,27 @@ def _from_entry(gpu_id: str, key: str, e: dict, sources: dict) -> GpuSpec:
     )
 
 
+#: GPUs that Megatron Bridge perf recipes name but the catalog leaves out on purpose: NVIDIA has not
+#: published every figure the estimates need (dense BF16 / FP8 / FP4 TFLOP/s, HBM bandwidth, NVLink domain
+#: bandwidth, network per GPU) in a datasheet, so moeplan refuses them rather than guess (id -> product name)
+UNPUBLISHED_GPUS = {"vr200": "NVIDIA Vera Rubin"}
+
+
 def get_gpu(gpu_id: str) -> GpuSpec:
     """The :class:`GpuSpec` for a catalog id (``h100``; case-insensitive; the gpus.json entry name
     such as ``H100_SXM_80GB`` also works).
 
     Raises:
+        InputError: a GPU of :data:`UNPUBLISHED_GPUS` (its figures are not public), listing the known ids.
         UnknownNameError: an unknown id, listing the known ids (never a silent default).
     """
     key = str(gpu_id).strip().lower()
     by_entry = {v.lower(): k for k, v in GPU_IDS.items()}
     key = by_entry.get(key, key)
+    if key in UNPUBLISHED_GPUS:
+        known = ", ".join(sorted(GPU_IDS))
+        sentence = msg("recipes.gpu_figures_not_public", gpu=key, name=UNPUBLISHED_GPUS[key], known=known)
+        raise InputError("system.gpu", gpu_id, known, sentence=sentence)
     if key not in GPU_IDS:
         raise UnknownNameError("system.gpu", gpu_id, list(GPU_IDS), "one of")
     return _catalog_gpu(key)
