@@ -24,6 +24,11 @@ from moeplan.rules import validate
 from moeplan.rules.known_issue_checks import blocking_finding
 from moeplan.units import GIB_BYTES
 
+#: rules the search does not run on each candidate: the harvested known-issue families only warn (they
+#: never reject a layout), and they cost one trigger per harvested entry; ``moeplan check`` on the
+#: chosen layout reports them
+SEARCH_SKIPPED_RULES = frozenset({"known_issue.harvested"})
+
 #: what :meth:`Evaluator.evaluate` finds: (rung label, data, scenario, memory, peak GiB of each rung tried)
 Found = tuple[str, dict, Scenario, MemoryEstimate, dict[str, float | None]]
 
@@ -216,7 +221,7 @@ class Evaluator:
             s = self.scenario(d)
         except InputError as exc:
             return None, f"input: {exc.field}"
-        res = validate(s)
+        res = validate(s, skip=SEARCH_SKIPPED_RULES)
         if res.errors:
             return None, res.errors[0].rule_id
         blocked = blocking_finding(res.findings)  # a confirmed hang, crash or assertion at the stated versions

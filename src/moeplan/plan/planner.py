@@ -14,7 +14,7 @@ from moeplan.plan.evaluation import evaluation_cache
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search, simplest_leads
-from moeplan.rules.known_issue_checks import IssueText, versions_unknown_message
+from moeplan.rules.known_issue_checks import IssueText, versions_unknown_short
 from moeplan.rules.known_issue_checks import summary as known_issue_summary
 
 
@@ -35,7 +35,7 @@ def known_issue_notes(candidates) -> list[str]:
         )
     if seen["possible"]:
         issues = [ki for i in sorted(seen["possible"]) if (ki := get_known_issue(i)) is not None]
-        notes.append(versions_unknown_message(candidates[0].scenario, issues))
+        notes.append(versions_unknown_short(candidates[0].scenario, issues))
     return notes
 
 

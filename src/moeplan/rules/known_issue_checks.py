@@ -101,6 +101,7 @@ SYMPTOM_MESSAGES = {
     "slowdown": lambda: msg("known_issue.symptom.slowdown"),
     "crash": lambda: msg("known_issue.symptom.crash"),
     "assertion": lambda: msg("known_issue.symptom.assertion"),
+    "unspecified": lambda: msg("known_issue.symptom.unspecified"),
 }
 #: a symptom class → its message as the key itself (``nan``), as the unknown-versions finding names it
 SYMPTOM_KEY_MESSAGES = {
@@ -111,6 +112,7 @@ SYMPTOM_KEY_MESSAGES = {
     "slowdown": lambda: msg("known_issue.symptom_key.slowdown"),
     "crash": lambda: msg("known_issue.symptom_key.crash"),
     "assertion": lambda: msg("known_issue.symptom_key.assertion"),
+    "unspecified": lambda: msg("known_issue.symptom_key.unspecified"),
 }
 
 
@@ -253,6 +255,20 @@ def versions_unknown_message(s: Scenario, issues: list[KnownIssue]) -> Message:
         packages=packages,
         applies=applies,
         decides=_decides(s, issues),
+    )
+
+
+def versions_unknown_short(s: Scenario, issues: list[KnownIssue]) -> Message:
+    """The plan's one-line form of :func:`versions_unknown_message` (a plan's default output stays one
+    screen): how many known issues may apply and, with no container stated, how many apply at the
+    container moeplan assumes; ``moeplan check`` gives the full line."""
+    if s.input.versions.container:
+        return msg("deployment.versions_unknown_partial_short", n=len(issues))
+    row = assumed_container()
+    at_row = _versions_at_assumed(tuple((k, getattr(s.input.versions, k)) for k in PACKAGES))
+    applies = sum(k.version_status(at_row)[0] == "affected" for k in issues)
+    return msg(
+        "deployment.versions_unknown_short", n=len(issues), applies=applies, container=f"{row.family}:{row.release}"
     )
 
 
