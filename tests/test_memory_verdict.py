@@ -146,7 +146,20 @@ def test_oom_within_the_band_keeps_the_message_reading(tmp_path):
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", ["check", "estimate", "fit"])
+@pytest.mark.parametrize("seq", [UNDER, IN_BAND, OVER])
+def test_fit_exits_zero_when_a_fix_fits_and_states_the_layouts_own_verdict(tmp_path, seq):
+    # fit's job is a layout that fits: exit 0 when the layout or a fix does (its header still gives the
+    # layout's own verdict, the one check and estimate give), so `fit --save F && moeplan export F` runs on
+    res = runner.invoke(app, ["fit", str(_scenario(tmp_path, seq)), "--lang", "en"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    if seq == IN_BAND:
+        assert "tight: may not fit: the peak 73.3 GiB" in flat
+    if seq == OVER:
+        assert "does-not-fit" in flat
+
+
+@pytest.mark.parametrize("command", ["check", "estimate"])
 @pytest.mark.parametrize(("seq", "code"), [(UNDER, 0), (IN_BAND, 1), (OVER, 1)])
 def test_exit_code_is_one_unless_it_fits(tmp_path, command, seq, code):
     res = runner.invoke(app, [command, str(_scenario(tmp_path, seq)), "--lang", "en"])

@@ -241,7 +241,7 @@ def test_fit_names_what_pushes_the_current_layout_over_its_limit():
     # the layout's own verdict, as check and estimate give it (148.6 × 0.9092 = 135.1 > 79.65)
     assert doc["memory"]["verdict"] == "does-not-fit"
     assert f"(limit 71.6 with headroom) → does-not-fit: {act:.1f} GiB activations" in res.stdout
-    assert res.exit_code == 1
+    assert res.exit_code == 0 and doc["fixes"]  # the fixes found fit: fit's own job is done
 
 
 def test_a_does_not_fit_names_only_what_covers_its_own_excess():

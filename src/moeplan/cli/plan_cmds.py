@@ -125,8 +125,9 @@ def fit_cmd(
     tried is listed (fits, not enough, rejected with its rule). --save writes the chosen one.
 
     Exit code 0 when the layout fits (its memory verdict is ``fits``, the one check and estimate give)
-    and breaks no rule; 1 when it is tight (may not fit), does not fit or breaks a rule, whether or
-    not a fix is found (the fixes are listed and --save writes the chosen one); 2 on bad input."""
+    and breaks no rule, or a fix that fits and breaks no rule is found (``fit --save F && moeplan
+    export F`` runs on); 1 when none is; 2 on bad input. The header states the layout's own verdict
+    either way."""
     with input_errors():
         render.set_lang(lang)
         out = fit_report(
@@ -142,9 +143,8 @@ def fit_cmd(
         render.print_json(out)
     else:
         tables.render_fit(out, verbose)
-    # the exit code is the layout's own verdict, as check and estimate give it: a fix found is listed
-    # (and saved), but the layout as given still does not fit, may not fit or breaks a rule
-    exit_with(out["fits_already"] and not out["check_errors"])
+    # a layout that breaks a rule "fits" only on paper: exit 1 unless a change makes it legal and fit
+    exit_with(bool(out["fixes"] or (out["fits_already"] and not out["check_errors"])))
 
 
 def recipes_cmd(

@@ -71,7 +71,8 @@ class _Fit:
             "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu,
             "scenario": res.data,
             "verdict": mem.verdict,
-            "fits": mem.verdict == "fits" and mem.peak_bytes <= self.limit,
+            # within the limit: --headroom-gib when given, else the largest peak whose verdict is fits
+            "fits": mem.peak_bytes <= self.limit and mem.verdict != "does-not-fit",
         }
 
 
@@ -181,8 +182,9 @@ def fit_layout(
         is in one of ``fixes``, ``more_fixes``, ``not_enough`` or ``rejected``; ``tried`` counts them);
         ``replanned`` when no single change or pair fits
         (the last fix is the planner's layout); ``memory`` the layout's own memory verdict, the one
-        every command gives (:func:`_verdict_doc`); ``fits_already`` that verdict is ``fits`` (and the
-        peak within ``--headroom-gib``); each fix's ``fits`` its verdict is ``fits`` within the limit;
+        every command gives (:func:`_verdict_doc`); ``fits_already`` the peak is within the limit
+        (``--headroom-gib`` when given, else the largest peak whose verdict is ``fits``); each fix's
+        ``fits`` the same of its peak;
         ``applied_first`` the uneven pipeline split applied
         before anything else when the layers do not divide by PP, else None; ``dominant_items`` the
         parts of the peak stage that push it over the limit (:func:`moeplan.model.memory.dominant_items`,
@@ -202,7 +204,7 @@ def fit_layout(
     errors = validate(s0).errors
     timed = s0.training.global_batch_size is not None and not errors
     f = _Fit(data, mem0, limit, estimate_step(s0, constants).step_time_s if timed else None, constants)
-    fits_already = mem0.verdict == "fits" and mem0.peak_bytes <= limit
+    fits_already = mem0.peak_bytes <= limit and mem0.verdict != "does-not-fit"
     _singles_and_pairs(f, s0, fits_already)
     replanned = False
     if not f.fixes and not fits_already:
