@@ -159,7 +159,10 @@ def test_known_issues_of_the_installed_versions():
     rep.nccl = "2.29.3"
     rep.packages["megatron_core"] = "0.18.0"
     f = _by_rule(known_issue_findings(rep, data))
-    assert not any(r.startswith("known_issue.") and r != "known_issue.versions_unknown" for r in f)
+    # the hand-entered issues are fixed at these versions; the harvested families (one finding each,
+    # tests/test_known_issue_families.py) still count the upstream fixes after the installed releases
+    hand = [r for r in f if r.startswith("known_issue.") and not r.startswith("known_issue.family")]
+    assert hand in ([], ["known_issue.versions_unknown"])
 
 
 def test_unparsable_installed_version_is_reported_and_left_unknown():
