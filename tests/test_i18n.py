@@ -30,7 +30,7 @@ from tests.i18n_corpus import corpus_findings
 runner = CliRunner()
 #: registered rules that never emit a finding under their own id (the known-issue rule emits
 #: known_issue.<id> and known_issue.versions_unknown, which the corpus covers)
-NO_OWN_FINDINGS = {"known_issue.database"}
+NO_OWN_FINDINGS = {"known_issue.database", "known_issue.harvested"}
 CJK = re.compile(r"[\u4e00-\u9fff]")
 #: fixes that are a command and nothing else (nothing to translate)
 COMMAND = re.compile(r"export \w+=\S+")
@@ -65,6 +65,7 @@ def test_every_rule_fires_in_the_corpus():
     assert not unreached, f"rules that no scenario of tests/i18n_corpus.py fires: {unreached}"
     assert any(r.startswith("known_issue.") and r != "known_issue.versions_unknown" for r in fired)
     assert "known_issue.versions_unknown" in fired
+    assert any(r.startswith("known_issue.family.") for r in fired)
 
 
 def test_every_message_and_fix_has_a_chinese_text():
@@ -252,7 +253,10 @@ def test_json_is_the_same_in_every_language(args):
 OOM_LOG = "tests/data/diagnose/oom_llava_v100_gpu3_old.txt"
 COMMANDS = {
     "estimate": (["estimate", "examples/deepseek_v3_gb300.yaml"], ["每 GPU 峰值显存（GiB）", "→ 放得下", "单步时间"]),
-    "fit": (["fit", "examples/qwen3_30b_64k_oom.yaml", "--gbs", "64"], ["能放得下的改动", "→ 放不下", "单独不够"]),
+    "fit": (
+        ["fit", "examples/qwen3_30b_64k_oom.yaml", "--gbs", "64"],
+        ["能放得下的改动", "放不下：94.4 GiB 激活", "单独不够"],
+    ),
     "plan": (
         [
             "plan",

@@ -52,7 +52,7 @@ def estimate(
     and (with a global batch size) step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised.
 
     Exit code 0 when it fits with a clear margin, 1 when it does not fit, may not fit (tight: the
-    peak plus the memory model's error band reaches the usable HBM) or breaks a rule, 2 on bad input."""
+    memory model's error band around the peak crosses the usable HBM) or breaks a rule, 2 on bad input."""
     with input_errors():
         render.set_lang(lang)
         report = estimate_report(scenario, flags, workload, calibration)

@@ -35,7 +35,7 @@ from moeplan.inputs.layout import PARALLEL_DIMS
 from moeplan.inputs.loading import load_yaml_text
 from moeplan.inputs.policy import MAX_TEXT_CHARS
 from moeplan.inputs.schema import scenario_from_dict
-from moeplan.io.imports import SOURCES, bounded_notes, hydra_value, import_config
+from moeplan.io.imports import ARCH_ARGS, SOURCES, bounded_notes, hydra_value, import_config
 from moeplan.io.keys import MLM_FLAG_EXCEPTIONS, MLM_NEGATED
 from moeplan.resolve.frameworks import driver_fixups
 
@@ -46,23 +46,9 @@ ALL_SOURCES = (*SOURCES, *DRIVER_SOURCES, "mbridge-recipe")
 TRAINING_ARGS = ("seq_length", "micro_batch_size", "global_batch_size")
 #: Megatron-LM argument (dest) → moeplan model field (``inputs/model_spec.py``)
 MODEL_ARGS = {
-    "num_layers": "num_layers",
-    "hidden_size": "hidden_size",
-    "ffn_hidden_size": "ffn_hidden_size",
-    "num_attention_heads": "num_attention_heads",
-    "num_query_groups": "num_query_groups",
-    "kv_channels": "kv_channels",
-    "vocab_size": "vocab_size",
-    "max_position_embeddings": "max_position_embeddings",
-    "num_experts": "num_moe_experts",
-    "moe_router_topk": "moe_router_topk",
-    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
-    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
-    "q_lora_rank": "q_lora_rank",
-    "kv_lora_rank": "kv_lora_rank",
-    "qk_head_dim": "qk_head_dim",
-    "qk_pos_emb_head_dim": "qk_pos_emb_head_dim",
-    "v_head_dim": "v_head_dim",
+    # the architecture arguments a Megatron-LM argument dump is read with (padded_vocab_size is a dump's
+    # derived value, never a recipe's), plus the model switches a recipe states
+    **{k: v for k, v in ARCH_ARGS.items() if k != "padded_vocab_size"},
     "multi_latent_attention": "multi_latent_attention",
     "qk_layernorm": "qk_layernorm",
     "normalization": "normalization",

@@ -687,7 +687,7 @@ def from_dump(args: dict[str, str], ended: bool, notes: list[str], too_long: Seq
 
 
 #: dump names moeplan reads elsewhere or that describe the model, never carried: the architecture
-#: (:data:`_ARCH_ARGS`, the model's fields and switches), the precision and the batch
+#: (:data:`ARCH_ARGS`, the model's fields and switches), the precision and the batch
 _DUMP_NOT_CARRIED = frozenset(
     {"group_query_attention", "swiglu", "disable_bias_linear", "moe_layer_freq", "num_experts", "padded_vocab_size"}
     | {"bf16", "fp16", "fp8", "fp8_format", "fp8_recipe", "fp4", "fp4_format", "fp4_recipe"}
@@ -712,7 +712,7 @@ def dump_carried(name: str, raw: str) -> Any:
     its table gives (a dump lists every argument; those at their default say nothing the run chose).
     Typed as :func:`table_value` types a flag's value."""
     place = mlm_argument(name)
-    if place is None or name in _DUMP_NOT_CARRIED or name in _MODEL_FIELDS or name in _ARCH_ARGS:
+    if place is None or name in _DUMP_NOT_CARRIED or name in _MODEL_FIELDS or name in ARCH_ARGS:
         return None
     v = _REPR[raw] if raw in _REPR else parse_yaml_value(raw)
     if isinstance(v, str):
@@ -761,7 +761,7 @@ def _model_from(arch: dict, meta: dict, notes: list[str]) -> None:
 
 #: Megatron-LM arguments (dump names, or flags with dashes as underscores) → model fields: a run's
 #: own architecture, which the model rules need when the import names no model
-_ARCH_ARGS = {
+ARCH_ARGS = {
     "num_layers": "num_layers",
     "hidden_size": "hidden_size",
     "ffn_hidden_size": "ffn_hidden_size",
@@ -785,10 +785,10 @@ _ARCH_ARGS = {
 
 def architecture(args: dict[str, Any]) -> dict[str, Any]:
     """The model fields of a Megatron-LM argument dump or flag set (raw strings, or lists of them for
-    flags): every positive integer of :data:`_ARCH_ARGS`, ``multi_latent_attention``, and the query
+    flags): every positive integer of :data:`ARCH_ARGS`, ``multi_latent_attention``, and the query
     groups as the heads when the run does not use grouped-query attention."""
     out: dict[str, Any] = {}
-    for name, field in _ARCH_ARGS.items():
+    for name, field in ARCH_ARGS.items():
         raw = args.get(name)
         raw = raw[0] if isinstance(raw, list) and raw else raw
         if (

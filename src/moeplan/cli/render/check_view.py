@@ -9,6 +9,7 @@ from rich.table import Table
 import moeplan.i18n as i18n
 from moeplan.cli.render import T, console, lang, rule_text
 from moeplan.cli.render.verdict import verdict_text
+from moeplan.inputs.megatron_keys import unmodelled_lines
 from moeplan.units import GIB_BYTES, format_count
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -92,6 +93,13 @@ def _verdict_word(d: dict) -> str:
     return T(d["verdict"])
 
 
+def unmodelled_text(c, summary: dict) -> None:
+    """The Megatron keys the scenario carries but moeplan does not model, named once, and a warning
+    naming those that may move memory or step time (``summary["unmodelled_keys"]``)."""
+    for i, line in enumerate(unmodelled_lines(summary.get("unmodelled_keys") or [])):
+        c.print(T(line), style="dim" if i == 0 else "yellow", highlight=False, markup=False)
+
+
 def render_check(d: dict) -> None:
     """A check document (:func:`moeplan.api.check_report`): scenario line, each finding with its fix,
     the defaults used and the verdict with counts."""
@@ -103,7 +111,7 @@ def render_check(d: dict) -> None:
             model=s["model"] or T("(no model)"),
             n=s["num_gpus"] or "?",
             gpu=s["gpu"] or "?",
-            framework=s["framework"],
+            framework=f"{s['driver']} → {s['framework']}" if s.get("driver") else s["framework"],
             version=_version_text(s["megatron_core_version"], d.get("megatron_core")),
         )
     )
@@ -116,6 +124,7 @@ def render_check(d: dict) -> None:
             highlight=False,
             markup=False,
         )
+    unmodelled_text(c, s)
     if s.get("recipe_left_out"):
         left = T("; ").join(T(x) for x in s["recipe_left_out"])
         c.print(
