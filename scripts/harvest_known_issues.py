@@ -767,29 +767,14 @@ def propose(m: Mirror, c: Commit, tags: list[tuple[Version, str]], fixed: Versio
 def compose_texts(entry: dict) -> dict:
     """The entry with its title and workaround composed from its facts (the English fragments of
     ``i18n/en/rules_harvested.yaml``), keys in the vendored file's order."""
+    from moeplan.catalog.known_issue_table import ENTRY_KEYS
     from moeplan.rules.known_issue_families import compose_title, compose_workaround
 
     ((pkg, rng),) = entry["packages"].items()
     title = compose_title(entry["symptom"], entry["features"], pkg, rng["fixed"], entry["source"])
     work = compose_workaround(entry["features"], pkg, rng["fixed"])
-    order = [
-        "id",
-        "title",
-        "family",
-        "features",
-        "source",
-        "reported",
-        "packages",
-        "trigger",
-        "symptom",
-        "size",
-        "certainty",
-        "workaround",
-        "example",
-        "near_miss",
-    ]
     full = {**entry, "title": str(title), "workaround": str(work)}
-    return {k: full[k] for k in order if k in full}
+    return {k: full[k] for k in ENTRY_KEYS if k in full}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -66,9 +66,12 @@ HARVESTED_ONLY_SYMPTOMS = frozenset({"unspecified"})
 #: open reports are flagged instead
 AVOID_SYMPTOMS = frozenset({"hang", "crash", "assertion"})
 CERTAINTIES = ("guaranteed", "reported")
-_ENTRY_KEYS = {
+#: the keys an entry may have, in the order the harvester writes them (scripts/harvest_known_issues.py)
+ENTRY_KEYS = (
     "id",
     "title",
+    "family",
+    "features",
     "source",
     "related",
     "reported",
@@ -81,9 +84,8 @@ _ENTRY_KEYS = {
     "notes",
     "example",
     "near_miss",
-    "family",
-    "features",
-}
+)
+_ENTRY_KEYS = frozenset(ENTRY_KEYS)
 _REQUIRED = {"id", "title", "source", "reported", "packages", "trigger", "symptom", "certainty", "workaround"}
 _OPS = {"eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "contains", "contains_any", "stated"}
 _ID = re.compile(r"[a-z][a-z0-9_]*\Z")
