@@ -8,7 +8,11 @@ the router in 26.02–26.04.01, a full-iteration graph with EP A2A overlap and t
 26.06). This script evaluates the files at each release tag and writes one row per workload config,
 in the schema of ``mbridge_perf_recipes.yaml`` plus the ``release`` it belongs to.
 
-How a field becomes a layout key follows ``set_workload_base_configs`` (``utils/overrides.py``; in
+From v0.6.0 (26.08) the configs are the flat perf recipes ``src/megatron/bridge/perf_recipes/<family>/
+<gpu>/*.py``: functions that take a model recipe's config and set its fields. They are run on a
+recording config (:func:`perf_recipe_rows`); a row keeps the LayoutSpec keys they set.
+
+Up to v0.5.0, how a field becomes a layout key follows ``set_workload_base_configs`` (``utils/overrides.py``; in
 v0.2.0 ``utils/helpers.py``) of the same tag:
 
 - parallel sizes as given; ``sequence_parallel = TP > 1`` (``WorkloadBaseConfig.sequence_parallel``);
@@ -26,6 +30,7 @@ Usage (needs a Megatron Bridge git clone; the ``fetch`` tool's mirror works)::
 
     python scripts/import_recipe_history.py --repo /path/to/Megatron-Bridge.git \
         > src/moeplan/catalog/data/mbridge_perf_recipes_by_release.yaml
+    python scripts/import_recipe_history.py --repo /path/to/Megatron-Bridge.git --check   # exit 1: stale
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
+import importlib.abc
+import importlib.util
+import pathlib
+import re
 import subprocess
 import sys
 import types
@@ -40,6 +50,9 @@ from typing import Any
 
 import yaml
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: the packaged table this script writes (relative to the repository root)
+PACKAGED = "src/moeplan/catalog/data/mbridge_perf_recipes_by_release.yaml"
 #: container release -> the Megatron Bridge tag inside it (docs/releases/software-versions.md; 26.04.01
 #: is "0.4.2 · 26.04.01" in docs/versions1.json)
 RELEASE_TAGS = {
@@ -49,6 +62,7 @@ RELEASE_TAGS = {
     "26.04": "v0.4.0",
     "26.04.01": "v0.4.2",
     "26.06": "v0.5.0",
+    "26.08": "v0.6.0",
 }
 #: config-name prefix -> HF model id (the models the published runs cover)
 MODELS = {
@@ -195,6 +209,10 @@ def layout_of(cfg: Any) -> tuple[dict, dict, dict]:
 
 
 def rows_of_release(repo: str, release: str, tag: str) -> list[dict]:
+    """One row per workload config the release's tag shipped: the flat perf recipes from v0.6.0 on
+    (:func:`perf_recipe_rows`), else the ``*workload_base_configs.py`` instances."""
+    if not git(repo, "ls-tree", "--name-only", tag, "--", "scripts/performance/configs").strip():
+        return perf_recipe_rows(repo, release, tag)
     cls = base_config_class(repo, tag)
     commit = git(repo, "rev-list", "-n", "1", tag).strip()
     rows = []
@@ -226,11 +244,260 @@ def rows_of_release(repo: str, release: str, tag: str) -> list[dict]:
     return rows
 
 
+# --- v0.6.0 on: the flat perf recipes (src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py) ---------------
+#
+# From v0.6.0 the workload configs are functions ``<model>_pretrain_<N>gpu_<gpu>_<prec>[_<variant>]_config()``
+# that take a model recipe's ``ConfigContainer`` and set its fields. They are run here with the tag's own
+# perf-recipe modules (``_common.py``, the family's ``common.py``, the GPU file) and stand-ins for what they
+# import from the rest of Megatron Bridge: a model recipe returns an empty container that records what is
+# set on it (so a field the perf recipe leaves to its model recipe stays unset here), the precision
+# factories an empty section, ``set_cuda_graph_modules`` / ``set_full_iteration_cuda_graph``
+# (``utils/cuda_graph.py``) write moeplan's ``cuda_graph_scope`` / ``cuda_graph_impl`` as megatron-core
+# before ``cuda_graph_modules`` reads them, ``set_<model>_pipeline_model_parallel_layout(model, layout)``
+# sets the layout string it is given (without one, the model recipe's map, which moeplan applies itself).
+
+PERF_RECIPES = "src/megatron/bridge/perf_recipes"
+#: function-name model prefix -> HF model id as moeplan's catalog names it (the models the published runs of
+#: 25.09-26.08 cover; a row of a model the catalog does not hold yet is kept and never matched)
+PERF_MODELS = {
+    "deepseek_v3": "deepseek-ai/DeepSeek-V3",
+    "deepseek_v4_flash": "deepseek-ai/DeepSeek-V4-Flash",
+    "qwen3_30b_a3b": "Qwen/Qwen3-30B-A3B",
+    "qwen3_235b_a22b": "Qwen/Qwen3-235B-A22B",
+    "gpt_oss_120b": "openai/gpt-oss-120b",
+    "nemotron_3_nano": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "nemotron_3_super": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8",
+    "nemotron_3_ultra": "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16",
+    "nemotron_3_5_lightning": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
+}
+PERF_PRECISIONS = {
+    "bf16": "bf16",
+    "fp8cs": "fp8-tensorwise",
+    "fp8mx": "mxfp8",
+    "fp8sc": "fp8-blockwise",
+    "nvfp4": "nvfp4",
+}
+PERF_FAMILIES = ("deepseek", "gpt_oss", "qwen", "nemotronh")
+#: the sections of a ConfigContainer whose LayoutSpec keys a row keeps, in order (a later one wins)
+PERF_SECTIONS = ("model", "ddp", "optimizer", "comm_overlap", "mixed_precision")
+#: keys of the ddp / optimizer / comm-overlap / mixed-precision sections a row keeps
+SECTION_KEYS = frozenset(
+    {
+        "use_megatron_fsdp",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+        "use_precision_aware_optimizer",
+        "main_grads_dtype",
+        "exp_avg_dtype",
+        "exp_avg_sq_dtype",
+        "overlap_moe_expert_parallel_comm",
+        "delay_wgrad_compute",
+        "tp_comm_overlap",
+        "fp8_dot_product_attention",
+    }
+)
+#: what a perf recipe must set itself for its row to be kept (the model recipes are not evaluated)
+_SIZES_STATED = frozenset({"tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size"})
+_PERF_NAME = re.compile(
+    r"^(?P<model>[a-z0-9_]+?)_pretrain_(?P<n>\d+)gpu_(?P<gpu>[a-z0-9]+)_(?P<prec>[a-z0-9]+?)(?:_(?P<variant>[a-z0-9_]+))?_config$"
+)
+
+
+class _Section:
+    """One section of a recorded config: what the recipe set on it; an unset field reads as None."""
+
+    def __init__(self, **fields: Any) -> None:
+        object.__setattr__(self, "_set", dict(fields))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._set.get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._set[name] = value
+
+
+class _Container(_Section):
+    """A recorded ConfigContainer: every section exists (as in a model recipe's container)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._set.setdefault(name, _Section())
+
+
+def _set_cuda_graph_modules(model: _Section, modules: Any) -> None:
+    model.cuda_graph_scope = [modules] if isinstance(modules, str) else list(modules)
+
+
+def _set_full_iteration_cuda_graph(model: _Section) -> None:
+    model.cuda_graph_impl = "full_iteration"
+    model.cuda_graph_scope = []
+
+
+def _set_layout(model: _Section, layout: Any = None) -> None:
+    if layout is not None:
+        model.pipeline_model_parallel_layout = layout
+
+
+def _stand_in(name: str) -> Any:
+    """What a perf recipe gets for ``name`` imported from outside ``perf_recipes`` (AttributeError for a
+    name with no stand-in, so a new import fails loudly rather than being guessed)."""
+    fixed = {
+        "ConfigContainer": _Container,
+        "CommOverlapConfig": _Section,
+        "MixedPrecisionConfig": _Section,
+        "set_cuda_graph_modules": _set_cuda_graph_modules,
+        "set_full_iteration_cuda_graph": _set_full_iteration_cuda_graph,
+        "load_quantization_recipe": lambda path: None,
+        "float32": "fp32",
+        "bfloat16": "bf16",
+        "float16": "fp16",
+    }
+    if name in fixed:
+        return fixed[name]
+    if name.endswith("_pipeline_model_parallel_layout") and name.startswith("set_"):
+        return _set_layout
+    if name.endswith("_config"):
+        return lambda *a, **k: _Container()
+    if name.endswith("_mixed"):
+        return lambda *a, **k: _Section()
+    raise AttributeError(name)
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _stand_in(name)
+
+
+class _TagFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports ``megatron.bridge.perf_recipes.*`` modules from ``tag`` and stand-ins for every other
+    ``megatron`` / ``torch`` module (packages are empty: their ``__init__`` is not run)."""
+
+    def __init__(self, repo: str, tag: str, files: set[str]) -> None:
+        self.repo, self.tag, self.files = repo, tag, files
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001 - the finder protocol
+        if fullname.split(".")[0] not in ("megatron", "torch"):
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=self._path(fullname) is None)
+
+    def _path(self, fullname: str) -> str | None:
+        path = "src/" + fullname.replace(".", "/") + ".py"
+        return path if path in self.files else None
+
+    def create_module(self, spec):  # noqa: ANN001
+        return types.ModuleType(spec.name) if self._path(spec.name) else _StandInModule(spec.name)
+
+    def exec_module(self, module) -> None:  # noqa: ANN001
+        path = self._path(module.__name__)
+        if path is None:
+            module.__path__ = []
+            return
+        module.__file__ = path
+        exec(compile(git(self.repo, "show", f"{self.tag}:{path}"), path, "exec"), module.__dict__)
+
+
+def perf_recipe_functions(repo: str, tag: str) -> list[tuple[str, str, Any]]:
+    """(file, function name, function) of every perf recipe of :data:`PERF_FAMILIES` at ``tag``."""
+    files = set(git(repo, "ls-tree", "-r", "--name-only", tag, "--", PERF_RECIPES).split())
+    gpu_files = sorted(f for f in files if f.count("/") == 6 and f.split("/")[4] in PERF_FAMILIES)
+    finder = _TagFinder(repo, tag, files)
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] in ("megatron", "torch")}
+    for k in saved:
+        del sys.modules[k]
+    sys.meta_path.insert(0, finder)
+    out = []
+    try:
+        for path in (f for f in gpu_files if not f.endswith("__init__.py")):
+            mod = importlib.import_module(path[len("src/") : -len(".py")].replace("/", "."))
+            own = [(n, f) for n, f in sorted(vars(mod).items()) if getattr(f, "__module__", None) == mod.__name__]
+            out += [(path, n, f) for n, f in own if _PERF_NAME.match(n)]
+    finally:
+        sys.meta_path.remove(finder)
+        for k in [k for k in sys.modules if k.split(".")[0] in ("megatron", "torch")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+    return out
+
+
+def parse_perf_name(name: str) -> tuple[str, str, int, str, str] | None:
+    """(model id, gpu, GPU count, precision, variant) of ``<model>_pretrain_<N>gpu_<gpu>_<prec>[_<variant>]
+    _config``; None for a model or GPU outside :data:`PERF_MODELS` / :data:`GPUS` and for the ``_dev``
+    variants (development recipes the release did not benchmark)."""
+    m = _PERF_NAME.match(name)
+    if m is None or m["model"] not in PERF_MODELS or m["prec"] not in PERF_PRECISIONS:
+        return None
+    variant = (m["variant"] or "").upper()
+    if m["gpu"].upper() not in GPUS or variant.endswith("DEV"):
+        return None
+    return PERF_MODELS[m["model"]], m["gpu"], int(m["n"]), PERF_PRECISIONS[m["prec"]], variant or "V1"
+
+
+def perf_layout_of(cfg: _Container) -> tuple[dict, dict]:
+    """(layout keys, training keys) of a recorded perf-recipe config: the LayoutSpec keys set on its
+    model section, then the :data:`SECTION_KEYS` of its ddp, optimizer, comm-overlap and mixed-precision
+    sections. ``sequence_parallel`` unset: TP > 1; dispatcher unset: ``flex`` where a flex backend is set,
+    else ``alltoall`` (as the workload configs before v0.6.0 were mapped)."""
+    from moeplan.inputs.layout import LayoutSpec
+
+    lay: dict[str, Any] = {}
+    for section in PERF_SECTIONS:
+        for key, value in getattr(cfg, section)._set.items():
+            if key in LayoutSpec.model_fields and (section == "model" or key in SECTION_KEYS):
+                lay[key] = list(value) if isinstance(value, tuple) else value
+    lay.setdefault("sequence_parallel", (lay.get("tensor_model_parallel_size") or 1) > 1)
+    if lay.get("moe_token_dispatcher_type") is None:
+        lay["moe_token_dispatcher_type"] = "flex" if lay.get("moe_flex_dispatcher_backend") else "alltoall"
+    if lay.get("cuda_graph_impl") == "none":
+        lay["cuda_graph_scope"] = []
+    lay = {k: v for k, v in lay.items() if v is not None or k == "virtual_pipeline_model_parallel_size"}
+    training = {"micro_batch_size": cfg.train.micro_batch_size, "global_batch_size": cfg.train.global_batch_size}
+    if cfg.model.seq_length is not None:
+        training = {"seq_length": cfg.model.seq_length, **training}
+    return lay, training
+
+
+def perf_recipe_rows(repo: str, release: str, tag: str) -> list[dict]:
+    """One row per perf recipe of a v0.6.0-layout tag (the schema of :func:`rows_of_release`)."""
+    commit = git(repo, "rev-list", "-n", "1", tag).strip()
+    rows = []
+    for path, name, fn in perf_recipe_functions(repo, tag):
+        parsed = parse_perf_name(name)
+        if parsed is None:
+            continue
+        model, gpu, num_gpus, prec, variant = parsed
+        lay, training = perf_layout_of(fn())
+        if not _SIZES_STATED.issubset(lay) or None in training.values():
+            continue  # sizes left to the model recipe (e.g. Qwen3-30B on 16 H100 in BF16): not read here
+        rows.append(
+            {
+                "id": f"{release}/{name}",
+                "release": release,
+                "table": "H",
+                "model": model,
+                "gpu": gpu,
+                "num_gpus": num_gpus,
+                "precisions": [prec],
+                "variant": variant,
+                "training": training,
+                "layout": lay,
+                "extra": {"file": path, "tag": tag, "commit": commit},
+            }
+        )
+    return rows
+
+
 HEADER = """\
 # Megatron Bridge perf workload base configs as each container release shipped them (one row per
 # <MODEL>_PRETRAIN_CONFIG_<GPU>_<PREC>_<VARIANT>, evaluated at the release's Bridge tag).
 # Source: NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/*/*workload_base_configs.py at the
 # tags below; fields mapped as set_workload_base_configs applies them (scripts/import_recipe_history.py).
+# From v0.6.0 (26.08): the flat perf recipes src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py, one row
+# per <model>_pretrain_<N>gpu_<gpu>_<prec>[_<variant>]_config, run on a recording config (what it sets).
 # Read by moeplan.catalog.perf_recipes.match_perf_recipe when a scenario names its container release.
 # generated by scripts/import_recipe_history.py; do not edit by hand
 """
@@ -239,10 +506,16 @@ HEADER = """\
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", required=True, help="a Megatron Bridge git directory (bare or .git)")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 when {PACKAGED} is not what this writes")
     args = ap.parse_args(argv)
     rows = [row for rel, tag in RELEASE_TAGS.items() for row in rows_of_release(args.repo, rel, tag)]
     data = {"schema_version": 1, "release_tags": RELEASE_TAGS, "recipes": rows}
-    sys.stdout.write(HEADER + yaml.safe_dump(data, sort_keys=False, width=120))
+    text = HEADER + yaml.safe_dump(data, sort_keys=False, width=120)
+    if args.check:
+        stale = (ROOT / PACKAGED).read_text() != text
+        print(f"out of date: python {' '.join(sys.argv)} > {PACKAGED}" if stale else f"{PACKAGED} is up to date")
+        return int(stale)
+    sys.stdout.write(text)
     return 0
 
 

@@ -5,7 +5,9 @@ releases 25.09–26.06, every number copied from NVIDIA's table; the 26.06.01 an
 back upstream and are not in it) and writes ``src/moeplan/catalog/data/published_measured.json``: per
 run its id, release, model, GPU, GPU count, precision, sequence length, batch sizes, the parallel sizes
 the table publishes (TP, PP, VPP, CP, EP, FSDP) and the measured tokens/s/GPU and model TFLOP/s/GPU.
-Nothing is estimated. ``--check`` exits 1 when the packaged file is out of date (the tests use it).
+Nothing is estimated. The runs of the held-out releases (``tests/data/held_out/published_runs_26_08.yaml``:
+26.08, the v0.6.0 summary) go under ``held_out_runs``, apart from ``runs``: no fit, baseline or planner
+reads them. ``--check`` exits 1 when the packaged file is out of date (the tests use it).
 
 Usage: python scripts/package_measured.py [--check]
 """
@@ -20,6 +22,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "tests" / "data" / "reference" / "published_runs.yaml"
+#: the releases held out of every fit (validation only), same schema
+HELD_OUT = ROOT / "tests" / "data" / "held_out" / "published_runs_26_08.yaml"
 OUT = ROOT / "src" / "moeplan" / "catalog" / "data" / "published_measured.json"
 _SIZES = (
     "tensor_model_parallel_size",
@@ -32,31 +36,36 @@ _SIZES = (
 )
 
 
+def _row(r: dict) -> dict:
+    """One packaged run: id, release, model, GPU, GPU count, training, the published sizes, measured."""
+    sc = r["scenario"]
+    return {
+        "id": r["id"],
+        "release": r["release"],
+        "model": sc["model"],
+        "gpu": sc["system"]["gpu"],
+        "num_gpus": sc["system"]["num_gpus"],
+        "training": sc["training"],
+        "layout": {k: v for k, v in sc["layout"].items() if k in _SIZES and v is not None},
+        "measured": r["measured"],
+    }
+
+
 def build() -> str:
     runs = yaml.safe_load(SRC.read_text())["runs"]
-    out = []
-    for r in runs:
-        sc = r["scenario"]
-        if "precision" not in sc.get("training", {}):
-            continue  # 25.09 publishes no precision: not comparable
-        out.append(
-            {
-                "id": r["id"],
-                "release": r["release"],
-                "model": sc["model"],
-                "gpu": sc["system"]["gpu"],
-                "num_gpus": sc["system"]["num_gpus"],
-                "training": sc["training"],
-                "layout": {k: v for k, v in sc["layout"].items() if k in _SIZES and v is not None},
-                "measured": r["measured"],
-            }
-        )
+    # 25.09 publishes no precision: not comparable
+    out = [_row(r) for r in runs if "precision" in r["scenario"].get("training", {})]
+    held = yaml.safe_load(HELD_OUT.read_text())
     doc = {
         "source": "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md "
         "@067f987df03b8355b03192d88d70f1709fedf51a (via tests/data/reference/published_runs.yaml; "
         "scripts/package_measured.py)",
         "units": "tokens_per_s_per_gpu: training tokens per second per GPU; model_tflops_per_gpu: 10^12 FLOP/s",
         "runs": out,
+        "held_out_source": "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @v0.6.0 (51885cf), section "
+        "26.08 (via tests/data/held_out/published_runs_26_08.yaml; scripts/package_measured.py): never fitted",
+        "held_out_releases": held["held_out_releases"],
+        "held_out_runs": [_row(r) for r in held["runs"]],
     }
     return json.dumps(doc, indent=1) + "\n"
 

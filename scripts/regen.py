@@ -132,6 +132,13 @@ STEPS: tuple[Step, ...] = (
         "out-of-sample evidence against the baselines",
     ),
     Step(
+        "held_out_release",
+        ("benchmarks/held_out_release.py",),
+        ("docs/held_out_release.md",),
+        5,
+        "the held-out release 26.08 (Bridge v0.6.0 summary) scored, validation only",
+    ),
+    Step(
         "cp_comm_types",
         ("benchmarks/cp_comm_types.py",),
         ("docs/cp_comm_types.md",),

@@ -30,13 +30,22 @@ def perf_recipe_history() -> dict[str, list[dict]]:
     """The workload base configs each container release shipped, by release (cached): rows of the
     schema of :func:`perf_recipes` with ``table: "H"``, ``release`` and ``extra`` naming the Bridge
     ``tag``, ``commit`` and ``file``. Source: Megatron Bridge ``scripts/performance/configs`` at the
-    release's tag (25.11 v0.2.0 … 26.06 v0.5.0), evaluated by ``scripts/import_recipe_history.py``."""
+    release's tag (25.11 v0.2.0 … 26.06 v0.5.0), and from 26.08 (v0.6.0) the flat perf recipes
+    ``src/megatron/bridge/perf_recipes``, evaluated by ``scripts/import_recipe_history.py``. Rows of models
+    the catalog does not hold yet are kept; no scenario names them, so they are never matched."""
     text = (resources.files("moeplan.catalog") / "data" / "mbridge_perf_recipes_by_release.yaml").read_text()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     out: dict[str, list[dict]] = {}
     for row in yaml.load(text, Loader=loader)["recipes"]:  # noqa: S506 - a safe loader
         out.setdefault(row["release"], []).append(row)
     return out
+
+
+def release_bridge_tag(release: str) -> str | None:
+    """The Megatron Bridge tag whose workload configs :func:`perf_recipe_history` holds for container
+    ``release`` (``26.08`` -> ``v0.6.0``), or None when it holds none for that release."""
+    rows = perf_recipe_history().get(release)
+    return rows[0]["extra"]["tag"] if rows else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,6 +56,23 @@ def published_runs() -> list[dict]:
     Source: ``catalog/data/published_measured.json`` (``scripts/package_measured.py``)."""
     text = resources.files("moeplan.catalog").joinpath("data").joinpath("published_measured.json").read_text()
     return json.loads(text)["runs"]
+
+
+@functools.lru_cache(maxsize=1)
+def held_out_runs() -> list[dict]:
+    """The measured runs of the held-out releases (cached; 26.08, Megatron Bridge v0.6.0's summary), in
+    the schema of :func:`published_runs`: validation only, never fitted nor read by the planner's
+    baseline. Their models may not be in the catalog yet (Nemotron-3 Super / Ultra, Nemotron-3.5
+    Lightning, DeepSeek-V4-Flash); a reader resolves each and skips, saying why, the ones it cannot.
+    Source: ``catalog/data/published_measured.json`` ``held_out_runs`` (``scripts/package_measured.py``)."""
+    text = resources.files("moeplan.catalog").joinpath("data").joinpath("published_measured.json").read_text()
+    return json.loads(text)["held_out_runs"]
+
+
+def held_out_releases() -> tuple[str, ...]:
+    """The container releases declared out of sample (``26.08``): no constant is fitted on their runs."""
+    text = resources.files("moeplan.catalog").joinpath("data").joinpath("published_measured.json").read_text()
+    return tuple(json.loads(text)["held_out_releases"])
 
 
 _CORE = (

@@ -27,6 +27,7 @@ from typing import Any
 
 from moeplan.catalog.containers import ContainerRow, container_table, lookup_container
 from moeplan.catalog.known_issue_table import KnownIssue, PackageRange, get_known_issue, known_issues
+from moeplan.catalog.perf_recipes import release_bridge_tag
 from moeplan.errors import short_repr
 from moeplan.i18n import known_issue_text
 from moeplan.i18n.messages import Items, Message, msg
@@ -360,8 +361,18 @@ def _container_unknown(s, e):
             known=", ".join(known),
         )
     if s.input.recipe_defaults != "none":
-        said = msg("versions.container_unknown.recipe_from_current_tables", message=said)
+        said = _recipe_clause(said, rel)
     return [e.warning(said, msg("versions.container_unknown.fix"), "versions.container")]
+
+
+def _recipe_clause(said: Message, rel: tuple[str, str] | None) -> Message:
+    """``said`` with where the recipe fills of an unknown container come from: its NeMo release's own
+    workload configs where ``catalog/data/mbridge_perf_recipes_by_release.yaml`` has them (26.08: Megatron
+    Bridge v0.6.0, whose package versions the release notes do not list yet), else the current tables."""
+    tag = release_bridge_tag(rel[1]) if rel is not None and rel[0] == "nemo" else None
+    if rel is None or tag is None:
+        return msg("versions.container_unknown.recipe_from_current_tables", message=said)
+    return msg("versions.container_unknown.recipe_from_release_configs", message=said, release=rel[1], tag=tag)
 
 
 def _release_order(release: str) -> tuple[int, ...]:
