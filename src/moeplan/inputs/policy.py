@@ -46,6 +46,8 @@ MAX_FLOAT = 1e30
 #: Unicode categories refused in text: controls, format characters, line / paragraph separators,
 #: surrogates, unassigned
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
+#: the ASCII characters refused in text: C0 controls and DEL
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ASCII_INT = re.compile(r"[+-]?[0-9]+")
 _ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
@@ -54,10 +56,8 @@ def bad_char(text: str) -> str | None:
     """The first character of ``text`` that text values may not hold (a control character, a line
     or paragraph separator, a format character), or None. Linear in ``len(text)``."""
     if text.isascii():
-        for ch in text:
-            if ch < " " or ch == "\x7f":
-                return ch
-        return None
+        bad = _ASCII_CONTROL.search(text)
+        return bad.group() if bad else None
     for ch in text:
         if unicodedata.category(ch) in _BAD_CATEGORIES:
             return ch

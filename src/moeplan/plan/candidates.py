@@ -71,6 +71,8 @@ class Candidate:
         parallel: the sizes and family, read from the resolved scenario (what was estimated).
         data: the full scenario mapping (what ``moeplan check``/``export`` take).
         scenario: resolved scenario.
+        memory_source: the memory estimate, or its :meth:`to_dict` mapping; :attr:`memory` gives the
+            mapping, made on first read (most candidates a search times are never shown).
         memory / throughput: :meth:`to_dict` of the memory and step-time estimates.
         recompute: the ladder rung chosen (label); dispatcher / graphs / cp_comm labels likewise.
         tried: per knob family, label → tokens/s/GPU (None: rejected or does not fit) of the variants
@@ -81,7 +83,7 @@ class Candidate:
     parallel: Parallel
     data: dict
     scenario: Scenario
-    memory: dict
+    memory_source: Any
     throughput: dict
     recompute: str
     knobs: dict[str, str]
@@ -89,6 +91,16 @@ class Candidate:
     capacity_gib: float = 0.0
     tried: dict[str, dict[str, Any]] = field(default_factory=dict)
     _warned: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    _memory: dict | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def memory(self) -> dict:
+        """:meth:`~moeplan.model.memory.MemoryEstimate.to_dict` of the memory estimate (made on first
+        read, then kept: changes to the mapping stay)."""
+        if self._memory is None:
+            src = self.memory_source
+            self._memory = src if isinstance(src, dict) else src.to_dict()
+        return self._memory
 
     def warning_ids(self) -> tuple[str, ...]:
         """Rule ids of the warnings ``moeplan check`` gives this candidate's scenario, sorted

@@ -18,16 +18,10 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import ThroughputEstimate, estimate_step
 from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, KNOB_KEYS, Candidate, Rejections
+from moeplan.plan.screening import RuleScreen
 from moeplan.plan.space import Parallel
 from moeplan.resolve.load import load_scenario
-from moeplan.rules import validate
-from moeplan.rules.known_issue_checks import blocking_finding
 from moeplan.units import GIB_BYTES
-
-#: rules the search does not run on each candidate: the harvested known-issue families only warn (they
-#: never reject a layout), and they cost one trigger per harvested entry; ``moeplan check`` on the
-#: chosen layout reports them
-SEARCH_SKIPPED_RULES = frozenset({"known_issue.harvested"})
 
 #: what :meth:`Evaluator.evaluate` finds: (rung label, data, scenario, memory, peak GiB of each rung tried)
 Found = tuple[str, dict, Scenario, MemoryEstimate, dict[str, float | None]]
@@ -56,6 +50,8 @@ class EvaluationCache:
         self._by_scenario: dict[int, _Entry] = {}
         self.hits = 0
         self.keep: list[object] = []
+        #: the rule screen of every candidate (:class:`~moeplan.plan.screening.RuleScreen`)
+        self.screen = RuleScreen()
 
     def resolve(self, data: dict, recipe_key: str, make) -> _Entry:
         """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` → (scenario, why) on a miss."""
@@ -221,13 +217,9 @@ class Evaluator:
             s = self.scenario(d)
         except InputError as exc:
             return None, f"input: {exc.field}"
-        res = validate(s, skip=SEARCH_SKIPPED_RULES)
-        if res.errors:
-            return None, res.errors[0].rule_id
-        blocked = blocking_finding(res.findings)  # a confirmed hang, crash or assertion at the stated versions
-        if blocked:
-            return None, blocked
-        return s, None
+        # the first broken rule, else a confirmed hang, crash or assertion at the stated versions
+        why = self.cache.screen.why_rejected(s)
+        return (None, why) if why else (s, None)
 
     def _faster_alternative(self, best: Found, data: dict) -> Found:
         """When only full recompute fits: the off-ladder rungs (every selective module with the
@@ -254,7 +246,7 @@ class Evaluator:
         read from the same resolved scenario the memory and time estimates were computed for."""
         rung_label, d, s, mem, seen = found
         th = self.step(s)
-        c = Candidate(Parallel.of(s), d, s, mem.to_dict(), th.to_dict(), rung_label, dict(knobs))
+        c = Candidate(Parallel.of(s), d, s, mem, th.to_dict(), rung_label, dict(knobs))
         c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
         c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
         return c

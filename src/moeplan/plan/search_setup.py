@@ -17,6 +17,7 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.schema import scenario_from_dict
 from moeplan.inputs.system import GpuSpec
 from moeplan.inputs.training import default_global_batch, says_default_batch
+from moeplan.model.model_notes import param_notes
 from moeplan.plan.bounds import throughput_bound
 from moeplan.plan.candidates import Candidate, Rejections
 from moeplan.plan.evaluation import Evaluator
@@ -252,6 +253,7 @@ def setup_search(base: dict, headroom_gib: float | None, constants, recipe_from:
         fixed_layout.update(added)
         data.setdefault("layout", {}).update(added)
         assumptions.append(why)
+    assumptions.extend(param_notes(m))  # a tower the config has and no candidate counts
     fixed_sizes = {k: v for k, v in fixed_layout.items() if k in PARALLEL_DIMS.values() and isinstance(v, int)}
     margin = None if headroom_gib is None else int(headroom_gib * GIB_BYTES)
     ev = Evaluator(data, margin, constants, recipe)

@@ -69,9 +69,26 @@ def scenario_deployment(s: Scenario) -> Deployment:
     (every deployment rule of one check asks for the same scenario's)."""
     if _LAST[0] is s:
         return _LAST[1]
-    _LAST[1] = _scenario_deployment(s)
+    stated = s.input.system.ep_library_build
+    key = (
+        None if stated is None else tuple(stated),
+        tuple(s.environment.items()),
+        s.gpus_per_node,
+        None if s.gpu is None else s.gpu.scaleup_domain_gpus,
+    )
+    got = _BY_FACTS.get(key)  # a plan's candidates share their deployment: built once
+    if got is None:
+        if len(_BY_FACTS) > 256:
+            _BY_FACTS.clear()
+        got = _BY_FACTS[key] = _scenario_deployment(s)
+    _LAST[1] = got
     _LAST[0] = s
-    return _LAST[1]
+    return got
+
+
+#: deployments by what they are built from (the stated build, the environment, the GPUs per node and
+#: the GPU's NVLink domain): :class:`Deployment` is frozen and its messages are plain values
+_BY_FACTS: dict[tuple, Deployment] = {}
 
 
 def _scenario_deployment(s: Scenario) -> Deployment:

@@ -46,8 +46,31 @@ def stage_plan(s: Scenario, allow_balanced: bool = False) -> StagePlan | None:
     if m is None or m.num_layers is None:
         raise InputError("model", None, "a model with num_layers to place layers")
     lay = s.layout
-    plan = plan_stages(
+    key = (
         m.num_layers,
+        s.pp,
+        lay.virtual_pipeline_model_parallel_size,
+        lay.num_layers_in_first_pipeline_stage,
+        lay.num_layers_in_last_pipeline_stage,
+        lay.account_for_embedding_in_pipeline_split,
+        lay.account_for_loss_in_pipeline_split,
+        repr(lay.pipeline_model_parallel_layout),
+        s.mtp_num_layers,
+        allow_balanced,
+    )
+    if key in _PLAN_CACHE:  # a pure function of the key: a plan call asks for each split many times
+        return _PLAN_CACHE[key]
+    if len(_PLAN_CACHE) > 5000:
+        _PLAN_CACHE.clear()
+    _PLAN_CACHE[key] = plan = _stage_plan(s, m.num_layers, allow_balanced)
+    return plan
+
+
+def _stage_plan(s: Scenario, num_layers: int, allow_balanced: bool) -> StagePlan | None:
+    """:func:`stage_plan` computed (no cache) for the model's ``num_layers`` decoder layers."""
+    lay = s.layout
+    plan = plan_stages(
+        num_layers,
         s.pp,
         lay.virtual_pipeline_model_parallel_size,
         first=lay.num_layers_in_first_pipeline_stage,
@@ -58,7 +81,7 @@ def stage_plan(s: Scenario, allow_balanced: bool = False) -> StagePlan | None:
         mtp_num_layers=s.mtp_num_layers,
     )
     if plan is None and allow_balanced and lay.pipeline_model_parallel_layout is None:
-        plan = balanced_stages(m.num_layers, s.pp, lay.virtual_pipeline_model_parallel_size, s.mtp_num_layers)
+        plan = balanced_stages(num_layers, s.pp, lay.virtual_pipeline_model_parallel_size, s.mtp_num_layers)
     return plan
 
 
@@ -104,6 +127,8 @@ def stage_params(
 
 
 _CACHE: dict[tuple, tuple] = {}
+#: :func:`stage_plan`'s answers by the layout keys they read (the plans are frozen and never changed)
+_PLAN_CACHE: dict[tuple, StagePlan | None] = {}
 
 
 def _stage_params(s: Scenario, make_vocab_size_divisible_by: int, allow_balanced: bool) -> list[StageParams]:

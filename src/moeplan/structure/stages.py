@@ -283,6 +283,7 @@ def pipeline_split(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail
     return None if text is None else {"pipeline_model_parallel_layout": text}
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of numbers; a plan asks for each split many times
 def balanced_layout(num_layers: int, pp: int, vpp: int, mtp_layers: int = 0, tail_layers: float = 0.0) -> str | None:
     """A balanced ``pipeline_model_parallel_layout`` string for ``num_layers`` decoder layers over
     ``pp × vpp`` virtual stages (the last stage's output layer and MTP blocks weighing ``tail_layers``
