@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeplan.api.side_inputs import load_step_constants, scenario_request
+from moeplan.api.side_inputs import load_step_constants, read_config, scenario_request
 from moeplan.errors import InputError
 from moeplan.i18n.messages import msg
 from moeplan.inputs.overrides import ScenarioFlags
@@ -38,7 +38,8 @@ class EstimateReport:
             batch size or when the layout breaks a rule. A layout whose only errors each carry one
             applicable fix (the pipeline split) is estimated with the fix applied: ``fixed`` then
             says which (``rule_ids``, ``edits``, ``text``) and ``check`` still lists the errors of
-            the layout as given. For a layout that does not fold into the
+            the layout as given. With ``--from`` (``from_format``) also ``import_notes`` (what the
+            import assumed or dropped, list of str). For a layout that does not fold into the
             world (memory cannot be estimated) ``check`` holds only verdict and errors, and memory
             and throughput are None.
         check: the full check (:meth:`moeplan.rules.CheckResult.to_dict`), every finding.
@@ -84,6 +85,7 @@ def estimate_report(
     flags: ScenarioFlags | None = None,
     workload: Path | None = None,
     calibration: Path | None = None,
+    from_format: str | None = None,
 ) -> EstimateReport:
     """Peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM; and the
     step time, tokens/s/GPU, model TFLOP/s/GPU and MFU, itemised (at the scenario's global batch, or
@@ -95,12 +97,27 @@ def estimate_report(
         flags: overrides laid over the file.
         workload: a workload YAML from ``moeplan vlm-stats -o`` (VLMs), put under ``workload:``.
         calibration: a profile from ``moeplan calibrate`` for the step-time constants.
+        from_format: read ``scenario`` in this format first (:func:`moeplan.api.side_inputs.read_config`:
+            a Bridge / Megatron-LM / driver configuration or a catalog recipe id); what the import
+            assumed or dropped is the document's ``import_notes`` (list of str). None: a scenario YAML.
 
     Raises:
         InputError: bad flags, scenario, workload or profile, or a scenario the memory model cannot
             estimate although it breaks no rule (e.g. no sequence length).
     """
-    data, batch_notes = scenario_request(scenario, flags, workload, default_batch=True)
+    source: Path | dict | None = scenario
+    import_notes: list[str] = []
+    if from_format is not None:
+        source, import_notes = read_config(scenario, from_format)
+    data, batch_notes = scenario_request(source, flags, workload, default_batch=True)
+    report = _estimate(data, batch_notes, calibration)
+    if from_format is not None:
+        report.document["import_notes"] = import_notes
+    return report
+
+
+def _estimate(data: dict, batch_notes: list[str], calibration: Path | None) -> EstimateReport:
+    """:func:`estimate_report` of the scenario mapping ``data`` (flags and workload laid over it)."""
     scn = load_scenario(data)
     checked = validate(scn)
     broken = checked.verdict in BROKEN

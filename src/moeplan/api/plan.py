@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from moeplan.api.side_inputs import load_step_constants, scenario_request
-from moeplan.errors import InputError, UnknownNameError
+from moeplan.api.side_inputs import load_step_constants, read_config, scenario_request
+from moeplan.errors import InputError, MoeplanError, UnknownNameError
 from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import LayoutSpec
 from moeplan.inputs.loading import dump_yaml
@@ -22,17 +22,20 @@ from moeplan.inputs.training import batch_for_tokens, says_default_batch
 from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE
 from moeplan.io.write import atomic_directory, check_writable, resolve_output, write_atomically, write_file_in
 from moeplan.plan import plan, sweep
+from moeplan.plan.changes import apply_check_fixes
 from moeplan.plan.fit import fit_layout
 from moeplan.plan.report import write_report
 from moeplan.plan.starting_points import list_recipes
 from moeplan.resolve.assumptions import default_batch_assumption
+from moeplan.resolve.load import load_scenario
+from moeplan.rules import validate
 
 #: ``progress(done, total)``, called as the search advances
 Progress = Callable[[int, int], None]
 
 
 def plan_request(
-    scenario: Path | None = None,
+    scenario: Path | dict | None = None,
     flags: ScenarioFlags | None = None,
     workload: Path | None = None,
     tokens_per_step: int | None = None,
@@ -51,6 +54,53 @@ def plan_request(
     """
     data, notes = scenario_request(scenario, flags, workload, tokens_per_step=tokens_per_step)
     return data, (notes[0] if notes else None)
+
+
+def _searched_request(
+    scenario: Path | None,
+    flags: ScenarioFlags | None,
+    workload: Path | None,
+    tokens_per_step: int | None,
+    from_format: str | None,
+    hold: list[str] | tuple[str, ...],
+    free: list[str] | tuple[str, ...],
+) -> tuple[dict, list[str], list[str]]:
+    """The request :func:`plan_report` searches: read (``--from`` imports it first), its unmodelled keys
+    set aside, the check's fixes of held settings applied (:func:`fixed_held_settings`) and only the
+    held keys kept (:func:`held_keys`). Returns (request, plan notes, import notes)."""
+    source: Path | dict | None = scenario
+    import_notes: list[str] = []
+    if from_format is not None:
+        source, import_notes = read_config(scenario, from_format)
+    data, rounding = plan_request(source, flags, workload, tokens_per_step)
+    data = split_unmodelled(data)  # keys moeplan does not model: carried, never searched or held
+    data, fixed_note = fixed_held_settings(data)
+    if hold or free:
+        lay = data.get("layout") or {}
+        data = {**data, "layout": {k: lay[k] for k in held_keys(lay, hold, free)}}
+    return data, [n for n in (rounding, fixed_note) if n], import_notes
+
+
+def fixed_held_settings(data: dict) -> tuple[dict, str | None]:
+    """The request with the check's own fixes applied (:func:`moeplan.plan.changes.apply_check_fixes`)
+    when its held layout breaks rules that each carry a one-change fix of a key the request states
+    (e.g. ``cross_entropy_fusion_impl: te`` at Megatron-LM ≥ 0.19): every candidate would otherwise
+    be rejected for a setting the search may not change. Returns (request, note naming the edits and
+    rules) or (``data``, None) when the request does not load, breaks no rule, or a fix is missing or
+    would set a key the request does not state."""
+    try:
+        errors = validate(load_scenario(data)).errors
+    except MoeplanError:
+        return data, None
+    layout = data.get("layout")
+    stated: dict = layout if isinstance(layout, dict) else {}
+    got = apply_check_fixes(data, errors) if errors else None
+    if got is None or not set(got[1]) <= set(stated):
+        return data, None
+    fixed, edits = got
+    text = ", ".join(f"{k}: {v}" for k, v in edits.items())
+    ids = ", ".join(sorted({f.rule_id for f in errors}))
+    return fixed, msg("plan.held_fixes_applied", edits=text, ids=ids)
 
 
 def _check_plan_options(
@@ -123,6 +173,7 @@ def plan_report(
     progress: Progress | None = None,
     hold: list[str] | tuple[str, ...] = (),
     free: list[str] | tuple[str, ...] = (),
+    from_format: str | None = None,
 ) -> dict:
     """Search the layout space and rank what fits by predicted tokens/s/GPU (or time to train), with
     why the winner wins, the rule-of-thumb baseline and a tally of what was rejected. Every layout key
@@ -137,6 +188,8 @@ def plan_report(
         report: also write a self-contained HTML report with plots here.
         save: also write the #1 layout as a scenario YAML here (nothing when nothing fits).
         calibration: a profile from ``moeplan calibrate``; progress: ``progress(done, total)``.
+        from_format: read ``scenario`` in this format first (:func:`moeplan.api.side_inputs.read_config`);
+            what the import assumed or dropped is then ``import_notes`` (list of str).
 
     Returns:
         :meth:`moeplan.plan.PlanResult.to_dict` (``request``, ``candidates`` [rank, label, dp,
@@ -150,11 +203,7 @@ def plan_report(
 
     inputs = (scenario, workload, calibration)
     _check_plan_options(objective, train_tokens, headroom_gib, save, report, inputs)
-    data, rounding = plan_request(scenario, flags, workload, tokens_per_step)
-    data = split_unmodelled(data)  # keys moeplan does not model: carried, never searched or held
-    if hold or free:
-        lay = data.get("layout") or {}
-        data = {**data, "layout": {k: lay[k] for k in held_keys(lay, hold, free)}}
+    data, notes, import_notes = _searched_request(scenario, flags, workload, tokens_per_step, from_format, hold, free)
     consts = load_step_constants(calibration)
     res = plan(
         data,
@@ -166,14 +215,15 @@ def plan_report(
         progress=progress,
         objective=objective,
     )
-    if rounding:
-        res.notes.append(rounding)
+    res.notes.extend(notes)
     if calibration is not None:  # (then consts is the profile's)
         res.notes.append(_calibration_note(consts, calibration))
     out = res.to_dict()
     if data.get("unmodelled_keys"):
         bridge = (data.get("versions") or {}).get("megatron_bridge")
         out["unmodelled_keys"] = describe_unmodelled(data["unmodelled_keys"], bridge)
+    if from_format is not None:
+        out["import_notes"] = import_notes
     if report is not None:
         write_report(res, report, inputs)
         out["report"] = str(report)

@@ -4,15 +4,46 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, missing_file
+from moeplan.i18n.messages import msg
 from moeplan.inputs.loading import load_scenario_file, load_yaml_file, merge_overrides
 from moeplan.inputs.overrides import ScenarioFlags, scenario_overrides
+from moeplan.inputs.policy import MAX_JSON_BYTES, read_text
 from moeplan.inputs.training import batch_for_tokens, default_global_batch
+from moeplan.io.driver_configs import import_any
+from moeplan.io.imports import import_dump
+from moeplan.io.run_logs import read_log
 from moeplan.model.constants_fit import load_profile
+from moeplan.plan.starting_points import published_scenario
 from moeplan.resolve.load import load_scenario
 
+#: the longest configuration file imported (a Bridge YAML, an overrides file, a command line)
+MAX_CONFIG_BYTES = MAX_JSON_BYTES
 #: the largest global batch (sequences) a request may ask for: the training schema's cap
 MAX_GLOBAL_BATCH = 2**24
+
+
+def read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
+    """A configuration in a foreign format as a scenario mapping, and the import notes (what the import
+    assumed or dropped, one sentence each): ``check``, ``estimate`` and ``plan``'s ``--from``.
+
+    Args:
+        path: the file; for ``mbridge-recipe`` the id of a catalog perf recipe instead.
+        from_format: ``mbridge-yaml``, ``mbridge-overrides``, ``megatron-lm-args``, ``megatron-log``
+            (:mod:`moeplan.io.imports`), a driver's format (:mod:`moeplan.io.driver_configs`) or
+            ``mbridge-recipe`` (:func:`moeplan.plan.starting_points.published_scenario`).
+
+    Raises:
+        InputError: a missing or unreadable file (over :data:`MAX_CONFIG_BYTES`), an unknown format,
+            or a configuration it cannot read (the field named).
+    """
+    if from_format == "mbridge-recipe" and path is not None:  # a catalog recipe by its id, no file
+        return published_scenario(path.as_posix()), [msg("drivers.recipe_loaded", id=path.as_posix())]
+    if path is None or not path.is_file():
+        raise missing_file("scenario", path, f"{from_format} file")
+    if from_format == "megatron-log":  # a training log of any length: streamed, its dump kept
+        return import_dump(read_log(path, "scenario").dump)
+    return import_any(read_text(path, "scenario", MAX_CONFIG_BYTES), from_format)
 
 
 def scenario_request(

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
 
 from moeplan.api.check import check_report, gpus_report, models_report, params_report, rules_report
 from moeplan.cli import render
-from moeplan.cli.options import JsonOpt, LangOpt, ScenarioArg, exit_with, input_errors, scenario_options
+from moeplan.cli.options import FromOpt, JsonOpt, LangOpt, ScenarioArg, exit_with, input_errors, scenario_options
 from moeplan.cli.render import check_view as tables
 from moeplan.inputs.overrides import ScenarioFlags
 
 #: memory verdicts that make ``check`` exit 1 (does not fit; may not fit within the error band)
 NOT_FITTING = ("does-not-fit", "tight")
-
-FromOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--from",
-        help="Read SCENARIO as mbridge-yaml, mbridge-overrides, megatron-lm-args, megatron-log (the argument dump), megatron-lm-yaml (a Megatron-LM MoE recipe), verl-yaml, slime-args, nemo-rl-yaml, ms-swift-args, skyrl-overrides; or mbridge-recipe with a catalog perf recipe id as SCENARIO.",
-    ),
-]
 
 
 @scenario_options()
@@ -90,7 +82,7 @@ def params(
     if as_json:
         render.print_json(doc)
     else:
-        tables.render_params(doc["model"], doc["params"], doc["per_rank"])
+        tables.render_params(doc["model"], doc["params"], doc["per_rank"], doc.get("notes"))
 
 
 def rules_cmd(as_json: JsonOpt = False, lang: LangOpt = None) -> None:

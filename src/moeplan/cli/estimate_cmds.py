@@ -13,6 +13,7 @@ from moeplan.cli import render
 from moeplan.cli.options import (
     EXIT_RULE,
     CalibrationOpt,
+    FromOpt,
     JsonOpt,
     LangOpt,
     ScenarioArg,
@@ -46,6 +47,7 @@ def estimate(
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
+    from_: FromOpt = None,
     lang: LangOpt = None,
 ) -> None:
     """Estimate peak memory per GPU for every pipeline stage, itemised, against the GPU's usable HBM,
@@ -55,7 +57,8 @@ def estimate(
     memory model's error band around the peak crosses the usable HBM) or breaks a rule, 2 on bad input."""
     with input_errors():
         render.set_lang(lang)
-        report = estimate_report(scenario, flags, workload, calibration)
+        report = estimate_report(scenario, flags, workload, calibration, from_)
+    render.print_lines("note", report.document.get("import_notes", []))
     if as_json:
         render.print_json(report.document)
     else:

@@ -148,7 +148,17 @@ def scenario_options(*names: str, **replace: Any) -> Callable[[Callable], Callab
     return decorate
 
 
+FromOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--from",
+        help="Read SCENARIO as mbridge-yaml, mbridge-overrides, megatron-lm-args, megatron-log (the argument dump), megatron-lm-yaml (a Megatron-LM MoE recipe), verl-yaml, slime-args, nemo-rl-yaml, ms-swift-args, skyrl-overrides; or mbridge-recipe with a catalog perf recipe id as SCENARIO.",
+    ),
+]
+
+
 __all__ = [
+    "FromOpt",
     "EXIT_INPUT",
     "EXIT_OK",
     "EXIT_RULE",

@@ -11,6 +11,7 @@ from moeplan.api.plan import fit_report, plan_report, recipes_report, sweep_repo
 from moeplan.cli import render
 from moeplan.cli.options import (
     CalibrationOpt,
+    FromOpt,
     HeadroomOpt,
     JsonOpt,
     LangOpt,
@@ -65,6 +66,7 @@ def plan_cmd(
     calibration: CalibrationOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
+    from_: FromOpt = None,
     lang: LangOpt = None,
 ) -> None:
     """Search the layout space (TP, PP, VPP, CP, EP, ETP, MBS, recompute, dispatcher, CUDA graphs,
@@ -91,7 +93,9 @@ def plan_cmd(
             workload=workload,
             calibration=calibration,
             progress=tick,
+            from_format=from_,
         )
+    render.print_lines("note", out.get("import_notes", []))
     if as_json:
         render.print_json(out)
     else:

@@ -195,6 +195,21 @@ def _has_at(key: str, framework: str, release: str | None) -> bool:
     return any(_in_spans(release, p.spans, releases(framework)) for p in places)
 
 
+@lru_cache(maxsize=4096)
+def _flag_at(key: str, release: str | None) -> bool:
+    """True when ``--key-with-dashes`` is a Megatron-LM flag at ``release`` (any release when None),
+    whatever its dest: a recipe's ``ARGS`` key becomes that flag in Megatron-LM's launcher, and a flag
+    built from a config field with other ``arg_names`` sets that field (``--norm-epsilon`` →
+    ``layernorm_epsilon`` from 0.16, megatron/training/argument_utils.py)."""
+    flag = "--" + key.replace("_", "-")
+    order = releases("megatron-lm")
+    return any(
+        r.get("flag") == flag and (release is None or _in_spans(release, _place("megatron-lm", r).spans, order))
+        for rows in _rows("megatron-lm").values()
+        for r in rows
+    )
+
+
 def key_status(
     key: str, modelled: Collection[str] = (), mcore: Version | str | None = None, bridge: Version | str | None = None
 ) -> Status:
@@ -208,6 +223,7 @@ def key_status(
         _has_at(key, "megatron-core", mrel)
         or _has_at(key, "megatron-lm", mrel)
         or _has_at(key, "megatron-bridge", brel)
+        or _flag_at(key, mrel)
     ):
         return "accepted"
     return "unknown"

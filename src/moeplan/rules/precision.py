@@ -265,6 +265,7 @@ def _te_ce(s, e):
                 fix,
                 "cross_entropy_fusion_impl",
                 "cross_entropy_loss_fusion",
+                edits={"cross_entropy_fusion_impl": "native"},
             )
         ]
     return [

@@ -9,7 +9,7 @@ from packaging.version import Version
 from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.resolved import NEWEST_MCORE
 from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE, release_version
-from moeplan.rules.base import both, rule, why_for_dp, why_microbatch_count
+from moeplan.rules.base import both, is_dev_build, rule, why_for_dp, why_microbatch_count
 
 #: layout keys that appear in a later megatron-core than 0.16 (§3.13) → the first version that has
 #: each: :func:`_keys_version` rejects them for older versions and the export
@@ -25,6 +25,9 @@ KEY_MIN_MCORE: dict[str, Version] = {
     # to a release whose TransformerConfig would reject the unknown field (sequence.cp_partition_mode)
     "cp_partition_mode": Version("0.21.0"),
 }
+#: keys of :data:`KEY_MIN_MCORE` that megatron-core's dev branch has before any release: a stated dev
+#: build (:func:`moeplan.rules.base.is_dev_build`) has them
+DEV_BRANCH_KEYS = frozenset({"cp_partition_mode"})
 
 
 def _divisors_hint(w: int, d: int) -> Message:
@@ -284,6 +287,8 @@ def _keys_version(s, e):
         if key == "cuda_graph_modules":
             continue  # reported by graphs.impl_and_scope_values
         val = getattr(lay, key, None)
+        if key in DEV_BRANCH_KEYS and is_dev_build(s):
+            continue  # the stated build is the dev branch that has it (sequence.cp_partition_mode says so)
         if val not in (None, False) and s.mcore_version < first:
             out.append(
                 e.error(
