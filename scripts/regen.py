@@ -104,6 +104,13 @@ STEPS: tuple[Step, ...] = (
         slow=True,
     ),
     Step(
+        "mamba_time",
+        ("benchmarks/fit_mamba_time.py",),
+        (f"{DATA}/mamba_time.json",),
+        5,
+        "the Mamba-2 SSD kernels' rate, fitted on the Nemotron-3 rows of releases up to 26.06",
+    ),
+    Step(
         "accuracy",
         ("benchmarks/accuracy.py",),
         ("docs/accuracy.md", "docs/figures.json", f"{DATA}/time_validity.json"),

@@ -302,6 +302,35 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"context_parallel_size": 2},
     },
     {"model": "Qwen/Qwen3-Next-80B-A3B-Instruct", "model_overrides": {"linear_num_value_heads": 24}},
+    # Gemma-4 26B-A4B: CP with its 512-wide global heads, CUDA graphs Bridge refuses, TP 4 over its 2 global
+    # KV heads (replicated from core 0.16, an error before)
+    {
+        "model": "google/gemma-4-26B-A4B",
+        "layout": {"context_parallel_size": 2, "cp_comm_type": "a2a", "cuda_graph_impl": "transformer_engine"},
+    },
+    {
+        "model": "google/gemma-4-26B-A4B",
+        "versions": {"megatron_core": "0.15.0"},
+        "layout": {"tensor_model_parallel_size": 4, "sequence_parallel": True},
+    },
+    # DeepSeek-V4: a release that cannot build it; TP > 1; hash layers off the embedding stage; MTP with
+    # hyper-connections on main; 'mhc' recompute with 'mlp'
+    {"model": "deepseek-ai/DeepSeek-V4-Flash", "versions": {"megatron_core": "0.19.0"}},
+    {
+        "model": "deepseek-ai/DeepSeek-V4-Flash",
+        "versions": {"megatron_core": "0.19.0+dev"},
+        "layout": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2},
+    },
+    {
+        "model": "deepseek-ai/DeepSeek-V4-Flash",
+        "versions": {"megatron_core": "0.20.0"},
+        "layout": {
+            "pipeline_model_parallel_size": 2,
+            "pipeline_model_parallel_layout": "Et*2|t*41mL",
+            "recompute_granularity": "selective",
+            "recompute_modules": ["mhc", "mlp"],
+        },
+    },
     # Mamba-2 hybrid: groups not divisible by TP; heads per TP rank and groups vs CP; heads vs groups
     {"model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "layout": {"tensor_model_parallel_size": 16}},
     {
@@ -310,6 +339,28 @@ TARGETED: tuple[dict, ...] = (
         "system": {"gpu": "h100", "num_gpus": 12},
     },
     {"model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "model_overrides": {"mamba_num_groups": 6}},
+    # latent MoE: before megatron-core 0.16; with shared-expert overlap; with 0.16's legacy grouped GEMM
+    {
+        "model": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8",
+        "versions": {"megatron_core": "0.15.3"},
+        "layout": {"expert_model_parallel_size": 16},
+    },
+    {
+        "model": "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8",
+        "versions": {"megatron_core": "0.16.1"},
+        "layout": {
+            "expert_model_parallel_size": 16,
+            "moe_shared_expert_overlap": True,
+            "moe_use_legacy_grouped_gemm": True,
+        },
+    },
+    # hybrid MTP block: a release without it; the block placed off the last pipeline stage
+    {"model": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", "versions": {"megatron_core": "0.16.1"}},
+    {
+        "model": "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4",
+        "layout": {"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et*26m|t*26L"},
+        "system": {"gpu": "h100", "num_gpus": 16},
+    },
     {
         "model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
         "layout": {"pipeline_model_parallel_size": 3, "virtual_pipeline_model_parallel_size": 2},
@@ -415,6 +466,30 @@ TARGETED: tuple[dict, ...] = (
             "moe_flex_dispatcher_backend": "hybridep",
         },
         "system": {"gpu": "gb200", "num_gpus": 256, "ep_library_build": ["deepep-nvshmem"]},
+    },
+    # DeepSeek Sparse Attention: a release without it, top-k sharing before 0.19, CP per release,
+    # RoPE fusion, a pipeline split across a sharing group, the PyTorch fallback
+    {"model": "deepseek-ai/DeepSeek-V3.2", "versions": {"megatron_core": "0.15.0"}},
+    {
+        "model": "zai-org/GLM-5",
+        "model_overrides": {"dsa_indexer_topk_freq": 4, "dsa_indexer_skip_topk_offset": 3},
+        "versions": {"megatron_core": "0.18.0"},
+    },
+    {
+        "model": "zai-org/GLM-5",
+        "model_overrides": {"dsa_indexer_topk_freq": 4, "dsa_indexer_skip_topk_offset": 3},
+        "versions": {"megatron_core": "0.19.0"},
+        "layout": {"pipeline_model_parallel_size": 2, "apply_rope_fusion": True},
+    },
+    {
+        "model": "deepseek-ai/DeepSeek-V3.2",
+        "versions": {"megatron_core": "0.18.0"},
+        "layout": {"context_parallel_size": 2},
+    },
+    {
+        "model": "deepseek-ai/DeepSeek-V3.2",
+        "versions": {"megatron_core": "0.19.0"},
+        "layout": {"context_parallel_size": 2, "cp_comm_type": "p2p"},
     },
     {"environment": {"NCCL_IB_DISABLE": "1"}, "layout": {"expert_model_parallel_size": 16}},
     {

@@ -266,6 +266,15 @@ def test_catalogue_reports():
     assert [r["rule_id"] for r in rules_report()] == list(RULES)
 
 
+def test_catalogue_kind_names_each_layer_family():
+    kinds = {r["id"]: r["kind"] for r in models_report()}
+    assert kinds["nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"] == "MoE hybrid-Mamba"
+    assert kinds["deepseek-ai/DeepSeek-V4-Flash"] == "MoE MLA+CSA"
+    assert kinds["deepseek-ai/DeepSeek-V3.2"] == "MoE MLA+DSA"
+    assert kinds["Qwen/Qwen3-Next-80B-A3B-Instruct"] == "MoE hybrid-GDN"
+    assert kinds["deepseek-ai/DeepSeek-V3"] == "MoE MLA"
+
+
 # --- estimate, export --------------------------------------------------------------------------------
 
 

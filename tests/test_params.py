@@ -55,7 +55,9 @@ def test_parts_sum_to_total():
         m = get_model(hf_id)
         c = count_params(m)
         assert sum(c.by_kind.values()) == c.total
-        layers = c.total - c.by_kind["embedding"] - c.by_kind["output_layer"] - m.hidden_size  # final norm
+        # final norm, and with hyper-connections (DeepSeek-V4) the block's stream-contracting head beside it
+        head = c.by_kind.get("hyper_connection_head", 0)
+        layers = c.total - c.by_kind["embedding"] - c.by_kind["output_layer"] - m.hidden_size - head
         assert sum(c.per_layer_kind.values()) == layers
 
 
@@ -88,7 +90,9 @@ def test_published_counts(hf_id, what, published):
     conv = COUNTING_CONVENTIONS.get(hf_id)
     c = count_params(m)
     if what == "total":
-        ours = c.total_with(vision=conv.total_includes_vision if conv else True)
+        ours = c.total_with(
+            mtp=conv.total_includes_mtp if conv else False, vision=conv.total_includes_vision if conv else True
+        )
     else:
         ours = c.active(
             input_embedding=conv.active_includes_input_embedding if conv else True,

@@ -5,42 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeplan.api.side_inputs import scenario_request
+from moeplan.api.side_inputs import read_config, scenario_request
 from moeplan.catalog import COUNTING_CONVENTIONS, get_gpu, get_model, list_gpus, list_models
-from moeplan.errors import InputError, missing_file
-from moeplan.i18n.messages import msg
+from moeplan.errors import InputError
 from moeplan.inputs.overrides import ScenarioFlags, scenario_overrides
-from moeplan.inputs.policy import MAX_JSON_BYTES, read_text
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.versions import rules_version_basis
-from moeplan.io.driver_configs import import_any
-from moeplan.io.imports import import_dump
-from moeplan.io.run_logs import read_log
 from moeplan.model.memory import estimate_memory
-from moeplan.plan.starting_points import published_scenario
+from moeplan.model.model_notes import param_notes
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES, validate
 from moeplan.structure.params import count_params
 from moeplan.structure.placement import stage_params
-
-#: the longest configuration file imported (a Bridge YAML, an overrides file, a command line)
-MAX_CONFIG_BYTES = MAX_JSON_BYTES
-
-
-def _read_config(path: Path | None, from_format: str) -> tuple[dict, list[str]]:
-    """A Megatron Bridge / Megatron-LM configuration file as a scenario mapping, and the import notes.
-
-    Raises:
-        InputError: a missing or unreadable file, an unknown format, or a configuration it cannot read.
-    """
-
-    if from_format == "mbridge-recipe" and path is not None:  # a catalog recipe by its id, no file
-        return published_scenario(path.as_posix()), [msg("drivers.recipe_loaded", id=path.as_posix())]
-    if path is None or not path.is_file():
-        raise missing_file("scenario", path, f"{from_format} file")
-    if from_format == "megatron-log":  # a training log of any length: streamed, its dump kept
-        return import_dump(read_log(path, "scenario").dump)
-    return import_any(read_text(path, "scenario", MAX_CONFIG_BYTES), from_format)
 
 
 def check_report(
@@ -73,7 +49,7 @@ def check_report(
     source: Path | dict | None = scenario
     notes: list[str] = []
     if from_format is not None:
-        source, notes = _read_config(scenario, from_format)
+        source, notes = read_config(scenario, from_format)
     data, batch = scenario_request(source, flags)
     scn = load_scenario(data)
     result = validate(scn)
@@ -123,7 +99,8 @@ def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = No
     Returns:
         ``{"model": name, "params": ParamCounts.to_dict() (by_kind, total, active, mtp, vision;
         parameter counts), "per_rank": [StageParams.to_dict() per stage], "scenario": summary,
-        "split_errors": ["rule_id: message" of each pipeline rule the split breaks]}`` (the counts
+        "split_errors": ["rule_id: message" of each pipeline rule the split breaks], "notes": what the
+        counts leave out or count unlike the checkpoint}`` (the counts
         are exact for the split as given, even one Megatron would refuse).
 
     Raises:
@@ -141,16 +118,21 @@ def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = No
         "per_rank": stages,
         "scenario": scn.summary(),
         "split_errors": [f"{f.rule_id}: {f.message}" for f in split_errors],
+        "notes": param_notes(scn.complete_model),
     }
 
 
 def _model_kind(m) -> str:
-    """``[VLM ]MoE|dense[ MLA][ hybrid-GDN]`` of a :class:`moeplan.ModelSpec`."""
+    """``[VLM ]MoE|dense[ MLA][+DSA|+CSA][ hybrid-GDN][ hybrid-Mamba]`` of a :class:`moeplan.ModelSpec`
+    (CSA: DeepSeek-V4's compressed sparse attention with hyper-connections)."""
     return (
         ("VLM " if m.is_vlm else "")
         + ("MoE" if m.is_moe else "dense")
         + (" MLA" if m.multi_latent_attention else "")
+        + ("+DSA" if m.has_dsa else "")
+        + ("+CSA" if m.is_dsv4 else "")
         + (" hybrid-GDN" if m.has_linear_attention else "")
+        + (" hybrid-Mamba" if m.has_mamba else "")
     )
 
 
@@ -178,14 +160,17 @@ def models_report() -> list[dict]:
                 "experts": f"{m.num_moe_experts} top-{m.moe_router_topk}" if m.is_moe else None,
                 "total_params": c.total,
                 "active_params": c.active(),
-                "total_params_as_published": c.total_with(vision=conv.total_includes_vision if conv else True),
+                "total_params_as_published": c.total_with(
+                    mtp=conv.total_includes_mtp if conv else False,
+                    vision=conv.total_includes_vision if conv else True,
+                ),
                 "active_params_as_published": c.active(
                     input_embedding=conv.active_includes_input_embedding if conv else True,
                     output_layer=conv.active_includes_output_layer if conv else True,
                 ),
                 "mtp_params": c.mtp,
                 "vision_params": c.vision,
-                "published": f"{pub['total']} / {pub['active']}" if "total" in pub else None,
+                "published": f"{pub['total']} / {pub.get('active', '-')}" if "total" in pub else None,
                 "reconstructed_config": m.reconstructed,
             }
         )

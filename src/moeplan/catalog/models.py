@@ -31,20 +31,55 @@ class CountingConvention:
     ``total_includes_vision``: whether the published total counts the vision tower.
     ``measured_includes_mtp_layers``: MTP layers present in a measured checkpoint sum but not
     declared in config.json (Qwen3-Next).
+    ``total_includes_mtp``: the published total counts the MTP layers (a checkpoint's size, as the
+    Hugging Face page of DeepSeek-V3.2 gives it).
     """
 
     active_includes_input_embedding: bool = True
     total_includes_vision: bool = True
     active_includes_output_layer: bool = True
     measured_includes_mtp_layers: int | None = None
+    total_includes_mtp: bool = False
     note: str = ""
 
 
 COUNTING_CONVENTIONS: dict[str, CountingConvention] = {
     "deepseek-ai/DeepSeek-V3": CountingConvention(False, note="671B/37B exclude the MTP module (+11.5B)"),
     "deepseek-ai/DeepSeek-R1": CountingConvention(False, note="same as DeepSeek-V3"),
+    "deepseek-ai/DeepSeek-V3.2": CountingConvention(
+        False,
+        total_includes_mtp=True,
+        note="685B is the checkpoint: the MTP layer with its own copies of the embedding and output head "
+        "(2 x 0.93B, not counted here)",
+    ),
     "deepseek-ai/DeepSeek-V2-Lite": CountingConvention(False),
+    "deepseek-ai/DeepSeek-V4-Flash": CountingConvention(
+        False, note="284B / 13B exclude the MTP layer (+6.61B), as DeepSeek-V3's figures do"
+    ),
+    "deepseek-ai/DeepSeek-V4-Pro": CountingConvention(
+        False,
+        note="1.6T has two significant figures: 1.573T without the MTP layer (counted here, as for DeepSeek-V3), "
+        "1.599T with it (+25.84B); 49B activated leaves out the input embedding",
+    ),
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": CountingConvention(
+        False,
+        total_includes_mtp=True,
+        note="the total is the checkpoint's element count, with the MTP block (+2.94B; the headline 120B "
+        "leaves it out); 12B active leaves out the input embedding",
+    ),
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": CountingConvention(
+        False, note="550B / 55B exclude the MTP block (+11.2B); 55B active leaves out the input embedding"
+    ),
+    "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4": CountingConvention(
+        note="31.6B / 3.6B (Nemotron 3 Nano's decoder, NVIDIA's Lightning pages round to 30B / 3B) exclude the "
+        "hybrid MTP block (+1.34B, one attention + one MoE layer reused at every depth)"
+    ),
     "moonshotai/Kimi-K2-Instruct": CountingConvention(False, note="DeepSeek-V3 architecture"),
+    "google/gemma-4-26B-A4B": CountingConvention(
+        total_includes_vision=False,
+        note="25.2B / 3.8B are the language model (the ~550M vision tower is listed apart and not counted "
+        "here); ours adds the 14.4M value rows Megatron Bridge builds for the K = V layers",
+    ),
     "openai/gpt-oss-120b": CountingConvention(False, note="active counts the unembedding, not the embedding"),
     "openai/gpt-oss-20b": CountingConvention(False, note="active counts the unembedding, not the embedding"),
     "Qwen/Qwen3-Next-80B-A3B-Instruct": CountingConvention(
@@ -57,6 +92,19 @@ COUNTING_CONVENTIONS: dict[str, CountingConvention] = {
     "Qwen/Qwen3.5-397B-A17B": CountingConvention(note="total includes the vision tower, excludes MTP"),
     "Qwen/Qwen3.5-122B-A10B": CountingConvention(note="total includes the vision tower, excludes MTP"),
     "Qwen/Qwen3.5-35B-A3B": CountingConvention(note="total includes the vision tower, excludes MTP"),
+    "Qwen/Qwen3.6-35B-A3B": CountingConvention(note="total includes the vision tower, excludes MTP"),
+    "MiniMaxAI/MiniMax-M2.5": CountingConvention(
+        False,
+        active_includes_output_layer=False,
+        note="229B is the checkpoint (no MTP weights); '10B active' (9.8B in MiniMax's report) leaves out both "
+        "vocabulary tables",
+    ),
+    "moonshotai/Kimi-K2.5": CountingConvention(
+        note="32.86B active counts the input embedding and not the MoonViT tower (NVIDIA's table)"
+    ),
+    "moonshotai/Moonlight-16B-A3B": CountingConvention(
+        note="15.96B: the checkpoint's BF16 bytes / 2 (163,842 embedding rows, 8,192 parameters above config.json)"
+    ),
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": CountingConvention(note="109B total includes vision"),
     "meta-llama/Llama-4-Maverick-17B-128E-Instruct": CountingConvention(note="400B total includes vision"),
 }

@@ -1,14 +1,15 @@
 """Which Hugging Face ``config.json`` families moeplan models, and the refusal of everything else.
 
 A config whose architecture moeplan cannot represent must never become a silently different model
-(e.g. a Mamba hybrid built as attention + MoE layers, or DeepSeek-V4's compressed attention built as
-plain MLA). :func:`refuse_unmodelled` raises an :class:`~moeplan.errors.InputError` naming the first
+(e.g. a Mamba hybrid built as attention + MoE layers, or Kimi Delta Attention built as softmax
+attention). :func:`refuse_unmodelled` raises an :class:`~moeplan.errors.InputError` naming the first
 field (and its value) that moeplan does not model:
 
 - a field in :data:`UNMODELLED_FIELDS` (each with what it is and which family uses it), in any config;
 - a per-layer list whose entries name a layer kind moeplan has no model for (``layer_types``,
   ``attn_type_list``, ``mlp_layer_types``);
-- a vision or audio tower other than the Qwen3-VL / Qwen3.5 and Llama 4 towers;
+- a vision or audio tower other than the Qwen3-VL / Qwen3.5, Llama 4 and Kimi-K2.5 MoonViT towers
+  (and MoonViT variants other than :data:`MOONVIT_VARIANT`);
 - for a ``model_type`` outside :data:`KNOWN_MODEL_TYPES`, any field outside :data:`GENERIC_KEYS` (the
   fields whose meaning is the same in every family, and those the mapping reads): moeplan cannot
   know what an unfamiliar field does to the parameter count.
@@ -25,9 +26,11 @@ from moeplan.errors import InputError
 
 #: what moeplan models, for the error messages
 MODELLED = (
-    "dense and MoE decoders (GQA or MLA attention, full / sliding-window / chunked layers, Gated "
-    "DeltaNet hybrids, Mamba-2 / attention / MoE / MLP hybrids of Nemotron-H, shared experts, MTP) and "
-    "the Qwen3-VL / Qwen3.5 / Llama 4 vision towers"
+    "dense and MoE decoders (GQA or MLA attention, DeepSeek Sparse Attention, full / sliding-window / chunked layers, Gated "
+    "DeltaNet hybrids, Mamba-2 / attention / MoE / MLP hybrids of Nemotron-H, shared experts, the latent "
+    "MoE of Nemotron-3, DeepSeek-V4's compressed sparse attention, hyper-connections and hash-routed layers, "
+    "the Gemma-4 MoE with its own global-layer heads, MTP) and "
+    "the Qwen3-VL / Qwen3.5 / Llama 4 / Kimi-K2.5 MoonViT vision towers"
 )
 
 #: HF ``model_type`` values whose mapping moeplan implements and checks against published totals
@@ -57,11 +60,37 @@ KNOWN_MODEL_TYPES = frozenset(
         "llama4",
         "llama4_text",
         "nemotron_h",
+        "minimax_m2",
+        "deepseek_v4",
+        "deepseek_v32",
+        "glm_moe_dsa",
+        "gemma4",
+        "gemma4_text",
     }
 )
 
+#: Gemma-4 fields moeplan models in a ``gemma4`` / ``gemma4_text`` config (``inputs.model_spec._gemma4_fields``,
+#: Megatron Bridge's ``Gemma4ModelProvider``); per-layer input embeddings, KV-shared layers and
+#: double-wide MLPs (Bridge's ``Gemma4DenseProvider`` only) stay refused
+GEMMA4_MODELLED = frozenset({"global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "enable_moe_block"})
+#: vision-tower ``model_type`` prefixes accepted and not counted (the model states it:
+#: ``ModelSpec.vision_not_counted``): Gemma-4's SigLIP-style tower, which moeplan has no shapes for
+UNCOUNTED_VISION_TYPES = ("gemma4",)
+
 #: Mamba-2 hybrid fields moeplan models in a ``nemotron_h`` config (``inputs.model_spec._hybrid_fields``)
-NEMOTRON_H_MODELLED = frozenset({"hybrid_override_pattern", "layers_block_type", "ssm_state_size", "mamba_num_heads"})
+NEMOTRON_H_MODELLED = frozenset(
+    {"hybrid_override_pattern", "layers_block_type", "ssm_state_size", "mamba_num_heads", "moe_latent_size"}
+    | {"mtp_hybrid_override_pattern", "mtp_layers_block_type"}  # the hybrid MTP block (_hybrid_mtp_fields)
+)
+#: DeepSeek Sparse Attention fields moeplan models in a ``deepseek_v32`` / ``glm_moe_dsa`` config
+#: (``inputs.model_spec._dsa_fields``); any other family carrying them stays refused
+DSA_MODELLED = frozenset({"index_topk", "index_n_heads", "index_head_dim", "indexer_types"})
+
+#: DeepSeek-V4 fields moeplan models in a ``deepseek_v4`` config (``inputs.dsv4_config.dsv4_fields``)
+DSV4_MODELLED = frozenset(
+    {"compress_ratios", "hc_mult", "o_groups", "o_lora_rank", "num_hash_layers", "index_topk", "index_n_heads"}
+    | {"index_head_dim"}
+)
 
 #: fields whose presence (with a value other than null / false / 0 / empty) means an architecture
 #: moeplan does not model: field → what it is (and where it comes from)
@@ -87,6 +116,7 @@ UNMODELLED_FIELDS: dict[str, str] = {
     "index_n_heads": "DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5)",
     "index_head_dim": "DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5)",
     "indexer_types": "DeepSeek Sparse Attention indexers shared across layers (GLM-5.x)",
+    "index_topk_pattern": "a per-layer top-k pattern of DeepSeek Sparse Attention indexers (GLM-5.x)",
     "sparse_attention_config": "block-sparse attention with an indexer (MiniMax-M3)",
     "linear_attn_config": "Kimi Delta Attention layers (Kimi-Linear, Kimi-K3)",
     "attn_res_block_size": "attention residual blocks (Kimi-K3)",
@@ -108,6 +138,7 @@ UNMODELLED_FIELDS: dict[str, str] = {
     "moe_num_experts": "ERNIE-4.5's expert layout (moe_layer_start_index / moe_k)",
     "use_mixed_mlp_moe": "Hunyuan's mixed dense + MoE MLP",
     "num_mtp_modules": "MiniMax's MTP modules",
+    "shared_intermediate_size": "MiniMax's shared expert",
     "mtp_hybrid_override_pattern": "hybrid MTP layers (Nemotron-3)",
     "mtp_layers_block_type": "hybrid MTP layers (Nemotron-3)",
 }
@@ -196,12 +227,13 @@ def _check_layer_lists(text: dict) -> None:
     attn = text.get("attn_type_list")  # MiniMax: 1 softmax attention, 0 lightning (linear) attention
     if isinstance(attn, list) and any(a != 1 for a in attn):
         raise _refuse("attn_type_list", attn, "lightning (linear) attention layers (MiniMax)")
-    if text.get("qk_norm_type") not in (None, "per_head"):
+    if text.get("qk_norm_type") not in (None, "per_head", "per_layer"):  # per_layer: qk_layernorm_full_dim
         raise _refuse("qk_norm_type", text["qk_norm_type"], "a QK norm over all heads at once")
 
 
 def _check_towers(top: dict) -> None:
-    """Only the vision towers of :data:`VISION_TYPES`, and no audio tower."""
+    """Only the vision towers of :data:`VISION_TYPES` (and those of :data:`UNCOUNTED_VISION_TYPES`,
+    accepted and not counted), and no audio tower."""
     if _given(top.get("audio_config")):
         raise _refuse("audio_config", top["audio_config"], "an audio tower")
     vc = top.get("vision_config")
@@ -211,9 +243,35 @@ def _check_towers(top: dict) -> None:
         return
     if not isinstance(vc, dict):
         raise InputError("config.json:vision_config", _shown(vc), "a mapping (the vision tower's config)")
+    if is_moonvit_config(vc) and top.get("model_type") in MOONVIT_MODEL_TYPES:
+        _check_moonvit(vc)
+        return
     kind = str(vc.get("model_type") or "")
-    if not kind.startswith(VISION_TYPES):
+    if not kind.startswith(VISION_TYPES + UNCOUNTED_VISION_TYPES):
         raise _refuse("vision_config.model_type", kind or None, f"the vision tower {kind or '(no model_type)'!r}")
+
+
+#: top-level ``model_type`` values whose ``vision_config`` is a MoonViT3d tower (Kimi-K2.5)
+MOONVIT_MODEL_TYPES = ("kimi_k25",)
+#: the MoonViT variant moeplan models (Moonshot's ``modeling_kimi_k25.py``, which raises
+#: NotImplementedError for any other): field → the one value modelled
+MOONVIT_VARIANT = {"merge_type": "sd2_tpool", "pos_emb_type": "divided_fixed", "mm_projector_type": "patchmerger"}
+
+
+def is_moonvit_config(vc: dict) -> bool:
+    """True for a MoonViT ``vision_config`` (Kimi-K2.5: MoonViT's ``vt_*`` widths and no ``model_type``)."""
+    return "vt_hidden_size" in vc and not vc.get("model_type")
+
+
+def _check_moonvit(vc: dict) -> None:
+    """A MoonViT tower of the variant :data:`MOONVIT_VARIANT` names (a field left out takes that value).
+
+    Raises:
+        InputError: naming ``vision_config.<field>``, its value and the one value modelled.
+    """
+    for key, value in MOONVIT_VARIANT.items():
+        if vc.get(key, value) != value:
+            raise _refuse(f"vision_config.{key}", vc[key], f"the MoonViT {key} {vc[key]!r} (moeplan models {value!r})")
 
 
 def refuse_unmodelled(top: dict, text: dict, model_type: str) -> None:
@@ -230,11 +288,25 @@ def refuse_unmodelled(top: dict, text: dict, model_type: str) -> None:
     for key, what in UNMODELLED_FIELDS.items():
         if model_type == "nemotron_h" and key in NEMOTRON_H_MODELLED:
             continue
+        if model_type == "minimax_m2" and key == "num_mtp_modules":  # not built: ModelSpec.unbuilt_mtp_modules
+            continue
+        if model_type in ("deepseek_v32", "glm_moe_dsa") and key in DSA_MODELLED:
+            continue
+        if model_type == "deepseek_v4" and key in DSV4_MODELLED:
+            continue
+        if model_type.startswith("gemma4") and key in GEMMA4_MODELLED:
+            continue
         for part in (text, top):
             if key in part and _given(part[key]):
                 raise _refuse(key, part[key], what)
     _check_layer_lists(text)
     _check_towers(top)
+    if model_type.startswith("gemma4") and not _given(text.get("enable_moe_block")):
+        raise _refuse(
+            "enable_moe_block",
+            text.get("enable_moe_block"),
+            "the dense Gemma-4 (Megatron Bridge's Gemma4DenseProvider: its own layer spec, PP = 1 only)",
+        )
     if model_type in KNOWN_MODEL_TYPES:
         return
     unknown = sorted(k for k in text if k not in GENERIC_KEYS and _given(text[k]))

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from moeplan.errors import InputError, UnknownNameError
-from moeplan.inputs.hf_families import refuse_unmodelled
+from moeplan.inputs.dsv4_config import (
+    DSV4_INT_RANGES,
+    DSV4_NOT_NULL,
+    check_dsv4,
+    compress_ratios_value,
+    dsv4_fields,
+    dsv4_required,
+)
+from moeplan.inputs.hf_families import UNCOUNTED_VISION_TYPES, is_moonvit_config, refuse_unmodelled
 from moeplan.inputs.policy import bad_char
 
 AttentionKind = Literal["full", "sliding", "chunked", "linear", "mamba", "none"]
@@ -42,14 +50,28 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
     "num_moe_experts": _HEADS,
     "moe_router_topk": _HEADS,
     "linear_conv_kernel_dim": (1, 1024),
+    "extra_layer_norms": (0, 64),
     "mamba_conv_kernel": (1, 1024),
     "mamba_chunk_size": (1, 2**16),
     "mamba_num_heads": _HEADS,
     "mamba_num_groups": _HEADS,
     "mamba_head_dim": _WIDTH,
     "mamba_state_dim": _WIDTH,
+    **DSV4_INT_RANGES,
+    "dsa_indexer_n_heads": _HEADS,
+    "dsa_indexer_head_dim": _WIDTH,
+    "dsa_indexer_topk": _TOKENS,
+    "dsa_indexer_topk_freq": (1, 10_000),
+    "dsa_indexer_skip_topk_offset": (0, 10_000),
     **{
-        k: _HEADS for k in ("num_attention_heads", "num_query_groups", "linear_num_key_heads", "linear_num_value_heads")
+        k: _HEADS
+        for k in (
+            "num_attention_heads",
+            "num_query_groups",
+            "global_num_query_groups",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        )
     },
     **{k: _TOKENS for k in ("max_position_embeddings", "sliding_window", "attention_chunk_size")},
     **{
@@ -58,6 +80,7 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
             "hidden_size",
             "ffn_hidden_size",
             "kv_channels",
+            "global_kv_channels",
             "q_lora_rank",
             "kv_lora_rank",
             "qk_head_dim",
@@ -65,6 +88,7 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
             "v_head_dim",
             "moe_ffn_hidden_size",
             "moe_shared_expert_intermediate_size",
+            "moe_latent_size",
             "linear_key_head_dim",
             "linear_value_head_dim",
         )
@@ -73,6 +97,8 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
 #: text model fields (at most 200 printable characters) and the one field with a closed set of values
 _TEXT_FIELDS = ("name", "model_type", "source")
 _NORMALIZATIONS = ("RMSNorm", "LayerNorm")
+#: integer fields with a default that may not be unset
+_NOT_NULL = ("mtp_num_layers", "dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset", *DSV4_NOT_NULL)
 
 
 def _override_list(key: str, value: Any) -> tuple:
@@ -130,9 +156,11 @@ def override_value(key: str, value: Any, is_bool: bool) -> Any:
         if not isinstance(value, bool):
             raise InputError(field, value, "true or false")
         return value
+    if key == "csa_compress_ratios":
+        return None if value is None else compress_ratios_value(field, value)
     if key in ("moe_layers", "attention_kinds"):
         return None if value is None else _override_list(key, value)
-    if key == "hybrid_layer_pattern":
+    if key in ("hybrid_layer_pattern", "mtp_layer_pattern"):
         return None if value is None else _hybrid_pattern(field, value)
     if key == "normalization":
         if value not in _NORMALIZATIONS or not isinstance(value, str):
@@ -144,8 +172,12 @@ def override_value(key: str, value: Any, is_bool: bool) -> Any:
         if not isinstance(value, str) or not value or len(value) > 200 or bad_char(value) is not None:
             raise InputError(field, value, "a name of 1 to 200 printable characters")
         return value
+    if key == "dsa_indexer_loss_coeff":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
+            raise InputError(field, value, "a number from 0 to 1e6 (0 leaves the DSA indexer untrained)")
+        return float(value)
     lo, hi = MODEL_INT_RANGES[key]
-    if value is None and key != "mtp_num_layers":
+    if value is None and key not in _NOT_NULL:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InputError(field, value, f"an integer from {lo} to {hi:,}")
@@ -158,7 +190,9 @@ class VisionSpec:
 
     Attributes:
         kind: ``qwen3_vl`` (Qwen3-VL / Qwen3.5: Conv3d patches, learned position table, 2-D merge,
-            optional DeepStack mergers) or ``llama4`` (unfold-conv patches, class token, pixel shuffle).
+            optional DeepStack mergers), ``llama4`` (unfold-conv patches, class token, pixel shuffle) or
+            ``moonvit`` (Kimi-K2.5's MoonViT3d: Conv2d patches, learned 2-D position table, a final
+            LayerNorm, a 2-D patch merger MLP; built from the Hugging Face modules, so not split by TP).
         depth: number of ViT blocks.
         hidden_size, intermediate_size, num_heads: ViT widths (elements).
         patch_size: spatial patch edge in pixels; temporal_patch_size: frames per patch (video).
@@ -167,7 +201,7 @@ class VisionSpec:
         deepstack_visual_indexes: ViT blocks whose features DeepStack injects (one extra merger each).
     """
 
-    kind: Literal["qwen3_vl", "llama4"]
+    kind: Literal["qwen3_vl", "llama4", "moonvit"]
     depth: int
     hidden_size: int
     intermediate_size: int
@@ -185,6 +219,14 @@ class VisionSpec:
     projector_output_dim: int = 0
     text_hidden_size: int = 0
     from_supplement: bool = False
+
+    @property
+    def tp_sharded(self) -> bool:
+        """True when TP splits the tower's weights, FLOPs and activations (Megatron's own ViT); False
+        for MoonViT, which Megatron Bridge builds from the Hugging Face modules on every TP rank whole
+        (``kimi_vl/modeling_kimi_k25_vl.py``: ``MoonViT3dPretrainedModel`` and ``PatchMergerMLP`` with
+        ``hook_hf_module_setattr_for_tp_grad_sync``, Bridge v0.6.0)."""
+        return self.kind != "moonvit"
 
 
 #: fields a model must give before anything but the rules can use it (the rest have defaults or
@@ -223,6 +265,10 @@ class PartialModelSpec:
     add_bias_linear: bool = False
     add_qkv_bias: bool = False
     qk_layernorm: bool = False
+    #: QK norm over the whole layer's queries and keys at once (MiniMax-M2: HF ``qk_norm_type:
+    #: per_layer``; Megatron Bridge ``minimax_m2_provider.py`` ``FullDimQNorm`` / ``FullDimKNorm``): RMSNorm
+    #: weights of heads·head_dim (Q) and query_groups·head_dim (K) instead of head_dim each
+    qk_layernorm_full_dim: bool = False
     attention_output_gate: bool = False
     attention_sinks: bool = False
     # MLA
@@ -232,11 +278,42 @@ class PartialModelSpec:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
+    # DeepSeek Sparse Attention (megatron-core ``experimental_attention_variant='dsa'``): the lightning
+    # indexer's heads, head dim and top-k, the cross-layer top-k sharing cadence, and the KL loss
+    # that trains the indexer (``TransformerConfig.dsa_*``; None top-k = no DSA)
+    dsa_indexer_n_heads: int | None = None
+    dsa_indexer_head_dim: int | None = None
+    dsa_indexer_topk: int | None = None
+    dsa_indexer_topk_freq: int = 1
+    dsa_indexer_skip_topk_offset: int = 0
+    dsa_indexer_loss_coeff: float = 0.0
+    dsa_indexer_use_sparse_loss: bool = False
+    # DeepSeek-V4 (megatron-core dev ``experimental_attention_variant='dsv4_hybrid'``, ``moeplan.inputs.dsv4_config``):
+    #: KV compression per decoder layer (``csa_compress_ratios``: 0 sliding window only, 4 compressed
+    #: sparse attention with an indexer, 128 heavily compressed attention); None: not a DeepSeek-V4 model
+    csa_compress_ratios: tuple[int, ...] | None = None
+    #: the compression ratio of the MTP layers (the tail of Megatron's ``csa_compress_ratios``)
+    csa_mtp_compress_ratio: int = 0
+    #: the sliding window every DeepSeek-V4 layer attends (``csa_window_size``, tokens)
+    csa_window_size: int | None = None
+    #: the grouped low-rank output projection: ``o_groups`` groups of ``o_lora_rank`` (``o_groups``, ``o_lora_rank``)
+    o_groups: int | None = None
+    o_lora_rank: int | None = None
+    #: residual streams of manifold hyper-connections (``num_residual_streams`` with
+    #: ``enable_hyper_connections``; 1 = a plain residual) and its Sinkhorn iterations
+    num_residual_streams: int = 1
+    mhc_sinkhorn_iterations: int = 20
+    #: the first decoder layers routed by a token-id hash instead of the router's top-k (``moe_n_hash_layers``)
+    moe_n_hash_layers: int = 0
     # MoE
     num_moe_experts: int | None = None
     moe_router_topk: int | None = None
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
+    #: latent MoE (megatron-core ``TransformerConfig.moe_latent_size``, core_v0.16.0+): routed experts
+    #: read and write this width; per MoE layer a ``fc1_latent_proj`` (hidden → latent) before dispatch
+    #: and a ``fc2_latent_proj`` (latent → hidden) after combine. None: experts at ``hidden_size``
+    moe_latent_size: int | None = None
     moe_shared_expert_gate: bool = False
     moe_router_bias: bool = False
     moe_router_expert_bias: bool = False
@@ -251,6 +328,15 @@ class PartialModelSpec:
     linear_key_head_dim: int | None = None
     linear_value_head_dim: int | None = None
     linear_conv_kernel_dim: int | None = None
+    # Gemma-4 (Megatron Bridge ``Gemma4ModelProvider``): the full-attention layers' own head dim and KV
+    # heads, keys reused as values there, a weightless RMSNorm on the values, the extra RMSNorm(h) per
+    # layer beyond input / pre-MLP, the router's learned input and per-expert scales
+    global_kv_channels: int | None = None
+    global_num_query_groups: int | None = None
+    attention_k_eq_v: bool = False
+    value_norm: bool = False
+    extra_layer_norms: int = 0
+    moe_router_scales: bool = False
     # Mamba-2 hybrids (Megatron ``hybrid_layer_pattern``; Nemotron-H / Nemotron-3)
     hybrid_layer_pattern: str | None = None
     mamba_num_heads: int | None = None
@@ -261,8 +347,20 @@ class PartialModelSpec:
     mamba_chunk_size: int = 128
     # MTP
     mtp_num_layers: int = 0
+    #: MTP modules the publisher's config declares that Megatron does not build (MiniMax-M2's
+    #: ``num_mtp_modules``: Megatron Bridge's MiniMax-M2 bridge maps none), stated in the estimate
+    unbuilt_mtp_modules: int = 0
+    #: the layers of one MTP depth of a hybrid model, in Megatron's hybrid symbols (``M*E-``; megatron-core
+    #: ``mtp_hybrid_override_pattern`` / the part after ``/`` of ``hybrid_layer_pattern``, core_v0.17.0+);
+    #: None: a DeepSeek-style MTP block of one decoder layer like the decoder's last
+    mtp_layer_pattern: str | None = None
+    #: one MTP block whose weights every depth reuses (megatron-core ``mtp_use_repeated_layer``): the
+    #: weights count once, the compute once per depth
+    mtp_use_repeated_layer: bool = False
     # vision
     vision: VisionSpec | None = None
+    #: the ``model_type`` of a vision tower the config has and moeplan does not count (None: none)
+    vision_not_counted: str | None = None
     # provenance
     source: str = "user"
     reconstructed: bool = False
@@ -295,10 +393,68 @@ class PartialModelSpec:
         """True for Mamba-2 hybrids (a ``hybrid_layer_pattern`` with ``M`` layers)."""
         return self.attention_kinds is not None and "mamba" in self.attention_kinds
 
+    @property
+    def is_dsv4(self) -> bool:
+        """True for DeepSeek-V4 models (megatron-core ``dsv4_hybrid``: per-layer compressed sparse
+        attention, ``csa_compress_ratios`` given)."""
+        return self.csa_compress_ratios is not None
+
+    @property
+    def has_dsa(self) -> bool:
+        """True for DeepSeek Sparse Attention models (DeepSeek-V3.2, GLM-5): MLA whose core attention
+        reads only the ``dsa_indexer_topk`` keys a lightning indexer selects."""
+        return self.dsa_indexer_topk is not None and self.csa_compress_ratios is None
+
+    def layer_has_indexer(self, layer: int) -> bool:
+        """True when decoder layer ``layer`` (0-based) builds its own DSA indexer; False for a layer
+        that reuses an earlier layer's top-k (``dsa_indexer_topk_freq`` > 1) and for non-DSA models.
+
+        Megatron-core (``experimental_attention_variant/dsa.py::is_dsa_skip_topk_layer``, dev 2026-08,
+        first in core_v0.19.0): with 1-based layer number n and offset o' = max(offset, 1), layer n
+        computes top-k iff ``max(n - o', 0) % freq == 0``; with freq 1 every layer does. MTP layers
+        number from 1 again, so their first layer always computes.
+        """
+        if not self.has_dsa:
+            return False
+        if self.dsa_indexer_topk_freq <= 1:
+            return True
+        offset = max(self.dsa_indexer_skip_topk_offset, 1)
+        return max(layer + 1 - offset, 0) % self.dsa_indexer_topk_freq == 0
+
     def layer_has_mlp(self, layer: int) -> bool:
         """True when decoder layer ``layer`` (0-based) has an MLP or MoE block: every layer of a
         transformer; only the ``E`` and ``-`` layers of a hybrid pattern."""
         return self.hybrid_layer_pattern is None or self.hybrid_layer_pattern[layer] in "E-"
+
+    @property
+    def mtp_stand_ins(self) -> tuple[int, ...]:
+        """The decoder layer (0-based) built like each layer of one MTP depth: per symbol of
+        ``mtp_layer_pattern`` the first decoder layer with that symbol (megatron-core builds the MTP
+        depth's ``MambaStack`` from the decoder's own layer specs, ``multi_token_prediction.py``
+        ``MultiTokenPredictionLayer`` at core_v0.17.0); the decoder's last layer for a DeepSeek-style
+        block (``mtp_layer_pattern`` None).
+
+        Raises:
+            InputError: naming ``model_overrides.mtp_layer_pattern`` when a symbol has no decoder layer
+                of its kind (such an MTP layer is not modelled).
+        """
+        n = self.num_layers or 0
+        pattern, main = self.mtp_layer_pattern, self.hybrid_layer_pattern
+        if pattern is None:
+            return (n - 1,)
+        if main is None or any(c not in main for c in pattern):
+            raise InputError(
+                "model_overrides.mtp_layer_pattern",
+                pattern,
+                f"MTP layers of kinds the decoder pattern {main!r} has (an MTP layer of another kind is not modelled)",
+            )
+        return tuple(main.index(c) for c in pattern)
+
+    @property
+    def mtp_weight_sets(self) -> int:
+        """MTP blocks with their own weights: one when every depth reuses one block
+        (``mtp_use_repeated_layer``), else one per depth (``mtp_num_layers``)."""
+        return min(1, self.mtp_num_layers) if self.mtp_use_repeated_layer else self.mtp_num_layers
 
     @property
     def attention_head_dims(self) -> int:
@@ -312,6 +468,29 @@ class PartialModelSpec:
         if self.hidden_size is None:
             raise InputError("model_overrides.hidden_size", None, "a value: the attention head width needs it")
         return 2 * (self.hidden_size // max(1, self.num_attention_heads or 1))
+
+    @property
+    def has_global_attention_widths(self) -> bool:
+        """True when the full-attention layers have their own head dim or KV heads (Gemma-4)."""
+        return bool(self.global_kv_channels or self.global_num_query_groups)
+
+    def attention_widths(self, kind: str) -> PartialModelSpec:
+        """This model as a layer of attention ``kind`` sees it: on a ``full`` layer of a model with
+        :attr:`has_global_attention_widths`, ``kv_channels`` and ``num_query_groups`` are the global
+        ones (Megatron Bridge ``Gemma4SelfAttention``: ``config.kv_channels = global_head_dim`` and
+        ``config.num_query_groups = num_global_key_value_heads`` on the non-local layers, v0.6.0);
+        every other layer, and every other model, is this model itself. The view is built once."""
+        if kind != "full" or not self.has_global_attention_widths:
+            return self
+        view = self.__dict__.get("_global_view")
+        if view is None:
+            view = dataclasses.replace(
+                self,
+                kv_channels=self.global_kv_channels or self.kv_channels,
+                num_query_groups=self.global_num_query_groups or self.num_query_groups,
+            )
+            self.__dict__["_global_view"] = view  # a cache beside the frozen fields, not a field
+        return cast(PartialModelSpec, view)
 
     @property
     def is_vlm(self) -> bool:
@@ -342,6 +521,19 @@ class PartialModelSpec:
         return self.given("num_moe_experts")
 
     @property
+    def moe_token_width(self) -> int:
+        """Width (elements) of a routed token between ``fc1_latent_proj`` and ``fc2_latent_proj``: what the
+        dispatcher moves and the routed experts' FC1 reads and FC2 writes. ``moe_latent_size`` on a
+        latent MoE, else ``hidden_size`` (megatron-core ``moe/moe_layer.py``, ``moe/experts.py`` and
+        ``moe/token_dispatcher.py`` at core_v0.16.0 and dev: the latent projection runs before
+        ``dispatch_preprocess`` and after ``combine_postprocess``).
+
+        Raises:
+            InputError: when neither width is given.
+        """
+        return self.moe_latent_size or self.given("hidden_size")
+
+    @property
     def moe_ffn(self) -> int:
         """``moe_ffn_hidden_size`` of a MoE model (raises InputError when not given)."""
         return self.given("moe_ffn_hidden_size")
@@ -361,6 +553,10 @@ class PartialModelSpec:
             need += ["mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel"]
         if self.multi_latent_attention:
             need += ["kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"]
+        if self.is_dsv4:
+            need += dsv4_required(self.csa_compress_ratios or ())
+        if self.has_dsa:
+            need += ["dsa_indexer_n_heads", "dsa_indexer_head_dim"]
         return [f for f in need if getattr(self, f) is None]
 
     def completed(self) -> ModelSpec:
@@ -409,12 +605,12 @@ class PartialModelSpec:
         names = {f.name for f in dataclasses.fields(self)}
         changes: dict[str, Any] = {}
         for key, value in overrides.items():
-            if key not in names or key in ("vision", "published_params", "measured_params"):
+            if key not in names or key in _NOT_OVERRIDABLE:
                 raise UnknownNameError(f"model_overrides.{key}", key, sorted(names), "a ModelSpec field:")
             changes[key] = override_value(key, value, isinstance(getattr(self, key), bool))
         new_layers = changes.get("num_layers")
         if new_layers is not None:
-            for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern"):
+            for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern", "csa_compress_ratios"):
                 seq = getattr(self, tup)
                 if tup not in changes and seq:
                     cut = tuple(seq[i % len(seq)] for i in range(new_layers))
@@ -426,6 +622,10 @@ class PartialModelSpec:
         out = dataclasses.replace(self, **changes)
         check_model_consistency(out, "model_overrides.", set(changes))
         return out
+
+
+#: fields ``model_overrides`` may not set: the tower and what the config declared or the publisher counted
+_NOT_OVERRIDABLE = ("vision", "vision_not_counted", "published_params", "measured_params", "unbuilt_mtp_modules")
 
 
 def check_model_ranges(m: PartialModelSpec, prefix: str) -> None:
@@ -468,7 +668,7 @@ class ModelSpec(PartialModelSpec):
             raise InputError(
                 "model", self.name, "a complete model: give " + ", ".join(f"model_overrides.{f}" for f in missing)
             )
-        for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern"):
+        for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern", "csa_compress_ratios"):
             seq = getattr(self, tup)
             if seq is not None and len(seq) != self.num_layers:
                 raise InputError(f"model_overrides.{tup}", len(seq), f"one entry per layer ({self.num_layers})")
@@ -510,6 +710,13 @@ def check_model_consistency(m: PartialModelSpec, prefix: str, changed: frozenset
     if topk and experts and topk > experts:
         key = blame("moe_router_topk", "num_moe_experts")
         raise InputError(f"{prefix}{key}", getattr(m, key), f"top-k ≤ the expert count ({topk} > {experts})")
+    if m.has_dsa and not m.multi_latent_attention:
+        # megatron-core get_dsa_module_spec_for_backend: "Currently only MLA supports sparse attention."
+        key = blame("dsa_indexer_topk", "multi_latent_attention")
+        raise InputError(f"{prefix}{key}", getattr(m, key), "DeepSeek Sparse Attention on an MLA model only")
+    if m.mtp_layer_pattern is not None and m.num_layers is not None:
+        m.mtp_stand_ins  # noqa: B018 - raises for an MTP layer kind the decoder pattern lacks
+    check_dsv4(m, prefix)
     heads, groups = m.num_attention_heads, m.num_query_groups
     if heads and groups and (groups > heads or heads % groups):
         key = blame("num_query_groups", "num_attention_heads")
@@ -517,6 +724,14 @@ def check_model_consistency(m: PartialModelSpec, prefix: str, changed: frozenset
             f"{prefix}{key}",
             getattr(m, key),
             f"query groups that divide the attention heads ({heads} heads, {groups} groups)",
+        )
+    glob = m.global_num_query_groups
+    if heads and glob and (glob > heads or heads % glob):
+        key = blame("global_num_query_groups", "num_attention_heads")
+        raise InputError(
+            f"{prefix}{key}",
+            getattr(m, key),
+            f"global query groups that divide the attention heads ({heads} heads, {glob} groups)",
         )
 
 
@@ -605,10 +820,45 @@ def _attention_kinds(cfg: dict, model_type: str, num_layers: int) -> tuple[str, 
     return tuple("full" for _ in range(num_layers))
 
 
+def _moonvit_from_config(vc: dict, text_hidden: int) -> VisionSpec:
+    """Kimi-K2.5's MoonViT3d tower and patch-merger projector from its ``vision_config`` (Moonshot's
+    ``modeling_kimi_k25.py``, which Megatron Bridge loads as is: ``MoonVision3dPatchEmbed`` Conv2d of
+    ``patch_size``² with bias and a learned ``init_pos_emb_height`` × ``init_pos_emb_width`` position
+    table (the temporal table is a fixed sin-cos buffer), ``vt_num_hidden_layers`` blocks of
+    ``vt_hidden_size`` / ``vt_intermediate_size`` / ``vt_num_attention_heads``, a final LayerNorm, and
+    ``PatchMergerMLP``: LayerNorm(``mm_hidden_size``), Linear(4h → 4h), GELU, Linear(4h → ``text_hidden_size``)
+    over a ``merge_kernel_size`` 2-D merge).
+
+    Raises:
+        KeyError: a field the tower needs is missing (named by the caller).
+        InputError: a merge kernel that is not square, or a projector input that is not the ViT width.
+    """
+    kernel = vc.get("merge_kernel_size") or [1, 1]
+    if not isinstance(kernel, list) or len(kernel) != 2 or kernel[0] != kernel[1]:
+        raise InputError("config.json:vision_config.merge_kernel_size", kernel, "a square merge kernel [k, k]")
+    hidden = int(vc["vt_hidden_size"])
+    if int(vc.get("mm_hidden_size", hidden)) != hidden:
+        raise InputError("config.json:vision_config.mm_hidden_size", vc["mm_hidden_size"], f"the ViT width {hidden}")
+    return VisionSpec(
+        kind="moonvit",
+        depth=int(vc["vt_num_hidden_layers"]),
+        hidden_size=hidden,
+        intermediate_size=int(vc["vt_intermediate_size"]),
+        num_heads=int(vc["vt_num_attention_heads"]),
+        patch_size=int(vc["patch_size"]),
+        spatial_merge_size=int(kernel[0]),
+        out_hidden_size=int(vc.get("text_hidden_size", text_hidden)),
+        num_position_embeddings=int(vc["init_pos_emb_height"]) * int(vc["init_pos_emb_width"]),
+        text_hidden_size=text_hidden,
+    )
+
+
 def _vision_from_config(vc: dict | None, text_hidden: int, from_supplement: bool = False) -> VisionSpec | None:
     if not vc:
         return None
     mt = str(vc.get("model_type", ""))
+    if is_moonvit_config(vc):
+        return _moonvit_from_config(vc, text_hidden)
     if "llama4" in mt:
         return VisionSpec(
             kind="llama4",
@@ -676,6 +926,14 @@ _NON_NEGATIVE_INT_KEYS = (
     "linear_key_head_dim",
     "linear_value_head_dim",
     "linear_conv_kernel_dim",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
+    "index_topk_freq",
+    "index_skip_topk_offset",
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "top_k_experts",
 )
 
 
@@ -719,14 +977,19 @@ def _optional_int(text: dict, *keys: str) -> int | None:
     return v or None
 
 
+#: families whose ``intermediate_size`` is the routed experts' width (no dense MLP)
+_EXPERT_WIDTH_TYPES = ("mixtral", "gpt_oss", "minimax_m2")
+
+
 def _ffn_widths(text: dict, model_type: str, top_type: str) -> tuple[int | None, int | None]:
     """(routed-expert width, dense MLP width) by family: Llama 4's ``intermediate_size`` is the
-    expert width (``intermediate_size_mlp`` the dense one); Mixtral's and gpt-oss's the expert width;
-    elsewhere ``moe_intermediate_size`` and ``intermediate_size``."""
+    expert width (``intermediate_size_mlp`` the dense one); Mixtral's, gpt-oss's and MiniMax-M2's the
+    expert width (HF ``MiniMaxM2Config``: every layer MoE, ``block_sparse_moe.experts.*.w1`` is
+    intermediate_size × hidden); elsewhere ``moe_intermediate_size`` and ``intermediate_size``."""
     if model_type.startswith("llama4") or top_type.startswith("llama4"):
         expert = _need(text, "intermediate_size")
         return expert, _optional_int(text, "intermediate_size_mlp") or expert
-    if top_type in ("mixtral", "gpt_oss") or model_type in ("mixtral", "gpt_oss"):
+    if top_type in _EXPERT_WIDTH_TYPES or model_type in _EXPERT_WIDTH_TYPES:
         return _need(text, "intermediate_size"), None
     return _optional_int(text, "moe_intermediate_size"), _optional_int(text, "intermediate_size")
 
@@ -759,8 +1022,12 @@ def _vision_of(top: dict, hidden: int) -> VisionSpec | None:
     if vision_cfg is None and isinstance(top.get("_supplement"), dict):
         vision_cfg = top["_supplement"].get("vision_config")
         from_supp = vision_cfg is not None
+    if isinstance(vision_cfg, dict) and str(vision_cfg.get("model_type") or "").startswith(UNCOUNTED_VISION_TYPES):
+        return None  # accepted, not counted: the model says so (ModelSpec.vision_not_counted)
     try:
         return _vision_from_config(vision_cfg, hidden, from_supp)
+    except InputError:
+        raise
     except KeyError as exc:
         raise InputError(
             f"config.json:vision_config.{exc.args[0]}", None, "a value (the vision tower needs it)"
@@ -784,6 +1051,7 @@ def _attention_fields(text: dict, model_type: str, top_type: str, hidden: int, h
         "add_qkv_bias": bias,
         # Llama 4's QK norm is a weightless L2 norm, so it has no parameters
         "qk_layernorm": bool(_get(text, "use_qk_norm", default=model_type.startswith("qwen3"))) and not is_llama4,
+        "qk_layernorm_full_dim": bool(_get(text, "use_qk_norm")) and text.get("qk_norm_type") == "per_layer",
         "attention_output_gate": bool(_get(text, "attn_output_gate", default=("qwen3_next" in model_type))),
         "attention_sinks": "gpt_oss" in top_type,
         "multi_latent_attention": is_mla,
@@ -807,6 +1075,66 @@ _LINEAR_KEYS = (
 )
 
 
+#: HF ``model_type`` values whose configs carry DeepSeek Sparse Attention's indexer fields
+DSA_MODEL_TYPES = ("deepseek_v32", "glm_moe_dsa")
+
+
+def _dsa_sharing(text: dict, num_layers: int) -> tuple[int, int]:
+    """(``dsa_indexer_topk_freq``, ``dsa_indexer_skip_topk_offset``) of a config: GLM-5.2's
+    ``index_topk_freq`` / ``index_skip_topk_offset`` (Megatron Bridge ``GLM5Bridge.provider_bridge``
+    copies them), checked against its per-layer ``indexer_types`` (``full`` computes top-k,
+    ``shared`` reuses it) with megatron-core's cadence (:meth:`PartialModelSpec.layer_has_indexer`).
+
+    Raises:
+        InputError: naming ``indexer_types`` when it is not one ``full`` / ``shared`` per layer or
+            when its pattern is not one megatron-core's cadence can build.
+    """
+    freq = _optional_int(text, "index_topk_freq") or 1
+    offset = _optional_int(text, "index_skip_topk_offset") or 0
+    types = text.get("indexer_types")
+    if types is None:
+        return freq, offset
+    if not isinstance(types, list) or len(types) != num_layers or any(t not in ("full", "shared") for t in types):
+        raise InputError("config.json:indexer_types", types, f"a list of full / shared, one per layer ({num_layers})")
+    probe = PartialModelSpec(
+        name="", dsa_indexer_topk=1, dsa_indexer_topk_freq=freq, dsa_indexer_skip_topk_offset=offset
+    )
+    expected = ["full" if probe.layer_has_indexer(i) else "shared" for i in range(num_layers)]
+    if types != expected:
+        raise InputError(
+            "config.json:indexer_types",
+            types,
+            f"a model moeplan can build: megatron-core shares DSA top-k every {freq} layers from offset {offset} "
+            "(index_topk_freq, index_skip_topk_offset); another sharing pattern is not modelled",
+        )
+    return freq, offset
+
+
+def _dsa_fields(text: dict, model_type: str, num_layers: int) -> dict[str, Any]:
+    """DeepSeek Sparse Attention fields of a ``deepseek_v32`` / ``glm_moe_dsa`` config (HF
+    ``index_n_heads`` / ``index_head_dim`` / ``index_topk`` → megatron-core ``dsa_indexer_*``). The
+    indexer's KL loss follows Megatron Bridge's ``GLM5Bridge`` for GLM-5 (coefficient 0.001, sparse
+    loss); DeepSeek-V3.2 has no Bridge provider, so megatron-core's defaults apply (coefficient 0: the
+    indexer runs without gradients). Empty for other families.
+
+    Raises:
+        InputError: naming a missing indexer field or an ``indexer_types`` list moeplan cannot build.
+    """
+    if model_type not in DSA_MODEL_TYPES:
+        return {}
+    freq, offset = _dsa_sharing(text, num_layers)
+    glm = model_type == "glm_moe_dsa"
+    return {
+        "dsa_indexer_n_heads": _need(text, "index_n_heads"),
+        "dsa_indexer_head_dim": _need(text, "index_head_dim"),
+        "dsa_indexer_topk": _need(text, "index_topk"),
+        "dsa_indexer_topk_freq": freq,
+        "dsa_indexer_skip_topk_offset": offset,
+        "dsa_indexer_loss_coeff": 0.001 if glm else 0.0,
+        "dsa_indexer_use_sparse_loss": glm,
+    }
+
+
 def _moe_fields(text: dict, model_type: str, top_type: str, num_layers: int) -> dict[str, Any]:
     """MLP and MoE fields: dense and expert widths, experts and top-k (None when no layer is MoE),
     shared experts, router and expert biases, the per-layer MoE pattern."""
@@ -823,10 +1151,12 @@ def _moe_fields(text: dict, model_type: str, top_type: str, num_layers: int) -> 
         "moe_router_topk": topk if eff else None,
         "moe_ffn_hidden_size": expert_ffn if eff else None,
         "moe_shared_expert_intermediate_size": shared if eff else None,
+        "moe_latent_size": _optional_int(text, "moe_latent_size") if eff else None,
         "moe_shared_expert_gate": shared_gate and bool(eff),
         "moe_router_bias": "gpt_oss" in top_type,
         "moe_router_expert_bias": str(_get(text, "topk_method", default="")) == "noaux_tc"
-        or model_type == "nemotron_h",
+        or model_type == "nemotron_h"
+        or bool(_get(text, "use_routing_bias")),  # MiniMax-M2: e_score_correction_bias
         "moe_expert_bias": "gpt_oss" in top_type,
         "moe_layers": moe_layers,
     }
@@ -876,8 +1206,84 @@ def _hybrid_fields(text: dict, num_layers: int) -> dict[str, Any]:
         out["mamba_chunk_size"] = _optional_int(text, "chunk_size") or 128
     if "E" not in pattern:
         out.update(num_moe_experts=None, moe_router_topk=None, moe_ffn_hidden_size=None)
-        out.update(moe_shared_expert_intermediate_size=None, moe_router_expert_bias=False)
+        out.update(moe_shared_expert_intermediate_size=None, moe_router_expert_bias=False, moe_latent_size=None)
     return out
+
+
+#: the HF spellings of a Nemotron-H MTP depth's layers: a pattern string (Nemotron-3 Super) or a list
+#: of block types (Nemotron-3 Ultra, Nemotron-3.5 Lightning; transformers ≥ 5)
+_MTP_PATTERN_KEYS = ("mtp_hybrid_override_pattern", "mtp_layers_block_type")
+
+
+def _hybrid_mtp_fields(text: dict, pattern: str | None) -> dict[str, Any]:
+    """The hybrid MTP block of a Nemotron-H config: its layer pattern from ``mtp_hybrid_override_pattern``
+    or ``mtp_layers_block_type``, one block reused at every depth (Megatron Bridge
+    ``NemotronHBridge.provider_bridge`` at v0.6.0: ``mtp_use_repeated_layer`` defaults to True; HF
+    ``num_nextn_predict_layers`` gives the MTP blocks). Empty without MTP.
+
+    Raises:
+        InputError: naming the field when it is not one symbol per layer of a kind moeplan models, or
+            names a layer kind the decoder pattern lacks, or comes without a decoder pattern.
+    """
+    key = next((k for k in _MTP_PATTERN_KEYS if text.get(k) not in (None, "", [])), None)
+    depths = _optional_int(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
+    if key is None or not depths:
+        return {}
+    raw = text[key]
+    if key == "mtp_layers_block_type":
+        if not isinstance(raw, list) or any(b not in _BLOCK_SYMBOLS for b in raw):
+            raise InputError(f"config.json:{key}", raw, f"a list of {', '.join(_BLOCK_SYMBOLS)}, one per MTP layer")
+        raw = "".join(_BLOCK_SYMBOLS[b] for b in raw)
+    mtp = _hybrid_pattern(f"config.json:{key}", raw)
+    if pattern is None or any(c not in pattern for c in mtp):
+        raise InputError(
+            f"config.json:{key}",
+            raw,
+            f"MTP layers of kinds the decoder pattern has ({pattern!r}; another kind is not modelled)",
+        )
+    return {"mtp_layer_pattern": mtp, "mtp_use_repeated_layer": True}
+
+
+def _gemma4_fields(top: dict, text: dict, model_type: str) -> dict[str, Any]:
+    """The Gemma-4 MoE fields (HF ``Gemma4TextConfig`` → Megatron Bridge
+    ``Gemma4Bridge._build_moe_provider`` and ``modeling_gemma4.py``, v0.6.0); empty for other families.
+
+    - the dense MLP beside the experts (``enable_moe_block``) is Bridge's ungated shared expert of
+      ``intermediate_size``; ``num_experts`` routed experts of ``moe_intermediate_size``, top
+      ``top_k_experts``, in every layer;
+    - full-attention layers take ``global_head_dim`` and ``num_global_key_value_heads``
+      (``Gemma4SelfAttention``); with ``attention_k_eq_v`` their values are the keys (Bridge still
+      allocates the value rows of ``linear_qkv``, which its export drops);
+    - Q/K RMSNorms and a weightless value RMSNorm; five RMSNorm(h) per layer beyond Megatron's two
+      (post-attention, pre-shared-expert, post-MLP, post-routed-expert, post-shared-expert); the router's
+      learned input scale (h) and per-expert scale (E);
+    - a ``gemma4_vision`` tower is accepted and not counted (``vision_not_counted``).
+    """
+    if not model_type.startswith("gemma4"):
+        return {}
+    vc = top.get("vision_config")
+    return {
+        "num_moe_experts": _need(text, "num_experts"),
+        "moe_router_topk": _need(text, "top_k_experts"),
+        "moe_ffn_hidden_size": _need(text, "moe_intermediate_size"),
+        "moe_shared_expert_intermediate_size": _need(text, "intermediate_size"),
+        "moe_shared_expert_gate": False,
+        "qk_layernorm": True,
+        "global_kv_channels": _optional_int(text, "global_head_dim"),
+        "global_num_query_groups": _optional_int(text, "num_global_key_value_heads"),
+        "attention_k_eq_v": bool(text.get("attention_k_eq_v")),
+        "value_norm": True,
+        "extra_layer_norms": GEMMA4_EXTRA_LAYER_NORMS,
+        "moe_router_scales": True,
+        "vision_not_counted": str(vc.get("model_type")) if isinstance(vc, dict) else None,
+    }
+
+
+#: RMSNorm(h) weights of a Gemma-4 MoE layer beyond input_layernorm and pre_mlp_layernorm (Megatron
+#: Bridge ``modeling_gemma4.py`` v0.6.0: the norm fused into ``linear_proj``
+#: (``TERowParallelLinearLayerNorm``), ``pre_shared_expert_layernorm``, ``post_ffn_layernorm``,
+#: ``post_moe_layernorm`` and ``post_shared_expert_layernorm``)
+GEMMA4_EXTRA_LAYER_NORMS = 5
 
 
 def model_from_hf_config(config: dict, name: str, source: str = "user") -> ModelSpec:
@@ -915,12 +1321,42 @@ def model_from_hf_config(config: dict, name: str, source: str = "user") -> Model
         ) from None
 
 
+def _num_layers(text: dict, model_type: str) -> int:
+    """Decoder layers: ``num_hidden_layers`` (``num_layers`` / ``n_layer``); a ``nemotron_h`` config that
+    gives only its ``layers_block_type`` list has one layer per entry (HF ``NemotronHConfig``:
+    ``num_hidden_layers`` is the list's length, Nemotron-3 Ultra's config.json has no other).
+
+    Raises:
+        InputError: naming the field when neither is given or the value is not a positive integer.
+    """
+    blocks = text.get("layers_block_type")
+    given = _get(text, "num_hidden_layers", "num_layers", "n_layer")
+    if model_type == "nemotron_h" and given is None and isinstance(blocks, list) and blocks:
+        return len(blocks)
+    return _need(text, "num_hidden_layers", "num_layers", "n_layer")
+
+
+def _unbuilt_mtp_modules(text: dict, model_type: str) -> int:
+    """MTP modules a MiniMax-M2 config declares (``use_mtp`` with ``num_mtp_modules``) that Megatron does
+    not build: Megatron Bridge's ``MiniMaxM2Bridge`` (v0.6.0) lists "MTP modules are not mapped" and its
+    base mapping reads only ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers`` into
+    ``mtp_num_layers``, and the published MiniMax-M2.5 checkpoint's 229B parameters hold no MTP weights.
+    0 for every other family.
+
+    Raises:
+        InputError: naming ``num_mtp_modules`` when it is not a non-negative integer.
+    """
+    if model_type != "minimax_m2" or not _get(text, "use_mtp"):
+        return 0
+    return _optional_int(text, "num_mtp_modules") or 0
+
+
 def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: str) -> ModelSpec:
     """:func:`model_from_hf_config` past the refusals: the mapping itself."""
     top_type = str(top.get("model_type") or model_type)
     _check_integer_fields(text)
     hidden = _need(text, "hidden_size", "d_model")
-    num_layers = _need(text, "num_hidden_layers", "num_layers", "n_layer")
+    num_layers = _num_layers(text, model_type)
     heads = _need(text, "num_attention_heads", "n_head")
     vocab = _need(text, "vocab_size")
     for key, v in (("hidden_size", hidden), ("num_layers", num_layers), ("num_attention_heads", heads)):
@@ -932,6 +1368,10 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
         **_moe_fields(text, model_type, top_type, num_layers),
         "attention_kinds": _attention_kinds(text, model_type, num_layers),
         **_hybrid_fields(text, num_layers),
+        **_hybrid_mtp_fields(text, _hybrid_pattern_of(text, num_layers)),
+        **_dsa_fields(text, model_type, num_layers),
+        **_gemma4_fields(top, text, model_type),
+        **dsv4_fields(text, model_type, num_layers),
     }
     return ModelSpec(
         name=name,
@@ -943,12 +1383,14 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
         max_position_embeddings=_optional_int(text, "max_position_embeddings"),
         untie_embeddings_and_output_weights=not bool(tie),
         gated_linear_unit=str(_get(text, "hidden_act", "mlp_hidden_act", default="silu"))
-        in ("silu", "swiglu", "gelu_glu"),
+        in ("silu", "swiglu", "gelu_glu")
+        or model_type.startswith("gemma4"),  # Gemma-4: gated GELU (gate, up, down), Bridge's GLU + fast_gelu
         # gpt-oss: clamped SwiGLU with x·σ(1.702x) (Megatron's GPT-OSS provider: quick-GELU gate)
-        clamped_glu=_get(text, "swiglu_limit") is not None,
+        clamped_glu=_get(text, "swiglu_limit") is not None and model_type != "deepseek_v4",
         normalization="RMSNorm",
         **fields,
         mtp_num_layers=_optional_int(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
+        unbuilt_mtp_modules=_unbuilt_mtp_modules(text, model_type),
         vision=_vision_of(top, hidden),
         source=source,
         reconstructed=bool(top.get("_reconstructed", False)),

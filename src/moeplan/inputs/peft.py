@@ -167,7 +167,8 @@ def _mlp_shapes(m: ModelSpec, moe: bool, p: PeftInput, tp: int, ep: int, etp: in
                 ("linear_fc2", "shared", fs, h, p.dim, tp, 1),
             ]
         copies = 1 if p.share_expert_adapters else (m.num_moe_experts or 0) // ep
-        for t, i, o in (("linear_fc1", h, glu * fe), ("linear_fc2", fe, h)):
+        width = m.moe_token_width  # a latent MoE's experts read and write its latent width (moe/experts.py)
+        for t, i, o in (("linear_fc1", width, glu * fe), ("linear_fc2", fe, width)):
             widths.append((t, "routed", i, o, _expert_dim(m, p, etp, t), etp, copies))
     for w in widths:
         if w[0] in p.target_modules:

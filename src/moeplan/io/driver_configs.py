@@ -28,13 +28,14 @@ import shlex
 from collections.abc import Callable
 from typing import Any, cast
 
-from moeplan.catalog.models import get_model
+from moeplan.catalog.models import get_model, list_models, resolve_model_name
 from moeplan.errors import InputError, short_repr
 from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import PARALLEL_DIMS
 from moeplan.inputs.loading import load_yaml_text
 from moeplan.inputs.policy import MAX_TEXT_CHARS
 from moeplan.inputs.schema import scenario_from_dict
+from moeplan.io.dsv4_recipe import read_dsv4
 from moeplan.io.imports import ARCH_ARGS, SOURCES, bounded_notes, hydra_value, import_config
 from moeplan.io.keys import MLM_FLAG_EXCEPTIONS, MLM_NEGATED
 from moeplan.resolve.frameworks import driver_fixups
@@ -125,7 +126,10 @@ def scenario_of(imp: Imported, framework: str) -> dict:
     arguments (:func:`split_args`), the driver's fix-ups (:func:`~moeplan.resolve.frameworks.driver_fixups`:
     Megatron-LM's for the drivers that pass its arguments), each stated."""
     model, layout, training = split_args(imp.args, imp.notes)
+    if model and not imp.model:
+        _vocab_from_tokenizer(imp.args.get("tokenizer_model"), model, imp.notes)
     training = {**training, **imp.training}
+    _packing_from_scheduler(imp.args, training, imp.notes)
     for r in driver_fixups(layout, framework):
         layout[r.key] = r.value
         imp.notes.append(msg("drivers.fixup_applied", key=r.key, value=short_repr(r.value), why=r.reason))
@@ -143,6 +147,56 @@ def scenario_of(imp: Imported, framework: str) -> dict:
     return sc
 
 
+def _packing_from_scheduler(args: dict[str, Any], training: dict[str, Any], notes: list[str]) -> None:
+    """``training['packed_sequences'] = True`` when Megatron-LM's sequence-packing scheduler is on
+    (``--sequence-packing-scheduler``, PR 6684: it packs samples into THD rows with ``cu_seqlens``),
+    unless the configuration states packing itself; and its row padding
+    (``--pad-packed-seq-alignment``: ``max`` → ``pad_to_max_length``, N → ``pad_seq_to_mult`` N,
+    megatron-core ``ModelParallelConfig``); each stated in ``notes``."""
+    scheduler = args.get("sequence_packing_scheduler")
+    if scheduler in (None, False, "", "none") or "packed_sequences" in training:
+        return
+    training["packed_sequences"] = True
+    notes.append(msg("drivers.packing_from_scheduler", scheduler=short_repr(scheduler)))
+    align = args.get("pad_packed_seq_alignment")
+    value: bool | int
+    if align == "max":
+        key, value = "pad_to_max_length", True
+    elif isinstance(align, int) and not isinstance(align, bool) and align > 0:
+        key, value = "pad_seq_to_mult", align
+    else:
+        return
+    training.setdefault(key, value)
+    notes.append(msg("drivers.packing_alignment", key=key, value=short_repr(value), alignment=short_repr(align)))
+
+
+def tokenizer_model_id(name: Any) -> str | None:
+    """The catalog model whose tokenizer ``tokenizer_model`` (Megatron-LM's ``--tokenizer-model``, an HF
+    repository) names: the catalog id it resolves to, else the one whose repository name is the same
+    (a re-upload such as ``unsloth/DeepSeek-V3``); None for any other value."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    try:
+        return resolve_model_name(name)
+    except InputError:
+        pass
+    repo = name.strip().rsplit("/", 1)[-1].lower()
+    same = [i for i in list_models() if i.rsplit("/", 1)[-1].lower() == repo]
+    return same[0] if len(same) == 1 else None
+
+
+def _vocab_from_tokenizer(tokenizer: Any, model: dict[str, Any], notes: list[str]) -> None:
+    """``model['vocab_size']`` from the tokenizer a recipe names, when its arguments give the
+    architecture but no vocabulary (Megatron-LM builds the vocabulary from the tokenizer, then pads
+    it to ``make_vocab_size_divisible_by`` × TP); stated in ``notes``. Nothing when the tokenizer is
+    none the catalog knows."""
+    hf_id = tokenizer_model_id(tokenizer)
+    if "vocab_size" in model or hf_id is None:
+        return
+    model["vocab_size"] = get_model(hf_id).vocab_size
+    notes.append(msg("drivers.vocab_from_tokenizer", vocab=model["vocab_size"], tokenizer=tokenizer, model=hf_id))
+
+
 def split_args(args: dict[str, Any], notes: list[str]) -> tuple[dict, dict, dict]:
     """Megatron-LM arguments (dest names, typed values) → (model fields, layout keys, training).
 
@@ -152,11 +206,12 @@ def split_args(args: dict[str, Any], notes: list[str]) -> tuple[dict, dict, dict
     model: dict[str, Any] = {}
     layout: dict[str, Any] = {}
     training: dict[str, Any] = {}
+    dsv4 = read_dsv4(args, notes)  # a DeepSeek-V4 recipe: its features become model fields
     for k, feature in NOT_MODELLED.items():
-        if args.get(k) not in (None, False, 0, "", [], "none"):
+        if k not in dsv4.consumed and args.get(k) not in (None, False, 0, "", [], "none"):
             raise InputError(k, args[k], msg("drivers.not_modelled", feature=feature))
     for k, v in args.items():
-        if v is None:
+        if v is None or k in dsv4.consumed:
             continue
         if k in LIST_ARGS and isinstance(v, str):
             v = [scalar(w) for w in v.split()]
@@ -176,6 +231,10 @@ def split_args(args: dict[str, Any], notes: list[str]) -> tuple[dict, dict, dict
             layout[_FLAG_DESTS.get(k, k)] = v
     model.update(_model_switches(args))
     _model_fixups(model, args)
+    model.update(dsv4.model)
+    layout.update(dsv4.layout)
+    if dsv4.model:
+        model.pop("kv_channels", None)  # MLA-style: the head widths are v_head_dim and qk_pos_emb_head_dim
     precision = _precision(args)
     if precision:
         training["precision"] = precision

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import cast
 
 from moeplan.inputs.model_spec import ModelSpec
+from moeplan.model.dsv4_activations import dsv4_attention_saved
+from moeplan.structure.attention_kernels import attention_runs_unfused
+from moeplan.structure.dsv4_shapes import layer_ratio
 
 #: label of tensors no selective recompute drops
 KEEP = ""
@@ -116,22 +120,22 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         return
     nh = m.num_attention_heads
     if m.multi_latent_attention:
-        rope, kv, vd = m.given("qk_pos_emb_head_dim"), m.given("kv_lora_rank"), m.given("v_head_dim")
-        qk = m.given("qk_head_dim") + rope
-        # the q and kv down-projections' outputs (the kv norm's input is a view of [kv_lora | rope]) and
-        # the normed latents the up-projections take
-        lat = (m.q_lora_rank or 0) * (a + li) + kv * li + (kv + rope) * a
-        lat += 4 * (2 if m.q_lora_rank else 1)  # fp32 1/rms of the q and kv latent norms
-        _add(out, KEEP, "mla_latents", c.seq_tokens * lat)
-        qa = 1.0 if c.fp8_attention else a  # fp8_dot_product_attention keeps Q/K/V in FP8
-        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + vd) / t * qa)
-        o_width = nh * vd
+        o_width = _mla(m, c, out)
     else:
+        m = cast(ModelSpec, m.attention_widths(kind))  # Gemma-4's global layers: their own widths
         d, g = m.given("kv_channels"), m.num_query_groups
         qa = 1.0 if c.fp8_attention else a
+        if m.value_norm:
+            # Gemma-4's weightless RMSNorm on V keeps its input and fp32 1/rms per KV head
+            _add(out, KEEP, "v_norm_input", n * g * d / t * a + n * g / t * 4)
         _add(out, KEEP, "qkv", n * (nh * d + 2 * g * d) / t * qa)
         o_width = nh * d
-        if m.qk_layernorm:
+        if m.qk_layernorm and m.qk_layernorm_full_dim:
+            # MiniMax-M2's full-dimension norm (Bridge minimax_m2_provider._FullDimRMSNorm, plain PyTorch):
+            # autograd keeps the fp32 copy of Q and K (pow / mul), the bf16 normed tensor (weight mul)
+            # and one fp32 1/rms per token for each of the two norms
+            _add(out, KEEP, "qk_norm_input", n * (nh + g) * d / t * (4 + a) + n * 2 * 4)
+        elif m.qk_layernorm:
             # the q/k norms keep their inputs (Q and K before the norm) and fp32 1/rms per head
             _add(out, KEEP, "qk_norm_input", n * (nh + g) * d / t * a + n * (nh + g) / t * 4)
         if m.attention_output_gate:
@@ -144,7 +148,7 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         _add(out, KEEP, "attn_out", n * o_width / t * 1.0)
     else:
         _add(out, KEEP, "attn_out", n * o_width / t * (a + (li if li < a else 0)))
-    if not c.unfused_attention:
+    if not (c.unfused_attention or attention_runs_unfused(m, kind)):
         _add(out, "core_attn", "softmax_lse", n * nh / t * 4)
     else:
         s2 = c.micro_batch_size * nh / t * c.seq_local * c.seq_local
@@ -152,6 +156,71 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
         _add(out, "core_attn", "attention_scores", s2 * per)
     if c.hidden_dropout > 0:
         _add(out, KEEP, "attn_dropout_mask", c.seq_tokens * h * 1)
+
+
+def _mla(m: ModelSpec, c: ActContext, out: dict) -> int:
+    """MLA's saved tensors before the core's output (DeepSeek Sparse Attention's absorbed layout with
+    :func:`_dsa_absorbed`); returns the output projection's input width per token (all heads)."""
+    t, n, a, li = c.tp, c.tokens, c.act_bytes, c.lin_in_bytes
+    nh = m.num_attention_heads
+    rope, kv, vd = m.given("qk_pos_emb_head_dim"), m.given("kv_lora_rank"), m.given("v_head_dim")
+    qk = m.given("qk_head_dim") + rope
+    # the q and kv down-projections' outputs (the kv norm's input is a view of [kv_lora | rope]) and
+    # the normed latents the up-projections take
+    lat = (m.q_lora_rank or 0) * (a + li) + kv * li + (kv + rope) * a
+    lat += 4 * (2 if m.q_lora_rank else 1)  # fp32 1/rms of the q and kv latent norms
+    _add(out, KEEP, "mla_latents", c.seq_tokens * lat)
+    qa = 1.0 if c.fp8_attention else a  # fp8_dot_product_attention keeps Q/K/V in FP8
+    if m.has_dsa:
+        _dsa_absorbed(m, c, out, qa)
+    else:
+        _add(out, "mla_up_proj", "mla_qkv", n * nh * (2 * qk + vd) / t * qa)
+    return nh * vd
+
+
+def _dsa_absorbed(m: ModelSpec, c: ActContext, out: dict, qa: float) -> None:
+    """DeepSeek Sparse Attention's tensors in megatron-core's absorbed MLA (core_v0.19.0+
+    ``experimental_attention_variant/absorbed_mla.py``, ``dsa.py``): the absorbed queries
+    (heads/TP × (kv_lora + rope)) and the one shared latent key-value row (kv_lora + rope), dropped by
+    ``mla_up_proj`` (its ``qkv_up_checkpoint``); the core's latent output (heads/TP × kv_lora, the
+    value up-projection's einsum input). The top-k indices (int64 from ``torch.topk``, top-k per
+    query) and the indexer's tensors are per layer (:func:`dsa_indexer_saved`)."""
+    t, n, a = c.tp, c.tokens, c.act_bytes
+    nh, rope, kv = m.num_attention_heads, m.given("qk_pos_emb_head_dim"), m.given("kv_lora_rank")
+    _add(out, "mla_up_proj", "mla_qkv", n * (nh / t + 1) * (kv + rope) * qa)
+    _add(out, KEEP, "dsa_latent_out", n * nh / t * kv * a)
+
+
+def dsa_indexer_saved(m: ModelSpec, c: ActContext) -> dict[str, float]:
+    """Bytes one DSA layer that computes its own top-k keeps for backward, per microbatch and rank
+    (megatron-core dev ``dsa.py``; recomputed with ``core_attn``, whose checkpoint reruns DSAttention):
+    the top-k indices ``tokens × topk × 8`` (int64), and with the indexer's KL loss
+    (``dsa_indexer_loss_coeff`` > 0: ``FusedDSAIndexerLoss.save_for_backward(q, weights, k, ...)``) the
+    indexer's query (heads × head_dim), key (head_dim) and head weights, all whole on every TP rank
+    (the indexer is ``duplicated``) over the rank's tokens. The FP32 index scores ``[b, s, s]`` are not
+    kept by the fused kernels; the PyTorch fallback's are a rule's warning (``attention.dsa_dense_fallback``)."""
+    n, a = c.tokens, c.act_bytes
+    out = {"dsa_topk_indices": n * m.given("dsa_indexer_topk") * 8.0}
+    if m.dsa_indexer_loss_coeff > 0:
+        heads, d = m.given("dsa_indexer_n_heads"), m.given("dsa_indexer_head_dim")
+        out["dsa_indexer_qkw"] = n * (heads * d + d + heads) * a
+    return out
+
+
+def _gemma4_norms(m: ModelSpec, c: ActContext, out: dict) -> None:
+    """The RMSNorms of a Gemma-4 MoE layer beyond input / pre-MLP (Megatron Bridge
+    ``modeling_gemma4.py`` v0.6.0), each keeping its input (bf16) and fp32 1/rms per token: the norm
+    fused into ``linear_proj`` and ``post_ffn_layernorm`` run outside the MoE block (kept);
+    ``pre_shared_expert_layernorm``'s input is the residual already kept and its output is the shared
+    expert's FC1 input (kept: ``Gemma4MoELayer`` takes it as a checkpoint input); the post-routed and
+    post-shared-expert norms and the router's weightless input norm run inside the MoE block's
+    ``custom_forward``, which ``moe`` recompute checkpoints."""
+    st, a, li, h = c.seq_tokens, c.act_bytes, c.lin_in_bytes, m.hidden_size
+    _add(out, KEEP, "post_attn_norm_input", st * (h * a + 4))
+    _add(out, KEEP, "shared_expert_norm_output", st * (h * li + 4))
+    _add(out, KEEP, "post_mlp_norm_input", st * (h * a + 4))
+    _add(out, "moe", "post_expert_norms_input", 2 * st * (h * a + 4))
+    _add(out, "moe", "router_norm_output", st * h * a)
 
 
 def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
@@ -169,13 +238,19 @@ def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
         _add(out, "mlp", "fc2_in", n * f / t * li)
         return
     e, k, fe = m.moe_experts, m.moe_topk, m.moe_ffn
+    if m.extra_layer_norms:
+        _gemma4_norms(m, c, out)
     local_tokens = c.seq_tokens  # the router sees SP-local tokens
     # router: logits (bf16), scores (fp32) and the boolean routing map, per local token
     _add(out, "moe", "router", local_tokens * e * (a + 4 + 1))
     # expert side: each rank of the ETP·EP group receives ETP·k·(local tokens) (balanced),
     # scaled by the routing imbalance / capacity factor.
     routed = local_tokens * k * c.etp * c.routing_factor
-    _add(out, "moe", "expert_fc1_in", routed * h * li)
+    # a latent MoE's routed tokens are at the latent width; its fc2_latent_proj keeps its input (the
+    # combined latent tokens); fc1_latent_proj's input is the norm output above (moe/moe_layer.py)
+    _add(out, "moe", "expert_fc1_in", routed * m.moe_token_width * li)
+    if m.moe_latent_size:
+        _add(out, "moe", "latent_fc2_in", local_tokens * m.moe_latent_size * li)
     _add(out, "moe", "expert_fc1_out", routed * glu * fe / c.etp * a)
     _add(out, "moe_act", "expert_fc2_in", routed * fe / c.etp * li)
     # routing probabilities are applied inside the expert activation (weighted SwiGLU), which keeps
@@ -205,6 +280,21 @@ OFFLOAD_ITEMS = {
 _WIDER = {"moe": ("moe", "moe_act", "shared_experts")}
 
 
+def layer_saved_key(m: ModelSpec, layer: int) -> tuple[str, bool, bool, int | None, bool]:
+    """What decoder layer ``layer``'s saved tensors depend on besides the context: (attention kind
+    of ``attention_kinds``, MoE or not, has an MLP, DeepSeek-V4 compression ratio or None, has its
+    own DSA indexer); two layers with the same key save the same tensors (:func:`layer_activations`)."""
+    kinds = m.attention_kinds
+    moe = m.moe_layers
+    return (
+        kinds[layer] if kinds else "full",
+        bool(moe[layer]) if moe else False,
+        m.layer_has_mlp(layer),
+        layer_ratio(m, layer) if m.is_dsv4 else None,
+        m.layer_has_indexer(layer),
+    )
+
+
 def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozenset[str]) -> tuple[dict, dict]:
     """Saved tensors of decoder layer ``layer`` for one microbatch on one rank.
 
@@ -212,16 +302,17 @@ def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozense
         ``(kept, recomputed)``: name → bytes kept until backward, and name → bytes that the selected
         recompute ``modules`` drop (re-materialized one layer at a time during backward).
     """
-    kinds = m.attention_kinds or ("full",) * m.num_layers
-    moe_flags = m.moe_layers or (False,) * m.num_layers
-    has_mlp = m.layer_has_mlp(layer)
-    key = (id(m), kinds[layer], moe_flags[layer], has_mlp, c, modules)
+    kind, moe, has_mlp, ratio, indexer = layer_saved_key(m, layer)
+    key = (id(m), kind, moe, has_mlp, c, modules, ratio, indexer)
     hit = _ACT_CACHE.get(key)
     if hit is not None and hit[0] is m:
         return dict(hit[1]), dict(hit[2])
     if len(_ACT_CACHE) > 20000:
         _ACT_CACHE.clear()
-    kept, rec = _layer_activations(m, kinds[layer], moe_flags[layer], c, modules, has_mlp)
+    kept, rec = _layer_activations(m, kind, moe, c, modules, has_mlp, ratio)
+    if indexer:  # DSA top-k indices and indexer tensors: dropped with the core_attn checkpoint
+        for name, v in dsa_indexer_saved(m, c).items():
+            (rec if "core_attn" in modules else kept)[name] = v
     _ACT_CACHE[key] = (m, kept, rec)
     return dict(kept), dict(rec)
 
@@ -230,10 +321,22 @@ _ACT_CACHE: dict[tuple, tuple] = {}
 
 
 def _layer_activations(
-    m: ModelSpec, kind: str, moe: bool, c: ActContext, modules: frozenset[str], has_mlp: bool = True
+    m: ModelSpec,
+    kind: str,
+    moe: bool,
+    c: ActContext,
+    modules: frozenset[str],
+    has_mlp: bool = True,
+    dsv4_ratio: int | None = None,
 ) -> tuple[dict, dict]:
     raw: dict[str, dict[str, float]] = {}
-    _attention(m, kind, c, raw)
+    if dsv4_ratio is None:
+        _attention(m, kind, c, raw)
+    else:  # DeepSeek-V4: compressed sparse attention and hyper-connections (moeplan.model.dsv4_activations)
+        for tag, name, nbytes in dsv4_attention_saved(
+            m, dsv4_ratio, c.tokens, c.seq_tokens, c.tp, c.act_bytes, c.lin_in_bytes
+        ):
+            _add(raw, tag, name, nbytes)
     if has_mlp:
         _mlp(m, moe, c, raw)
     dropped_tags: set[str] = set()
@@ -275,16 +378,18 @@ def output_layer_activations(m: ModelSpec, c: ActContext, padded_vocab: int, fus
 
 def mtp_activations(m: ModelSpec, c: ActContext, padded_vocab: int, fused_ce: bool, modules: frozenset[str]) -> dict:
     """One MTP block: embedding/hidden norms and the 2h→h projection input, one decoder layer (MoE if
-    the model's last layer is) and its own output layer and loss."""
+    the model's last layer is) or, for a hybrid block (``mtp_layer_pattern``), one layer per pattern
+    symbol saving what the decoder's layer of that kind saves, and its own output layer and loss."""
     h, a, li = m.hidden_size, c.act_bytes, c.lin_in_bytes
     out = {"mtp_norms_in": c.seq_tokens * 2 * h * a, "mtp_eh_proj_in": c.seq_tokens * 2 * h * li}
     kinds = list(m.attention_kinds or ("full",) * m.num_layers)
     proxy = m
-    if kinds and kinds[-1] != "full":
+    if m.mtp_layer_pattern is None and kinds and kinds[-1] != "full":
         proxy = dataclasses.replace(m, attention_kinds=tuple(kinds[:-1]) + ("full",))
-    kept, _ = layer_activations(proxy, m.num_layers - 1, c, modules)
-    for k, v in kept.items():
-        out["mtp_" + k] = out.get("mtp_" + k, 0.0) + v
+    for li in m.mtp_stand_ins:  # a hybrid depth: its pattern's layers, as the decoder's of each kind
+        kept, _ = layer_activations(proxy, li, c, modules)
+        for k, v in kept.items():
+            out["mtp_" + k] = out.get("mtp_" + k, 0.0) + v
     for k, v in output_layer_activations(m, c, padded_vocab, fused_ce).items():
         out["mtp_" + k] = v
     return out

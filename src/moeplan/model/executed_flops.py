@@ -18,6 +18,9 @@ from moeplan.inputs.model_spec import ModelSpec
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import hbm_bytes_per_s
+from moeplan.structure.dsv4_shapes import layer_forward_flops as dsv4_layer_forward_flops
+from moeplan.structure.dsv4_shapes import layer_ratio
+from moeplan.structure.flops import dsa_causal_context, dsa_indexer_flops_per_token
 from moeplan.structure.mamba_shapes import mamba_executed_flops
 
 #: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak for head
@@ -148,6 +151,29 @@ def attention_fraction(
     return 3.0 / (1.0 / f_fwd + 2.5 / f_bwd) * _length_term(query_tokens)
 
 
+#: forward throughput of the token-level sparse MLA kernel DeepSeek Sparse Attention runs, as a fraction
+#: of the dense BF16 peak, by architecture: Hopper 640 / 989 = 0.647 (FlashMLA README, sparse kernels
+#: released 2025-09-29: "up to 640 TFlops during prefilling" on H800, BF16 peak 989 TFLOP/s, counting
+#: 2·(d_qk + d_v) = 2·(576 + 512) FLOPs per selected key and head). No other architecture has a
+#: published figure: there the dense attention model at the absorbed widths applies (said in the notes)
+SPARSE_MLA_FWD_FRACTION = {"Hopper": 640 / 989}
+
+
+def sparse_mla_fraction(gpu: GpuSpec, query_tokens: float, head_dims: float, fp8: bool = False) -> float:
+    """Forward + backward throughput of DSA's sparse MLA core as a fraction of the attention peak:
+    :data:`SPARSE_MLA_FWD_FRACTION` for the forward, the flash backward's rate relative to its forward
+    (:data:`ATTENTION_BWD_RATE`, executing 2.5 × the forward's FLOPs) for the backward, combined as
+    :func:`attention_fraction` combines them. No length term: the kernel tiles queries × heads over one
+    shared latent key row (all heads of a query read the same top-k keys), so a few thousand queries
+    fill the GPU, and the figure is FlashMLA's own prefill benchmark. Without a published figure for the
+    GPU's architecture (or with FP8 attention): :func:`attention_fraction` at ``head_dims`` (d_qk + d_v
+    of the absorbed layout), the dense kernel model, as the step-time notes say."""
+    f_fwd = SPARSE_MLA_FWD_FRACTION.get(arch_family(gpu))
+    if f_fwd is None or fp8:
+        return attention_fraction(gpu, query_tokens, head_dims, fp8)
+    return 3.0 / (1.0 / f_fwd + 2.5 / (ATTENTION_BWD_RATE * f_fwd))
+
+
 #: best-shape GEMM fraction of peak when the catalog has no measurement for a GPU / precision:
 #: the median of the measured ones (ml-engineering MAMF: 0.71–0.87).
 DEFAULT_GEMM_FRACTION = 0.75
@@ -195,6 +221,29 @@ class LayerFlops:
     attention_core: float = 0.0
     expert_gemm: float = 0.0
     tokens_per_local_expert: float = 0.0
+    #: DeepSeek Sparse Attention's top-k core, timed at the sparse kernel's rate (:func:`sparse_mla_fraction`)
+    sparse_core: float = 0.0
+
+
+def dsa_layer_flops(m: ModelSpec, layer: int, tokens: float, seq_full: int, tp: int) -> tuple[float, float, float]:
+    """(dense GEMM, indexer score, sparse core) forward FLOPs of one DeepSeek Sparse Attention layer for
+    ``tokens`` query tokens on one rank, beyond MLA's projections.
+
+    The sparse core (megatron-core core_v0.19.0+ ``AbsorbedMLASelfAttention`` + ``DSAttention``): every
+    query reads min(i, top-k) keys (:func:`~moeplan.structure.flops.dsa_causal_context`) at the absorbed
+    widths, QK over kv_lora + rope and AV over kv_lora, heads split by TP. The indexer (``DSAIndexer``,
+    built ``parallel_mode="duplicated"`` on the sequence-gathered input): every TP rank computes it whole
+    over all its tokens, so nothing here is divided by TP; its fwd + bwd model FLOPs
+    (:func:`~moeplan.structure.flops.dsa_indexer_flops_per_token`) enter as a third, the forward share
+    of the 3 × forward the step-time model charges. Layers that reuse an earlier top-k have no indexer.
+    """
+    nh, kv, rope = m.num_attention_heads, m.given("kv_lora_rank"), m.given("qk_pos_emb_head_dim")
+    sparse = dsa_causal_context(seq_full, m.given("dsa_indexer_topk"))[1]
+    core = 2 * tokens * sparse * nh * (2 * kv + rope) / tp
+    if not m.layer_has_indexer(layer):
+        return 0.0, 0.0, core
+    proj, scores = dsa_indexer_flops_per_token(m, seq_full)
+    return tokens * proj / 3, tokens * scores / 3, core
 
 
 def layer_flops(
@@ -216,6 +265,7 @@ def layer_flops(
     g = 3 if m.gated_linear_unit else 2
     dense = 0.0
     core = 0.0
+    sparse_core = 0.0
     if kind == "none":  # an MLP-only layer of a Mamba hybrid
         pass
     elif kind == "mamba":
@@ -227,17 +277,26 @@ def layer_flops(
         dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.given("linear_num_value_heads")) + h * v) / tp
         # the depthwise causal conv; the delta rule itself is timed by moeplan.model.gdn
         core += 2 * tokens * m.given("linear_conv_kernel_dim") * (2 * qk + v) / tp
+    elif m.is_dsv4:  # compressed sparse attention: the window plus the compressed keys (dsv4_shapes)
+        gemm, attn = dsv4_layer_forward_flops(m, layer_ratio(m, layer), seq_full)
+        dense += tokens * gemm / tp
+        core += tokens * attn / tp
     elif m.multi_latent_attention:
         nh = m.num_attention_heads
         qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
         q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope))
         lin = q_term + m.given("kv_lora_rank") * (h + nh * (qk + vd)) + h * rope + nh * vd * h
         dense += 2 * tokens * lin / tp
-        # causal: each of the seq_local queries on this CP rank sees on average half the keys
-        core += 2 * tokens * seq_full * nh * (qk + rope + vd) / 2 / tp
+        if m.has_dsa:  # the indexer and a top-k core instead of the causal core
+            idx_gemm, idx_scores, sparse_core = dsa_layer_flops(m, layer, tokens, seq_full, tp)
+            dense += idx_gemm
+            core += idx_scores
+        else:  # causal: each of the seq_local queries on this CP rank sees on average half the keys
+            core += 2 * tokens * seq_full * nh * (qk + rope + vd) / 2 / tp
     else:
-        q = m.given("kv_channels") * m.num_attention_heads
-        kv = m.given("kv_channels") * m.num_query_groups
+        mk = m.attention_widths(kind)  # Gemma-4's global layers: their own head dim and KV heads
+        q = mk.given("kv_channels") * m.num_attention_heads
+        kv = mk.given("kv_channels") * mk.given("num_query_groups")
         gate = q if m.attention_output_gate else 0
         dense += 2 * tokens * (h * (q + 2 * kv + gate) + q * h) / tp
         span = seq_full / 2
@@ -248,17 +307,19 @@ def layer_flops(
     expert = 0.0
     per_expert = 0.0
     if not m.layer_has_mlp(layer):
-        return LayerFlops(dense, core, expert, per_expert)
+        return LayerFlops(dense, core, expert, per_expert, sparse_core)
     if moe:
-        expert = 2 * tokens * h * m.moe_ffn * g * m.moe_topk * routing_factor / tp
+        expert = 2 * tokens * m.moe_token_width * m.moe_ffn * g * m.moe_topk * routing_factor / tp
         routed_rank = tokens / tp * m.moe_topk * routing_factor  # routed tokens arriving on this rank
         per_expert = routed_rank / max(1, m.num_moe_experts // ep) if m.num_moe_experts else 0.0
         if m.moe_shared_expert_intermediate_size:
             dense += 2 * tokens * h * m.moe_shared_expert_intermediate_size * g / tp
         dense += 2 * tokens * h * m.moe_experts / tp  # router
+        # latent MoE: fc1 / fc2_latent_proj (h ↔ latent), duplicated on every TP rank over its SP-local tokens
+        dense += 2 * tokens * 2 * h * (m.moe_latent_size or 0) / tp
     else:
         dense += 2 * tokens * h * (m.ffn_hidden_size or 0) * g / tp
-    return LayerFlops(dense, core, expert, per_expert)
+    return LayerFlops(dense, core, expert, per_expert, sparse_core)
 
 
 def grouped_efficiency(tokens_per_expert: float, c: TimeConstants) -> float:

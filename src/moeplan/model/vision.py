@@ -1,19 +1,23 @@
 """Vision tower cost per microbatch: FLOPs, saved activations, and what freezing changes.
 
 Work per ViT patch and layer (forward, 2 FLOPs per multiply-add): QKV and output projections
-``4·h²`` and the non-gated GELU MLP ``2·h·f`` (Qwen3-VL and Llama-4 ViTs), plus attention within each
-image, ``2·2·h·P`` for ``P`` patches per image (QKᵀ and PV, non-causal). The merger / projector runs
-per merged token: ``(h·m²)² + h·m²·out`` for Qwen3-VL's patch merger and each DeepStack merger.
+``4·h²`` and the non-gated GELU MLP ``2·h·f`` (Qwen3-VL, Llama-4 and MoonViT ViTs), plus attention within
+each image, ``2·2·h·P`` for ``P`` patches per image (QKᵀ and PV, non-causal). The merger / projector runs
+per merged token: ``(h·m²)² + h·m²·out`` for Qwen3-VL's patch merger and each DeepStack merger, and for
+MoonViT's ``PatchMergerMLP`` (the same shapes).
 Backward is twice the forward; a frozen tower (``freeze_vision_model``) runs forward only and keeps
 no activations for backward.
 
 Saved activations per patch and layer (bf16, flash attention, no dropout): LayerNorm inputs 2·h, QKV
 input h and output 3·h, attention output h, projection input h, FC1 input h, FC1 output and GELU
-output 2·f — ``2·(9·h + 2·f)`` bytes, split by TP (sequence-parallel ViT). The tower sits on the first
+output 2·f — ``2·(9·h + 2·f)`` bytes, split by TP (sequence-parallel ViT). MoonViT (Kimi-K2.5) runs
+as Moonshot's Hugging Face modules on every TP rank whole (Megatron Bridge ``kimi_vl``): its FLOPs and
+activations are not split by TP, and its gradients are all-reduced over TP (not timed). The tower sits on the first
 pipeline stage (Megatron Bridge); every CP rank runs it for the whole sequence's images (the image
 embeddings are split by CP only after the merger).
 
-Sources: transformers ``modeling_qwen3_vl`` / ``modeling_llama4`` vision blocks; Korthikanti et al.
+Sources: transformers ``modeling_qwen3_vl`` / ``modeling_llama4`` vision blocks, Moonshot's
+``modeling_kimi_k25.py`` (``MoonViTEncoderLayer``, ``PatchMergerMLP``); Korthikanti et al.
 2022 (arXiv 2205.05198) for the activation accounting.
 """
 
@@ -101,11 +105,11 @@ def vision_cost(s: Scenario, patches_per_sequence: float | None = None) -> Visio
         per_seq, assumed = patches_per_sequence, False
     mbs = s.training.micro_batch_size or 1
     patches = per_seq * mbs
-    h, f, tp = v.hidden_size, v.intermediate_size, s.tp
+    h, f, tp = v.hidden_size, v.intermediate_size, (s.tp if v.tp_sharded else 1)
     gemm = 2 * patches * v.depth * (4 * h * h + 2 * h * f) / tp
     attn = 2 * 2 * patches * v.depth * h * min(per_image, per_seq or per_image) / tp
     m2 = max(1, v.spatial_merge_size) ** 2
-    if v.kind == "qwen3_vl":
+    if v.kind in ("qwen3_vl", "moonvit"):
         merged = patches / m2
         merger = 2 * merged * ((h * m2) ** 2 + h * m2 * v.out_hidden_size) * (1 + len(v.deepstack_visual_indexes)) / tp
     else:

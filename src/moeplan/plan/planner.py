@@ -187,6 +187,17 @@ def _refresh_differs(base_d: dict, win) -> None:
         pub["first_vs_published_pct"] = 100 * (win.tokens_per_s_per_gpu / pred - 1)
 
 
+def _family_notes(first: list) -> list[str]:
+    """What #1's estimate says the model leaves out of its family's published architecture (the
+    ``model_catalog_2026.*`` notes of :func:`moeplan.model.time.notes.model_family_notes`: MiniMax-M2's
+    unbuilt MTP modules, untimed all-reduces, a vision tower whole on every TP rank); empty without a
+    candidate."""
+    if not first:
+        return []
+    said = first[0].throughput.get("assumptions", [])
+    return [a for a in said if str(getattr(a, "msgid", "")).startswith("model_catalog_2026.")]
+
+
 def plan(
     base: dict,
     *,
@@ -241,7 +252,7 @@ def plan(
     band_note = within_band_note(res.candidates[:top])
     if band_note:
         notes.append(band_note)
-    notes += known_issue_notes(res.candidates[:top])
+    notes += known_issue_notes(res.candidates[:top]) + _family_notes(res.candidates[:1])
     if not res.candidates:
         counts = res.rejected.counts
         rules = sorted(

@@ -130,7 +130,8 @@ def _gdn(s, e):
 )
 def _vision_heads(s, e):
     m = s.model
-    if m is None or m.vision is None or s.tp == 1:
+    # MoonViT (Kimi-K2.5) is built from the Hugging Face modules, whole on every TP rank: TP never splits it
+    if m is None or m.vision is None or s.tp == 1 or not m.vision.tp_sharded:
         return None
     n = m.vision.num_heads
     if n % s.tp:

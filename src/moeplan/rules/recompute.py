@@ -6,7 +6,8 @@ from __future__ import annotations
 from packaging.version import Version
 
 from moeplan.i18n.messages import msg
-from moeplan.rules.base import rule
+from moeplan.rules.base import is_dev_build, rule
+from moeplan.rules.dsv4 import HYPER_CONNECTIONS_MCORE
 
 MODULES_0_16 = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 MODULES_0_19 = MODULES_0_16 + ("gdn_norm_out",)
@@ -133,6 +134,8 @@ def _label_names(s, e, mods: list[str]) -> list:
     """Each of ``mods`` must be a label of the scenario's megatron-core version: a shorthand from prose
     guidance, a label of a later version and an unknown label are errors, in the order given."""
     allowed = allowed_modules(s.mcore_version)
+    if "mhc" in mods and (s.mcore_version >= HYPER_CONNECTIONS_MCORE or is_dev_build(s)):
+        allowed += ("mhc",)  # hyper-connections' label: main 0.20.0 and the dev branch (rules/dsv4.py)
     ver = str(s.mcore_version)
     out = []
     for mod in mods:

@@ -344,13 +344,16 @@ def _cp_attention(s, e):
 
 def _contiguous_problems(s) -> list[Message]:
     """What megatron-core's dev-branch ``TransformerConfig.__post_init__`` (@d48bd6b L1563-1616) refuses
-    for ``cp_partition_mode: contiguous`` with CP > 1, on the models moeplan builds (no DSv4 hybrid)."""
+    for ``cp_partition_mode: contiguous`` with CP > 1 (a DeepSeek-V4 model's hybrid attention is the
+    MLA-based one it allows)."""
     m = s.model
     out = []
     if not s.training.packed_sequences:
         out.append(msg("sequence.contiguous_cp_requires.thd"))
     if s.mtp_num_layers > 0 and s.tp > 1 and s.sp:
         out.append(msg("sequence.contiguous_cp_requires.no_mtp"))
+    if m is not None and m.is_dsv4:
+        return out
     if m is not None and m.multi_latent_attention:
         out.append(msg("sequence.contiguous_cp_requires.no_mla"))
     elif m is not None and m.num_layers is not None and not m.has_linear_attention:

@@ -12,14 +12,18 @@ weights (attention projections, dense MLP, shared experts, GDN projections, voca
 TP; norms, the router, MLA down-projections (``linear_q_down_proj``/``linear_kv_down_proj``), the
 shared-expert gate and row-parallel biases are replicated; routed experts are divided by EP (whole
 experts) and ETP (each expert's FC1/FC2). With TP > num_query_groups each rank keeps one KV group.
+A latent MoE (``moe_latent_size``) has routed experts at the latent width and per MoE layer two
+replicated latent projections, counted as the kind ``moe_latent_proj`` (:func:`latent_proj_params`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 from moeplan.errors import InputError
 from moeplan.inputs.model_spec import ModelSpec, PartialModelSpec, VisionSpec
+from moeplan.structure import dsv4_shapes
 from moeplan.structure.mamba_shapes import mamba_tp_params
 
 PARAM_KINDS = (
@@ -119,6 +123,9 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
             sharded += h * nh * qk
         sharded += nh * vd * h  # output projection
         return {"attention": Shard(tp=_div(sharded, tp, "attention heads vs TP"), rep=rep)}
+    # a full-attention layer of Gemma-4 has its own head dim and KV heads; with K = V Megatron Bridge
+    # still builds the value rows of linear_qkv (its HF export drops them), so they are counted
+    model = cast(ModelSpec, model.attention_widths(kind))
     nh, ng, d = _require(model, "num_attention_heads", "num_query_groups", "kv_channels")
     heads_rank = _div(nh, tp, "num_attention_heads vs TP")
     if ng % tp and tp % ng:
@@ -132,11 +139,29 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
         sharded += qkv_out
     if model.add_bias_linear:
         rep += h  # row-parallel output bias is not split
-    if model.qk_layernorm:
+    if model.qk_layernorm and model.qk_layernorm_full_dim:
+        sharded += qk_norm_full_dim_rank(nh, ng, d, tp)
+    elif model.qk_layernorm:
         rep += 2 * d
     if model.attention_sinks:
         sharded += heads_rank
     return {"attention": Shard(tp=sharded, rep=rep)}
+
+
+def qk_norm_full_dim_rank(nh: int, ng: int, d: int, tp: int) -> int:
+    """Elements on one TP rank of a QK norm over the whole layer (MiniMax-M2), exact.
+
+    Megatron Bridge ``minimax_m2_provider.py`` (v0.6.0): ``FullDimQNorm`` holds ``nh/TP · d`` of the
+    ``nh·d`` Q-norm weight; ``FullDimKNorm`` splits the ``ng·d`` K-norm weight over ``min(TP, ng)``
+    shards (``_get_k_norm_layout``: ``ng·d / TP`` when ng ≥ TP, else one group's ``d``, replicated
+    over TP / ng ranks). At TP = 1: ``(nh + ng)·d``.
+
+    Raises:
+        InputError: when ng and TP do not divide one another.
+    """
+    if ng % tp and tp % ng:
+        raise InputError("num_query_groups vs TP", ng, f"a multiple or a divisor of TP={tp}")
+    return nh // tp * d + ng * d // min(tp, ng)
 
 
 # ----- MLP / MoE -----------------------------------------------------------------------------
@@ -158,11 +183,16 @@ def mlp_shard(model: ModelSpec, moe: bool, tp: int = 1, ep: int = 1, etp: int = 
         return {"dense_mlp": Shard(tp=_div(n, tp, "ffn_hidden_size vs TP"))}
     e, fe = _require(model, "num_moe_experts", "moe_ffn_hidden_size")
     local = _div(e, ep, "num_moe_experts vs EP")
-    per_expert_split = h * fe * glu + fe * h + (fe * glu if model.moe_expert_bias else 0)
-    per_expert_rep = h if model.moe_expert_bias else 0  # FC2 bias is not split by ETP
+    w = model.moe_token_width  # the experts' input / output width: hidden, or the latent of a latent MoE
+    per_expert_split = w * fe * glu + fe * w + (fe * glu if model.moe_expert_bias else 0)
+    per_expert_rep = w if model.moe_expert_bias else 0  # FC2 bias is not split by ETP
     routed = Shard(exp=local * (_div(per_expert_split, etp, "moe_ffn_hidden_size vs ETP") + per_expert_rep))
     router = h * e + (e if model.moe_router_bias else 0) + (e if model.moe_router_expert_bias else 0)
+    if model.moe_router_scales:  # Gemma-4: the router's input scale (h) and per-expert scale (E)
+        router += h + e
     out = {"router": Shard(rep=router), "routed_experts": routed}
+    if model.moe_latent_size:
+        out["moe_latent_proj"] = Shard(rep=latent_proj_params(model))
     fs = model.moe_shared_expert_intermediate_size
     if fs:
         n = h * fs * glu + fs * h
@@ -170,6 +200,42 @@ def mlp_shard(model: ModelSpec, moe: bool, tp: int = 1, ep: int = 1, etp: int = 
             tp=_div(n, tp, "shared expert width vs TP"), rep=h if model.moe_shared_expert_gate else 0
         )
     return out
+
+
+def latent_proj_params(model: ModelSpec) -> int:
+    """Parameters of one MoE layer's latent projections (elements, exact; 0 without ``moe_latent_size``).
+
+    megatron-core ``transformer/moe/moe_layer.py`` (core_v0.16.0 to dev) builds, per MoE layer, a
+    ``fc1_latent_proj`` (hidden → latent) and a ``fc2_latent_proj`` (latent → hidden) as TE linears in
+    ``parallel_mode="duplicated"`` with ``is_expert=False``: every TP rank holds them whole (not split
+    by TP, EP or ETP), they are dense parameters for the optimizer, and they carry a bias only with
+    ``add_bias_linear`` (latent + hidden elements). No norm. Nemotron-3 Super / Ultra
+    (HF ``mixer.fc1_latent_proj`` / ``mixer.fc2_latent_proj``, Megatron Bridge ``nemotron_h_bridge.py``):
+    ``2·h·latent``.
+    """
+    lat = model.moe_latent_size
+    if not lat:
+        return 0
+    h = model.hidden_size
+    return 2 * h * lat + ((lat + h) if model.add_bias_linear else 0)
+
+
+def indexer_params(model: ModelSpec) -> int:
+    """Parameters of one DeepSeek Sparse Attention lightning indexer (elements, exact; 0 without DSA).
+
+    megatron-core ``transformer/experimental_attention_variant/dsa.py::DSAIndexer`` (core_v0.16.0 to
+    dev): ``linear_wq_b`` (q_lora_rank → heads·head_dim; hidden when there is no q LoRA),
+    ``linear_wk`` (hidden → head_dim), ``k_norm`` (a LayerNorm over head_dim: weight and bias),
+    ``linear_weights_proj`` (hidden → heads); no biases. All built ``parallel_mode="duplicated"``:
+    every TP rank holds them whole (gradients averaged over TP), so they count as replicated. HF
+    DeepSeek-V3.2 / GLM-5: ``indexer.wq_b``, ``wk``, ``k_norm``, ``weights_proj``, the same shapes.
+    """
+    if not model.has_dsa:
+        return 0
+    h = model.hidden_size
+    n, d = model.given("dsa_indexer_n_heads"), model.given("dsa_indexer_head_dim")
+    q_in = model.q_lora_rank or h
+    return q_in * n * d + h * d + 2 * d + h * n
 
 
 _SHARD_CACHE: dict[tuple, tuple[ModelSpec, dict]] = {}
@@ -182,15 +248,42 @@ def layer_shard(model: ModelSpec, layer: int, tp: int = 1, ep: int = 1, etp: int
     kinds = model.attention_kinds or ("full",) * model.num_layers
     moe_layers = model.moe_layers or (False,) * model.num_layers
     has_mlp = model.layer_has_mlp(layer)
-    key = (id(model), kinds[layer], moe_layers[layer], has_mlp, tp, ep, etp)
+    indexer = model.layer_has_indexer(layer)
+    key = (id(model), kinds[layer], moe_layers[layer], has_mlp, tp, ep, etp, indexer, _dsv4_key(model, layer))
     hit = _SHARD_CACHE.get(key)
     if hit is not None and hit[0] is model:
         return dict(hit[1])
     if len(_SHARD_CACHE) > 20000:
         _SHARD_CACHE.clear()
     out = _layer_shard(model, kinds[layer], moe_layers[layer], tp, ep, etp, has_mlp)
+    if indexer:
+        out["dsa_indexer"] = Shard(rep=indexer_params(model))
+    if model.is_dsv4:
+        out.update(_dsv4_parts(model, layer, tp, "routed_experts" in out))
     _SHARD_CACHE[key] = (model, out)
     return dict(out)
+
+
+def _dsv4_key(model: ModelSpec, layer: int) -> tuple[int, bool] | None:
+    """What makes DeepSeek-V4 layers differ: the compression ratio and hash routing (None otherwise)."""
+    if not model.is_dsv4:
+        return None
+    return dsv4_shapes.layer_ratio(model, layer), dsv4_shapes.is_hash_layer(model, layer)
+
+
+def _dsv4_parts(model: ModelSpec, layer: int, tp: int, moe: bool) -> dict[str, Shard]:
+    """A DeepSeek-V4 layer's own shards (``moeplan.structure.dsv4_shapes``): its attention by ratio
+    (replacing MLA's), two hyper-connection modules, and a hash-routed layer's router without the
+    expert bias (``layer = num_layers``: an MTP layer, never hash-routed)."""
+    split, rep = dsv4_shapes.attention_params(model, dsv4_shapes.layer_ratio(model, layer))
+    out = {"attention": Shard(tp=split // tp, rep=rep)}
+    hc = 2 * dsv4_shapes.hc_module_params(model)
+    if hc:
+        out["hyper_connections"] = Shard(rep=hc)
+    if moe and dsv4_shapes.is_hash_layer(model, layer):
+        e = model.moe_experts
+        out["router"] = Shard(rep=model.hidden_size * e + (e if model.moe_router_bias else 0))
+    return out
 
 
 def _layer_shard(
@@ -201,21 +294,40 @@ def _layer_shard(
     if has_mlp:
         out.update(mlp_shard(model, moe, tp, ep, etp))
     hybrid = model.hybrid_layer_pattern is not None
-    out["norms"] = Shard(rep=(1 if hybrid else 2) * model.hidden_size)  # input_layernorm + pre_mlp_layernorm
+    # input_layernorm + pre_mlp_layernorm, and Gemma-4's post-attention / MoE-side norms
+    out["norms"] = Shard(rep=((1 if hybrid else 2) + model.extra_layer_norms) * model.hidden_size)
     return out
 
 
 def mtp_shard(model: ModelSpec, tp: int = 1, ep: int = 1, etp: int = 1) -> Shard:
     """One MTP block (DeepSeek-V3 §2.2; Megatron ``MultiTokenPredictionLayer``): enorm, hnorm,
     eh_proj (2h → h, TP-sharded), one decoder layer (MoE when the model's last layer is MoE, full
-    attention) and its final norm. Embedding and output head are shared with the main model."""
+    attention) and its final norm. Embedding and output head are shared with the main model.
+
+    A hybrid model's block (``mtp_layer_pattern``; megatron-core ``MultiTokenPredictionLayer`` with a
+    ``MambaStack`` of that pattern, core_v0.17.0 to dev) has enorm, hnorm, eh_proj and final_layernorm
+    around one hybrid layer per pattern symbol, each with its own pre-norm, built like the decoder's
+    layers of that symbol (:attr:`~moeplan.inputs.model_spec.PartialModelSpec.mtp_stand_ins`)."""
     h = model.hidden_size
+    if model.mtp_layer_pattern is not None:
+        s = Shard(tp=_div(2 * h * h, tp, "hidden_size vs TP"), rep=3 * h)
+        for li in model.mtp_stand_ins:
+            for part in layer_shard(model, li, tp, ep, etp).values():
+                s = s + part
+        return s
     moe = bool(model.moe_layers and model.moe_layers[-1])
     s = Shard(tp=_div(2 * h * h, tp, "hidden_size vs TP"), rep=3 * h)
-    for part in attention_shard(model, "full", tp).values():
+    if model.is_dsv4:  # e_proj + h_proj (h·h each), the layer at the MTP ratio, its own hc head
+        s = s + Shard(rep=dsv4_shapes.hc_head_params(model))
+        parts = _dsv4_parts(model, model.num_layers, tp, False)
+    else:
+        parts = attention_shard(model, "full", tp)
+    for part in parts.values():
         s = s + part
     for part in mlp_shard(model, moe, tp, ep, etp).values():
         s = s + part
+    if model.has_dsa:  # MTP layers number from 1 again: the first computes its own top-k
+        s = s + Shard(rep=indexer_params(model))
     return s + Shard(rep=2 * h)
 
 
@@ -225,19 +337,22 @@ def vision_params(v: VisionSpec) -> int:
     Qwen3-VL / Qwen3.5 (``modeling_qwen3_vl_moe``): Conv3d patch embed with bias, learned position
     table, ``depth`` blocks (LayerNorm ×2 with bias, qkv and proj with bias, MLP fc1/fc2 with bias),
     a patch merger (LayerNorm(h), fc1 4h→4h, fc2 4h→out) and one DeepStack merger per index
-    (LayerNorm(4h), same fc1/fc2). Llama 4 (``modeling_llama4``): unfold-conv patch linear (no bias),
+    (LayerNorm(4h), same fc1/fc2). MoonViT (Kimi-K2.5, ``modeling_kimi_k25.py``): the same blocks
+    (``wqkv`` / ``wo`` / ``mlp.fc0`` / ``mlp.fc1`` with biases), a Conv2d patch embed with bias and a
+    learned 2-D position table, a final LayerNorm(h) and the ``PatchMergerMLP`` (the merger above). Llama 4 (``modeling_llama4``): unfold-conv patch linear (no bias),
     class token, position table, pre/post LayerNorm, encoder layers with biased q/k/v/o and fc1/fc2,
     pixel-shuffle MLP (no bias) and the multimodal projector (no bias).
     """
     h, f = v.hidden_size, v.intermediate_size
     block = 2 * (2 * h) + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
-    if v.kind == "qwen3_vl":
+    if v.kind in ("qwen3_vl", "moonvit"):
         patch = v.in_channels * v.temporal_patch_size * v.patch_size**2 * h + h
         pos = v.num_position_embeddings * h
         m = v.spatial_merge_size**2
         merger = 2 * h + (h * m) * (h * m) + h * m + (h * m) * v.out_hidden_size + v.out_hidden_size
         deep = 2 * h * m + (h * m) * (h * m) + h * m + (h * m) * v.out_hidden_size + v.out_hidden_size
-        return patch + pos + v.depth * block + merger + len(v.deepstack_visual_indexes) * deep
+        final_norm = 2 * h if v.kind == "moonvit" else 0
+        return patch + pos + v.depth * block + final_norm + merger + len(v.deepstack_visual_indexes) * deep
     patch = v.in_channels * v.patch_size**2 * h
     grid = (v.image_size // v.patch_size) ** 2 + 1
     cls_pos = h + grid * h
@@ -254,12 +369,15 @@ def vision_shard(v: VisionSpec, tp: int = 1) -> Shard:
     attention projection and FC2 weights (row-parallel) are split by TP; norms, row-parallel biases,
     patch embedding and position tables are replicated; merger/projector FC1 is column- and FC2
     row-parallel. Elements; the split of the tower itself is our reading of Megatron's ViT, not
-    checked against a build.
+    checked against a build. A tower built from the Hugging Face modules (MoonViT,
+    :attr:`~moeplan.inputs.model_spec.VisionSpec.tp_sharded` False) is whole on every TP rank.
 
     Raises:
         InputError: when ViT widths do not divide by TP.
     """
     total = vision_params(v)
+    if not v.tp_sharded:
+        return Shard(rep=total)
     h, f = v.hidden_size, v.intermediate_size
     col = h * 3 * h + 3 * h + h * f + f  # qkv + fc1 (weights and biases)
     row = h * h + f * h  # proj + fc2 weights
@@ -278,7 +396,8 @@ def vision_shard(v: VisionSpec, tp: int = 1) -> Shard:
 class ParamCounts:
     """Whole-model parameter counts (elements), by kind, with derived totals.
 
-    ``by_kind`` covers the decoder stack, embedding and output layer (``PARAM_KINDS``); ``mtp`` and
+    ``by_kind`` covers the decoder stack, embedding and output layer (``PARAM_KINDS``, plus
+    ``moe_latent_proj`` for a latent MoE); ``mtp`` and
     ``vision`` are reported apart. ``routed_active`` is the routed-expert share used per token
     (top-k of E experts per MoE layer).
     """
@@ -333,7 +452,7 @@ def count_params(model: PartialModelSpec) -> ParamCounts:
     for i in range(model.num_layers):
         parts = layer_shard(model, i)
         for k, s in parts.items():
-            by[k] += s.total
+            by[k] = by.get(k, 0) + s.total
         if "routed_experts" in parts:
             routed_active += parts["routed_experts"].total * model.moe_topk // model.moe_experts
         kinds = model.attention_kinds or ("full",) * model.num_layers
@@ -343,7 +462,9 @@ def count_params(model: PartialModelSpec) -> ParamCounts:
     by["embedding"] = v * h
     by["output_layer"] = v * h if model.untie_embeddings_and_output_weights else 0
     by["norms"] += h  # final norm
-    mtp = model.mtp_num_layers * mtp_shard(model).total if model.mtp_num_layers else 0
+    if model.is_dsv4 and model.num_residual_streams > 1:
+        by["hyper_connection_head"] = dsv4_shapes.hc_head_params(model)  # the block's stream contraction
+    mtp = model.mtp_weight_sets * mtp_shard(model).total if model.mtp_num_layers else 0
     vision = vision_params(model.vision) if model.vision else 0
     return ParamCounts(by_kind=by, mtp=mtp, vision=vision, routed_active=routed_active, per_layer_kind=per_layer_kind)
 
@@ -387,8 +508,9 @@ def rank_params(
 ) -> RankParams:
     """Parameters on one rank that builds decoder ``layers`` (0-based ids), optionally the
     embedding (first stage), the output layer and final norm (last stage) and ``mtp_layers`` MTP
-    blocks (last stage, which then also holds a copy of the word embeddings, as Megatron's GPTModel
-    builds them for ``mtp_process``), and the vision tower (``vision=True``: first stage of a VLM, see
+    depths (last stage, which then also holds a copy of the word embeddings, as Megatron's GPTModel
+    builds them for ``mtp_process``; one block's weights for every depth with ``mtp_use_repeated_layer``,
+    megatron-core ``MultiTokenPredictionBlock``), and the vision tower (``vision=True``: first stage of a VLM, see
     :func:`vision_shard`). With tied embeddings and an output layer on a rank without the embedding
     (PP > 1), Megatron keeps a copy of the word embeddings there, counted here.
 
@@ -403,7 +525,7 @@ def rank_params(
     dense = expert = 0
     for i in layers:
         for k, s in layer_shard(model, i, tp, ep, etp).items():
-            by[k] += s.total
+            by[k] = by.get(k, 0) + s.total
             dense += s.tp + s.rep
             expert += s.exp
     vpad = padded_vocab or padded_vocab_size(model.vocab_size, tp)
@@ -414,6 +536,10 @@ def rank_params(
     if output_layer:
         by["norms"] += model.hidden_size
         dense += model.hidden_size
+        if model.is_dsv4 and model.num_residual_streams > 1:  # the block's hc head sits beside the final norm
+            head = dsv4_shapes.hc_head_params(model)
+            by["hyper_connection_head"] = head
+            dense += head
         if model.untie_embeddings_and_output_weights or not embedding:
             by["output_layer"] += vocab_rank
             dense += vocab_rank
@@ -428,7 +554,8 @@ def rank_params(
         dense += vocab_rank
     if mtp_layers:
         m = mtp_shard(model, tp, ep, etp)
-        by["mtp"] = mtp_layers * m.total
-        dense += mtp_layers * (m.tp + m.rep)
-        expert += mtp_layers * m.exp
+        sets = min(1, mtp_layers) if model.mtp_use_repeated_layer else mtp_layers  # one block reused per depth
+        by["mtp"] = sets * m.total
+        dense += sets * (m.tp + m.rep)
+        expert += sets * m.exp
     return RankParams(by_kind=by, dense=dense, expert=expert)

@@ -60,7 +60,7 @@ def _version_text(version: str, basis: dict | None) -> str:
             "{rules} for the layout rules, the newest moeplan knows; container {container} ships {shipped}, "
             "which the known issues are checked against"
         ).format(rules=version, container=basis.get("container"), shipped=shipped)
-    return T("{rules}: none stated, so the newest moeplan knows").format(rules=version)
+    return T("{rules} for the layout rules: none stated, so the newest moeplan knows").format(rules=version)
 
 
 def _memory_line(c, mem: dict | None) -> None:
@@ -230,8 +230,9 @@ def render_gpu_detail(row: dict) -> None:
         c.print(f"  - {src}", markup=False)
 
 
-def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> None:
-    """Parameter counts by kind and in total (``counts``), and per rank for each pipeline stage (``stages``)."""
+def render_params(model_name: str, counts: dict, stages: list[dict] | None, notes: list[str] | None = None) -> None:
+    """Parameter counts by kind and in total (``counts``), what they leave out (``notes``), and per
+    rank for each pipeline stage (``stages``)."""
 
     c = console()
     t = Table(title=f"{model_name}: parameters")
@@ -244,6 +245,8 @@ def render_params(model_name: str, counts: dict, stages: list[dict] | None) -> N
     t.add_row("MTP layers", format_count(counts["mtp"]))
     t.add_row("vision tower", format_count(counts["vision"]))
     c.print(t)
+    for note in notes or []:
+        c.print(T(note), style="dim", highlight=False, markup=False)
     if stages:
         s = Table(title="per rank, by pipeline stage")
         for col in ("stage", "layers", "embedding", "output", "MTP", "dense", "expert", "total"):

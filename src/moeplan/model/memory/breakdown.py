@@ -34,6 +34,7 @@ from moeplan.model.memory.other import (
 from moeplan.model.memory.stage_activations import DecoderActivations, decoder_activations, tail_activations
 from moeplan.model.memory.static import static_memory
 from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
+from moeplan.model.model_notes import memory_notes
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
 from moeplan.model.validity import memory_validity
@@ -465,6 +466,7 @@ def _common(s: Scenario, assumptions: list[str]) -> _Common:
     num = optimizer_numerics(s)
     _numerics_notes(s, num, assumptions)
     ctx = _activation_context(s, assumptions)
+    assumptions.extend(memory_notes(cast(ModelSpec, s.model)))
     gran = lay.recompute_granularity
     modules = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]
     fused_ce = lay.cross_entropy_loss_fusion
@@ -551,7 +553,8 @@ def _activations(
             # ViT activations of every in-flight microbatch on the first stage (none kept when frozen),
             # and one ViT layer's working set in backward
             act["vision_tower"] = vc.activation_bytes * inflight
-            other["vision_working_set"] = 2 * (9 * v.hidden_size + 2 * v.intermediate_size) * vc.patches / s.tp
+            vtp = s.tp if v.tp_sharded else 1  # MoonViT runs whole on every TP rank
+            other["vision_working_set"] = 2 * (9 * v.hidden_size + 2 * v.intermediate_size) * vc.patches / vtp
     if lay.overlap_moe_expert_parallel_comm and sp.layers:
         # combined 1F1B (pipeline_parallel/combined_1f1b.py) interleaves the forward of one microbatch
         # with the backward of another layer by layer: about one more layer is alive

@@ -73,7 +73,9 @@ def cp_kv_buffers(s: Scenario, ctx: ActContext) -> float:
     m = s.complete_model
     if s.cp == 1:
         return 0.0
-    if m.multi_latent_attention:
+    if m.is_dsv4:  # one joint KV head of v_head_dim per token (megatron-core dev csa.py)
+        width = m.given("v_head_dim") * s.tp
+    elif m.multi_latent_attention:
         qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
         width = m.num_attention_heads * (qk + rope + vd)
     else:

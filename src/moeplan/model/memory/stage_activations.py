@@ -19,6 +19,7 @@ from moeplan.model.activations import (
     ActContext,
     layer_activations,
     layer_input_bytes,
+    layer_saved_key,
     mtp_activations,
     output_layer_activations,
 )
@@ -59,11 +60,8 @@ def offload_items(s: Scenario) -> frozenset[str]:
     return frozenset(items)
 
 
-def _saved(s: Scenario, ctx: ActContext, modules: frozenset[str], cache: dict, li: int) -> LayerSaved:
+def _saved(s: Scenario, ctx: ActContext, modules: frozenset[str], cache: dict, key: tuple, li: int) -> LayerSaved:
     m = s.complete_model
-    kinds = m.attention_kinds or ("full",) * m.num_layers
-    moe = m.moe_layers or (False,) * m.num_layers
-    key = (kinds[li], bool(moe[li]))
     if key not in cache:
         kept, rec = layer_activations(m, li, ctx, modules)
         ks = sum(kept.values())
@@ -71,16 +69,17 @@ def _saved(s: Scenario, ctx: ActContext, modules: frozenset[str], cache: dict, l
     return cache[key]
 
 
-def _full_recompute_kept(s: Scenario, ctx: ActContext, pos: int) -> float | None:
-    """What full recompute keeps of the layer at position ``pos`` of its chunk: its input at a
-    checkpoint boundary, 0 inside a recomputed chunk, None for a layer it does not recompute."""
+def _full_recompute_kept(s: Scenario, input_bytes: float, pos: int) -> float | None:
+    """What full recompute keeps of the layer at position ``pos`` of its chunk: its input
+    (``input_bytes``, :func:`~moeplan.model.activations.layer_input_bytes`) at a checkpoint boundary,
+    0 inside a recomputed chunk, None for a layer it does not recompute."""
     lay = s.layout
     n_rc = lay.recompute_num_layers or 1
     block = lay.recompute_method == "block"
     if block and pos >= n_rc:
         return None
     if block or pos % n_rc == 0:
-        return layer_input_bytes(s.complete_model, ctx, lay.distribute_saved_activations)
+        return input_bytes
     return 0.0
 
 
@@ -93,14 +92,17 @@ def decoder_activations(
     layer_offload = lay.cpu_offloading and s.pp == 1
     n_layer_off = lay.cpu_offloading_num_layers or 0
     out = DecoderActivations()
-    cache: dict[tuple[str, bool], LayerSaved] = {}
+    cache: dict[tuple, LayerSaved] = {}
+    full = lay.recompute_granularity == "full"
+    input_bytes = layer_input_bytes(s.complete_model, ctx, lay.distribute_saved_activations) if full else 0.0
     for vp, chunk in enumerate(plan.layers[sp.stage]):
         before = out.per_microbatch_bytes
         for pos, li in enumerate(chunk):
-            saved = _saved(s, ctx, modules, cache, li)
+            key = layer_saved_key(s.complete_model, li)
+            saved = cache.get(key) or _saved(s, ctx, modules, cache, key, li)
             out.worst_layer_full_bytes = max(out.worst_layer_full_bytes, saved.full_bytes)
-            if lay.recompute_granularity == "full":
-                kept_full = _full_recompute_kept(s, ctx, pos)
+            if full:
+                kept_full = _full_recompute_kept(s, input_bytes, pos)
                 out.per_microbatch_bytes += saved.full_bytes if kept_full is None else kept_full
                 continue
             moved = sum(v for k, v in saved.kept.items() if k in items) if items else 0.0

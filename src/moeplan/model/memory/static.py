@@ -51,7 +51,7 @@ from moeplan.structure.placement import StageParams
 
 #: parameter kinds whose weights feed GEMMs (FP8 casts and caches apply to them); the output layer
 #: stays bf16
-GEMM_KINDS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "mtp")
+GEMM_KINDS = ("attention", "dense_mlp", "shared_experts", "routed_experts", "moe_latent_proj", "mtp")
 #: bytes per offloaded parameter of HybridDeviceOptimizer's host tensors (module docstring): fp32
 #: master, fp32 gradient copy, AdamW's two fp32 moments
 HOST_MASTER_BYTES = 4.0

@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.activations import layer_activations
-from moeplan.model.executed_flops import grouped_efficiency, layer_flops
+from moeplan.model.executed_flops import grouped_efficiency, layer_flops, sparse_mla_fraction
 from moeplan.model.gdn import gdn_kernel_s
-from moeplan.model.mamba_scan import mamba_kernel_s
+from moeplan.model.mamba_scan import MAMBA_KERNEL_TENSORS, mamba_kernel_s
 from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
+from moeplan.structure.attention_kernels import attention_runs_unfused
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,17 @@ def element_wise_bytes_per_activation_byte(ctx: StepContext, layer: int) -> floa
     return c.memory_bound_bytes_per_activation_byte
 
 
+def dsa_sparse_rate(ctx: StepContext) -> float:
+    """Achieved FLOP/s of DeepSeek Sparse Attention's top-k core: the attention peak × the sparse MLA
+    kernel's fraction (:func:`moeplan.model.executed_flops.sparse_mla_fraction`) for the rank's queries
+    and the absorbed widths (kv_lora + rope for QK, kv_lora for AV). Under CP (allgather only) each
+    rank runs its own queries over the gathered keys."""
+    m = ctx.model
+    kv, rope = m.given("kv_lora_rank"), m.given("qk_pos_emb_head_dim")
+    frac = sparse_mla_fraction(ctx.gpu, ctx.seq_local, 2 * kv + rope, ctx.fp8_attention)
+    return ctx.speeds.attention_flops_per_s * frac
+
+
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
     s, sp, m = ctx.s, ctx.speeds, ctx.model
@@ -104,12 +116,21 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     t_dense = 3 * f.dense_gemm / sp.gemm_flops_per_s
     eff = grouped_efficiency(f.tokens_per_local_expert, ctx.c)
     t_exp = 3 * f.expert_gemm / (sp.gemm_flops_per_s * eff) if f.expert_gemm else 0.0
-    t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
+    if attention_runs_unfused(m, m.attention_kinds[layer]):
+        # TE's unfused attention (a head wider than the fused kernels take): QKᵀ and PV as batched
+        # GEMMs over the whole s × s (no causal skipping: twice the causal count) at the GEMM rate; the
+        # softmax over the saved scores is element-wise work, in t_mem through their bytes
+        t_core = 3 * 2 * f.attention_core / sp.gemm_flops_per_s
+    else:
+        t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
+    if f.sparse_core:
+        t_core += 3 * f.sparse_core / dsa_sparse_rate(ctx)
     if m.attention_kinds[layer] == "linear":
         t_core += gated_deltanet_s(ctx)
     elif m.attention_kinds[layer] == "mamba":
         t_core += mamba_kernel_s(m, ctx.tokens, s.tp, ctx.gpu.peak_dense_tflops["bf16"] * 1e12, sp.hbm_bytes_per_s)
     kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
-    act = sum(kept.values()) + sum(rec.values())
+    # a Mamba mixer's own tensors are read and written by its kernels, timed one by one above
+    act = sum(v for d in (kept, rec) for k, v in d.items() if k not in MAMBA_KERNEL_TENSORS)
     t_mem = element_wise_bytes_per_activation_byte(ctx, layer) * act / sp.hbm_bytes_per_s
     return LayerCompute(t_dense, t_exp, t_core, t_mem, kept, mlp_memory_share(kept, rec))

@@ -162,6 +162,18 @@ def require_step_inputs(s: Scenario) -> None:
 def cp_widths(s: Scenario) -> CpWidths:
     """The per-token widths context parallelism moves (see :class:`CpWidths`)."""
     m = s.complete_model
+    if m.has_dsa:
+        # DSAttention's allgather CP (megatron-core core_v0.19.0+ dsa.py): every rank gathers the absorbed
+        # MLA's one latent key row (kv_lora + rope) and the indexer's key (head_dim), whole on each TP
+        # rank (not split by heads): × TP against the exchange formulas' division by TP
+        nh, kv = m.num_attention_heads, m.given("kv_lora_rank")
+        row = kv + m.given("qk_pos_emb_head_dim")
+        return CpWidths(q=nh * row, kv=(row + m.given("dsa_indexer_head_dim")) * s.tp, o=nh * kv)
+    if m.is_dsv4:
+        # DeepSeek-V4 (megatron-core dev csa.py): one joint KV head of v_head_dim per token, shared by every
+        # query head (its compressed rows are a fraction more); queries and output nh · v
+        nh, vd = m.num_attention_heads, m.given("v_head_dim")
+        return CpWidths(q=nh * vd, kv=vd * s.tp, o=nh * vd)
     if m.multi_latent_attention:
         nh, vd = m.num_attention_heads, m.given("v_head_dim")
         q = nh * (m.given("qk_head_dim") + m.given("qk_pos_emb_head_dim"))

@@ -51,11 +51,10 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     s, m = ctx.s, ctx.model
     routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
     fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
-    raw = ep_time(
-        routed, m.hidden_size, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0
-    )
+    width = m.moe_token_width  # a latent MoE dispatches at its latent width (moe/moe_layer.py)
+    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0)
     if ctx.ep_overlap:
-        etp = etp_exchange_s(routed, m.hidden_size, s.etp, ctx.gpu, ctx.c)
+        etp = etp_exchange_s(routed, width, s.etp, ctx.gpu, ctx.c)
         paired = ctx.ep_paired_share * (raw - etp)
         delay = bool(s.layout.delay_wgrad_compute)
         phases = ep_overlap_phases(paired, fp8_dispatch, compute, delay, ctx.c.overlap_hidden_fraction)

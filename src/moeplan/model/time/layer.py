@@ -47,7 +47,7 @@ def layer_time(ctx: StepContext, layer: int) -> LayerTime:
     ep = ep_exchange(ctx, comp) if moe_layer else Exchange()
     tp = tp_exchange(ctx, moe_layer, comp, layer)
     cp = cp_exchange(ctx, layer, comp)
-    launch = launch_overhead(ctx, moe_layer)
+    launch = launch_overhead(ctx, moe_layer, layer)
     parts = {
         "dense_gemm": comp.dense_gemm_s,
         "expert_gemm": comp.expert_gemm_s,

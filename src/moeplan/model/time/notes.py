@@ -11,9 +11,16 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.system import GpuSpec
 from moeplan.inputs.versions import release_version
 from moeplan.model.constants import TimeConstants, release_key
-from moeplan.model.executed_flops import ATTENTION_FWD_FRACTION, ATTENTION_FWD_FRACTION_DEFAULT, arch_family
+from moeplan.model.dsv4_notes import dsv4_notes
+from moeplan.model.executed_flops import (
+    ATTENTION_FWD_FRACTION,
+    ATTENTION_FWD_FRACTION_DEFAULT,
+    SPARSE_MLA_FWD_FRACTION,
+    arch_family,
+)
 from moeplan.model.hardware import planning_notes
-from moeplan.model.mamba_scan import MAMBA_FWD_BWD_FACTOR, MAMBA_SCAN_PEAK_FRACTION
+from moeplan.model.mamba_scan import CONV_HBM_FRACTION, ssd_bytes_per_s
+from moeplan.model.model_notes import time_notes
 from moeplan.model.time.context import StepContext
 
 #: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
@@ -102,6 +109,56 @@ def _hybridep_note(s: Scenario, c: TimeConstants) -> Message:
     return msg("notes.hybridep_kernel_only", rate=rate, a2a=a2a)
 
 
+def model_family_notes(ctx: StepContext) -> list[str]:
+    """What the estimate leaves out of a family's published architecture: MiniMax-M2's MTP modules that
+    Megatron Bridge does not build (``ModelSpec.unbuilt_mtp_modules``), the two TP all-reduces per layer
+    of its full-dimension QK norm (Bridge ``minimax_m2_provider._FullDimRMSNorm``, not timed), and a
+    vision tower that runs whole on every TP rank (MoonViT) with its TP gradient all-reduce not timed."""
+    m, tp = ctx.model, ctx.s.tp
+    out: list[str] = []
+    if m.unbuilt_mtp_modules and not m.mtp_num_layers:
+        out.append(msg("model_catalog_2026.mtp_modules_not_built", modules=m.unbuilt_mtp_modules))
+    if m.qk_layernorm and m.qk_layernorm_full_dim and tp > 1:
+        out.append(msg("model_catalog_2026.full_dim_qk_norm_all_reduce", tp=tp))
+    if m.vision is not None and not m.vision.tp_sharded and tp > 1:
+        out.append(msg("model_catalog_2026.vision_tower_whole_per_tp_rank", tp=tp))
+    return out
+
+
+def dsa_notes(ctx: StepContext) -> list[str]:
+    """How DeepSeek Sparse Attention is costed: megatron-core trains the sparse path (every step reads
+    the indexer's top-k keys; no dense warm-up mode), timed with the fused sparse kernels at FlashMLA's
+    published Hopper rate or, elsewhere, the dense attention model at the absorbed widths; the indexer's
+    scores at the dense attention rate; whether its KL loss trains it (``dsa_indexer_loss_coeff``)."""
+    m = ctx.model
+    if not m.has_dsa:
+        return []
+    family = arch_family(ctx.gpu)
+    kernel = (
+        msg("model_dsa.note_kernel_measured", family=family)
+        if family in SPARSE_MLA_FWD_FRACTION and not ctx.fp8_attention
+        else msg("model_dsa.note_kernel_dense_model", family=family)
+    )
+    trained = m.dsa_indexer_loss_coeff > 0
+    loss = (
+        msg("model_dsa.note_indexer_trained", coeff=m.dsa_indexer_loss_coeff)
+        if trained
+        else msg("model_dsa.note_indexer_frozen")
+    )
+    return [msg("model_dsa.note_sparse_path", topk=m.dsa_indexer_topk, kernel=kernel, loss=loss)]
+
+
+def hybrid_mtp_notes(ctx: StepContext) -> list[str]:
+    """How a hybrid model's MTP block is costed: its depths, its weight sets (one with
+    ``mtp_use_repeated_layer``) and its layers timed as the decoder's of the same kind
+    (``moeplan.model.time.stage.layer_groups``); empty without one."""
+    m, depths = ctx.model, ctx.s.mtp_num_layers
+    if m.mtp_layer_pattern is None or depths <= 0:
+        return []
+    sets = min(1, depths) if m.mtp_use_repeated_layer else depths
+    return [msg("model_hybrid_mtp.assumption", pattern=m.mtp_layer_pattern, depths=depths, sets=sets)]
+
+
 def workload_notes(ctx: StepContext) -> list[str]:
     """Frozen parts, a workload measured at another length or for a model without a vision tower, and
     the planning mix of a VLM without a workload."""
@@ -126,8 +183,13 @@ def workload_notes(ctx: StepContext) -> list[str]:
         out.append("the model has no vision tower: the workload's image figures are ignored (its padding is not)")
     if vc is not None and vc.assumed:
         out.append(msg("notes.vision_planning_mix"))
+    out.extend(time_notes(m))
     if m.has_mamba:
-        out.append(msg("mamba.kernel_assumption", fraction=MAMBA_SCAN_PEAK_FRACTION, factor=MAMBA_FWD_BWD_FACTOR))
+        out.append(msg("model_mamba_time.kernel_model", conv=CONV_HBM_FRACTION, ssd_tb_s=ssd_bytes_per_s() / 1e12))
+    out.extend(hybrid_mtp_notes(ctx))
+    out.extend(dsa_notes(ctx))
+    out.extend(dsv4_notes(m))
+    out.extend(model_family_notes(ctx))
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(
             "overlap_moe_expert_parallel_comm pairs one microbatch's forward with another's backward "

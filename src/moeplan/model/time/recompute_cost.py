@@ -22,7 +22,8 @@ MLA_UP_PROJ_DENSE_SHARE = 0.3
 SHARED_EXPERTS_DENSE_SHARE = 0.3
 #: share of a layer's memory-bound work in each element-wise module (planning value)
 ELEMENTWISE_SHARE = 0.2
-_ELEMENTWISE = frozenset({"layernorm", "moe_act", "gdn_norm_out"})
+#: ``mhc`` (DeepSeek-V4's hyper-connections) re-runs the mixing modules, memory-bound like a norm
+_ELEMENTWISE = frozenset({"layernorm", "moe_act", "gdn_norm_out", "mhc"})
 
 
 def full_recompute_s(compute: LayerCompute, ep_exposed_s: float) -> float:

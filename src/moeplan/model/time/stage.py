@@ -45,7 +45,8 @@ def _recomputed_layers(ctx: StepContext, st: StageParams, plan: StagePlan | None
 
 def layer_groups(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> dict[int, list[bool]]:
     """The stage's layers grouped by kind: the layer that stands for each kind → whether each layer
-    of that kind is fully recomputed (MTP blocks counted as the decoder's last layer)."""
+    of that kind is fully recomputed (an MTP depth counted as its layers' decoder stand-ins,
+    :attr:`~moeplan.inputs.model_spec.PartialModelSpec.mtp_stand_ins`)."""
     m = ctx.model
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe = m.moe_layers or (False,) * m.num_layers
@@ -55,11 +56,11 @@ def layer_groups(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> d
     for li in st.layers:
         first = by_kind.setdefault((kinds[li], bool(moe[li])), li)
         groups.setdefault(first, []).append(li in recomputed)
-    if st.mtp_layers:
-        last = m.num_layers - 1
-        first = by_kind.setdefault((kinds[last], bool(moe[last])), last)
+    if st.mtp_layers:  # each depth runs its block's layers: the decoder's last, or a hybrid MTP pattern
         full_uniform = ctx.recompute_granularity == "full" and ctx.s.layout.recompute_method != "block"
-        groups.setdefault(first, []).extend([full_uniform] * st.mtp_layers)
+        for li in m.mtp_stand_ins:
+            first = by_kind.setdefault((kinds[li], bool(moe[li])), li)
+            groups.setdefault(first, []).extend([full_uniform] * st.mtp_layers)
     return groups
 
 
