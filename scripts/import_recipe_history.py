@@ -226,21 +226,8 @@ def rows_of_release(repo: str, release: str, tag: str) -> list[dict]:
             lay, training, extra = layout_of(cfg)
             if lay.get("cuda_graph_impl") == "full_iteration":
                 lay.update(full_iter)
-            rows.append(
-                {
-                    "id": f"{release}/{name}",
-                    "release": release,
-                    "table": "H",
-                    "model": model,
-                    "gpu": gpu,
-                    "num_gpus": cfg.num_gpus,
-                    "precisions": [prec],
-                    "variant": variant,
-                    "training": training,
-                    "layout": lay,
-                    "extra": {"file": path, "tag": tag, "commit": commit, **extra},
-                }
-            )
+            where = {"file": path, "tag": tag, "commit": commit, **extra}
+            rows.append(recipe_row(release, name, (model, gpu, cfg.num_gpus, prec, variant), training, lay, where))
     return rows
 
 
@@ -461,6 +448,25 @@ def perf_layout_of(cfg: _Container) -> tuple[dict, dict]:
     return lay, training
 
 
+def recipe_row(release: str, name: str, what: tuple, training: dict, layout: dict, extra: dict) -> dict:
+    """One row of the table: ``what`` = (model, gpu, num_gpus, precision, variant) parsed from the
+    config's name; ``extra``: where it was read (file, tag, commit, and what the layout leaves out)."""
+    model, gpu, num_gpus, prec, variant = what
+    return {
+        "id": f"{release}/{name}",
+        "release": release,
+        "table": "H",
+        "model": model,
+        "gpu": gpu,
+        "num_gpus": num_gpus,
+        "precisions": [prec],
+        "variant": variant,
+        "training": training,
+        "layout": layout,
+        "extra": extra,
+    }
+
+
 def perf_recipe_rows(repo: str, release: str, tag: str) -> list[dict]:
     """One row per perf recipe of a v0.6.0-layout tag (the schema of :func:`rows_of_release`)."""
     commit = git(repo, "rev-list", "-n", "1", tag).strip()
@@ -473,21 +479,8 @@ def perf_recipe_rows(repo: str, release: str, tag: str) -> list[dict]:
         lay, training = perf_layout_of(fn())
         if not _SIZES_STATED.issubset(lay) or None in training.values():
             continue  # sizes left to the model recipe (e.g. Qwen3-30B on 16 H100 in BF16): not read here
-        rows.append(
-            {
-                "id": f"{release}/{name}",
-                "release": release,
-                "table": "H",
-                "model": model,
-                "gpu": gpu,
-                "num_gpus": num_gpus,
-                "precisions": [prec],
-                "variant": variant,
-                "training": training,
-                "layout": lay,
-                "extra": {"file": path, "tag": tag, "commit": commit},
-            }
-        )
+        where = {"file": path, "tag": tag, "commit": commit}
+        rows.append(recipe_row(release, name, (model, gpu, num_gpus, prec, variant), training, lay, where))
     return rows
 
 
