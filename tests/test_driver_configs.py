@@ -149,13 +149,6 @@ EXPECTED_ERRORS = {
     "deepseek_v3/h100/bf16_1024GPU_TP1PP16EP64.yaml": {"pipeline.num_layers_divisible_by_pp"},  # 61 layers, PP 16
     "deepseek_v3/h100/fp8_1024GPU_TP2PP8EP64.yaml": {"pipeline.layout_valid"},  # MTP stage not on the last rank
     "qwen3_235b/b300/mxfp8_128GPU_TP2PP1EP16_partial_cg.yaml": {"graphs.expandable_segments"},
-    # cp_partition_mode is a dev-branch field (no release has it); with no version stated the rules read
-    # the newest release, which lacks it (stating versions.megatron_core: 0.20.0.dev0 clears it:
-    # tests/test_recipe_commands.py)
-    **{
-        f"deepseek_v4_flash/gb200/{name}.yaml": {"scenario.keys_vs_version"}
-        for name in ("mxfp8_THD64K_128GPU_TP1PP2EP64CP16", "mxfp8_THD_SL64K_128GPU_TP1PP2EP64CP16")
-    },
 }
 #: the recipes of a model moeplan does not model, and the feature named (DeepSeek-V4's are modelled:
 #: tests/test_deepseek_v4.py)

@@ -26,7 +26,8 @@ KEY_MIN_MCORE: dict[str, Version] = {
     "cp_partition_mode": Version("0.21.0"),
 }
 #: keys of :data:`KEY_MIN_MCORE` that megatron-core's dev branch has before any release: a stated dev
-#: build (:func:`moeplan.rules.base.is_dev_build`) has them
+#: build (:func:`moeplan.rules.base.is_dev_build`) has them, and with no version stated they are not
+#: refused (the key tables' newest source is the dev branch; the key's own rule warns)
 DEV_BRANCH_KEYS = frozenset({"cp_partition_mode"})
 
 
@@ -287,8 +288,9 @@ def _keys_version(s, e):
         if key == "cuda_graph_modules":
             continue  # reported by graphs.impl_and_scope_values
         val = getattr(lay, key, None)
-        if key in DEV_BRANCH_KEYS and is_dev_build(s):
-            continue  # the stated build is the dev branch that has it (sequence.cp_partition_mode says so)
+        if key in DEV_BRANCH_KEYS and (is_dev_build(s) or s.versions.get("megatron_core") is None):
+            continue  # a dev build, or no version stated (the newest source moeplan reads, the dev branch,
+            # has it): sequence.cp_partition_mode warns that no release has it
         if val not in (None, False) and s.mcore_version < first:
             out.append(
                 e.error(
