@@ -154,19 +154,19 @@ def test_flash_model_flops_are_bridges_dsv4_count():
 
 def test_executed_attention_reads_the_compressed_context():
     """Executed forward FLOPs of one layer (csa.py): the core attends the 128-token window plus the
-    compressed keys, not the whole causal context."""
+    compressed keys, not the whole causal context (the sparse kernel's part plus the indexer's scores)."""
     s, nh, v = 65536, 64, 512
     tokens = float(s)
     f128 = layer_flops(FLASH, 3, tokens, s, s, 1, 1, 64, 1.0)  # ratio 128
-    assert f128.attention_core == pytest.approx(tokens * 2 * nh * (128 + s / 128 / 2) * v * 2, rel=1e-12)
+    assert f128.attention_core + f128.sparse_core == pytest.approx(tokens * 2 * nh * (128 + s / 128 / 2) * v * 2, rel=1e-12)
     f4 = layer_flops(FLASH, 2, tokens, s, s, 1, 1, 64, 1.0)  # ratio 4: top-512 of s/4 entries + indexer scores
     k = 512 * (1 - 512 * 4 / (2 * s))
     core4 = nh * (128 + k) * v * 2 + 64 * 128 * s / 4 / 2
-    assert f4.attention_core == pytest.approx(tokens * 2 * core4, rel=1e-12)
+    assert f4.attention_core + f4.sparse_core == pytest.approx(tokens * 2 * core4, rel=1e-12)
     f0 = layer_flops(FLASH, 0, tokens, s, s, 1, 1, 64, 1.0)  # window only
-    assert f0.attention_core == pytest.approx(tokens * 2 * nh * 128 * v * 2, rel=1e-12)
+    assert f0.attention_core + f0.sparse_core == pytest.approx(tokens * 2 * nh * 128 * v * 2, rel=1e-12)
     # full causal attention over 64K reads s/2 = 32768 keys per query: 85× the ratio-128 layer's 128 + 256
-    assert f128.attention_core * 85 == pytest.approx(tokens * 2 * nh * (s / 2) * v * 2, rel=0.01)
+    assert (f128.attention_core + f128.sparse_core) * 85 == pytest.approx(tokens * 2 * nh * (s / 2) * v * 2, rel=0.01)
 
 
 def test_hyper_connection_flops_and_params_per_module():

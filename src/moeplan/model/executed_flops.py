@@ -20,6 +20,7 @@ from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import hbm_bytes_per_s
 from moeplan.structure.dsv4_shapes import layer_forward_flops as dsv4_layer_forward_flops
 from moeplan.structure.dsv4_shapes import layer_ratio
+from moeplan.structure.dsv4_shapes import sparse_core_flops as dsv4_sparse_core_flops
 from moeplan.structure.flops import dsa_causal_context, dsa_indexer_flops_per_token
 from moeplan.structure.mamba_shapes import mamba_executed_flops
 
@@ -151,27 +152,44 @@ def attention_fraction(
     return 3.0 / (1.0 / f_fwd + 2.5 / f_bwd) * _length_term(query_tokens)
 
 
-#: forward throughput of the token-level sparse MLA kernel DeepSeek Sparse Attention runs, as a fraction
-#: of the dense BF16 peak, by architecture: Hopper 640 / 989 = 0.647 (FlashMLA README, sparse kernels
-#: released 2025-09-29: "up to 640 TFlops during prefilling" on H800, BF16 peak 989 TFLOP/s, counting
-#: 2·(d_qk + d_v) = 2·(576 + 512) FLOPs per selected key and head). No other architecture has a
-#: published figure: there the dense attention model at the absorbed widths applies (said in the notes)
-SPARSE_MLA_FWD_FRACTION = {"Hopper": 640 / 989}
+#: forward throughput of the token-level sparse MLA kernel DeepSeek Sparse Attention runs (FlashMLA's
+#: ``flash_mla_sparse_fwd``, which megatron-core's fused DSA path calls), as a fraction of the dense BF16
+#: peak, by architecture, counting 2·(d_qk + d_v) = 2·(576 + 512) FLOPs per selected key and head
+#: (FlashMLA README): Hopper 640 / 989 = 0.647 ("up to 640 TFlops" forward on H800 SXM5, sparse kernels
+#: released 2025-09-29, BF16 peak 989 TFLOP/s); Blackwell 1450 / 2250 = 0.644 ("up to 1450 TFlops" on
+#: B200 with CUDA 12.9, BF16 peak 2250 TFLOP/s), applied as a fraction of the peak to every Blackwell
+#: GPU (GB200, and Blackwell Ultra's B300 / GB300, whose figure is not published). Other
+#: architectures have no published figure: there the dense attention model at the absorbed widths
+#: applies (said in the notes)
+SPARSE_MLA_FWD_FRACTION = {"Hopper": 640 / 989, "Blackwell": 1450 / 2250}
+#: backward throughput of a sparse MLA kernel as a fraction of the dense BF16 peak, where a figure is
+#: published, counting 2.5 × the forward's FLOPs: Blackwell 820 / 2250 = 0.364, FlashAttention-4's
+#: SM100 sparse MLA backward at DeepSeek-V4's shape (head dim 512, 128 query heads over one shared
+#: key row, top-k 2048, 4K queries over 32K keys: "BWD tflops=820", Dao-AILab/flash-attention pull
+#: 2621, June 2026), on B200. Megatron-core's fused path runs cuDNN's CuTe-DSL sparse backward
+#: (``sparse_attention_backward_wrapper``), which has no published figure; this is the nearest
+#: published kernel of the same shape. Hopper: the flash backward's rate relative to its forward
+#: (:data:`ATTENTION_BWD_RATE`)
+SPARSE_MLA_BWD_FRACTION = {"Blackwell": 820 / 2250}
 
 
 def sparse_mla_fraction(gpu: GpuSpec, query_tokens: float, head_dims: float, fp8: bool = False) -> float:
     """Forward + backward throughput of DSA's sparse MLA core as a fraction of the attention peak:
-    :data:`SPARSE_MLA_FWD_FRACTION` for the forward, the flash backward's rate relative to its forward
-    (:data:`ATTENTION_BWD_RATE`, executing 2.5 × the forward's FLOPs) for the backward, combined as
-    :func:`attention_fraction` combines them. No length term: the kernel tiles queries × heads over one
-    shared latent key row (all heads of a query read the same top-k keys), so a few thousand queries
-    fill the GPU, and the figure is FlashMLA's own prefill benchmark. Without a published figure for the
-    GPU's architecture (or with FP8 attention): :func:`attention_fraction` at ``head_dims`` (d_qk + d_v
-    of the absorbed layout), the dense kernel model, as the step-time notes say."""
-    f_fwd = SPARSE_MLA_FWD_FRACTION.get(arch_family(gpu))
+    :data:`SPARSE_MLA_FWD_FRACTION` for the forward and :data:`SPARSE_MLA_BWD_FRACTION` for the
+    backward (executing 2.5 × the forward's FLOPs; where no backward figure is published, the flash
+    backward's rate relative to its forward, :data:`ATTENTION_BWD_RATE`), combined as
+    :func:`attention_fraction` combines them: 3 / (1/f_fwd + 2.5/f_bwd) (Hopper 0.499, Blackwell
+    0.357). No length term: the kernel tiles queries × heads over one shared latent key row (all heads
+    of a query read the same top-k keys), so a few thousand queries fill the GPU, and the figures are
+    the kernels' own prefill benchmarks. Without a published figure for the GPU's architecture (or
+    with FP8 attention): :func:`attention_fraction` at ``head_dims`` (d_qk + d_v of the absorbed
+    layout), the dense kernel model, as the step-time notes say."""
+    family = arch_family(gpu)
+    f_fwd = SPARSE_MLA_FWD_FRACTION.get(family)
     if f_fwd is None or fp8:
         return attention_fraction(gpu, query_tokens, head_dims, fp8)
-    return 3.0 / (1.0 / f_fwd + 2.5 / (ATTENTION_BWD_RATE * f_fwd))
+    f_bwd = SPARSE_MLA_BWD_FRACTION.get(family, ATTENTION_BWD_RATE * f_fwd)
+    return 3.0 / (1.0 / f_fwd + 2.5 / f_bwd)
 
 
 #: best-shape GEMM fraction of peak when the catalog has no measurement for a GPU / precision:
@@ -221,7 +239,8 @@ class LayerFlops:
     attention_core: float = 0.0
     expert_gemm: float = 0.0
     tokens_per_local_expert: float = 0.0
-    #: DeepSeek Sparse Attention's top-k core, timed at the sparse kernel's rate (:func:`sparse_mla_fraction`)
+    #: DeepSeek Sparse Attention's top-k core, or DeepSeek-V4's window + compressed-key core, timed at the
+    #: sparse kernel's rate (:func:`sparse_mla_fraction`) where the fused kernel runs
     sparse_core: float = 0.0
 
 
@@ -278,9 +297,12 @@ def layer_flops(
         # the depthwise causal conv; the delta rule itself is timed by moeplan.model.gdn
         core += 2 * tokens * m.given("linear_conv_kernel_dim") * (2 * qk + v) / tp
     elif m.is_dsv4:  # compressed sparse attention: the window plus the compressed keys (dsv4_shapes)
-        gemm, attn = dsv4_layer_forward_flops(m, layer_ratio(m, layer), seq_full)
+        ratio = layer_ratio(m, layer)
+        gemm, attn = dsv4_layer_forward_flops(m, ratio, seq_full)
+        sparse = dsv4_sparse_core_flops(m, ratio, seq_full)
         dense += tokens * gemm / tp
-        core += tokens * attn / tp
+        core += tokens * (attn - sparse) / tp  # the ratio-4 indexer's scores
+        sparse_core += tokens * sparse / tp
     elif m.multi_latent_attention:
         nh = m.num_attention_heads
         qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")

@@ -25,3 +25,32 @@ def attention_runs_unfused(m: PartialModelSpec, kind: str) -> bool:
         return False
     d = m.attention_widths(kind).kv_channels
     return d is not None and d > FUSED_ATTENTION_MAX_HEAD_DIM
+
+
+#: the query-head counts FlashMLA's sparse prefill kernel takes on one rank, by architecture family:
+#: Blackwell (SM100) runs 64 or 128 heads, a smaller count dividing one of them padded up to it, any
+#: multiple of 128 as is; Hopper (SM90) any multiple of 64, a smaller count dividing 64 padded to 64.
+#: megatron-core ``experimental_attention_variant/dsa_cudnn_kernels.py::_flash_mla_head_padding``
+#: (dev @d98e8a6, Aug 2026), which the fused DSA path (``dsa_kernel_backend`` cudnn, and DeepSeek-V4's
+#: fused path) calls before FlashMLA's ``flash_mla_sparse_fwd``
+SPARSE_MLA_HEAD_STEPS = {"Blackwell": ((64, 128), 128), "Hopper": ((), 64)}
+
+
+def sparse_mla_padded_heads(heads: int, family: str) -> int | None:
+    """Query heads FlashMLA's sparse kernel computes for ``heads`` query heads on one rank of an
+    architecture ``family`` (:data:`SPARSE_MLA_HEAD_STEPS`): ``heads`` itself, or the count it is
+    padded to (the padded heads are computed and thrown away, so the kernel's time grows by
+    padded / heads). None when the kernel refuses the count or the family has no such kernel, where
+    megatron-core declines the fused path."""
+    steps = SPARSE_MLA_HEAD_STEPS.get(family)
+    if steps is None or heads <= 0:
+        return None
+    exact, align = steps
+    for padded in exact:
+        if heads == padded or (heads < padded and padded % heads == 0):
+            return padded
+    if heads % align == 0:
+        return heads
+    if heads < align and align % heads == 0:
+        return align
+    return None

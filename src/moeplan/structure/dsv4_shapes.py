@@ -129,16 +129,24 @@ def compressed_keys(m: ModelSpec, ratio: int, seq_length: int) -> float:
     return k * (1 - k * INDEXED_RATIO / (2 * seq_length))
 
 
+def sparse_core_flops(m: ModelSpec, ratio: int, seq_length: int) -> float:
+    """Forward FLOPs per token (2 per multiply-add) of one DeepSeek-V4 layer's attention core, the
+    part the sparse attention kernel runs: every head reads the window plus :func:`compressed_keys`
+    keys of one shared row of width v, QKᵀ and PV (2·v multiply-adds per key and head)."""
+    nh, v, window = m.num_attention_heads, m.given("v_head_dim"), m.given("csa_window_size")
+    return 2.0 * nh * (min(window, seq_length) + compressed_keys(m, ratio, seq_length)) * v * 2
+
+
 def layer_forward_flops(m: ModelSpec, ratio: int, seq_length: int) -> tuple[float, float]:
     """(GEMM, attention-core) forward FLOPs per token of one DeepSeek-V4 attention layer of ``ratio``
     (2 per multiply-add): the projections, compressors, indexer projections and the layer's two
-    hyper-connection modules (:func:`hc_mix_macs` each, attention and MLP side); the core attends the window plus :func:`compressed_keys` keys of width v
-    (QKᵀ and PV), and a ratio-4 indexer scores every earlier compressed entry (``s / 4 / 2`` causal)."""
+    hyper-connection modules (:func:`hc_mix_macs` each, attention and MLP side); the core is
+    :func:`sparse_core_flops`, and a ratio-4 indexer scores every earlier compressed entry (``s / 4 / 2`` causal)."""
     h, nh = m.hidden_size, m.num_attention_heads
     ql, v = m.given("q_lora_rank"), m.given("v_head_dim")
-    groups, rank, window = m.given("o_groups"), m.given("o_lora_rank"), m.given("csa_window_size")
+    groups, rank = m.given("o_groups"), m.given("o_lora_rank")
     gemm = float(h * ql + ql * nh * v + h * v + rank * nh * v + groups * rank * h)
-    core = nh * (min(window, seq_length) + compressed_keys(m, ratio, seq_length)) * v * 2
+    core = sparse_core_flops(m, ratio, seq_length) / 2
     if ratio > 0:
         gemm += h * (2 if ratio == INDEXED_RATIO else 1) * v * 2
     if ratio == INDEXED_RATIO:

@@ -19,11 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.model.activations import layer_activations
-from moeplan.model.executed_flops import grouped_efficiency, layer_flops, sparse_mla_fraction
+from moeplan.model.executed_flops import (
+    arch_family,
+    attention_fraction,
+    grouped_efficiency,
+    layer_flops,
+    sparse_mla_fraction,
+)
 from moeplan.model.gdn import gdn_kernel_s
 from moeplan.model.mamba_scan import MAMBA_KERNEL_TENSORS, mamba_kernel_s
 from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
-from moeplan.structure.attention_kernels import attention_runs_unfused
+from moeplan.structure.attention_kernels import attention_runs_unfused, sparse_mla_padded_heads
 
 
 @dataclass(frozen=True)
@@ -98,15 +104,35 @@ def element_wise_bytes_per_activation_byte(ctx: StepContext, layer: int) -> floa
     return c.memory_bound_bytes_per_activation_byte
 
 
-def dsa_sparse_rate(ctx: StepContext) -> float:
-    """Achieved FLOP/s of DeepSeek Sparse Attention's top-k core: the attention peak × the sparse MLA
-    kernel's fraction (:func:`moeplan.model.executed_flops.sparse_mla_fraction`) for the rank's queries
-    and the absorbed widths (kv_lora + rope for QK, kv_lora for AV). Under CP (allgather only) each
-    rank runs its own queries over the gathered keys."""
-    m = ctx.model
-    kv, rope = m.given("kv_lora_rank"), m.given("qk_pos_emb_head_dim")
-    frac = sparse_mla_fraction(ctx.gpu, ctx.seq_local, 2 * kv + rope, ctx.fp8_attention)
-    return ctx.speeds.attention_flops_per_s * frac
+#: architecture families on which Megatron Bridge trains DeepSeek-V4's attention with the fused sparse
+#: kernels (FlashMLA's ``flash_mla_sparse_fwd`` forward, cuDNN's sparse backward): compute capability
+#: 10 and above, when the container ships both (``deepseek_v4_bridge.py``,
+#: ``deepseek_v4_supports_blackwell_fused_kernels`` and ``..._fused_dsa_kernels``, Megatron Bridge
+#: v0.6.0). Elsewhere its core runs megatron-core's unfused path, timed at the dense attention rate
+DSV4_FUSED_FAMILIES = frozenset({"Blackwell"})
+
+
+def sparse_core_rate(ctx: StepContext, layer: int) -> float:
+    """Achieved FLOP/s of a sparse attention core on one rank: DeepSeek Sparse Attention's top-k core
+    (absorbed widths: kv_lora + rope for QK, kv_lora for AV) or DeepSeek-V4's window + compressed-key
+    core (width v for both). The attention peak × the sparse MLA kernel's fraction
+    (:func:`moeplan.model.executed_flops.sparse_mla_fraction`) × heads / padded heads: FlashMLA pads the
+    rank's query heads to the counts it takes (:func:`sparse_mla_padded_heads`) and computes the padded
+    ones too. Where the fused kernel does not run (a head count it refuses, where megatron-core declines
+    the fused path; DeepSeek-V4 outside :data:`DSV4_FUSED_FAMILIES`) the dense attention rate applies,
+    as the notes say. Under CP (allgather only) each rank runs its own queries over the gathered keys."""
+    m, family = ctx.model, arch_family(ctx.gpu)
+    heads = m.num_attention_heads // ctx.s.tp
+    padded = sparse_mla_padded_heads(heads, family)
+    if m.is_dsv4 and (family not in DSV4_FUSED_FAMILIES or padded is None):
+        return attention_rate(ctx, layer_cp_comm_type(ctx.s, layer))
+    widths = (  # d_qk + d_v of the kernel's one shared key row
+        2 * m.given("v_head_dim") if m.is_dsv4 else 2 * m.given("kv_lora_rank") + m.given("qk_pos_emb_head_dim")
+    )
+    if padded is None:
+        return ctx.speeds.attention_flops_per_s * attention_fraction(ctx.gpu, ctx.seq_local, widths, ctx.fp8_attention)
+    frac = sparse_mla_fraction(ctx.gpu, ctx.seq_local, widths, ctx.fp8_attention)
+    return ctx.speeds.attention_flops_per_s * frac * heads / padded
 
 
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
@@ -124,7 +150,7 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     else:
         t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
     if f.sparse_core:
-        t_core += 3 * f.sparse_core / dsa_sparse_rate(ctx)
+        t_core += 3 * f.sparse_core / sparse_core_rate(ctx, layer)
     if m.attention_kinds[layer] == "linear":
         t_core += gated_deltanet_s(ctx)
     elif m.attention_kinds[layer] == "mamba":

@@ -15,13 +15,16 @@ from moeplan.model.dsv4_notes import dsv4_notes
 from moeplan.model.executed_flops import (
     ATTENTION_FWD_FRACTION,
     ATTENTION_FWD_FRACTION_DEFAULT,
+    SPARSE_MLA_BWD_FRACTION,
     SPARSE_MLA_FWD_FRACTION,
     arch_family,
 )
 from moeplan.model.hardware import planning_notes
 from moeplan.model.mamba_scan import CONV_HBM_FRACTION, ssd_bytes_per_s
 from moeplan.model.model_notes import time_notes
+from moeplan.model.time.compute import DSV4_FUSED_FAMILIES
 from moeplan.model.time.context import StepContext
+from moeplan.structure.attention_kernels import SPARSE_MLA_HEAD_STEPS, sparse_mla_padded_heads
 
 #: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
 #: (``dispatch_with_permute`` in ``transformer/moe/fused_a2a.py``, present at core_v0.16.0)
@@ -133,19 +136,56 @@ def dsa_notes(ctx: StepContext) -> list[str]:
     m = ctx.model
     if not m.has_dsa:
         return []
-    family = arch_family(ctx.gpu)
-    kernel = (
-        msg("model_dsa.note_kernel_measured", family=family)
-        if family in SPARSE_MLA_FWD_FRACTION and not ctx.fp8_attention
-        else msg("model_dsa.note_kernel_dense_model", family=family)
-    )
+    kernel = sparse_kernel_clause(arch_family(ctx.gpu), ctx.fp8_attention)
     trained = m.dsa_indexer_loss_coeff > 0
     loss = (
         msg("model_dsa.note_indexer_trained", coeff=m.dsa_indexer_loss_coeff)
         if trained
         else msg("model_dsa.note_indexer_frozen")
     )
-    return [msg("model_dsa.note_sparse_path", topk=m.dsa_indexer_topk, kernel=kernel, loss=loss)]
+    note = msg("model_dsa.note_sparse_path", topk=m.dsa_indexer_topk, kernel=kernel, loss=loss)
+    return [note, *head_padding_notes(ctx)]
+
+
+def sparse_kernel_clause(family: str, fp8: bool) -> Message:
+    """Which published figures time a sparse attention core on an architecture ``family``
+    (:func:`moeplan.model.executed_flops.sparse_mla_fraction`): forward and backward figures, a
+    forward figure only, or none (FP8 attention included), where the dense attention model applies."""
+    if fp8 or family not in SPARSE_MLA_FWD_FRACTION:
+        return msg("model_dsa.note_kernel_dense_model", family=family)
+    if family in SPARSE_MLA_BWD_FRACTION:
+        fwd, bwd = SPARSE_MLA_FWD_FRACTION[family], SPARSE_MLA_BWD_FRACTION[family]
+        return msg("model_sparse_time.kernel_blackwell", family=family, fwd=fwd, bwd=bwd)
+    return msg("model_dsa.note_kernel_measured", family=family)
+
+
+def head_padding_notes(ctx: StepContext) -> list[str]:
+    """A note when FlashMLA's sparse kernel pads the rank's query heads (its time grows by padded /
+    heads) or refuses their count (the dense attention rate applies), as
+    :func:`moeplan.model.time.compute.sparse_core_rate` times it; empty otherwise and on
+    architectures without the kernel."""
+    family = arch_family(ctx.gpu)
+    if family not in SPARSE_MLA_HEAD_STEPS:
+        return []
+    heads = ctx.model.num_attention_heads // ctx.s.tp
+    padded = sparse_mla_padded_heads(heads, family)
+    if padded is None:
+        return [msg("model_sparse_time.head_count_refused", heads=heads, family=family)]
+    if padded > heads:
+        return [msg("model_sparse_time.head_padding", heads=heads, padded=padded, factor=padded / heads)]
+    return []
+
+
+def dsv4_kernel_notes(ctx: StepContext) -> list[str]:
+    """DeepSeek-V4's costing note (:func:`moeplan.model.dsv4_notes.dsv4_notes`) with the kernel its
+    attention core is timed with: the fused sparse kernels on :data:`DSV4_FUSED_FAMILIES` when they
+    take the rank's head count (and the head-padding note), else the dense attention rate."""
+    m, family = ctx.model, arch_family(ctx.gpu)
+    heads = m.num_attention_heads // ctx.s.tp if m.is_dsv4 else 0
+    if family not in DSV4_FUSED_FAMILIES or sparse_mla_padded_heads(heads, family) is None:
+        return dsv4_notes(m, family, None)
+    kernel = sparse_kernel_clause(family, ctx.fp8_attention)
+    return [*dsv4_notes(m, family, kernel), *head_padding_notes(ctx)]
 
 
 def hybrid_mtp_notes(ctx: StepContext) -> list[str]:
@@ -188,7 +228,7 @@ def workload_notes(ctx: StepContext) -> list[str]:
         out.append(msg("model_mamba_time.kernel_model", conv=CONV_HBM_FRACTION, ssd_tb_s=ssd_bytes_per_s() / 1e12))
     out.extend(hybrid_mtp_notes(ctx))
     out.extend(dsa_notes(ctx))
-    out.extend(dsv4_notes(m))
+    out.extend(dsv4_kernel_notes(ctx))
     out.extend(model_family_notes(ctx))
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(
