@@ -64,18 +64,35 @@ def bad_char(text: str) -> str | None:
     return None
 
 
+#: short texts found plain, with the limit they passed under (keys and values recur in every candidate
+#: of a plan); emptied past 10,000 entries
+_PLAIN_TEXTS: set[tuple[str, int]] = set()
+
+
 def check_text(text: str, field: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """``text`` when it is plain (no control character, at most ``limit`` characters).
+    """``text`` when it is plain (no control character, at most ``limit`` characters). A text of at
+    most 256 characters that passed once under a limit passes again without a second look.
 
     Raises:
         InputError: naming ``field``, the value (cut) and the rule.
     """
+    if (text, limit) in _PLAIN_TEXTS:
+        return text
+    _check_text(text, field, limit)
+    if len(text) <= 256:
+        if len(_PLAIN_TEXTS) > 10000:
+            _PLAIN_TEXTS.clear()
+        _PLAIN_TEXTS.add((text, limit))
+    return text
+
+
+def _check_text(text: str, field: str, limit: int) -> None:
+    """:func:`check_text` without the memory of passed texts."""
     if len(text) > limit:
         raise InputError(field, text, f"text of at most {limit} characters")
     ch = bad_char(text)
     if ch is not None:
         raise InputError(field, text, f"printable text (no control characters; found U+{ord(ch):04X})")
-    return text
 
 
 def check_number(value: int | float, field: str) -> int | float:

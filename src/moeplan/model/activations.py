@@ -295,6 +295,16 @@ def layer_saved_key(m: ModelSpec, layer: int) -> tuple[str, bool, bool, int | No
     )
 
 
+def layer_saved_keys(m: ModelSpec) -> tuple[tuple[str, bool, bool, int | None, bool], ...]:
+    """:func:`layer_saved_key` of every decoder layer of ``m`` (index = layer, 0-based), built once
+    per model object and kept beside its frozen fields."""
+    keys = m.__dict__.get("_layer_saved_keys")
+    if keys is None:
+        keys = tuple(layer_saved_key(m, li) for li in range(m.num_layers))
+        m.__dict__["_layer_saved_keys"] = keys  # a cache beside the frozen fields, not a field
+    return cast(tuple, keys)
+
+
 def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozenset[str]) -> tuple[dict, dict]:
     """Saved tensors of decoder layer ``layer`` for one microbatch on one rank.
 

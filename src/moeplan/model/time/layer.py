@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
+from moeplan.model.activations import layer_saved_keys
 from moeplan.model.time.compute import layer_compute
-from moeplan.model.time.context import StepContext
+from moeplan.model.time.context import StepContext, layer_cp_comm_type
 from moeplan.model.time.exchange import Exchange, cp_exchange, ep_exchange, tp_exchange
 from moeplan.model.time.launch import launch_overhead
 from moeplan.model.time.offload import activation_offload_s
@@ -38,8 +40,33 @@ class LayerTime:
     full_recompute_s: float
 
 
+def layer_time_key(ctx: StepContext, layer: int) -> tuple:
+    """What :func:`layer_time` reads of decoder layer ``layer`` (0-based) besides the context: its
+    :func:`~moeplan.model.activations.layer_saved_key` (attention kind, MoE, MLP, DeepSeek-V4
+    compression ratio, own DSA indexer), its hybrid-pattern symbol (None without a pattern) and its
+    ``cp_comm_type``. Two layers with the same key take the same time under one context."""
+    m = ctx.model
+    pattern = m.hybrid_layer_pattern
+    return (
+        layer_saved_keys(m)[layer],
+        pattern[layer] if pattern is not None else None,
+        layer_cp_comm_type(ctx.s, layer),
+    )
+
+
 def layer_time(ctx: StepContext, layer: int) -> LayerTime:
-    """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
+    """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank. Layers with the
+    same :func:`layer_time_key` share one computation per context (kept beside its frozen fields)."""
+    cache = ctx.__dict__.setdefault("_layer_times", {})
+    key = layer_time_key(ctx, layer)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = compute_layer_time(ctx, layer)
+    return cast(LayerTime, hit)
+
+
+def compute_layer_time(ctx: StepContext, layer: int) -> LayerTime:
+    """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank (computed)."""
     m = ctx.model
     linear = m.attention_kinds[layer] == "linear"
     moe_layer = bool(m.moe_layers and m.moe_layers[layer])
