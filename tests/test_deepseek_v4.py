@@ -158,7 +158,9 @@ def test_executed_attention_reads_the_compressed_context():
     s, nh, v = 65536, 64, 512
     tokens = float(s)
     f128 = layer_flops(FLASH, 3, tokens, s, s, 1, 1, 64, 1.0)  # ratio 128
-    assert f128.attention_core + f128.sparse_core == pytest.approx(tokens * 2 * nh * (128 + s / 128 / 2) * v * 2, rel=1e-12)
+    assert f128.attention_core + f128.sparse_core == pytest.approx(
+        tokens * 2 * nh * (128 + s / 128 / 2) * v * 2, rel=1e-12
+    )
     f4 = layer_flops(FLASH, 2, tokens, s, s, 1, 1, 64, 1.0)  # ratio 4: top-512 of s/4 entries + indexer scores
     k = 512 * (1 - 512 * 4 / (2 * s))
     core4 = nh * (128 + k) * v * 2 + 64 * 128 * s / 4 / 2
