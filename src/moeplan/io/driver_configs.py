@@ -370,9 +370,7 @@ def read_megatron_lm_yaml(text: str, imp: Imported) -> str:
     """
     data = load_yaml_text(text, "megatron-lm-yaml", "(file)")
     if not isinstance(data, dict) or not isinstance(data.get("ARGS"), dict):
-        raise InputError(
-            "megatron-lm-yaml", "(file)", msg("drivers.no_megatron_section", source="megatron-lm-yaml", section="ARGS")
-        )
+        raise no_section("megatron-lm-yaml", "ARGS")
     imp.args = {str(k): v for k, v in data["ARGS"].items()}
     env = data.get("ENV_VARS")
     if isinstance(env, dict):
@@ -556,11 +554,7 @@ def read_slime(text: str, imp: Imported) -> str:
     if isinstance(nodes, int) and isinstance(gpus, int):
         imp.system.update(num_gpus=nodes * gpus, gpus_per_node=gpus)
     if not imp.args:
-        raise InputError(
-            "slime-args",
-            "(file)",
-            msg("drivers.no_megatron_section", source="slime-args", section="MODEL_ARGS / PERF_ARGS"),
-        )
+        raise no_section("slime-args", "MODEL_ARGS / PERF_ARGS")
     return "slime"
 
 
@@ -624,11 +618,7 @@ def read_ms_swift(text: str, imp: Imported) -> str:
     tokens = shell_tokens(substitute(text, variables))
     start = next((i for i, t in enumerate(tokens) if t == "megatron"), None)
     if start is None:
-        raise InputError(
-            "ms-swift-args",
-            "(file)",
-            msg("drivers.no_megatron_section", source="ms-swift-args", section="megatron sft"),
-        )
+        raise no_section("ms-swift-args", "megatron sft")
     for tok in tokens[:start]:
         name, eq, value = tok.partition("=")
         if eq and re.fullmatch(r"[A-Z_][A-Z0-9_]*", name) and "$" not in value:
@@ -665,6 +655,23 @@ def nested_overrides(text: str) -> dict[str, Any]:
         else:
             node[leaf] = hydra_value(substitute(value, variables))
     return out
+
+
+def no_section(source: str, section: str) -> InputError:
+    """The input error of a ``source`` configuration without its Megatron ``section``."""
+    return InputError(source, "(file)", msg("drivers.no_megatron_section", source=source, section=section))
+
+
+def _section(data: Any, path: str, source: str) -> dict:
+    """The mapping at the dotted ``path`` of ``data``.
+
+    Raises:
+        InputError: ``path`` holds no mapping (:func:`no_section`).
+    """
+    section = _get(data, path)
+    if not isinstance(section, dict):
+        raise no_section(source, path)
+    return section
 
 
 def _get(data: Any, path: str) -> Any:
@@ -727,13 +734,7 @@ def read_verl(text: str, imp: Imported) -> str:
     the actor's micro batch, remove-padding and dynamic batch switches, the rollout's memory share,
     ``trainer.nnodes`` × ``n_gpus_per_node``, the prompt + response length."""
     data = _mapping(text, "verl-yaml")
-    meg = _get(data, "actor_rollout_ref.actor.megatron")
-    if not isinstance(meg, dict):
-        raise InputError(
-            "verl-yaml",
-            "(file)",
-            msg("drivers.no_megatron_section", source="verl-yaml", section="actor_rollout_ref.actor.megatron"),
-        )
+    meg = _section(data, "actor_rollout_ref.actor.megatron", "verl-yaml")
     nested = ("override_transformer_config", "override_ddp_config", "override_mcore_model_config")
     _megatron_section(meg, imp, nested, VERL_OWN, "verl")
     actor = _get(data, "actor_rollout_ref.actor")
@@ -770,13 +771,7 @@ def read_skyrl(text: str, imp: Imported) -> str:
     ``transformer_config_kwargs`` / ``ddp_config`` / ``optimizer_config_kwargs``), the placement, the
     micro batch, the inference engine's memory share and the prompt + response length."""
     data = _mapping(text, "skyrl-overrides")
-    meg = _get(data, "trainer.policy.megatron_config")
-    if not isinstance(meg, dict):
-        raise InputError(
-            "skyrl-overrides",
-            "(file)",
-            msg("drivers.no_megatron_section", source="skyrl-overrides", section="trainer.policy.megatron_config"),
-        )
+    meg = _section(data, "trainer.policy.megatron_config", "skyrl-overrides")
     nested = ("transformer_config_kwargs", "ddp_config", "optimizer_config_kwargs")
     _megatron_section(meg, imp, nested, ("lora_config", "hf_export_config", "empty_cuda_cache"), "skyrl")
     mbs = _get(data, "trainer.micro_train_batch_size_per_gpu")
@@ -811,13 +806,7 @@ def read_nemo_rl(text: str, imp: Imported) -> str:
     with ``activation_checkpointing: true``), the policy's batch sizes, sequence length, precision,
     packing, the generation engine's memory share and the cluster."""
     data = _mapping(text, "nemo-rl-yaml")
-    meg = _get(data, "policy.megatron_cfg")
-    if not isinstance(meg, dict):
-        raise InputError(
-            "nemo-rl-yaml",
-            "(file)",
-            msg("drivers.no_megatron_section", source="nemo-rl-yaml", section="policy.megatron_cfg"),
-        )
+    meg = _section(data, "policy.megatron_cfg", "nemo-rl-yaml")
     if isinstance(data.get("defaults"), str):
         imp.notes.append(msg("drivers.inherits", parent=short_repr(data["defaults"])))
     _megatron_section(meg, imp, ("optimizer", "scheduler", "distributed_data_parallel_config"), NEMO_RL_OWN, "nemo-rl")
