@@ -28,7 +28,7 @@ from pathlib import Path
 
 from moeplan import estimate_step, load_scenario
 from moeplan.catalog.models import get_model, resolve_model_name
-from moeplan.catalog.perf_recipes import held_out_releases, held_out_runs
+from moeplan.catalog.perf_recipes import held_out_releases, held_out_runs, run_scenario
 from moeplan.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,16 +38,9 @@ HF_CONFIGS = ROOT / "tests" / "data" / "hf_configs"
 
 
 def scenario_of(run: dict) -> dict:
-    """The scenario a held-out run is predicted with: its published model, system, training and sizes,
-    the perf recipe's benchmark settings and its container release (as ``timefit.load_runs``)."""
-    return {
-        "model": run["model"],
-        "system": {"gpu": run["gpu"], "num_gpus": run["num_gpus"]},
-        "training": dict(run["training"]),
-        "layout": dict(run["layout"]),
-        "recipe_defaults": "mbridge-perf-benchmark",
-        "versions": {"container": run["release"]},
-    }
+    """The scenario a held-out run is predicted with, as the fitting runs are
+    (:func:`moeplan.catalog.perf_recipes.run_scenario`)."""
+    return run_scenario(run)
 
 
 def missing_feature(model_id: str) -> str | None:

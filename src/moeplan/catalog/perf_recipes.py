@@ -58,6 +58,21 @@ def published_runs() -> list[dict]:
     return json.loads(text)["runs"]
 
 
+def run_scenario(run: dict) -> dict:
+    """The scenario a published run (:func:`published_runs`, :func:`held_out_runs`) is predicted with:
+    its model, system, training and published sizes, the perf recipe's benchmark settings
+    (``recipe_defaults: mbridge-perf-benchmark``: forced balance, as the summaries benchmark) and its
+    container release (whose recipe fills and software efficiency apply)."""
+    return {
+        "model": run["model"],
+        "system": {"gpu": run["gpu"], "num_gpus": run["num_gpus"]},
+        "training": dict(run["training"]),
+        "layout": dict(run["layout"]),
+        "recipe_defaults": "mbridge-perf-benchmark",
+        "versions": {"container": run["release"]},
+    }
+
+
 @functools.lru_cache(maxsize=1)
 def held_out_runs() -> list[dict]:
     """The measured runs of the held-out releases (cached; 26.08, Megatron Bridge v0.6.0's summary), in

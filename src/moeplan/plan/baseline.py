@@ -8,7 +8,7 @@ import copy
 import math
 from typing import Any
 
-from moeplan.catalog.perf_recipes import published_runs
+from moeplan.catalog.perf_recipes import published_runs, run_scenario
 from moeplan.errors import InputError
 from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import PARALLEL_DIMS
@@ -131,14 +131,7 @@ def published_baseline(res: SearchResult, constants=None) -> dict | None:
         (r for r in same if r["release"] == newest),
         key=lambda r: (r["training"].get("global_batch_size") != req["global_batch_size"], r["id"]),
     )[0]
-    data = {
-        "model": pick["model"],
-        "system": {"gpu": pick["gpu"], "num_gpus": pick["num_gpus"]},
-        "training": dict(pick["training"]),
-        "layout": dict(pick["layout"]),
-        "recipe_defaults": "mbridge-perf-benchmark",
-        "versions": {"container": pick["release"]},
-    }
+    data = run_scenario(pick)
     out = {
         "id": pick["id"],
         "release": pick["release"],
