@@ -271,6 +271,9 @@ PERF_SECTIONS = ("model", "ddp", "optimizer", "comm_overlap", "mixed_precision")
 SECTION_KEYS = frozenset(
     {
         "use_megatron_fsdp",
+        "data_parallel_sharding_strategy",
+        "outer_dp_sharding_strategy",
+        "num_distributed_optimizer_instances",
         "overlap_grad_reduce",
         "overlap_param_gather",
         "use_precision_aware_optimizer",
@@ -354,10 +357,103 @@ def _stand_in(name: str) -> Any:
 
 
 class _StandInModule(types.ModuleType):
+    #: (repo, tag) the model recipes are read from (set by :class:`_TagFinder`)
+    _source: tuple[str, str] | None = None
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if name.endswith("_config") and self._source is not None and self.__name__.startswith(_RECIPES_PKG):
+            return _model_recipe(*self._source, self.__name__, name)
         return _stand_in(name)
+
+
+# --- what a perf recipe leaves to its model recipe ------------------------------------------------------
+#
+# A perf recipe starts from a model recipe (``deepseek_v3_pretrain_config()``, ``nemotron_3_super_pretrain_
+# config()``) and sets only what it changes; several leave the sequence length to it. The model recipes
+# build a real ConfigContainer (Hugging Face configs, tokenizers) and are not run here: their source at the
+# tag is read instead (``ast``), following the re-export aliases of ``recipes/<family>/<model>.py`` and a
+# ``cfg = other_config()`` it starts from, for a constant ``cfg.model.seq_length = N`` (or ``= name`` of a
+# constant assigned before it in the same function). The recorded container starts with it, so a value the
+# perf recipe sets itself still wins; a row records where its sequence length came from (``extra``).
+
+_RECIPES_PKG = "megatron.bridge.recipes."
+
+
+def _model_recipe(repo: str, tag: str, module: str, name: str) -> Any:
+    """The stand-in of model recipe ``module.name``: an empty recorded container holding the recipe's own
+    sequence length where its source sets a constant one (``None`` fields read as unset)."""
+    found = model_recipe_seq_length(repo, tag, module, name)
+
+    def build(*args: Any, **kwargs: Any) -> _Container:
+        if found is None:
+            return _Container()
+        return _Container(model=_Section(seq_length=_Inherited(*found)))
+
+    return build
+
+
+class _Inherited(int):
+    """A value the perf recipe took from its model recipe (``where``: ``module.function``); one the perf
+    recipe sets itself is a plain ``int``."""
+
+    where: str
+
+    def __new__(cls, value: int, where: str) -> _Inherited:
+        out = super().__new__(cls, value)
+        out.where = where
+        return out
+
+
+def _module_tree(repo: str, tag: str, module: str) -> ast.Module | None:
+    path = "src/" + module.replace(".", "/") + ".py"
+    try:
+        return ast.parse(git(repo, "show", f"{tag}:{path}"))
+    except subprocess.CalledProcessError:
+        return None
+
+
+def model_recipe_seq_length(repo: str, tag: str, module: str, name: str, depth: int = 0) -> tuple[int, str] | None:
+    """(sequence length, ``module.function`` that sets it) of model recipe ``name`` of ``module`` at ``tag``:
+    the last constant ``cfg.model.seq_length`` its body assigns, else that of the recipe it starts from
+    (``cfg = other()``); an alias (``from x import a as name``) is followed. None when neither sets a
+    constant one (or after 6 hops)."""
+    tree = _module_tree(repo, tag, module) if depth < 6 else None
+    if tree is None:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return model_recipe_seq_length(repo, tag, node.module, alias.name, depth + 1)
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            seq, base = _function_seq_length(node)
+            if seq is not None:
+                return seq, f"{module}.{name}"
+            return model_recipe_seq_length(repo, tag, module, base, depth + 1) if base else None
+    return None
+
+
+def _function_seq_length(fn: ast.FunctionDef) -> tuple[int | None, str | None]:
+    """(the last constant ``cfg.model.seq_length`` assigned at the top of ``fn``'s body, the name of the
+    recipe it starts from with ``cfg = other()``)."""
+    consts: dict[str, int] = {}
+    seq, base = None, None
+    for stmt in fn.body:
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        target, value = stmt.targets[0], stmt.value
+        if isinstance(value, ast.Name) and value.id in consts:
+            value = ast.Constant(consts[value.id])
+        const = value.value if isinstance(value, ast.Constant) and isinstance(value.value, int) else None
+        if isinstance(target, ast.Name) and const is not None:
+            consts[target.id] = const
+        elif isinstance(target, ast.Name) and target.id == "cfg" and isinstance(value, ast.Call):
+            base = value.func.id if isinstance(value.func, ast.Name) else None
+        elif ast.unparse(target) == "cfg.model.seq_length" and const is not None:
+            seq = const
+    return seq, base
 
 
 class _TagFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -377,7 +473,11 @@ class _TagFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return path if path in self.files else None
 
     def create_module(self, spec):  # noqa: ANN001
-        return types.ModuleType(spec.name) if self._path(spec.name) else _StandInModule(spec.name)
+        if self._path(spec.name):
+            return types.ModuleType(spec.name)
+        module = _StandInModule(spec.name)
+        module._source = (self.repo, self.tag)
+        return module
 
     def exec_module(self, module) -> None:  # noqa: ANN001
         path = self._path(module.__name__)
@@ -444,8 +544,15 @@ def perf_layout_of(cfg: _Container) -> tuple[dict, dict]:
     lay = {k: v for k, v in lay.items() if v is not None or k == "virtual_pipeline_model_parallel_size"}
     training = {"micro_batch_size": cfg.train.micro_batch_size, "global_batch_size": cfg.train.global_batch_size}
     if cfg.model.seq_length is not None:
-        training = {"seq_length": cfg.model.seq_length, **training}
+        training = {"seq_length": int(cfg.model.seq_length), **training}
     return lay, training
+
+
+def inherited_from(cfg: _Container) -> dict:
+    """What a recorded config took from its model recipe rather than setting itself, for a row's ``extra``:
+    ``{"seq_length_from": "<module>.<function>"}`` (at the row's tag) or ``{}``."""
+    seq = cfg.model.seq_length
+    return {"seq_length_from": seq.where} if isinstance(seq, _Inherited) else {}
 
 
 def recipe_row(release: str, name: str, what: tuple, training: dict, layout: dict, extra: dict) -> dict:
@@ -476,10 +583,11 @@ def perf_recipe_rows(repo: str, release: str, tag: str) -> list[dict]:
         if parsed is None:
             continue
         model, gpu, num_gpus, prec, variant = parsed
-        lay, training = perf_layout_of(fn())
+        cfg = fn()
+        lay, training = perf_layout_of(cfg)
         if not _SIZES_STATED.issubset(lay) or None in training.values():
             continue  # sizes left to the model recipe (e.g. Qwen3-30B on 16 H100 in BF16): not read here
-        where = {"file": path, "tag": tag, "commit": commit}
+        where = {"file": path, "tag": tag, "commit": commit, **inherited_from(cfg)}
         rows.append(recipe_row(release, name, (model, gpu, num_gpus, prec, variant), training, lay, where))
     return rows
 

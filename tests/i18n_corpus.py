@@ -76,6 +76,17 @@ TARGETED: tuple[dict, ...] = (
     {"layout": {"use_precision_aware_optimizer": True}},
     {"layout": {"use_torch_fsdp2": True, "pipeline_model_parallel_size": 2}},
     {"layout": {"data_parallel_sharding_strategy": "optim_grads_params"}},
+    # Megatron-FSDP with EP: optimizer instances that do not divide EDP; HFSDP without full sharding
+    {"layout": {"expert_model_parallel_size": 4, "num_distributed_optimizer_instances": 8}},
+    {
+        "layout": {
+            "expert_model_parallel_size": 4,
+            "use_megatron_fsdp": True,
+            "data_parallel_sharding_strategy": "optim_grads",
+            "num_distributed_optimizer_instances": 2,
+            "outer_dp_sharding_strategy": "optim",
+        }
+    },
     {"environment": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "layout": {"use_megatron_fsdp": True}},
     {
         "environment": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
@@ -302,6 +313,12 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"context_parallel_size": 2},
     },
     {"model": "Qwen/Qwen3-Next-80B-A3B-Instruct", "model_overrides": {"linear_num_value_heads": 24}},
+    # Kimi-K3: CP over its KDA layers, VPP, Megatron Bridge 0.6.0 (no Kimi-K3), Megatron-LM alone
+    {
+        "model": "moonshotai/Kimi-K3",
+        "layout": {"context_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2},
+    },
+    {"model": "moonshotai/Kimi-K3", "framework": "megatron-lm"},
     # Gemma-4 26B-A4B: CP with its 512-wide global heads, CUDA graphs Bridge refuses, TP 4 over its 2 global
     # KV heads (replicated from core 0.16, an error before)
     {
@@ -313,6 +330,9 @@ TARGETED: tuple[dict, ...] = (
         "versions": {"megatron_core": "0.15.0"},
         "layout": {"tensor_model_parallel_size": 4, "sequence_parallel": True},
     },
+    # MiniMax-M3: MiniMax Sparse Attention, which no Megatron implements (past and within its 2048 keys)
+    {"model": "MiniMaxAI/MiniMax-M3"},
+    {"model": "MiniMaxAI/MiniMax-M3", "training": {"seq_length": 2048}},
     # DeepSeek-V4: a release that cannot build it; TP > 1; hash layers off the embedding stage; MTP with
     # hyper-connections on main; 'mhc' recompute with 'mlp'
     {"model": "deepseek-ai/DeepSeek-V4-Flash", "versions": {"megatron_core": "0.19.0"}},

@@ -31,7 +31,7 @@ runner = CliRunner()
 #: what moeplan makes of each vendored config: "model" (built), or the config field its refusal names
 EXPECTED = {
     "MiniMaxAI--MiniMax-M2.5": "model",
-    "MiniMaxAI--MiniMax-M3": "sparse_attention_config",
+    "MiniMaxAI--MiniMax-M3": "model",
     "Qwen--Qwen3-0.6B": "model",
     "Qwen--Qwen3-32B": "model",
     "Qwen--Qwen3-Coder-480B-A35B-Instruct": "model",
@@ -47,7 +47,7 @@ EXPECTED = {
     "google--gemma-4-26B-A4B": "model",
     "meta-llama--Meta-Llama-3.1-70B": "model",
     "moonshotai--Kimi-K2.5": "model",
-    "moonshotai--Kimi-K3": "linear_attn_config",
+    "moonshotai--Kimi-K3": "model",
     "nvidia--Gemma-4-31B-IT-NVFP4": "enable_moe_block",
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": "block_configs",
     "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "model",

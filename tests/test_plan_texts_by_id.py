@@ -84,9 +84,9 @@ def test_fit_change_labels_are_messages_in_both_languages():
         zh = runner.invoke(app, [*args, "--lang", "zh"], env={"COLUMNS": "200"})
     finally:
         set_lang("en")
-    assert "selective moe_act,layernorm,moe + optimizer offload 0.25" in en.stdout
+    assert "selective moe_act,layernorm,moe + optimizer offload 1" in en.stdout
     assert "CP 2 → 4 + TP 2 → 4 (SP)" in en.stdout
-    assert "选择性重计算 moe_act,layernorm,moe + 优化器卸载 0.25" in zh.stdout
+    assert "选择性重计算 moe_act,layernorm,moe + 优化器卸载 1" in zh.stdout
     assert "精度 bf16 → fp8-blockwise" in zh.stdout
-    label = lookup("recompute selective moe_act,layernorm,moe + optimizer offload 0.25")
+    label = lookup("recompute selective moe_act,layernorm,moe + optimizer offload 1")
     assert label is not None and label.msgid == "plan.change_both"

@@ -188,6 +188,7 @@ def moeplan_layer(arch: dict, tp: int, modules: frozenset[str]) -> tuple[dict, d
         lin_in_bytes=2,
         unfused_attention=True,
         routing_factor=1.0,
+        fused_input_norm=False,  # the local spec's norms are modules of their own
     )
     return layer_activations(m, 0, c, frozenset(modules))
 

@@ -123,15 +123,16 @@ def params_report(scenario: Path | None = None, flags: ScenarioFlags | None = No
 
 
 def _model_kind(m) -> str:
-    """``[VLM ]MoE|dense[ MLA][+DSA|+CSA][ hybrid-GDN][ hybrid-Mamba]`` of a :class:`moeplan.ModelSpec`
-    (CSA: DeepSeek-V4's compressed sparse attention with hyper-connections)."""
+    """``[VLM ]MoE|dense[ MLA][+DSA|+CSA|+MSA][ hybrid-GDN][ hybrid-Mamba]`` of a :class:`moeplan.ModelSpec`
+    (CSA: DeepSeek-V4's compressed sparse attention with hyper-connections; MSA: MiniMax Sparse Attention)."""
     return (
         ("VLM " if m.is_vlm else "")
         + ("MoE" if m.is_moe else "dense")
         + (" MLA" if m.multi_latent_attention else "")
         + ("+DSA" if m.has_dsa else "")
         + ("+CSA" if m.is_dsv4 else "")
-        + (" hybrid-GDN" if m.has_linear_attention else "")
+        + ("+MSA" if m.has_msa else "")
+        + ((" hybrid-KDA" if m.kimi_delta_attention else " hybrid-GDN") if m.has_linear_attention else "")
         + (" hybrid-Mamba" if m.has_mamba else "")
     )
 

@@ -22,6 +22,7 @@ from moeplan.resolve.assumptions import benchmark_settings, verdict_assumptions
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import validate
 from moeplan.rules.known_issue_checks import UNKNOWN_RULE
+from moeplan.rules.msa import MODEL_ONLY_RULES
 
 BROKEN = ("invalid", "unsupported")
 
@@ -38,7 +39,9 @@ class EstimateReport:
             batch size or when the layout breaks a rule. A layout whose only errors each carry one
             applicable fix (the pipeline split) is estimated with the fix applied: ``fixed`` then
             says which (``rule_ids``, ``edits``, ``text``) and ``check`` still lists the errors of
-            the layout as given. With ``--from`` (``from_format``) also ``import_notes`` (what the
+            the layout as given. When every error is a known issue of the release (a crash or hang,
+            not the layout), the step is timed anyway and ``timed_despite`` (``rule_ids``, ``text``)
+            says so. With ``--from`` (``from_format``) also ``import_notes`` (what the
             import assumed or dropped, list of str). For a layout that does not fold into the
             world (memory cannot be estimated) ``check`` holds only verdict and errors, and memory
             and throughput are None.
@@ -120,7 +123,9 @@ def _estimate(data: dict, batch_notes: list[str], calibration: Path | None) -> E
     """:func:`estimate_report` of the scenario mapping ``data`` (flags and workload laid over it)."""
     scn = load_scenario(data)
     checked = validate(scn)
-    broken = checked.verdict in BROKEN
+    # an error that only says Megatron cannot run the model (MiniMax Sparse Attention) still gets the
+    # model's figures, which its notes mark as such
+    broken = checked.verdict in BROKEN and any(f.rule_id not in MODEL_ONLY_RULES for f in checked.errors)
     errors = [f.to_dict() for f in checked.errors]
     fixed = _fixed_split(data, checked) if broken else None
     if fixed is not None:
@@ -136,7 +141,8 @@ def _estimate(data: dict, batch_notes: list[str], calibration: Path | None) -> E
         return EstimateReport({**doc, "memory": None, "throughput": None}, checked.to_dict())
     consts = load_step_constants(calibration)
     throughput = None
-    if scn.training.global_batch_size is not None and not broken:
+    despite = _timed_despite(checked) if broken else None
+    if scn.training.global_batch_size is not None and (not broken or despite is not None):
         throughput = _throughput(scn, consts, calibration)
     warnings = [f.to_dict() for f in checked.findings if f.severity == "warning"]
     # the one line on versions not stated (rules.known_issue_checks.versions_unknown_message)
@@ -150,9 +156,28 @@ def _estimate(data: dict, batch_notes: list[str], calibration: Path | None) -> E
     }
     if fixed is not None:
         doc["fixed"] = fixed
+    if despite is not None and throughput is not None:
+        doc["timed_despite"] = despite
     if throughput is not None:
         throughput["assumptions"][:0] = batch_notes
     return EstimateReport(doc, checked.to_dict())
+
+
+#: the rules whose errors stop or hang a run of a release without changing what one step computes (a
+#: known issue: an assertion, a crash, a hang that an upgrade or the issue's workaround removes)
+_STEP_NEUTRAL_RULES = ("known_issue.",)
+
+
+def _timed_despite(checked) -> dict | None:
+    """When every error of ``checked`` is a known issue of the release (:data:`_STEP_NEUTRAL_RULES`):
+    the step is still modelled — the same layout runs once the issue is worked around — and the
+    estimate times it, saying so beside the step time: ``{rule_ids, text}``. None otherwise (an
+    error of the layout itself leaves the step time out)."""
+    errors = list(checked.errors)
+    if not errors or not all(f.rule_id.startswith(_STEP_NEUTRAL_RULES) for f in errors):
+        return None
+    ids = sorted({f.rule_id for f in errors})
+    return {"rule_ids": ids, "text": msg("recipes_2026.timed_despite_known_issue", ids=", ".join(ids))}
 
 
 def _fixed_split(data: dict, checked) -> dict | None:

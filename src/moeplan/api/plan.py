@@ -12,7 +12,7 @@ from pathlib import Path
 
 from moeplan.api.side_inputs import load_step_constants, read_config, scenario_request
 from moeplan.errors import InputError, MoeplanError, UnknownNameError
-from moeplan.i18n.messages import msg
+from moeplan.i18n.messages import Message, msg
 from moeplan.inputs.layout import LayoutSpec
 from moeplan.inputs.loading import dump_yaml
 from moeplan.inputs.megatron_keys import describe_unmodelled
@@ -21,8 +21,9 @@ from moeplan.inputs.schema import split_unmodelled
 from moeplan.inputs.training import batch_for_tokens, says_default_batch
 from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE
 from moeplan.io.write import atomic_directory, check_writable, resolve_output, write_atomically, write_file_in
+from moeplan.model.memory import estimate_memory
 from moeplan.plan import plan, sweep
-from moeplan.plan.changes import apply_check_fixes
+from moeplan.plan.changes import ENV_EDIT, apply_check_fixes, apply_edits, edit_sections
 from moeplan.plan.fit import fit_layout
 from moeplan.plan.report import write_report
 from moeplan.plan.starting_points import list_recipes
@@ -75,32 +76,73 @@ def _searched_request(
     data, rounding = plan_request(source, flags, workload, tokens_per_step)
     data = split_unmodelled(data)  # keys moeplan does not model: carried, never searched or held
     data, fixed_note = fixed_held_settings(data)
+    as_given = as_given_does_not_fit(data)
     if hold or free:
         lay = data.get("layout") or {}
         data = {**data, "layout": {k: lay[k] for k in held_keys(lay, hold, free)}}
-    return data, [n for n in (rounding, fixed_note) if n], import_notes
+    return data, [n for n in (rounding, fixed_note, as_given) if n], import_notes
+
+
+#: the layout keys a request states when it is a whole layout (a published recipe, a saved scenario)
+_WHOLE_LAYOUT = frozenset({"tensor_model_parallel_size", "pipeline_model_parallel_size"})
+
+
+def as_given_does_not_fit(data: dict) -> Message | None:
+    """A note when the request is a whole layout (it states TP and PP) whose memory as given (with the
+    check's own fixes, as ``estimate`` applies them) is over the GPU's usable HBM: the plan then
+    changes what the request leaves out (recompute, offload, ...) to fit, and says that the layout as
+    given does not fit, with its peak GiB per GPU, its stage and the usable GiB. None otherwise (a
+    partial request, a layout that fits or may fit, one that does not load)."""
+    layout = data.get("layout")
+    if not isinstance(layout, dict) or not set(layout) >= _WHOLE_LAYOUT:
+        return None
+    try:
+        errors = validate(load_scenario(data)).errors
+        got = apply_check_fixes(data, errors) if errors else None
+        mem = estimate_memory(load_scenario(got[0] if got else data))
+    except MoeplanError:
+        return None
+    if mem.verdict != "does-not-fit" or not mem.capacity_bytes:
+        return None
+    return msg(
+        "recipes_2026.as_given_does_not_fit",
+        peak=mem.peak_bytes / 2**30,
+        stage=mem.peak_stage.stage,
+        usable=mem.capacity_bytes / 2**30,
+    )
 
 
 def fixed_held_settings(data: dict) -> tuple[dict, str | None]:
-    """The request with the check's own fixes applied (:func:`moeplan.plan.changes.apply_check_fixes`)
-    when its held layout breaks rules that each carry a one-change fix of a key the request states
-    (e.g. ``cross_entropy_fusion_impl: te`` at Megatron-LM ≥ 0.19): every candidate would otherwise
-    be rejected for a setting the search may not change. Returns (request, note naming the edits and
-    rules) or (``data``, None) when the request does not load, breaks no rule, or a fix is missing or
-    would set a key the request does not state."""
+    """The request with the check's own fixes of its held settings applied: each error whose one-change
+    fix (``Finding.edits``) sets only keys the request states, or environment variables (e.g.
+    ``cross_entropy_fusion_impl: te`` at Megatron-LM ≥ 0.19, ``NCCL_GRAPH_REGISTER=0`` for TE graphs
+    with expandable segments), since every candidate would otherwise be rejected for a setting the
+    search may not change. An error whose fix sets a key the request leaves out (the pipeline split of
+    an undivisible PP) is left to the search, which chooses that key itself. Returns (request, note
+    naming the edits and rules) or (``data``, None) when the request does not load or no error has
+    such a fix."""
     try:
         errors = validate(load_scenario(data)).errors
     except MoeplanError:
         return data, None
     layout = data.get("layout")
     stated: dict = layout if isinstance(layout, dict) else {}
-    got = apply_check_fixes(data, errors) if errors else None
-    if got is None or not set(got[1]) <= set(stated):
+    held = [(f, f.edits) for f in errors if f.edits is not None and _sets_held_keys(f.edits, stated)]
+    if not held:
         return data, None
-    fixed, edits = got
+    edits: dict = {}
+    for _, fix in held:
+        edits.update(fix)
+    fixed = apply_edits(data, edit_sections(edits))
     text = ", ".join(f"{k}: {v}" for k, v in edits.items())
-    ids = ", ".join(sorted({f.rule_id for f in errors}))
+    ids = ", ".join(sorted({f.rule_id for f, _ in held}))
     return fixed, msg("plan.held_fixes_applied", edits=text, ids=ids)
+
+
+def _sets_held_keys(edits: dict, stated: dict) -> bool:
+    """The fix ``edits`` sets only layout keys of ``stated`` and environment variables (no layout key
+    the search would otherwise choose)."""
+    return all(k in stated or k.startswith(ENV_EDIT) for k in edits)
 
 
 def _check_plan_options(

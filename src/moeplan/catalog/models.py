@@ -99,8 +99,17 @@ COUNTING_CONVENTIONS: dict[str, CountingConvention] = {
         note="229B is the checkpoint (no MTP weights); '10B active' (9.8B in MiniMax's report) leaves out both "
         "vocabulary tables",
     ),
+    "MiniMaxAI/MiniMax-M3": CountingConvention(
+        note="428B is the vision-language checkpoint: this language model (no MTP weights) plus a vision tower "
+        "and projectors its config does not describe (about 0.87B by the checkpoint's bytes)"
+    ),
     "moonshotai/Kimi-K2.5": CountingConvention(
         note="32.86B active counts the input embedding and not the MoonViT tower (NVIDIA's table)"
+    ),
+    "moonshotai/Kimi-K3": CountingConvention(
+        False,
+        note="2.78T / 104B are the language model (the MoonViT tower Megatron Bridge does not build is not counted "
+        "here); 104B active leaves out the input embedding; the checkpoint's 32 zero pads per KDA A_log are not counted",
     ),
     "moonshotai/Moonlight-16B-A3B": CountingConvention(
         note="15.96B: the checkpoint's BF16 bytes / 2 (163,842 embedding rows, 8,192 parameters above config.json)"

@@ -41,6 +41,21 @@ def perf_recipe_history() -> dict[str, list[dict]]:
     return out
 
 
+def listed_release_recipes() -> list[dict]:
+    """The perf recipes of the newest release :func:`perf_recipe_history` holds (26.08, Megatron Bridge
+    v0.6.0's flat perf recipes) of the models the current tables (:func:`perf_recipes`) have no row of
+    (Nemotron-3 Nano / Super / Ultra, Nemotron-3.5 Lightning, DeepSeek-V4-Flash), in the schema of
+    :func:`perf_recipe_history` (``release`` names the container release; ``training.seq_length`` is the
+    perf recipe's own or, where it leaves it to its model recipe, the model recipe's, named in
+    ``extra.seq_length_from``). ``moeplan recipes`` lists them beside the current tables."""
+    history = perf_recipe_history()
+    if not history:
+        return []
+    newest = list(history)[-1]
+    have = {r["model"] for r in perf_recipes()}
+    return [r for r in history[newest] if r["model"] not in have]
+
+
 def release_bridge_tag(release: str) -> str | None:
     """The Megatron Bridge tag whose workload configs :func:`perf_recipe_history` holds for container
     ``release`` (``26.08`` -> ``v0.6.0``), or None when it holds none for that release."""

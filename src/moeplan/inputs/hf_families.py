@@ -27,8 +27,9 @@ from moeplan.errors import InputError
 #: what moeplan models, for the error messages
 MODELLED = (
     "dense and MoE decoders (GQA or MLA attention, DeepSeek Sparse Attention, full / sliding-window / chunked layers, Gated "
-    "DeltaNet hybrids, Mamba-2 / attention / MoE / MLP hybrids of Nemotron-H, shared experts, the latent "
-    "MoE of Nemotron-3, DeepSeek-V4's compressed sparse attention, hyper-connections and hash-routed layers, "
+    "DeltaNet hybrids, Kimi-K3's Kimi Delta Attention hybrid, Mamba-2 / attention / MoE / MLP hybrids of Nemotron-H, shared experts, the latent "
+    "MoE of Nemotron-3, DeepSeek-V4's compressed sparse attention, MiniMax-M3's block-sparse attention, "
+    "hyper-connections and hash-routed layers, "
     "the Gemma-4 MoE with its own global-layer heads, MTP) and "
     "the Qwen3-VL / Qwen3.5 / Llama 4 / Kimi-K2.5 MoonViT vision towers"
 )
@@ -61,11 +62,13 @@ KNOWN_MODEL_TYPES = frozenset(
         "llama4_text",
         "nemotron_h",
         "minimax_m2",
+        "minimax_m3",
         "deepseek_v4",
         "deepseek_v32",
         "glm_moe_dsa",
         "gemma4",
         "gemma4_text",
+        "kimi_linear",
     }
 )
 
@@ -85,6 +88,13 @@ NEMOTRON_H_MODELLED = frozenset(
 #: DeepSeek Sparse Attention fields moeplan models in a ``deepseek_v32`` / ``glm_moe_dsa`` config
 #: (``inputs.model_spec._dsa_fields``); any other family carrying them stays refused
 DSA_MODELLED = frozenset({"index_topk", "index_n_heads", "index_head_dim", "indexer_types"})
+
+#: Kimi-K3 fields moeplan models in a ``kimi_linear`` text config (``inputs.kimi_k3_config.kimi_k3_fields``)
+KIMI_K3_MODELLED = frozenset({"linear_attn_config", "attn_res_block_size"})
+
+#: MiniMax-M3 fields moeplan models in a ``minimax_m3`` config (``inputs.msa_config.msa_fields``: MiniMax
+#: Sparse Attention, the shared expert; MTP modules not built, ``ModelSpec.unbuilt_mtp_modules``)
+MINIMAX_M3_MODELLED = frozenset({"sparse_attention_config", "shared_intermediate_size", "num_mtp_modules"})
 
 #: DeepSeek-V4 fields moeplan models in a ``deepseek_v4`` config (``inputs.dsv4_config.dsv4_fields``)
 DSV4_MODELLED = frozenset(
@@ -246,6 +256,8 @@ def _check_towers(top: dict) -> None:
     if is_moonvit_config(vc) and top.get("model_type") in MOONVIT_MODEL_TYPES:
         _check_moonvit(vc)
         return
+    if is_moonvit_config(vc) and top.get("model_type") == "kimi_k3":
+        return  # accepted, not counted: Megatron Bridge builds Kimi-K3's language backbone only
     kind = str(vc.get("model_type") or "")
     if not kind.startswith(VISION_TYPES + UNCOUNTED_VISION_TYPES):
         raise _refuse("vision_config.model_type", kind or None, f"the vision tower {kind or '(no model_type)'!r}")
@@ -290,11 +302,15 @@ def refuse_unmodelled(top: dict, text: dict, model_type: str) -> None:
             continue
         if model_type == "minimax_m2" and key == "num_mtp_modules":  # not built: ModelSpec.unbuilt_mtp_modules
             continue
+        if model_type == "minimax_m3" and key in MINIMAX_M3_MODELLED:  # inputs.msa_config.msa_fields
+            continue
         if model_type in ("deepseek_v32", "glm_moe_dsa") and key in DSA_MODELLED:
             continue
         if model_type == "deepseek_v4" and key in DSV4_MODELLED:
             continue
         if model_type.startswith("gemma4") and key in GEMMA4_MODELLED:
+            continue
+        if model_type == "kimi_linear" and key in KIMI_K3_MODELLED:
             continue
         for part in (text, top):
             if key in part and _given(part[key]):

@@ -27,6 +27,8 @@ from moeplan.inputs.dsv4_config import (
     dsv4_required,
 )
 from moeplan.inputs.hf_families import UNCOUNTED_VISION_TYPES, is_moonvit_config, refuse_unmodelled
+from moeplan.inputs.kimi_k3_config import KIMI_K3_MODEL_TYPE, kimi_k3_fields
+from moeplan.inputs.msa_config import MSA_INT_RANGES, MSA_NOT_NULL, msa_fields
 from moeplan.inputs.policy import bad_char
 
 AttentionKind = Literal["full", "sliding", "chunked", "linear", "mamba", "none"]
@@ -51,6 +53,7 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
     "moe_router_topk": _HEADS,
     "linear_conv_kernel_dim": (1, 1024),
     "extra_layer_norms": (0, 64),
+    "attn_res_block_size": (1, 10_000),
     "mamba_conv_kernel": (1, 1024),
     "mamba_chunk_size": (1, 2**16),
     "mamba_num_heads": _HEADS,
@@ -58,6 +61,7 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
     "mamba_head_dim": _WIDTH,
     "mamba_state_dim": _WIDTH,
     **DSV4_INT_RANGES,
+    **MSA_INT_RANGES,
     "dsa_indexer_n_heads": _HEADS,
     "dsa_indexer_head_dim": _WIDTH,
     "dsa_indexer_topk": _TOKENS,
@@ -98,7 +102,7 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
 _TEXT_FIELDS = ("name", "model_type", "source")
 _NORMALIZATIONS = ("RMSNorm", "LayerNorm")
 #: integer fields with a default that may not be unset
-_NOT_NULL = ("mtp_num_layers", "dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset", *DSV4_NOT_NULL)
+_NOT_NULL = ("mtp_num_layers", "dsa_indexer_topk_freq", "dsa_indexer_skip_topk_offset", *DSV4_NOT_NULL, *MSA_NOT_NULL)
 
 
 def _override_list(key: str, value: Any) -> tuple:
@@ -109,11 +113,12 @@ def _override_list(key: str, value: Any) -> tuple:
     """
     field = f"model_overrides.{key}"
     top = MODEL_INT_RANGES["num_layers"][1]
-    what = "a list of true/false, one per layer" if key == "moe_layers" else f"a list of {', '.join(ATTENTION_KINDS)}"
+    flags = key in ("moe_layers", "msa_layers")
+    what = "a list of true/false, one per layer" if flags else f"a list of {', '.join(ATTENTION_KINDS)}"
     if not isinstance(value, (list, tuple)) or len(value) > top:
         raise InputError(field, value, f"{what} (at most {top} entries)")
     for item in value:
-        ok = isinstance(item, bool) if key == "moe_layers" else item in ATTENTION_KINDS and isinstance(item, str)
+        ok = isinstance(item, bool) if flags else item in ATTENTION_KINDS and isinstance(item, str)
         if not ok:
             raise InputError(field, item, what)
     return tuple(value)
@@ -158,7 +163,7 @@ def override_value(key: str, value: Any, is_bool: bool) -> Any:
         return value
     if key == "csa_compress_ratios":
         return None if value is None else compress_ratios_value(field, value)
-    if key in ("moe_layers", "attention_kinds"):
+    if key in ("moe_layers", "attention_kinds", "msa_layers"):
         return None if value is None else _override_list(key, value)
     if key in ("hybrid_layer_pattern", "mtp_layer_pattern"):
         return None if value is None else _hybrid_pattern(field, value)
@@ -288,6 +293,19 @@ class PartialModelSpec:
     dsa_indexer_skip_topk_offset: int = 0
     dsa_indexer_loss_coeff: float = 0.0
     dsa_indexer_use_sparse_loss: bool = False
+    # MiniMax Sparse Attention (MiniMax-M3, ``moeplan.inputs.msa_config``; no Megatron implementation):
+    #: per decoder layer, True where the GQA attention reads only its selected key blocks (None: no MSA)
+    msa_layers: tuple[bool, ...] | None = None
+    #: tokens per key block (``sparse_block_size``) and blocks each query keeps per GQA group
+    #: (``sparse_topk_blocks``, the forced initial / local blocks among them)
+    msa_block_size: int | None = None
+    msa_topk_blocks: int | None = None
+    #: the index branch: index-query heads (one per GQA group) and their width; one shared index-key head
+    msa_index_n_heads: int | None = None
+    msa_index_head_dim: int | None = None
+    #: blocks always selected: the first ``msa_init_blocks`` and the newest ``msa_local_blocks``
+    msa_init_blocks: int = 0
+    msa_local_blocks: int = 0
     # DeepSeek-V4 (megatron-core dev ``experimental_attention_variant='dsv4_hybrid'``, ``moeplan.inputs.dsv4_config``):
     #: KV compression per decoder layer (``csa_compress_ratios``: 0 sliding window only, 4 compressed
     #: sparse attention with an indexer, 128 heavily compressed attention); None: not a DeepSeek-V4 model
@@ -328,6 +346,20 @@ class PartialModelSpec:
     linear_key_head_dim: int | None = None
     linear_value_head_dim: int | None = None
     linear_conv_kernel_dim: int | None = None
+    #: the ``linear`` layers are Kimi Delta Attention, not Gated DeltaNet (Megatron Bridge
+    #: ``models/kimi/kimi_k3_layers.py::KimiK3Attention._init_kda``, Bridge main after v0.6.0): separate
+    #: q / k / v projections with one short convolution each, a per-channel forget gate through a
+    #: ``linear_key_head_dim``-wide bottleneck (``f_a_proj`` h → d_k, replicated; ``f_b_proj`` d_k → heads·d_k),
+    #: a per-head beta (``b_proj``), a full-width output gate (``g_proj``) and ``dt_bias`` per channel
+    kimi_delta_attention: bool = False
+    #: Kimi-K3's attention residuals (HF ``attn_res_block_size``; Bridge ``KimiK3TransformerLayer``): every
+    #: this many layers the residual stream is written to a bank of snapshots, and each attention and MLP
+    #: input is a softmax mix of the bank and the running sum, scored by an RMSNorm(h) and a h → 1
+    #: projection per sub-layer. None: a plain residual
+    attn_res_block_size: int | None = None
+    #: an RMSNorm over the latent width after the routed experts' combine, before ``fc2_latent_proj``
+    #: (HF ``latent_moe_use_norm``; Bridge ``KimiK3MoELayer.routed_expert_norm``)
+    moe_latent_norm: bool = False
     # Gemma-4 (Megatron Bridge ``Gemma4ModelProvider``): the full-attention layers' own head dim and KV
     # heads, keys reused as values there, a weightless RMSNorm on the values, the extra RMSNorm(h) per
     # layer beyond input / pre-MLP, the router's learned input and per-expert scales
@@ -420,6 +452,16 @@ class PartialModelSpec:
             return True
         offset = max(self.dsa_indexer_skip_topk_offset, 1)
         return max(layer + 1 - offset, 0) % self.dsa_indexer_topk_freq == 0
+
+    @property
+    def has_msa(self) -> bool:
+        """True for a model with MiniMax Sparse Attention layers (``msa_layers``)."""
+        return self.msa_layers is not None and any(self.msa_layers)
+
+    def layer_is_msa(self, layer: int) -> bool:
+        """True when decoder layer ``layer`` (0-based) runs MiniMax Sparse Attention: an index branch
+        that selects key blocks and a GQA core over the selected blocks only."""
+        return self.msa_layers is not None and layer < len(self.msa_layers) and self.msa_layers[layer]
 
     def layer_has_mlp(self, layer: int) -> bool:
         """True when decoder layer ``layer`` (0-based) has an MLP or MoE block: every layer of a
@@ -557,6 +599,8 @@ class PartialModelSpec:
             need += dsv4_required(self.csa_compress_ratios or ())
         if self.has_dsa:
             need += ["dsa_indexer_n_heads", "dsa_indexer_head_dim"]
+        if self.has_msa:
+            need += ["msa_block_size", "msa_topk_blocks", "msa_index_n_heads", "msa_index_head_dim"]
         return [f for f in need if getattr(self, f) is None]
 
     def completed(self) -> ModelSpec:
@@ -610,7 +654,7 @@ class PartialModelSpec:
             changes[key] = override_value(key, value, isinstance(getattr(self, key), bool))
         new_layers = changes.get("num_layers")
         if new_layers is not None:
-            for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern", "csa_compress_ratios"):
+            for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern", "csa_compress_ratios", "msa_layers"):
                 seq = getattr(self, tup)
                 if tup not in changes and seq:
                     cut = tuple(seq[i % len(seq)] for i in range(new_layers))
@@ -668,7 +712,7 @@ class ModelSpec(PartialModelSpec):
             raise InputError(
                 "model", self.name, "a complete model: give " + ", ".join(f"model_overrides.{f}" for f in missing)
             )
-        for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern", "csa_compress_ratios"):
+        for tup in ("moe_layers", "attention_kinds", "hybrid_layer_pattern", "csa_compress_ratios", "msa_layers"):
             seq = getattr(self, tup)
             if seq is not None and len(seq) != self.num_layers:
                 raise InputError(f"model_overrides.{tup}", len(seq), f"one entry per layer ({self.num_layers})")
@@ -1023,6 +1067,8 @@ def _vision_of(top: dict, hidden: int) -> VisionSpec | None:
         vision_cfg = top["_supplement"].get("vision_config")
         from_supp = vision_cfg is not None
     if isinstance(vision_cfg, dict) and str(vision_cfg.get("model_type") or "").startswith(UNCOUNTED_VISION_TYPES):
+        return None
+    if top.get("model_type") == KIMI_K3_MODEL_TYPE:  # Bridge builds Kimi-K3's language backbone only
         return None  # accepted, not counted: the model says so (ModelSpec.vision_not_counted)
     try:
         return _vision_from_config(vision_cfg, hidden, from_supp)
@@ -1337,8 +1383,8 @@ def _num_layers(text: dict, model_type: str) -> int:
 
 
 def _unbuilt_mtp_modules(text: dict, model_type: str) -> int:
-    """MTP modules a MiniMax-M2 config declares (``use_mtp`` with ``num_mtp_modules``) that Megatron does
-    not build: Megatron Bridge's ``MiniMaxM2Bridge`` (v0.6.0) lists "MTP modules are not mapped" and its
+    """MTP modules a MiniMax-M2 config declares (``use_mtp`` with ``num_mtp_modules``), or a MiniMax-M3
+    config (``num_mtp_modules``), that Megatron does not build: Megatron Bridge's ``MiniMaxM2Bridge`` (v0.6.0) lists "MTP modules are not mapped" and its
     base mapping reads only ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers`` into
     ``mtp_num_layers``, and the published MiniMax-M2.5 checkpoint's 229B parameters hold no MTP weights.
     0 for every other family.
@@ -1346,9 +1392,20 @@ def _unbuilt_mtp_modules(text: dict, model_type: str) -> int:
     Raises:
         InputError: naming ``num_mtp_modules`` when it is not a non-negative integer.
     """
+    if model_type == "minimax_m3":  # Bridge's MiniMaxM3Bridge forces mtp_num_layers to None: no mtp.* weights
+        return _optional_int(text, "num_mtp_modules") or _mtp_layers(text)
     if model_type != "minimax_m2" or not _get(text, "use_mtp"):
         return 0
     return _optional_int(text, "num_mtp_modules") or 0
+
+
+def _mtp_layers(text: dict) -> int:
+    """MTP layers the config declares (``num_nextn_predict_layers`` / ``mtp_num_hidden_layers``; 0 when absent).
+
+    Raises:
+        InputError: naming the field when it is not a non-negative integer.
+    """
+    return _optional_int(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
 
 
 def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: str) -> ModelSpec:
@@ -1372,6 +1429,8 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
         **_dsa_fields(text, model_type, num_layers),
         **_gemma4_fields(top, text, model_type),
         **dsv4_fields(text, model_type, num_layers),
+        **kimi_k3_fields(top, text, model_type, num_layers),
+        **msa_fields(text, model_type, num_layers),
     }
     return ModelSpec(
         name=name,
@@ -1383,13 +1442,13 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
         max_position_embeddings=_optional_int(text, "max_position_embeddings"),
         untie_embeddings_and_output_weights=not bool(tie),
         gated_linear_unit=str(_get(text, "hidden_act", "mlp_hidden_act", default="silu"))
-        in ("silu", "swiglu", "gelu_glu")
+        in ("silu", "swiglu", "gelu_glu", "situ", "swigluoai")  # situ: Kimi-K3's gated SiTU (gate · linear)
         or model_type.startswith("gemma4"),  # Gemma-4: gated GELU (gate, up, down), Bridge's GLU + fast_gelu
         # gpt-oss: clamped SwiGLU with x·σ(1.702x) (Megatron's GPT-OSS provider: quick-GELU gate)
         clamped_glu=_get(text, "swiglu_limit") is not None and model_type != "deepseek_v4",
         normalization="RMSNorm",
         **fields,
-        mtp_num_layers=_optional_int(text, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
+        mtp_num_layers=0 if model_type == "minimax_m3" else _mtp_layers(text),
         unbuilt_mtp_modules=_unbuilt_mtp_modules(text, model_type),
         vision=_vision_of(top, hidden),
         source=source,

@@ -26,8 +26,10 @@ from typing import cast
 
 from moeplan.inputs.model_spec import ModelSpec
 from moeplan.model.dsv4_activations import dsv4_attention_saved
+from moeplan.model.kimi_k3_activations import attn_res_rows, attn_res_saved, gathered_input_saved, kda_saved
 from moeplan.structure.attention_kernels import attention_runs_unfused
 from moeplan.structure.dsv4_shapes import layer_ratio
+from moeplan.structure.msa_shapes import msa_indexer_saved
 
 #: label of tensors no selective recompute drops
 KEEP = ""
@@ -43,6 +45,10 @@ class ActContext:
         kv_len: keys per query for unfused attention (seq_length, or the sliding window).
         routing_factor: routed tokens per expert rank relative to perfect balance (imbalance or
             capacity factor).
+        fused_input_norm: the layer spec fuses the input norm of softmax (non-MLA) attention into
+            ``linear_qkv`` and a dense MLP's norm into ``linear_fc1`` (Transformer Engine's
+            ``LayerNormLinear``), as megatron-core's TE spec does (default True; False for the local
+            spec's separate norms). See :func:`_input_norm_tag`.
     """
 
     tokens: float
@@ -58,6 +64,7 @@ class ActContext:
     unfused_attention: bool = False
     routing_factor: float = 1.0
     fp8_attention: bool = False
+    fused_input_norm: bool = True
 
     @property
     def seq_tokens(self) -> float:
@@ -67,6 +74,43 @@ class ActContext:
 
 def _add(d: dict[str, dict[str, float]], tag: str, name: str, nbytes: float) -> None:
     d.setdefault(tag, {})[name] = d.get(tag, {}).get(name, 0.0) + nbytes
+
+
+def _norm_output(out: dict, tag: str, name: str, c: ActContext, h: int) -> None:
+    """A norm's output (the next linear's saved input, at the linear-input width) and its fp32 1/rms
+    per token (TE RMSNorm / ``LayerNormLinear``'s ``rsigma``), under the recompute label ``tag``."""
+    _add(out, tag, name, c.seq_tokens * h * c.lin_in_bytes)
+    _add(out, tag, "norm_rsigma", c.seq_tokens * 4)
+
+
+def _input_norm_tag(m: ModelSpec, kind: str, c: ActContext) -> str:
+    """The recompute label of the attention input norm's output.
+
+    megatron-core's TE layer spec fuses the input norm of softmax (non-MLA) attention into
+    ``linear_qkv`` (``TELayerNormColumnParallelLinear``; ``input_layernorm`` stays ``IdentityOp``,
+    models/gpt/gpt_layer_specs.py@core_v0.17.0 L310-318), and ``layernorm`` recompute applies only to a
+    separate norm (transformer_layer.py@core_v0.17.0 L409-411: ``recompute_input_layernorm`` is set
+    when ``input_layernorm`` is not an ``IdentityOp``). TE's ``LayerNormLinear`` saves its norm output
+    ``ln_out`` (the SP-local shard, re-gathered in backward) and ``rsigma`` for the weight gradient
+    (module/layernorm_linear.py@v2.14 L409-472), so no selective module drops them: ``KEEP``. MLA
+    (a separate ``input_layernorm`` without the down-projection fusion) and models whose own spec keeps
+    a separate input norm (Gemma-4: ``extra_layer_norms``) keep ``layernorm``. Linear-attention layers
+    keep ``layernorm`` too, although Gated DeltaNet's spec also fuses the norm into ``in_proj``
+    (experimental_attention_variant_module_specs.py@core_v0.17.0 L68-72): not applied to them yet.
+    """
+    separate = kind == "linear" or m.multi_latent_attention or m.extra_layer_norms > 0
+    return "layernorm" if separate or not c.fused_input_norm else KEEP
+
+
+def _mlp_norm_tag(m: ModelSpec, moe: bool, c: ActContext) -> str:
+    """The recompute label of the pre-MLP norm's output: a MoE layer's ``pre_mlp_layernorm`` is a
+    separate ``TENorm`` (``layernorm`` recompute drops its output); a dense MLP's norm is fused into
+    ``linear_fc1`` (``pre_mlp_layernorm`` is ``IdentityOp``; gpt_layer_specs.py@core_v0.17.0
+    ``get_mlp_module_spec_for_backend`` L525-530), so only ``mlp`` recompute, which checkpoints the whole
+    MLP from its input, drops it (:func:`_input_norm_tag` for the fusion's sources)."""
+    if moe or m.extra_layer_norms > 0 or not c.fused_input_norm:
+        return "layernorm"
+    return "mlp"
 
 
 def _mamba(m: ModelSpec, c: ActContext, out: dict) -> None:
@@ -102,19 +146,26 @@ def _attention(m: ModelSpec, kind: str, c: ActContext, out: dict) -> None:
     t, n, a, li = c.tp, c.tokens, c.act_bytes, c.lin_in_bytes
     h = m.hidden_size
     _add(out, KEEP, "attn_norm_input", c.seq_tokens * h * a)
-    _add(out, "layernorm", "attn_norm_output", c.seq_tokens * h * li)
-    _add(out, "layernorm", "norm_rsigma", c.seq_tokens * 4)  # fp32 1/rms per token (TE RMSNorm)
+    _norm_output(out, _input_norm_tag(m, kind, c), "attn_norm_output", c, h)
+    if kind == "linear" and m.kimi_delta_attention:
+        for tag, name, nbytes in kda_saved(m, n, c.seq_tokens, t, a, li):
+            _add(out, tag, name, nbytes)
+        return
     if kind == "linear":
         nk, nv = m.given("linear_num_key_heads"), m.given("linear_num_value_heads")
         dk, dv = m.given("linear_key_head_dim"), m.given("linear_value_head_dim")
         conv_ch = 2 * nk * dk + nv * dv
-        # conv input and SiLU output (the q/k/v fed to the delta-rule kernel), z gate, beta/g (fp32)
-        _add(out, KEEP, "gdn_conv_in_out", n * 2 * conv_ch / t * a)
+        # megatron-core gated_delta_net/common.py (core_v0.19.0) with FLA 0.4.2: the conv input (FLA
+        # causal_conv1d keeps x), the L2-normed q/k (FLA l2norm keeps its output), the kernel's own
+        # contiguous q and k (repeated to the value heads) and v, the z gate, beta/g (fp32)
+        _add(out, KEEP, "gdn_conv_in", n * conv_ch / t * a)
+        _add(out, KEEP, "gdn_qk_l2norm", n * 2 * nk * dk / t * a)
+        _add(out, KEEP, "gdn_kernel_qkv", n * nv * (2 * dk + dv) / t * a)
         _add(out, KEEP, "gdn_gate_z", n * nv * dv / t * a)
         _add(out, KEEP, "gdn_beta_g", n * 2 * nv / t * 4)
-        # FLA's chunked delta rule keeps the intra-chunk matrix A (64 per token per head, fp32) and
-        # recomputes the per-chunk states in backward
-        _add(out, KEEP, "gdn_chunk_matrix", n * nv / t * 64 * 4)
+        # FLA's chunked delta rule keeps the intra-chunk matrix A (64 per token per head, in q's dtype:
+        # solve_tril(output_dtype=k.dtype)) and recomputes the per-chunk states in backward
+        _add(out, KEEP, "gdn_chunk_matrix", n * nv / t * 64 * a)
         _add(out, KEEP, "gdn_core_out", n * nv * dv / t * a)
         _add(out, "gdn_norm_out", "gdn_norm_out", n * nv * dv / t * li)
         return
@@ -228,8 +279,7 @@ def _mlp(m: ModelSpec, moe: bool, c: ActContext, out: dict) -> None:
     h = m.hidden_size
     glu = 2 if m.gated_linear_unit else 1
     _add(out, KEEP, "mlp_norm_input", c.seq_tokens * h * a)
-    _add(out, "layernorm", "mlp_norm_output", c.seq_tokens * h * li)
-    _add(out, "layernorm", "norm_rsigma", c.seq_tokens * 4)
+    _norm_output(out, _mlp_norm_tag(m, moe, c), "mlp_norm_output", c, h)
     if c.hidden_dropout > 0:
         _add(out, KEEP, "mlp_dropout_mask", c.seq_tokens * h * 1)
     if not moe:
@@ -283,7 +333,7 @@ _WIDER = {"moe": ("moe", "moe_act", "shared_experts")}
 def layer_saved_key(m: ModelSpec, layer: int) -> tuple[str, bool, bool, int | None, bool]:
     """What decoder layer ``layer``'s saved tensors depend on besides the context: (attention kind
     of ``attention_kinds``, MoE or not, has an MLP, DeepSeek-V4 compression ratio or None, has its
-    own DSA indexer); two layers with the same key save the same tensors (:func:`layer_activations`)."""
+    own DSA indexer or MiniMax Sparse Attention index branch); two layers with the same key save the same tensors (:func:`layer_activations`)."""
     kinds = m.attention_kinds
     moe = m.moe_layers
     return (
@@ -291,7 +341,7 @@ def layer_saved_key(m: ModelSpec, layer: int) -> tuple[str, bool, bool, int | No
         bool(moe[layer]) if moe else False,
         m.layer_has_mlp(layer),
         layer_ratio(m, layer) if m.is_dsv4 else None,
-        m.layer_has_indexer(layer),
+        m.layer_has_indexer(layer) or m.layer_is_msa(layer),
     )
 
 
@@ -313,16 +363,22 @@ def layer_activations(m: ModelSpec, layer: int, c: ActContext, modules: frozense
         recompute ``modules`` drop (re-materialized one layer at a time during backward).
     """
     kind, moe, has_mlp, ratio, indexer = layer_saved_key(m, layer)
-    key = (id(m), kind, moe, has_mlp, c, modules, ratio, indexer)
+    res_rows = attn_res_rows(m, layer)  # Kimi-K3's AttnRes mixes differ by depth
+    key = (id(m), kind, moe, has_mlp, c, modules, ratio, indexer, res_rows)
     hit = _ACT_CACHE.get(key)
     if hit is not None and hit[0] is m:
         return dict(hit[1]), dict(hit[2])
     if len(_ACT_CACHE) > 20000:
         _ACT_CACHE.clear()
     kept, rec = _layer_activations(m, kind, moe, c, modules, has_mlp, ratio)
-    if indexer:  # DSA top-k indices and indexer tensors: dropped with the core_attn checkpoint
-        for name, v in dsa_indexer_saved(m, c).items():
+    if indexer:  # DSA top-k indices and indexer tensors (MSA's block ids and index Q/K): dropped with core_attn
+        saved = msa_indexer_saved(m, c.tokens, c.act_bytes) if m.has_msa else dsa_indexer_saved(m, c)
+        for name, v in saved.items():
             (rec if "core_attn" in modules else kept)[name] = v
+    for _, name, nbytes in attn_res_saved(m, layer, c.seq_tokens):
+        kept[name] = kept.get(name, 0.0) + nbytes
+    if kind in ("linear", "full") and m.kimi_delta_attention:  # Kimi-K3 gathers its attention input itself
+        kept["kimi_gathered_attention_input"] = gathered_input_saved(m, c.tokens, c.seq_tokens, c.lin_in_bytes)
     _ACT_CACHE[key] = (m, kept, rec)
     return dict(kept), dict(rec)
 

@@ -22,7 +22,9 @@ from moeplan.structure.dsv4_shapes import layer_forward_flops as dsv4_layer_forw
 from moeplan.structure.dsv4_shapes import layer_ratio
 from moeplan.structure.dsv4_shapes import sparse_core_flops as dsv4_sparse_core_flops
 from moeplan.structure.flops import dsa_causal_context, dsa_indexer_flops_per_token
+from moeplan.structure.kda_shapes import kda_executed_flops
 from moeplan.structure.mamba_shapes import mamba_executed_flops
+from moeplan.structure.msa_shapes import msa_causal_context, msa_indexer_flops_per_token
 
 #: forward attention kernel throughput at long sequence as a fraction of the dense BF16 peak for head
 #: dim 128 (d_qk + d_v = 256), by architecture: Hopper 0.686 (FlashAttention-3, arXiv 2407.08608,
@@ -265,6 +267,57 @@ def dsa_layer_flops(m: ModelSpec, layer: int, tokens: float, seq_full: int, tp: 
     return tokens * proj / 3, tokens * scores / 3, core
 
 
+def msa_layer_flops(m: ModelSpec, tokens: float, seq_full: int) -> tuple[float, float, float]:
+    """(index GEMM, index score) forward-share FLOPs of one MiniMax Sparse Attention layer for ``tokens``
+    query tokens on one rank, and the keys each query's core reads (``C_sparse``,
+    :func:`~moeplan.structure.msa_shapes.msa_causal_context`). The index branch's fwd + bwd FLOPs
+    (:func:`~moeplan.structure.msa_shapes.msa_indexer_flops_per_token`) enter as a third, the forward
+    share of the 3 × forward the step-time model charges, whole on every TP rank (no Megatron
+    implementation exists; modelled as megatron-core builds DSA's indexer, ``duplicated``); the scores
+    run at the dense attention rate, as the step-time notes say."""
+    proj, scores = msa_indexer_flops_per_token(m, seq_full)
+    span = msa_causal_context(seq_full, m.given("msa_block_size"), m.given("msa_topk_blocks"))[1]
+    return tokens * proj / 3, tokens * scores / 3, span
+
+
+def _softmax_attention_flops(
+    m: ModelSpec, layer: int, kind: str, tokens: float, seq_full: int, tp: int
+) -> tuple[float, float]:
+    """(dense GEMM, attention core) forward FLOPs of a GQA / MHA layer of ``kind`` (full, sliding,
+    chunked) on one rank: the projections (with an output gate) and QKᵀ + PV over the causal keys, the
+    window, or a MiniMax Sparse Attention layer's selected blocks plus its index branch."""
+    h = m.hidden_size
+    mk = m.attention_widths(kind)  # Gemma-4's global layers: their own head dim and KV heads
+    q = mk.given("kv_channels") * m.num_attention_heads
+    kv = mk.given("kv_channels") * mk.given("num_query_groups")
+    gate = q if m.attention_output_gate else 0
+    dense = 2 * tokens * (h * (q + 2 * kv + gate) + q * h) / tp
+    core = 0.0
+    span = seq_full / 2
+    if kind in ("sliding", "chunked"):
+        window = m.sliding_window or m.attention_chunk_size or seq_full
+        span = min(window, seq_full / 2)
+    if m.layer_is_msa(layer):  # MiniMax Sparse Attention: the selected blocks and the index branch
+        idx_gemm, core, span = msa_layer_flops(m, tokens, seq_full)
+        dense += idx_gemm
+    return dense, core + 2 * tokens * span * 2 * q / tp  # QK^T and PV
+
+
+def _linear_mixer_flops(m: ModelSpec, tokens: float, tp: int) -> tuple[float, float]:
+    """(GEMM, depthwise-convolution) forward FLOPs of one linear-attention mixer on one TP rank: Gated
+    DeltaNet's in / out projections and conv, or Kimi Delta Attention's (:func:`kda_executed_flops`,
+    whose ``f_a_proj`` every TP rank runs whole). The delta rule itself is timed by
+    :mod:`moeplan.model.gdn`."""
+    if m.kimi_delta_attention:
+        split, replicated, conv = kda_executed_flops(m)
+        return tokens * (split / tp + replicated), tokens * conv / tp
+    h = m.hidden_size
+    qk = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
+    v = m.given("linear_value_head_dim") * m.given("linear_num_value_heads")
+    gemm = 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.given("linear_num_value_heads")) + h * v) / tp
+    return gemm, 2 * tokens * m.given("linear_conv_kernel_dim") * (2 * qk + v) / tp
+
+
 def layer_flops(
     m: ModelSpec,
     layer: int,
@@ -290,12 +343,9 @@ def layer_flops(
     elif kind == "mamba":
         # in_proj and out_proj; the conv and SSD scan are timed by moeplan.model.mamba_scan
         dense += tokens * mamba_executed_flops(m)[0] / tp
-    elif kind == "linear":
-        qk = m.given("linear_key_head_dim") * m.given("linear_num_key_heads")
-        v = m.given("linear_value_head_dim") * m.given("linear_num_value_heads")
-        dense += 2 * tokens * (h * (2 * qk + 2 * v + 2 * m.given("linear_num_value_heads")) + h * v) / tp
-        # the depthwise causal conv; the delta rule itself is timed by moeplan.model.gdn
-        core += 2 * tokens * m.given("linear_conv_kernel_dim") * (2 * qk + v) / tp
+    elif kind == "linear":  # Gated DeltaNet or Kimi Delta Attention
+        lin_gemm, lin_conv = _linear_mixer_flops(m, tokens, tp)
+        dense, core = dense + lin_gemm, core + lin_conv
     elif m.is_dsv4:  # compressed sparse attention: the window plus the compressed keys (dsv4_shapes)
         ratio = layer_ratio(m, layer)
         gemm, attn = dsv4_layer_forward_flops(m, ratio, seq_full)
@@ -308,6 +358,7 @@ def layer_flops(
         qk, rope, vd = m.given("qk_head_dim"), m.given("qk_pos_emb_head_dim"), m.given("v_head_dim")
         q_term = h * nh * (qk + rope) if not m.q_lora_rank else m.q_lora_rank * (h + nh * (qk + rope))
         lin = q_term + m.given("kv_lora_rank") * (h + nh * (qk + vd)) + h * rope + nh * vd * h
+        lin += h * nh * vd if m.attention_output_gate else 0  # Kimi-K3's g_proj
         dense += 2 * tokens * lin / tp
         if m.has_dsa:  # the indexer and a top-k core instead of the causal core
             idx_gemm, idx_scores, sparse_core = dsa_layer_flops(m, layer, tokens, seq_full, tp)
@@ -316,16 +367,8 @@ def layer_flops(
         else:  # causal: each of the seq_local queries on this CP rank sees on average half the keys
             core += 2 * tokens * seq_full * nh * (qk + rope + vd) / 2 / tp
     else:
-        mk = m.attention_widths(kind)  # Gemma-4's global layers: their own head dim and KV heads
-        q = mk.given("kv_channels") * m.num_attention_heads
-        kv = mk.given("kv_channels") * mk.given("num_query_groups")
-        gate = q if m.attention_output_gate else 0
-        dense += 2 * tokens * (h * (q + 2 * kv + gate) + q * h) / tp
-        span = seq_full / 2
-        if kind in ("sliding", "chunked"):
-            window = m.sliding_window or m.attention_chunk_size or seq_full
-            span = min(window, seq_full / 2)
-        core += 2 * tokens * span * 2 * q / tp  # QK^T and PV
+        gqa_dense, core = _softmax_attention_flops(m, layer, kind, tokens, seq_full, tp)
+        dense += gqa_dense
     expert = 0.0
     per_expert = 0.0
     if not m.layer_has_mlp(layer):

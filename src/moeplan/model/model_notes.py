@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from moeplan.i18n.messages import Message, msg
 from moeplan.inputs.model_spec import ModelSpec
+from moeplan.model.kimi_k3_activations import attn_res_rows
 from moeplan.structure.attention_kernels import FUSED_ATTENTION_MAX_HEAD_DIM, attention_runs_unfused
 
 
@@ -24,7 +25,9 @@ def param_notes(m: ModelSpec) -> list[Message]:
     """Notes for the parameter counts: a vision tower accepted and not counted, and the value rows
     Megatron Bridge builds for K = V layers (counted; its HF checkpoint has none)."""
     out = []
-    if m.vision_not_counted:
+    if m.vision_not_counted and m.kimi_delta_attention:
+        out.append(msg("kimi_k3.vision_not_built"))
+    elif m.vision_not_counted:
         out.append(msg("gemma4.vision_not_counted", tower=m.vision_not_counted))
     if m.attention_k_eq_v:
         kinds = m.attention_kinds or ()
@@ -35,10 +38,18 @@ def param_notes(m: ModelSpec) -> list[Message]:
     return out
 
 
+def attn_res_notes(m: ModelSpec) -> list[Message]:
+    """Kimi-K3's attention residuals: what their mixes keep and cost (none without them)."""
+    if not m.attn_res_block_size:
+        return []
+    rows = max(max(attn_res_rows(m, li)) for li in range(m.num_layers))
+    return [msg("kimi_k3.attn_res_cost", block=m.attn_res_block_size, rows=rows)]
+
+
 def memory_notes(m: ModelSpec) -> list[Message]:
     """Notes for the memory estimate: :func:`param_notes`, and layers whose unfused attention keeps
     the s² scores."""
-    out = param_notes(m)
+    out = param_notes(m) + attn_res_notes(m)
     n, d = _unfused_layers(m)
     if n:
         out.append(msg("gemma4.unfused_wide_heads", layers=n, head_dim=d, limit=FUSED_ATTENTION_MAX_HEAD_DIM))
@@ -52,6 +63,10 @@ def time_notes(m: ModelSpec) -> list[Message]:
     n, d = _unfused_layers(m)
     if n:
         out.append(msg("gemma4.unfused_wide_heads_time", layers=n, head_dim=d))
+    if m.kimi_delta_attention:
+        kda = sum(1 for k in m.attention_kinds if k == "linear")
+        out.append(msg("kimi_k3.kda_kernel_time", layers=kda))
+    out += attn_res_notes(m)
     if m.has_global_attention_widths:
         out.append(msg("gemma4.flops_per_layer_widths"))
     return out

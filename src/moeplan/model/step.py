@@ -22,7 +22,7 @@ from moeplan.model.constants import TimeConstants, load_constants, release_of
 from moeplan.model.lora import adapter_rank_params
 from moeplan.model.time import notes
 from moeplan.model.time.context import StepContext, require_step_inputs, step_context
-from moeplan.model.time.data_parallel import data_parallel_time
+from moeplan.model.time.data_parallel import data_parallel_time, fsdp_time_notes
 from moeplan.model.time.optimizer_step import optimizer_step_s
 from moeplan.model.time.pipeline_bubble import pipeline_bubble_s, pipeline_comm_s
 from moeplan.model.time.stage import StageTime, stage_time
@@ -104,6 +104,7 @@ def _notes_before(ctx: StepContext, stated_release: str | None, release_used: st
         *notes.release_notes(c, stated_release, s.input.versions.container, release_used),
         *notes.precision_notes(ctx),
         *notes.workload_notes(ctx),
+        *fsdp_time_notes(ctx),
     ]
 
 

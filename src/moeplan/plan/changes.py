@@ -98,16 +98,31 @@ def apply_edits(data: dict, edits: dict[str, dict[str, Any]]) -> dict:
     return d
 
 
+#: the prefix of a ``Finding.edits`` key that names an environment variable rather than a layout key
+ENV_EDIT = "environment."
+
+
+def edit_sections(edits: dict) -> dict[str, dict]:
+    """``Finding.edits`` (layout keys, and ``environment.NAME`` for an environment variable) as the
+    sections :func:`apply_edits` takes: ``{"layout": {...}, "environment": {NAME: value}}``."""
+    out: dict[str, dict] = {"layout": {k: v for k, v in edits.items() if not k.startswith(ENV_EDIT)}}
+    env = {k.removeprefix(ENV_EDIT): v for k, v in edits.items() if k.startswith(ENV_EDIT)}
+    if env:
+        out["environment"] = env
+    return out
+
+
 def apply_check_fixes(data: dict, errors) -> tuple[dict, dict] | None:
     """``data`` with the check's own fixes applied, when every error comes with one applicable change
     (``Finding.edits``: the pipeline split, the precision-aware optimizer offload needs, SP for MoE
-    with TP) and the fixed layout breaks no rule: (fixed mapping, the edits); None otherwise."""
+    with TP, an environment variable a launch check needs) and the fixed layout breaks no rule:
+    (fixed mapping, the edits); None otherwise."""
     if not errors or any(f.edits is None for f in errors):
         return None
     edits: dict = {}
     for f in errors:
         edits.update(f.edits)
-    fixed = apply_edits(data, {"layout": edits})
+    fixed = apply_edits(data, edit_sections(edits))
     try:
         if validate(load_scenario(fixed)).errors:
             return None
@@ -250,8 +265,10 @@ def try_change(data: dict, change: Change, constants: TimeConstants | None, time
 
 
 __all__ = [
+    "ENV_EDIT",
     "KINDS",
     "apply_check_fixes",
+    "edit_sections",
     "Change",
     "Outcome",
     "Rejection",

@@ -15,8 +15,9 @@ from importlib import resources
 import yaml
 
 from moeplan.catalog.models import get_model
-from moeplan.catalog.perf_recipes import perf_recipes
+from moeplan.catalog.perf_recipes import listed_release_recipes, perf_recipes
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import PARALLEL_DIMS
 from moeplan.inputs.resolved import Scenario
 from moeplan.model.memory import estimate_memory
@@ -52,21 +53,26 @@ def _published_scenario(r: dict) -> dict:
         # a perf recipe as benchmarked: its helpers' settings (fused CE, bf16 grads, FP8 param gather,
         # layouts) and the benchmark-only ones (forced balance, no NaN check)
         "recipe_defaults": "mbridge-perf-benchmark",
+        # a release's own recipe: its fills and software come from that container release
+        **({"versions": {"container": r["release"]}} if r.get("release") else {}),
     }
 
 
 def published_scenario(recipe_id: str) -> dict:
     """The scenario of one Megatron Bridge perf recipe of the catalog, by its id (``moeplan recipes
     --kind published`` lists them; e.g. ``deepseek_v3/64gpu_gb300_bf16_fsdp``), as ``recipes`` checks
-    it: its model, GPUs, training, layout, ``recipe_defaults: mbridge-perf-benchmark``.
+    it: its model, GPUs, training, layout, ``recipe_defaults: mbridge-perf-benchmark``; a recipe of a
+    release (:func:`moeplan.catalog.perf_recipes.listed_release_recipes`, e.g.
+    ``26.08/nemotron_3_super_pretrain_64gpu_gb300_fp8mx_config``) also names its container release.
 
     Raises:
         UnknownNameError: an id that is no recipe of the catalog (with the closest ids).
     """
-    for r in perf_recipes():
+    rows = [*perf_recipes(), *listed_release_recipes()]
+    for r in rows:
         if r["id"] == recipe_id:
             return _published_scenario(r)
-    raise UnknownNameError("--from mbridge-recipe", recipe_id, [r["id"] for r in perf_recipes()], "a perf recipe id:")
+    raise UnknownNameError("--from mbridge-recipe", recipe_id, [r["id"] for r in rows], "a perf recipe id:")
 
 
 def _evaluate(scn: dict) -> dict:
@@ -263,17 +269,33 @@ def list_recipes(kind: str = "all", model: str | None = None) -> list[dict]:
                 row["completed"] = complete(r["scenario"])
             rows.append(row)
     if kind in ("all", "published"):
-        for r in perf_recipes():  # read only: each row is copied into its scenario
+        for r in [*perf_recipes(), *listed_release_recipes()]:  # read only: each row is copied into its scenario
             if want and r["model"] != want:
                 continue
             scn = _published_scenario(r)
             row = {
                 "id": r["id"],
                 "source": "published",
-                "family": f"mbridge table {r['table']}",
+                "family": f"mbridge {r['release']}" if r.get("release") else f"mbridge table {r['table']}",
+                "release": r.get("release"),
                 "scenario": scn,
-                "notes": [],
+                "notes": _release_notes(r),
             }
             row.update(_evaluate(scn))
             rows.append(row)
     return rows
+
+
+def _release_notes(r: dict) -> list[str]:
+    """What a release's recipe row rests on: its release and Bridge file, and where its sequence length
+    comes from when the perf recipe leaves it to its model recipe."""
+    if not r.get("release"):
+        return []
+    extra = r.get("extra") or {}
+    notes: list[str] = [
+        msg("recipes_2026.release_recipe", release=r["release"], tag=extra.get("tag"), file=extra.get("file"))
+    ]
+    if extra.get("seq_length_from"):
+        seq = (r.get("training") or {}).get("seq_length")
+        notes.append(msg("recipes_2026.seq_from_model_recipe", seq=seq, recipe=extra["seq_length_from"]))
+    return notes

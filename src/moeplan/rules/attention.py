@@ -86,7 +86,9 @@ def _gdn(s, e):
     nk, nv = m.linear_num_key_heads, m.linear_num_value_heads
     ver = str(s.mcore_version)
     out = []
-    if s.cp > 1 and s.mcore_version < GDN_CP_MIN_MCORE:
+    if m.kimi_delta_attention:  # Kimi-K3's KDA: heads over TP only; CP is kimi_k3.kda_no_cp's
+        d = s.tp
+    elif s.cp > 1 and s.mcore_version < GDN_CP_MIN_MCORE:
         # megatron-core 0.16.0–0.17.1 assert context_parallel_size == 1 for gated delta net; 0.18.0 is the
         # first release that shards GDN heads over TP·CP (transformer_config.py at core_v0.17.1 and core_v0.18.0)
         out.append(
@@ -100,7 +102,7 @@ def _gdn(s, e):
         d = s.tp
     else:
         d = s.tp * s.cp
-    what = "TP·CP" if d != s.tp or s.cp > 1 else "TP"
+    what = "TP·CP" if (d != s.tp or s.cp > 1) and not m.kimi_delta_attention else "TP"
     for name, n in (("linear_num_key_heads", nk), ("linear_num_value_heads", nv)):
         if n is not None and n % d:
             best = max(x for x in (1, 2, 4, 8, 16) if n % x == 0)

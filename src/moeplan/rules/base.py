@@ -35,7 +35,8 @@ class Finding:
         source: the Megatron file (tag) that enforces the rule.
         keys: scenario keys involved.
         edits: the fix as layout keys → values, when it is one change a program can apply (``estimate``
-            applies it to estimate the fixed layout, ``fit`` before looking for memory); None otherwise.
+            applies it to estimate the fixed layout, ``fit`` before looking for memory); a key
+            ``environment.NAME`` sets that environment variable instead; None otherwise.
     """
 
     rule_id: str

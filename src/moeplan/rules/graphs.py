@@ -482,6 +482,7 @@ def _expandable(s, e):
                 msg("graphs.expandable_segments_need_no_graph_register"),
                 msg("graphs.expandable_segments_need_no_graph_register.fix"),
                 "environment",
+                edits={"environment.NCCL_GRAPH_REGISTER": "0"},
             )
         ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from moeplan.i18n.messages import Message, msg
 from moeplan.rules.base import rule
 from moeplan.structure.stages import (
@@ -364,8 +366,8 @@ def _layout_decoder_count(s, e, flat: list[str]) -> list:
 
 
 def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
-    """The MTP layers of the layout (its ``m`` symbols): as many as ``mtp_num_layers``, all in the last
-    virtual stage of the last PP rank, after every decoder layer. ``stages``: the parsed layout, one
+    """The MTP layers of the layout (its ``m`` symbols): as many as ``mtp_num_layers``, in one virtual
+    stage where megatron-core builds them (:func:`_layout_mtp_stage`), after every decoder layer. ``stages``: the parsed layout, one
     symbol list per virtual stage; ``flat``: those symbols in stage order."""
     out = []
     mtp = s.mtp_num_layers
@@ -381,16 +383,7 @@ def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
         )
     if not mc:
         return out
-    m_stages = {i for i, st in enumerate(stages) if "m" in st}
-    last_rank_last_stage = len(stages) - 1
-    if len(m_stages) > 1 or last_rank_last_stage not in m_stages:
-        out.append(
-            e.error(
-                msg("pipeline.layout_mtp_stage"),
-                msg("pipeline.layout_mtp_stage.fix"),
-                "pipeline_model_parallel_layout",
-            )
-        )
+    out += _layout_mtp_stage(s, e, stages)
     last_t = max((i for i, sym in enumerate(flat) if sym == "t"), default=-1)
     first_m = flat.index("m")
     if first_m < last_t:
@@ -402,6 +395,40 @@ def _layout_mtp(s, e, stages: list, flat: list[str]) -> list:
             )
         )
     return out
+
+
+#: the first megatron-core that builds MTP layers in the last virtual stage of any PP rank (a standalone
+#: MTP stage, ``mtp_standalone``): ``validate_layer_layout`` of pipeline_parallel_layer_layout.py at
+#: core_v0.16.0 (commit 5247a1f, "Support placing MTP layers into standalone stages"); before it
+#: (core_v0.15.0) they must share the last stage of the last rank with the loss
+MTP_STANDALONE_MCORE = Version("0.16.0")
+
+
+def _layout_mtp_stage(s, e, stages: list) -> list:
+    """Where the layout's MTP layers may sit, as megatron-core's ``validate_layer_layout`` checks it: all
+    in one virtual stage, and that stage the last virtual stage of its PP rank (stage ``i`` of the
+    layout is PP rank ``i mod PP``, virtual stage ``i div PP``) from :data:`MTP_STANDALONE_MCORE` on,
+    the final stage (with L) before it."""
+    m_stages = sorted(i for i, st in enumerate(stages) if "m" in st)
+    if s.mcore_version < MTP_STANDALONE_MCORE:
+        if m_stages == [len(stages) - 1]:
+            return []
+        return [
+            e.error(
+                msg("pipeline.layout_mtp_stage"), msg("pipeline.layout_mtp_stage.fix"), "pipeline_model_parallel_layout"
+            )
+        ]
+    pp = max(s.pp, 1)
+    first, last = (len(stages) // pp - 1) * pp, len(stages) - 1  # the layout stages that end a rank
+    if len(m_stages) == 1 and m_stages[0] >= first:
+        return []
+    return [
+        e.error(
+            msg("recipes_2026.layout_mtp_stage_of_rank", stages=m_stages, first=first, last=last),
+            msg("recipes_2026.layout_mtp_stage_of_rank.fix", first=first, last=last),
+            "pipeline_model_parallel_layout",
+        )
+    ]
 
 
 def _layout_empty_stages(e, stages: list) -> list:
@@ -422,8 +449,8 @@ def _layout_empty_stages(e, stages: list) -> list:
     "pipeline.layout_valid",
     "[PPL] pipeline_parallel_layer_layout.py; [TC]",
     "pipeline_model_parallel_layout: parses, stages = PP·VPP, one E first and one L last, "
-    "t count = num_layers, m count = mtp_num_layers in the last rank's last stage, exclusive with "
-    "uneven/account_for",
+    "t count = num_layers, m count = mtp_num_layers in one stage (the last rank's last stage; from mcore "
+    "0.16 the last virtual stage of any rank), exclusive with uneven/account_for",
 )
 def _layout(s, e):
     lay = s.layout

@@ -11,6 +11,9 @@ Source: Megatron Bridge ``training/utils/flop_utils.py::num_floating_point_opera
 - MLA: q/kv LoRA projections, their norms (+1), the rope key projection and the output projection per
   token, and ``6·nh·(qk + rope + v)/2`` per squared sequence (causal);
 - Gated DeltaNet layers (``linear_attention_freq``): in/conv/out projections and ``4·nv·dv²`` per token;
+- Kimi Delta Attention layers (Kimi-K3, :func:`kda_term`; Bridge main's ``kimi_kda_layers`` branch):
+  q / k / v / gate / output projections, beta, the forget gate's bottleneck, three short convolutions
+  and ``4·heads·d²`` per token; the MLA layers keep MLA's terms (Bridge counts no MLA output gate);
 - Mamba hybrids (``hybrid_layer_pattern``, Bridge's ``hybrid_flops``): each symbol one layer: ``*``
   attention, ``E`` MoE, ``-`` dense MLP, ``M`` Bridge's ``mamba_layer_flops``
   (:func:`moeplan.structure.mamba_shapes.mamba_bridge_flops_term`); a hybrid MTP depth
@@ -24,6 +27,10 @@ Source: Megatron Bridge ``training/utils/flop_utils.py::num_floating_point_opera
   MLA's projections, a sparse core over the indexer's top-k keys at the absorbed widths, and the
   lightning indexer (projections, dense causal scores, and with its KL loss the score gradients and
   the teacher's query-key work);
+- MiniMax Sparse Attention (MiniMax-M3, :func:`moeplan.structure.msa_shapes.msa_layer_flops_per_token`):
+  Bridge has no count of it (it trains the model with full attention), so its layers count the
+  model's own work: the core over the selected blocks (causal) and the index branch (part
+  ``msa_indexer``: projections, the scores over every causal key and their KL-loss gradient);
 - DeepSeek-V4 (:func:`moeplan.structure.dsv4_shapes.bridge_attention_terms`, Bridge v0.6.0
   ``dsv4_hybrid`` branch): ``attention_linear`` the MLA-style and grouped output projections of every
   decoder and MTP layer, ``attention_quadratic`` the window and compressed-KV cores, the compressors and
@@ -41,6 +48,7 @@ from typing import cast
 from moeplan.inputs.model_spec import ModelSpec
 from moeplan.structure import dsv4_shapes
 from moeplan.structure.mamba_shapes import mamba_bridge_flops_term
+from moeplan.structure.msa_shapes import msa_layer_count, msa_layer_flops_per_token
 from moeplan.structure.params import padded_vocab_size
 
 
@@ -74,6 +82,9 @@ def _layer_counts(m: ModelSpec, mtp: int) -> tuple[int, int, int, int]:
     if not m.has_linear_attention:
         return n_moe, L - n_moe, 0, L
     kinds = list(m.attention_kinds or ["full"] * m.num_layers)
+    if m.kimi_delta_attention:  # Bridge's kimi_kda_layers branch: the listed layers, MTP as the last layer
+        n_kda = kinds.count("linear") + (mtp if kinds[-1] == "linear" else 0)
+        return n_moe, L - n_moe, n_kda, L - n_kda
     freq = round(len(kinds) / max(1, sum(1 for k in kinds if k != "linear")))
     n_gdn = sum(0 if (i + 1) % freq == 0 else 1 for i in range(L))
     return n_moe, L - n_moe, n_gdn, L - n_gdn
@@ -109,6 +120,18 @@ def _gdn_term(m: ModelSpec) -> float:
         + nv * dv * dv * 4
         + h * v_dim
     )
+
+
+def kda_term(m: ModelSpec) -> float:
+    """Per-token FLOPs / 2 of one Kimi Delta Attention layer as Megatron Bridge counts it (main 067f987,
+    ``training/utils/flop_utils.py``, ``kimi_kda_layers`` branch; not in v0.6.0): with P = heads·d
+    (d = ``linear_key_head_dim``), the q / k / v / gate / output projections ``5·h·P``, the beta
+    projection ``h·heads``, the forget gate's bottleneck ``h·d + d·P``, the three short convolutions
+    ``d_conv·3·P`` and the chunked delta rule ``4·heads·d²`` (the Gated DeltaNet term)."""
+    h = m.hidden_size
+    heads, d = m.given("linear_num_value_heads"), m.given("linear_key_head_dim")
+    p = heads * d
+    return 5 * h * p + h * heads + h * d + d * p + m.given("linear_conv_kernel_dim") * 3 * p + 4 * heads * d * d
 
 
 def dsa_indexer_layers(m: ModelSpec, mtp: int) -> int:
@@ -226,10 +249,17 @@ def model_flops(
         parts.update(_attention_by_layer(m, s, s2, window))
     if m.has_dsa:
         parts.update({k: v * s for k, v in dsa_flops_per_token(m, s2 / s, n_std, mtp).items()})
+    if m.has_msa:  # MiniMax Sparse Attention: no Bridge count exists; the model's own work (msa_shapes)
+        n_msa = msa_layer_count(m)
+        msa = msa_layer_flops_per_token(m, s2 / s)
+        parts["attention_quadratic"] += n_msa * (s * msa["attention_quadratic"] - 6 * s2 * quad)
+        parts["msa_indexer"] = n_msa * s * msa["msa_indexer"]
     if m.is_dsv4:  # Bridge's dsv4_hybrid branch: projections; window / compressed cores, compressors, indexers
         proj, sparse = dsv4_shapes.bridge_attention_terms(m, s2 / s, mtp)
         parts.update(attention_linear=6 * s * proj, attention_quadratic=6 * s * sparse)
-    if n_gdn:
+    if n_gdn and m.kimi_delta_attention:
+        parts["kimi_delta_attention"] = 6 * n_gdn * s * kda_term(m)
+    elif n_gdn:
         parts["gated_deltanet"] = 6 * n_gdn * s * _gdn_term(m)
     if m.has_mamba:
         n_mamba = (m.hybrid_layer_pattern or "").count("M") + (m.mtp_layer_pattern or "").count("M") * mtp

@@ -17,7 +17,9 @@ Sources (Megatron-Core 0.16–0.18):
 - shards: the distributed optimizer shards dense state over DP·CP / ``num_distributed_optimizer_instances``
   and routed-expert state over EDP (``distributed/distributed_data_parallel.py``); Megatron-FSDP
   ``optim_grads_params`` also shards weights and gradients, ``optim_grads`` gradients, ``no_shard``
-  nothing (``distributed/fsdp``);
+  nothing (``distributed/fsdp``); with ``num_distributed_optimizer_instances`` > 1 (HSDP) it shards
+  them within one instance and, with ``outer_dp_sharding_strategy: optim`` (HFSDP), the optimizer
+  state over the whole DP·CP / EDP group (``distributed/fsdp/mcore_fsdp_adapter.py`` @ core_v0.19.0);
 - routed tokens: dropless routing sends the busiest expert rank ``routing_imbalance_factor`` × the
   mean (a planning margin, default 1.2); a capacity factor caps it (drop) or fixes it (drop-and-pad,
   ``moe_pad_expert_input_to_capacity``); HybridEP / NCCL-EP's ``moe_expert_rank_capacity_factor``
@@ -106,6 +108,8 @@ class OptimizerNumerics:
             sharded over (1 when not distributed).
         fsdp_strategy: Megatron-FSDP's ``data_parallel_sharding_strategy`` (None without FSDP).
         shard_params / shard_grads: Megatron-FSDP shards weights / gradients too.
+        param_dense_shard / param_expert_shard: ranks Megatron-FSDP shards weights and gradients
+            over (:func:`fsdp_param_shard_degrees`; 1 when it does not shard them).
     """
 
     grad_bytes: float
@@ -120,6 +124,8 @@ class OptimizerNumerics:
     fsdp_strategy: str | None
     shard_params: bool
     shard_grads: bool
+    param_dense_shard: int = 1
+    param_expert_shard: int = 1
 
     @property
     def state_bytes(self) -> float:
@@ -127,11 +133,27 @@ class OptimizerNumerics:
         return self.master_bytes + self.exp_avg_bytes + self.exp_avg_sq_bytes
 
 
+#: the first megatron-core release whose Megatron-FSDP takes its main-grad dtype from
+#: ``megatron_fsdp_main_grads_dtype`` alone (``auto``: the parameters' dtype, BF16 for BF16 and FP8
+#: parameters), no longer from ``grad_reduce_in_fp32`` (``distributed/fsdp/mcore_fsdp_adapter.py``:
+#: core_v0.18.0 maps ``grad_reduce_in_fp32`` to FP32 main grads, core_v0.19.0 does not)
+FSDP_OWN_GRAD_DTYPE_MCORE = Version("0.19.0")
+
+
+def fsdp_grads_ignore_fp32_flag(s: Scenario) -> bool:
+    """Whether Megatron-FSDP keeps and reduces its gradients in its own ``auto`` dtype (BF16) whatever
+    ``grad_reduce_in_fp32`` says: megatron-core from :data:`FSDP_OWN_GRAD_DTYPE_MCORE` on."""
+    return fsdp_strategy(s) is not None and s.mcore_version >= FSDP_OWN_GRAD_DTYPE_MCORE
+
+
 def grad_bytes(s: Scenario) -> float:
     """Main-grad bytes per parameter: 4 (fp32) unless ``grad_reduce_in_fp32: false``, 2 with the
     precision-aware optimizer's ``main_grads_dtype: bf16``. Unset means fp32, as Bridge's
-    ``bf16_mixed`` and Megatron-LM's ``--bf16`` (``arguments.py``) set it."""
+    ``bf16_mixed`` and Megatron-LM's ``--bf16`` (``arguments.py``) set it. Megatron-FSDP from
+    megatron-core 0.19 on: 2 (BF16, :func:`fsdp_grads_ignore_fp32_flag`)."""
     lay = s.layout
+    if fsdp_grads_ignore_fp32_flag(s):
+        return BF16_BYTES
     b = DTYPE_BYTES["fp32"] if lay.grad_reduce_in_fp32 is not False else BF16_BYTES
     if lay.use_precision_aware_optimizer and lay.main_grads_dtype == "bf16":
         b = BF16_BYTES
@@ -146,19 +168,55 @@ def fsdp_strategy(s: Scenario) -> str | None:
     return s.layout.data_parallel_sharding_strategy or "optim_grads_params"
 
 
-def shard_degrees(s: Scenario) -> tuple[int, int]:
-    """(dense, expert) ranks the optimizer state is sharded over: DP·CP and EDP, each divided by
-    ``num_distributed_optimizer_instances`` (the expert degree only where the instances divide EDP);
-    (1, 1) without a distributed optimizer or FSDP sharding. Needs a folding world (``s.dp`` set)."""
-    strategy = fsdp_strategy(s)
-    dist = strategy != "no_shard" if strategy is not None else bool(s.layout.use_distributed_optimizer)
-    if not dist:
-        return 1, 1
+def _inner_degrees(s: Scenario) -> tuple[int, int]:
+    """(dense, expert) sizes of the partial (intra-instance) data-parallel groups: DP·CP and EDP, each
+    divided by ``num_distributed_optimizer_instances`` (the expert size only where the instances
+    divide EDP; megatron-core asserts they do, ``parallel_state.py``)."""
     inst = s.layout.num_distributed_optimizer_instances
     edp = s.edp or 1
     dense = max(1, ((s.dp or 1) * s.cp) // inst)
     expert = max(1, edp // (inst if inst > 1 and edp % inst == 0 else 1))
     return dense, expert
+
+
+def hfsdp_outer_shards_optimizer(s: Scenario) -> bool:
+    """Whether hybrid-sharded Megatron-FSDP also shards the optimizer state over its outer group:
+    ``num_distributed_optimizer_instances`` > 1 with ``outer_dp_sharding_strategy: optim`` (HFSDP;
+    the state is then sharded over the whole DP·CP / EDP group, ``hybrid_fsdp_group`` /
+    ``hybrid_fsdp_expt_group`` of ``distributed/fsdp/mcore_fsdp_adapter.py`` @ core_v0.19.0)."""
+    lay = s.layout
+    return (
+        fsdp_strategy(s) is not None
+        and lay.num_distributed_optimizer_instances > 1
+        and lay.outer_dp_sharding_strategy == "optim"
+    )
+
+
+def shard_degrees(s: Scenario) -> tuple[int, int]:
+    """(dense, expert) ranks the optimizer state is sharded over: DP·CP and EDP, each divided by
+    ``num_distributed_optimizer_instances`` (the expert degree only where the instances divide EDP),
+    undivided under HFSDP (:func:`hfsdp_outer_shards_optimizer`); (1, 1) without a distributed
+    optimizer or FSDP sharding. Needs a folding world (``s.dp`` set)."""
+    strategy = fsdp_strategy(s)
+    dist = strategy != "no_shard" if strategy is not None else bool(s.layout.use_distributed_optimizer)
+    if not dist:
+        return 1, 1
+    if hfsdp_outer_shards_optimizer(s):
+        return max(1, (s.dp or 1) * s.cp), max(1, s.edp or 1)
+    return _inner_degrees(s)
+
+
+def fsdp_param_shard_degrees(s: Scenario) -> tuple[int, int]:
+    """(dense, expert) ranks Megatron-FSDP shards weights (``optim_grads_params``) and gradients
+    (``optim_grads`` too) over, and all-gathers / reduce-scatters them in every microbatch: its
+    DP-shard groups, DP·CP and EDP within one optimizer instance (``dp_cp_group`` /
+    ``expt_dp_group`` of ``distributed/fsdp/mcore_fsdp_adapter.py`` @ core_v0.19.0: the
+    intra-instance groups when ``num_distributed_optimizer_instances`` > 1). An expert degree of 1
+    (EDP equal to the instances) leaves the routed experts whole on every rank. (1, 1) without
+    Megatron-FSDP gradient sharding."""
+    if fsdp_strategy(s) not in ("optim_grads", "optim_grads_params"):
+        return 1, 1
+    return _inner_degrees(s)
 
 
 #: FP8 recipe of each FP8 training precision, as megatron-core's ``fp8_recipe`` names it
@@ -272,6 +330,8 @@ def optimizer_numerics(s: Scenario) -> OptimizerNumerics:
         fsdp_strategy=strategy,
         shard_params=strategy == "optim_grads_params",
         shard_grads=strategy in ("optim_grads", "optim_grads_params"),
+        param_dense_shard=fsdp_param_shard_degrees(s)[0],
+        param_expert_shard=fsdp_param_shard_degrees(s)[1],
     )
 
 
@@ -335,8 +395,12 @@ __all__ = [
     "drop_and_pad",
     "dtype_bytes",
     "fp8_weight_cache_bytes",
+    "FSDP_OWN_GRAD_DTYPE_MCORE",
+    "fsdp_grads_ignore_fp32_flag",
+    "fsdp_param_shard_degrees",
     "fsdp_strategy",
     "grad_bytes",
+    "hfsdp_outer_shards_optimizer",
     "linear_input_bytes",
     "optimizer_numerics",
     "param_gather_bytes",

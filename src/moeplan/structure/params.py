@@ -25,6 +25,7 @@ from moeplan.errors import InputError
 from moeplan.inputs.model_spec import ModelSpec, PartialModelSpec, VisionSpec
 from moeplan.structure import dsv4_shapes
 from moeplan.structure.mamba_shapes import mamba_tp_params
+from moeplan.structure.msa_shapes import msa_indexer_params
 
 PARAM_KINDS = (
     "embedding",
@@ -93,6 +94,8 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
         return {}
     if kind == "mamba":  # the Mamba-2 mixer, counted with the token mixers (structure.mamba_shapes)
         return {"attention": Shard(tp=mamba_tp_params(model, tp))}
+    if kind == "linear" and model.kimi_delta_attention:
+        return kda_shard(model, tp)
     if kind == "linear":
         nk, nv, dk, dv, conv_k = _require(
             model,
@@ -122,6 +125,8 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
         else:
             sharded += h * nh * qk
         sharded += nh * vd * h  # output projection
+        if model.attention_output_gate:  # Kimi-K3's g_proj (h → nh·v_head_dim, column-parallel)
+            sharded += h * nh * vd
         return {"attention": Shard(tp=_div(sharded, tp, "attention heads vs TP"), rep=rep)}
     # a full-attention layer of Gemma-4 has its own head dim and KV heads; with K = V Megatron Bridge
     # still builds the value rows of linear_qkv (its HF export drops them), so they are counted
@@ -146,6 +151,50 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
     if model.attention_sinks:
         sharded += heads_rank
     return {"attention": Shard(tp=sharded, rep=rep)}
+
+
+def kda_shard(model: ModelSpec, tp: int = 1) -> dict[str, Shard]:
+    """One Kimi Delta Attention mixer on one TP rank (elements, exact), as Megatron Bridge builds it
+    (``models/kimi/kimi_k3_layers.py::KimiK3Attention._init_kda``, Bridge main 067f987, after v0.6.0).
+
+    With nk key heads of d_k and nv value heads of d_v (Kimi-K3: 96 heads of 128 for both), split by TP
+    over heads: ``q_proj`` / ``k_proj`` (h → nk·d_k each), ``v_proj`` and the output gate ``g_proj``
+    (h → nv·d_v each), three short convolutions without bias (d_conv taps per channel: nk·d_k, nk·d_k and
+    nv·d_v channels), the forget gate's up-projection ``f_b_proj`` (d_k → nk·d_k), ``b_proj`` (h → nv),
+    ``A_log`` (nv), ``dt_bias`` (nk·d_k, one per gated channel) and ``o_proj`` (nv·d_v → h). Replicated:
+    the forget gate's down-projection ``f_a_proj`` (h → d_k, ``parallel_mode="duplicated"``) and the
+    gated RMSNorm ``o_norm`` (d_v). Against Gated DeltaNet (:func:`attention_shard`): a per-channel
+    decay through a d_k bottleneck instead of one ``alpha`` per head, and ``dt_bias`` per channel.
+    The Hugging Face checkpoint pads each ``A_log`` to 128 entries with zeros, which Bridge drops on
+    import (32 per layer for Kimi-K3, not counted).
+
+    Raises:
+        InputError: when a width is missing or the heads do not divide by TP.
+    """
+    h = model.hidden_size
+    nk, nv, dk, dv, conv_k = _require(
+        model,
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+    )
+    qk, v = nk * dk, nv * dv
+    sharded = h * (2 * qk + 2 * v) + (2 * qk + v) * conv_k  # q, k, v, g_proj; three convolutions
+    sharded += dk * qk + h * nv + nv + qk + v * h  # f_b_proj, b_proj, A_log, dt_bias, o_proj
+    return {"attention": Shard(tp=_div(sharded, tp, "Kimi Delta Attention heads vs TP"), rep=h * dk + dv)}
+
+
+def attn_res_params(model: ModelSpec, layer: int) -> int:
+    """Attention-residual parameters of decoder layer ``layer`` (0-based; elements, exact; 0 without
+    ``attn_res_block_size``): per layer ``self_attention_res_norm`` and ``mlp_res_norm`` (RMSNorm(h))
+    and ``self_attention_res_proj`` and ``mlp_res_proj`` (h → 1, no bias): 4·h; the last layer adds
+    ``output_attn_res_norm`` and ``output_attn_res_proj``: 2·h. All replicated over TP (Megatron Bridge
+    ``kimi_k3_layers.py::KimiK3TransformerLayer``, main 067f987)."""
+    if not model.attn_res_block_size:
+        return 0
+    return 4 * model.hidden_size + (2 * model.hidden_size if layer == model.num_layers - 1 else 0)
 
 
 def qk_norm_full_dim_rank(nh: int, ng: int, d: int, tp: int) -> int:
@@ -217,7 +266,8 @@ def latent_proj_params(model: ModelSpec) -> int:
     if not lat:
         return 0
     h = model.hidden_size
-    return 2 * h * lat + ((lat + h) if model.add_bias_linear else 0)
+    norm = lat if model.moe_latent_norm else 0  # Kimi-K3's routed_expert_norm (KimiK3MoELayer)
+    return 2 * h * lat + ((lat + h) if model.add_bias_linear else 0) + norm
 
 
 def indexer_params(model: ModelSpec) -> int:
@@ -249,7 +299,9 @@ def layer_shard(model: ModelSpec, layer: int, tp: int = 1, ep: int = 1, etp: int
     moe_layers = model.moe_layers or (False,) * model.num_layers
     has_mlp = model.layer_has_mlp(layer)
     indexer = model.layer_has_indexer(layer)
-    key = (id(model), kinds[layer], moe_layers[layer], has_mlp, tp, ep, etp, indexer, _dsv4_key(model, layer))
+    res = attn_res_params(model, layer)
+    msa = model.layer_is_msa(layer)
+    key = (id(model), kinds[layer], moe_layers[layer], has_mlp, tp, ep, etp, indexer, _dsv4_key(model, layer), res, msa)
     hit = _SHARD_CACHE.get(key)
     if hit is not None and hit[0] is model:
         return dict(hit[1])
@@ -258,6 +310,10 @@ def layer_shard(model: ModelSpec, layer: int, tp: int = 1, ep: int = 1, etp: int
     out = _layer_shard(model, kinds[layer], moe_layers[layer], tp, ep, etp, has_mlp)
     if indexer:
         out["dsa_indexer"] = Shard(rep=indexer_params(model))
+    if msa:  # MSA's index branch, modelled whole on every TP rank as megatron-core builds DSA's indexer
+        out["msa_indexer"] = Shard(rep=msa_indexer_params(model))
+    if res:
+        out["attn_res"] = Shard(rep=res)
     if model.is_dsv4:
         out.update(_dsv4_parts(model, layer, tp, "routed_experts" in out))
     _SHARD_CACHE[key] = (model, out)

@@ -37,6 +37,9 @@ def render_estimate(report, verbose: bool = False) -> None:
     _versions_line(chk.get("versions_unknown") or [])
     ids = ", ".join(dict.fromkeys(e["rule_id"] for e in chk["errors"] if isinstance(e, dict) and "rule_id" in e))
     withheld = doc.get("withheld") or (T("the layout breaks {ids}").format(ids=ids) if report.broken and ids else None)
+    if doc.get("timed_despite"):
+        c = console()
+        c.print(T("[bold red]error[/]: ") + escape(T(doc["timed_despite"]["text"])), highlight=False)
     render_throughput(doc["throughput"], report.broken, verbose, withheld)
 
 

@@ -532,8 +532,9 @@ def _recipe_head(c, r: dict) -> None:
     sc = r["scenario"]
     n = sc["system"].get("num_gpus")
     seq = sc.get("training", {}).get("seq_length")
+    source = T(msg("recipes_2026.source_of_release", release=r["release"])) if r.get("release") else r["source"]
     c.print(
-        f"[bold]{r['id']}[/] ({r['source']}) {str(sc.get('model')).split('/')[-1]} on "
+        f"[bold]{r['id']}[/] ({source}) {str(sc.get('model')).split('/')[-1]} on "
         f"{n or '?'} × {sc['system'].get('gpu')}, seq {f'{seq:,}' if seq else 'not given'}",
         highlight=False,
     )

@@ -23,6 +23,7 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import ActContext
 from moeplan.model.lora import adapter_rank_params, lora_activation_bytes, stage_layer_adapters
 from moeplan.model.memory.memory_band import MemoryVerdict, judge_memory
+from moeplan.model.memory.norm_recompute import layernorm_recompute_note
 from moeplan.model.memory.other import (
     backward_working_set,
     cp_kv_buffers,
@@ -32,14 +33,20 @@ from moeplan.model.memory.other import (
     graph_buffers,
 )
 from moeplan.model.memory.stage_activations import DecoderActivations, decoder_activations, tail_activations
-from moeplan.model.memory.static import static_memory
+from moeplan.model.memory.static import fsdp_memory_notes, static_memory
 from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
 from moeplan.model.model_notes import memory_notes
 from moeplan.model.overheads import Overheads, resolve_overheads
 from moeplan.model.schedule import inflight_microbatches
 from moeplan.model.validity import memory_validity
 from moeplan.model.vision import vision_cost
-from moeplan.structure.numerics import OptimizerNumerics, linear_input_bytes, optimizer_numerics, routing
+from moeplan.structure.numerics import (
+    OptimizerNumerics,
+    fsdp_grads_ignore_fp32_flag,
+    linear_input_bytes,
+    optimizer_numerics,
+    routing,
+)
 from moeplan.structure.params import padded_vocab_size
 from moeplan.structure.placement import StageParams, stage_params, stage_plan
 from moeplan.structure.stages import StagePlan
@@ -419,7 +426,7 @@ def _pipeline(s: Scenario, assumptions: list[str]) -> StagePlan:
 
 def _numerics_notes(s: Scenario, num: OptimizerNumerics, assumptions: list[str]) -> None:
     lay = s.layout
-    if lay.grad_reduce_in_fp32 is None:
+    if lay.grad_reduce_in_fp32 is None and not fsdp_grads_ignore_fp32_flag(s):
         why = "fp32 main grads, Bridge bf16_mixed / Megatron-LM bf16"
         assumptions.append(msg("memory.key_unset", key="grad_reduce_in_fp32", value="true", why=why))
     if num.fsdp_strategy is not None and lay.data_parallel_sharding_strategy is None:
@@ -478,10 +485,14 @@ def _common(s: Scenario, assumptions: list[str]) -> _Common:
         s.input.overheads.model_dump(),
         expandable_segments(s.environment),
     )
+    selected = frozenset(modules) if gran == "selective" else frozenset()
+    norm_note = layernorm_recompute_note(s, ctx, selected)
+    if norm_note is not None:
+        assumptions.append(norm_note)
     return _Common(
         plan=plan,
         ctx=ctx,
-        modules=frozenset(modules) if gran == "selective" else frozenset(),
+        modules=selected,
         fused_ce=fused_ce,
         vpad=padded_vocab_size(s.complete_model.vocab_size, s.tp),
         num_microbatches=n_mb,
@@ -501,6 +512,7 @@ def estimate_memory(s: Scenario) -> MemoryEstimate:
     assumptions: list[str] = []
     com = _common(s, assumptions)
     stages = [_stage(s, sp, com) for sp in stage_params(s, allow_balanced=True)]
+    assumptions.extend(fsdp_memory_notes(s, com.numerics, stage_params(s, allow_balanced=True)))
     cap, host_cap = s.capacity_bytes, s.host_capacity_bytes_per_node
     vc = vision_cost(s) if s.complete_model.vision is not None else None
     if vc is not None and vc.assumed:

@@ -95,6 +95,16 @@ def _norm_output_held(s: Scenario, modules: frozenset[str], parts: GraphedLayer)
     return not (parts.preprocess and (lay.moe_token_dispatcher_type or "alltoall") == "alltoall")
 
 
+def pre_mlp_norm_recompute_off(s: Scenario, modules: frozenset[str]) -> bool:
+    """True when ``layernorm`` is selected but Megatron turns a MoE layer's pre-MLP norm recompute
+    off because a TE graph captures the router and returns the norm output as a static output
+    (:func:`_norm_output_held`; transformer_layer.py@core_v0.17.0 L415-461)."""
+    if not s.graphs_on() or "layernorm" not in modules:
+        return False
+    parts = captured_parts(s.graph_scopes(), moe=True)
+    return parts.router and _norm_output_held(s, modules, parts)
+
+
 def _dispatch_metadata_bytes(s: Scenario, ctx: ActContext) -> float:
     """Per-token dispatch tensors a captured ``moe_preprocess`` returns as static outputs
     (token_dispatcher.py): alltoall — the permuted tokens [T·k, h] bf16 and probs [T·k] fp32

@@ -10,8 +10,12 @@ Bytes per element and shard degrees come from :mod:`moeplan.structure.numerics` 
 - gradients: the DDP main-grad buffer (``grad_bytes`` per trained parameter);
 - optimizer: master copy and both moments, sharded by the distributed optimizer over DP·CP (dense) and
   EDP (routed experts); ``optimizer_offload_fraction`` of it lives in host memory (below);
-  Megatron-FSDP ``optim_grads_params`` also shards weights and gradients and gathers two layers at a
-  time (double-buffered), ``optim_grads`` shards gradients.
+  Megatron-FSDP ``optim_grads_params`` also shards weights (in their compute dtype: the FP8 GEMM
+  weights with ``fp8_param_gather``) and gradients over its DP-shard groups (dense over DP·CP, routed
+  experts over EDP, within one optimizer instance: experts stay whole where that group is one rank),
+  keeps the embedding and output layer whole once gathered, and holds the gathered units its prefetch
+  has in flight and the unsharded gradients of the units queued for reduce-scatter
+  (:func:`moeplan.model.fsdp_units.units_in_flight`); ``optim_grads`` shards gradients.
 
 Host memory of the CPU optimizer, as megatron-core's ``HybridDeviceOptimizer``
 (``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py``, built by
@@ -44,9 +48,17 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from moeplan.i18n.messages import Message, msg
 from moeplan.inputs.resolved import Scenario
+from moeplan.model.fsdp_units import MIN_COMMUNICATION_UNIT, fsdp_params, units_in_flight
 from moeplan.model.lora import LORA_BYTES, adapter_rank_params
-from moeplan.structure.numerics import BF16_BYTES, OptimizerNumerics, fp8_weight_cache_bytes, weight_bytes_gemm
+from moeplan.structure.numerics import (
+    BF16_BYTES,
+    OptimizerNumerics,
+    fp8_weight_cache_bytes,
+    fsdp_grads_ignore_fp32_flag,
+    weight_bytes_gemm,
+)
 from moeplan.structure.placement import StageParams
 
 #: parameter kinds whose weights feed GEMMs (FP8 casts and caches apply to them); the output layer
@@ -97,17 +109,69 @@ def trained_params(s: Scenario, sp: StageParams) -> tuple[float, float]:
     return dense, expert
 
 
+def _fsdp_gathered(sp: StageParams, num: OptimizerNumerics) -> tuple[int, float, float]:
+    """Megatron-FSDP units a rank holds gathered at once (:func:`units_in_flight`), and one gathered
+    unit's GEMM weights and BF16 parameters (counts; a group of one rank gathers nothing)."""
+    fp, units = fsdp_params(sp.params), max(1, len(sp.layers))
+    dense = num.param_dense_shard > 1
+    gemm = ((fp.dense_gemm if dense else 0.0) + (fp.expert if num.param_expert_shard > 1 else 0.0)) / units
+    bf16 = (fp.dense_other if dense else 0.0) / units
+    return units_in_flight(gemm + bf16, units)[0], gemm, bf16
+
+
+def _fsdp_weights(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> dict[str, float]:
+    """Megatron-FSDP ``optim_grads_params`` weights of one rank (bytes, named; module docstring):
+    ``params_sharded`` (unit and non-unit dense parameters over the dense shard group, routed experts
+    over the expert one, GEMM weights in :func:`weight_bytes_gemm`, the rest BF16),
+    ``fsdp_whole_non_unit_params`` (the embedding and output layer, kept whole once gathered) and
+    ``fsdp_gathered_layers`` (the units the prefetch holds gathered)."""
+    fp = fsdp_params(sp.params)
+    wb = weight_bytes_gemm(bool(s.layout.fp8_param_gather))
+    pd, pe = num.param_dense_shard, num.param_expert_shard
+    dense_b = fp.dense_gemm * wb + (fp.dense_other + fp.non_unit) * BF16_BYTES
+    n_ag, unit_gemm, unit_bf16 = _fsdp_gathered(sp, num)
+    out = {
+        "params_sharded": dense_b / pd + fp.expert * wb / pe,
+        "fsdp_gathered_layers": n_ag * (unit_gemm * wb + unit_bf16 * BF16_BYTES),
+    }
+    if pd > 1 and fp.non_unit:
+        out["fsdp_whole_non_unit_params"] = fp.non_unit * BF16_BYTES
+    return out
+
+
+def fsdp_memory_notes(s: Scenario, num: OptimizerNumerics, stages: list[StageParams]) -> list[Message]:
+    """What the Megatron-FSDP memory rests on (module docstring): its own gradient dtype (megatron-core
+    0.19 on), the units held gathered and the unsharded gradients in flight (the most over ``stages``),
+    and routed experts left whole where the optimizer instances leave their shard group one rank.
+    Empty without Megatron-FSDP."""
+    notes: list[Message] = []
+    if fsdp_grads_ignore_fp32_flag(s):
+        notes.append(msg("fsdp_ep.grads_own_dtype", version=str(s.mcore_version)))
+    if not num.shard_params or not stages:
+        return notes
+    worst = max(stages, key=lambda sp: sum(_fsdp_gathered(sp, num)[1:]))
+    n_ag, gemm, bf16 = _fsdp_gathered(worst, num)
+    if n_ag:
+        units = max(1, len(worst.layers))
+        grads = units_in_flight(gemm + bf16, units)[1]
+        unit = max(MIN_COMMUNICATION_UNIT, 2 * (gemm + bf16))
+        notes.append(msg("fsdp_ep.memory_in_flight", gathered=n_ag, grads=grads, unit=unit))
+    edp = s.edp or 1
+    if num.param_expert_shard == 1 and edp > 1:
+        inst = s.layout.num_distributed_optimizer_instances
+        notes.append(msg("fsdp_ep.experts_whole", instances=inst, edp=edp))
+    return notes
+
+
 def _weights(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> dict[str, float]:
     p = sp.params
     gemm = sum(p.by_kind.get(k, 0) for k in GEMM_KINDS)
     vis = p.by_kind.get("vision", 0)
     fp8_pg = bool(s.layout.fp8_param_gather)
     w_total = gemm * weight_bytes_gemm(fp8_pg) + (p.total - gemm) * BF16_BYTES
-    per_layer = w_total / max(1, len(sp.layers))
     out: dict[str, float] = {}
     if num.shard_params:
-        out["params_sharded"] = p.dense * BF16_BYTES / num.dense_shard + p.expert * BF16_BYTES / num.expert_shard
-        out["fsdp_gathered_layers"] = 2 * per_layer  # double-buffered all-gather of the next layer
+        out.update(_fsdp_weights(s, sp, num))
     else:
         out["params"] = w_total - BF16_BYTES * vis
         if vis:
@@ -117,21 +181,39 @@ def _weights(s: Scenario, sp: StageParams, num: OptimizerNumerics) -> dict[str, 
     cache_b = fp8_weight_cache_bytes(s.training.precision, fp8_pg)
     if cache_b:
         if num.shard_params:
-            # Megatron-FSDP shards the FP8 weights too; full copies exist only for the gathered layers
-            out["fp8_weight_copies"] = gemm * cache_b / num.dense_shard + 2 * gemm / max(1, len(sp.layers)) * cache_b
+            # Megatron-FSDP shards the FP8 weights too; full copies exist only for the gathered units
+            n_ag, unit_gemm, _ = _fsdp_gathered(sp, num)
+            fp = fsdp_params(p)
+            sharded = fp.dense_gemm / num.param_dense_shard + fp.expert / num.param_expert_shard
+            out["fp8_weight_copies"] = (sharded + n_ag * unit_gemm) * cache_b
         else:
             out["fp8_weight_copies"] = gemm * cache_b
     return out
 
 
 def _grads(dense: float, expert: float, sp: StageParams, num: OptimizerNumerics) -> dict[str, float]:
+    """Gradient buffers of one rank (bytes, named): the main grads, or under Megatron-FSDP their
+    shards over the DP-shard groups plus the unsharded gradients in flight: one layer's with
+    ``optim_grads``, the units queued for reduce-scatter with ``optim_grads_params``
+    (:func:`units_in_flight`; module docstring)."""
     g = num.grad_bytes
-    if num.shard_grads:
-        return {
-            "main_grads_sharded": dense * g / num.dense_shard + expert * g / num.expert_shard,
-            "fsdp_reduce_buffer": (dense + expert) * g / max(1, len(sp.layers)),
-        }
-    return {"main_grads": (dense + expert) * g}
+    if not num.shard_grads:
+        return {"main_grads": (dense + expert) * g}
+    pd, pe = num.param_dense_shard, num.param_expert_shard
+    in_flight = (dense + expert) / max(1, len(sp.layers))
+    if num.shard_params:
+        in_flight = _fsdp_grads_in_flight(dense, expert, sp, num)
+    return {"main_grads_sharded": dense * g / pd + expert * g / pe, "fsdp_reduce_buffer": in_flight * g}
+
+
+def _fsdp_grads_in_flight(dense: float, expert: float, sp: StageParams, num: OptimizerNumerics) -> float:
+    """Unsharded gradients (elements) Megatron-FSDP ``optim_grads_params`` holds at once: the units
+    its reduce-scatter queue keeps (:func:`units_in_flight`), each the mean unit's trained dense
+    (at most its unit parameters) and routed-expert parameters whose shard group has more than one rank."""
+    units = max(1, len(sp.layers))
+    dense_unit = min(dense, fsdp_params(sp.params).dense_unit) if num.param_dense_shard > 1 else 0.0
+    unit = (dense_unit + (expert if num.param_expert_shard > 1 else 0.0)) / units
+    return units_in_flight(unit, units)[1] * unit
 
 
 def cpu_optimizer_host(s: Scenario, offloaded_params: float) -> dict[str, float]:

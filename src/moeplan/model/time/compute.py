@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.i18n.messages import Message
 from moeplan.model.activations import layer_activations
 from moeplan.model.executed_flops import (
     arch_family,
@@ -26,7 +27,7 @@ from moeplan.model.executed_flops import (
     layer_flops,
     sparse_mla_fraction,
 )
-from moeplan.model.gdn import gdn_kernel_s
+from moeplan.model.gdn import gdn_kernel_s, kda_kernel_s, recurrence_notes
 from moeplan.model.mamba_scan import MAMBA_KERNEL_TENSORS, mamba_kernel_s
 from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
 from moeplan.structure.attention_kernels import attention_runs_unfused, sparse_mla_padded_heads
@@ -91,7 +92,21 @@ def gated_deltanet_s(ctx: StepContext) -> float:
     s, m = ctx.s, ctx.model
     heads = m.given("linear_num_value_heads") / (s.tp * s.cp)
     d_k, d_v = m.given("linear_key_head_dim"), m.given("linear_value_head_dim")
+    if m.kimi_delta_attention:  # chunk_kda: the delta rule plus per-channel gating (planning estimate)
+        return kda_kernel_s(ctx.gpu, ctx.mbs, ctx.seq_length, heads, d_k, d_v)
     return gdn_kernel_s(ctx.gpu, ctx.mbs, ctx.seq_length, heads, d_k, d_v)
+
+
+def gated_deltanet_notes(ctx: StepContext) -> list[Message]:
+    """What the estimate states about a Gated DeltaNet layer's state recurrence on one rank (the whole
+    sequence for H_v / (TP·CP) heads: :func:`moeplan.model.gdn.recurrence_notes`); empty for a model
+    without Gated DeltaNet layers or with Kimi Delta Attention's."""
+    s, m = ctx.s, ctx.model
+    if not m.has_linear_attention or m.kimi_delta_attention:
+        return []
+    heads = m.given("linear_num_value_heads") / (s.tp * s.cp)
+    d_k, d_v = m.given("linear_key_head_dim"), m.given("linear_value_head_dim")
+    return recurrence_notes(ctx.gpu, ctx.mbs, ctx.seq_length, heads, d_k, d_v)
 
 
 def element_wise_bytes_per_activation_byte(ctx: StepContext, layer: int) -> float:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from moeplan.model.activations import layer_saved_keys
+from moeplan.model.kimi_k3_activations import attn_res_rows
 from moeplan.model.time.compute import layer_compute
 from moeplan.model.time.context import StepContext, layer_cp_comm_type
 from moeplan.model.time.exchange import Exchange, cp_exchange, ep_exchange, tp_exchange
@@ -49,6 +50,7 @@ def layer_time_key(ctx: StepContext, layer: int) -> tuple:
     pattern = m.hybrid_layer_pattern
     return (
         layer_saved_keys(m)[layer],
+        attn_res_rows(m, layer),  # Kimi-K3's AttnRes mixes: their element-wise work grows with depth
         pattern[layer] if pattern is not None else None,
         layer_cp_comm_type(ctx.s, layer),
     )

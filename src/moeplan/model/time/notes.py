@@ -7,6 +7,7 @@ from packaging.version import Version
 
 from moeplan.errors import short_repr
 from moeplan.i18n.messages import Message, msg
+from moeplan.inputs.msa_config import MINIMAX_M3_MODEL_TYPE
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.system import GpuSpec
 from moeplan.inputs.versions import release_version
@@ -22,7 +23,8 @@ from moeplan.model.executed_flops import (
 from moeplan.model.hardware import planning_notes
 from moeplan.model.mamba_scan import CONV_HBM_FRACTION, ssd_bytes_per_s
 from moeplan.model.model_notes import time_notes
-from moeplan.model.time.compute import DSV4_FUSED_FAMILIES
+from moeplan.model.msa_notes import msa_notes
+from moeplan.model.time.compute import DSV4_FUSED_FAMILIES, gated_deltanet_notes
 from moeplan.model.time.context import StepContext
 from moeplan.structure.attention_kernels import SPARSE_MLA_HEAD_STEPS, sparse_mla_padded_heads
 
@@ -119,7 +121,9 @@ def model_family_notes(ctx: StepContext) -> list[str]:
     vision tower that runs whole on every TP rank (MoonViT) with its TP gradient all-reduce not timed."""
     m, tp = ctx.model, ctx.s.tp
     out: list[str] = []
-    if m.unbuilt_mtp_modules and not m.mtp_num_layers:
+    if m.unbuilt_mtp_modules and not m.mtp_num_layers and m.model_type == MINIMAX_M3_MODEL_TYPE:
+        out.append(msg("minimax_m3.mtp_modules_not_built", modules=m.unbuilt_mtp_modules))
+    elif m.unbuilt_mtp_modules and not m.mtp_num_layers:
         out.append(msg("model_catalog_2026.mtp_modules_not_built", modules=m.unbuilt_mtp_modules))
     if m.qk_layernorm and m.qk_layernorm_full_dim and tp > 1:
         out.append(msg("model_catalog_2026.full_dim_qk_norm_all_reduce", tp=tp))
@@ -226,9 +230,11 @@ def workload_notes(ctx: StepContext) -> list[str]:
     out.extend(time_notes(m))
     if m.has_mamba:
         out.append(msg("model_mamba_time.kernel_model", conv=CONV_HBM_FRACTION, ssd_tb_s=ssd_bytes_per_s() / 1e12))
+    out.extend(gated_deltanet_notes(ctx))
     out.extend(hybrid_mtp_notes(ctx))
     out.extend(dsa_notes(ctx))
     out.extend(dsv4_kernel_notes(ctx))
+    out.extend(msa_notes(m))
     out.extend(model_family_notes(ctx))
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(

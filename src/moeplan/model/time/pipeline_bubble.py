@@ -10,6 +10,7 @@ compute (``overlap_p2p_comm``, on by default with VPP), so only the non-hidden s
 from __future__ import annotations
 
 from moeplan.model.comm import pp_time
+from moeplan.model.kimi_k3_activations import attn_res_boundary_width
 from moeplan.model.time.context import StepContext
 
 
@@ -25,6 +26,7 @@ def pipeline_comm_s(ctx: StepContext) -> float:
     if s.pp == 1:
         return 0.0
     v = s.vpp
-    per_mb = pp_time(ctx.tokens, m.hidden_size, s.tp, s.sp, ctx.gpu, ctx.c, ctx.num_gpus)
+    width = m.hidden_size * attn_res_boundary_width(m, s.pp)  # Kimi-K3's AttnRes bank travels too
+    per_mb = pp_time(ctx.tokens, width, s.tp, s.sp, ctx.gpu, ctx.c, ctx.num_gpus)
     exposed = (1 - ctx.c.overlap_hidden_fraction) * v if v > 1 else 1.0
     return per_mb * (ctx.num_microbatches * exposed + 2 * (s.pp - 1) / v)

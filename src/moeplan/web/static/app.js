@@ -185,7 +185,8 @@ async function runEstimate() {
     showSelection();
     renderCheck(check);
     renderMemory(est.memory, est.scenario);
-    renderTime(est.throughput, est.check);
+    // a step timed despite an error, or with the check's fix applied, says so above the figures
+    renderTime(est.throughput, est.check, (est.timed_despite || est.fixed || {}).text);
   } catch (err) {
     showError(err);
   } finally {
@@ -473,7 +474,7 @@ function renderPeak(mem, stages) {
 }
 
 // ---------- step time chart ----------
-function renderTime(thr, check) {
+function renderTime(thr, check, note) {
   const chart = clear($("time-chart"));
   const metrics = clear($("time-metrics"));
   clear($("time-legend"));
@@ -487,6 +488,7 @@ function renderTime(thr, check) {
     return;
   }
   $("time-summary").textContent = `${num(thr.step_time_s, 2)} s per step · ${thr.num_microbatches} microbatches`;
+  if (note) chart.append(el("p", { class: "sev-error", text: note }));
   const tiles = [
     [num(thr.tokens_per_s_per_gpu), "tokens/s/GPU"],
     [num(thr.model_tflops_per_gpu), "model TFLOP/s/GPU"],
