@@ -89,6 +89,13 @@ STEPS: tuple[Step, ...] = (
         "Bridge recipe tables from tests/data/reference/megatron_recipes.md",
     ),
     Step(
+        "moe_recipe_releases",
+        ("scripts/import_moe_recipe_releases.py",),
+        (f"{DATA}/moe_recipe_releases.yaml",),
+        3,
+        "megatron-core of each Megatron-LM MoE recipe's commit, from the Megatron-LM mirror (skips without it)",
+    ),
+    Step(
         "measured",
         ("scripts/package_measured.py",),
         (f"{DATA}/published_measured.json",),

@@ -204,7 +204,8 @@ def test_a_recorded_perf_recipe_maps_as_the_bridge_sets_it():
     cfg.model.expert_model_parallel_size = 8
     cfg.model.moe_flex_dispatcher_backend = "hybridep"
     cfg.model.cuda_graph_impl = "none"
-    cfg.model.moe_router_fusion = True  # not a LayoutSpec key: not kept
+    cfg.model.moe_router_fusion = True  # a LayoutSpec key: kept
+    cfg.model.masked_softmax_fusion = True  # not a LayoutSpec key: not kept
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
     cfg.comm_overlap.overlap_param_gather_with_optimizer_step = True  # not kept
     cfg.optimizer.exp_avg_dtype = "bf16"
@@ -215,7 +216,8 @@ def test_a_recorded_perf_recipe_maps_as_the_bridge_sets_it():
     assert lay["moe_token_dispatcher_type"] == "flex"  # unset, a flex backend set
     assert lay["cuda_graph_scope"] == []  # "none" clears the scope
     assert lay["overlap_moe_expert_parallel_comm"] is True and lay["exp_avg_dtype"] == "bf16"
-    assert "moe_router_fusion" not in lay and "overlap_param_gather_with_optimizer_step" not in lay
+    assert lay["moe_router_fusion"] is True
+    assert "masked_softmax_fusion" not in lay and "overlap_param_gather_with_optimizer_step" not in lay
 
 
 @pytest.mark.parametrize(

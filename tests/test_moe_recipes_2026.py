@@ -71,9 +71,12 @@ def test_mtp_in_the_last_virtual_stage_of_another_rank_is_a_standalone_stage_fro
 
 
 def test_before_mcore_0_16_mtp_must_share_the_last_stage_with_the_loss():
+    # core_v0.15.0 validate_layer_layout asserts "MTP layers must be in the last stage together with Loss
+    # stage": no standalone MTP stage is built there, the layout is refused
     assert _layout_errors(_dsv3(STANDALONE, "0.15.0")) == [
-        "MTP layers must all sit in the last virtual stage of the last PP rank "
-        "(elsewhere Megatron builds them as a standalone stage)"
+        "MTP layers must all sit in the last virtual stage of the last PP rank, with the loss: "
+        "megatron-core 0.15.0 asserts it (validate_layer_layout); a standalone MTP stage on another rank "
+        "comes with 0.16"
     ]
 
 

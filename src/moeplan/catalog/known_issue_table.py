@@ -258,6 +258,9 @@ FACTS: dict[str, Callable[[Scenario], Any]] = {
     "model.is_moe": _model_attr("is_moe"),
     "model.all_layers_moe": _model_attr("all_layers_moe"),
     "model.has_linear_attention": _model_attr("has_linear_attention"),
+    # Kimi Delta Attention (Kimi-K3): Megatron Bridge's own linear-attention module, not megatron-core's
+    # Gated DeltaNet, so megatron-core's GDN issues do not reach it
+    "model.kimi_delta_attention": _model_attr("kimi_delta_attention"),
     "model.multi_latent_attention": _model_attr("multi_latent_attention"),
     "model.attention_sinks": _model_attr("attention_sinks"),
     "model.attention_output_gate": _model_attr("attention_output_gate"),

@@ -168,6 +168,10 @@ class LayoutSpec(BaseModel):
         default=False,
         description="Fuses the token permutation and unpermutation around the dispatcher into fused kernels. Source: `TransformerConfig.moe_permute_fusion`; unset: false, Megatron's default.",
     )
+    moe_router_fusion: bool = Field(
+        default=False,
+        description="Runs the router's score function, top-k and normalisation as Transformer Engine's fused kernel (`fused_topk_with_score_function`, TE ≥ 2.7 per its docstring) instead of megatron-core's chain of PyTorch ops: the step time counts the launches it removes from each MoE layer. Source: `TransformerConfig.moe_router_fusion`; unset: false, Megatron's default.",
+    )
     moe_expert_capacity_factor: float | None = Field(
         default=None,
         description="Token capacity of each expert as a multiple of the mean tokens per expert (a factor); tokens beyond it are dropped. Source: `TransformerConfig.moe_expert_capacity_factor`; unset: dropless routing, costed with `assumptions.routing_imbalance_factor`.",

@@ -218,15 +218,31 @@ def key_status(
     ``unknown``."""
     if key in modelled:
         return "modelled"
-    mrel, brel = release_for("megatron-core", mcore), release_for("megatron-bridge", bridge)
-    if (
-        _has_at(key, "megatron-core", mrel)
-        or _has_at(key, "megatron-lm", mrel)
-        or _has_at(key, "megatron-bridge", brel)
-        or _flag_at(key, mrel)
-    ):
+    brel = release_for("megatron-bridge", bridge)
+    if _has_at(key, "megatron-bridge", brel):
         return "accepted"
+    for mrel in checkout_releases(mcore):
+        if _has_at(key, "megatron-core", mrel) or _has_at(key, "megatron-lm", mrel) or _flag_at(key, mrel):
+            return "accepted"
     return "unknown"
+
+
+def checkout_releases(mcore: Version | str | None) -> list[str | None]:
+    """The tabled megatron-core releases whose keys a stated version may have: the one it reads
+    (:func:`release_for`); for a build from a git checkout (a local label, ``0.18.0+256f606507``, as
+    ``megatron/core/package_info.py`` reports ``__version__`` there) also every later one, because a
+    development branch carries the number of its last release line while it already has keys that only
+    later releases ship (Megatron-LM's ``examples/moe_recipes`` commits: package_info 0.18.0 with
+    ``offload_optimizer_states``, a key of no release before the 0.20 development tree)."""
+    rel = release_for("megatron-core", mcore)
+    try:
+        local = mcore is not None and Version(str(mcore).removeprefix("core_v").lstrip("v")).local is not None
+    except InvalidVersion:
+        local = False
+    if rel is None or not local:
+        return [rel]
+    order = releases("megatron-core")
+    return [r for r in order if Version(r) >= Version(rel)]
 
 
 def releases_having(key: str) -> dict[str, list[str]]:
@@ -450,13 +466,19 @@ DERIVED_KEYS = {
     "num_layers_per_virtual_pipeline_stage": "virtual_pipeline_model_parallel_size",
     "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
 }
+#: carried keys the step-time model reads as they are (the module that costs each), so they are not
+#: listed as "not modelled"; the estimate's assumptions name them
+COSTED_KEYS = {
+    "overlap_cpu_optimizer_d2h_h2d": "moeplan.model.time.cpu_offload",
+}
 
 
 def unmodelled_lines(described: list[dict[str, Any]]) -> list[str]:
     """The text lines naming the carried keys once (:func:`describe_unmodelled`'s items): one line
     with every key, and a warning line with those that may move memory or step time; empty when none.
-    Keys of :data:`DERIVED_KEYS` are left out (the resolver reads them; the defaults list says so)."""
-    described = [d for d in described if d["key"] not in DERIVED_KEYS]
+    Keys of :data:`DERIVED_KEYS` are left out (the resolver reads them; the defaults list says so), and
+    those of :data:`COSTED_KEYS` (the step-time model reads them; its assumptions say so)."""
+    described = [d for d in described if d["key"] not in DERIVED_KEYS and d["key"] not in COSTED_KEYS]
     if not described:
         return []
     lines: list[str] = [msg("inputs_keys.not_modelled", keys=", ".join(f"{d['key']}={d['value']}" for d in described))]

@@ -29,11 +29,13 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from moeplan.catalog.models import get_model, list_models, resolve_model_name
+from moeplan.catalog.moe_recipe_releases import recipe_release
 from moeplan.errors import InputError, short_repr
 from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import PARALLEL_DIMS
 from moeplan.inputs.loading import load_yaml_text
 from moeplan.inputs.policy import MAX_TEXT_CHARS
+from moeplan.inputs.resolved import NEWEST_MCORE
 from moeplan.inputs.schema import scenario_from_dict
 from moeplan.io.dsv4_recipe import read_dsv4
 from moeplan.io.imports import ARCH_ARGS, SOURCES, bounded_notes, hydra_value, import_config
@@ -102,6 +104,7 @@ class Imported:
         self.system: dict[str, Any] = {}
         self.model: str | None = None
         self.environment: dict[str, str] = {}
+        self.versions: dict[str, str] = {}
         self.notes: list[str] = []
 
 
@@ -142,6 +145,8 @@ def scenario_of(imp: Imported, framework: str) -> dict:
         sc["system"] = dict(imp.system)
     if imp.environment:
         sc["environment"] = dict(imp.environment)
+    if imp.versions:
+        sc["versions"] = dict(imp.versions)
     sc["training"] = training
     sc["layout"] = kept_layout(layout, imp.notes)
     return sc
@@ -380,7 +385,29 @@ def read_megatron_lm_yaml(text: str, imp: Imported) -> str:
     entry = data.get("ENTRY")
     if isinstance(entry, dict) and entry.get("script"):
         imp.notes.append(msg("drivers.entry_script", script=short_repr(entry["script"])))
+    _recipe_release(text, imp)
     return "megatron-lm"
+
+
+def _recipe_release(text: str, imp: Imported) -> None:
+    """State the megatron-core release of a published recipe recognised by its text
+    (:func:`moeplan.catalog.moe_recipe_releases.recipe_release`: ``package_info.py`` at the recipe's
+    commit), so the rules check it against the release it runs with; any other text keeps the newest
+    release moeplan knows (:data:`moeplan.inputs.resolved.NEWEST_MCORE`). Either way a note says which."""
+    found = recipe_release(text)
+    if found is None:
+        imp.notes.append(msg("release_truths.recipe_release_unknown", version=NEWEST_MCORE))
+        return
+    imp.versions["megatron_core"] = found.megatron_core
+    imp.notes.append(
+        msg(
+            "release_truths.recipe_release",
+            version=found.megatron_core,
+            recipe=found.recipe,
+            commit=found.commit[:10],
+            date=found.date,
+        )
+    )
 
 
 # --- command lines and shell scripts ----------------------------------------------------------------

@@ -44,6 +44,7 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
             "moe_shared_expert_overlap",
             "moe_grouped_gemm",
             "moe_permute_fusion",
+            "moe_router_fusion",
             "moe_expert_capacity_factor",
             "moe_pad_expert_input_to_capacity",
             "moe_expert_rank_capacity_factor",

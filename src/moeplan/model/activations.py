@@ -94,11 +94,14 @@ def _input_norm_tag(m: ModelSpec, kind: str, c: ActContext) -> str:
     ``ln_out`` (the SP-local shard, re-gathered in backward) and ``rsigma`` for the weight gradient
     (module/layernorm_linear.py@v2.14 L409-472), so no selective module drops them: ``KEEP``. MLA
     (a separate ``input_layernorm`` without the down-projection fusion) and models whose own spec keeps
-    a separate input norm (Gemma-4: ``extra_layer_norms``) keep ``layernorm``. Linear-attention layers
-    keep ``layernorm`` too, although Gated DeltaNet's spec also fuses the norm into ``in_proj``
-    (experimental_attention_variant_module_specs.py@core_v0.17.0 L68-72): not applied to them yet.
+    a separate input norm (Gemma-4: ``extra_layer_norms``) keep ``layernorm``. Gated DeltaNet layers fuse
+    it the same way, into ``in_proj`` (``column_parallel_layer_norm_linear``, spec metainfo
+    ``fuse_input_layernorm: True``, so the layer's ``input_layernorm`` is ``IdentityOp``:
+    experimental_attention_variant_module_specs.py@core_v0.17.0 L68-72 and L235-239): ``KEEP`` too.
+    Kimi Delta Attention (Megatron Bridge's own module, not that spec) keeps ``layernorm``.
     """
-    separate = kind == "linear" or m.multi_latent_attention or m.extra_layer_norms > 0
+    kda = kind == "linear" and m.kimi_delta_attention
+    separate = kda or m.multi_latent_attention or m.extra_layer_norms > 0
     return "layernorm" if separate or not c.fused_input_norm else KEEP
 
 

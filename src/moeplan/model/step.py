@@ -22,6 +22,7 @@ from moeplan.model.constants import TimeConstants, load_constants, release_of
 from moeplan.model.lora import adapter_rank_params
 from moeplan.model.time import notes
 from moeplan.model.time.context import StepContext, require_step_inputs, step_context
+from moeplan.model.time.cpu_offload import cpu_offload_notes
 from moeplan.model.time.data_parallel import data_parallel_time, fsdp_time_notes
 from moeplan.model.time.optimizer_step import optimizer_step_s
 from moeplan.model.time.pipeline_bubble import pipeline_bubble_s, pipeline_comm_s
@@ -105,6 +106,7 @@ def _notes_before(ctx: StepContext, stated_release: str | None, release_used: st
         *notes.precision_notes(ctx),
         *notes.workload_notes(ctx),
         *fsdp_time_notes(ctx),
+        *cpu_offload_notes(ctx),
     ]
 
 

@@ -20,6 +20,7 @@ from moeplan.catalog.containers import lookup_container
 from moeplan.catalog.gpus import get_gpu
 from moeplan.catalog.models import get_model
 from moeplan.errors import InputError, UnknownNameError
+from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import LayoutSpec
 from moeplan.inputs.model_spec import PartialModelSpec, partial_model
 from moeplan.inputs.provenance import RecipeProvenance
@@ -204,24 +205,26 @@ def _graph_defaults(lay: LayoutSpec) -> list[Resolution]:
         out.append(Resolution("cuda_graph_impl", impl, why))
     if lay.use_te_rng_tracker is None and (impl or "none") != "none":
         out.append(Resolution("use_te_rng_tracker", True, "unset: enabled automatically with CUDA graphs"))
-    if lay.create_attention_mask_in_dataloader is None and _graphs_keep_mask(lay, impl):
-        why = (
-            "unset: Megatron's default; graphs then keep attention masks as static inputs "
-            "(--no-create-attention-mask-in-dataloader drops them)"
-        )
+    keeps = _graphs_keep_mask(lay, impl)
+    if lay.create_attention_mask_in_dataloader is None and keeps is not None:
+        full = keeps == "full_iteration"
+        why = msg("release_truths.mask_default_full_iteration") if full else msg("release_truths.mask_default_te")
         out.append(Resolution("create_attention_mask_in_dataloader", True, why))
     return out
 
 
-def _graphs_keep_mask(lay: LayoutSpec, impl: str | None) -> bool:
-    """True when graphs would hold attention masks: TE per-layer graphs with attention captured
-    (megatron-core transformer_layer.py ``get_layer_static_inputs``) or a full-iteration graph's
-    static data batch (full_cuda_graph.py ``StaticBufferLoader``)."""
+def _graphs_keep_mask(lay: LayoutSpec, impl: str | None) -> str | None:
+    """Which graphs would hold attention masks: ``"full_iteration"`` (a full-iteration graph's static
+    data batch, full_cuda_graph.py ``StaticBufferLoader``: it copies the batch as given, so a dataloader
+    without masks leaves none), ``"te"`` (TE per-layer graphs with attention captured, megatron-core
+    transformer_layer.py ``get_layer_static_inputs``: up to core_v0.19.0 it builds the [b, 1, s/CP, s]
+    mask whatever the dataloader does; the dev branch skips it with
+    ``create_attention_mask_in_dataloader`` false from PR #5131, commit cefc252015) or None (no mask)."""
     src = lay.cuda_graph_scope if lay.cuda_graph_modules is None else lay.cuda_graph_modules
     scopes = [src] if isinstance(src, str) else list(src or [])
     if impl == "full_iteration" or scopes == ["full_iteration"]:
-        return True
-    return impl == "transformer_engine" and (not scopes or "attn" in scopes)
+        return "full_iteration"
+    return "te" if impl == "transformer_engine" and (not scopes or "attn" in scopes) else None
 
 
 def _mtp_default(lay: LayoutSpec, model: PartialModelSpec | None) -> list[Resolution]:

@@ -415,7 +415,9 @@ def _layout_mtp_stage(s, e, stages: list) -> list:
             return []
         return [
             e.error(
-                msg("pipeline.layout_mtp_stage"), msg("pipeline.layout_mtp_stage.fix"), "pipeline_model_parallel_layout"
+                msg("pipeline.layout_mtp_stage", version=str(s.mcore_version)),
+                msg("pipeline.layout_mtp_stage.fix"),
+                "pipeline_model_parallel_layout",
             )
         ]
     pp = max(s.pp, 1)

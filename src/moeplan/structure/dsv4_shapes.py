@@ -139,8 +139,9 @@ def sparse_core_flops(m: ModelSpec, ratio: int, seq_length: int) -> float:
 
 def layer_forward_flops(m: ModelSpec, ratio: int, seq_length: int) -> tuple[float, float]:
     """(GEMM, attention-core) forward FLOPs per token of one DeepSeek-V4 attention layer of ``ratio``
-    (2 per multiply-add): the projections, compressors, indexer projections and the layer's two
-    hyper-connection modules (:func:`hc_mix_macs` each, attention and MLP side); the core is
+    (2 per multiply-add): the projections, compressors and indexer projections (the layer's two
+    hyper-connection modules, :func:`hc_mix_macs` each, run in their own memory-bound kernels, timed by
+    ``moeplan.model.dsv4_mhc``, not as GEMM work); the core is
     :func:`sparse_core_flops`, and a ratio-4 indexer scores every earlier compressed entry (``s / 4 / 2`` causal)."""
     h, nh = m.hidden_size, m.num_attention_heads
     ql, v = m.given("q_lora_rank"), m.given("v_head_dim")
@@ -153,7 +154,6 @@ def layer_forward_flops(m: ModelSpec, ratio: int, seq_length: int) -> tuple[floa
         ni, di = m.given("dsa_indexer_n_heads"), m.given("dsa_indexer_head_dim")
         gemm += h * 2 * di * 2 + ql * ni * di + h * ni
         core += ni * di * seq_length / INDEXED_RATIO / 2
-    gemm += 2 * hc_mix_macs(m)
     return 2.0 * gemm, 2.0 * core
 
 

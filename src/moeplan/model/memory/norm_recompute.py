@@ -3,6 +3,8 @@
 Megatron-Core recomputes a norm only where it is a module of its own (transformer_layer.py@core_v0.17.0
 L404-466):
 
+- Gated DeltaNet: its spec fuses the input norm into ``in_proj`` the same way (experimental_attention_
+  variant_module_specs.py@core_v0.17.0 L68-72);
 - softmax (non-MLA) attention: the TE layer spec fuses the input norm into ``linear_qkv``
   (``TELayerNormColumnParallelLinear``, ``input_layernorm`` is ``IdentityOp``; models/gpt/
   gpt_layer_specs.py@core_v0.17.0 L310-318), whose ``LayerNormLinear`` saves its norm output for the
@@ -38,6 +40,15 @@ def _fused_attention_norm(m: ModelSpec) -> bool:
     return any(k not in NON_SOFTMAX_KINDS for k in kinds)
 
 
+def _fused_gdn_norm(m: ModelSpec) -> bool:
+    """True when some Gated DeltaNet layer has its input norm fused into ``in_proj``
+    (experimental_attention_variant_module_specs.py@core_v0.17.0 L68-72; Kimi Delta Attention, Bridge's
+    own module, is not that spec)."""
+    if m.extra_layer_norms > 0 or m.kimi_delta_attention:
+        return False
+    return "linear" in (m.attention_kinds or ())
+
+
 def _dense_mlp_layers(m: ModelSpec) -> bool:
     """True when some layer has a dense (non-MoE) MLP, whose norm is fused into ``linear_fc1``."""
     if m.extra_layer_norms > 0:
@@ -59,6 +70,9 @@ def layernorm_recompute_note(s: Scenario, ctx: ActContext, modules: frozenset[st
     attn = _fused_attention_norm(m)
     if attn:
         reasons.append(msg("mem_128k.reason_fused_attention_norm"))
+    if _fused_gdn_norm(m):
+        attn = True
+        reasons.append(msg("release_truths.reason_fused_gdn_norm"))
     dense = "mlp" not in modules and _dense_mlp_layers(m)
     if dense:
         reasons.append(msg("mem_128k.reason_fused_mlp_norm"))

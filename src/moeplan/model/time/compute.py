@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from moeplan.i18n.messages import Message
 from moeplan.model.activations import layer_activations
+from moeplan.model.dsv4_mhc import MHC_KERNEL_TENSORS, MhcRates, mhc_layer_s
 from moeplan.model.executed_flops import (
     arch_family,
     attention_fraction,
@@ -30,6 +31,7 @@ from moeplan.model.executed_flops import (
 from moeplan.model.gdn import gdn_kernel_s, kda_kernel_s, recurrence_notes
 from moeplan.model.mamba_scan import MAMBA_KERNEL_TENSORS, mamba_kernel_s
 from moeplan.model.time.context import StepContext, attention_rate, layer_cp_comm_type
+from moeplan.model.time.dsa_costs import dsa_core_s
 from moeplan.structure.attention_kernels import attention_runs_unfused, sparse_mla_padded_heads
 
 
@@ -150,6 +152,15 @@ def sparse_core_rate(ctx: StepContext, layer: int) -> float:
     return ctx.speeds.attention_flops_per_s * frac * heads / padded
 
 
+def mhc_rates(ctx: StepContext) -> MhcRates:
+    """What DeepSeek-V4's hyper-connection kernels run at on this GPU (:mod:`moeplan.model.dsv4_mhc`):
+    the fused Triton / cuTile path on :data:`DSV4_FUSED_FAMILIES` (Megatron Bridge v0.6.0 turns
+    ``use_fused_mhc`` on from compute capability 10, ``deepseek_v4_supports_blackwell_fused_kernels``),
+    the native torch.compile path elsewhere."""
+    fused = arch_family(ctx.gpu) in DSV4_FUSED_FAMILIES
+    return MhcRates(ctx.speeds.hbm_bytes_per_s, ctx.gpu.peak_dense_tflops["bf16"] * 1e12, fused)
+
+
 def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
     """The compute terms of decoder layer ``layer`` (0-based) for one microbatch on one rank."""
     s, sp, m = ctx.s, ctx.speeds, ctx.model
@@ -164,14 +175,18 @@ def layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
         t_core = 3 * 2 * f.attention_core / sp.gemm_flops_per_s
     else:
         t_core = 3 * f.attention_core / attention_rate(ctx, layer_cp_comm_type(s, layer))
-    if f.sparse_core:
-        t_core += 3 * f.sparse_core / sparse_core_rate(ctx, layer)
+    if f.sparse_core:  # DSA: the path megatron-core runs, fused kernels or the PyTorch fallback (dsa_costs)
+        sparse_s = 3 * f.sparse_core / sparse_core_rate(ctx, layer)
+        t_core = dsa_core_s(ctx, layer, t_core, sparse_s) if m.has_dsa else t_core + sparse_s
     if m.attention_kinds[layer] == "linear":
         t_core += gated_deltanet_s(ctx)
     elif m.attention_kinds[layer] == "mamba":
         t_core += mamba_kernel_s(m, ctx.tokens, s.tp, ctx.gpu.peak_dense_tflops["bf16"] * 1e12, sp.hbm_bytes_per_s)
     kept, rec = layer_activations(m, layer, ctx.act, ctx.recompute_modules)
-    # a Mamba mixer's own tensors are read and written by its kernels, timed one by one above
-    act = sum(v for d in (kept, rec) for k, v in d.items() if k not in MAMBA_KERNEL_TENSORS)
+    # a Mamba mixer's and DeepSeek-V4's hyper-connections' own tensors are read and written by their
+    # kernels, timed one by one (mamba_kernel_s above, mhc_layer_s below)
+    own = MAMBA_KERNEL_TENSORS | MHC_KERNEL_TENSORS
+    act = sum(v for d in (kept, rec) for k, v in d.items() if k not in own)
     t_mem = element_wise_bytes_per_activation_byte(ctx, layer) * act / sp.hbm_bytes_per_s
+    t_mem += mhc_layer_s(m, ctx.act.seq_tokens, ctx.act.act_bytes, mhc_rates(ctx))
     return LayerCompute(t_dense, t_exp, t_core, t_mem, kept, mlp_memory_share(kept, rec))

@@ -11,9 +11,13 @@ graph runs the static-budget expert path (Megatron-LM CUDA Graphs guide, "MoE Mo
 
 from __future__ import annotations
 
+from moeplan.model.dsv4_mhc import mhc_layer_launches
+from moeplan.model.executed_flops import arch_family
 from moeplan.model.mamba_kernels import mamba_kernels
+from moeplan.model.time.compute import DSV4_FUSED_FAMILIES
 from moeplan.model.time.context import GRAPH_SHARE, StepContext
 from moeplan.model.time.exchange import Exchange
+from moeplan.model.time.router_launches import router_launches_saved
 
 #: a dense decoder layer's eager launches against a MoE layer's, forward + backward: about 45 kernels
 #: (fused layernorm-linear, RoPE, attention, projection, bias-dropout-add, fused layernorm-MLP; twice
@@ -62,16 +66,28 @@ def hybrid_layer_launches(ctx: StepContext, symbol: str) -> tuple[float, float]:
     return 1.0 - ATTENTION_ONLY_LAUNCHES / MOE_LAYER_LAUNCHES, 1.0 if full else min(1.0, captured)
 
 
+def mhc_launch_share(ctx: StepContext) -> float:
+    """DeepSeek-V4's hyper-connection kernels (:func:`moeplan.model.dsv4_mhc.mhc_layer_launches`, 40 a
+    layer fused, 48 native) as a share of a MoE layer's :data:`MOE_LAYER_LAUNCHES`, captured by the same
+    graphs as the layer around them; 0 without hyper-connections."""
+    fused = arch_family(ctx.gpu) in DSV4_FUSED_FAMILIES
+    return mhc_layer_launches(ctx.model, fused) / MOE_LAYER_LAUNCHES
+
+
 def launch_overhead(ctx: StepContext, moe_layer: bool, layer: int | None = None) -> Exchange:
     """Exposed launch overhead and MoE sync of one layer, and what CUDA graphs removed (hidden).
     ``layer`` (0-based) selects a hybrid pattern's own launch count and graph capture
-    (:func:`hybrid_layer_launches`); without it, or for a model without a pattern, a transformer layer's."""
+    (:func:`hybrid_layer_launches`); without it, or for a model without a pattern, a transformer layer's.
+    A MoE layer with ``moe_router_fusion`` issues fewer (:mod:`moeplan.model.time.router_launches`)."""
     c = ctx.c
     pattern = ctx.model.hybrid_layer_pattern
     if layer is not None and pattern is not None:
         share, captured = hybrid_layer_launches(ctx, pattern[layer])
     else:
         share, captured = (1.0 if moe_layer else DENSE_LAUNCH_SHARE), ctx.graph_share
+    share += mhc_launch_share(ctx)
+    if moe_layer:  # Transformer Engine's fused router: fewer launches per MoE layer
+        share -= router_launches_saved(ctx) / MOE_LAYER_LAUNCHES
     issue = c.launch_overhead_s_per_layer * share
     exposed = issue * (1 - captured)
     hidden = issue * captured

@@ -12,6 +12,7 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.system import GpuSpec
 from moeplan.inputs.versions import release_version
 from moeplan.model.constants import TimeConstants, release_key
+from moeplan.model.dsv4_mhc import MHC_HBM_FRACTION, has_mhc, mhc_layer_bytes, mhc_layer_launches, mhc_layer_s
 from moeplan.model.dsv4_notes import dsv4_notes
 from moeplan.model.executed_flops import (
     ATTENTION_FWD_FRACTION,
@@ -24,8 +25,11 @@ from moeplan.model.hardware import planning_notes
 from moeplan.model.mamba_scan import CONV_HBM_FRACTION, ssd_bytes_per_s
 from moeplan.model.model_notes import time_notes
 from moeplan.model.msa_notes import msa_notes
-from moeplan.model.time.compute import DSV4_FUSED_FAMILIES, gated_deltanet_notes
+from moeplan.model.time.compute import DSV4_FUSED_FAMILIES, gated_deltanet_notes, mhc_rates
 from moeplan.model.time.context import StepContext
+from moeplan.model.time.dsa_costs import dsa_path_notes, fused_dsa_runs
+from moeplan.model.time.launch import MOE_LAYER_LAUNCHES
+from moeplan.model.time.router_launches import router_fusion_notes
 from moeplan.structure.attention_kernels import SPARSE_MLA_HEAD_STEPS, sparse_mla_padded_heads
 
 #: the first megatron-core that dispatches HybridEP with the permutation fused into the kernel
@@ -140,6 +144,8 @@ def dsa_notes(ctx: StepContext) -> list[str]:
     m = ctx.model
     if not m.has_dsa:
         return []
+    if not fused_dsa_runs(ctx.s):  # the PyTorch fallback: timed as it runs (dsa_costs)
+        return dsa_path_notes(ctx)
     kernel = sparse_kernel_clause(arch_family(ctx.gpu), ctx.fp8_attention)
     trained = m.dsa_indexer_loss_coeff > 0
     loss = (
@@ -148,7 +154,7 @@ def dsa_notes(ctx: StepContext) -> list[str]:
         else msg("model_dsa.note_indexer_frozen")
     )
     note = msg("model_dsa.note_sparse_path", topk=m.dsa_indexer_topk, kernel=kernel, loss=loss)
-    return [note, *head_padding_notes(ctx)]
+    return [note, *dsa_path_notes(ctx), *head_padding_notes(ctx)]
 
 
 def sparse_kernel_clause(family: str, fp8: bool) -> Message:
@@ -187,9 +193,31 @@ def dsv4_kernel_notes(ctx: StepContext) -> list[str]:
     m, family = ctx.model, arch_family(ctx.gpu)
     heads = m.num_attention_heads // ctx.s.tp if m.is_dsv4 else 0
     if family not in DSV4_FUSED_FAMILIES or sparse_mla_padded_heads(heads, family) is None:
-        return dsv4_notes(m, family, None)
+        return [*dsv4_notes(m, family, None), *mhc_notes(ctx)]
     kernel = sparse_kernel_clause(family, ctx.fp8_attention)
-    return [*dsv4_notes(m, family, kernel), *head_padding_notes(ctx)]
+    return [*dsv4_notes(m, family, kernel), *head_padding_notes(ctx), *mhc_notes(ctx)]
+
+
+def mhc_notes(ctx: StepContext) -> list[str]:
+    """How DeepSeek-V4's hyper-connections are timed (:mod:`moeplan.model.dsv4_mhc`): the path (fused
+    or native), kernels, HBM bytes and time per layer and microbatch, and the bandwidth fraction they
+    rest on; empty without hyper-connections."""
+    m = ctx.model
+    if not has_mhc(m):
+        return []
+    r, tokens, act = mhc_rates(ctx), ctx.act.seq_tokens, ctx.act.act_bytes
+    streams, iterations = m.num_residual_streams, m.mhc_sinkhorn_iterations
+    launches, frac = mhc_layer_launches(m, r.fused), MHC_HBM_FRACTION
+    gb, ms = mhc_layer_bytes(m, tokens, act, r.fused) / 1e9, mhc_layer_s(m, tokens, act, r) * 1e3
+    if r.fused:
+        note = msg(
+            "dsv4_mhc.note_fused", streams=streams, iterations=iterations, launches=launches, gb=gb, ms=ms, frac=frac
+        )
+    else:
+        note = msg(
+            "dsv4_mhc.note_native", streams=streams, iterations=iterations, launches=launches, gb=gb, ms=ms, frac=frac
+        )
+    return [note]
 
 
 def hybrid_mtp_notes(ctx: StepContext) -> list[str]:
@@ -236,6 +264,7 @@ def workload_notes(ctx: StepContext) -> list[str]:
     out.extend(dsv4_kernel_notes(ctx))
     out.extend(msa_notes(m))
     out.extend(model_family_notes(ctx))
+    out.extend(router_fusion_notes(ctx, MOE_LAYER_LAUNCHES))
     if s.layout.overlap_moe_expert_parallel_comm and not ctx.ep_overlap:
         out.append(
             "overlap_moe_expert_parallel_comm pairs one microbatch's forward with another's backward "

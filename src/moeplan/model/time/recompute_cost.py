@@ -4,7 +4,8 @@ Full recompute re-runs the layer's forward: a third of its GEMM, attention and m
 and half its EP exchange (the forward dispatch + combine). Selective recompute re-runs only the
 checkpointed modules (``megatron/core/transformer``: ``core_attn`` the attention kernel's forward,
 ``mlp`` the dense MLP, ``moe`` the experts and their exchange, ``mla_up_proj`` / ``shared_experts``
-their projections, ``layernorm`` / ``moe_act`` / ``gdn_norm_out`` element-wise work). The shares
+their projections, ``layernorm`` / ``moe_act`` / ``gdn_norm_out`` element-wise work, ``mhc``
+DeepSeek-V4's hyper-connection kernels, :mod:`moeplan.model.dsv4_mhc`). The shares
 of a layer's dense GEMMs (MLP 0.6, MLA up-projection 0.3, shared experts 0.3) and of its memory-bound
 work (0.2 per element-wise module) are planning values.
 """
@@ -12,8 +13,9 @@ work (0.2 per element-wise module) are planning values.
 from __future__ import annotations
 
 from moeplan.model.comm import gdn_cp_a2a_s
+from moeplan.model.dsv4_mhc import mhc_recompute_s
 from moeplan.model.executed_flops import ATTENTION_FWD_SHARE
-from moeplan.model.time.compute import LayerCompute
+from moeplan.model.time.compute import LayerCompute, mhc_rates
 from moeplan.model.time.context import StepContext
 
 #: share of a layer's dense GEMMs in the dense MLP / MLA up-projection / shared experts (planning values)
@@ -22,8 +24,9 @@ MLA_UP_PROJ_DENSE_SHARE = 0.3
 SHARED_EXPERTS_DENSE_SHARE = 0.3
 #: share of a layer's memory-bound work in each element-wise module (planning value)
 ELEMENTWISE_SHARE = 0.2
-#: ``mhc`` (DeepSeek-V4's hyper-connections) re-runs the mixing modules, memory-bound like a norm
-_ELEMENTWISE = frozenset({"layernorm", "moe_act", "gdn_norm_out", "mhc"})
+#: ``mhc`` (DeepSeek-V4's hyper-connections) is timed kernel by kernel instead
+#: (:func:`moeplan.model.dsv4_mhc.mhc_recompute_s`)
+_ELEMENTWISE = frozenset({"layernorm", "moe_act", "gdn_norm_out"})
 
 
 def full_recompute_s(compute: LayerCompute, ep_exposed_s: float) -> float:
@@ -51,6 +54,8 @@ def selective_recompute_s(ctx: StepContext, moe_layer: bool, compute: LayerCompu
     if "shared_experts" in modules and moe_layer:
         extra += fwd_dense * SHARED_EXPERTS_DENSE_SHARE
     extra += compute.memory_bound_s / 3 * len(modules & _ELEMENTWISE) * ELEMENTWISE_SHARE
+    if "mhc" in modules:  # the aggregation, h_post_bda and the norms after them, re-run
+        extra += mhc_recompute_s(ctx.model, ctx.act.seq_tokens, ctx.act.act_bytes, mhc_rates(ctx))
     return extra
 
 
