@@ -5,11 +5,12 @@ knob can give it, :mod:`moeplan.plan.bounds`)."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass, field
 from typing import cast
 
 from moeplan.plan.bounds import refined_bound
-from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, DOMINATED_FRACTION, PROBE_FACTOR, Candidate
+from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, DOMINATED_FRACTION, PROBE_FACTOR, TIE_FRACTION, Candidate
 from moeplan.plan.evaluation import copy_mapping, knob_labels
 from moeplan.plan.refinement import candidate_signature, knob_families, refine_candidate
 from moeplan.plan.search_setup import SearchSetup
@@ -158,65 +159,92 @@ def _probe_vpp(st: SearchSetup, found: list[Candidate], refine: int) -> tuple[li
 def refine_phase(
     st: SearchSetup, found: list[Candidate], refine: int, exact: bool = True
 ) -> tuple[list[Candidate], int]:
-    """Refine the ``refine`` best layouts over every knob family, and the best layout of every other
+    """Refine the layouts phase one found over every knob family, and the best layout of every other
     CP size over the CP exchange only (what decides a CP size, so that "best of each CP" compares
-    each CP at its best, not at the p2p default); with ``exact``, then every other layout that can
-    still win (:func:`refine_within_bound`). Returns (every candidate, deduplicated and sorted; the
-    number of variants refinement evaluated)."""
+    each CP at its best, not at the p2p default). With ``exact``, every layout that can still enter
+    the ``refine`` best (:func:`refine_within_bound`); without, the ``refine`` best by un-refined
+    throughput (VPP-probed, :func:`_probe_vpp`). Returns (every candidate, deduplicated and sorted;
+    the number of variants refinement evaluated)."""
     ev, ladder, fixed_layout, rej = st.ev, st.ladder, st.fixed_layout, st.rej
     before = ev.evaluated
-    to_refine, probed = _probe_vpp(st, found, refine)
+    if exact:
+        refined = refine_within_bound(st, found, [], [], keep=refine)
+        to_refine, skip = refined, ()
+    else:
+        to_refine, probed = _probe_vpp(st, found, refine)
+        skip = ("vpp",) if probed else ()
+        refined = [refine_candidate(c, ev, ladder, fixed_layout, rej, skip=skip) for c in to_refine]
     chosen = {dataclasses.replace(c.parallel, vpp=1) for c in to_refine}
     extra: list[Candidate] = []
     for c in found:
         if c.parallel not in chosen and all(x.parallel.cp != c.parallel.cp for x in to_refine + extra):
             extra.append(c)
-    skip = ("vpp",) if probed else ()
-    refined = [refine_candidate(c, ev, ladder, fixed_layout, rej, skip=skip) for c in to_refine]
     refined += [refine_candidate(c, ev, ladder, fixed_layout, rej, only=("cp_comm",)) for c in extra]
-    if exact:
-        refined += refine_within_bound(st, found, to_refine, refined)
     everything = {(candidate_signature(c)): c for c in refined + found}
     return sorted(everything.values(), key=Candidate.key), ev.evaluated - before
 
 
+def _layout_key(c: Candidate) -> tuple:
+    """A phase-one layout as refinement keeps it: its sizes at VPP 1 and its micro-batch size."""
+    return (dataclasses.replace(c.parallel, vpp=1), c.data["training"]["micro_batch_size"])
+
+
+def _entry_threshold(best_of: dict[tuple, float], keep: int) -> float:
+    """Tokens/s/GPU a layout must exceed to matter to the ranking: the ``keep``-th best throughput
+    found so far (each layout at its best; 0 while fewer are found), and no more than the tie margin
+    below the best (a layout within :data:`TIE_FRACTION` of the fastest may lead as the simpler one,
+    :func:`moeplan.plan.candidates.simplest_leads`)."""
+    top = heapq.nlargest(keep, best_of.values())
+    if not top:
+        return 0.0
+    kth = top[-1] if len(top) >= keep else 0.0
+    return min(kth, (1 - TIE_FRACTION) * top[0])
+
+
 def refine_within_bound(
-    st: SearchSetup, found: list[Candidate], done: list[Candidate], refined: list[Candidate]
+    st: SearchSetup, found: list[Candidate], done: list[Candidate], refined: list[Candidate], keep: int = 1
 ) -> list[Candidate]:
     """Refine, over every knob family, each layout of ``found`` not refined in full yet (``done``) whose
-    throughput bounds exceed the best throughput found so far: in order of the compute floor's bound
-    (:func:`moeplan.plan.bounds.throughput_bound`), the first at or below the best ends the pass (no
-    later layout can win); a layout whose knob bound (:func:`moeplan.plan.bounds.refined_bound`, at its
-    memory floor, :func:`memory_floor_rungs`) is at or below the best is passed over, and a refinement
-    stops once the bound of the families it has left falls there. With this pass the search is exact over
-    the layouts phase one fitted: a layout that refines to the fastest is refined however low it
-    ranked at the default knobs (Qwen3-30B-A3B at 128K on 32 H100: TP8 CP2 EP16, 2,389 tokens/s/GPU
-    with DeepEP and EP overlap, ranked below the 16 refined by default). Returns the refined layouts."""
-    seen = {(dataclasses.replace(c.parallel, vpp=1), c.data["training"]["micro_batch_size"]) for c in done}
-    best = max((c.tokens_per_s_per_gpu for c in refined + found), default=0.0)
+    throughput bounds exceed the entry threshold (:func:`_entry_threshold`: the ``keep``-th best found
+    so far, at most the tie margin below the best): in order of the compute floor's bound
+    (:func:`moeplan.plan.bounds.throughput_bound`), the first at or below the threshold ends the pass
+    (no later layout can enter the ``keep`` best); a layout whose knob bound
+    (:func:`moeplan.plan.bounds.refined_bound`, at its memory floor, :func:`memory_floor_rungs`) is at
+    or below it is passed over, and a refinement stops once the bound of the families it has left falls
+    there. The threshold only rises, so a layout passed over could not have entered later either; the
+    ranking's ``keep`` best are therefore exact over the layouts phase one fitted: a layout that refines
+    to the fastest is refined however low it ranked at the default knobs (Qwen3-30B-A3B at 128K on 32
+    H100: TP8 CP2 EP16, 2,389 tokens/s/GPU with DeepEP and EP overlap, ranked 17th or lower at the
+    default knobs). Returns the refined layouts, in the order refined."""
+    seen = {_layout_key(c) for c in done}
+    best_of: dict[tuple, float] = {}
+    for c in refined + found:
+        k = _layout_key(c)
+        best_of[k] = max(best_of.get(k, 0.0), c.tokens_per_s_per_gpu)
     bounds = st.bounds
-    pool = [
-        c for c in found if (dataclasses.replace(c.parallel, vpp=1), c.data["training"]["micro_batch_size"]) not in seen
-    ]
-    ranked = sorted(pool, key=lambda c: (-bounds(c), Candidate.key(c)))
+    pool = [c for c in found if _layout_key(c) not in seen]
+    # the best at the default knobs first (the threshold rises sooner), then by bound
+    ranked = pool[:keep] + sorted(pool[keep:], key=lambda c: (-bounds(c), Candidate.key(c)))
     out: list[Candidate] = []
     gpu = st.gpu
-    for c in ranked:
-        if bounds(c) <= best:
-            break
+    for i, c in enumerate(ranked):
+        need = _entry_threshold(best_of, keep)
+        if bounds(c) <= need:
+            if i >= keep:
+                break
+            continue
         families, rungs = knob_families(c, st.fixed_layout, gpu), memory_floor_rungs(st, c)
-        if refined_bound(c.scenario, families, st.ev.constants, rungs) <= best:
+        if refined_bound(c.scenario, families, st.ev.constants, rungs) <= need:
             st.bounded_out += 1
             continue
 
-        def lost(cur: Candidate, left: list, rungs: list[dict] = rungs, best: float = best) -> bool:
-            # the variant so far and every one the families left can reach are no faster than the best
-            bound = refined_bound(cur.scenario, left, st.ev.constants, rungs)
-            return cur.tokens_per_s_per_gpu <= best and bound <= best
+        def lost(cur: Candidate, left: list, rungs: list[dict] = rungs, need: float = need) -> bool:
+            # the variant so far and every one the families left can reach stay at or below the threshold
+            return cur.tokens_per_s_per_gpu <= need and refined_bound(cur.scenario, left, st.ev.constants, rungs) <= need
 
         r = refine_candidate(c, st.ev, st.ladder, st.fixed_layout, st.rej, stop=lost)
         out.append(r)
-        best = max(best, r.tokens_per_s_per_gpu)
+        best_of[_layout_key(c)] = max(best_of[_layout_key(c)], r.tokens_per_s_per_gpu)
     return out
 
 

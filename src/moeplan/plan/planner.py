@@ -205,7 +205,7 @@ def plan(
     min_dp: int = 1,
     headroom_gib: float | None = None,
     train_tokens: float | None = None,
-    refine: int = 16,
+    refine: int = 1,
     constants=None,
     progress=None,
     objective: str = "throughput",
@@ -218,6 +218,8 @@ def plan(
             every ``layout`` key given is held fixed).
         top: candidates to keep (≥ 1).
         min_dp / headroom_gib: see :func:`moeplan.plan.search.search`.
+        refine: the ranking's first ``max(refine, top)`` places are exact: every layout whose throughput
+            bound could still place it there is refined (``search(exact=True)``). Default 1.
         train_tokens: report the time to train this many tokens (the ranking is the same: the GPU
             count is fixed, so time to train falls as tokens/s/GPU rises).
 
@@ -235,6 +237,7 @@ def plan(
             refine=max(refine, top),
             constants=constants,
             progress=progress,
+            exact=True,
         )
         base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
     notes = _rank_baselines(res, base_d)

@@ -81,19 +81,17 @@ def search(
             ``precision``); every ``layout`` key given is held fixed.
         min_dp: smallest data-parallel size accepted.
         headroom_gib: GiB kept free per GPU (default 5 % of usable HBM).
-        refine: how many of the best layouts are refined over VPP, dispatcher, graphs and CP comm
-            before the bounded pass (``exact``).
+        refine: without ``exact``, how many of the best layouts by un-refined throughput are refined
+            over VPP, dispatcher, graphs and CP comm; with it, how many of the ranking's first places
+            are exact (every layout that can still enter them is refined).
         progress: called with (done, total) over the enumeration.
         recipe_from: the request whose recipe fills the candidates get (default ``base``): a
             baseline's search holds more sizes than the request it serves, and with every core size
             held its own request would match a recipe row the main search's candidates never got
             (the same layout then predicted two ways, e.g. with and without a row's FP8 attention).
-        exact: after the ``refine`` best, refine every layout whose throughput bound can still beat the
-            best found (:func:`moeplan.plan.phases.refine_within_bound`). Default False: the ``refine``
-            best only. ``plan`` keeps it off: on the Megatron Bridge 26.06 runs the exact pass lowered the
-            agreement with the published layouts (top-1 3 → 1, top-5 12 → 10 of 13; the layouts it adds
-            are ones the step-time model over-predicts) and costs about 1.5 s of CPU on DeepSeek-V3 at
-            1,024 H100 and 128K.
+        exact: refine every layout whose throughput bound can still enter the ``refine`` best
+            (:func:`moeplan.plan.phases.refine_within_bound`) instead of a fixed number of the best by
+            un-refined throughput. Default False (the baselines' quick held searches); ``plan`` turns it on.
 
     Returns:
         :class:`SearchResult`, candidates sorted by tokens/s/GPU (best first).
