@@ -610,3 +610,38 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
         return ScenarioInput.model_validate(clean)
     except ValidationError as exc:
         raise pydantic_to_input_error(exc) from None
+
+
+def layout_only_change(data: dict) -> bool:
+    """True when :func:`scenario_input_with` can build ``data``'s input from a template: ``layout`` and
+    ``training`` are mappings, every layout key is one moeplan models (nothing for
+    :func:`split_unmodelled` to move) and no ``unmodelled_keys`` are given."""
+    layout, training = data.get("layout"), data.get("training")
+    return (
+        isinstance(layout, dict)
+        and isinstance(training, dict)
+        and data.get("unmodelled_keys") is None
+        and all(k in LayoutSpec.model_fields for k in layout)
+    )
+
+
+def scenario_input_with(template: ScenarioInput, data: dict) -> ScenarioInput:
+    """The validated input of ``data`` built from ``template``, the input :func:`scenario_from_dict` gave
+    for a mapping equal to ``data`` in every section but ``layout`` and ``training`` (the planner's
+    candidates differ from their request only there): those two sections are checked and validated as
+    :func:`scenario_from_dict` checks them (plain values, layout bounds, known keys, nulls read as
+    unset) and laid over the template; the other sections are not validated again. Requires
+    :func:`layout_only_change`.
+
+    Raises:
+        InputError: a plain-value or layout-bound violation, as :func:`scenario_from_dict` raises it.
+        ValidationError: a value pydantic refuses (call :func:`scenario_from_dict` for the error it names).
+    """
+    for sec in data:  # in the mapping's order, as check_plain walks it
+        if sec in ("training", "layout"):
+            check_plain(data[sec], sec, 1)
+    _check_layout_values(data)
+    _check_unknown_keys({"training": data["training"], "layout": data["layout"]})
+    training = TrainingSpec.model_validate({k: v for k, v in data["training"].items() if v is not None})
+    layout = LayoutSpec.model_validate({k: v for k, v in data["layout"].items() if v is not None})
+    return template.model_copy(update={"training": training, "layout": layout})

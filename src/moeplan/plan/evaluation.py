@@ -12,15 +12,18 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from moeplan.errors import InputError
 from moeplan.inputs.provenance import RecipeProvenance
 from moeplan.inputs.resolved import Scenario
+from moeplan.inputs.schema import ScenarioInput, layout_only_change, scenario_from_dict, scenario_input_with
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import ThroughputEstimate, estimate_step
 from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, KNOB_KEYS, Candidate, Rejections
 from moeplan.plan.screening import RuleScreen
 from moeplan.plan.space import Parallel
-from moeplan.resolve.load import load_scenario
+from moeplan.resolve.defaults import resolve
 from moeplan.units import GIB_BYTES
 
 #: what :meth:`Evaluator.evaluate` finds: (rung label, data, scenario, memory, peak GiB of each rung tried)
@@ -52,6 +55,31 @@ class EvaluationCache:
         self.keep: list[object] = []
         #: the rule screen of every candidate (:class:`~moeplan.plan.screening.RuleScreen`)
         self.screen = RuleScreen()
+        #: validated inputs by every section but ``layout`` and ``training.micro_batch_size``
+        #: (:meth:`scenario_input`)
+        self._templates: dict[str, ScenarioInput] = {}
+
+    def scenario_input(self, data: dict) -> ScenarioInput:
+        """The validated input of a candidate mapping: built from the input of an earlier candidate of
+        the same request (:func:`moeplan.inputs.schema.scenario_input_with`: only its layout and training
+        sections validated), else validated in full (:func:`moeplan.inputs.schema.scenario_from_dict`).
+
+        Raises:
+            InputError: as :func:`moeplan.inputs.schema.scenario_from_dict`.
+        """
+        if not layout_only_change(data):
+            return scenario_from_dict(data)
+        rest = {k: v for k, v in data.items() if k != "layout"}
+        rest["training"] = {k: v for k, v in data["training"].items() if k != "micro_batch_size"}
+        key = json.dumps(rest, default=repr)
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = scenario_from_dict(data)
+            return template
+        try:
+            return scenario_input_with(template, data)
+        except ValidationError:
+            return scenario_from_dict(data)  # raises the error the whole mapping's validation names
 
     def resolve(self, data: dict, recipe_key: str, make) -> _Entry:
         """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` → (scenario, why) on a miss."""
@@ -116,8 +144,9 @@ class Evaluator:
         self._recipe_key = repr(recipe)
 
     def scenario(self, data: dict) -> Scenario:
-        """A candidate mapping resolved with the request's recipe fills (no row matched for it)."""
-        return load_scenario(data, recipe=self.recipe)
+        """A candidate mapping resolved with the request's recipe fills (no row matched for it), from
+        its validated input (:meth:`EvaluationCache.scenario_input`)."""
+        return resolve(self.cache.scenario_input(data), self.recipe)
 
     def fits(self, s: Scenario) -> tuple[bool, MemoryEstimate]:
         """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""

@@ -7,7 +7,7 @@ from typing import cast
 
 from moeplan.model.activations import layer_saved_keys
 from moeplan.model.kimi_k3_activations import attn_res_rows
-from moeplan.model.time.compute import layer_compute
+from moeplan.model.time.compute import LayerCompute, layer_compute
 from moeplan.model.time.context import StepContext, layer_cp_comm_type
 from moeplan.model.time.exchange import Exchange, cp_exchange, ep_exchange, tp_exchange
 from moeplan.model.time.launch import launch_overhead
@@ -67,12 +67,37 @@ def layer_time(ctx: StepContext, layer: int) -> LayerTime:
     return cast(LayerTime, hit)
 
 
+#: the key under which a context keeps its layers' compute terms (:func:`shared_layer_compute`)
+COMPUTE_CACHE = "_layer_computes"
+
+
+def shared_layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
+    """:func:`~moeplan.model.time.compute.layer_compute` of decoder layer ``layer``, once per
+    :func:`layer_time_key` for the contexts that share one record: each context has its own unless
+    it was given one (:func:`share_layer_computes`)."""
+    cache = ctx.__dict__.setdefault(COMPUTE_CACHE, {})
+    key = layer_time_key(ctx, layer)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = layer_compute(ctx, layer)
+    return cast(LayerCompute, hit)
+
+
+def share_layer_computes(source: StepContext, variants: list[StepContext]) -> None:
+    """Let ``variants`` use ``source``'s record of compute terms. Only for contexts that differ from
+    ``source`` in the dispatcher and the EP overlap fields (``dispatcher``, ``ep_overlap``,
+    ``ep_paired_share``), which :func:`~moeplan.model.time.compute.layer_compute` does not read."""
+    cache = source.__dict__.setdefault(COMPUTE_CACHE, {})
+    for v in variants:
+        v.__dict__[COMPUTE_CACHE] = cache
+
+
 def compute_layer_time(ctx: StepContext, layer: int) -> LayerTime:
     """Every term of decoder layer ``layer`` (0-based) for one microbatch on one rank (computed)."""
     m = ctx.model
     linear = m.attention_kinds[layer] == "linear"
     moe_layer = bool(m.moe_layers and m.moe_layers[layer])
-    comp = layer_compute(ctx, layer)
+    comp = shared_layer_compute(ctx, layer)
     ep = ep_exchange(ctx, comp) if moe_layer else Exchange()
     tp = tp_exchange(ctx, moe_layer, comp, layer)
     cp = cp_exchange(ctx, layer, comp)
