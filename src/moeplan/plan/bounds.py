@@ -38,7 +38,7 @@ from moeplan.model.time.context import (
     layer_cp_comm_type,
     step_context,
 )
-from moeplan.model.time.layer import layer_time, share_layer_computes
+from moeplan.model.time.layer import layer_time, share_dispatch_free_terms
 from moeplan.model.time.stage import stage_time
 from moeplan.structure.placement import stage_params, stage_plan
 
@@ -167,7 +167,7 @@ def _context_variants(ctx: StepContext, opts: dict[str, list[tuple[str, dict]]])
     for d in sorted(dispatchers):
         for on in sorted(overlaps):
             out.append(dataclasses.replace(free, dispatcher=d, ep_overlap=on, ep_paired_share=1.0 if on else 0.0))
-    share_layer_computes(ctx, out)  # the variants differ only in what the compute terms do not read
+    share_dispatch_free_terms(ctx, out)  # the variants differ only in what the compute terms do not read
     return out
 
 

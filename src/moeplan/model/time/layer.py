@@ -67,29 +67,33 @@ def layer_time(ctx: StepContext, layer: int) -> LayerTime:
     return cast(LayerTime, hit)
 
 
-#: the key under which a context keeps its layers' compute terms (:func:`shared_layer_compute`)
-COMPUTE_CACHE = "_layer_computes"
+#: the key under which a context keeps the terms of its layers that no dispatcher or EP overlap
+#: setting changes (:func:`dispatch_free_terms`)
+SHARED_TERMS = "_dispatch_free_terms"
 
 
-def shared_layer_compute(ctx: StepContext, layer: int) -> LayerCompute:
-    """:func:`~moeplan.model.time.compute.layer_compute` of decoder layer ``layer``, once per
-    :func:`layer_time_key` for the contexts that share one record: each context has its own unless
-    it was given one (:func:`share_layer_computes`)."""
-    cache = ctx.__dict__.setdefault(COMPUTE_CACHE, {})
+def dispatch_free_terms(ctx: StepContext, layer: int) -> tuple[LayerCompute, Exchange, Exchange, Exchange]:
+    """The terms of decoder layer ``layer`` that do not read the dispatcher or the EP overlap (its
+    compute, TP and CP exchanges, launch overhead), once per :func:`layer_time_key` for the contexts
+    that share one record: each context has its own unless it was given one (:func:`share_dispatch_free_terms`)."""
+    cache = ctx.__dict__.setdefault(SHARED_TERMS, {})
     key = layer_time_key(ctx, layer)
     hit = cache.get(key)
     if hit is None:
-        hit = cache[key] = layer_compute(ctx, layer)
-    return cast(LayerCompute, hit)
+        moe_layer = bool(ctx.model.moe_layers and ctx.model.moe_layers[layer])
+        comp = layer_compute(ctx, layer)
+        tp = tp_exchange(ctx, moe_layer, comp, layer)
+        hit = cache[key] = (comp, tp, cp_exchange(ctx, layer, comp), launch_overhead(ctx, moe_layer, layer))
+    return cast(tuple[LayerCompute, Exchange, Exchange, Exchange], hit)
 
 
-def share_layer_computes(source: StepContext, variants: list[StepContext]) -> None:
-    """Let ``variants`` use ``source``'s record of compute terms. Only for contexts that differ from
-    ``source`` in the dispatcher and the EP overlap fields (``dispatcher``, ``ep_overlap``,
-    ``ep_paired_share``), which :func:`~moeplan.model.time.compute.layer_compute` does not read."""
-    cache = source.__dict__.setdefault(COMPUTE_CACHE, {})
+def share_dispatch_free_terms(source: StepContext, variants: list[StepContext]) -> None:
+    """Let ``variants`` use ``source``'s record of :func:`dispatch_free_terms`. Only for contexts that
+    differ from ``source`` in ``dispatcher``, ``ep_overlap`` and ``ep_paired_share``: the layer
+    compute, TP and CP exchanges and launch overhead read none of them."""
+    cache = source.__dict__.setdefault(SHARED_TERMS, {})
     for v in variants:
-        v.__dict__[COMPUTE_CACHE] = cache
+        v.__dict__[SHARED_TERMS] = cache
 
 
 def compute_layer_time(ctx: StepContext, layer: int) -> LayerTime:
@@ -97,11 +101,8 @@ def compute_layer_time(ctx: StepContext, layer: int) -> LayerTime:
     m = ctx.model
     linear = m.attention_kinds[layer] == "linear"
     moe_layer = bool(m.moe_layers and m.moe_layers[layer])
-    comp = shared_layer_compute(ctx, layer)
+    comp, tp, cp, launch = dispatch_free_terms(ctx, layer)
     ep = ep_exchange(ctx, comp) if moe_layer else Exchange()
-    tp = tp_exchange(ctx, moe_layer, comp, layer)
-    cp = cp_exchange(ctx, layer, comp)
-    launch = launch_overhead(ctx, moe_layer, layer)
     parts = {
         "dense_gemm": comp.dense_gemm_s,
         "expert_gemm": comp.expert_gemm_s,
