@@ -40,6 +40,7 @@ from moeplan.model.time.context import (
 )
 from moeplan.model.time.layer import layer_time, share_dispatch_free_terms
 from moeplan.model.time.stage import stage_time
+from moeplan.rules import RULES
 from moeplan.structure.placement import stage_params, stage_plan
 
 #: the parts of a stage's microbatch time no knob reduces: the layers' GEMM FLOPs at the achieved rates
@@ -141,27 +142,52 @@ def knob_floor_s(
         sv = dataclasses.replace(s, layout=s.layout.model_copy(update=keys)) if keys else s
         ctx = step_context(sv, c, measured_gemm_fractions(gpu.id), None)
         for rung in rungs or [{}]:
-            ctxs += _context_variants(_with_recompute(ctx, rung), opts)
+            ctxs += _context_variants(_with_recompute(ctx, rung), opts, ep_overlap_allowed(rung))
     kinds = _layer_kinds(ctxs[0].model)
     total = min(sum(count * _layer_floor_s(x, layer) for layer, count in kinds.items()) for x in ctxs)
     base = ctxs[0]
     pp = s.pp
-    v_max = max([int(n[3:]) for n, _ in opts.get("vpp", [])] or [s.vpp])
+    v_max = max([int(n[3:]) for n, keys in opts.get("vpp", []) if interleaving_allowed(s, keys)] or [s.vpp])
     per_stage = total / pp
     _, release_factor = c.release(release_of(s))
     return (base.num_microbatches + (pp - 1) / v_max) * per_stage / release_factor
 
 
-def _context_variants(ctx: StepContext, opts: dict[str, list[tuple[str, dict]]]) -> list[StepContext]:
-    """``ctx`` with each dispatcher and EP-overlap option of
-    ``opts`` (the context's own when the family is not refined)."""
+#: the rule on interleaved schedules' microbatch counts; it reads the sizes, the batch and the
+#: microbatch group, which no knob refinement tries changes
+_INTERLEAVING_RULE = "batch.interleaved_microbatches"
+
+
+def interleaving_allowed(s: Scenario, keys: dict) -> bool:
+    """False when the VPP option ``keys`` (layout keys, as :func:`moeplan.plan.refinement.knob_families`
+    lists them) breaks rule ``batch.interleaved_microbatches`` for ``s``'s layout (megatron-core
+    ``pipeline_parallel/schedules.py``: interleaving needs at least PP microbatches and a microbatch
+    group that divides them): then every variant with it is rejected, whatever the other knobs."""
+    if (keys.get("virtual_pipeline_model_parallel_size") or 1) <= 1:
+        return True
+    sv = dataclasses.replace(s, layout=s.layout.model_copy(update=keys))
+    return not any(f.severity == "error" for f in RULES[_INTERLEAVING_RULE].check(sv))
+
+
+def ep_overlap_allowed(rung: dict) -> bool:
+    """False when the recompute setting ``rung`` (layout keys) rules EP A2A overlap out: full recompute,
+    or a recompute method or layer count (rule ``moe.ep_overlap_requirements``, from megatron-core
+    ``transformer_config.py`` and Megatron Bridge ``comm_overlap.py``); a variant with it on is rejected."""
+    return not (rung.get("recompute_granularity") == "full" or rung.get("recompute_method") or rung.get("recompute_num_layers"))
+
+
+def _context_variants(
+    ctx: StepContext, opts: dict[str, list[tuple[str, dict]]], overlap_allowed: bool = True
+) -> list[StepContext]:
+    """``ctx`` with each dispatcher and EP-overlap option of ``opts`` (the context's own when the family
+    is not refined; the overlap options only where ``overlap_allowed``)."""
     free = ctx
     dispatchers = {ctx.dispatcher}
     for _, keys in opts.get("dispatcher", []):
         flex = keys.get("moe_token_dispatcher_type") == "flex"
         dispatchers.add((keys.get("moe_flex_dispatcher_backend") or "deepep") if flex else "alltoall")
     overlaps = {ctx.ep_overlap}
-    if "ep_overlap" in opts:
+    if "ep_overlap" in opts and overlap_allowed:
         overlaps |= {bool(keys.get("overlap_moe_expert_parallel_comm")) for _, keys in opts["ep_overlap"]}
     out = []
     for d in sorted(dispatchers):
