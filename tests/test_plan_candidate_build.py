@@ -42,7 +42,7 @@ def _same_input(a, b) -> None:
 
 def test_candidate_inputs_built_from_the_request_equal_the_whole_mapping_validated():
     cache = EvaluationCache()
-    first = cache.scenario_input(_with())
+    first = cache.scenario_input(_with(), cache.request_key(_with()))
     _same_input(first, scenario_from_dict(_with()))
     for layout, mbs in [
         ({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}, 1),
@@ -51,11 +51,11 @@ def test_candidate_inputs_built_from_the_request_equal_the_whole_mapping_validat
     ]:
         data = _with(layout, mbs)
         assert layout_only_change(data)
-        _same_input(cache.scenario_input(data), scenario_from_dict(data))
+        _same_input(cache.scenario_input(data, cache.request_key(data)), scenario_from_dict(data))
     # a null reads as unset in both: the key is not among the stated ones
     assert (
         "recompute_granularity"
-        not in cache.scenario_input(_with({"recompute_granularity": None})).layout.model_fields_set
+        not in cache.scenario_input(_with({"recompute_granularity": None}), cache.request_key(_with())).layout.model_fields_set
     )
 
 
@@ -68,9 +68,9 @@ def test_candidate_inputs_built_from_the_request_equal_the_whole_mapping_validat
 )
 def test_a_bad_candidate_layout_names_the_field_the_whole_mapping_names(layout, field):
     cache = EvaluationCache()
-    cache.scenario_input(_with())  # the request's input, the template of the next
+    cache.scenario_input(_with(), cache.request_key(_with()))  # the request's input, the template of the next
     with pytest.raises(InputError) as built:
-        cache.scenario_input(_with(layout))
+        cache.scenario_input(_with(layout), cache.request_key(_with(layout)))
     with pytest.raises(InputError) as whole:
         scenario_from_dict(_with(layout))
     assert built.value.field == whole.value.field == field

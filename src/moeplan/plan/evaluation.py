@@ -21,6 +21,7 @@ from moeplan.inputs.schema import ScenarioInput, layout_only_change, scenario_fr
 from moeplan.model.memory import MemoryEstimate, estimate_memory
 from moeplan.model.step import ThroughputEstimate, estimate_step
 from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, KNOB_KEYS, Candidate, Rejections
+from moeplan.plan.rule_memo import RuleMemo
 from moeplan.plan.screening import RuleScreen
 from moeplan.plan.space import Parallel
 from moeplan.resolve.defaults import resolve
@@ -58,20 +59,31 @@ class EvaluationCache:
         #: validated inputs by every section but ``layout`` and ``training.micro_batch_size``
         #: (:meth:`scenario_input`)
         self._templates: dict[str, ScenarioInput] = {}
+        #: each request's rule memo (:meth:`rule_memo`)
+        self._memos: dict[str, RuleMemo] = {}
 
-    def scenario_input(self, data: dict) -> ScenarioInput:
-        """The validated input of a candidate mapping: built from the input of an earlier candidate of
-        the same request (:func:`moeplan.inputs.schema.scenario_input_with`: only its layout and training
-        sections validated), else validated in full (:func:`moeplan.inputs.schema.scenario_from_dict`).
+    @staticmethod
+    def request_key(data: dict) -> str | None:
+        """What a candidate mapping shares with the other candidates of its request: every section but
+        ``layout`` and ``training.micro_batch_size``, as text; None when its input cannot be built from
+        another's (:func:`moeplan.inputs.schema.layout_only_change`)."""
+        if not layout_only_change(data):
+            return None
+        rest = {k: v for k, v in data.items() if k != "layout"}
+        rest["training"] = {k: v for k, v in data["training"].items() if k != "micro_batch_size"}
+        return json.dumps(rest, default=repr)
+
+    def scenario_input(self, data: dict, key: str | None) -> ScenarioInput:
+        """The validated input of a candidate mapping (``key``: its :meth:`request_key`): built from the
+        input of an earlier candidate of the same request (:func:`moeplan.inputs.schema.scenario_input_with`:
+        only its layout and training sections validated), else validated in full
+        (:func:`moeplan.inputs.schema.scenario_from_dict`).
 
         Raises:
             InputError: as :func:`moeplan.inputs.schema.scenario_from_dict`.
         """
-        if not layout_only_change(data):
+        if key is None:
             return scenario_from_dict(data)
-        rest = {k: v for k, v in data.items() if k != "layout"}
-        rest["training"] = {k: v for k, v in data["training"].items() if k != "micro_batch_size"}
-        key = json.dumps(rest, default=repr)
         template = self._templates.get(key)
         if template is None:
             template = self._templates[key] = scenario_from_dict(data)
@@ -80,6 +92,13 @@ class EvaluationCache:
             return scenario_input_with(template, data)
         except ValidationError:
             return scenario_from_dict(data)  # raises the error the whole mapping's validation names
+
+    def rule_memo(self, key: str | None) -> RuleMemo | None:
+        """The rule memo of the request ``key`` names (:class:`~moeplan.plan.rule_memo.RuleMemo`); None
+        for a mapping without a request key."""
+        if key is None:
+            return None
+        return self._memos.setdefault(key, RuleMemo())
 
     def resolve(self, data: dict, recipe_key: str, make) -> _Entry:
         """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` → (scenario, why) on a miss."""
@@ -143,10 +162,10 @@ class Evaluator:
         self.cache.keep.append(constants)  # its id keys the step estimates: it must outlive the cache
         self._recipe_key = repr(recipe)
 
-    def scenario(self, data: dict) -> Scenario:
+    def scenario(self, data: dict, key: str | None = None) -> Scenario:
         """A candidate mapping resolved with the request's recipe fills (no row matched for it), from
-        its validated input (:meth:`EvaluationCache.scenario_input`)."""
-        return resolve(self.cache.scenario_input(data), self.recipe)
+        its validated input (:meth:`EvaluationCache.scenario_input`; ``key``: its request key)."""
+        return resolve(self.cache.scenario_input(data, key), self.recipe)
 
     def fits(self, s: Scenario) -> tuple[bool, MemoryEstimate]:
         """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""
@@ -242,12 +261,13 @@ class Evaluator:
 
     def _checked(self, d: dict) -> tuple[Scenario | None, str | None]:
         """``d`` resolved and checked: (scenario, None), or (None, the first broken rule or input field)."""
+        key = self.cache.request_key(d)
         try:
-            s = self.scenario(d)
+            s = self.scenario(d, key)
         except InputError as exc:
             return None, f"input: {exc.field}"
         # the first broken rule, else a confirmed hang, crash or assertion at the stated versions
-        why = self.cache.screen.why_rejected(s)
+        why = self.cache.screen.why_rejected(s, self.cache.rule_memo(key))
         return (None, why) if why else (s, None)
 
     def _faster_alternative(self, best: Found, data: dict) -> Found:

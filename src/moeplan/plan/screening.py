@@ -25,6 +25,7 @@ from collections.abc import Hashable
 from moeplan.catalog.known_issue_table import KnownIssue, get_known_issue, known_issues
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.versions import ResolvedVersions
+from moeplan.plan.rule_memo import RuleMemo
 from moeplan.rules import validate
 
 #: the harvested known-issue families: warnings only, one trigger per harvested entry
@@ -72,11 +73,15 @@ class RuleScreen:
             self.affected[key] = got
         return got
 
-    def why_rejected(self, s: Scenario) -> str | None:
+    def why_rejected(self, s: Scenario, memo: RuleMemo | None = None) -> str | None:
         """The rule id that rejects ``s``: the first error by rule id (the known-issue database's
         guaranteed failures included), else the first known issue to avoid by rule id; None when
-        nothing rejects it."""
-        errors = [f.rule_id for f in validate(s, skip=SCREEN_SKIPPED_RULES).errors]
+        nothing rejects it. ``memo``: the rules' errors remembered for ``s``'s request
+        (:class:`~moeplan.plan.rule_memo.RuleMemo`); None: every rule run."""
+        if memo is not None:
+            errors = memo.errors(s, SCREEN_SKIPPED_RULES)
+        else:
+            errors = [f.rule_id for f in validate(s, skip=SCREEN_SKIPPED_RULES).errors]
         hits = [k for k in self.rejecting_entries(s.versions) if k.triggered(s)]
         errors += [k.rule_id for k in hits if k.severity == "error"]
         if errors:
