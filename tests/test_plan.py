@@ -276,11 +276,15 @@ def test_more_hbm_raises_the_chosen_cp_only_among_near_ties(case, extra):
         assert held is not None and b.tokens_per_s_per_gpu <= 1.05 * held.tokens_per_s_per_gpu
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="search miss: refining only the 16 best layouts by un-refined throughput, Qwen3-30B-A3B at 128K on 32 "
+    "H100 plans TP8 CP1 EP8 at about 2,280 tokens/s/GPU while the same search with CP held at 2 finds TP8 CP2 EP16 "
+    "at about 2,389 (+4.8 %); the exact search finds it (plan(exact=True), test below) but plan keeps it off: "
+    "on the published runs it lowers the agreement with the published layouts from 100 to 86 of 113 "
+    "(moeplan.plan.planner.plan)",
+)
 def test_the_free_search_finds_the_best_cp_of_qwen3_30b_at_128k_on_32_h100():
-    """Qwen3-30B-A3B at 128K on 32 H100: TP8 CP2 EP16 refines to about 2,389 tokens/s/GPU (DeepEP, EP
-    overlap) from below the 16 best at the default knobs, where TP8 CP1 EP8 plans about 2,280; the plan
-    refines every layout whose throughput bound can still place it first, so the free search finds what
-    the search with CP held at 2 finds."""
     from moeplan import get_gpu
 
     hbm = {"usable_hbm_gib": get_gpu("h100").usable_hbm_gib}
@@ -288,6 +292,23 @@ def test_the_free_search_finds_the_best_cp_of_qwen3_30b_at_128k_on_32_h100():
     held = _best(hbm, 131072, QWEN30, 32, {"context_parallel_size": 2})
     assert free is not None and held is not None
     assert free.tokens_per_s_per_gpu >= held.tokens_per_s_per_gpu / 1.02
+
+
+def test_the_exact_plan_finds_the_best_cp_of_qwen3_30b_at_128k_on_32_h100():
+    """plan(exact=True) refines every layout whose throughput bound can still place it first
+    (moeplan.plan.phases.refine_within_bound): TP8 CP2 EP16 refines to about 2,389 tokens/s/GPU (DeepEP,
+    EP overlap) from below the 16 best at the default knobs, so the free plan finds what the plan with CP
+    held at 2 finds."""
+    from moeplan import get_gpu
+
+    def best(layout: dict) -> float:
+        data = _req(QWEN30, n=32, seq=131072, gbs=64, layout=layout)
+        data["system"]["gpu_overrides"] = {"usable_hbm_gib": get_gpu("h100").usable_hbm_gib}
+        res = plan(data, top=1, exact=True)
+        assert res.candidates
+        return res.candidates[0].tokens_per_s_per_gpu
+
+    assert best({}) >= best({"context_parallel_size": 2}) / 1.02
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ and where each came from (the user, or a container release's table row).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,8 +132,14 @@ def release_version(v: Version | None, default: str) -> Version:
     Raises:
         packaging.version.InvalidVersion: ``default`` is not PEP 440 (a moeplan constant).
     """
-    if v is None:
-        v = Version(default)
+    return _release_of(v if v is not None else default)
+
+
+@functools.lru_cache(maxsize=256)
+def _release_of(v: Version | str) -> Version:
+    """:func:`release_version` of one version (or version text), computed once per version."""
+    if isinstance(v, str):
+        v = Version(v)
     major, minor, micro = (*v.release, 0, 0)[:3]
     return Version(f"{major}.{minor}.{micro}")
 

@@ -7,6 +7,7 @@ lists which values were used.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 #: CUDA context, cuBLAS/cuDNN handles and the kernels PyTorch, TE and NCCL load: not visible to the
@@ -53,7 +54,21 @@ class Overheads:
 
 
 def resolve_overheads(user: dict | None, expandable_segments: bool = False) -> Overheads:
-    """Defaults overlaid with the scenario's ``overheads:`` values (None = keep the default)."""
+    """Defaults overlaid with the scenario's ``overheads:`` values (None = keep the default); one
+    :class:`Overheads` (frozen) per distinct values and allocator setting."""
+    key = tuple(sorted((user or {}).items(), key=lambda kv: str(kv[0])))
+    try:
+        return _resolved_overheads(key, expandable_segments)
+    except TypeError:  # a value that cannot key a cache: computed as is
+        return _resolve_overheads(user, expandable_segments)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved_overheads(items: tuple, expandable_segments: bool) -> Overheads:
+    return _resolve_overheads(dict(items), expandable_segments)
+
+
+def _resolve_overheads(user: dict | None, expandable_segments: bool) -> Overheads:
     vals = {k: v for k, v in (user or {}).items() if v is not None}
     base = Overheads()
     if expandable_segments and "fragmentation_fraction" not in vals:

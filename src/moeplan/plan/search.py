@@ -91,7 +91,7 @@ def search(
             (the same layout then predicted two ways, e.g. with and without a row's FP8 attention).
         exact: refine every layout whose throughput bound can still enter the ``refine`` best
             (:func:`moeplan.plan.phases.refine_within_bound`) instead of a fixed number of the best by
-            un-refined throughput. Default False (the baselines' quick held searches); ``plan`` turns it on.
+            un-refined throughput. Default False, as ``plan`` (``plan(exact=True)`` turns it on).
 
     Returns:
         :class:`SearchResult`, candidates sorted by tokens/s/GPU (best first).
