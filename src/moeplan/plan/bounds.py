@@ -173,7 +173,9 @@ def ep_overlap_allowed(rung: dict) -> bool:
     """False when the recompute setting ``rung`` (layout keys) rules EP A2A overlap out: full recompute,
     or a recompute method or layer count (rule ``moe.ep_overlap_requirements``, from megatron-core
     ``transformer_config.py`` and Megatron Bridge ``comm_overlap.py``); a variant with it on is rejected."""
-    return not (rung.get("recompute_granularity") == "full" or rung.get("recompute_method") or rung.get("recompute_num_layers"))
+    return not (
+        rung.get("recompute_granularity") == "full" or rung.get("recompute_method") or rung.get("recompute_num_layers")
+    )
 
 
 def _context_variants(

@@ -169,10 +169,10 @@ def refine_phase(
     before = ev.evaluated
     if exact:
         refined = refine_within_bound(st, found, [], [], keep=refine)
-        to_refine, skip = refined, ()
+        to_refine = refined
     else:
         to_refine, probed = _probe_vpp(st, found, refine)
-        skip = ("vpp",) if probed else ()
+        skip: tuple[str, ...] = ("vpp",) if probed else ()
         refined = [refine_candidate(c, ev, ladder, fixed_layout, rej, skip=skip) for c in to_refine]
     chosen = {dataclasses.replace(c.parallel, vpp=1) for c in to_refine}
     extra: list[Candidate] = []
@@ -240,7 +240,8 @@ def refine_within_bound(
 
         def lost(cur: Candidate, left: list, rungs: list[dict] = rungs, need: float = need) -> bool:
             # the variant so far and every one the families left can reach stay at or below the threshold
-            return cur.tokens_per_s_per_gpu <= need and refined_bound(cur.scenario, left, st.ev.constants, rungs) <= need
+            bound = refined_bound(cur.scenario, left, st.ev.constants, rungs)
+            return cur.tokens_per_s_per_gpu <= need and bound <= need
 
         r = refine_candidate(c, st.ev, st.ladder, st.fixed_layout, st.rej, stop=lost)
         out.append(r)

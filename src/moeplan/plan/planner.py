@@ -218,16 +218,7 @@ def plan(
             ``training.seq_length``; optional ``global_batch_size``, ``micro_batch_size``, ``precision``;
             every ``layout`` key given is held fixed).
         top: candidates to keep (≥ 1).
-        min_dp / headroom_gib: see :func:`moeplan.plan.search.search`.
-        refine: how many of the best layouts by un-refined throughput are refined (at least ``top``);
-            with ``exact``, how many of the ranking's first places are exact.
-        exact: refine every layout whose throughput bound could still place it among the first
-            ``max(refine, top)`` (``search(exact=True)``) instead of the best by un-refined throughput.
-            Default False: on the published Megatron Bridge runs (``docs/plan_quality.md``) the exact
-            search lowers the agreement with the published layouts from 100 to 86 of 113 (the layouts
-            it finds are ones the step-time model over-predicts: gpt-oss-120b on 64 H100 at 4K, TP1 PP1
-            EP32 with DeepEP, EP overlap and TE graphs at 9,373 tokens/s/GPU against the published TP1
-            PP4 EP8 at 7,843).
+        min_dp / headroom_gib / refine / exact: see :func:`moeplan.plan.search.search` (``refine`` ≥ ``top``).
         train_tokens: report the time to train this many tokens (the ranking is the same: the GPU
             count is fixed, so time to train falls as tokens/s/GPU rises).
 
@@ -238,15 +229,8 @@ def plan(
         raise InputError("--top", top, "an integer ≥ 1")
     t0 = time.perf_counter()
     with evaluation_cache():  # the baselines' searches re-evaluate layouts the main search has
-        res = search(
-            base,
-            min_dp=min_dp,
-            headroom_gib=headroom_gib,
-            refine=max(refine, top),
-            constants=constants,
-            progress=progress,
-            exact=exact,
-        )
+        ask = {"min_dp": min_dp, "headroom_gib": headroom_gib, "constants": constants, "progress": progress}
+        res = search(base, refine=max(refine, top), exact=exact, **ask)
         base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
     notes = _rank_baselines(res, base_d)
     expl = explain_winner(res)

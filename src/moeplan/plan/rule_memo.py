@@ -163,7 +163,7 @@ def _watched_names(cls: type) -> tuple[str, ...]:
     """The attributes of a section class a run may read and be remembered by: its fields and its
     properties (not pydantic's own)."""
     props = [n for n in dir(cls) if isinstance(getattr(cls, n, None), property) and not n.startswith(("_", "model_"))]
-    return tuple(cls.model_fields) + tuple(props)
+    return tuple(getattr(cls, "model_fields", ())) + tuple(props)
 
 
 def _watched_of(cls: type) -> tuple[str, ...]:
@@ -180,7 +180,7 @@ def _section_values(s: Scenario) -> dict[str, dict[str, object]]:
     parts = (("layout", s.layout), ("training", s.training), ("input.layout", s.input.layout))
     for name, sec in (*parts, ("input.training", s.input.training)):
         values = dict(sec.__dict__)
-        for attr in _watched_of(type(sec))[len(type(sec).model_fields) :]:  # the properties
+        for attr in _watched_of(type(sec))[len(type(sec).model_fields) :]:  # the properties (after the fields)
             values[attr] = getattr(sec, attr)
         out[name] = values
     return out
@@ -278,7 +278,7 @@ class RuleMemo:
         try:
             got = _run(r, _watched(s, watch))
         except Exception:  # a stand-in the rule cannot use: run it on the scenario itself, every time
-            watch.unwatched = True
+            watch.unwatched, got = True, ()
         if watch.unwatched:  # from now on run on the scenario itself (this once too)
             memo.unwatchable = True
             return _run(r, s), None
