@@ -218,7 +218,7 @@ def plan(
             ``training.seq_length``; optional ``global_batch_size``, ``micro_batch_size``, ``precision``;
             every ``layout`` key given is held fixed).
         top: candidates to keep (≥ 1).
-        min_dp / headroom_gib / refine / exact: see :func:`moeplan.plan.search.search` (``refine`` ≥ ``top``).
+        min_dp / headroom_gib / refine / exact: see :func:`moeplan.plan.search.search` (``exact``: the ``top`` exact).
         train_tokens: report the time to train this many tokens (the ranking is the same: the GPU
             count is fixed, so time to train falls as tokens/s/GPU rises).
 
@@ -230,7 +230,7 @@ def plan(
     t0 = time.perf_counter()
     with evaluation_cache():  # the baselines' searches re-evaluate layouts the main search has
         ask = {"min_dp": min_dp, "headroom_gib": headroom_gib, "constants": constants, "progress": progress}
-        res = search(base, refine=max(refine, top), exact=exact, **ask)
+        res = search(base, refine=top if exact else max(refine, top), exact=exact, **ask)
         base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
     notes = _rank_baselines(res, base_d)
     expl = explain_winner(res)
