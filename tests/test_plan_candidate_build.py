@@ -55,7 +55,9 @@ def test_candidate_inputs_built_from_the_request_equal_the_whole_mapping_validat
     # a null reads as unset in both: the key is not among the stated ones
     assert (
         "recompute_granularity"
-        not in cache.scenario_input(_with({"recompute_granularity": None}), cache.request_key(_with())).layout.model_fields_set
+        not in cache.scenario_input(
+            _with({"recompute_granularity": None}), cache.request_key(_with())
+        ).layout.model_fields_set
     )
 
 
@@ -119,3 +121,25 @@ def test_ep_overlap_is_left_out_of_the_knob_floor_only_at_full_or_layer_wise_rec
     assert not ep_overlap_allowed({"recompute_granularity": None, "recompute_method": "block"})
     assert ep_overlap_allowed({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]})
     assert ep_overlap_allowed({})
+
+
+def test_the_collector_is_paused_inside_nested_blocks_and_restored_as_found():
+    import gc
+
+    from moeplan.plan.evaluation import collector_paused
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with collector_paused():
+            assert not gc.isenabled()
+            with collector_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the outer block still runs
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -136,6 +138,34 @@ def evaluation_cache() -> Iterator[EvaluationCache]:
         yield cache
     finally:
         _ACTIVE.reset(token)
+
+
+_PAUSE = threading.Lock()
+#: [blocks inside :func:`collector_paused`, whether the collector was on when the first began]
+_PAUSED: list = [0, False]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the block runs, and restored after (nested and
+    concurrent blocks are counted: the state the first found is restored when the last ends).
+
+    A plan allocates a great many short-lived objects and creates no reference cycles (a collection
+    after a DeepSeek-V3 plan at 128K on 1,024 H100 finds nothing to free); reference counting frees
+    them all, while the collector's passes over every long-lived object (the catalogs, the caches)
+    cost about a sixth of the plan's CPU time (0.35 of 2.07 s on that plan)."""
+    with _PAUSE:
+        if _PAUSED[0] == 0:
+            _PAUSED[1] = gc.isenabled()
+            gc.disable()
+        _PAUSED[0] += 1
+    try:
+        yield
+    finally:
+        with _PAUSE:
+            _PAUSED[0] -= 1
+            if _PAUSED[0] == 0 and _PAUSED[1]:
+                gc.enable()
 
 
 def active_cache() -> EvaluationCache:

@@ -10,7 +10,7 @@ from moeplan.errors import InputError
 from moeplan.i18n.messages import Items, msg
 from moeplan.model.step import estimate_step
 from moeplan.plan.baseline import differs, rule_of_thumb_baseline
-from moeplan.plan.evaluation import evaluation_cache
+from moeplan.plan.evaluation import collector_paused, evaluation_cache
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search, simplest_leads
@@ -228,7 +228,7 @@ def plan(
     if top < 1:
         raise InputError("--top", top, "an integer ≥ 1")
     t0 = time.perf_counter()
-    with evaluation_cache():  # the baselines' searches re-evaluate layouts the main search has
+    with evaluation_cache(), collector_paused():  # the baselines' searches re-evaluate the main search's layouts
         ask = {"min_dp": min_dp, "headroom_gib": headroom_gib, "constants": constants, "progress": progress}
         res = search(base, refine=top if exact else max(refine, top), exact=exact, **ask)
         base_d = rule_of_thumb_baseline(res, base, constants, min_dp=min_dp, headroom_gib=headroom_gib)
