@@ -229,39 +229,56 @@ class RuleMemo:
     and training sections changed.
 
     Each scenario is compared with the one answered before it: a rule whose last path read nothing that
-    differs between the two keeps its answer; any other looks its reads up in its tables, else runs."""
+    differs between the two keeps its answer (found through an index of the rules by what their last
+    path read); any other looks its reads up in its tables, else runs."""
 
     def __init__(self) -> None:
         self._rules: dict[str, _RuleTables] = {}
+        #: the scenario answered last: its values and stated keys, per rule (errors, reads of its path)
         self._last: _Seen | None = None
+        #: a read → the rules whose last path made it; the rules whose last run was not watched
+        self._by_read: dict[Read, set[str]] = {}
+        self._always: set[str] = set()
+        self._skip: frozenset[str] | None = None
         self.runs = 0
         self.hits = 0
 
     def errors(self, s: Scenario, skip: frozenset[str]) -> list[str]:
-        """The rule ids of the error findings every rule not in ``skip`` gives ``s``, in rule order
-        (what ``validate(s, skip).errors`` lists, as ids)."""
+        """The rule ids of the error findings every rule not in ``skip`` gives ``s`` (what
+        ``validate(s, skip).errors`` lists, as ids; not in its order)."""
         if s.recipe is not None:
             return [rid for r in RULES.values() if r.rule_id not in skip for rid in _run(r, s)]
-        seen = _Seen(_section_values(s), s.stated, {})
         last = self._last
-        changed: set[Read] = set()
-        if last is not None:
-            changed = _changed(seen.values, last.values)
-            changed |= {("stated", k) for k in seen.stated ^ last.stated}
-        out: list[str] = []
-        for r in RULES.values():
-            if r.rule_id in skip:
-                continue
-            before = last.rules.get(r.rule_id) if last is not None else None
-            if before is not None and before[1] is not None and before[1].isdisjoint(changed):
-                got = before
-                self.hits += 1
-            else:
-                got = self._rule_errors(r, s, seen)
-            seen.rules[r.rule_id] = got
-            out += got[0]
+        seen = _Seen(_section_values(s), s.stated, {})
+        if last is None or skip != self._skip:
+            self._skip, self._by_read, self._always = skip, {}, set()
+            todo = [r.rule_id for r in RULES.values() if r.rule_id not in skip]
+        else:
+            seen.rules = dict(last.rules)
+            changed = _changed(seen.values, last.values) | {("stated", k) for k in seen.stated ^ last.stated}
+            affected = set(self._always)
+            for x in changed:
+                affected |= self._by_read.get(x, set())
+            todo = sorted(affected)
+            self.hits += len(seen.rules) - len(todo)
+        for rid in todo:
+            self._remember(rid, seen, self._rule_errors(RULES[rid], s, seen))
         self._last = seen
-        return out
+        return [e for got in seen.rules.values() for e in got[0]]
+
+    def _remember(self, rid: str, seen: _Seen, got: tuple[tuple[str, ...], frozenset[Read] | None]) -> None:
+        """Record rule ``rid``'s answer for ``seen`` and index it by the reads of its path."""
+        old = seen.rules.get(rid)
+        if old is not None:
+            for x in old[1] if old[1] is not None else ():
+                self._by_read[x].discard(rid)
+            self._always.discard(rid)
+        seen.rules[rid] = got
+        if got[1] is None:
+            self._always.add(rid)
+        else:
+            for x in got[1]:
+                self._by_read.setdefault(x, set()).add(rid)
 
     def _rule_errors(self, r: Rule, s: Scenario, seen: _Seen) -> tuple[tuple[str, ...], frozenset[Read] | None]:
         """(the error rule ids rule ``r`` gives ``s``, the reads of the path it took; None: not watched)."""
