@@ -25,6 +25,7 @@ from moeplan.model.executed_flops import (
 )
 from moeplan.model.time.compute import sparse_core_rate
 from moeplan.model.time.context import attention_rate, step_context
+from moeplan.model.time.dsa_costs import fused_dsa_runs
 from moeplan.model.time.notes import dsa_notes, dsv4_kernel_notes
 from moeplan.structure.attention_kernels import sparse_mla_padded_heads
 
@@ -109,7 +110,7 @@ def test_dsv4_core_off_blackwell_keeps_the_dense_attention_rate():
     ctx = _ctx(V4, "h100", V4_LAYOUT)
     assert sparse_core_rate(ctx, 2) == attention_rate(ctx, "p2p")
     notes = dsv4_kernel_notes(ctx)
-    assert len(notes) == 1 and "at the dense attention rate" in notes[0]
+    assert len(notes) == 2 and "at the dense attention rate" in notes[0] and "hyper-connections" in notes[1]
     fused = dsv4_kernel_notes(_ctx(V4, "gb200", V4_LAYOUT))
     assert "1450 TFLOP/s on B200" in fused[0] and "820 TFLOP/s" in fused[0]
 
@@ -117,7 +118,12 @@ def test_dsv4_core_off_blackwell_keeps_the_dense_attention_rate():
 def test_padded_heads_multiply_the_dsa_core_time_and_are_noted():
     """DeepSeek-V3.2 at TP 8 on H100: 128 / 8 = 16 heads per rank, padded to 64, so the sparse core
     takes 64 / 16 = 4× the time it takes at its own heads (rate × 16/64); the notes say so."""
-    layout = {"tensor_model_parallel_size": 8, "sequence_parallel": True, "expert_model_parallel_size": 16}
+    layout = {
+        "tensor_model_parallel_size": 8,
+        "sequence_parallel": True,
+        "expert_model_parallel_size": 16,
+        "dsa_kernel_backend": "tilelang",  # the fused path (the default "none" runs the PyTorch fallback)
+    }
     ctx = _ctx(V32, "h100", layout)
     f = sparse_mla_fraction(ctx.gpu, ctx.seq_local, 2 * 512 + 64)
     assert sparse_core_rate(ctx, 5) == pytest.approx(989e12 * f * 16 / 64, rel=1e-9)
@@ -125,10 +131,15 @@ def test_padded_heads_multiply_the_dsa_core_time_and_are_noted():
 
 
 def test_dsa_core_without_a_sparse_kernel_takes_the_dense_model_at_absorbed_widths():
-    """A100 (Ampere): FlashMLA's sparse kernel needs SM90+, so megatron-core declines the fused path;
-    the core is timed with the dense attention model at the absorbed widths d_qk + d_v = 2·512 + 64
-    = 1088, and the note says no sparse-kernel figure exists for Ampere."""
-    ctx = _ctx(V32, "a100", {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 16})
+    """A100 (Ampere): FlashMLA's sparse kernel needs SM90+, so the selected backend's hooks decline and
+    megatron-core runs its PyTorch fallback, which the notes name; the sparse core's own rate on an
+    architecture without a sparse-kernel figure is the dense attention model at the absorbed widths
+    d_qk + d_v = 2·512 + 64 = 1088."""
+    layout = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 16, "dsa_kernel_backend": "tilelang"}
+    ctx = _ctx(V32, "a100", layout)
     peak = ctx.speeds.attention_flops_per_s
     assert sparse_core_rate(ctx, 5) == pytest.approx(peak * attention_fraction(ctx.gpu, ctx.seq_local, 1088))
-    assert any("no sparse-kernel figure for Ampere" in n for n in dsa_notes(ctx))
+    assert not fused_dsa_runs(ctx.s)
+    assert any("runs its PyTorch fallback" in n for n in dsa_notes(ctx))
+    hopper = _ctx(V32, "h100", layout)
+    assert fused_dsa_runs(hopper.s) and any("H800" in n or "Hopper" in n for n in dsa_notes(hopper))

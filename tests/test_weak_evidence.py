@@ -11,6 +11,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from typer.testing import CliRunner
+
+from moeplan.cli.app import app
 from moeplan.plan.search import WEAK_DISPATCHER_TIE, weak_dispatcher_tie
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,13 +37,21 @@ def test_hybridep_within_the_weak_margin_is_called_a_tie_on_nvl72():
 
 
 def test_the_gb200_plan_calls_the_dispatcher_a_tie_and_says_why():
-    """The golden Qwen3-VL-235B plan on GB200 (tests/golden/plan; the Qwen3-235B 128K plan's #1 now runs a
-    full-iteration graph, whose expert path sets HybridEP by itself)."""
-    doc = json.loads((ROOT / "tests" / "golden" / "plan" / "qwen3_vl_235b_fsdp_gb200.json").read_text())["output"]
-    w = doc["candidates"][0]
-    assert w["knobs"]["dispatcher"] == "alltoall"
+    """The Qwen3-VL-235B FSDP scenario on 64 GB200 (tests/golden/scenarios) planned with the guidance's
+    sizes held (TP 1, PP 1, EP 64): an NVL72 rack, where the all-to-all leads HybridEP by less than the
+    weak-evidence margin, so #1's explanation calls it a tie and says why. (The free plan's #1 runs EP 1,
+    with no dispatcher to choose.)"""
+    args = ["plan", str(ROOT / "tests" / "golden" / "scenarios" / "qwen3_vl_235b_fsdp_gb200.yaml"), "--json"]
+    for key in ("expert_model_parallel_size", "tensor_model_parallel_size", "pipeline_model_parallel_size"):
+        args += ["--hold", key]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.stdout
+    doc = json.loads(res.stdout)
+    w = doc.get("output", doc)["candidates"][0]
+    assert w["layout"]["expert_model_parallel_size"] == 64 and w["knobs"]["dispatcher"] == "alltoall"
     line = next(x for x in w["explanation"] if x.startswith("dispatcher"))
     assert "kernel rate, measured at one shape" in line and "tie on weak evidence" in line
-    assert "hybridep -0.7 %" in line
+    gap = float(line.split("hybridep ")[1].split(" %")[0])
+    assert -100 * WEAK_DISPATCHER_TIE < gap < 0  # inside the margin, HybridEP behind
     brief = next(x for x in w["explanation_brief"] if x.startswith("dispatcher"))
     assert "kernel rate, measured at one shape" in brief

@@ -470,6 +470,7 @@ DERIVED_KEYS = {
 #: listed as "not modelled"; the estimate's assumptions name them
 COSTED_KEYS = {
     "overlap_cpu_optimizer_d2h_h2d": "moeplan.model.time.cpu_offload",
+    "dsa_kernel_backend": "moeplan.model.time.dsa_costs",
 }
 
 

@@ -78,14 +78,22 @@ FUSED_SPARSE_LOSS_PASSES = 40.0
 FUSED_DENSE_LSE_PASSES = 8.0
 FUSED_DENSE_ROW_PASSES = 16.0
 
+#: compute capability the fused DSA kernels need (FlashMLA sparse and cuDNN sparse attention: SM90+)
+FUSED_DSA_MIN_CC = 9.0
+
 LossPath = Literal["none", "fused", "reference"]
 
 
 def fused_dsa_runs(s: Scenario) -> bool:
-    """Whether megatron-core runs DSA's fused kernels: release core_v0.19.0+ and ``dsa_kernel_backend``
-    ``tilelang`` or ``cudnn`` (default ``none``: the PyTorch fallback)."""
+    """Whether megatron-core runs DSA's fused kernels: release core_v0.19.0+, ``dsa_kernel_backend``
+    ``tilelang`` or ``cudnn`` (default ``none``: the PyTorch fallback), and a GPU the kernels take
+    (compute capability 9.0+, FlashMLA's and cuDNN's sparse kernels; a backend's hook declines
+    elsewhere and megatron-core falls back, ``dsa_kernels.py::_resolve_fused_hook`` at core_v0.19.0).
+    A GPU of unknown compute capability counts as taking them."""
     backend = s.input.unmodelled_keys.get("dsa_kernel_backend", "none")
-    return s.mcore_version >= FUSED_DSA_MCORE and backend in FUSED_DSA_BACKENDS
+    cc = s.gpu.compute_capability if s.gpu is not None else None
+    arch_ok = cc is None or cc >= FUSED_DSA_MIN_CC
+    return s.mcore_version >= FUSED_DSA_MCORE and backend in FUSED_DSA_BACKENDS and arch_ok
 
 
 def loss_path(s: Scenario, m: ModelSpec) -> LossPath:
