@@ -53,12 +53,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src/moeplan/catalog/data/known_issues_harvested.yaml"
 OVERRIDES = ROOT / "scripts/known_issues_overrides.yaml"
 HAND = ROOT / "src/moeplan/catalog/data/known_issues.yaml"
+RECIPE_RELEASES = ROOT / "src/moeplan/catalog/data/moe_recipe_releases.yaml"
 MIRROR_ROOT = Path(os.environ.get("MOEPLAN_MIRRORS", "/work/.mirror"))
 
 
@@ -756,6 +758,7 @@ def propose(m: Mirror, c: Commit, tags: list[tuple[Version, str]], fixed: Versio
         "symptom": symptom,
         "certainty": "reported",
         "_subject": c.subject,
+        "_sha": c.sha,
         "example": {**scenario, "versions": {m.package: str(prev)}},
         "near_miss": {**copy.deepcopy(scenario), "versions": {m.package: str(fixed)}},
     }
@@ -783,8 +786,10 @@ def compose_texts(entry: dict) -> dict:
 
 def load_overrides(path: Path = OVERRIDES) -> dict:
     """The curation: ``reject_subject`` (regex of a fix's subject → reason), ``reject`` (id → reason),
-    ``trigger`` (id → trigger), ``family`` (id → family), ``symptom`` (id → symptom). Missing file: none."""
-    keys = ("reject_subject", "reject", "trigger", "family", "symptom")
+    ``feature_trigger`` (package → feature → conditions added to the trigger of every entry of that
+    package with that feature), ``trigger`` (id → trigger), ``family`` (id → family), ``symptom``
+    (id → symptom). Missing file: none."""
+    keys = ("reject_subject", "reject", "feature_trigger", "trigger", "family", "symptom")
     data = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
     return {k: dict(data.get(k) or {}) for k in keys}
 
@@ -799,13 +804,18 @@ def hand_sources(path: Path = HAND) -> set[str]:
 
 def curate(entries: list[dict], overrides: dict, hand: set[str] | frozenset[str] = frozenset()) -> list[dict]:
     """Apply the curation: drop the rejected ids and the fixes ``hand`` (the hand-entered sources)
-    already holds, replace triggers, families and symptoms."""
+    already holds, add the conditions of ``feature_trigger`` to the triggers of the entries with that
+    package and feature, then replace triggers, families and symptoms by id."""
     out = []
     subjects = [re.compile(rx, re.I) for rx in overrides["reject_subject"]]
     for e in entries:
         subject = e.pop("_subject", "")
         if e["id"] in overrides["reject"] or e["source"] in hand or any(rx.search(subject) for rx in subjects):
             continue
+        for pkg in e.get("packages") or {}:
+            for feature, cond in (overrides["feature_trigger"].get(pkg) or {}).items():
+                if feature in (e.get("features") or ()):
+                    e["trigger"] = {**e["trigger"], **copy.deepcopy(cond)}
         for key in ("trigger", "family", "symptom"):
             if e["id"] in overrides[key]:
                 e[key] = copy.deepcopy(overrides[key][e["id"]])
@@ -889,24 +899,91 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
-def render(entries: list[dict], heads: dict[str, str]) -> str:
-    """The vendored YAML text: the header (each mirror and its commit), then the entries."""
+CHECKOUTS_HEADER = """\
+# megatron-core dev checkouts (the commits of the published Megatron-LM recipes whose version carries a
+# dev.<sha> local label), each decided against the megatron_core entries above by git ancestry (the fix
+# commit reachable from the checkout, or a commit of the same subject: a cherry-pick): carries = entries
+# whose affected range holds the checkout's number but whose fix the checkout already has; lacks =
+# entries whose range excludes its number but whose fix it does not have yet. Every other megatron_core
+# entry above is decided by its range for these checkouts; any other checkout is undecided.
+"""
+
+
+def render(entries: list[dict], heads: dict[str, str], checkouts: dict | None = None) -> str:
+    """The vendored YAML text: the header (each mirror and its commit), the entries, then the dev
+    checkouts decided by ancestry (:func:`checkout_ancestry`) when there are any."""
     mirrors = "\n".join(f"# mirror {url} at {sha}" for url, sha in sorted(heads.items()))
     body = yaml.dump(
         entries, Dumper=_NoAliases, sort_keys=False, allow_unicode=True, width=120, default_flow_style=None
     )
     body = "\n".join("  " + line if line else line for line in body.splitlines())
-    return HEADER.format(mirrors=mirrors) + body + "\n"
+    text = HEADER.format(mirrors=mirrors) + body + "\n"
+    if checkouts:
+        more = yaml.dump(
+            {"dev_checkouts": checkouts}, Dumper=_NoAliases, sort_keys=False, width=120, default_flow_style=None
+        )
+        text += CHECKOUTS_HEADER + more
+    return text
+
+
+def known_dev_checkouts(path: Path = RECIPE_RELEASES) -> dict[str, tuple[str, str]]:
+    """The megatron-core dev checkouts of the published Megatron-LM recipes (the rows of
+    ``moe_recipe_releases.yaml`` whose version has a ``dev.<sha>`` local label): the short sha of the
+    label → (full commit, version), in sha order."""
+    if not path.is_file():
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for row in (yaml.safe_load(path.read_text(encoding="utf-8")).get("recipes") or {}).values():
+        local = Version(str(row["megatron_core"])).local or ""
+        if local.startswith("dev."):
+            out[local.removeprefix("dev.")] = (str(row["commit"]), str(row["megatron_core"]))
+    return dict(sorted(out.items()))
+
+
+def checkout_ancestry(
+    mirror: Path, entries: list[dict], fixes: dict[str, tuple[str, str]], checkouts: dict | None = None
+) -> dict:
+    """Per dev checkout (``checkouts``: short sha → (commit, version); default
+    :func:`known_dev_checkouts`): its commit, version and the megatron_core
+    ``entries`` its number misjudges, decided by ancestry: ``carries`` (range holds the number, fix
+    reachable from the checkout by sha or by subject, the way :func:`first_release` matches a
+    cherry-pick) and ``lacks`` (range excludes the number, fix not reachable). ``fixes``: entry id →
+    (fix sha, subject). A checkout missing from the mirror is left out (undecided)."""
+    mcore = [e for e in entries if "megatron_core" in e["packages"] and e["id"] in fixes]
+    out: dict[str, dict] = {}
+    for short, (commit, version) in (known_dev_checkouts() if checkouts is None else checkouts).items():
+        try:
+            lines = git(mirror, "log", "--format=%H%x1f%s", commit).splitlines()
+        except subprocess.CalledProcessError:
+            continue
+        shas = {line.partition("\x1f")[0] for line in lines}
+        subjects = {n for line in lines if len(n := _norm_subject(line.partition("\x1f")[2])) >= 25}
+        carries, lacks = [], []
+        for e in mcore:
+            sha, subject = fixes[e["id"]]
+            has = sha in shas or _norm_subject(subject) in subjects
+            numbered = SpecifierSet(e["packages"]["megatron_core"]["affected"]).contains(Version(version))
+            if has and numbered:
+                carries.append(e["id"])
+            elif not has and not numbered:
+                lacks.append(e["id"])
+        out[short] = {"commit": commit, "megatron_core": version, "carries": carries, "lacks": lacks}
+    return out
 
 
 def build(mirrors: tuple[Mirror, ...] = MIRRORS, overrides: Path = OVERRIDES, verbose: bool = False) -> str:
-    """The vendored file's text from ``mirrors`` and the curation in ``overrides``."""
+    """The vendored file's text from ``mirrors`` and the curation in ``overrides``, with the known dev
+    checkouts of megatron-core decided by ancestry (:func:`checkout_ancestry`)."""
     entries, heads = [], {}
     for m in mirrors:
         found, heads[m.url] = harvest_mirror(m)
         entries += found
+    fixes = {e["id"]: (e.pop("_sha"), e["_subject"]) for e in entries if "megatron_core" in e["packages"]}
     curated = [compose_texts(e) for e in curate(entries, load_overrides(overrides), hand_sources())]
-    return render(verified(curated, verbose), heads)
+    kept = verified(curated, verbose)
+    mcore = next((m for m in mirrors if m.package == "megatron_core"), None)
+    checkouts = checkout_ancestry(mcore.path, kept, fixes) if mcore is not None else {}
+    return render(kept, heads, checkouts)
 
 
 def stats(text: str) -> str:

@@ -22,7 +22,7 @@ from moeplan.model.activations import ActContext, layer_activations
 from moeplan.model.executed_flops import layer_flops
 from moeplan.model.step import estimate_step
 from moeplan.resolve.load import load_scenario
-from moeplan.rules import validate
+from moeplan.rules import RULES, validate
 from moeplan.structure import dsv4_shapes
 from moeplan.structure.flops import model_flops
 from moeplan.structure.params import count_params
@@ -398,3 +398,23 @@ def test_stage_memory_shares_saved_tensors_only_between_layers_that_save_the_sam
         layer_activations(FLASH, li, c, frozenset())[0] == layer_activations(FLASH, same[0], c, frozenset())[0]
         for li in same
     )
+
+
+def test_the_dev_branch_rule_says_which_branches_have_deepseek_v4():
+    # Megatron-LM main up to d98e8a6 (2026-08-22) never had dsv4_hybrid (no commit of main adds it);
+    # 234919d (2026-07-23) is pull request 5795's branch, one commit off main's bb5647a, and has it
+    release = _findings({"versions": {"megatron_core": "0.19.0"}})["dsv4.needs_dev_branch"][0]
+    assert release.severity == "error"
+    assert "pull request 5795's branch at 234919d" in release.message
+    assert "on no main commit up to d98e8a6 (2026-08-22)" in release.message
+    assert "only on megatron-core's dev branch" not in release.message
+    assert "main up to @d98e8a6" in RULES["dsv4.needs_dev_branch"].source
+
+
+def test_a_checkout_named_by_its_commit_alone_is_undecided_for_deepseek_v4():
+    # 0.19.0+234919d40f: the version package_info.py reports at 234919d (the git hash appended), which has
+    # dsv4_hybrid; the number does not say whether a checkout is of such a branch: a warning, not an error
+    (found,) = _findings({"versions": {"megatron_core": "0.19.0+234919d40f"}})["dsv4.needs_dev_branch"]
+    assert found.severity == "warning"
+    assert "megatron-core 0.19.0+234919d40f is a checkout of commit 234919d40f" in found.message
+    assert "moeplan cannot tell which" in found.message

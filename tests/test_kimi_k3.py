@@ -297,3 +297,21 @@ def test_a_sensible_layout_estimates_memory_and_time():
     assert mem.fits
     step = estimate_step(s)
     assert step.step_time_s > 0 and step.tokens_per_s_per_gpu > 0
+
+
+def test_megatron_core_linear_attention_known_issues_do_not_reach_kimi_delta_attention():
+    # the harvested mcore_linear_attention fixes touch megatron-core's ssm/ and gated_delta_net code, which
+    # Kimi-K3's KDA layers (Bridge's KimiK3Attention) never run; Qwen3-Next's Gated DeltaNet does.
+    # At megatron-core 0.17.0 three such fixes are later (PR 4442, 4455: 0.18.0; PR 5502, 5750: 0.19.0)
+    def families(model: str) -> set[str]:
+        sc = {
+            "model": model,
+            "system": {"gpu": "gb200", "num_gpus": 64},
+            "training": {"seq_length": 8192, "micro_batch_size": 1, "global_batch_size": 64},
+            "layout": {"expert_model_parallel_size": 8},
+            "versions": {"megatron_core": "0.17.0"},
+        }
+        return {f.rule_id for f in validate(load_scenario(sc)).findings}
+
+    assert "known_issue.family.mcore_linear_attention" not in families("moonshotai/Kimi-K3")
+    assert "known_issue.family.mcore_linear_attention" in families("Qwen/Qwen3-Next-80B-A3B-Instruct")

@@ -462,13 +462,18 @@ class KnownIssue:
     def version_status(self, versions: ResolvedVersions) -> tuple[str, list[str]]:
         """``affected`` (every package's version known and in range), ``not_affected`` (one known and
         out of range) or ``possible`` (the rest in range or unknown), with the packages still to check
-        (``possible``) or the matching versions (``affected``)."""
+        (``possible``) or the matching versions (``affected``). A megatron-core dev checkout the
+        harvested table decided (:func:`fix_by_ancestry`) is in range when it lacks the fix and out of
+        range when it carries it, whatever its number; an undecided one is judged by its number."""
         unknown, matched = [], []
         for pr in self.packages:
             v = versions.get(pr.package)
+            carries = fix_by_ancestry(self, v) if pr.package == "megatron_core" and v is not None else None
             if v is None:
                 unknown.append(pr.describe())
-            elif pr.affected.contains(v, prereleases=True):
+            elif carries is False:
+                matched.append(f"{PACKAGE_NAMES[pr.package]} {v} without the fix (git ancestry)")
+            elif carries is None and pr.affected.contains(v, prereleases=True):
                 matched.append(f"{PACKAGE_NAMES[pr.package]} {v} in {pr.text or pr.affected}")
             else:
                 return "not_affected", []
@@ -671,18 +676,75 @@ def harvested_issues() -> tuple[KnownIssue, ...]:
     Raises:
         KnownIssueDataError: an entry is malformed, has no family, or reuses a hand-entered id.
     """
+    out = parse_known_issues(_harvested_data())
+    hand = {k.id for k in known_issues()}
+    for k in out:
+        if k.family is None or k.id in hand:
+            raise KnownIssueDataError(f"harvested known issue {k.id!r}: needs a family and an id of its own")
+    return out
+
+
+@functools.cache
+def _harvested_data() -> Any:
+    """The harvested file's mapping (``known_issues_harvested.yaml``), parsed once."""
     text = (
         resources.files("moeplan.catalog")
         .joinpath("data")
         .joinpath("known_issues_harvested.yaml")
         .read_text(encoding="utf-8")
     )
-    out = parse_known_issues(_load_packaged_yaml(text))
-    hand = {k.id for k in known_issues()}
-    for k in out:
-        if k.family is None or k.id in hand:
-            raise KnownIssueDataError(f"harvested known issue {k.id!r}: needs a family and an id of its own")
-    return out
+    return _load_packaged_yaml(text)
+
+
+def dev_checkout(version: Version | None) -> str | None:
+    """The commit a megatron-core dev checkout's version names: the hex after ``dev.`` in its local
+    label (``0.18.0+dev.256f606507`` → ``256f606507``, the way ``scripts/import_moe_recipe_releases.py``
+    writes a recipe's checkout); None for any other version."""
+    local = (version.local or "") if version is not None else ""
+    hit = re.fullmatch(r"dev\.([0-9a-f]{7,40})", local)
+    return hit.group(1) if hit else None
+
+
+def is_dev_checkout(version: Version | None) -> bool:
+    """True for a megatron-core dev build: a dev release (``0.20.0.dev0``) or a local label naming
+    ``dev`` (``0.19.0+dev``, ``0.18.0+dev.<sha>``), whose number does not say which fixes it carries."""
+    return version is not None and (version.is_devrelease or "dev" in str(version.local or ""))
+
+
+@functools.cache
+def _checkout_table() -> dict[str, tuple[frozenset[str], frozenset[str], frozenset[str]]]:
+    """The harvested file's ``dev_checkouts``: short sha → (entries whose fix it carries, entries whose
+    fix it lacks, every megatron-core entry it was decided against)."""
+    data = _harvested_data()
+    decided = frozenset(str(raw["id"]) for raw in data["issues"] if "megatron_core" in (raw.get("packages") or {}))
+    table = data.get("dev_checkouts") or {}
+    return {
+        str(sha): (frozenset(row.get("carries") or ()), frozenset(row.get("lacks") or ()), decided)
+        for sha, row in table.items()
+    }
+
+
+def fix_by_ancestry(issue: KnownIssue, version: Version | None) -> bool | None:
+    """Whether the megatron-core dev checkout ``version`` names (:func:`dev_checkout`) carries the fix
+    of ``issue``, decided by git ancestry when the harvester read it
+    (``scripts/harvest_known_issues.py``: the fix commit, or one of its subject, reachable from the
+    checkout): True carries it, False lacks it, None undecided (not a checkout the table holds, a
+    short sha that matches none or several, or an entry it was not decided against). A decided
+    entry the table lists under neither is as its range says."""
+    sha = dev_checkout(version)
+    if sha is None or version is None:
+        return None
+    rows = [row for key, row in _checkout_table().items() if key.startswith(sha) or sha.startswith(key)]
+    if len(rows) != 1 or issue.id not in rows[0][2]:
+        return None
+    carries, lacks, _ = rows[0]
+    if issue.id in carries:
+        return True
+    if issue.id in lacks:
+        return False
+    return not any(
+        p.affected.contains(version, prereleases=True) for p in issue.packages if p.package == "megatron_core"
+    )
 
 
 def all_known_issues() -> tuple[KnownIssue, ...]:
@@ -706,9 +768,12 @@ __all__ = [
     "PackageRange",
     "all_known_issues",
     "compile_trigger",
+    "dev_checkout",
     "fact",
+    "fix_by_ancestry",
     "get_known_issue",
     "harvested_issues",
+    "is_dev_checkout",
     "known_issues",
     "parse_known_issues",
 ]

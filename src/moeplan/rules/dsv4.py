@@ -2,8 +2,10 @@
 (``experimental_attention_variant='dsv4_hybrid'``), manifold hyper-connections, hash-routed MoE layers.
 
 Sources (megatron-core): ``transformer/transformer_config.py`` on the dev branch (@d48bd6b, which calls
-itself 0.19.0): ``dsv4_hybrid`` and ``moe_n_hash_layers`` exist there only (no release up to
-core_v0.19.0 has them); ``dsv4_hybrid`` asserts TP = 1; with hash layers and PP > 1 (GPT model) a
+itself 0.19.0): ``dsv4_hybrid`` and ``moe_n_hash_layers`` exist there (no release up to core_v0.19.0
+and no main commit up to @d98e8a6, 2026-08-22, has them; pull request 5795's branch @234919d,
+2026-07-23, one commit off main @bb5647a and reporting 0.19.0, has both, so a checkout named by its
+commit alone is undecided); ``dsv4_hybrid`` asserts TP = 1; with hash layers and PP > 1 (GPT model) a
 ``pipeline_model_parallel_layout`` is required whose embedding stage holds every hash layer, and
 ``overlap_moe_expert_parallel_comm`` is refused; ``'mhc'`` recompute needs hyper-connections and
 cannot be combined with ``'mlp'``. On main (0.20.0) hyper-connections exist but refuse MTP ("Please
@@ -11,6 +13,8 @@ disable MTP ... when using hyper connections"); the dev branch builds MTP with h
 """
 
 from __future__ import annotations
+
+import re
 
 from packaging.version import Version
 
@@ -38,9 +42,10 @@ def _dev_features(m, mcore: Version) -> list[str]:
 @rule(
     "dsv4.needs_dev_branch",
     "megatron-core dev @d48bd6b transformer/transformer_config.py (dsv4_hybrid, moe_n_hash_layers); "
-    "core_v0.19.0 and main have neither",
-    "DeepSeek-V4's compressed sparse attention and hash-routed MoE layers exist only on megatron-core's dev branch "
-    "(hyper-connections: main 0.20.0 or the dev branch)",
+    "core_v0.19.0 and main up to @d98e8a6 (2026-08-22) have neither; pull request 5795's branch "
+    "@234919d (2026-07-23, one commit off main @bb5647a) has both",
+    "DeepSeek-V4's compressed sparse attention and hash-routed MoE layers are in no megatron-core release and not "
+    "on main, only on the dev branch and branches that add them (hyper-connections: main 0.20.0 or the dev branch)",
     kind="unsupported",
 )
 def _dev_branch(s, e):
@@ -54,8 +59,21 @@ def _dev_branch(s, e):
     fix = msg("dsv4.needs_dev_branch.fix")
     if s.versions.get("megatron_core") is None:
         return [e.warning(msg("dsv4.dev_branch_unstated", features=text), fix, "versions.megatron_core")]
-    version = str(s.versions.get("megatron_core"))
-    return [e.error(msg("dsv4.needs_dev_branch", features=text, version=version), fix, "versions.megatron_core")]
+    version = s.versions.get("megatron_core")
+    commit = _checkout_commit(version)
+    if commit is not None:
+        found = msg("dev_checkouts.dsv4_checkout_unknown", features=text, version=str(version), commit=commit)
+        return [e.warning(found, fix, "versions.megatron_core")]
+    return [e.error(msg("dsv4.needs_dev_branch", features=text, version=str(version)), fix, "versions.megatron_core")]
+
+
+def _checkout_commit(version: Version) -> str | None:
+    """The commit a megatron-core version names in its local label (``0.19.0+234919d40f`` → ``234919d40f``,
+    the hash a checkout's ``package_info`` appends), None for a release: a checkout of a commit may be
+    of a branch that has DeepSeek-V4's features (pull request 5795's branch @234919d, off main), which
+    its number does not say."""
+    local = str(version.local or "")
+    return local if re.fullmatch(r"[0-9a-f]{7,40}", local) else None
 
 
 @rule(

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeplan.catalog.containers import ContainerRow, container_table, lookup_container
-from moeplan.catalog.known_issue_table import KnownIssue, PackageRange, get_known_issue, known_issues
+from moeplan.catalog.known_issue_table import (
+    KnownIssue,
+    PackageRange,
+    fix_by_ancestry,
+    get_known_issue,
+    is_dev_checkout,
+    known_issues,
+)
 from moeplan.catalog.perf_recipes import release_bridge_tag
 from moeplan.errors import short_repr
 from moeplan.i18n import known_issue_text
@@ -144,10 +151,20 @@ def fix_message(k: KnownIssue) -> Message:
     )
 
 
+def may_carry_fix(k: KnownIssue, versions: ResolvedVersions) -> bool:
+    """True when megatron-core is a dev checkout that may already carry the issue's megatron-core fix:
+    its number is in range, but moeplan has no ancestry fact for it
+    (:func:`~moeplan.catalog.known_issue_table.fix_by_ancestry` is None)."""
+    v = versions.get("megatron_core")
+    fixed = any(p.package == "megatron_core" and p.fixed is not None for p in k.packages)
+    return fixed and is_dev_checkout(v) and fix_by_ancestry(k, v) is None
+
+
 def finding(k: KnownIssue, versions: ResolvedVersions) -> Finding:
     """The finding of an issue whose versions (``versions``, the scenario's) are all in range: the
     title, the symptom, each package's version and affected range, the source; the fix is the
-    workaround and the upgrade."""
+    workaround and the upgrade. At a megatron-core dev checkout that may already carry the fix
+    (:func:`may_carry_fix`) it says so and is a warning, whatever the issue's certainty."""
     details = Items(
         msg(
             "known_issue.version_in_range",
@@ -157,19 +174,24 @@ def finding(k: KnownIssue, versions: ResolvedVersions) -> Finding:
         )
         for p in k.packages
     )
+    text = msg(
+        "known_issue.affected",
+        id=k.id,
+        title=IssueText(k.id, "title", k.title),
+        symptom=symptom_message(k),
+        details=details,
+        source=k.source,
+    )
+    severity = k.severity
+    if may_carry_fix(k, versions):  # unknown whether the bug is there: never an error
+        text = msg("dev_checkouts.issue_may_carry_fix", finding=text, version=str(versions.get("megatron_core")))
+        severity = "warning"
     return Finding(
         k.rule_id,
-        k.severity,
-        msg(
-            "known_issue.affected",
-            id=k.id,
-            title=IssueText(k.id, "title", k.title),
-            symptom=symptom_message(k),
-            details=details,
-            source=k.source,
-        ),
+        severity,
+        text,
         fix_message(k),
-        "unsupported" if k.severity == "error" else "warn",
+        "unsupported" if severity == "error" else "warn",
         SOURCE,
         _keys(k),
     )

@@ -30,7 +30,13 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
-from moeplan.catalog.known_issue_table import KnownIssue, harvested_issues
+from moeplan.catalog.known_issue_table import (
+    KnownIssue,
+    dev_checkout,
+    fix_by_ancestry,
+    harvested_issues,
+    is_dev_checkout,
+)
 from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.versions import PACKAGE_NAMES, ResolvedVersions
@@ -224,6 +230,19 @@ def family_matches(s: Scenario) -> dict[str, dict[str, list[KnownIssue]]]:
     return out
 
 
+def checkout_note(text: Message, issues: list[KnownIssue], version: Version | None) -> Message:
+    """The family finding ``text`` of megatron-core entries at ``version``, with what a dev checkout's
+    number cannot say: unchanged for a release; for a dev checkout, how many of ``issues`` it may
+    already carry the fix of (undecided: :func:`~moeplan.catalog.known_issue_table.fix_by_ancestry`
+    is None), or, when git ancestry decided every one, that the checkout lacks each fix."""
+    if not is_dev_checkout(version):
+        return text
+    undecided = [k for k in issues if fix_by_ancestry(k, version) is None]
+    if undecided:
+        return msg("dev_checkouts.family_may_carry_fix", finding=text, version=str(version), n=len(undecided))
+    return msg("dev_checkouts.family_by_ancestry", finding=text, commit=dev_checkout(version) or "")
+
+
 def family_finding(family: str, issues: list[KnownIssue], s: Scenario) -> Finding:
     """One warning for the entries of ``family`` the scenario hits at its versions: how many bugs were
     fixed after its release, the newest fix, the symptoms and sources, and the upgrade."""
@@ -244,6 +263,7 @@ def family_finding(family: str, issues: list[KnownIssue], s: Scenario) -> Findin
         symptoms=Items([SYMPTOM_MESSAGES[x]() for x in symptoms], sep=", "),
         sources=Items(sources, sep=", "),
     )
+    text = checkout_note(text, issues, s.versions.get(p.package)) if p.package == "megatron_core" else text
     fix = msg("harvested.family_fix", package=PACKAGE_NAMES[p.package], newest=str(newest))
     layout_keys = [x.split(".", 1)[1] for k in issues for x in k.paths if x.startswith("layout.")]
     keys = tuple(dict.fromkeys([f"versions.{p.package}", *layout_keys]))
