@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from moeplan.i18n.messages import catalogue
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES
 from moeplan.rules import known_issue_families as fam
+from tests.git_history import run_git
 from tests.thresholds import threshold
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -368,15 +368,7 @@ def test_known_issues_filters_on_the_unspecified_symptom():
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_DATE": "2025-06-01T00:00:00", "GIT_COMMITTER_DATE": "2025-06-01T00:00:00"}
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**env, "PATH": "/usr/bin:/bin"},
-    ).stdout.strip()
+    return run_git(repo, *args, date="2025-06-01T00:00:00")
 
 
 def _commit_file(repo: Path, path: str, subject: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from packaging.version import Version
 from moeplan.catalog.known_issue_table import dev_checkout, fix_by_ancestry, get_known_issue
 from moeplan.resolve.load import load_scenario
 from moeplan.rules import RULES, validate
+from tests.git_history import run_git
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("harvest_known_issues", ROOT / "scripts" / "harvest_known_issues.py")
@@ -110,15 +110,7 @@ def test_ancestry_is_undecided_for_releases_other_checkouts_and_hand_entries():
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_DATE": "2026-06-01T00:00:00", "GIT_COMMITTER_DATE": "2026-06-01T00:00:00"}
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**env, "PATH": "/usr/bin:/bin"},
-    ).stdout.strip()
+    return run_git(repo, *args, date="2026-06-01T00:00:00")
 
 
 def _commit(repo: Path, subject: str) -> str:

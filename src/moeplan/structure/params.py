@@ -71,6 +71,22 @@ def _require(model: PartialModelSpec, *names: str) -> tuple[int, ...]:
     return tuple(getattr(model, n) for n in names)
 
 
+#: the widths a linear-attention layer (Gated DeltaNet, Kimi Delta Attention) is counted from
+LINEAR_WIDTHS = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
+
+
+def _linear_widths(model: PartialModelSpec) -> tuple[int, ...]:
+    """A linear-attention layer's key heads, value heads, key and value head dims and conv taps
+    (:data:`LINEAR_WIDTHS`). Raises InputError naming each one the model does not give."""
+    return _require(model, *LINEAR_WIDTHS)
+
+
 def _div(n: int, d: int, what: str) -> int:
     if n % d:
         raise InputError(what, n, f"a multiple of {d} to shard evenly")
@@ -97,14 +113,7 @@ def attention_shard(model: ModelSpec, kind: str, tp: int = 1) -> dict[str, Shard
     if kind == "linear" and model.kimi_delta_attention:
         return kda_shard(model, tp)
     if kind == "linear":
-        nk, nv, dk, dv, conv_k = _require(
-            model,
-            "linear_num_key_heads",
-            "linear_num_value_heads",
-            "linear_key_head_dim",
-            "linear_value_head_dim",
-            "linear_conv_kernel_dim",
-        )
+        nk, nv, dk, dv, conv_k = _linear_widths(model)
         conv_ch = 2 * nk * dk + nv * dv
         # in_proj_qkvz (h → 2·nk·dk + 2·nv·dv), in_proj_ba (h → 2·nv), depthwise conv1d (no bias),
         # dt_bias and A_log (nv each), out_proj (nv·dv → h): all split by TP over heads.
@@ -172,14 +181,7 @@ def kda_shard(model: ModelSpec, tp: int = 1) -> dict[str, Shard]:
         InputError: when a width is missing or the heads do not divide by TP.
     """
     h = model.hidden_size
-    nk, nv, dk, dv, conv_k = _require(
-        model,
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-        "linear_conv_kernel_dim",
-    )
+    nk, nv, dk, dv, conv_k = _linear_widths(model)
     qk, v = nk * dk, nv * dv
     sharded = h * (2 * qk + 2 * v) + (2 * qk + v) * conv_k  # q, k, v, g_proj; three convolutions
     sharded += dk * qk + h * nv + nv + qk + v * h  # f_b_proj, b_proj, A_log, dt_bias, o_proj
