@@ -512,6 +512,14 @@ class PartialModelSpec:
         return 2 * (self.hidden_size // max(1, self.num_attention_heads or 1))
 
     @property
+    def attention_v_head_dim(self) -> int:
+        """d_v of one attention head (elements): MLA's value part (DeepSeek-V3: 128), else half of
+        :attr:`attention_head_dims`. Raises what :attr:`attention_head_dims` raises."""
+        if self.qk_head_dim:
+            return self.v_head_dim or self.qk_head_dim
+        return self.attention_head_dims // 2
+
+    @property
     def has_global_attention_widths(self) -> bool:
         """True when the full-attention layers have their own head dim or KV heads (Gemma-4)."""
         return bool(self.global_kv_channels or self.global_num_query_groups)

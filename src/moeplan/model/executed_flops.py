@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from moeplan.errors import InputError
 from moeplan.inputs.model_spec import ModelSpec
 from moeplan.inputs.system import GpuSpec
@@ -48,6 +50,44 @@ ATTENTION_HALF_QUERY_TOKENS = 768.0
 #: FP8 attention (fp8_dot_product_attention) reaches this share of the FP8 peak relative to BF16's share
 #: of the BF16 peak (FA3: ~1200 of 1979 TFLOP/s FP8 = 0.61 vs 0.75 → 0.81)
 ATTENTION_FP8_RELATIVE = 0.81
+
+
+#: cuDNN's measured rate at MLA's training shape (d_qk 192 = 128 + 64 rotary, d_v 128; 128 heads) over its
+#: head-dim-128 rate (64 query / 8 KV heads), (forward, backward), same build and GPU, BF16, causal, batch 1,
+#: 8192 tokens, the longest length both shapes ran, by architecture. Transformer Engine runs every head
+#: shape with cuDNN (FusedAttention) on Hopper and later ("Disabling FlashAttention to give FusedAttention
+#: preference on Hopper+", ``get_attention_backend``, transformer_engine/pytorch/attention/
+#: dot_product_attention/utils.py @v2.10), so the head-dim-128 figures above stand for cuDNN's (its 16K
+#: rates in the same files, 673 / 579 TFLOP/s on H200, are within 4 % of them), and this is the shape
+#: MLA's attention runs at. Source: NVIDIA/cudnn-frontend @df73764 (v1.19.0, cuDNN 9.19.1),
+#: benchmark/sdpa_benchmark_training/results/{h200,gb200}_919_only_cudnn/{dsv3,llama3.1}_*.csv.
+#: Hopper (H200, same dense peak as H100): forward 643 / 644; backward 425 / 541, where 425 is the file's
+#: 442 recounted from its 2·(3·d_qk + 2·d_v) FLOPs per score to this module's 2.5 × the forward's.
+#: Blackwell (GB200): forward 1527 / 1598; backward 1200 (1248 recounted) / 1311. The MLA backward ran
+#: cuDNN's deterministic algorithm, the head-dim-128 one did not; Megatron runs the non-deterministic one
+#: unless ``deterministic_mode``. On GB200 at cuDNN 9.22 the deterministic MLA backward is within −8 … +3 %
+#: of the other (same repository, results/dsv3/gb200); for Hopper no such comparison is published, so its
+#: backward ratio is an estimate of that kind, stated wherever an MLA layer is timed on Hopper
+MLA_SHAPE_RELATIVE = {"Hopper": (643 / 644, 425 / 541), "Blackwell": (1527 / 1598, 1200 / 1311)}
+#: (d_qk, d_v) of the shape :data:`MLA_SHAPE_RELATIVE` was measured at
+MLA_SHAPE = (192, 128)
+
+
+#: FlashAttention-2's forward on Blackwell (its sm80 code path) as a fraction of B200's dense BF16 peak:
+#: 361.6 TFLOP/s at head dim 128, 8,192 tokens, batch 8, 16 heads (meta-pytorch/tritonbench pull 171,
+#: flash_v2 on B200) over 2250, divided by this module's length term at 8K (0.914) → 0.176 at long
+#: sequence; its backward at 0.880 of its forward (333.95 / 379.44 TFLOP/s, head dim 64, 16K tokens,
+#: flash_attn 2.7.4.post1 on B200, Dao-AILab/flash-attention issue 1589). No head-dim-256 figure is
+#: published; the head-dim-128 one is used, a planning estimate stated where it applies
+FA2_BLACKWELL_FWD_FRACTION = 361.6 / 2250 / (8192 / (8192 + 768))
+FA2_BLACKWELL_BWD_RELATIVE = 333.95 / 379.44
+#: the first Transformer Engine release whose cuDNN backend trains head dims above 128 (other than MLA's
+#: 192 / 128) on Blackwell: TE commit 3bc3d551 ("Enable D=256 BWD cuDNN fused attn for Blackwell CC
+#: 10.x", pull 3056, July 2026), first tagged in v2.18. Before it ``nvte_get_fused_attn_backend``
+#: (transformer_engine/common/fused_attn/fused_attn.cpp @v2.16) trains head dims up to 256 with cuDNN
+#: on sm90 only, FlashAttention-3 is Hopper-only, so Transformer Engine runs FlashAttention-2
+#: (head dim ≤ 256) there
+TE_CUDNN_WIDE_HEADS_BLACKWELL = "2.18"
 
 
 #: time of the softmax exponentials per attention score relative to the BF16 tensor-core time of a
@@ -132,8 +172,39 @@ def attention_backward_fraction(
     return ATTENTION_BWD_RATE * f * _length_term(query_tokens)
 
 
+def te_attention_kernel(
+    gpu: GpuSpec, head_dims: float, v_dims: float | None, fp8: bool, te_version: Version | None
+) -> str:
+    """The kernel Transformer Engine trains a head of ``head_dims`` (d_qk + d_v) with ``v_dims`` (d_v) on
+    ``gpu``: ``"flash2"`` on Blackwell for BF16 heads wider than 128 (other than MLA's 192 / 128) and no
+    wider than 256, with Transformer Engine before :data:`TE_CUDNN_WIDE_HEADS_BLACKWELL` or of unknown
+    version (every container release moeplan knows ships an earlier one); else ``"cudnn"``."""
+    if fp8 or v_dims is None or arch_family(gpu) != "Blackwell":
+        return "cudnn"
+    d_qk = head_dims - v_dims
+    if max(d_qk, v_dims) <= 128 or (d_qk, v_dims) == MLA_SHAPE or max(d_qk, v_dims) > 256:
+        return "cudnn"
+    if te_version is not None and te_version.release >= Version(TE_CUDNN_WIDE_HEADS_BLACKWELL).release:
+        return "cudnn"
+    return "flash2"
+
+
+def mla_shape_relative(gpu: GpuSpec, head_dims: float, v_dims: float | None, fp8: bool) -> tuple[float, float] | None:
+    """(forward, backward) rate of MLA's training shape relative to head dim 128 on ``gpu``
+    (:data:`MLA_SHAPE_RELATIVE`) when the head is that shape (d_qk + d_v = ``head_dims``, d_v = ``v_dims``),
+    attention runs in BF16 and the architecture has a measurement; else None."""
+    if fp8 or v_dims is None or (head_dims - v_dims, v_dims) != MLA_SHAPE:
+        return None
+    return MLA_SHAPE_RELATIVE.get(arch_family(gpu))
+
+
 def attention_fraction(
-    gpu: GpuSpec, query_tokens: float, head_dims: float = REFERENCE_HEAD_DIMS, fp8: bool = False
+    gpu: GpuSpec,
+    query_tokens: float,
+    head_dims: float = REFERENCE_HEAD_DIMS,
+    fp8: bool = False,
+    v_dims: float | None = None,
+    kernel: str = "cudnn",
 ) -> float:
     """Forward + backward attention throughput as a fraction of the attention peak (BF16, or FP8 with
     ``fp8``), for kernels over ``query_tokens`` queries (the tokens of one CP rank) with query-key plus
@@ -146,11 +217,23 @@ def attention_fraction(
     per score against the softmax exponential (:data:`EXP_TIME_PER_SCORE`, :data:`EXP_OVERLAP`): head dim
     64 runs the forward at 0.77× on Hopper and 0.65× on Blackwell; Blackwell Ultra's doubled SFUs run the
     head-dim-128 forward 1.3× faster than B200's; FP8 attention (tensor work halved) is more
-    exponential-bound still. Sources in the module constants; nothing here is fitted.
+    exponential-bound still. MLA's training shape (``v_dims`` = d_v given, d_qk 192, d_v 128) instead takes
+    cuDNN's measured rates for that shape relative to head dim 128 (:data:`MLA_SHAPE_RELATIVE`) where the
+    architecture has them. ``kernel="flash2"`` (:func:`te_attention_kernel`: heads wider than 128 on
+    Blackwell before Transformer Engine 2.18) takes FlashAttention-2's Blackwell rates
+    (:data:`FA2_BLACKWELL_FWD_FRACTION`). Sources in the module constants; nothing here is fitted.
     """
-    f_fwd = _forward_at_length(gpu, head_dims, fp8)
+    if kernel == "flash2":
+        f_fwd = FA2_BLACKWELL_FWD_FRACTION
+        return 3.0 / (1.0 / f_fwd + 2.5 / (f_fwd * FA2_BLACKWELL_BWD_RELATIVE)) * _length_term(query_tokens)
     family = arch_family(gpu)
     f_bwd = ATTENTION_BWD_RATE * ATTENTION_FWD_FRACTION.get(family, ATTENTION_FWD_FRACTION_DEFAULT)
+    mla = mla_shape_relative(gpu, head_dims, v_dims, fp8)
+    if mla is None:
+        f_fwd = _forward_at_length(gpu, head_dims, fp8)
+    else:
+        f_fwd = _forward_at_length(gpu, REFERENCE_HEAD_DIMS, fp8) * mla[0]
+        f_bwd *= mla[1]
     return 3.0 / (1.0 / f_fwd + 2.5 / f_bwd) * _length_term(query_tokens)
 
 

@@ -34,6 +34,7 @@ from moeplan.model.constants import TimeConstants, load_constants, release_of
 from moeplan.model.executed_flops import attention_fraction
 from moeplan.model.time.context import (
     StepContext,
+    attention_kernel,
     attention_rate,
     layer_cp_comm_type,
     step_context,
@@ -75,7 +76,12 @@ def _attention_rate_share(ctx: StepContext) -> float:
     s, m = ctx.s, ctx.model
     used = [attention_rate(ctx, layer_cp_comm_type(s, li)) for li in range(m.num_layers)]
     whole = ctx.speeds.attention_flops_per_s * attention_fraction(
-        ctx.gpu, float(ctx.seq_length), m.attention_head_dims, ctx.fp8_attention
+        ctx.gpu,
+        float(ctx.seq_length),
+        m.attention_head_dims,
+        ctx.fp8_attention,
+        m.attention_v_head_dim,
+        attention_kernel(s, ctx.gpu, ctx.fp8_attention),
     )
     fastest = max([whole, *used])
     return min(used) / fastest if fastest > 0 else 1.0

@@ -16,7 +16,7 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.activations import OFFLOAD_ITEMS, ActContext
 from moeplan.model.constants import TimeConstants
-from moeplan.model.executed_flops import Speeds, attention_fraction, speeds
+from moeplan.model.executed_flops import Speeds, attention_fraction, speeds, te_attention_kernel
 from moeplan.model.hardware import host_link_bytes_per_s
 from moeplan.model.vision import VisionCost, vision_cost
 from moeplan.structure.numerics import linear_input_bytes, routing
@@ -217,6 +217,15 @@ def attention_query_tokens(s: Scenario, comm_type: str) -> float:
     return seq / (2 * cp)  # all_gather
 
 
+def attention_kernel(s: Scenario, gpu: GpuSpec, fp8_attention: bool) -> str:
+    """The kernel Transformer Engine trains the model's attention heads with on ``gpu`` at the scenario's
+    Transformer Engine version (:func:`~moeplan.model.executed_flops.te_attention_kernel`)."""
+    m = s.complete_model
+    return te_attention_kernel(
+        gpu, m.attention_head_dims, m.attention_v_head_dim, fp8_attention, s.versions.get("transformer_engine")
+    )
+
+
 def attention_rate(ctx: StepContext, comm_type: str) -> float:
     """Achieved attention FLOP/s of the kernels under CP exchange ``comm_type``
     (:func:`attention_query_tokens`); the ring's rate for p2p or without CP."""
@@ -224,7 +233,9 @@ def attention_rate(ctx: StepContext, comm_type: str) -> float:
     if s.cp == 1 or comm_type == "p2p":
         return ctx.attention_rate_flops_per_s
     q = attention_query_tokens(s, comm_type)
-    frac = attention_fraction(ctx.gpu, q, ctx.model.attention_head_dims, ctx.fp8_attention)
+    m = ctx.model
+    kernel = attention_kernel(s, ctx.gpu, ctx.fp8_attention)
+    frac = attention_fraction(ctx.gpu, q, m.attention_head_dims, ctx.fp8_attention, m.attention_v_head_dim, kernel)
     return ctx.speeds.attention_flops_per_s * frac
 
 
@@ -316,7 +327,9 @@ def step_context(
         routing_factor=route,
         speeds=sp,
         attention_rate_flops_per_s=sp.attention_flops_per_s
-        * attention_fraction(gpu, seq_local, m.attention_head_dims, fp8_attn),
+        * attention_fraction(
+            gpu, seq_local, m.attention_head_dims, fp8_attn, m.attention_v_head_dim, attention_kernel(s, gpu, fp8_attn)
+        ),
         fp8_attention=fp8_attn,
         act=_activation_context(s, mbs * seq_local, seq_local, mbs, route),
         recompute_modules=frozenset(modules) if gran == "selective" else frozenset(),

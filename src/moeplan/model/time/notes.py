@@ -17,16 +17,19 @@ from moeplan.model.dsv4_notes import dsv4_notes
 from moeplan.model.executed_flops import (
     ATTENTION_FWD_FRACTION,
     ATTENTION_FWD_FRACTION_DEFAULT,
+    FA2_BLACKWELL_BWD_RELATIVE,
+    FA2_BLACKWELL_FWD_FRACTION,
     SPARSE_MLA_BWD_FRACTION,
     SPARSE_MLA_FWD_FRACTION,
     arch_family,
+    mla_shape_relative,
 )
 from moeplan.model.hardware import planning_notes
 from moeplan.model.mamba_scan import CONV_HBM_FRACTION, ssd_bytes_per_s
 from moeplan.model.model_notes import time_notes
 from moeplan.model.msa_notes import msa_notes
 from moeplan.model.time.compute import DSV4_FUSED_FAMILIES, gated_deltanet_notes, mhc_rates
-from moeplan.model.time.context import StepContext
+from moeplan.model.time.context import StepContext, attention_kernel
 from moeplan.model.time.dsa_costs import dsa_path_notes, fused_dsa_runs
 from moeplan.model.time.launch import MOE_LAYER_LAUNCHES
 from moeplan.model.time.router_launches import router_fusion_notes
@@ -231,6 +234,56 @@ def hybrid_mtp_notes(ctx: StepContext) -> list[str]:
     return [msg("model_hybrid_mtp.assumption", pattern=m.mtp_layer_pattern, depths=depths, sets=sets)]
 
 
+def mla_shape_notes(ctx: StepContext) -> list[Message]:
+    """What the attention time of an MLA model at the measured training shape rests on
+    (:data:`~moeplan.model.executed_flops.MLA_SHAPE_RELATIVE`): the shape ratios, and on Hopper that
+    the backward figure is of cuDNN's deterministic algorithm. Empty for other heads, GPUs and FP8
+    attention."""
+    m = ctx.model
+    if not m.qk_head_dim or m.dsa_indexer_topk:  # DSA times its sparse core at the sparse kernel's rate
+        return []
+    rel = mla_shape_relative(ctx.gpu, m.attention_head_dims, m.attention_v_head_dim, ctx.fp8_attention)
+    if rel is None:
+        return []
+    family = arch_family(ctx.gpu)
+    d_v = m.attention_v_head_dim
+    out = [
+        msg(
+            "attention_kernels.mla_cudnn_shape",
+            d_qk=m.attention_head_dims - d_v,
+            d_v=d_v,
+            family=family,
+            fwd=rel[0],
+            bwd=rel[1],
+        )
+    ]
+    if family == "Hopper":
+        out.append(msg("attention_kernels.mla_deterministic_backward", family=family))
+    return out
+
+
+def flash2_notes(ctx: StepContext) -> list[Message]:
+    """Said when the model's attention heads run FlashAttention-2 on Blackwell
+    (:func:`~moeplan.model.time.context.attention_kernel`): which Transformer Engine, and which published
+    figures time them."""
+    if attention_kernel(ctx.s, ctx.gpu, ctx.fp8_attention) != "flash2":
+        return []
+    m = ctx.model
+    d_v = m.attention_v_head_dim
+    te = ctx.s.versions.get("transformer_engine")
+    return [
+        msg(
+            "attention_kernels.flash2_fallback",
+            d_qk=m.attention_head_dims - d_v,
+            d_v=d_v,
+            gpu=ctx.gpu.id,
+            te=str(te) if te is not None else "of the newest known container (not stated)",
+            fwd_tflops=FA2_BLACKWELL_FWD_FRACTION * 2250 * 8192 / (8192 + 768),
+            bwd=FA2_BLACKWELL_BWD_RELATIVE,
+        )
+    ]
+
+
 def workload_notes(ctx: StepContext) -> list[str]:
     """Frozen parts, a workload measured at another length or for a model without a vision tower, and
     the planning mix of a VLM without a workload."""
@@ -261,6 +314,8 @@ def workload_notes(ctx: StepContext) -> list[str]:
     out.extend(gated_deltanet_notes(ctx))
     out.extend(hybrid_mtp_notes(ctx))
     out.extend(dsa_notes(ctx))
+    out.extend(mla_shape_notes(ctx))
+    out.extend(flash2_notes(ctx))
     out.extend(dsv4_kernel_notes(ctx))
     out.extend(msa_notes(m))
     out.extend(model_family_notes(ctx))
