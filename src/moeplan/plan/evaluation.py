@@ -26,7 +26,7 @@ from moeplan.plan.candidates import DEFAULT_HEADROOM_FRACTION, KNOB_KEYS, Candid
 from moeplan.plan.rule_memo import RuleMemo
 from moeplan.plan.screening import RuleScreen
 from moeplan.plan.space import Parallel
-from moeplan.resolve.defaults import resolve
+from moeplan.resolve.defaults import RequestParts, request_parts, resolve
 from moeplan.units import GIB_BYTES
 
 #: what :meth:`Evaluator.evaluate` finds: (rung label, data, scenario, memory, peak GiB of each rung tried)
@@ -63,6 +63,8 @@ class EvaluationCache:
         self._templates: dict[str, ScenarioInput] = {}
         #: each request's rule memo (:meth:`rule_memo`)
         self._memos: dict[str, RuleMemo] = {}
+        #: each request's model, GPU and versions (:meth:`request_parts`)
+        self._parts: dict[str, RequestParts] = {}
 
     @staticmethod
     def request_key(data: dict) -> str | None:
@@ -94,6 +96,20 @@ class EvaluationCache:
             return scenario_input_with(template, data)
         except ValidationError:
             return scenario_from_dict(data)  # raises the error the whole mapping's validation names
+
+    def request_parts(self, inp: ScenarioInput, key: str | None) -> RequestParts | None:
+        """The :class:`~moeplan.resolve.defaults.RequestParts` of the request ``key`` names (computed from
+        ``inp``, one of its candidates' inputs, on first use); None for a mapping without a request key.
+
+        Raises:
+            InputError / UnknownNameError: as :func:`moeplan.resolve.defaults.request_parts` (not kept).
+        """
+        if key is None:
+            return None
+        got = self._parts.get(key)
+        if got is None:
+            got = self._parts[key] = request_parts(inp)
+        return got
 
     def rule_memo(self, key: str | None) -> RuleMemo | None:
         """The rule memo of the request ``key`` names (:class:`~moeplan.plan.rule_memo.RuleMemo`); None
@@ -195,7 +211,8 @@ class Evaluator:
     def scenario(self, data: dict, key: str | None = None) -> Scenario:
         """A candidate mapping resolved with the request's recipe fills (no row matched for it), from
         its validated input (:meth:`EvaluationCache.scenario_input`; ``key``: its request key)."""
-        return resolve(self.cache.scenario_input(data, key), self.recipe)
+        inp = self.cache.scenario_input(data, key)
+        return resolve(inp, self.recipe, self.cache.request_parts(inp, key))
 
     def fits(self, s: Scenario) -> tuple[bool, MemoryEstimate]:
         """(peak ≤ capacity − headroom and not does-not-fit, the memory estimate)."""

@@ -12,6 +12,7 @@ and HF providers (``megatron_facts.md`` §3, vendored in ``tests/data/reference`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,7 +28,7 @@ from moeplan.inputs.provenance import RecipeProvenance
 from moeplan.inputs.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario
 from moeplan.inputs.schema import ScenarioInput, SystemInput, pydantic_to_input_error
 from moeplan.inputs.system import GpuSpec
-from moeplan.inputs.versions import PACKAGES, release_version, resolve_versions
+from moeplan.inputs.versions import PACKAGES, ResolvedVersions, release_version, resolve_versions
 from moeplan.resolve.frameworks import (
     base_framework,
     driver_defaults,
@@ -294,7 +295,50 @@ def _check_training(inp: ScenarioInput) -> None:
         )
 
 
-def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scenario:
+@dataclass
+class RequestParts:
+    """What :func:`resolve` reads of a scenario input's sections other than ``layout`` and ``training``:
+    the model, the GPU, GPUs per node (with its fill) and, once first asked, the versions (with their
+    fills). Candidates that differ from one input only in those two sections share one record
+    (:func:`request_parts` of any of them), so each is computed once per request."""
+
+    model: PartialModelSpec | None
+    gpu: GpuSpec | None
+    gpus_per_node: int | None
+    gpn_fills: tuple[Resolution, ...]
+    versions: tuple[ResolvedVersions, tuple[Resolution, ...]] | None = None
+
+    def versions_of(self, inp: ScenarioInput) -> tuple[ResolvedVersions, tuple[Resolution, ...]]:
+        """The resolved versions of ``inp`` and their container fills (computed on first call, then kept).
+
+        Raises:
+            InputError: a stated version that is not PEP 440 (not kept: asked again, raised again).
+        """
+        if self.versions is None:
+            vers, vfills = resolve_versions(
+                {k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container, lookup_container
+            )
+            self.versions = vers, tuple(Resolution(key, value, reason) for key, value, reason in vfills)
+        return self.versions
+
+
+def request_parts(inp: ScenarioInput) -> RequestParts:
+    """:class:`RequestParts` of ``inp`` (versions left for :meth:`RequestParts.versions_of`).
+
+    Raises:
+        InputError / UnknownNameError: unknown model or GPU, bad overrides, LoRA on a VLM.
+    """
+    model = resolve_model(inp)
+    if inp.peft is not None and model is not None and model.vision is not None:
+        raise InputError("peft", inp.peft.scheme, "a language model: LoRA on a VLM (Bridge's VLMLoRA) is not modelled")
+    gpu = _resolve_gpu(inp.system)
+    gpn, res = _gpus_per_node(inp.system, gpu)
+    return RequestParts(model, gpu, gpn, tuple(res))
+
+
+def resolve(
+    inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: RequestParts | None = None
+) -> Scenario:
     """Resolve a validated scenario: load the model and GPU, apply recipe fills, fill Megatron
     defaults, derive sizes.
 
@@ -328,14 +372,14 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
       :attr:`Scenario.versions` (known issues, doctor, compare); ``mcore_version`` / ``bridge_version``,
       which the layout rules compare, stay the stated versions (else the newest).
 
+    ``parts``: :func:`request_parts` of ``inp`` or of an input that differs from it only in ``layout``
+    and ``training`` (the planner's candidates of one request share one); None: computed here.
+
     Raises:
         InputError / UnknownNameError: unknown model or GPU, bad overrides, both freeze flags set.
     """
-    model = resolve_model(inp)
-    if inp.peft is not None and model is not None and model.vision is not None:
-        raise InputError("peft", inp.peft.scheme, "a language model: LoRA on a VLM (Bridge's VLMLoRA) is not modelled")
-    gpu = _resolve_gpu(inp.system)
-    gpn, res = _gpus_per_node(inp.system, gpu)
+    parts = parts if parts is not None else request_parts(inp)
+    model, gpu, gpn, res = parts.model, parts.gpu, parts.gpus_per_node, list(parts.gpn_fills)
     stated = frozenset(inp.layout.model_fields_set)
     lay, applied = inp.layout, None
     record = recipe if recipe is not None else recipe_for_input(inp, model)
@@ -350,10 +394,8 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None) -> Scena
     res += defaults + stated_only
     layout = lay.model_copy(update=_updates(defaults)) if defaults else lay
     _check_training(inp)
-    vers, vfills = resolve_versions(
-        {k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container, lookup_container
-    )
-    res += [Resolution(key, value, reason) for key, value, reason in vfills]
+    vers, vfills = parts.versions_of(inp)
+    res += vfills
     return Scenario(
         input=inp,
         model=model,
