@@ -21,7 +21,7 @@ from moeplan.inputs.layout import LayoutSpec
 from moeplan.inputs.loading import without_nulls
 from moeplan.inputs.megatron_keys import check_key, check_value_type
 from moeplan.inputs.peft import PeftInput
-from moeplan.inputs.policy import check_plain
+from moeplan.inputs.policy import MAX_ITEMS, check_plain
 from moeplan.inputs.system import GpuSpec
 from moeplan.inputs.training import TrainingSpec
 from moeplan.inputs.versions import PACKAGES, parse_version
@@ -548,18 +548,37 @@ def _check_layout_values(data: dict) -> None:
     if not isinstance(layout, dict):
         return
     for key, v in layout.items():
-        if key not in LayoutSpec.model_fields:  # type-checked by split_unmodelled
+        _check_layout_item(key, v)
+    _check_virtual_stages(layout)
+
+
+def _check_layout_item(key: str, v: object) -> None:
+    """One layout value within the bounds :func:`_check_layout_values` states (a key moeplan does not
+    model is skipped).
+
+    Raises:
+        InputError: naming ``layout.KEY``, the value and what is allowed.
+    """
+    if key not in LayoutSpec.model_fields:  # type-checked by split_unmodelled
+        return
+    for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
             continue
-        for x in v if isinstance(v, list) else [v]:
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
-                continue
-            top = MAX_LAYOUT_INT if isinstance(x, int) else MAX_LAYOUT_FLOAT
-            if abs(x) > top:
-                raise InputError(f"layout.{key}", v, f"a value of magnitude at most {top:g}")
-        if key in LABEL_LISTS and isinstance(v, list) and len({str(x) for x in v}) != len(v):
-            raise InputError(f"layout.{key}", v, "a list naming each label once")
-        if key in LAYER_COUNT_KEYS and isinstance(v, int) and v > MAX_STAGES:
-            raise InputError(f"layout.{key}", v, f"at most {MAX_STAGES:,} (a model's largest layer count)")
+        top = MAX_LAYOUT_INT if isinstance(x, int) else MAX_LAYOUT_FLOAT
+        if abs(x) > top:
+            raise InputError(f"layout.{key}", v, f"a value of magnitude at most {top:g}")
+    if key in LABEL_LISTS and isinstance(v, list) and len({str(x) for x in v}) != len(v):
+        raise InputError(f"layout.{key}", v, "a list naming each label once")
+    if key in LAYER_COUNT_KEYS and isinstance(v, int) and v > MAX_STAGES:
+        raise InputError(f"layout.{key}", v, f"at most {MAX_STAGES:,} (a model's largest layer count)")
+
+
+def _check_virtual_stages(layout: dict) -> None:
+    """PP · VPP at most :data:`MAX_STAGES` virtual stages.
+
+    Raises:
+        InputError: naming ``layout.virtual_pipeline_model_parallel_size``.
+    """
     pp, vpp = layout.get("pipeline_model_parallel_size"), layout.get("virtual_pipeline_model_parallel_size")
     if isinstance(pp, int) and isinstance(vpp, int) and pp * vpp > MAX_STAGES:
         raise InputError(
@@ -625,6 +644,49 @@ def layout_only_change(data: dict) -> bool:
     )
 
 
+#: (section, key, type, value) of the ``training`` and ``layout`` items that passed every per-item check
+#: of :func:`scenario_input_with` (plain value, layout bounds, known key): a pure function of the item
+_CHECKED_ITEMS: set[tuple] = set()
+#: at most this many items are remembered (then the memory starts again)
+_CHECKED_ITEMS_MAX = 20000
+
+
+def _checked_before(sec: str, key: object, v: object) -> bool:
+    """Whether the item passed :func:`scenario_input_with`'s per-item checks before (an unhashable
+    value, a list or a mapping, is never remembered)."""
+    try:
+        return (sec, key, type(v), v) in _CHECKED_ITEMS
+    except TypeError:
+        return False
+
+
+def _unchecked_items(data: dict) -> dict[str, dict]:
+    """The ``training`` and ``layout`` sections of ``data`` (in the mapping's order) without the items
+    that passed the per-item checks before; a section over :data:`~moeplan.inputs.policy.MAX_ITEMS`
+    items is kept whole, so that its size is refused as :func:`check_plain` refuses it."""
+    out: dict[str, dict] = {}
+    for sec in data:
+        if sec in ("training", "layout"):
+            items = data[sec]
+            if len(items) > MAX_ITEMS:
+                out[sec] = items
+            else:
+                out[sec] = {k: v for k, v in items.items() if not _checked_before(sec, k, v)}
+    return out
+
+
+def _remember_checked(fresh: dict[str, dict]) -> None:
+    """Remember the items of ``fresh`` (all passed) for :func:`_checked_before`."""
+    if len(_CHECKED_ITEMS) > _CHECKED_ITEMS_MAX:
+        _CHECKED_ITEMS.clear()
+    for sec, items in fresh.items():
+        for k, v in items.items():
+            try:
+                _CHECKED_ITEMS.add((sec, k, type(v), v))
+            except TypeError:
+                continue
+
+
 def scenario_input_with(template: ScenarioInput, data: dict) -> ScenarioInput:
     """The validated input of ``data`` built from ``template``, the input :func:`scenario_from_dict` gave
     for a mapping equal to ``data`` in every section but ``layout`` and ``training`` (the planner's
@@ -637,11 +699,14 @@ def scenario_input_with(template: ScenarioInput, data: dict) -> ScenarioInput:
         InputError: a plain-value or layout-bound violation, as :func:`scenario_from_dict` raises it.
         ValidationError: a value pydantic refuses (call :func:`scenario_from_dict` for the error it names).
     """
-    for sec in data:  # in the mapping's order, as check_plain walks it
-        if sec in ("training", "layout"):
-            check_plain(data[sec], sec, 1)
-    _check_layout_values(data)
-    _check_unknown_keys({"training": data["training"], "layout": data["layout"]})
+    fresh = _unchecked_items(data)
+    for sec, items in fresh.items():  # in the mapping's order, as check_plain walks it
+        check_plain(items, sec, 1)
+    for key, v in fresh["layout"].items():
+        _check_layout_item(key, v)
+    _check_virtual_stages(data["layout"])
+    _check_unknown_keys(fresh)
+    _remember_checked(fresh)
     training = TrainingSpec.model_validate({k: v for k, v in data["training"].items() if v is not None})
     layout = LayoutSpec.model_validate({k: v for k, v in data["layout"].items() if v is not None})
     return template.model_copy(update={"training": training, "layout": layout})
