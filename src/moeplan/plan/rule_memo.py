@@ -211,6 +211,8 @@ class _Seen:
     values: dict[str, dict[str, object]]
     stated: frozenset[str]
     rules: dict[str, tuple[tuple[str, ...], frozenset[Read] | None]]
+    #: the answers given so far (:func:`_answer`), by read
+    answers: dict[Read, Hashable] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -240,6 +242,8 @@ class RuleMemo:
         self._by_read: dict[Read, set[str]] = {}
         self._always: set[str] = set()
         self._skip: frozenset[str] | None = None
+        #: each path's reads as a set (:meth:`_read_set`)
+        self._read_sets: dict[tuple[Read, ...], frozenset[Read]] = {}
         self.runs = 0
         self.hits = 0
 
@@ -269,6 +273,9 @@ class RuleMemo:
     def _remember(self, rid: str, seen: _Seen, got: tuple[tuple[str, ...], frozenset[Read] | None]) -> None:
         """Record rule ``rid``'s answer for ``seen`` and index it by the reads of its path."""
         old = seen.rules.get(rid)
+        if old is not None and old[1] is got[1]:  # the same path (or unwatched again): the index stands
+            seen.rules[rid] = got
+            return
         if old is not None:
             for x in old[1] if old[1] is not None else ():
                 self._by_read[x].discard(rid)
@@ -286,10 +293,10 @@ class RuleMemo:
         if memo.unwatchable:
             return _run(r, s), None
         for reads, table in memo.tables.items():
-            got = table.get(tuple(_answer(seen, x) for x in reads))
+            got = table.get(tuple([_answer(seen, x) for x in reads]))
             if got is not None:
                 self.hits += 1
-                return got, frozenset(reads)
+                return got, self._read_set(reads)
         self.runs += 1
         watch = _Watch()
         try:
@@ -300,14 +307,26 @@ class RuleMemo:
             memo.unwatchable = True
             return _run(r, s), None
         memo.tables.setdefault(tuple(watch.reads), {})[tuple(watch.reads.values())] = got
-        return got, frozenset(watch.reads)
+        return got, self._read_set(tuple(watch.reads))
+
+    def _read_set(self, reads: tuple[Read, ...]) -> frozenset[Read]:
+        """The reads of a path as a set, one object per path (so that an unchanged path is seen by identity)."""
+        got = self._read_sets.get(reads)
+        if got is None:
+            got = self._read_sets[reads] = frozenset(reads)
+        return got
 
 
 def _answer(seen: _Seen, read: Read) -> Hashable:
-    """The answer the scenario ``seen`` records gives to one read."""
-    if read[0] == "stated":
-        return _frozen(read[1] in seen.stated)
-    return _frozen(seen.values[read[0]][read[1]])
+    """The answer the scenario ``seen`` records gives to one read (made once per read, then kept)."""
+    got = seen.answers.get(read)
+    if got is None:
+        if read[0] == "stated":
+            got = _frozen(read[1] in seen.stated)
+        else:
+            got = _frozen(seen.values[read[0]][read[1]])
+        seen.answers[read] = got
+    return got
 
 
 def _run(r: Rule, s: Scenario) -> tuple[str, ...]:
