@@ -134,3 +134,44 @@ def test_candidate_memory_is_the_estimate_mapping_made_once():
     other = _scenario({"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 8})
     c2 = Candidate(Parallel.of(other), {}, other, estimate_memory(other), {"tokens_per_s_per_gpu": 1.0}, "none", {})
     assert c2.peak_gib != c.peak_gib
+
+
+def test_resolution_with_a_requests_shared_parts_equals_a_fresh_one():
+    # two candidates of one request (TP 1 / EP 16 and TP 2 / EP 8): the second resolved with the parts
+    # of the first (model, GPU, GPUs per node, versions) is the scenario a fresh resolution gives
+    from moeplan.inputs.schema import scenario_from_dict
+    from moeplan.resolve.defaults import request_parts, resolve
+
+    first = copy.deepcopy(BASE)
+    second = copy.deepcopy(BASE)
+    second["layout"].update({"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8})
+    second["versions"] = first["versions"] = {"container": "nemo:26.06"}
+    parts = request_parts(scenario_from_dict(first))
+    shared = resolve(scenario_from_dict(second), None, parts)
+    fresh = resolve(scenario_from_dict(second))
+    assert shared.model is fresh.model  # the catalog's one model
+    assert (shared.gpu, shared.gpus_per_node, shared.layout) == (fresh.gpu, fresh.gpus_per_node, fresh.layout)
+    assert shared.resolutions == fresh.resolutions
+    assert shared.versions == fresh.versions and shared.versions.values["megatron_core"] is not None
+    assert (shared.tp, shared.ep) == (2, 8)
+
+
+def test_candidate_input_refuses_a_bad_value_after_good_values_of_its_key():
+    # a layout value that passed the input checks is not checked again; a new value of the same key
+    # is: 2**21 is over the layout bound (MAX_LAYOUT_INT = MAX_GPUS = 2**20), a NaN float is not finite
+    import pytest
+
+    from moeplan.errors import InputError
+    from moeplan.inputs.schema import scenario_from_dict, scenario_input_with
+
+    template = scenario_from_dict(copy.deepcopy(BASE))
+    ok = copy.deepcopy(BASE)
+    ok["layout"]["tensor_model_parallel_size"] = 2
+    assert scenario_input_with(template, ok).layout.tensor_model_parallel_size == 2
+    assert scenario_input_with(template, ok).layout.tensor_model_parallel_size == 2  # answered again
+    for bad_value, field in ((2**21, "layout.tensor_model_parallel_size"), (float("nan"), "layout.hidden_dropout")):
+        bad = copy.deepcopy(BASE)
+        bad["layout"][field.split(".")[1]] = bad_value
+        with pytest.raises(InputError) as err:
+            scenario_input_with(template, bad)
+        assert err.value.field == field

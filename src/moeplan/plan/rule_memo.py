@@ -321,11 +321,8 @@ def _answer(seen: _Seen, read: Read) -> Hashable:
     """The answer the scenario ``seen`` records gives to one read (made once per read, then kept)."""
     got = seen.answers.get(read)
     if got is None:
-        if read[0] == "stated":
-            got = _frozen(read[1] in seen.stated)
-        else:
-            got = _frozen(seen.values[read[0]][read[1]])
-        seen.answers[read] = got
+        value = read[1] in seen.stated if read[0] == "stated" else seen.values[read[0]][read[1]]
+        got = seen.answers[read] = _frozen(value)
     return got
 
 

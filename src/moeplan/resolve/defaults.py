@@ -336,9 +336,7 @@ def request_parts(inp: ScenarioInput) -> RequestParts:
     return RequestParts(model, gpu, gpn, tuple(res))
 
 
-def resolve(
-    inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: RequestParts | None = None
-) -> Scenario:
+def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: RequestParts | None = None) -> Scenario:
     """Resolve a validated scenario: load the model and GPU, apply recipe fills, fill Megatron
     defaults, derive sizes.
 
