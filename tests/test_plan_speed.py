@@ -175,3 +175,32 @@ def test_candidate_input_refuses_a_bad_value_after_good_values_of_its_key():
         with pytest.raises(InputError) as err:
             scenario_input_with(template, bad)
         assert err.value.field == field
+
+
+def test_memory_notes_made_on_read_are_the_notes_made_at_once():
+    # the planner's memory estimates make their notes when first read: the same notes in the same
+    # order, and the same estimate, as estimate_memory makes them at once. Three requests that say
+    # different things: MoE defaults unset (dropout, routing imbalance, fused cross entropy, fp32
+    # grads), a selective layernorm recompute, 61 layers over PP 4 (near-even split), a VLM planned
+    # without a workload (the planning image mix)
+    dsv3 = {
+        "model": "deepseek-ai/DeepSeek-V3",
+        "system": {"gpu": "h100", "num_gpus": 256},
+        "training": {"seq_length": 4096, "global_batch_size": 512},
+        "layout": {"expert_model_parallel_size": 32, "pipeline_model_parallel_size": 4},
+    }
+    norm = copy.deepcopy(BASE)
+    norm["layout"].update({"recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe_act"]})
+    vlm = {
+        "model": "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        "system": {"gpu": "h100", "num_gpus": 16},
+        "training": {"seq_length": 8192, "global_batch_size": 64},
+        "layout": {"expert_model_parallel_size": 8, "tensor_model_parallel_size": 2},
+    }
+    for data in (BASE, norm, dsv3, vlm):
+        s = load_scenario(copy.deepcopy(data))
+        now, later = estimate_memory(s), estimate_memory(s, notes_on_read=True)
+        assert later.notes == [] and later.assumptions == now.assumptions and len(now.assumptions) >= 3
+        ids = [getattr(a, "msgid", None) for a in now.assumptions]
+        assert [getattr(a, "msgid", None) for a in later.assumptions] == ids
+        assert later.to_dict() == now.to_dict()

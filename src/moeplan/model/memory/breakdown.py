@@ -11,6 +11,7 @@ from :mod:`moeplan.structure.numerics`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -173,9 +174,17 @@ class MemoryEstimate:
     gpus_per_node: int | None
     host_capacity_bytes_per_node: int | None
     overheads: Overheads
-    assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     reserved_bytes: int = 0
     peft: dict | None = None
+    #: makes the assumptions on first read (:func:`estimate_memory` with ``notes_on_read``); None: ``notes``
+    notes_source: Callable[[], list[str]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def assumptions(self) -> list[str]:
+        """What the estimate assumed (messages and texts, in the order said): ``notes``, or made by
+        ``notes_source`` on first read."""
+        return self.notes_source() if self.notes_source is not None else self.notes
 
     @functools.cached_property
     def peak_stage(self) -> StageMemory:
@@ -397,9 +406,9 @@ def _num_microbatches(s: Scenario) -> int | None:
     return max(1, t.global_batch_size // (mbs * s.dp))
 
 
-def _pipeline(s: Scenario, assumptions: list[str]) -> StagePlan:
-    """The stage plan as given, or a near-even split (said in ``assumptions``) when the layers do not
-    divide; refuses a layout that does not parse or leaves ranks empty."""
+def _pipeline(s: Scenario, assumptions: list[str] | None) -> StagePlan:
+    """The stage plan as given, or a near-even split (said in ``assumptions`` unless None) when the
+    layers do not divide; refuses a layout that does not parse or leaves ranks empty."""
     m, lay = s.complete_model, s.layout
     plan = stage_plan(s, allow_balanced=True)
     if plan is None:
@@ -416,7 +425,7 @@ def _pipeline(s: Scenario, assumptions: list[str]) -> StagePlan:
             s.pp,
             f"a pipeline that gives every rank layers: {m.num_layers} layers over PP {s.pp}{vpp_txt} leaves ranks empty",
         )
-    if not as_given:
+    if not as_given and assumptions is not None:
         assumptions.append(
             f"{m.num_layers} layers do not split as given over PP {s.pp}{vpp_txt}: estimated with a near-even "
             "split (set pipeline_model_parallel_layout or uneven stages to be exact)"
@@ -433,15 +442,15 @@ def _numerics_notes(s: Scenario, num: OptimizerNumerics, assumptions: list[str])
         assumptions.append(msg("memory.fsdp_sharding_unset"))
 
 
-def _activation_context(s: Scenario, assumptions: list[str]) -> ActContext:
+def _activation_context(s: Scenario, assumptions: list[str] | None) -> ActContext:
     lay, t = s.layout, s.training
     is_fp8 = t.precision != "bf16"
     hd = lay.hidden_dropout if lay.hidden_dropout is not None else 0.0
     ad = lay.attention_dropout if lay.attention_dropout is not None else 0.0
-    if lay.hidden_dropout is None and lay.attention_dropout is None:
+    if lay.hidden_dropout is None and lay.attention_dropout is None and assumptions is not None:
         assumptions.append(msg("memory.dropout_unset"))
     r = routing(s)
-    if r.source == "imbalance" and not r.imbalance_stated:
+    if r.source == "imbalance" and not r.imbalance_stated and assumptions is not None:
         assumptions.append(msg("memory.dropless_routing_imbalance", factor=r.factor))
     mbs = t.micro_batch_size or 1
     seq_local = cast(int, t.seq_length) / s.cp  # _need() checked it
@@ -462,33 +471,32 @@ def _activation_context(s: Scenario, assumptions: list[str]) -> ActContext:
     )
 
 
-def _common(s: Scenario, assumptions: list[str]) -> _Common:
+def _common(s: Scenario, assumptions: list[str] | None) -> _Common:
+    """What every stage of ``s`` shares; what it assumes appended to ``assumptions`` (None: not made)."""
     lay, t = s.layout, s.training
-    if t.micro_batch_size is None:
-        assumptions.append("micro_batch_size unset: 1")
     n_mb = _num_microbatches(s)
-    if n_mb is None:
-        assumptions.append("global_batch_size unset: the pipeline is assumed full (enough microbatches)")
+    if assumptions is not None:
+        if t.micro_batch_size is None:
+            assumptions.append("micro_batch_size unset: 1")
+        if n_mb is None:
+            assumptions.append("global_batch_size unset: the pipeline is assumed full (enough microbatches)")
     plan = _pipeline(s, assumptions)
     num = optimizer_numerics(s)
-    _numerics_notes(s, num, assumptions)
+    if assumptions is not None:
+        _numerics_notes(s, num, assumptions)
     ctx = _activation_context(s, assumptions)
-    assumptions.extend(memory_notes(cast(ModelSpec, s.model)))
     gran = lay.recompute_granularity
     modules = lay.recompute_modules if lay.recompute_modules is not None else ["core_attn"]
     fused_ce = lay.cross_entropy_loss_fusion
     if fused_ce is None:
         fused_ce = s.framework == "megatron-bridge"
-        value, why = str(fused_ce).lower(), f"{s.framework} default"
-        assumptions.append(msg("memory.key_unset", key="cross_entropy_loss_fusion", value=value, why=why))
     ov = resolve_overheads(
         s.input.overheads.model_dump(),
         expandable_segments(s.environment),
     )
     selected = frozenset(modules) if gran == "selective" else frozenset()
-    norm_note = layernorm_recompute_note(s, ctx, selected)
-    if norm_note is not None:
-        assumptions.append(norm_note)
+    if assumptions is not None:
+        _model_and_fusion_notes(s, ctx, selected, assumptions)
     return _Common(
         plan=plan,
         ctx=ctx,
@@ -501,31 +509,62 @@ def _common(s: Scenario, assumptions: list[str]) -> _Common:
     )
 
 
-def estimate_memory(s: Scenario) -> MemoryEstimate:
+def _model_and_fusion_notes(s: Scenario, ctx: ActContext, selected: frozenset[str], assumptions: list[str]) -> None:
+    """:func:`_common`'s last notes: the model's own (:func:`memory_notes`), the cross-entropy fusion
+    when unset, the norm outputs a selective ``layernorm`` recompute keeps."""
+    assumptions.extend(memory_notes(cast(ModelSpec, s.model)))
+    if s.layout.cross_entropy_loss_fusion is None:
+        fused_ce = s.framework == "megatron-bridge"
+        value, why = str(fused_ce).lower(), f"{s.framework} default"
+        assumptions.append(msg("memory.key_unset", key="cross_entropy_loss_fusion", value=value, why=why))
+    norm_note = layernorm_recompute_note(s, ctx, selected)
+    if norm_note is not None:
+        assumptions.append(norm_note)
+
+
+def _late_notes(s: Scenario, com: _Common) -> list[str]:
+    """The notes made after the stages: Megatron-FSDP's, and a vision mix planned without a workload."""
+    out: list[str] = list(fsdp_memory_notes(s, com.numerics, stage_params(s, allow_balanced=True)))
+    vc = vision_cost(s) if s.complete_model.vision is not None else None
+    if vc is not None and vc.assumed:
+        out.append(msg("memory.vision_planning_mix"))
+    return out
+
+
+def _assumptions_of(s: Scenario) -> list[str]:
+    """What :func:`estimate_memory` of ``s`` assumes, in the order it says it."""
+    notes: list[str] = []
+    com = _common(s, notes)
+    return notes + _late_notes(s, com)
+
+
+def estimate_memory(s: Scenario, *, notes_on_read: bool = False) -> MemoryEstimate:
     """Peak memory per GPU for every pipeline stage of a resolved scenario.
+
+    ``notes_on_read``: the estimate's assumptions (:attr:`MemoryEstimate.assumptions`) are made when
+    first read rather than now, the same list (the planner estimates thousands of layouts and shows a
+    few); default False.
 
     Raises:
         InputError: when the model, sequence length or world size is missing, or DP/EDP is not an
             integer (``moeplan check`` names the broken rule).
     """
     _need(s)
-    assumptions: list[str] = []
-    com = _common(s, assumptions)
+    notes: list[str] | None = None if notes_on_read else []
+    com = _common(s, notes)
     stages = [_stage(s, sp, com) for sp in stage_params(s, allow_balanced=True)]
-    assumptions.extend(fsdp_memory_notes(s, com.numerics, stage_params(s, allow_balanced=True)))
-    cap, host_cap = s.capacity_bytes, s.host_capacity_bytes_per_node
-    vc = vision_cost(s) if s.complete_model.vision is not None else None
-    if vc is not None and vc.assumed:
-        assumptions.append(msg("memory.vision_planning_mix"))
+    if notes is not None:
+        notes += _late_notes(s, com)
     return MemoryEstimate(
         stages,
-        cap,
+        s.capacity_bytes,
         s.gpus_per_node,
-        host_cap,
+        s.host_capacity_bytes_per_node,
         com.overheads,
-        assumptions,
+        notes if notes is not None else [],
         reserved_bytes=s.reserved_bytes,
         peft=_peft_summary(s),
+        notes_source=(lambda: _assumptions_of(s)) if notes is None else None,
     )
 
 
