@@ -23,6 +23,7 @@ Usage: python benchmarks/plan_quality.py [--limit N] [--exact]
 
 from __future__ import annotations
 
+import argparse
 import functools
 import statistics
 import sys
@@ -190,11 +191,21 @@ def summarise(rows: list[dict]) -> dict:
     }
 
 
+def _args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="The planner against every published layout.")
+    ap.add_argument(
+        "--limit", type=int, default=None, help="plan only the first N runs (docs/figures.json is not updated)"
+    )
+    ap.add_argument("--exact", action="store_true", help="plan(exact=True); the figures are printed, not written")
+    return ap.parse_args()
+
+
 def main() -> None:
+    args = _args()
     runs = load_runs()
-    if "--limit" in sys.argv:
-        runs = runs[: int(sys.argv[sys.argv.index("--limit") + 1])]
-    exact = "--exact" in sys.argv  # the exact planner search (plan(exact=True)): figures printed, nothing written
+    if args.limit is not None:
+        runs = runs[: args.limit]
+    exact = args.exact
     rows = evaluate(runs, exact=exact)
     fig = summarise(rows)
     hits = fig["hits"]
@@ -239,7 +250,7 @@ def main() -> None:
         print("\n".join(lines[4:10]))
         return
     (ROOT / "docs" / "plan_quality.md").write_text("\n".join(lines) + "\n")
-    if "--limit" not in sys.argv:
+    if args.limit is None:
         figures.update("planner", {**fig, "superseded": len(sup)})
     print("\n".join(lines[4:10]))
 
