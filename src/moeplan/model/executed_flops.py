@@ -20,6 +20,7 @@ from moeplan.inputs.model_spec import ModelSpec
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import hbm_bytes_per_s
+from moeplan.structure.attention_kernels import MLA_HEAD_SHAPE, fused_attention_kernel
 from moeplan.structure.dsv4_shapes import layer_forward_flops as dsv4_layer_forward_flops
 from moeplan.structure.dsv4_shapes import layer_ratio
 from moeplan.structure.dsv4_shapes import sparse_core_flops as dsv4_sparse_core_flops
@@ -70,7 +71,7 @@ ATTENTION_FP8_RELATIVE = 0.81
 #: backward ratio is an estimate of that kind, stated wherever an MLA layer is timed on Hopper
 MLA_SHAPE_RELATIVE = {"Hopper": (643 / 644, 425 / 541), "Blackwell": (1527 / 1598, 1200 / 1311)}
 #: (d_qk, d_v) of the shape :data:`MLA_SHAPE_RELATIVE` was measured at
-MLA_SHAPE = (192, 128)
+MLA_SHAPE = MLA_HEAD_SHAPE
 
 
 #: FlashAttention-2's forward on Blackwell (its sm80 code path) as a fraction of B200's dense BF16 peak:
@@ -81,13 +82,6 @@ MLA_SHAPE = (192, 128)
 #: published; the head-dim-128 one is used, a planning estimate stated where it applies
 FA2_BLACKWELL_FWD_FRACTION = 361.6 / 2250 / (8192 / (8192 + 768))
 FA2_BLACKWELL_BWD_RELATIVE = 333.95 / 379.44
-#: the first Transformer Engine release whose cuDNN backend trains head dims above 128 (other than MLA's
-#: 192 / 128) on Blackwell: TE commit 3bc3d551 ("Enable D=256 BWD cuDNN fused attn for Blackwell CC
-#: 10.x", pull 3056, July 2026), first tagged in v2.18. Before it ``nvte_get_fused_attn_backend``
-#: (transformer_engine/common/fused_attn/fused_attn.cpp @v2.16) trains head dims up to 256 with cuDNN
-#: on sm90 only, FlashAttention-3 is Hopper-only, so Transformer Engine runs FlashAttention-2
-#: (head dim ≤ 256) there
-TE_CUDNN_WIDE_HEADS_BLACKWELL = "2.18"
 
 
 #: time of the softmax exponentials per attention score relative to the BF16 tensor-core time of a
@@ -175,18 +169,11 @@ def attention_backward_fraction(
 def te_attention_kernel(
     gpu: GpuSpec, head_dims: float, v_dims: float | None, fp8: bool, te_version: Version | None
 ) -> str:
-    """The kernel Transformer Engine trains a head of ``head_dims`` (d_qk + d_v) with ``v_dims`` (d_v) on
-    ``gpu``: ``"flash2"`` on Blackwell for BF16 heads wider than 128 (other than MLA's 192 / 128) and no
-    wider than 256, with Transformer Engine before :data:`TE_CUDNN_WIDE_HEADS_BLACKWELL` or of unknown
-    version (every container release moeplan knows ships an earlier one); else ``"cudnn"``."""
-    if fp8 or v_dims is None or arch_family(gpu) != "Blackwell":
+    """:func:`~moeplan.structure.attention_kernels.fused_attention_kernel` for a head of ``head_dims``
+    (d_qk + d_v) with ``v_dims`` (d_v) on ``gpu``; ``"cudnn"`` when d_v is unknown."""
+    if v_dims is None:
         return "cudnn"
-    d_qk = head_dims - v_dims
-    if max(d_qk, v_dims) <= 128 or (d_qk, v_dims) == MLA_SHAPE or max(d_qk, v_dims) > 256:
-        return "cudnn"
-    if te_version is not None and te_version.release >= Version(TE_CUDNN_WIDE_HEADS_BLACKWELL).release:
-        return "cudnn"
-    return "flash2"
+    return fused_attention_kernel(arch_family(gpu), int(head_dims - v_dims), int(v_dims), fp8, te_version)
 
 
 def mla_shape_relative(gpu: GpuSpec, head_dims: float, v_dims: float | None, fp8: bool) -> tuple[float, float] | None:

@@ -1,4 +1,5 @@
-"""Which attention kernel a layer trains with, from its shapes alone.
+"""Which attention kernel a layer trains with, from its shapes (and, on Blackwell, the Transformer
+Engine release).
 
 Transformer Engine picks a fused kernel (FlashAttention or cuDNN) by head dim; a head wider than every
 fused kernel trains takes ``UnfusedDotProductAttention``, which keeps the s² scores, computes QKᵀ and PV
@@ -6,6 +7,8 @@ as plain batched GEMMs and refuses context parallelism.
 """
 
 from __future__ import annotations
+
+from packaging.version import Version
 
 from moeplan.inputs.model_spec import PartialModelSpec
 
@@ -25,6 +28,35 @@ def attention_runs_unfused(m: PartialModelSpec, kind: str) -> bool:
         return False
     d = m.attention_widths(kind).kv_channels
     return d is not None and d > FUSED_ATTENTION_MAX_HEAD_DIM
+
+
+#: MLA's training shape (d_qk, d_v): 128 + 64 rotary, 128; cuDNN trains it on Blackwell since 9.11
+MLA_HEAD_SHAPE = (192, 128)
+#: the first Transformer Engine release whose cuDNN backend trains heads wider than 128 (other than
+#: :data:`MLA_HEAD_SHAPE`) on Blackwell: TE commit 3bc3d551 ("Enable D=256 BWD cuDNN fused attn for
+#: Blackwell CC 10.x", pull 3056, July 2026), first tagged in v2.18. Before it
+#: ``nvte_get_fused_attn_backend`` (transformer_engine/common/fused_attn/fused_attn.cpp @v2.16) trains
+#: head dims up to 256 with cuDNN on sm90 only and FlashAttention-3 is Hopper-only, so Transformer
+#: Engine runs FlashAttention-2 there
+TE_CUDNN_WIDE_HEADS_BLACKWELL = Version("2.18")
+
+
+def fused_attention_kernel(family: str, d_qk: int, d_v: int, fp8: bool, te_version: Version | None) -> str:
+    """The fused kernel Transformer Engine trains a head of (``d_qk``, ``d_v``) with on an architecture
+    ``family`` (``Hopper``, ``Blackwell``, ...): ``"flash2"`` on Blackwell for BF16 heads wider than 128
+    (other than :data:`MLA_HEAD_SHAPE`) and no wider than :data:`FUSED_ATTENTION_MAX_HEAD_DIM`, with
+    Transformer Engine before :data:`TE_CUDNN_WIDE_HEADS_BLACKWELL` or of unknown version (every
+    container release moeplan knows ships an earlier one); else ``"cudnn"`` (FusedAttention is preferred
+    on Hopper and later: ``get_attention_backend``, dot_product_attention/utils.py @v2.10). Wider heads
+    run unfused (:func:`attention_runs_unfused`), FP8 attention takes TE's FP8 backend."""
+    if fp8 or family != "Blackwell":
+        return "cudnn"
+    wide = max(d_qk, d_v)
+    if wide <= 128 or (d_qk, d_v) == MLA_HEAD_SHAPE or wide > FUSED_ATTENTION_MAX_HEAD_DIM:
+        return "cudnn"
+    if te_version is not None and te_version.release >= TE_CUDNN_WIDE_HEADS_BLACKWELL.release:
+        return "cudnn"
+    return "flash2"
 
 
 #: the query-head counts FlashMLA's sparse prefill kernel takes on one rank, by architecture family:
