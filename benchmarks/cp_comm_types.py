@@ -138,16 +138,31 @@ def _card_lines() -> list[str]:
 #: the memory terms of a stage that are not counted from a megatron-core / Transformer Engine allocation
 #: but set as a share of other memory (the CUDA-graph pool, the caching allocator's fragmentation)
 ASSUMED_TERMS = ("cuda_graph_pool", "allocator_fragmentation")
-#: the card's Qwen3-235B 128K layout, with one stated setting changed: (label, layout changes, training changes)
+#: megatron-core dev, where TE's per-layer graphs honour create_attention_mask_in_dataloader (PR #5131)
+DEV = {"megatron_core": "0.19.0+dev"}
+#: the card's Qwen3-235B 128K layout, with one stated setting changed at a time:
+#: (label, layout changes, training changes, versions)
 Q235_VARIANTS = (
-    ("as stated (mask built in the dataloader)", {}, {}),
-    ("create_attention_mask_in_dataloader: false", {"create_attention_mask_in_dataloader": False}, {}),
-    ("… and no TE graphs", {"create_attention_mask_in_dataloader": False, "cuda_graph_impl": None}, {}),
-    ("… mask off, precision mxfp8", {"create_attention_mask_in_dataloader": False}, {"precision": "mxfp8"}),
+    ("as stated (mask built in the dataloader)", {}, {}, {}),
+    (
+        "create_attention_mask_in_dataloader: false, megatron-core 0.19.0",
+        {"create_attention_mask_in_dataloader": False},
+        {},
+        {"megatron_core": "0.19.0"},
+    ),
+    (
+        "create_attention_mask_in_dataloader: false, megatron-core dev",
+        {"create_attention_mask_in_dataloader": False},
+        {},
+        DEV,
+    ),
+    ("… and no TE graphs", {"create_attention_mask_in_dataloader": False, "cuda_graph_impl": None}, {}, DEV),
+    ("… mask off, precision mxfp8", {"create_attention_mask_in_dataloader": False}, {"precision": "mxfp8"}, DEV),
     (
         "… mask off, recompute moe + layernorm",
         {"create_attention_mask_in_dataloader": False, "recompute_modules": ["moe", "layernorm"]},
         {},
+        DEV,
     ),
 )
 
@@ -159,7 +174,7 @@ def qwen3_235b_memory_rows() -> list[tuple[str, dict]]:
     card = yaml.safe_load(CARD.read_text(encoding="utf-8"))
     run = next(r for r in card["runs"] if r["id"].startswith("card-qwen3-235b") and "131072" in r["id"])
     out = []
-    for label, lay, train in Q235_VARIANTS:
+    for label, lay, train, versions in Q235_VARIANTS:
         d = copy.deepcopy(run["scenario"])
         for k, v in lay.items():
             if v is None:
@@ -168,6 +183,8 @@ def qwen3_235b_memory_rows() -> list[tuple[str, dict]]:
             else:
                 d["layout"][k] = v
         d["training"].update(train)
+        if versions:
+            d["versions"] = {**d.get("versions", {}), **versions}
         m = estimate_memory(load_scenario(d))
         items = m.peak_stage.items
         assumed = sum(items["other"].get(k, 0.0) for k in ASSUMED_TERMS)
@@ -207,7 +224,7 @@ def _q235_lines() -> list[str]:
             f"| {label} | {r['peak_gib']:.1f} | {r['counted_gib']:.1f} | {r['activations_gib']:.1f} | "
             f"{r['graph_inputs_gib']:.1f} | {r['capacity_gib']:.1f} | {r['verdict']} |"
         )
-    off = rows[1][1]
+    off = rows[2][1]
     over = off["counted_gib"] - off["capacity_gib"]
     verdict = (
         f"the counted terms alone exceed the capacity in BF16 by {over:.1f} GiB, so the card's run also kept less "
@@ -222,8 +239,10 @@ def _q235_lines() -> list[str]:
         f"The activations are {first['layer_microbatches']:.0f} layer-microbatches in flight (the interleaved "
         f"schedule's warm-up on the peak stage) × {per_layer:.2f} GiB per layer at 32,768 tokens per CP rank, the per-layer "
         "count that matches megatron-core's own saved tensors (`docs/activation_oracle.md`, gqa_moe with TP 2, SP "
-        "and moe_act). As stated, the run cannot have built the causal mask in the dataloader (4 GiB per captured "
-        "layer and microbatch). Without the mask, " + verdict + ".",
+        "and moe_act). As stated, its TE attention graphs keep one causal mask per captured sample (4 GiB per captured "
+        "layer and microbatch): megatron-core passes create_attention_mask_in_dataloader to these graphs only on the "
+        "dev branch since PR #5131 (June 2026, after the card's date), so the card's run cannot have captured "
+        "attention in TE graphs as its layout states. Without the mask, " + verdict + ".",
     ]
     return lines
 

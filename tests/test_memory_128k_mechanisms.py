@@ -38,18 +38,19 @@ CARD_LAYOUT = {
 }
 
 
-def _card(**layout):
+def _card(megatron_core: str | None = None, **layout):
     lay = dict(CARD_LAYOUT)
     lay.update(layout)
-    return load_scenario(
-        {
-            "model": "Qwen/Qwen3-235B-A22B",
-            "system": {"gpu": "gb200", "num_gpus": 128},
-            "training": {"seq_length": 131072, "micro_batch_size": 1, "global_batch_size": 32, "precision": "bf16"},
-            "layout": lay,
-            "recipe_defaults": "mbridge-perf-benchmark",
-        }
-    )
+    data = {
+        "model": "Qwen/Qwen3-235B-A22B",
+        "system": {"gpu": "gb200", "num_gpus": 128},
+        "training": {"seq_length": 131072, "micro_batch_size": 1, "global_batch_size": 32, "precision": "bf16"},
+        "layout": lay,
+        "recipe_defaults": "mbridge-perf-benchmark",
+    }
+    if megatron_core is not None:
+        data["versions"] = {"megatron_core": megatron_core}
+    return load_scenario(data)
 
 
 def _ctx(**kw) -> ActContext:
@@ -133,9 +134,26 @@ def test_te_attention_graphs_keep_a_4_gib_mask_per_sample(card):
     stage = estimate_memory(card).stages[1]
     assert stage.num_layers == 24 and stage.inflight_microbatches == pytest.approx(49 / 12)
     assert stage.items["other"]["cuda_graph_static_inputs"] == pytest.approx(98 * 4 * GIB + 64 * MIB)
-    # without the mask (megatron-core dev since PR #5131, create_attention_mask_in_dataloader false)
-    off = estimate_memory(_card(create_attention_mask_in_dataloader=False)).stages[1]
+    # without the mask: create_attention_mask_in_dataloader false on megatron-core dev (PR #5131, June 2026)
+    off = estimate_memory(_card("0.19.0+dev", create_attention_mask_in_dataloader=False)).stages[1]
     assert off.items["other"]["cuda_graph_static_inputs"] == pytest.approx(64 * MIB)
+    # a release (or an unstated version) builds the mask whatever the flag says
+    for version in ("0.19.0", None):
+        kept = estimate_memory(_card(version, create_attention_mask_in_dataloader=False)).stages[1]
+        assert kept.items["other"]["cuda_graph_static_inputs"] == pytest.approx(98 * 4 * GIB + 64 * MIB)
+
+
+def test_the_mask_flag_on_a_release_is_flagged_as_not_reaching_the_graphs():
+    from moeplan import validate
+
+    ids = {
+        f.rule_id: f
+        for f in validate(_card("0.19.0", create_attention_mask_in_dataloader=False)).findings
+        if f.rule_id == "graphs.static_attention_masks"
+    }
+    assert "PR #5131" in ids["graphs.static_attention_masks"].message
+    dev = validate(_card("0.19.0+dev", create_attention_mask_in_dataloader=False)).findings
+    assert not [f for f in dev if f.rule_id == "graphs.static_attention_masks"]
 
 
 def test_expert_optimizer_state_is_whole_at_edp_1(card):

@@ -18,7 +18,7 @@ def _graphs(stage) -> dict[str, float]:
     return {k: v for k, v in stage.items["other"].items() if k in GRAPH_ITEMS}
 
 
-def _llama(layout: dict, seq: int = 8192, gpus: int = 12) -> list:
+def _llama(layout: dict, seq: int = 8192, gpus: int = 12, versions: dict | None = None) -> list:
     """Llama-3.1-8B (h 4096, 32 heads, kv_channels 128) cut to 12 layers: PP 3 → 4 layers a stage."""
     lay = {"tensor_model_parallel_size": 2, "context_parallel_size": 2, "pipeline_model_parallel_size": 3}
     lay.update(layout)
@@ -29,6 +29,7 @@ def _llama(layout: dict, seq: int = 8192, gpus: int = 12) -> list:
             "system": {"gpu": "h100", "num_gpus": gpus},
             "training": {"seq_length": seq, "micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16"},
             "layout": lay,
+            "versions": versions or {},
         }
     )
     return estimate_memory(s).stages
@@ -49,16 +50,17 @@ def test_attn_scope_tp2_sp_cp2_by_hand():
 
 
 def test_attn_scope_without_dataloader_mask():
-    # create_attention_mask_in_dataloader: false (dev, PR #5131): only the shared rotary table is left
-    stages = _llama(
-        {
-            "sequence_parallel": True,
-            "cuda_graph_impl": "transformer_engine",
-            "cuda_graph_scope": ["attn"],
-            "create_attention_mask_in_dataloader": False,
-        }
-    )
-    assert _graphs(stages[0])["cuda_graph_static_inputs"] == 4_194_304
+    # create_attention_mask_in_dataloader: false on megatron-core dev (PR #5131): only the shared rotary
+    # table is left; a release builds the [1, 1, 4096, 8192] bool mask per captured sample regardless
+    lay = {
+        "sequence_parallel": True,
+        "cuda_graph_impl": "transformer_engine",
+        "cuda_graph_scope": ["attn"],
+        "create_attention_mask_in_dataloader": False,
+    }
+    assert _graphs(_llama(lay, versions={"megatron_core": "0.19.0+dev"})[0])["cuda_graph_static_inputs"] == 4_194_304
+    released = _graphs(_llama(lay, versions={"megatron_core": "0.19.0"})[0])["cuda_graph_static_inputs"]
+    assert released > 4_194_304 and (released - 4_194_304) % (4096 * 8192) == 0
 
 
 def test_local_full_layer_no_mask_no_output_copy():
@@ -160,7 +162,7 @@ def test_captured_parts(scopes, moe, expected):
     assert (p.attn, p.mlp_whole, p.router, p.preprocess) == expected
 
 
-def _mask_rule_ids(layout: dict, seq: int) -> tuple[list[str], dict]:
+def _mask_rule_ids(layout: dict, seq: int, megatron_core: str | None = None) -> tuple[list[str], dict]:
     from moeplan import validate
 
     s = load_scenario(
@@ -169,6 +171,7 @@ def _mask_rule_ids(layout: dict, seq: int) -> tuple[list[str], dict]:
             "system": {"gpu": "h100", "num_gpus": 8},
             "training": {"seq_length": seq, "micro_batch_size": 1, "global_batch_size": 8},
             "layout": {"tensor_model_parallel_size": 2, "context_parallel_size": 2, **layout},
+            "versions": {"megatron_core": megatron_core} if megatron_core else {},
         }
     )
     res = {r.key: r.value for r in s.resolutions}
@@ -180,16 +183,16 @@ def test_mask_rule_and_resolution():
     ids, res = _mask_rule_ids({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"]}, 32768)
     assert "graphs.static_attention_masks" in ids
     assert res["create_attention_mask_in_dataloader"] is True
-    # stated false: no warning, nothing resolved
-    ids, res = _mask_rule_ids(
-        {
-            "cuda_graph_impl": "transformer_engine",
-            "cuda_graph_scope": ["attn"],
-            "create_attention_mask_in_dataloader": False,
-        },
-        32768,
-    )
+    # stated false on megatron-core dev (PR #5131): no warning, nothing resolved; on a release the graphs
+    # still build the mask, so the warning stays
+    off = {
+        "cuda_graph_impl": "transformer_engine",
+        "cuda_graph_scope": ["attn"],
+        "create_attention_mask_in_dataloader": False,
+    }
+    ids, res = _mask_rule_ids(off, 32768, "0.19.0+dev")
     assert "graphs.static_attention_masks" not in ids and "create_attention_mask_in_dataloader" not in res
+    assert "graphs.static_attention_masks" in _mask_rule_ids(off, 32768, "0.19.0")[0]
     # 4K: one mask 2048·4096 B = 8 MiB < 64 MiB → no warning; router-only scope keeps no mask at all
     assert "graphs.static_attention_masks" not in _mask_rule_ids({"cuda_graph_impl": "transformer_engine"}, 4096)[0]
     ids, res = _mask_rule_ids({"cuda_graph_impl": "local"}, 32768)

@@ -195,6 +195,19 @@ class Scenario:
             return int(self.gpu.host_mem_per_gpu_gb * 1e9 * self.gpus_per_node)
         return None
 
+    def megatron_core_dev_build(self) -> bool:
+        """True when ``versions.megatron_core`` states a dev build: a dev release (``0.20.0.dev0``) or a
+        local label naming it (``0.19.0+dev``), the way a dev-branch checkout is written down."""
+        v = self.versions.get("megatron_core")
+        return v is not None and (v.is_devrelease or "dev" in str(v.local or ""))
+
+    def skips_graph_attention_mask(self) -> bool:
+        """True when Transformer Engine's per-layer graphs are built without the dummy attention mask:
+        ``create_attention_mask_in_dataloader: false`` on a megatron-core dev build. The flag reaches
+        ``get_layer_static_inputs`` only since PR #5131 (commit cefc252015, June 2026, on the dev branch;
+        in no core_v* tag up to core_v0.19.0), so every release builds the mask regardless of it."""
+        return self.layout.create_attention_mask_in_dataloader is False and self.megatron_core_dev_build()
+
     def graphs_on(self) -> bool:
         """True when any CUDA graph capture is configured."""
         return (self.layout.cuda_graph_impl or "none") != "none"

@@ -197,5 +197,4 @@ def overall_verdict(findings: Iterable[Finding]) -> Verdict:
 def is_dev_build(s) -> bool:
     """True when the scenario states a megatron-core dev build: a dev release (``0.20.0.dev0``) or a
     local label naming it (``0.19.0+dev``), the way a dev-branch checkout is written down."""
-    v = s.versions.get("megatron_core")
-    return v is not None and (v.is_devrelease or "dev" in str(v.local or ""))
+    return bool(s.megatron_core_dev_build())

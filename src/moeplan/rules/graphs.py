@@ -523,15 +523,21 @@ MASK_WARN_BYTES = 64 * 2**20
 )
 def _static_masks(s, e):
     lay = s.layout
-    if lay.create_attention_mask_in_dataloader is False or not s.graphs_on() or s.training.seq_length is None:
+    if not s.graphs_on() or s.training.seq_length is None:
         return None
     seq, mbs = s.training.seq_length, s.training.micro_batch_size or 1
     scopes = s.graph_scopes()
     if lay.cuda_graph_impl == "full_iteration" or scopes == ["full_iteration"]:
+        if lay.create_attention_mask_in_dataloader is False:  # the dataloader takes the flag itself
+            return None
         one, where = mbs * seq * seq, msg("graphs.static_mask_full_iteration")
     elif lay.cuda_graph_impl == "transformer_engine" and (not scopes or "attn" in scopes):
+        if s.skips_graph_attention_mask():
+            return None
         one = mbs * seq // s.cp * seq
         where = msg("graphs.static_mask_te")
+        if lay.create_attention_mask_in_dataloader is False:  # set, but no release passes it to the graphs
+            where = msg("graphs.static_mask_te_flag_ignored", where=where)
     else:
         return None
     if one < MASK_WARN_BYTES:

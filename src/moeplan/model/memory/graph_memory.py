@@ -156,9 +156,10 @@ def layer_output_bytes(s: Scenario, ctx: ActContext, modules: frozenset[str], pa
 
 def attention_mask_bytes(s: Scenario, ctx: ActContext) -> float:
     """One TE static ``attention_mask`` [b, 1, s/CP, s] bool (bytes); 0 when the scenario sets
-    ``create_attention_mask_in_dataloader: false`` (honoured by megatron-core dev since PR #5131;
-    main ≤ 0.20 builds it regardless) or on the local path (which takes the real argument)."""
-    if s.layout.cuda_graph_impl != "transformer_engine" or s.layout.create_attention_mask_in_dataloader is False:
+    ``create_attention_mask_in_dataloader: false`` on a megatron-core dev build (honoured since PR #5131;
+    every release builds it regardless: :meth:`Scenario.skips_graph_attention_mask`) or on the local path
+    (which takes the real argument)."""
+    if s.layout.cuda_graph_impl != "transformer_engine" or s.skips_graph_attention_mask():
         return 0.0
     seq = float(s.training.seq_length or 0)
     return ctx.micro_batch_size * ctx.seq_local * seq
