@@ -21,6 +21,8 @@ GB200, H100, GB300 = get_gpu("gb200"), get_gpu("h100"), get_gpu("gb300")
         (GB200, 512, 256, False, None, "flash2"),  # unstated: every known container ships < 2.18
         (GB300, 512, 256, False, Version("2.14"), "flash2"),  # Blackwell Ultra (sm103) too
         (GB200, 512, 256, False, Version("2.18"), "cudnn"),  # cuDNN's sm100 backward for d = 256
+        (GB200, 384, 192, False, Version("2.18"), "flash2"),  # 2.18's cuDNN path is d_qk = d_v = 256 only
+        (GB200, 448, 256, False, Version("2.18"), "flash2"),  # (192, 256): not the 256 path either
         (GB200, 512, 256, True, Version("2.16"), "cudnn"),  # FP8 attention takes TE's FP8 backend
         (GB200, 256, 128, False, Version("2.16"), "cudnn"),  # head dim 128
         (GB200, 320, 128, False, Version("2.16"), "cudnn"),  # MLA's 192 / 128 (cuDNN 9.11+ on sm100)
@@ -59,3 +61,43 @@ def test_qwen3_next_on_gb200_says_its_attention_runs_flash2_and_te_2_18_times_it
     assert not [a for a in new.assumptions if "FlashAttention-2" in a]
     # the attention term also holds the Gated DeltaNet layers, which no backend choice moves
     assert new.breakdown_s["attention"] < 0.7 * old.breakdown_s["attention"]
+
+
+def _qwen3_next(**versions) -> dict:
+    return {
+        "model": "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "system": {"gpu": "gb200", "num_gpus": 32},
+        "training": {"seq_length": 8192, "micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"},
+        "layout": {"expert_model_parallel_size": 32},
+        "versions": versions,
+    }
+
+
+def test_an_unknown_transformer_engine_is_said_in_every_language():
+    notes = [a for a in estimate_step(load_scenario(_qwen3_next())).assumptions if "FlashAttention-2" in a]
+    assert len(notes) == 1 and "version is not known" in notes[0]
+    zh = notes[0].text("zh")
+    assert "版本未知" in zh and "not known" not in zh and "newest" not in zh
+
+
+def test_a_dsa_model_gets_no_flash2_note():
+    # GLM-5 (256-wide MLA heads on DeepSeek Sparse Attention) times its attention on the DSA paths
+    data = {
+        "model": "zai-org/GLM-5",
+        "system": {"gpu": "gb200", "num_gpus": 512},
+        "training": {"seq_length": 4096, "global_batch_size": 1024, "precision": "bf16"},
+        "layout": {"pipeline_model_parallel_size": 8, "expert_model_parallel_size": 64},
+    }
+    assert not [a for a in estimate_step(load_scenario(data)).assumptions if "FlashAttention-2" in a]
+
+
+def test_the_plan_text_says_how_its_first_layouts_attention_is_timed(tmp_path):
+    from typer.testing import CliRunner
+
+    from moeplan.cli.app import app
+
+    args = ["plan", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--gpu", "gb200", "--num-gpus", "32"]
+    args += ["--seq-length", "8192", "--precision", "bf16", "--gbs", "64", "--set", "versions.transformer_engine=2.17"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "FlashAttention-2" in res.output and "Transformer Engine 2.17" in res.output

@@ -44,9 +44,10 @@ TE_CUDNN_WIDE_HEADS_BLACKWELL = Version("2.18")
 def fused_attention_kernel(family: str, d_qk: int, d_v: int, fp8: bool, te_version: Version | None) -> str:
     """The fused kernel Transformer Engine trains a head of (``d_qk``, ``d_v``) with on an architecture
     ``family`` (``Hopper``, ``Blackwell``, ...): ``"flash2"`` on Blackwell for BF16 heads wider than 128
-    (other than :data:`MLA_HEAD_SHAPE`) and no wider than :data:`FUSED_ATTENTION_MAX_HEAD_DIM`, with
-    Transformer Engine before :data:`TE_CUDNN_WIDE_HEADS_BLACKWELL` or of unknown version (every
-    container release moeplan knows ships an earlier one); else ``"cudnn"`` (FusedAttention is preferred
+    (other than :data:`MLA_HEAD_SHAPE`) and no wider than :data:`FUSED_ATTENTION_MAX_HEAD_DIM`, except
+    d_qk = d_v = 256 with Transformer Engine :data:`TE_CUDNN_WIDE_HEADS_BLACKWELL` or later (its cuDNN
+    path, which also needs cuDNN 9.23+ and runs cuDNN's deterministic backward; an unknown version counts
+    as earlier: every container release moeplan knows ships one); else ``"cudnn"`` (FusedAttention is preferred
     on Hopper and later: ``get_attention_backend``, dot_product_attention/utils.py @v2.10). Wider heads
     run unfused (:func:`attention_runs_unfused`), FP8 attention takes TE's FP8 backend."""
     if fp8 or family != "Blackwell":
@@ -54,7 +55,11 @@ def fused_attention_kernel(family: str, d_qk: int, d_v: int, fp8: bool, te_versi
     wide = max(d_qk, d_v)
     if wide <= 128 or (d_qk, d_v) == MLA_HEAD_SHAPE or wide > FUSED_ATTENTION_MAX_HEAD_DIM:
         return "cudnn"
-    if te_version is not None and te_version.release >= TE_CUDNN_WIDE_HEADS_BLACKWELL.release:
+    if (
+        (d_qk, d_v) == (256, 256)
+        and te_version is not None
+        and te_version.release >= TE_CUDNN_WIDE_HEADS_BLACKWELL.release
+    ):
         return "cudnn"
     return "flash2"
 

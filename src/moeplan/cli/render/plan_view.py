@@ -354,7 +354,12 @@ def _plan_footer(c, d: dict) -> None:
         c.print(T("[bold yellow]note[/]: ") + escape(T(n)), highlight=False)
     # the software level every candidate's step time was scaled by (the same for all of them)
     top = (d.get("candidates") or [{}])[0].get("throughput") or {}
-    more = [a for a in top.get("assumptions", []) if "container" in a]
+    # and how #1's attention kernels are timed (the figures they rest on: MLA's cuDNN shape, FlashAttention-2)
+    more = [
+        a
+        for a in top.get("assumptions", [])
+        if "container" in a or str(getattr(a, "msgid", "")).startswith("attention_kernels.")
+    ]
     for a in [*d["assumptions"], *more]:
         c.print(T("assumed: ") + T(a), style="dim", highlight=False, markup=False)
     if d.get("report"):

@@ -266,22 +266,18 @@ def flash2_notes(ctx: StepContext) -> list[Message]:
     """Said when the model's attention heads run FlashAttention-2 on Blackwell
     (:func:`~moeplan.model.time.context.attention_kernel`): which Transformer Engine, and which published
     figures time them."""
-    if attention_kernel(ctx.s, ctx.gpu, ctx.fp8_attention) != "flash2":
-        return []
     m = ctx.model
+    if m.dsa_indexer_topk or attention_kernel(ctx.s, ctx.gpu, ctx.fp8_attention) != "flash2":
+        return []  # DSA times its attention on its own paths (dsa_notes)
     d_v = m.attention_v_head_dim
     te = ctx.s.versions.get("transformer_engine")
-    return [
-        msg(
-            "attention_kernels.flash2_fallback",
-            d_qk=m.attention_head_dims - d_v,
-            d_v=d_v,
-            gpu=ctx.gpu.id,
-            te=str(te) if te is not None else "of the newest known container (not stated)",
-            fwd_tflops=FA2_BLACKWELL_FWD_FRACTION * 2250 * 8192 / (8192 + 768),
-            bwd=FA2_BLACKWELL_BWD_RELATIVE,
-        )
-    ]
+    d_qk, gpu = m.attention_head_dims - d_v, ctx.gpu.id
+    fwd, bwd = FA2_BLACKWELL_FWD_FRACTION * 2250 * 8192 / (8192 + 768), FA2_BLACKWELL_BWD_RELATIVE
+    if te is None:
+        return [
+            msg("attention_kernels.flash2_fallback_te_unknown", d_qk=d_qk, d_v=d_v, gpu=gpu, fwd_tflops=fwd, bwd=bwd)
+        ]
+    return [msg("attention_kernels.flash2_fallback", d_qk=d_qk, d_v=d_v, gpu=gpu, fwd_tflops=fwd, bwd=bwd, te=str(te))]
 
 
 def workload_notes(ctx: StepContext) -> list[str]:
