@@ -407,3 +407,14 @@ def test_documents_are_plain_json():
     """What --json prints is the document itself: it serialises without help (no paths, no objects)."""
     for doc in (check_report(DSV3), estimate_report(DSV3).document, params_report(DSV3), models_report()):
         json.dumps(doc)
+
+
+def test_set_null_unsets_a_version_as_a_scenario_file_does():
+    from moeplan.inputs.overrides import parse_set
+
+    assert parse_set(["versions.transformer_engine=null", "versions.nccl=~"]) == {
+        "versions": {"transformer_engine": None, "nccl": None}
+    }
+    # quoted, it is the text "null" (and an invalid version, refused where versions are read)
+    assert parse_set(['versions.megatron_core="null"']) == {"versions": {"megatron_core": "null"}}
+    assert parse_set(["versions.container=26.10"]) == {"versions": {"container": "26.10"}}

@@ -66,11 +66,17 @@ def _text(raw: str) -> str:
     return raw
 
 
+def _versions_text(raw: str) -> str | None:
+    """A ``versions.*`` ``--set`` value: text (:func:`_text`), or None for an unquoted YAML null
+    (``null``, ``~`` or nothing), which unsets the version as ``null`` does in a scenario file."""
+    return None if raw in ("null", "Null", "NULL", "~", "") else _text(raw)
+
+
 def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``section.key=value`` pairs (value parsed as YAML) → ``{section: {key: value}}`` (dots deeper
     in the key nest further); the top-level keys ``framework``, ``recipe_defaults`` and ``name``,
     and every ``versions.*`` value, are taken as text (YAML would read 26.10 as the float 26.1; one pair
-    of surrounding quotes is dropped).
+    of surrounding quotes is dropped; an unquoted ``null`` unsets a version).
 
     Raises:
         InputError: an item without ``=`` or without a section, or keys that overlap
@@ -89,7 +95,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
                 "section.key=value, e.g. layout.recompute_granularity=selective, or framework=..., recipe_defaults=...",
             )
         sec, *path = key.split(".")
-        val = _text(raw) if sec == "versions" else parse_yaml_value(raw)
+        val = _versions_text(raw) if sec == "versions" else parse_yaml_value(raw)
         node = out.setdefault(sec, {})
         if not isinstance(node, dict):
             raise InputError("--set", item, f"a key under {sec!r}, which was already given a value")
