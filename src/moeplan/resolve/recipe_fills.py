@@ -417,7 +417,9 @@ def recipe_for_input(
 ) -> RecipeProvenance | None:
     """:func:`recipe_provenance` of a validated scenario input: its ``recipe_defaults``, precision,
     stated layout (unstated sizes at their defaults), micro-batch and global batch size, GPU id and
-    count. None for ``recipe_defaults: none``."""
+    count. None for ``recipe_defaults: none`` (the layout not read)."""
+    if inp.recipe_defaults not in (TRAINING_FILL, BENCHMARK_FILL):
+        return None
     lay = inp.layout
     gpu_id = inp.system.gpu if isinstance(inp.system.gpu, str) else None
     return recipe_provenance(
