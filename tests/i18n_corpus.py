@@ -108,6 +108,8 @@ TARGETED: tuple[dict, ...] = (
     # versions.container_unknown: a release the container table does not hold, and no release at all
     {"versions": {"container": "27.01"}, "recipe_defaults": "mbridge-perf"},
     {"versions": {"container": "nemo-latest"}},
+    # a stated package version that differs from what the stated container ships
+    {"versions": {"container": "26.06", "transformer_engine": "2.18"}},
     {"versions": {"megatron_core": "0.12.0"}, "layout": {"moe_flex_dispatcher_backend": "hybridep"}},
     {"versions": {"megatron_core": "0.16.0"}, "layout": {"moe_paged_stash": True}},
     {"layout": {"cp_comm_type": "ring", "context_parallel_size": 2}},

@@ -418,3 +418,24 @@ def test_set_null_unsets_a_version_as_a_scenario_file_does():
     # quoted, it is the text "null" (and an invalid version, refused where versions are read)
     assert parse_set(['versions.megatron_core="null"']) == {"versions": {"megatron_core": "null"}}
     assert parse_set(["versions.container=26.10"]) == {"versions": {"container": "26.10"}}
+
+
+def test_a_stated_version_that_differs_from_its_containers_is_said():
+    from moeplan import load_scenario, validate
+
+    def ids(versions: dict) -> list:
+        s = load_scenario(
+            {
+                "model": "Qwen/Qwen3-30B-A3B",
+                "system": {"gpu": "h100", "num_gpus": 8},
+                "training": {"seq_length": 4096, "global_batch_size": 64},
+                "versions": versions,
+            }
+        )
+        return [f for f in validate(s).findings if f.rule_id == "scenario.versions_differ_from_container"]
+
+    # nemo 26.06 ships Transformer Engine 2.16 (catalog/data/containers.yaml)
+    found = ids({"container": "26.06", "transformer_engine": "2.18"})
+    assert len(found) == 1 and "2.18" in found[0].message and "2.16" in found[0].message
+    assert ids({"container": "26.06", "transformer_engine": "2.16"}) == []  # the same version
+    assert ids({"container": "26.06"}) == [] and ids({"transformer_engine": "2.18"}) == []

@@ -6,9 +6,10 @@ import math
 
 from packaging.version import Version
 
+from moeplan.catalog.containers import lookup_container
 from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.resolved import NEWEST_MCORE
-from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE, release_version
+from moeplan.inputs.versions import CUDA_GRAPH_MODULES_MCORE, container_release, parse_version, release_version
 from moeplan.rules.base import both, is_dev_build, rule, why_for_dp, why_microbatch_count
 
 #: layout keys that appear in a later megatron-core than 0.16 (§3.13) → the first version that has
@@ -274,6 +275,33 @@ def _versions(s, e):
                 "versions.megatron_core",
             )
         ]
+
+
+@rule(
+    "scenario.versions_differ_from_container",
+    "moeplan container table (catalog/data/containers.yaml: Megatron Bridge software-versions.md)",
+    "a stated package version that differs from the one the stated container ships is used as stated",
+)
+def _versions_vs_container(s, e):
+    rel = container_release(s.input.versions.container)
+    if rel is None:
+        return None
+    row = lookup_container(*rel)[0]
+    if row is None:
+        return None
+    out = []
+    for key, shipped in row.packages.items():
+        stated = s.versions.get(key) if s.versions.sources.get(key) == f"versions.{key}" else None
+        if stated is not None and stated != parse_version(shipped, f"container {rel[1]} table ({key})"):
+            text = msg(
+                "scenario.version_differs_from_container",
+                key=key,
+                stated=str(stated),
+                container=rel[1],
+                shipped=shipped,
+            )
+            out.append(e.info(text, f"versions.{key}", "versions.container"))
+    return out or None
 
 
 @rule(
