@@ -44,4 +44,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from script_args import takes_no_arguments
+
+    takes_no_arguments(__doc__)
     main()

@@ -141,4 +141,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from script_args import takes_no_arguments
+
+    takes_no_arguments(__doc__)
     raise SystemExit(main())
