@@ -53,7 +53,8 @@ ATTENTION_HALF_QUERY_TOKENS = 768.0
 ATTENTION_FP8_RELATIVE = 0.81
 
 
-#: cuDNN's measured rate at MLA's training shape (d_qk 192 = 128 + 64 rotary, d_v 128; 128 heads) over its
+#: cuDNN's measured rate at MLA's training shape (``MLA_HEAD_SHAPE``: d_qk 192 = 128 + 64 rotary, d_v 128;
+#: 128 heads) over its
 #: head-dim-128 rate (64 query / 8 KV heads), (forward, backward), same build and GPU, BF16, causal, batch 1,
 #: 8192 tokens, the longest length both shapes ran, by architecture. Transformer Engine runs every head
 #: shape with cuDNN (FusedAttention) on Hopper and later ("Disabling FlashAttention to give FusedAttention
@@ -70,8 +71,6 @@ ATTENTION_FP8_RELATIVE = 0.81
 #: of the other (same repository, results/dsv3/gb200); for Hopper no such comparison is published, so its
 #: backward ratio is an estimate of that kind, stated wherever an MLA layer is timed on Hopper
 MLA_SHAPE_RELATIVE = {"Hopper": (643 / 644, 425 / 541), "Blackwell": (1527 / 1598, 1200 / 1311)}
-#: (d_qk, d_v) of the shape :data:`MLA_SHAPE_RELATIVE` was measured at
-MLA_SHAPE = MLA_HEAD_SHAPE
 
 
 #: FlashAttention-2's forward on Blackwell (its sm80 code path) as a fraction of B200's dense BF16 peak:
@@ -80,7 +79,8 @@ MLA_SHAPE = MLA_HEAD_SHAPE
 #: sequence; its backward at 0.880 of its forward (333.95 / 379.44 TFLOP/s, head dim 64, 16K tokens,
 #: flash_attn 2.7.4.post1 on B200, Dao-AILab/flash-attention issue 1589). No head-dim-256 figure is
 #: published; the head-dim-128 one is used, a planning estimate stated where it applies
-FA2_BLACKWELL_FWD_FRACTION = 361.6 / 2250 / (8192 / (8192 + 768))
+FA2_B200_FWD_TFLOPS = 361.6
+FA2_BLACKWELL_FWD_FRACTION = FA2_B200_FWD_TFLOPS / 2250 / (8192 / (8192 + ATTENTION_HALF_QUERY_TOKENS))
 FA2_BLACKWELL_BWD_RELATIVE = 333.95 / 379.44
 
 
@@ -180,7 +180,7 @@ def mla_shape_relative(gpu: GpuSpec, head_dims: float, v_dims: float | None, fp8
     """(forward, backward) rate of MLA's training shape relative to head dim 128 on ``gpu``
     (:data:`MLA_SHAPE_RELATIVE`) when the head is that shape (d_qk + d_v = ``head_dims``, d_v = ``v_dims``),
     attention runs in BF16 and the architecture has a measurement; else None."""
-    if fp8 or v_dims is None or (head_dims - v_dims, v_dims) != MLA_SHAPE:
+    if fp8 or v_dims is None or (head_dims - v_dims, v_dims) != MLA_HEAD_SHAPE:
         return None
     return MLA_SHAPE_RELATIVE.get(arch_family(gpu))
 

@@ -31,12 +31,11 @@ from moeplan.catalog.gpus import measured_gemm_fractions
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants, load_constants, release_of
-from moeplan.model.executed_flops import attention_fraction
 from moeplan.model.time.context import (
     StepContext,
-    attention_kernel,
     attention_rate,
     layer_cp_comm_type,
+    model_attention_fraction,
     step_context,
 )
 from moeplan.model.time.layer import layer_time, share_dispatch_free_terms
@@ -75,13 +74,8 @@ def _attention_rate_share(ctx: StepContext) -> float:
     all-to-all's, whose kernels run the whole sequence (:func:`attention_query_tokens`)."""
     s, m = ctx.s, ctx.model
     used = [attention_rate(ctx, layer_cp_comm_type(s, li)) for li in range(m.num_layers)]
-    whole = ctx.speeds.attention_flops_per_s * attention_fraction(
-        ctx.gpu,
-        float(ctx.seq_length),
-        m.attention_head_dims,
-        ctx.fp8_attention,
-        m.attention_v_head_dim,
-        attention_kernel(s, ctx.gpu, ctx.fp8_attention),
+    whole = ctx.speeds.attention_flops_per_s * model_attention_fraction(
+        s, ctx.gpu, float(ctx.seq_length), ctx.fp8_attention, ctx.attention_kernel
     )
     fastest = max([whole, *used])
     return min(used) / fastest if fastest > 0 else 1.0

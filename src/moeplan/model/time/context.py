@@ -53,6 +53,8 @@ class StepContext:
         attention_rate_flops_per_s: achieved attention FLOP/s for the rank's S/CP queries (the p2p
             ring's kernel length; :func:`attention_rate` for the other CP exchanges).
         fp8_attention: attention runs in FP8 (``fp8_dot_product_attention`` under an FP8 recipe).
+        attention_kernel: the kernel Transformer Engine trains the attention heads with (``cudnn`` or
+            ``flash2``: :func:`attention_kernel`).
         act: the activation context (what a layer saves for backward).
         recompute_modules / recompute_granularity / recompute_num_layers: the recompute settings.
         graphs / graph_share: ``cuda_graph_impl`` (``none`` when unset) and the share of the launch
@@ -80,6 +82,7 @@ class StepContext:
     speeds: Speeds
     attention_rate_flops_per_s: float
     fp8_attention: bool
+    attention_kernel: str
     act: ActContext
     recompute_modules: frozenset[str]
     recompute_granularity: str | None
@@ -226,6 +229,13 @@ def attention_kernel(s: Scenario, gpu: GpuSpec, fp8_attention: bool) -> str:
     )
 
 
+def model_attention_fraction(s: Scenario, gpu: GpuSpec, query_tokens: float, fp8: bool, kernel: str) -> float:
+    """:func:`~moeplan.model.executed_flops.attention_fraction` for the model's attention heads (its
+    d_qk + d_v and d_v) over ``query_tokens`` queries, run by ``kernel``."""
+    m = s.complete_model
+    return attention_fraction(gpu, query_tokens, m.attention_head_dims, fp8, m.attention_v_head_dim, kernel)
+
+
 def attention_rate(ctx: StepContext, comm_type: str) -> float:
     """Achieved attention FLOP/s of the kernels under CP exchange ``comm_type``
     (:func:`attention_query_tokens`); the ring's rate for p2p or without CP."""
@@ -233,9 +243,7 @@ def attention_rate(ctx: StepContext, comm_type: str) -> float:
     if s.cp == 1 or comm_type == "p2p":
         return ctx.attention_rate_flops_per_s
     q = attention_query_tokens(s, comm_type)
-    m = ctx.model
-    kernel = attention_kernel(s, ctx.gpu, ctx.fp8_attention)
-    frac = attention_fraction(ctx.gpu, q, m.attention_head_dims, ctx.fp8_attention, m.attention_v_head_dim, kernel)
+    frac = model_attention_fraction(s, ctx.gpu, q, ctx.fp8_attention, ctx.attention_kernel)
     return ctx.speeds.attention_flops_per_s * frac
 
 
@@ -317,6 +325,7 @@ def step_context(
         for mod in lay.offload_modules or []:
             off_items.update(OFFLOAD_ITEMS.get(mod, ()))
     vc = vision_cost(s, vision_patches) if m.vision is not None else None
+    kernel = attention_kernel(s, gpu, fp8_attn)
     return StepContext(
         s=s,
         c=c,
@@ -327,10 +336,9 @@ def step_context(
         routing_factor=route,
         speeds=sp,
         attention_rate_flops_per_s=sp.attention_flops_per_s
-        * attention_fraction(
-            gpu, seq_local, m.attention_head_dims, fp8_attn, m.attention_v_head_dim, attention_kernel(s, gpu, fp8_attn)
-        ),
+        * model_attention_fraction(s, gpu, seq_local, fp8_attn, kernel),
         fp8_attention=fp8_attn,
+        attention_kernel=kernel,
         act=_activation_context(s, mbs * seq_local, seq_local, mbs, route),
         recompute_modules=frozenset(modules) if gran == "selective" else frozenset(),
         recompute_granularity=gran,

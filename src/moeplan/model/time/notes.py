@@ -17,8 +17,8 @@ from moeplan.model.dsv4_notes import dsv4_notes
 from moeplan.model.executed_flops import (
     ATTENTION_FWD_FRACTION,
     ATTENTION_FWD_FRACTION_DEFAULT,
+    FA2_B200_FWD_TFLOPS,
     FA2_BLACKWELL_BWD_RELATIVE,
-    FA2_BLACKWELL_FWD_FRACTION,
     SPARSE_MLA_BWD_FRACTION,
     SPARSE_MLA_FWD_FRACTION,
     arch_family,
@@ -29,7 +29,7 @@ from moeplan.model.mamba_scan import CONV_HBM_FRACTION, ssd_bytes_per_s
 from moeplan.model.model_notes import time_notes
 from moeplan.model.msa_notes import msa_notes
 from moeplan.model.time.compute import DSV4_FUSED_FAMILIES, gated_deltanet_notes, mhc_rates
-from moeplan.model.time.context import StepContext, attention_kernel
+from moeplan.model.time.context import StepContext
 from moeplan.model.time.dsa_costs import dsa_path_notes, fused_dsa_runs
 from moeplan.model.time.launch import MOE_LAYER_LAUNCHES
 from moeplan.model.time.router_launches import router_fusion_notes
@@ -267,12 +267,12 @@ def flash2_notes(ctx: StepContext) -> list[Message]:
     (:func:`~moeplan.model.time.context.attention_kernel`): which Transformer Engine, and which published
     figures time them."""
     m = ctx.model
-    if m.dsa_indexer_topk or attention_kernel(ctx.s, ctx.gpu, ctx.fp8_attention) != "flash2":
+    if m.dsa_indexer_topk or ctx.attention_kernel != "flash2":
         return []  # DSA times its attention on its own paths (dsa_notes)
     d_v = m.attention_v_head_dim
     te = ctx.s.versions.get("transformer_engine")
     d_qk, gpu = m.attention_head_dims - d_v, ctx.gpu.id
-    fwd, bwd = FA2_BLACKWELL_FWD_FRACTION * 2250 * 8192 / (8192 + 768), FA2_BLACKWELL_BWD_RELATIVE
+    fwd, bwd = FA2_B200_FWD_TFLOPS, FA2_BLACKWELL_BWD_RELATIVE
     if te is None:
         return [
             msg("attention_kernels.flash2_fallback_te_unknown", d_qk=d_qk, d_v=d_v, gpu=gpu, fwd_tflops=fwd, bwd=bwd)
