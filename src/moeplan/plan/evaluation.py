@@ -219,7 +219,7 @@ class Evaluator:
         entry = self.cache.entry_of(s)
         if entry is not None and self.margin in entry.fits:
             return entry.fits[self.margin]
-        mem = estimate_memory(s, notes_on_read=True)  # (a candidate's notes are read only if it is shown)
+        mem = estimate_memory(s, notes_on_read=True, stages_on_read=True)  # (notes and every stage: made if shown)
         cap = mem.capacity_bytes or 0
         margin = self.margin if self.margin is not None else int(cap * DEFAULT_HEADROOM_FRACTION)
         ok = mem.peak_bytes <= cap - margin and mem.verdict != "does-not-fit"

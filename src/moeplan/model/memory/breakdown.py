@@ -33,6 +33,7 @@ from moeplan.model.memory.other import (
     fragmentation,
     graph_buffers,
 )
+from moeplan.model.memory.peak_stages import peak_holders, stage_kind
 from moeplan.model.memory.stage_activations import DecoderActivations, decoder_activations, tail_activations
 from moeplan.model.memory.static import fsdp_memory_notes, static_memory
 from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
@@ -169,7 +170,9 @@ class MemoryEstimate:
     ``host_bytes_per_node`` is set when optimizer state is offloaded.
     """
 
-    stages: list[StageMemory]
+    #: the stages computed: every stage, or with ``stages_source`` only those that can hold a peak
+    #: (:func:`moeplan.model.memory.peak_stages.peak_holders`); the peaks and the verdict read these
+    computed: list[StageMemory]
     capacity_bytes: int | None
     gpus_per_node: int | None
     host_capacity_bytes_per_node: int | None
@@ -179,6 +182,14 @@ class MemoryEstimate:
     peft: dict | None = None
     #: makes the assumptions on first read (:func:`estimate_memory` with ``notes_on_read``); None: ``notes``
     notes_source: Callable[[], list[str]] | None = field(default=None, repr=False, compare=False)
+    #: makes every stage on first read of :attr:`stages` (:func:`estimate_memory` with ``stages_on_read``)
+    stages_source: Callable[[], list[StageMemory]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def stages(self) -> list[StageMemory]:
+        """Every pipeline stage's memory, first stage first: ``computed``, or made by ``stages_source``
+        on first read."""
+        return self.stages_source() if self.stages_source is not None else self.computed
 
     @functools.cached_property
     def assumptions(self) -> list[str]:
@@ -188,7 +199,7 @@ class MemoryEstimate:
 
     @functools.cached_property
     def peak_stage(self) -> StageMemory:
-        return max(self.stages, key=lambda st: st.total_bytes)
+        return max(self.computed, key=lambda st: st.total_bytes)
 
     @property
     def peak_bytes(self) -> int:
@@ -198,12 +209,12 @@ class MemoryEstimate:
     @property
     def peak_allocated_bytes(self) -> int:
         """The largest torch ``max_memory_allocated`` over the stages."""
-        return max(st.peak_allocated_bytes for st in self.stages)
+        return max(st.peak_allocated_bytes for st in self.computed)
 
     @property
     def peak_reserved_bytes(self) -> int:
         """The largest torch ``max_memory_reserved`` over the stages."""
-        return max(st.peak_reserved_bytes for st in self.stages)
+        return max(st.peak_reserved_bytes for st in self.computed)
 
     @property
     def headroom_fraction(self) -> float | None:
@@ -259,7 +270,7 @@ class MemoryEstimate:
     def host_bytes_per_rank(self) -> int | None:
         """Host memory of the rank that needs the most (bytes): CPU-optimizer state with its pinned
         buffers and offloaded activations; None when nothing lives on the host."""
-        per_gpu = max((st.host_bytes for st in self.stages), default=0.0)
+        per_gpu = max((st.host_bytes for st in self.computed), default=0.0)
         return int(per_gpu) if per_gpu > 0 else None
 
     @property
@@ -538,12 +549,14 @@ def _assumptions_of(s: Scenario) -> list[str]:
     return notes + _late_notes(s, com)
 
 
-def estimate_memory(s: Scenario, *, notes_on_read: bool = False) -> MemoryEstimate:
+def estimate_memory(s: Scenario, *, notes_on_read: bool = False, stages_on_read: bool = False) -> MemoryEstimate:
     """Peak memory per GPU for every pipeline stage of a resolved scenario.
 
     ``notes_on_read``: the estimate's assumptions (:attr:`MemoryEstimate.assumptions`) are made when
     first read rather than now, the same list (the planner estimates thousands of layouts and shows a
-    few); default False.
+    few); default False. ``stages_on_read``: only the stages that can hold a peak are computed now
+    (:func:`moeplan.model.memory.peak_stages.peak_holders`; the peaks and the verdict are the same) and
+    the others when :attr:`MemoryEstimate.stages` is first read; default False.
 
     Raises:
         InputError: when the model, sequence length or world size is missing, or DP/EDP is not an
@@ -552,7 +565,15 @@ def estimate_memory(s: Scenario, *, notes_on_read: bool = False) -> MemoryEstima
     _need(s)
     notes: list[str] | None = None if notes_on_read else []
     com = _common(s, notes)
-    stages = [_stage(s, sp, com) for sp in stage_params(s, allow_balanced=True)]
+    sps = stage_params(s, allow_balanced=True)
+    stages_source = None
+    if stages_on_read:
+        kinds = [stage_kind(s, sp, com.plan) for sp in sps]
+        done = {i: _stage(s, sps[i], com) for i in peak_holders(kinds, [_inflight(s, sp, com) for sp in sps])}
+        stages = list(done.values())
+        stages_source = functools.partial(_every_stage, s, sps, com, done)
+    else:
+        stages = [_stage(s, sp, com) for sp in sps]
     if notes is not None:
         notes += _late_notes(s, com)
     return MemoryEstimate(
@@ -565,7 +586,19 @@ def estimate_memory(s: Scenario, *, notes_on_read: bool = False) -> MemoryEstima
         reserved_bytes=s.reserved_bytes,
         peft=_peft_summary(s),
         notes_source=(lambda: _assumptions_of(s)) if notes is None else None,
+        stages_source=stages_source,
     )
+
+
+def _every_stage(s: Scenario, sps: list[StageParams], com: _Common, done: dict[int, StageMemory]) -> list[StageMemory]:
+    """Every stage of ``s`` in order: those in ``done`` (by index) as computed, the others computed now."""
+    return [done[i] if i in done else _stage(s, sp, com) for i, sp in enumerate(sps)]
+
+
+def _inflight(s: Scenario, sp: StageParams, com: _Common) -> float:
+    """Microbatches in flight on stage ``sp`` in units of the rank's layers (:func:`inflight_microbatches`)."""
+    lay = s.layout
+    return inflight_microbatches(s.pp, sp.stage, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage)
 
 
 def _peft_summary(s: Scenario) -> dict | None:
@@ -593,9 +626,7 @@ def _activations(
     ViT's working set goes to ``other``."""
     lay, ctx = s.layout, com.ctx
     dec = decoder_activations(s, sp, com.plan, ctx, com.modules)
-    inflight = inflight_microbatches(
-        s.pp, sp.stage, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage
-    )
+    inflight = _inflight(s, sp, com)
     act = {"decoder_layers": dec.per_microbatch_bytes * inflight}
     v = s.complete_model.vision
     if sp.embedding and v is not None:
