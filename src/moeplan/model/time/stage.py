@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from moeplan.model.executed_flops import attention_fraction
 from moeplan.model.lora import lora_time_s, stage_layer_adapters
 from moeplan.model.time.context import StepContext
-from moeplan.model.time.layer import LAYER_HIDDEN, LAYER_PARTS, layer_time
+from moeplan.model.time.layer import LAYER_HIDDEN, LAYER_PARTS, layer_time, layer_time_key
 from moeplan.model.vision import VisionCost
 from moeplan.structure.placement import StageParams
 from moeplan.structure.stages import StagePlan
@@ -92,9 +92,31 @@ def _vision_tower(ctx: StepContext, vc: VisionCost) -> dict[str, float]:
 
 def stage_time(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> StageTime:
     """One microbatch's forward + backward on stage ``st``: decoder layers and MTP blocks, the MTP
-    projections and the output layer(s) on the last stage, the vision tower on a VLM's first."""
+    projections and the output layer(s) on the last stage, the vision tower on a VLM's first. Stages
+    with the same :func:`stage_time_key` share one computation per context; each call returns its own
+    record."""
+    groups = layer_groups(ctx, st, plan)
+    cache = ctx.__dict__.setdefault("_stage_times", {})  # a cache beside the frozen fields, not a field
+    key = stage_time_key(ctx, st, groups)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = _compute_stage_time(ctx, st, groups)
+    return StageTime(dict(hit.parts), dict(hit.hidden))
+
+
+def stage_time_key(ctx: StepContext, st: StageParams, groups: dict[int, list[bool]]) -> tuple:
+    """Everything :func:`_compute_stage_time` reads of a stage: per kind of layer, in order, its
+    :func:`~moeplan.model.time.layer.layer_time_key` and which of its layers full recompute re-runs;
+    the MTP depths, output layer and embedding; under LoRA the layers themselves (their adapters)."""
+    kinds = tuple((layer_time_key(ctx, li), tuple(flags)) for li, flags in groups.items())
+    adapters = tuple(st.layers) if ctx.s.peft is not None else None
+    return (kinds, st.mtp_layers, st.output_layer, st.embedding, adapters)
+
+
+def _compute_stage_time(ctx: StepContext, st: StageParams, groups: dict[int, list[bool]]) -> StageTime:
+    """:func:`stage_time` of the stage whose layers are grouped as ``groups`` (computed)."""
     s, m, sp = ctx.s, ctx.model, ctx.speeds
-    out = _decoder_layers(ctx, layer_groups(ctx, st, plan))
+    out = _decoder_layers(ctx, groups)
     parts = out.parts
     h, tokens = m.hidden_size, ctx.tokens
     if st.mtp_layers:  # each MTP block's 2h → h projection
