@@ -22,20 +22,36 @@ from moeplan.model.activations import layer_saved_keys
 from moeplan.structure.placement import StageParams
 from moeplan.structure.stages import StagePlan
 
+#: (id of the stage, id of the plan, layers offloaded) → (the stage, the plan, its kind); the objects are
+#: held so that their ids keep naming them
+_KINDS: dict[tuple[int, int, int], tuple[StageParams, StagePlan, tuple]] = {}
+#: entries :data:`_KINDS` holds before it is emptied
+KINDS_LIMIT = 20000
+
 
 def stage_kind(s: Scenario, sp: StageParams, plan: StagePlan) -> tuple:
     """Everything a stage's memory reads besides its microbatches in flight (the module's docstring):
     per virtual chunk the ordered layers' (saved-tensor key, attention kind, MoE flag, taken by
-    layer-level offload), the parameters by kind, and the embedding, output layer and MTP depths."""
-    m, lay = s.complete_model, s.layout
+    layer-level offload), the parameters by kind, and the embedding, output layer and MTP depths.
+    Made once per stage and plan object (both come from caches the search shares)."""
+    lay = s.layout
+    n_off = (lay.cpu_offloading_num_layers or 0) if (lay.cpu_offloading and s.pp == 1) else 0
+    key = (id(sp), id(plan), n_off)
+    hit = _KINDS.get(key)
+    if hit is not None and hit[0] is sp and hit[1] is plan:
+        return hit[2]
+    m = s.complete_model
     keys = layer_saved_keys(m)
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe = m.moe_layers or (m.is_moe,) * m.num_layers
-    n_off = (lay.cpu_offloading_num_layers or 0) if (lay.cpu_offloading and s.pp == 1) else 0
     chunks = tuple(tuple((keys[li], kinds[li], bool(moe[li]), li < n_off) for li in c) for c in plan.layers[sp.stage])
     p = sp.params
     params = (tuple(sorted(p.by_kind.items())), p.dense, p.expert)
-    return (chunks, params, len(sp.layers), sp.embedding, sp.output_layer, sp.mtp_layers)
+    kind = (chunks, params, len(sp.layers), sp.embedding, sp.output_layer, sp.mtp_layers)
+    if len(_KINDS) >= KINDS_LIMIT:
+        _KINDS.clear()
+    _KINDS[key] = (sp, plan, kind)
+    return kind
 
 
 def peak_holders(kinds: list[tuple], inflight: list[float]) -> list[int]:
