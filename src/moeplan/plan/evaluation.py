@@ -11,7 +11,7 @@ import contextvars
 import gc
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -239,15 +239,28 @@ class Evaluator:
         return th
 
     def evaluate(
-        self, data: dict, ladder: list[tuple[str, dict]], rej: Rejections, label: str, floor_tps: float = 0.0
+        self,
+        data: dict,
+        ladder: list[tuple[str, dict]],
+        rej: Rejections,
+        label: str,
+        floor_tps: float = 0.0,
+        hint: int | None = None,
     ) -> Found | None:
         """The cheapest ladder rung that is legal and fits: (rung label, data, scenario, memory, the
-        peak GiB of each rung tried)."""
+        peak GiB of each rung tried). The search assumes what the ladder is built for: memory falls
+        along it, so every rung above a fitting one fits. ``hint``: the index of the rung a closely
+        related layout fitted at (refinement: the layout the knob is applied to); when that rung fits
+        and the one below it does not, it is the answer without a search (:meth:`_at_hint`)."""
 
         def rung(i: int) -> tuple[dict, Scenario | None, str | None]:
             return self._with(data, ladder[i][1])
 
         self.evaluated += 1
+        if hint is not None and floor_tps <= 0 and 0 <= hint < len(ladder):
+            got = self._at_hint(ladder, hint, rung)
+            if got is not None:
+                return self._faster_alternative(got, data) if got[0].startswith("full") and self.alternatives else got
         # does anything fit? (most memory-saving rung)
         last = len(ladder) - 1
         d, s, why = rung(last)
@@ -291,6 +304,25 @@ class Evaluator:
         if best[0].startswith("full") and self.alternatives:
             best = self._faster_alternative(best, data)
         return best
+
+    def _at_hint(self, ladder: list[tuple[str, dict]], hint: int, rung: Callable) -> Found | None:
+        """Rung ``hint`` when it is legal and fits and the rung below it is not or does not (or it is
+        the first rung): the cheapest fitting rung, as the search would find it; else None (the search
+        runs, and reuses the rungs tried here from the evaluation cache)."""
+        d, s, _ = rung(hint)
+        if s is None:
+            return None
+        ok, mem = self.fits(s)
+        if not ok:
+            return None
+        seen: dict[str, float | None] = {ladder[hint][0]: mem.peak_bytes / GIB_BYTES}
+        if hint > 0:
+            _, s2, _ = rung(hint - 1)
+            ok2, mem2 = self.fits(s2) if s2 is not None else (False, None)
+            if ok2:
+                return None
+            seen[ladder[hint - 1][0]] = mem2.peak_bytes / GIB_BYTES if mem2 is not None else None
+        return (ladder[hint][0], d, s, mem, seen)
 
     def _with(self, data: dict, keys: dict) -> tuple[dict, Scenario | None, str | None]:
         """``data`` with its recompute / offload keys replaced by ``keys`` (those the request holds

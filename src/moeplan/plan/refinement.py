@@ -98,10 +98,12 @@ def refine_candidate(
         start = best  # every option of a family is applied to the same layout (a bundle's extra keys stay its own)
         start.tried.setdefault("_why", {})  # shared by the variants' shallow copies below
         variants: list[Candidate] = []
+        labels = [x[0] for x in ladder]
+        hint = labels.index(start.recompute) if start.recompute in labels else None  # (an off-ladder rung: none)
         for name, keys in opts:
             d = apply_keys(start.data, keys, fixed_layout)
             sub = Rejections()
-            got = ev.evaluate(d, ladder, sub, name)
+            got = ev.evaluate(d, ladder, sub, name, hint=hint)
             if got is None:
                 tried[name] = None
                 reasons = sorted(sub.counts)
