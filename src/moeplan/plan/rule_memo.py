@@ -27,8 +27,15 @@ from moeplan.rules.base import Rule
 Read = tuple[str, str]
 
 
+#: value types that are their own key (with the type's name): the common case, checked first
+_PLAIN_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
 def _frozen(v: object) -> Hashable:
     """A value read, as a key that tells apart what the rule could (type and value; lists as tuples)."""
+    t = type(v)
+    if t in _PLAIN_TYPES:
+        return (t.__name__, v)
     if isinstance(v, (list, tuple)):
         return (type(v).__name__, tuple(_frozen(x) for x in v))
     if isinstance(v, dict):
