@@ -9,7 +9,7 @@ from moeplan import load_scenario
 from moeplan.catalog.gpus import measured_gemm_fractions
 from moeplan.model.constants import load_constants
 from moeplan.model.time.context import step_context
-from moeplan.model.time.stage import _compute_stage_time, layer_groups, stage_time
+from moeplan.model.time.stage import compute_stage_time, layer_groups, stage_time
 from moeplan.structure.placement import stage_params, stage_plan
 
 
@@ -41,7 +41,7 @@ def test_shared_stage_time_equals_each_stage_computed_alone(layout):
     stages = stage_params(s, allow_balanced=True)
     for st in stages:
         shared = stage_time(ctx, st, plan)
-        alone = _compute_stage_time(ctx, st, layer_groups(ctx, st, plan))
+        alone = compute_stage_time(ctx, st, layer_groups(ctx, st, plan))
         assert shared == alone
     if len(stages) == 8:  # PP 8: the middle stages build the same 8 MoE layers (PP 4 × VPP 2 splits unevenly)
         assert len(ctx.__dict__["_stage_times"]) < len(stages)

@@ -100,12 +100,12 @@ def stage_time(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> Sta
     key = stage_time_key(ctx, st, groups)
     hit = cache.get(key)
     if hit is None:
-        hit = cache[key] = _compute_stage_time(ctx, st, groups)
+        hit = cache[key] = compute_stage_time(ctx, st, groups)
     return StageTime(dict(hit.parts), dict(hit.hidden))
 
 
 def stage_time_key(ctx: StepContext, st: StageParams, groups: dict[int, list[bool]]) -> tuple:
-    """Everything :func:`_compute_stage_time` reads of a stage: per kind of layer, in order, its
+    """Everything :func:`compute_stage_time` reads of a stage: per kind of layer, in order, its
     :func:`~moeplan.model.time.layer.layer_time_key` and which of its layers full recompute re-runs;
     the MTP depths, output layer and embedding; under LoRA the layers themselves (their adapters)."""
     kinds = tuple((layer_time_key(ctx, li), tuple(flags)) for li, flags in groups.items())
@@ -113,7 +113,7 @@ def stage_time_key(ctx: StepContext, st: StageParams, groups: dict[int, list[boo
     return (kinds, st.mtp_layers, st.output_layer, st.embedding, adapters)
 
 
-def _compute_stage_time(ctx: StepContext, st: StageParams, groups: dict[int, list[bool]]) -> StageTime:
+def compute_stage_time(ctx: StepContext, st: StageParams, groups: dict[int, list[bool]]) -> StageTime:
     """:func:`stage_time` of the stage whose layers are grouped as ``groups`` (computed)."""
     s, m, sp = ctx.s, ctx.model, ctx.speeds
     out = _decoder_layers(ctx, groups)
