@@ -4,9 +4,12 @@ fits, refine the best, rank.
 Order of work per parallel layout (cheap first): folding arithmetic → GBS divisibility → every
 Megatron-Core rule (:func:`moeplan.validate`) → memory: the most memory-saving rung of the recompute
 ladder first (does anything fit?), then a binary search for the cheapest rung that fits with the
-requested headroom → the step-time model. The best ``refine`` layouts are then refined one knob family
-at a time (VPP, token dispatcher, CUDA graph scope, CP communication type), each variant re-checked
-by the rules and re-fitted. Ties break on the layout tuple, so results are identical across runs.
+requested headroom (memory computed only for the pipeline stages that can hold the peak,
+:mod:`moeplan.model.memory.peak_stages`) → the step-time model. The best ``refine`` layouts are then
+refined one knob family at a time (VPP, token dispatcher, CUDA graph scope, CP communication type),
+each variant re-checked by the rules and re-fitted, its recompute search starting at the rung its
+layout fitted at (``Evaluator.evaluate(hint=)``). Ties break on the layout tuple, so results are
+identical across runs.
 
 Recipe defaults (``recipe_defaults: mbridge-perf``) are resolved once for the request
 (:func:`request_recipe`) and that record is applied to every candidate: no recipe row is matched
