@@ -15,7 +15,12 @@ the published layouts (``benchmarks/plan_quality.py``: the published layout, or 
 3 % of it, in the top 5) is read from each tree's ``docs/plan_quality.md``; ``--agreement N`` also
 recomputes this tree's over the first N published runs (all 113 take minutes).
 
-Usage: python benchmarks/bench_plan.py [--repeat N] [--against COMMIT] [--agreement N]
+The two trees run in alternation, ``--rounds`` times (default 3), each round one child process per tree
+with ``--repeat`` plans: the CPU seconds are the median over every round, and the ratio of this tree to
+the older one is the median of the rounds' ratios (a shared machine's speed drifts; back-to-back runs
+of the two trees see the same machine).
+
+Usage: python benchmarks/bench_plan.py [--repeat N] [--rounds N] [--against COMMIT] [--agreement N]
 """
 
 from __future__ import annotations
@@ -91,6 +96,33 @@ def _run_tree(src: Path, repeat: int) -> dict:
     return json.loads(lines[-1])
 
 
+def _merge(rounds: list[dict]) -> dict:
+    """One tree's rounds (:func:`_run_tree` documents) as one: every DSV3 plan's CPU seconds together
+    and their median, Kimi-K2's median over the rounds; the first error any round gave, if one did."""
+    bad = [r for r in rounds if "error" in r]
+    if bad:
+        return bad[0]
+    out = json.loads(json.dumps(rounds[-1]))
+    out["dsv3"]["cpu_all_s"] = [x for r in rounds for x in r["dsv3"]["cpu_all_s"]]
+    out["dsv3"]["cpu_s"] = statistics.median(out["dsv3"]["cpu_all_s"])
+    kimi = [r["kimi"]["cpu_s"] for r in rounds if "cpu_s" in r.get("kimi", {})]
+    if kimi:
+        out["kimi"]["cpu_s"] = statistics.median(kimi)
+    return out
+
+
+def _ratio(new: list[dict], old: list[dict]) -> str:
+    """This tree's DSV3 CPU seconds over the other's: the median of the rounds' ratios (each round runs
+    both trees back to back, so a machine that speeds up or slows down between rounds moves both)."""
+    pairs = [
+        (a["dsv3"]["cpu_s"], b["dsv3"]["cpu_s"]) for a, b in zip(new, old, strict=True) if "dsv3" in a and "dsv3" in b
+    ]
+    if not pairs:
+        return "n/a"
+    each = [a / b for a, b in pairs]
+    return f"{statistics.median(each):.2f} (rounds: {', '.join(f'{x:.2f}' for x in each)})"
+
+
 def _agreement_doc(tree: Path) -> str:
     """The agreement figure ``docs/plan_quality.md`` of ``tree`` states."""
     doc = tree / "docs" / "plan_quality.md"
@@ -115,7 +147,7 @@ def _cell(doc: dict, key: str, field: str, fmt: str) -> str:
     return format(part[field], fmt) if part.get(field) is not None else "n/a"
 
 
-def _print_table(new: dict, old: dict, against: str, agree: tuple[str, str]) -> None:
+def _print_table(new: dict, old: dict, against: str, agree: tuple[str, str], ratio: str) -> None:
     rows = [
         ("DSV3 1024×H100 128K: CPU s (median)", "dsv3", "cpu_s", ".2f"),
         ("  top-1", "dsv3", "top1", ""),
@@ -131,6 +163,7 @@ def _print_table(new: dict, old: dict, against: str, agree: tuple[str, str]) -> 
         print(f"{label:{w}}{_cell(new, key, field, fmt):>34}{_cell(old, key, field, fmt):>34}")
     print(f"{'agreement (docs/plan_quality.md)':{w}}{agree[0]:>34}{agree[1]:>34}")
     each = (new.get("dsv3", {}).get("cpu_all_s"), old.get("dsv3", {}).get("cpu_all_s"))
+    print(f"DSV3 CPU s, this tree ÷ {against}: {ratio}")
     print(f"DSV3 CPU s of each plan: this tree {each[0]}, {against} {each[1]}")
 
 
@@ -141,18 +174,22 @@ def main() -> None:
         child(repeat)
         return
     against = argv[argv.index("--against") + 1] if "--against" in argv else "282b6d9"
-    new = _run_tree(ROOT / "src", repeat)
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 3
+    news: list[dict] = []
+    olds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="moeplan-bench-") as tmp:
         wt = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(wt), against], check=True)
         try:
-            old = _run_tree(wt / "src", repeat)
+            for _ in range(rounds):  # the trees alternate, so that a drifting machine moves both alike
+                news.append(_run_tree(ROOT / "src", repeat))
+                olds.append(_run_tree(wt / "src", repeat))
             agree = (_agreement_doc(ROOT), _agreement_doc(wt))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(wt)], check=False)
     if "--agreement" in argv:
         agree = (_agreement_now(int(argv[argv.index("--agreement") + 1])), agree[1])
-    _print_table(new, old, against, agree)
+    _print_table(_merge(news), _merge(olds), against, agree, _ratio(news, olds))
 
 
 if __name__ == "__main__":
