@@ -136,6 +136,20 @@ def test_candidate_memory_is_the_estimate_mapping_made_once():
     assert c2.peak_gib != c.peak_gib
 
 
+def test_candidate_throughput_is_the_estimate_mapping_made_once():
+    from moeplan.model.step import estimate_step
+
+    s = _scenario()
+    now, later = estimate_step(s), estimate_step(s, notes_on_read=True)
+    assert later.notes == [] and later.assumptions == now.assumptions and now.assumptions  # made on read
+    c = Candidate(Parallel.of(s), {}, s, estimate_memory(s), later, "none", {})
+    assert c._throughput is None and c.tokens_per_s_per_gpu == now.tokens_per_s_per_gpu  # no mapping made
+    assert c.throughput == now.to_dict()
+    assert c.throughput is c.throughput
+    c.throughput["tokens_per_s_per_gpu"] = 2.0  # a change to the mapping stays, and is what the candidate says
+    assert c.tokens_per_s_per_gpu == 2.0
+
+
 def test_resolution_with_a_requests_shared_parts_equals_a_fresh_one():
     # two candidates of one request (TP 1 / EP 16 and TP 2 / EP 8): the second resolved with the parts
     # of the first (model, GPU, GPUs per node, versions) is the scenario a fresh resolution gives

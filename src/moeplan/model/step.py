@@ -11,6 +11,8 @@ Bridge's count); MFU divides it by the dense BF16 peak (say so in reports).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -68,13 +70,22 @@ class ThroughputEstimate:
     breakdown_s: dict[str, float]
     num_microbatches: int
     release: str
-    assumptions: list[str] = field(default_factory=list)
+    #: what the estimate assumed (:attr:`assumptions` reads it, unless ``notes_source`` makes it)
+    notes: list[str] = field(default_factory=list)
     validity: dict = field(default_factory=dict)
     useful_tokens_per_s_per_gpu: float | None = None
     stage_microbatch_s: list[float] = field(default_factory=list)
     release_factor: float = 1.0
     hidden_s: dict[str, float] = field(default_factory=dict)
     critical_stage: int = 0
+    #: makes the assumptions on first read (:func:`estimate_step` with ``notes_on_read``); None: ``notes``
+    notes_source: Callable[[], list[str]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def assumptions(self) -> list[str]:
+        """What the estimate assumed (messages and texts, in the order said): ``notes``, or made by
+        ``notes_source`` on first read."""
+        return self.notes_source() if self.notes_source is not None else self.notes
 
     def to_dict(self) -> dict:
         return {
@@ -130,11 +141,14 @@ def _step_parts(ctx: StepContext, stages: list, crit: int, per_stage: list[Stage
 
 
 def estimate_step(
-    s: Scenario, c: TimeConstants | None = None, vision_patches: float | None = None
+    s: Scenario, c: TimeConstants | None = None, vision_patches: float | None = None, *, notes_on_read: bool = False
 ) -> ThroughputEstimate:
     """Predict step time and throughput of a resolved scenario (the terms: :mod:`moeplan.model.time`).
 
     ``vision_patches`` overrides the ViT patches per sequence of a VLM (0 = mock, image-free data).
+    ``notes_on_read``: the estimate's assumptions (:attr:`ThroughputEstimate.assumptions`) are made
+    when first read rather than now, the same list (the planner times thousands of layouts and shows
+    a few); default False.
     The container release's software efficiency (fitted across all models and GPUs of a release,
     ``benchmarks/calibrate_time.py``) divides every part of the step: newer releases speed up
     kernels, communication and overlap alike.
@@ -149,7 +163,6 @@ def estimate_step(
     ctx = step_context(s, c, measured_gemm_fractions(gpu.id), vision_patches)
     stated_release = release_of(s)
     rel_name, rel = c.release(stated_release)
-    assumptions = _notes_before(ctx, stated_release, rel_name)
     stages = stage_params(s, allow_balanced=True)
     chunk_plan = stage_plan(s, allow_balanced=True)
     per_stage = [stage_time(ctx, st, chunk_plan) for st in stages]
@@ -163,8 +176,9 @@ def estimate_step(
     tflops = model_flops(m, ctx.seq_length, s.tp, s.mtp_num_layers).per_token * tps / 1e12
     bf16 = gpu.peak_dense_tflops.get("bf16") or 1.0
     prec_peak = gpu.peak_tflops(t.precision) or bf16
-    assumptions += notes.ep_overlap_host_notes(ctx, hidden.get("ep_comm", 0.0), step)
-    assumptions += notes.outcome_notes(s, stage_plan(s) is not None, tflops, bf16, prec_peak)
+    said = functools.partial(
+        _step_notes, ctx, stated_release, rel_name, (hidden.get("ep_comm", 0.0), step), (tflops, bf16, prec_peak)
+    )
     return ThroughputEstimate(
         step,
         tps,
@@ -174,11 +188,28 @@ def estimate_step(
         breakdown,
         ctx.num_microbatches,
         rel_name,
-        assumptions,
+        [] if notes_on_read else said(),
         assess(s, c).to_dict(),
         tps * (s.input.workload.useful_fraction if s.input.workload is not None else 1.0),
         [x / rel for x in totals],
         rel,
         hidden,
         crit,
+        notes_source=said if notes_on_read else None,
     )
+
+
+def _step_notes(
+    ctx: StepContext,
+    stated_release: str | None,
+    release_used: str,
+    ep: tuple[float, float],
+    outcome: tuple[float, float, float],
+) -> list[str]:
+    """What :func:`estimate_step` assumes, in the order it says it: the notes before the terms, the EP
+    overlap's host work (``ep``: hidden EP seconds, step seconds) and the outcome's (``outcome``: model
+    TFLOP/s, the dense BF16 and the precision's peak)."""
+    out = _notes_before(ctx, stated_release, release_used)
+    out += notes.ep_overlap_host_notes(ctx, *ep)
+    out += notes.outcome_notes(ctx.s, stage_plan(ctx.s) is not None, *outcome)
+    return out

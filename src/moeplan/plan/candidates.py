@@ -73,6 +73,8 @@ class Candidate:
         scenario: resolved scenario.
         memory_source: the memory estimate, or its :meth:`to_dict` mapping; :attr:`memory` gives the
             mapping, made on first read (most candidates a search times are never shown).
+        throughput_source: the step-time estimate, or its :meth:`to_dict` mapping; :attr:`throughput`
+            gives the mapping, made on first read.
         memory / throughput: :meth:`to_dict` of the memory and step-time estimates.
         recompute: the ladder rung chosen (label); dispatcher / graphs / cp_comm labels likewise.
         tried: per knob family, label → tokens/s/GPU (None: rejected or does not fit) of the variants
@@ -84,7 +86,7 @@ class Candidate:
     data: dict
     scenario: Scenario
     memory_source: Any
-    throughput: dict
+    throughput_source: Any
     recompute: str
     knobs: dict[str, str]
     ladder_tried: list[tuple[str, float | None]] = field(default_factory=list)
@@ -92,6 +94,7 @@ class Candidate:
     tried: dict[str, dict[str, Any]] = field(default_factory=dict)
     _warned: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     _memory: dict | None = field(default=None, repr=False, compare=False)
+    _throughput: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory(self) -> dict:
@@ -101,6 +104,15 @@ class Candidate:
             src = self.memory_source
             self._memory = src if isinstance(src, dict) else src.to_dict()
         return self._memory
+
+    @property
+    def throughput(self) -> dict:
+        """:meth:`~moeplan.model.step.ThroughputEstimate.to_dict` of the step-time estimate (made on first
+        read, then kept: changes to the mapping stay)."""
+        if self._throughput is None:
+            src = self.throughput_source
+            self._throughput = src if isinstance(src, dict) else src.to_dict()
+        return self._throughput
 
     def warning_ids(self) -> tuple[str, ...]:
         """Rule ids of the warnings ``moeplan check`` gives this candidate's scenario, sorted
@@ -115,6 +127,9 @@ class Candidate:
     @property
     def tokens_per_s_per_gpu(self) -> float:
         """Predicted throughput, tokens per second per GPU."""
+        src = self.throughput_source
+        if self._throughput is None and not isinstance(src, dict):
+            return src.tokens_per_s_per_gpu  # (the estimate's own figure: what its mapping would say)
         return self.throughput["tokens_per_s_per_gpu"]
 
     @property

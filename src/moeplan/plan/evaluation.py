@@ -233,7 +233,7 @@ class Evaluator:
         key = id(self.constants)  # (the constants object lives as long as the search that holds it)
         if entry is not None and key in entry.steps:
             return entry.steps[key]
-        th = estimate_step(s, self.constants)
+        th = estimate_step(s, self.constants, notes_on_read=True)  # (its notes are made if it is shown)
         if entry is not None:
             entry.steps[key] = th
         return th
@@ -374,7 +374,7 @@ class Evaluator:
         read from the same resolved scenario the memory and time estimates were computed for."""
         rung_label, d, s, mem, seen = found
         th = self.step(s)
-        c = Candidate(Parallel.of(s), d, s, mem, th.to_dict(), rung_label, dict(knobs))
+        c = Candidate(Parallel.of(s), d, s, mem, th, rung_label, dict(knobs))
         c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
         c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
         return c
