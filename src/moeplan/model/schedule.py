@@ -16,6 +16,8 @@ Megatron-Core schedules (``megatron/core/pipeline_parallel/schedules.py``):
 
 from __future__ import annotations
 
+import functools
+
 
 def inflight_chunks(
     pp: int,
@@ -54,3 +56,11 @@ def inflight_microbatches(
 ) -> float:
     """The same in units of a whole rank's layers (``chunks / vpp``)."""
     return inflight_chunks(pp, rank, vpp, num_microbatches, group_size, ep_overlap) / max(vpp, 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def inflight_per_rank(
+    pp: int, vpp: int = 1, num_microbatches: int | None = None, group_size: int | None = None
+) -> tuple:
+    """:func:`inflight_microbatches` of every pipeline rank, first rank first (computed once per arguments)."""
+    return tuple(inflight_microbatches(pp, r, vpp, num_microbatches, group_size) for r in range(pp))

@@ -208,6 +208,21 @@ def tail_activations(
     if sp.output_layer:
         out.update(output_layer_activations(s.complete_model, ctx, padded_vocab, fused_ce))
     if sp.mtp_layers:
-        mtp = mtp_activations(s.complete_model, ctx, padded_vocab, fused_ce, modules)
-        out["mtp"] = sum(mtp.values()) * sp.mtp_layers
+        out["mtp"] = mtp_block_bytes(s.complete_model, ctx, padded_vocab, fused_ce, modules) * sp.mtp_layers
     return out
+
+
+#: (model id, context, padded vocabulary, fused loss, recompute modules) → (model, bytes of one MTP block)
+_MTP_BYTES: dict[tuple, tuple[ModelSpec, float]] = {}
+
+
+def mtp_block_bytes(m: ModelSpec, ctx: ActContext, padded_vocab: int, fused_ce: bool, modules: frozenset[str]) -> float:
+    """Saved bytes of one MTP block for one microbatch: the sum of :func:`mtp_activations`, computed
+    once per model object and arguments (the model is held, so its id keeps naming it)."""
+    key = (id(m), ctx, padded_vocab, fused_ce, modules)
+    hit = _MTP_BYTES.get(key)
+    if hit is None or hit[0] is not m:
+        if len(_MTP_BYTES) > CACHE_LIMIT:
+            _MTP_BYTES.clear()
+        hit = _MTP_BYTES[key] = (m, sum(mtp_activations(m, ctx, padded_vocab, fused_ce, modules).values()))
+    return hit[1]

@@ -43,10 +43,32 @@ def _recomputed_layers(ctx: StepContext, st: StageParams, plan: StagePlan | None
     return set(st.layers)
 
 
+#: (ids of the stage, plan and model, the full-recompute settings) → (stage, plan, model, its groups)
+_GROUPS: dict[tuple, tuple] = {}
+#: entries :data:`_GROUPS` holds before it is emptied
+GROUPS_LIMIT = 20000
+
+
 def layer_groups(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> dict[int, list[bool]]:
     """The stage's layers grouped by kind: the layer that stands for each kind → whether each layer
     of that kind is fully recomputed (an MTP depth counted as its layers' decoder stand-ins,
-    :attr:`~moeplan.inputs.model_spec.PartialModelSpec.mtp_stand_ins`)."""
+    :attr:`~moeplan.inputs.model_spec.PartialModelSpec.mtp_stand_ins`). Made once per stage, plan
+    and model object and full-recompute settings (the objects are held, so their ids keep naming
+    them); the mapping returned is shared: read it, do not change it."""
+    m, lay = ctx.model, ctx.s.layout
+    key = (id(st), id(plan), id(m), ctx.recompute_granularity, lay.recompute_method, ctx.recompute_num_layers)
+    hit = _GROUPS.get(key)
+    if hit is not None and hit[0] is st and hit[1] is plan and hit[2] is m:
+        return hit[3]
+    if len(_GROUPS) >= GROUPS_LIMIT:
+        _GROUPS.clear()
+    groups = _layer_groups(ctx, st, plan)
+    _GROUPS[key] = (st, plan, m, groups)
+    return groups
+
+
+def _layer_groups(ctx: StepContext, st: StageParams, plan: StagePlan | None) -> dict[int, list[bool]]:
+    """:func:`layer_groups` (computed)."""
     m = ctx.model
     kinds = m.attention_kinds or ("full",) * m.num_layers
     moe = m.moe_layers or (False,) * m.num_layers
