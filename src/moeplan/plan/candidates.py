@@ -63,6 +63,11 @@ KNOB_KEYS = {
 }
 
 
+def _mapping_of(source: Any) -> dict:
+    """An estimate's ``to_dict`` mapping, or ``source`` itself when it is a mapping already."""
+    return source if isinstance(source, dict) else source.to_dict()
+
+
 @dataclass
 class Candidate:
     """One evaluated layout.
@@ -101,8 +106,7 @@ class Candidate:
         """:meth:`~moeplan.model.memory.MemoryEstimate.to_dict` of the memory estimate (made on first
         read, then kept: changes to the mapping stay)."""
         if self._memory is None:
-            src = self.memory_source
-            self._memory = src if isinstance(src, dict) else src.to_dict()
+            self._memory = _mapping_of(self.memory_source)
         return self._memory
 
     @property
@@ -110,8 +114,7 @@ class Candidate:
         """:meth:`~moeplan.model.step.ThroughputEstimate.to_dict` of the step-time estimate (made on first
         read, then kept: changes to the mapping stay)."""
         if self._throughput is None:
-            src = self.throughput_source
-            self._throughput = src if isinstance(src, dict) else src.to_dict()
+            self._throughput = _mapping_of(self.throughput_source)
         return self._throughput
 
     def warning_ids(self) -> tuple[str, ...]:
