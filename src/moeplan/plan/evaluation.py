@@ -260,7 +260,7 @@ class Evaluator:
         if hint is not None and floor_tps <= 0 and 0 <= hint < len(ladder):
             got = self._at_hint(ladder, hint, rung)
             if got is not None:
-                return self._faster_alternative(got, data) if got[0].startswith("full") and self.alternatives else got
+                return self._off_ladder_if_faster(got, data)
         # does anything fit? (most memory-saving rung)
         last = len(ladder) - 1
         d, s, why = rung(last)
@@ -301,9 +301,12 @@ class Evaluator:
                 hi = mid - 1
             else:
                 lo = mid + 1
-        if best[0].startswith("full") and self.alternatives:
-            best = self._faster_alternative(best, data)
-        return best
+        return self._off_ladder_if_faster(best, data)
+
+    def _off_ladder_if_faster(self, found: Found, data: dict) -> Found:
+        """``found``, or when its rung is a full recompute the faster of it and the off-ladder rungs
+        (:meth:`_faster_alternative`)."""
+        return self._faster_alternative(found, data) if found[0].startswith("full") and self.alternatives else found
 
     def _at_hint(self, ladder: list[tuple[str, dict]], hint: int, rung: Callable) -> Found | None:
         """Rung ``hint`` when it is legal and fits and the rung below it is not or does not (or it is

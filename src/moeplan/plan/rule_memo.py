@@ -198,13 +198,11 @@ def _changed(new: dict[str, dict[str, object]], old: dict[str, dict[str, object]
     out: set[Read] = set()
     for name, values in new.items():
         before = old[name]
-        if tuple(values) != tuple(before):  # not the same keys in the same order (rare: one class, one order)
-            for k, v in values.items():
-                w = before.get(k, _MISSING)
-                if w is not v and (type(w) is not type(v) or w != v):
-                    out.add((name, k))
-            continue
-        for k, v, w in zip(values, values.values(), before.values(), strict=True):  # same keys, same order
+        if tuple(values) == tuple(before):  # the same keys in the same order (one class, one order): side by side
+            pairs = zip(values, values.values(), before.values(), strict=True)
+        else:
+            pairs = ((k, v, before.get(k, _MISSING)) for k, v in values.items())  # type: ignore[assignment]
+        for k, v, w in pairs:
             if w is not v and (type(w) is not type(v) or w != v):
                 out.add((name, k))
     return out

@@ -39,7 +39,7 @@ from moeplan.model.memory.static import fsdp_memory_notes, static_memory
 from moeplan.model.memory.step_phase import optimizer_step_transients, step_excess
 from moeplan.model.model_notes import memory_notes
 from moeplan.model.overheads import Overheads, resolve_overheads
-from moeplan.model.schedule import inflight_microbatches, inflight_per_rank
+from moeplan.model.schedule import inflight_per_rank
 from moeplan.model.validity import memory_validity
 from moeplan.model.vision import vision_cost
 from moeplan.structure.numerics import (
@@ -569,9 +569,7 @@ def estimate_memory(s: Scenario, *, notes_on_read: bool = False, stages_on_read:
     stages_source = None
     if stages_on_read:
         kinds = [stage_kind(s, sp, com.plan) for sp in sps]
-        lay = s.layout
-        per_rank = inflight_per_rank(s.pp, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage)
-        done = {i: _stage(s, sps[i], com) for i in peak_holders(kinds, [per_rank[sp.stage] for sp in sps])}
+        done = {i: _stage(s, sps[i], com) for i in peak_holders(kinds, [_inflight(s, sp, com) for sp in sps])}
         stages = list(done.values())
         stages_source = functools.partial(_every_stage, s, sps, com, done)
     else:
@@ -598,9 +596,9 @@ def _every_stage(s: Scenario, sps: list[StageParams], com: _Common, done: dict[i
 
 
 def _inflight(s: Scenario, sp: StageParams, com: _Common) -> float:
-    """Microbatches in flight on stage ``sp`` in units of the rank's layers (:func:`inflight_microbatches`)."""
+    """Microbatches in flight on stage ``sp`` in units of the rank's layers (:func:`inflight_per_rank`)."""
     lay = s.layout
-    return inflight_microbatches(s.pp, sp.stage, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage)
+    return inflight_per_rank(s.pp, s.vpp, com.num_microbatches, lay.microbatch_group_size_per_vp_stage)[sp.stage]
 
 
 def _peft_summary(s: Scenario) -> dict | None:
