@@ -169,7 +169,9 @@ def collector_paused() -> Iterator[None]:
     A plan allocates a great many short-lived objects and creates no reference cycles (a collection
     after a DeepSeek-V3 plan at 128K on 1,024 H100 finds nothing to free); reference counting frees
     them all, while the collector's passes over every long-lived object (the catalogs, the caches)
-    cost about a sixth of the plan's CPU time (0.35 of 2.07 s on that plan)."""
+    cost about a sixth of the plan's CPU time (0.35 of 2.07 s on that plan). When the last block ends,
+    the objects it left alive are moved to the oldest generation without a pass
+    (:func:`_promote_untraversed`)."""
     with _PAUSE:
         if _PAUSED[0] == 0:
             _PAUSED[1] = gc.isenabled()
@@ -181,7 +183,22 @@ def collector_paused() -> Iterator[None]:
         with _PAUSE:
             _PAUSED[0] -= 1
             if _PAUSED[0] == 0 and _PAUSED[1]:
+                _promote_untraversed()
                 gc.enable()
+
+
+def _promote_untraversed() -> None:
+    """Every object the collector tracks moved to its oldest generation, and the young generation's
+    allocation count reset, without a collection pass (``gc.freeze`` then ``gc.unfreeze``: both move whole
+    generation lists, constant time). Otherwise the first allocation after a plan starts a young-generation
+    pass over everything the plan left alive (its caches and results): about 0.08 s, 7 % of a DeepSeek-V3
+    plan at 128K on 1,024 H100. Safe because a plan makes no reference cycles (a test collects after one
+    and finds nothing): what it leaves is freed by reference counting, or by a full collection if ever
+    cyclic. Skipped when the process already froze objects itself (``gc.get_freeze_count()`` > 0): its
+    frozen set is left as it is."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
 
 
 def active_cache() -> EvaluationCache:
