@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -97,6 +98,9 @@ class Candidate:
     ladder_tried: list[tuple[str, float | None]] = field(default_factory=list)
     capacity_gib: float = 0.0
     tried: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: makes :meth:`warning_ids` without running the check (set by the evaluator, from what its rule
+    #: screen found); None: the check is run
+    warnings_source: Callable[[], tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
     _warned: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
     _memory: dict | None = field(default=None, repr=False, compare=False)
     _throughput: dict | None = field(default=None, repr=False, compare=False)
@@ -124,7 +128,10 @@ class Candidate:
         HBM, and counting it cost the planner a published layout in its top 5 (the plan names the
         risk and the first layout free of it instead, :func:`moeplan.plan.planner.safer_alternative_note`)."""
         if self._warned is None:
-            self._warned = tuple(sorted({f.rule_id for f in validate(self.scenario).warnings}))
+            src = self.warnings_source
+            self._warned = (
+                src() if src is not None else tuple(sorted({f.rule_id for f in validate(self.scenario).warnings}))
+            )
         return self._warned
 
     @property

@@ -40,6 +40,8 @@ class _Entry:
 
     scenario: Scenario | None
     why: str | None
+    #: the rule ids of the check's warnings for the scenario, sorted, made when called (None: validate)
+    warnings: Callable[[], tuple[str, ...]] | None = None
     fits: dict[int | None, tuple[bool, MemoryEstimate]] = field(default_factory=dict)
     steps: dict[int, ThroughputEstimate] = field(default_factory=dict)
 
@@ -118,15 +120,15 @@ class EvaluationCache:
             return None
         return self._memos.setdefault(key, RuleMemo())
 
-    def resolve(self, data: dict, recipe_key: str, make) -> _Entry:
-        """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` → (scenario, why) on a miss."""
+    def resolve(self, data: dict, recipe_key: str, make: Callable[[], _Entry]) -> _Entry:
+        """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` makes it on a miss."""
         key = recipe_key + json.dumps(data, default=repr)
         got = self._by_key.get(key)
         if got is not None:
             self.hits += 1
             return got
-        s, why = make()
-        entry = _Entry(s, why)
+        entry = make()
+        s = entry.scenario
         self._by_key[key] = entry
         if s is not None:
             self._by_scenario[id(s)] = entry  # the entry holds ``s``: its id stays unique
@@ -358,16 +360,24 @@ class Evaluator:
         entry = self.cache.resolve(d, self._recipe_key, lambda: self._checked(d))
         return d, entry.scenario, entry.why
 
-    def _checked(self, d: dict) -> tuple[Scenario | None, str | None]:
-        """``d`` resolved and checked: (scenario, None), or (None, the first broken rule or input field)."""
+    def _checked(self, d: dict) -> _Entry:
+        """``d`` resolved and checked: its scenario with the check's warnings (from the rule memo's
+        outcomes and :meth:`~moeplan.plan.screening.RuleScreen.skipped_warning_ids`), or no scenario and
+        the first broken rule or input field."""
         key = self.cache.request_key(d)
         try:
             s = self.scenario(d, key)
         except InputError as exc:
-            return None, f"input: {exc.field}"
+            return _Entry(None, f"input: {exc.field}")
         # the first broken rule, else a confirmed hang, crash or assertion at the stated versions
-        why = self.cache.screen.why_rejected(s, self.cache.rule_memo(key))
-        return (None, why) if why else (s, None)
+        memo, screen = self.cache.rule_memo(key), self.cache.screen
+        why = screen.why_rejected(s, memo)
+        if why:
+            return _Entry(None, why)
+        if memo is None:
+            return _Entry(s, None)
+        screened = memo.last_warnings()
+        return _Entry(s, None, lambda: tuple(sorted({*screened(), *screen.skipped_warning_ids(s)})))
 
     def _faster_alternative(self, best: Found, data: dict) -> Found:
         """When only full recompute fits: the off-ladder rungs (every selective module with the
@@ -395,6 +405,8 @@ class Evaluator:
         rung_label, d, s, mem, seen = found
         th = self.step(s)
         c = Candidate(Parallel.of(s), d, s, mem, th, rung_label, dict(knobs))
+        entry = self.cache.entry_of(s)
+        c.warnings_source = entry.warnings if entry is not None else None
         c.ladder_tried = sorted(seen.items(), key=lambda kv: kv[0])
         c.capacity_gib = (mem.capacity_bytes or 0) / GIB_BYTES
         return c

@@ -1,4 +1,4 @@
-"""Each rule's errors on a request's candidate layouts, remembered by what the rule read
+"""Each rule's errors and warnings on a request's candidate layouts, remembered by what the rule read
 (:class:`RuleMemo`).
 
 A rule is a pure function of the scenario. The candidates of one request share every part of their
@@ -8,7 +8,7 @@ every layout and training field it reads is recorded with its value, and every t
 was stated with its answer; reading anything else that differs between candidates (the input as
 written, the defaults filled, a layout method) makes the run unwatchable and the rule is run on every
 candidate. A later candidate that gives the same answers to every read of an earlier run takes the
-same path through the rule, so it gets the same errors without running it (the reads of a run are
+same path through the rule, so it gets the same errors and warnings without running it (the reads of a run are
 kept in the order made; a rule that reads differently on different paths keeps one table per set of
 reads). Scenarios with recipe fills applied are not remembered (their record differs per candidate).
 """
@@ -16,7 +16,7 @@ reads). Scenarios with recipe fills applied are not remembered (their record dif
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from moeplan.inputs.resolved import Scenario
 from moeplan.rules import RULES
@@ -25,6 +25,8 @@ from moeplan.rules.base import Rule
 #: a read of a run: (section, field) with section ``layout``, ``training``, ``input.layout``,
 #: ``input.training`` or ``stated``
 Read = tuple[str, str]
+#: what one rule gives a scenario: (the rule ids of its error findings, of its warning findings)
+Outcome = tuple[tuple[str, ...], tuple[str, ...]]
 
 
 #: value types that are their own key (with the type's name): the common case, checked first
@@ -215,28 +217,27 @@ _WATCHED: dict[type, tuple[str, ...]] = {}
 
 @dataclasses.dataclass
 class _Seen:
-    """A scenario the memo answered: its section values, stated keys, and per rule the errors and the
-    reads of the path the rule took (None: not remembered)."""
+    """A scenario the memo answered: its section values, stated keys, and per rule the outcome (errors,
+    warnings) and the reads of the path the rule took (None: not remembered)."""
 
     values: dict[str, dict[str, object]]
     stated: frozenset[str]
-    rules: dict[str, tuple[tuple[str, ...], frozenset[Read] | None]]
+    rules: dict[str, tuple[Outcome, frozenset[Read] | None]]
     #: the answers given so far (:func:`_answer`), by read
     answers: dict[Read, Hashable] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class _RuleTables:
-    """One rule's remembered errors: per set of reads (in order), the answers → the error rule ids."""
+    """One rule's remembered outcomes: per set of reads (in order), the answers → (error rule ids,
+    warning rule ids)."""
 
-    tables: dict[tuple[Read, ...], dict[tuple[Hashable, ...], tuple[str, ...]]] = dataclasses.field(
-        default_factory=dict
-    )
+    tables: dict[tuple[Read, ...], dict[tuple[Hashable, ...], Outcome]] = dataclasses.field(default_factory=dict)
     unwatchable: bool = False
 
 
 class RuleMemo:
-    """The error rule ids each rule gives the candidates of one request (see the module's docstring).
+    """The error (and warning) rule ids each rule gives the candidates of one request (see the module's docstring).
     Use one per request: every scenario passed must come from the same request with only its layout
     and training sections changed.
 
@@ -254,6 +255,8 @@ class RuleMemo:
         self._skip: frozenset[str] | None = None
         #: each path's reads as a set (:meth:`_read_set`)
         self._read_sets: dict[tuple[Read, ...], frozenset[Read]] = {}
+        #: the outcomes of every rule run for the scenario answered last (:meth:`last_warnings`)
+        self._last_outcomes: dict[str, tuple[Outcome, frozenset[Read] | None]] | tuple[str, ...] = ()
         self.runs = 0
         self.hits = 0
 
@@ -261,7 +264,9 @@ class RuleMemo:
         """The rule ids of the error findings every rule not in ``skip`` gives ``s`` (what
         ``validate(s, skip).errors`` lists, as ids; not in its order)."""
         if s.recipe is not None:
-            return [rid for r in RULES.values() if r.rule_id not in skip for rid in _run(r, s)]
+            outcomes = [_run(r, s) for r in RULES.values() if r.rule_id not in skip]
+            self._last_outcomes = tuple(w for o in outcomes for w in o[1])
+            return [e for o in outcomes for e in o[0]]
         last = self._last
         seen = _Seen(_section_values(s), s.stated, {})
         if last is None or skip != self._skip:
@@ -278,10 +283,21 @@ class RuleMemo:
         for rid in todo:
             self._remember(rid, seen, self._rule_errors(RULES[rid], s, seen))
         self._last = seen
-        return [e for got in seen.rules.values() for e in got[0]]
+        self._last_outcomes = seen.rules
+        return [e for got in seen.rules.values() for e in got[0][0]]
 
-    def _remember(self, rid: str, seen: _Seen, got: tuple[tuple[str, ...], frozenset[Read] | None]) -> None:
-        """Record rule ``rid``'s answer for ``seen`` and index it by the reads of its path."""
+    def last_warnings(self) -> Callable[[], tuple[str, ...]]:
+        """For the scenario :meth:`errors` answered last: a function giving the rule ids of the warning
+        findings of the rules it ran (``validate(s, skip).warnings`` as ids, sorted, duplicates kept),
+        made when called."""
+        got = self._last_outcomes
+        if isinstance(got, tuple):
+            done = tuple(sorted(got))
+            return lambda: done
+        return lambda: tuple(sorted(w for o in got.values() for w in o[0][1]))
+
+    def _remember(self, rid: str, seen: _Seen, got: tuple[Outcome, frozenset[Read] | None]) -> None:
+        """Record rule ``rid``'s outcome for ``seen`` and index it by the reads of its path."""
         old = seen.rules.get(rid)
         if old is not None and old[1] is got[1]:  # the same path (or unwatched again): the index stands
             seen.rules[rid] = got
@@ -297,8 +313,8 @@ class RuleMemo:
             for x in got[1]:
                 self._by_read.setdefault(x, set()).add(rid)
 
-    def _rule_errors(self, r: Rule, s: Scenario, seen: _Seen) -> tuple[tuple[str, ...], frozenset[Read] | None]:
-        """(the error rule ids rule ``r`` gives ``s``, the reads of the path it took; None: not watched)."""
+    def _rule_errors(self, r: Rule, s: Scenario, seen: _Seen) -> tuple[Outcome, frozenset[Read] | None]:
+        """(the outcome rule ``r`` gives ``s``, the reads of the path it took; None: not watched)."""
         memo = self._rules.setdefault(r.rule_id, _RuleTables())
         if memo.unwatchable:
             return _run(r, s), None
@@ -312,7 +328,7 @@ class RuleMemo:
         try:
             got = _run(r, _watched(s, watch))
         except Exception:  # a stand-in the rule cannot use: run it on the scenario itself, every time
-            watch.unwatched, got = True, ()
+            watch.unwatched, got = True, ((), ())
         if watch.unwatched:  # from now on run on the scenario itself (this once too)
             memo.unwatchable = True
             return _run(r, s), None
@@ -336,9 +352,18 @@ def _answer(seen: _Seen, read: Read) -> Hashable:
     return got
 
 
-def _run(r: Rule, s: Scenario) -> tuple[str, ...]:
-    """The rule ids of the error findings rule ``r`` gives ``s``."""
-    return tuple(f.rule_id for f in r.check(s) if f.severity == "error")
+def _run(r: Rule, s: Scenario) -> Outcome:
+    """The rule ids of the error findings and of the warning findings rule ``r`` gives ``s``."""
+    found = r.check(s)
+    if not found:
+        return _NOTHING
+    return (
+        tuple(f.rule_id for f in found if f.severity == "error"),
+        tuple(f.rule_id for f in found if f.severity == "warning"),
+    )
+
+
+_NOTHING: Outcome = ((), ())
 
 
 __all__ = ["RuleMemo"]

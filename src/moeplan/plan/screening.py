@@ -26,7 +26,8 @@ from moeplan.catalog.known_issue_table import KnownIssue, get_known_issue, known
 from moeplan.inputs.resolved import Scenario
 from moeplan.inputs.versions import ResolvedVersions
 from moeplan.plan.rule_memo import RuleMemo
-from moeplan.rules import validate
+from moeplan.rules import RULES, validate
+from moeplan.rules.known_issue_checks import finding
 
 #: the harvested known-issue families: warnings only, one trigger per harvested entry
 HARVESTED_RULE = "known_issue.harvested"
@@ -59,6 +60,8 @@ class RuleScreen:
 
     def __init__(self) -> None:
         self.affected: dict[Hashable, tuple[KnownIssue, ...]] = {}
+        #: versions key → every database entry whose package versions are all known and in range
+        self.all_affected: dict[Hashable, tuple[KnownIssue, ...]] = {}
 
     def rejecting_entries(self, versions: ResolvedVersions) -> tuple[KnownIssue, ...]:
         """The database entries that can reject a layout at ``versions`` (computed once per versions)."""
@@ -88,6 +91,22 @@ class RuleScreen:
             return min(errors)
         avoid = [k.rule_id for k in hits if _avoided(k)]
         return min(avoid) if avoid else None
+
+    def skipped_warning_ids(self, s: Scenario) -> tuple[str, ...]:
+        """The rule ids of the warning findings the rules :meth:`why_rejected` does not run give ``s``
+        (:data:`SCREEN_SKIPPED_RULES`): the harvested families', run here, and the database's, from its
+        entries affected at ``s``'s versions (found once per versions) whose trigger ``s`` meets (an
+        entry's finding is a warning by its severity, or at a dev checkout that may carry the fix,
+        :func:`~moeplan.rules.known_issue_checks.finding`; the possible entries give only an info)."""
+        out = [f.rule_id for f in RULES[HARVESTED_RULE].check(s) if f.severity == "warning"]
+        key = _versions_key(s.versions)
+        entries = self.all_affected.get(key)
+        if entries is None:
+            entries = self.all_affected[key] = tuple(
+                k for k in known_issues() if k.version_status(s.versions)[0] == "affected"
+            )
+        found = (finding(k, s.versions) for k in entries if k.triggered(s))
+        return (*out, *(f.rule_id for f in found if f.severity == "warning"))
 
 
 __all__ = ["DATABASE_RULE", "HARVESTED_RULE", "SCREEN_SKIPPED_RULES", "RuleScreen"]
