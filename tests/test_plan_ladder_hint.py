@@ -63,3 +63,23 @@ def test_hinted_rung_is_the_rung_a_search_from_scratch_finds(req):
     assert compared > 20
     if req is DSV3_128K:
         assert moved  # some knob moves the rung (the hint is not simply the answer)
+
+
+@pytest.mark.parametrize("req", [DSV3_4K, QWEN3_30B_32K], ids=["dsv3-4k", "qwen3-30b-32k"])
+def test_a_bounded_search_settles_where_the_unbounded_search_does(req):
+    """With a throughput floor (phase one's branch and bound) the no-recompute rung is built for its
+    bound; when it fits it is the answer without the binary search. Every layout the plan kept settles
+    on the rung the search without a floor finds."""
+    res = search(req)
+    ev = cast(Evaluator, res.evaluator)
+    ladder = recompute_ladder(res.candidates[0].scenario.complete_model)
+    bounded, free = _fresh(ev), _fresh(ev)
+    at_zero = 0
+    for c in res.candidates[:12]:
+        d = {**copy_mapping(c.data)}
+        a = bounded.evaluate(copy_mapping(d), ladder, Rejections(), "bounded", floor_tps=1e-9)
+        b = free.evaluate(copy_mapping(d), ladder, Rejections(), "free")
+        assert a is not None and b is not None
+        assert a[0] == b[0], c.parallel.label()
+        at_zero += a[0] == ladder[0][0]
+    assert at_zero  # some layout fits without recompute (the shortcut is exercised)

@@ -297,16 +297,20 @@ class Evaluator:
             tag = {"does-not-fit": "does-not-fit", "tight": "tight"}.get(mem.verdict, "headroom")
             rej.add(tag, f"{label}: {mem.peak_bytes / GIB_BYTES:.1f} GiB with {ladder[last][0]}")
             return None
+        seen: dict[str, float | None] = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
         if floor_tps > 0 and last > 0:
             # branch and bound: recompute and offload only add time, so the cheapest rung's
             # throughput bounds every rung's; far below the best so far → not worth fitting
-            _, s0, _ = rung(0)
+            d0, s0, _ = rung(0)
             if s0 is not None:
                 bound = self.step(s0).tokens_per_s_per_gpu
                 if bound < floor_tps:
                     rej.add("dominated", f"{label}: ≤ {bound:,.0f} tok/s/GPU even without recompute")
                     return None
-        seen: dict[str, float | None] = {ladder[last][0]: mem.peak_bytes / GIB_BYTES}
+                ok0, mem0 = self.fits(s0)
+                seen[ladder[0][0]] = mem0.peak_bytes / GIB_BYTES
+                if ok0:  # the cheapest rung fits: nothing to search below it
+                    return (ladder[0][0], d0, s0, mem0, seen)
         best: Found = (ladder[last][0], d, s, mem, seen)
         lo, hi = 0, last - 1
         # binary search for the cheapest fitting rung (memory falls along the ladder)
