@@ -136,6 +136,23 @@ def test_grouped_gemm_matches_transformer_engine_on_h100(groups, m, tflops):
     assert ceiling * grouped_efficiency(m, c) == pytest.approx(tflops, rel=0.08)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the occupancy form t / (t + 600) falls too fast with fewer tokens per expert: TE's grouped GEMM "
+    "on H100 (PR #2045) runs 636.9 TFLOP/s at 2,048 tokens per expert against 650.6 at 4,096 (0.979), "
+    "the form gives 0.886, and 0.63 against 0.87 at 1,024 against 4,096, which favours high EP; "
+    "a form with a ceiling, 0.8375 · t / (t + 90.3), fits both points exactly, but refitted it moves the "
+    "in-sample worst run from 117.7 to 119.6 % (over its bound) and the clean worst from 71.6 to 73.5 %, "
+    "while the in-sample median goes 11.4 to 11.0 %, the out-of-sample median 10.6 to 10.4 %, the planner's "
+    "hits 100 to 102 and the exact search's top-5 74 to 36 of 113; not adopted",
+)
+def test_grouped_gemm_loses_what_transformer_engine_loses_from_4096_to_2048_tokens_per_expert():
+    """The ratio of TE's two measurements (same N 768, K 2048): the shape of the occupancy curve, free
+    of the dense ceiling it is scaled by."""
+    c = load_constants()
+    assert grouped_efficiency(2048, c) / grouped_efficiency(4096, c) == pytest.approx(636.9 / 650.6, rel=0.03)
+
+
 # EP A2A overlap (combined 1F1B) on cases whose sign is published (issue: step time v2, "overlap as
 # Megatron schedules it ... each with a test on a case whose sign is known")
 _QWEN30_H100_EP16 = {
