@@ -288,13 +288,11 @@ class RuleMemo:
 
     def last_warnings(self) -> Callable[[], tuple[str, ...]]:
         """For the scenario :meth:`errors` answered last: a function giving the rule ids of the warning
-        findings of the rules it ran (``validate(s, skip).warnings`` as ids, sorted, duplicates kept),
-        made when called."""
+        findings of the rules it ran (``validate(s, skip).warnings`` as ids, unordered), made when called."""
         got = self._last_outcomes
         if isinstance(got, tuple):
-            done = tuple(sorted(got))
-            return lambda: done
-        return lambda: tuple(sorted(w for o in got.values() for w in o[0][1]))
+            return lambda: got
+        return lambda: tuple(w for o in got.values() for w in o[0][1])
 
     def _remember(self, rid: str, seen: _Seen, got: tuple[Outcome, frozenset[Read] | None]) -> None:
         """Record rule ``rid``'s outcome for ``seen`` and index it by the reads of its path."""

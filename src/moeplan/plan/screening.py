@@ -56,24 +56,34 @@ class RuleScreen:
         affected: versions key → the database entries whose every package version is known and in
             range and that can reject a layout (an error, or an issue to avoid), in database order;
             filled once per distinct versions.
+        all_affected: versions key → every database entry whose every package version is known and in
+            range, in database order (:meth:`affected_entries`).
     """
 
     def __init__(self) -> None:
         self.affected: dict[Hashable, tuple[KnownIssue, ...]] = {}
-        #: versions key → every database entry whose package versions are all known and in range
         self.all_affected: dict[Hashable, tuple[KnownIssue, ...]] = {}
 
+    def affected_entries(self, versions: ResolvedVersions) -> tuple[KnownIssue, ...]:
+        """The database entries whose every package version is known and in range at ``versions``
+        (computed once per versions)."""
+        key = _versions_key(versions)
+        got = self.all_affected.get(key)
+        if got is None:
+            got = self.all_affected[key] = tuple(
+                k for k in known_issues() if k.version_status(versions)[0] == "affected"
+            )
+        return got
+
     def rejecting_entries(self, versions: ResolvedVersions) -> tuple[KnownIssue, ...]:
-        """The database entries that can reject a layout at ``versions`` (computed once per versions)."""
+        """Of :meth:`affected_entries`, those that can reject a layout: an error, or an issue to avoid
+        (computed once per versions)."""
         key = _versions_key(versions)
         got = self.affected.get(key)
         if got is None:
-            got = tuple(
-                k
-                for k in known_issues()
-                if k.version_status(versions)[0] == "affected" and (k.severity == "error" or _avoided(k))
+            got = self.affected[key] = tuple(
+                k for k in self.affected_entries(versions) if k.severity == "error" or _avoided(k)
             )
-            self.affected[key] = got
         return got
 
     def why_rejected(self, s: Scenario, memo: RuleMemo | None = None) -> str | None:
@@ -99,13 +109,7 @@ class RuleScreen:
         entry's finding is a warning by its severity, or at a dev checkout that may carry the fix,
         :func:`~moeplan.rules.known_issue_checks.finding`; the possible entries give only an info)."""
         out = [f.rule_id for f in RULES[HARVESTED_RULE].check(s) if f.severity == "warning"]
-        key = _versions_key(s.versions)
-        entries = self.all_affected.get(key)
-        if entries is None:
-            entries = self.all_affected[key] = tuple(
-                k for k in known_issues() if k.version_status(s.versions)[0] == "affected"
-            )
-        found = (finding(k, s.versions) for k in entries if k.triggered(s))
+        found = (finding(k, s.versions) for k in self.affected_entries(s.versions) if k.triggered(s))
         return (*out, *(f.rule_id for f in found if f.severity == "warning"))
 
 
