@@ -39,10 +39,14 @@ COMPONENT_SOURCES: dict[str, str] = {
     "dispatch_with_permute / combine_with_unpermute (transformer/moe/fused_a2a.py), which write the "
     "permuted layout in the kernel: the Torch API's copy into an output tensor (its 515 GB/s) is not "
     "paid, and the permutation's traffic is the MoE layer's element-wise term",
-    "grouped_gemm_half_tokens": "600 tokens per expert: TE's grouped GEMM on H100 BF16, (8 experts, 4096, 768, "
-    "2048) 650.6 TFLOP/s and (16, 2048, 768, 2048) 636.9 (TransformerEngine PR #2045, CUTLASS grouped GEMM) "
-    "against moeplan's dense ceiling there (0.803 × 989 = 794 TFLOP/s, the catalog's measured GEMM fraction) "
-    "give 910 and 510; 600 is the least-squares value of both (+6.5 %, −3.5 %)",
+    "grouped_gemm_half_tokens": "600 tokens per expert: the shape of Transformer Engine's default grouped GEMM on "
+    "H100, multi-stream cuBLAS (nvte_multi_tensor_gemm takes the CUTLASS kernel only with "
+    "NVTE_USE_CUTLASS_GROUPED_GEMM=1, common/gemm/cublaslt_gemm.cu; neither Megatron-LM nor Megatron Bridge sets "
+    "it): BF16, (8 experts, 4096, 768, 2048) 627.9 TFLOP/s and (16, 2048, 768, 2048) 553.9 (TransformerEngine "
+    "PR #2045, TE 2.7, CUDA 12.9), a ratio of 0.882; t / (t + 600) gives 0.887 (the ratio alone gives 633, and "
+    "±1 % on the ratio moves it by about ±60). The level sits 10–11 % above those figures (the dense ceiling "
+    "0.803 × 989 TFLOP/s is that of large GEMMs; N 768, K 2048 is a small one). The opt-in CUTLASS kernel of "
+    "the same PR loses only 2 % over the same step (650.6 → 636.9)",
     "p2p_latency_s": "10 µs: NCCL send/recv's fixed cost, about 3 µs over NVLink (nccl-tests, NVIDIA/nccl#1487; "
     "NVIDIA/nccl-tests#333 on 8×B200) and tens of µs across a slower network (nccl-tests#214)",
     "overlap_hidden_fraction": "1.0: Megatron's overlap hides an exchange up to the compute it is scheduled against "
