@@ -177,7 +177,7 @@ GENERIC_KEYS = frozenset(
         "moe_intermediate_size n_shared_experts shared_expert_intermediate_size first_k_dense_replace "
         "moe_layer_freq mlp_only_layers decoder_sparse_step topk_method num_nextn_predict_layers "
         "mtp_num_hidden_layers q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim v_head_dim "
-        "sliding_window use_sliding_window layer_types use_qk_norm norm_topk_prob "
+        "sliding_window use_sliding_window layer_types use_qk_norm norm_topk_prob n_group topk_group "
         # names, ids, dtypes, runtime and generation settings
         "architectures auto_map _name_or_path transformers_version torch_dtype dtype bos_token_id "
         "eos_token_id pad_token_id sep_token_id decoder_start_token_id use_cache initializer_range "
@@ -193,8 +193,8 @@ GENERIC_KEYS = frozenset(
         # norms, dropout, rope and routing numerics (no parameters)
         "rms_norm_eps layer_norm_epsilon layernorm_epsilon norm_eps attention_dropout hidden_dropout "
         "rope_theta rope_scaling rope_parameters partial_rotary_factor rope_interleave max_window_layers "
-        "use_mrope router_aux_loss_coef output_router_logits routed_scaling_factor scoring_func n_group "
-        "topk_group aux_loss_alpha seq_aux ep_size "
+        "use_mrope router_aux_loss_coef output_router_logits routed_scaling_factor scoring_func "
+        "aux_loss_alpha seq_aux ep_size "
         # moeplan's own annotations
         "_source _published_params _measured_params _notes _reconstructed _supplement "
     )

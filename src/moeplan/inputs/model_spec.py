@@ -14,6 +14,7 @@ Bridge's model providers, which copy the same fields.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -51,6 +52,8 @@ MODEL_INT_RANGES: dict[str, tuple[int, int]] = {
     "vocab_size": _WIDTH,
     "num_moe_experts": _HEADS,
     "moe_router_topk": _HEADS,
+    "moe_router_num_groups": _HEADS,
+    "moe_router_group_topk": _HEADS,
     "linear_conv_kernel_dim": (1, 1024),
     "extra_layer_norms": (0, 64),
     "attn_res_block_size": (1, 10_000),
@@ -326,6 +329,12 @@ class PartialModelSpec:
     # MoE
     num_moe_experts: int | None = None
     moe_router_topk: int | None = None
+    #: group-limited routing (megatron-core ``moe_router_num_groups`` / ``moe_router_group_topk``, from a
+    #: config.json's ``n_group`` / ``topk_group``, Megatron Bridge's mapping): the experts split into this
+    #: many equal contiguous groups and each token routed within its ``moe_router_group_topk`` best ones
+    #: (``moe_utils.group_limited_topk``). None: no limit (a config's 1 is read as None, the same routing)
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
     #: latent MoE (megatron-core ``TransformerConfig.moe_latent_size``, core_v0.16.0+): routed experts
@@ -735,6 +744,35 @@ class ModelSpec(PartialModelSpec):
         return cast(ModelSpec, super().with_overrides(overrides))  # dataclasses.replace keeps the class
 
 
+def check_router_groups(m: PartialModelSpec, prefix: str, blame: Callable[..., str]) -> None:
+    """Group-limited routing as megatron-core accepts it (``TransformerConfig.__post_init__``: a group top-k
+    needs ``moe_router_num_groups``, which divides ``num_moe_experts``; ``group_limited_topk``: at most every
+    group selected, and the selected groups hold at least ``moe_router_topk`` experts).
+
+    Raises:
+        InputError: naming ``prefix`` + the field (the changed one of a pair, ``blame``) and the numbers."""
+    groups, gtop, experts, topk = m.moe_router_num_groups, m.moe_router_group_topk, m.num_moe_experts, m.moe_router_topk
+    if groups is None and gtop is None:
+        return
+    if groups is None or gtop is None:
+        key = "moe_router_num_groups" if groups is None else "moe_router_group_topk"
+        raise InputError(f"{prefix}{key}", None, "both moe_router_num_groups and moe_router_group_topk, or neither")
+    if experts and experts % groups:
+        key = blame("moe_router_num_groups", "num_moe_experts")
+        raise InputError(
+            f"{prefix}{key}", getattr(m, key), f"groups that divide the experts ({experts} experts, {groups} groups)"
+        )
+    if gtop > groups:
+        raise InputError(f"{prefix}moe_router_group_topk", gtop, f"at most moe_router_num_groups ({groups})")
+    if experts and topk and gtop * (experts // groups) < topk:
+        key = blame("moe_router_group_topk", "moe_router_topk")
+        raise InputError(
+            f"{prefix}{key}",
+            getattr(m, key),
+            f"selected groups holding at least top-k experts ({gtop} × {experts // groups} < {topk})",
+        )
+
+
 def check_model_consistency(m: PartialModelSpec, prefix: str, changed: frozenset[str] | set[str] = frozenset()) -> None:
     """What no single field shows, for a model from ``model_overrides`` and from a ``config.json``
     alike: per-layer tuples with one entry per layer, top-k within the expert count (megatron-core
@@ -762,6 +800,7 @@ def check_model_consistency(m: PartialModelSpec, prefix: str, changed: frozenset
     if topk and experts and topk > experts:
         key = blame("moe_router_topk", "num_moe_experts")
         raise InputError(f"{prefix}{key}", getattr(m, key), f"top-k ≤ the expert count ({topk} > {experts})")
+    check_router_groups(m, prefix, blame)
     if m.has_dsa and not m.multi_latent_attention:
         # megatron-core get_dsa_module_spec_for_backend: "Currently only MLA supports sparse attention."
         key = blame("dsa_indexer_topk", "multi_latent_attention")
@@ -1189,6 +1228,16 @@ def _dsa_fields(text: dict, model_type: str, num_layers: int) -> dict[str, Any]:
     }
 
 
+def _router_groups(text: dict, num_experts: int | None) -> dict[str, int | None]:
+    """``moe_router_num_groups`` / ``moe_router_group_topk`` from ``n_group`` (Kimi-K3: ``num_expert_group``) and
+    ``topk_group``, as Megatron Bridge maps them (``model_bridge.py``); one group (no limit) and a dense model
+    read as None."""
+    groups = _optional_int(text, "n_group", "num_expert_group")
+    if not num_experts or groups is None or groups <= 1:
+        return {"moe_router_num_groups": None, "moe_router_group_topk": None}
+    return {"moe_router_num_groups": groups, "moe_router_group_topk": _optional_int(text, "topk_group")}
+
+
 def _moe_fields(text: dict, model_type: str, top_type: str, num_layers: int) -> dict[str, Any]:
     """MLP and MoE fields: dense and expert widths, experts and top-k (None when no layer is MoE),
     shared experts, router and expert biases, the per-layer MoE pattern."""
@@ -1203,6 +1252,7 @@ def _moe_fields(text: dict, model_type: str, top_type: str, num_layers: int) -> 
         "ffn_hidden_size": dense_ffn,
         "num_moe_experts": eff,
         "moe_router_topk": topk if eff else None,
+        **_router_groups(text, eff),
         "moe_ffn_hidden_size": expert_ffn if eff else None,
         "moe_shared_expert_intermediate_size": shared if eff else None,
         "moe_latent_size": _optional_int(text, "moe_latent_size") if eff else None,

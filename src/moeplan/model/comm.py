@@ -26,6 +26,8 @@ domain when the product of the inner sizes does.
 
 from __future__ import annotations
 
+import math
+
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import TimeConstants
 from moeplan.model.hardware import nic_bytes_per_s, nvlink_bytes_per_s
@@ -130,6 +132,7 @@ def ep_time(
     c: TimeConstants,
     fp8_dispatch: bool = False,
     topk: int = 0,
+    groups: tuple[int, int] | None = None,
 ) -> float:
     """Token dispatch + combine of one MoE layer, forward + backward, for ``routed_tokens`` (the rank's
     own tokens × top-k) exchanged over EP. DeepEP / HybridEP dispatch in FP8 (1 byte + 1/128 scale)
@@ -142,7 +145,8 @@ def ep_time(
     HybridEP's internode kernels send a token once per remote domain and fan it out over NVLink there
     (DeepEP README, "internode" kernels; HybridEP likewise): with ``topk`` experts spread evenly over
     ``N`` domains a token reaches ``(N−1)·(1 − (1 − 1/N)^k)`` remote domains instead of ``k·(N−1)/N``
-    expert copies."""
+    expert copies; with group-limited routing (``groups`` = (``moe_router_num_groups``,
+    ``moe_router_group_topk``)) fewer (:func:`remote_domains_per_token`)."""
     group = ep * etp
     if group == 1:
         return 0.0
@@ -161,9 +165,50 @@ def ep_time(
     if dispatcher in ("deepep", "hybridep") and topk > 1:
         n = group / gpu.scaleup_domain_gpus
         copies = topk * (n - 1) / n
-        distinct = (n - 1) * (1 - (1 - 1 / n) ** topk)
-        cross_vol *= min(1.0, distinct / copies)
+        cross_vol *= min(1.0, remote_domains_per_token(topk, n, groups) / copies)
     return max(cross_vol / nic, vol * (1 - cross) / nvlink) + t_etp
+
+
+def remote_domains_per_token(topk: int, domains: float, groups: tuple[int, int] | None = None) -> float:
+    """Expected number of other scale-up domains a token's ``topk`` experts reach, the experts spread over
+    ``domains`` domains of the EP group in contiguous blocks (Megatron places EP ranks, and the experts
+    on them, in rank order), each expert uniform over the experts the token may use (drawn with
+    replacement; balanced routing, as ``moe_router_force_load_balancing``'s random logits give).
+
+    Without a group limit a domain is hit with probability ``1 − (1 − 1/N)^k``. With ``groups`` =
+    (``G`` groups, ``g`` selected; megatron-core ``group_limited_topk``: contiguous equal groups, the
+    top-k chosen within the selected ones):
+
+    - each domain holding ``m = G/N`` whole groups: it is hit with probability
+      ``Σ_j P(j of its groups selected) · (1 − (1 − j/g)^k)``, ``j`` hypergeometric (``g`` of ``G``, ``m``
+      of them its own). DeepSeek-V3 (8 groups, 4 selected, top-8) at EP 64 over eight 8-GPU nodes:
+      7 · 0.5 · (1 − 0.75^8) = 3.15 remote domains, where the unlimited form gives 4.59;
+    - each group spanning ``N/G`` domains: ``(g/G) · (1 − (1 − G/(g·N))^k)``;
+    - otherwise (a domain count that is not whole, or groups that straddle domains) the unlimited form.
+
+    Returns 0 for one domain or fewer."""
+    if domains <= 1:
+        return 0.0
+    unlimited = (domains - 1) * (1 - (1 - 1 / domains) ** topk)
+    if groups is None or not float(domains).is_integer():
+        return unlimited
+    total, chosen = groups
+    n = int(domains)
+    if chosen >= total:
+        return unlimited
+    if total % n == 0:
+        mine = total // n
+        p = sum(
+            math.comb(mine, j)
+            * math.comb(total - mine, chosen - j)
+            / math.comb(total, chosen)
+            * (1 - (1 - j / chosen) ** topk)
+            for j in range(1, min(mine, chosen) + 1)
+        )
+        return (n - 1) * p
+    if n % total == 0:
+        return (n - 1) * (chosen / total) * (1 - (1 - total / (chosen * n)) ** topk)
+    return unlimited
 
 
 def etp_exchange_s(routed_tokens: float, h: int, etp: int, gpu: GpuSpec, c: TimeConstants) -> float:

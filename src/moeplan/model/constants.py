@@ -31,8 +31,11 @@ COMPONENT_SOURCES: dict[str, str] = {
     "nic_efficiency": "0.95 = 47.5 / 50 GB/s: 46–49 GB/s per NDR 400G NIC across nodes (NVIDIA/nccl-tests#290, #267)",
     "a2a_efficiency.alltoall": "0.82: NCCL all-to-all reaches the same 370 GB/s bus bandwidth as the other "
     "collectives on NVLink 4 (nccl-tests#212)",
-    "a2a_efficiency.deepep": "0.9: DeepEP's internode normal kernels 43–58 GB/s of RDMA bottleneck bandwidth per "
-    "50 GB/s NIC at EP 16–64 (DeepEP docs/legacy.md; intranode 153–158 of H800's 200 GB/s = 0.77)",
+    "a2a_efficiency.deepep": "0.9: DeepEP's internode normal kernels on H800 with a CX7 400G NIC per GPU, BF16 "
+    "combine 57 GB/s at EP 32 and 50 at EP 64 as its benchmark counts them (a token once per node reached, its "
+    "own included; top-8 within the 4 best of one expert group per node; DeepEP docs/legacy.md, "
+    "tests/legacy/test_internode.py): 0.9 of the NIC with node-limited routing gives 61.9 and 52.2 "
+    "(tests/test_components.py); EP 16's 43 is bound by H800's 160 GB/s NVLink, not the NIC",
     "a2a_efficiency.hybridep": "0.77 = 695 / 900 GB/s: HybridEP's BF16 dispatch, kernel time only, on GB200 "
     "NVL72 at 8–32 ranks, 32 SMs (764.0, 707.0, 666.0, 642.2 GB/s; combine 737–605; B200 8 ranks 16 SMs 735 "
     "= 0.82; DeepEP hybrid-ep docs/README_Hybrid-EP.md). Kernel time because megatron-core ≥ 0.16 calls "

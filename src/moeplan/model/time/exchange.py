@@ -52,7 +52,10 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
     fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
     width = m.moe_token_width  # a latent MoE dispatches at its latent width (moe/moe_layer.py)
-    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, m.moe_router_topk or 0)
+    num_groups, group_topk = m.moe_router_num_groups, m.moe_router_group_topk
+    groups = (num_groups, group_topk) if num_groups and group_topk else None
+    topk = m.moe_router_topk or 0
+    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, topk, groups)
     if ctx.ep_overlap:
         etp = etp_exchange_s(routed, width, s.etp, ctx.gpu, ctx.c)
         paired = ctx.ep_paired_share * (raw - etp)
