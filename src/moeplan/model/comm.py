@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from moeplan.inputs.system import GpuSpec
-from moeplan.model.constants import TimeConstants
+from moeplan.model.constants import DEEPEP_NVLINK_EFFICIENCY, TimeConstants
 from moeplan.model.hardware import nic_bytes_per_s, nvlink_bytes_per_s
 
 
@@ -130,43 +130,66 @@ def ep_time(
     dispatcher: str,
     gpu: GpuSpec,
     c: TimeConstants,
-    fp8_dispatch: bool = False,
     topk: int = 0,
     groups: tuple[int, int] | None = None,
 ) -> float:
-    """Token dispatch + combine of one MoE layer, forward + backward, for ``routed_tokens`` (the rank's
-    own tokens × top-k) exchanged over EP. DeepEP / HybridEP dispatch in FP8 (1 byte + 1/128 scale)
-    under FP8 recipes; combine and the backward exchanges are bf16. With ETP > 1 the EP group's ranks
-    are ``etp`` apart (the span is EP·ETP), and the tokens an expert rank receives are all-gathered
-    over its ETP group after dispatch and reduce-scattered before combine (Megatron's token
-    dispatcher), forward and backward.
+    """Token dispatch + combine of one MoE layer, forward + backward (s), for ``routed_tokens`` (the rank's
+    own tokens × top-k) exchanged over EP, all four exchanges in BF16 (megatron-core hands DeepEP and
+    HybridEP the BF16 hidden states, ``transformer/moe/fused_a2a.py``; it refuses HybridEP's FP8
+    dispatch). With ETP > 1 the EP group's ranks are ``etp`` apart (the span is EP·ETP), and the tokens
+    an expert rank receives are all-gathered over its ETP group after dispatch and reduce-scattered
+    before combine (Megatron's token dispatcher), forward and backward.
 
-    Across NVLink domains, NCCL all-to-all sends one copy per routed expert, but DeepEP's and
-    HybridEP's internode kernels send a token once per remote domain and fan it out over NVLink there
-    (DeepEP README, "internode" kernels; HybridEP likewise): with ``topk`` experts spread evenly over
-    ``N`` domains a token reaches ``(N−1)·(1 − (1 − 1/N)^k)`` remote domains instead of ``k·(N−1)/N``
-    expert copies; with group-limited routing (``groups`` = (``moe_router_num_groups``,
-    ``moe_router_group_topk``)) fewer (:func:`remote_domains_per_token`)."""
+    NCCL all-to-all (``alltoall``) sends one copy per routed expert: ``(EP−1)/EP`` of them leave the
+    rank, at NVLink speed inside the scale-up domain and limited by the NIC across it. DeepEP and
+    HybridEP send a token once per rank that holds any of its experts (:func:`_dedup_exchange_s`)."""
     group = ep * etp
     if group == 1:
         return 0.0
     t_etp = etp_exchange_s(routed_tokens, h, etp, gpu, c)
     if ep == 1:
         return t_etp
-    d_bytes = (1 + 1 / 128) if fp8_dispatch else 2
-    vol = routed_tokens * h * (d_bytes + 2 + 2 + 2) * (ep - 1) / ep
+    if dispatcher in ("deepep", "hybridep"):
+        k = max(1, topk)
+        return _dedup_exchange_s(routed_tokens / k * h * 8, ep, group, (dispatcher, k, groups), gpu, c) + t_etp
+    vol = routed_tokens * h * 8 * (ep - 1) / ep  # 4 BF16 exchanges
     eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
     nvlink = nvlink_bytes_per_s(gpu) * eff
     if group <= gpu.scaleup_domain_gpus:
         return vol / nvlink + t_etp
-    nic = nic_bytes_per_s(gpu) * eff
     cross = 1 - gpu.scaleup_domain_gpus / group
-    cross_vol = vol * cross
-    if dispatcher in ("deepep", "hybridep") and topk > 1:
-        n = group / gpu.scaleup_domain_gpus
-        copies = topk * (n - 1) / n
-        cross_vol *= min(1.0, remote_domains_per_token(topk, n, groups) / copies)
-    return max(cross_vol / nic, vol * (1 - cross) / nvlink) + t_etp
+    return max(vol * cross / (nic_bytes_per_s(gpu) * eff), vol * (1 - cross) / nvlink) + t_etp
+
+
+def _dedup_exchange_s(
+    own_bytes: float,
+    ep: int,
+    group: int,
+    routing: tuple[str, int, tuple[int, int] | None],
+    gpu: GpuSpec,
+    c: TimeConstants,
+) -> float:
+    """DeepEP's / HybridEP's four BF16 exchanges of one MoE layer (s). ``own_bytes``: the rank's own tokens ×
+    hidden × 8 (dispatch + combine, forward + backward, 2 bytes per element each); ``group``: EP·ETP;
+    ``routing``: (backend, top-k, (``moe_router_num_groups``, ``moe_router_group_topk``) or None).
+
+    Both kernels send a token once per destination rank holding any of its experts (DeepEP
+    ``get_dispatch_layout``'s ``is_token_in_rank``; HybridEP's per-rank routing map), and across scale-up
+    domains once per remote domain, fanned out over NVLink there (DeepEP's internode kernels: RDMA to
+    one rank per node, then NVLink forwarding). So a rank's NVLink traffic is its tokens times the
+    ranks they reach (its own included, as both benchmarks count it), and its NIC traffic its tokens
+    times the other domains they reach; across domains the slower of the two bounds the time.
+    NVLink runs at :data:`~moeplan.model.constants.DEEPEP_NVLINK_EFFICIENCY` (DeepEP) or HybridEP's
+    ``a2a_efficiency`` of the link, the NIC at the backend's ``a2a_efficiency``."""
+    dispatcher, topk, groups = routing
+    ranks = remote_domains_per_token(topk, ep, groups) * ep / (ep - 1)
+    nic_eff = c.a2a_efficiency.get(dispatcher, 0.5)
+    nvl_eff = DEEPEP_NVLINK_EFFICIENCY if dispatcher == "deepep" else nic_eff
+    t_nvlink = own_bytes * ranks / (nvlink_bytes_per_s(gpu) * nvl_eff)
+    if group <= gpu.scaleup_domain_gpus:
+        return t_nvlink
+    remote = remote_domains_per_token(topk, group / gpu.scaleup_domain_gpus, groups)
+    return max(t_nvlink, own_bytes * remote / (nic_bytes_per_s(gpu) * nic_eff))
 
 
 def remote_domains_per_token(topk: int, domains: float, groups: tuple[int, int] | None = None) -> float:

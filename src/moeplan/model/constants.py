@@ -34,11 +34,14 @@ COMPONENT_SOURCES: dict[str, str] = {
     "a2a_efficiency.deepep": "0.9: DeepEP's internode normal kernels on H800 with a CX7 400G NIC per GPU, BF16 "
     "combine 57 GB/s at EP 32 and 50 at EP 64 as its benchmark counts them (a token once per node reached, its "
     "own included; top-8 within the 4 best of one expert group per node; DeepEP docs/legacy.md, "
-    "tests/legacy/test_internode.py): 0.9 of the NIC with node-limited routing gives 61.9 and 52.2 "
-    "(tests/test_components.py); EP 16's 43 is bound by H800's 160 GB/s NVLink, not the NIC",
+    "tests/legacy/test_internode.py): 0.9 of the NIC, a token sent once per other node it reaches, gives 60.0 "
+    "and 51.4 (tests/test_components.py); EP 16's 43 is bound by NVLink forwarding on H800 "
+    "(DEEPEP_NVLINK_EFFICIENCY), not the NIC",
     "a2a_efficiency.hybridep": "0.77 = 695 / 900 GB/s: HybridEP's BF16 dispatch, kernel time only, on GB200 "
     "NVL72 at 8–32 ranks, 32 SMs (764.0, 707.0, 666.0, 642.2 GB/s; combine 737–605; B200 8 ranks 16 SMs 735 "
-    "= 0.82; DeepEP hybrid-ep docs/README_Hybrid-EP.md). Kernel time because megatron-core ≥ 0.16 calls "
+    "= 0.82; DeepEP hybrid-ep docs/README_Hybrid-EP.md), counted as its benchmark counts (a token once per "
+    "rank it reaches, tests/test_hybrid_ep.py); the same 0.77 of H100's NIC gives its IB rates at 16–64 ranks "
+    "within 12 %. Kernel time because megatron-core ≥ 0.16 calls "
     "dispatch_with_permute / combine_with_unpermute (transformer/moe/fused_a2a.py), which write the "
     "permuted layout in the kernel: the Torch API's copy into an output tensor (its 515 GB/s) is not "
     "paid, and the permutation's traffic is the MoE layer's element-wise term",
@@ -65,6 +68,12 @@ COMPONENT_SOURCES: dict[str, str] = {
 #: HybridEP's dispatch kernels are SM-resident for the whole transfer. Applied to Megatron's DP
 #: gradient/parameter overlap and to EP A2A overlap; assumed the same on Blackwell (not measured there)
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
+
+#: DeepEP's NVLink rate, as a fraction of the link: its intranode normal kernels on 8×H800 (200 GB/s NVLink
+#: per direction in the catalog) move 158 GB/s of BF16 combine as its benchmark counts (a token once per
+#: destination rank, the rank's own included; DeepEP docs/legacy.md, tests/legacy/test_intranode.py
+#: ``recv_x.numel() * 2``); 158 / 200 = 0.79. Its NIC rate is ``a2a_efficiency["deepep"]``.
+DEEPEP_NVLINK_EFFICIENCY = 0.79
 
 
 @dataclass(frozen=True)

@@ -50,17 +50,16 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     hide them."""
     s, m = ctx.s, ctx.model
     routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
-    fp8_dispatch = s.training.precision != "bf16" and ctx.dispatcher in ("deepep", "hybridep")
     width = m.moe_token_width  # a latent MoE dispatches at its latent width (moe/moe_layer.py)
     num_groups, group_topk = m.moe_router_num_groups, m.moe_router_group_topk
     groups = (num_groups, group_topk) if num_groups and group_topk else None
     topk = m.moe_router_topk or 0
-    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, fp8_dispatch, topk, groups)
+    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, topk, groups)
     if ctx.ep_overlap:
         etp = etp_exchange_s(routed, width, s.etp, ctx.gpu, ctx.c)
         paired = ctx.ep_paired_share * (raw - etp)
         delay = bool(s.layout.delay_wgrad_compute)
-        phases = ep_overlap_phases(paired, fp8_dispatch, compute, delay, ctx.c.overlap_hidden_fraction)
+        phases = ep_overlap_phases(paired, compute, delay, ctx.c.overlap_hidden_fraction)
         hidden = paired - sum(phase - comp for phase, comp in phases)
         t = raw - hidden + OVERLAP_COMPUTE_SLOWDOWN * hidden
         return Exchange(t, raw - t)
@@ -73,7 +72,7 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
 
 
 def ep_overlap_phases(
-    exchange_s: float, fp8_dispatch: bool, compute: LayerCompute, delay_wgrad: bool, share: float = 1.0
+    exchange_s: float, compute: LayerCompute, delay_wgrad: bool, share: float = 1.0
 ) -> list[tuple[float, float]]:
     """The three phases of one MoE layer under EP A2A overlap, as ``(phase s, compute s)`` pairs: how
     long each phase takes and how much of it is compute; ``phase − compute`` is the exchange it leaves
@@ -88,17 +87,16 @@ def ep_overlap_phases(
     input gradients and ``mlp_fwd`` needs ``dispatch_fwd``'s tokens, so it takes
     ``max(max(D_f, M_b) + D_b, max(D_f, M_b + M_dw) + M_f)``; ``M_b`` is the data gradients plus, without
     ``delay_wgrad_compute``, the weight gradients (``M_dw`` then 0). A node's forward, data and weight
-    gradients are a third of it each (one GEMM each per forward one). Volumes: the forward dispatch
-    moves ``d`` bytes per element (2 in BF16, 1 + 1/128 with FP8 dispatch), the other three exchanges 2.
+    gradients are a third of it each (one GEMM each per forward one). The four exchanges move the same
+    BF16 volume, a quarter of ``exchange_s`` each (:func:`moeplan.model.comm.ep_time`).
     """
-    d = (1 + 1 / 128) if fp8_dispatch else 2.0
-    unit = exchange_s / (d + 6)
+    unit = exchange_s / 4
     attn, mlp = share * compute.attn_node_s, share * compute.mlp_node_s
-    d_f, d_b = d * unit, 2 * unit
+    d_f, d_b = unit, unit
     m_f = mlp / 3
     m_b, m_dw = (mlp / 3, mlp / 3) if delay_wgrad else (2 * mlp / 3, 0.0)
     phase2 = max(max(d_f, m_b) + d_b, max(d_f, m_b + m_dw) + m_f)
-    return [(max(2 * unit, attn / 3), attn / 3), (phase2, mlp), (max(2 * unit, attn * 2 / 3), attn * 2 / 3)]
+    return [(max(unit, attn / 3), attn / 3), (phase2, mlp), (max(unit, attn * 2 / 3), attn * 2 / 3)]
 
 
 def tp_exchange(ctx: StepContext, moe_layer: bool, compute: LayerCompute, layer: int | None = None) -> Exchange:
