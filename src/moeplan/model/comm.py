@@ -13,9 +13,10 @@ Volumes follow the collectives Megatron-Core issues (``megatron/core/tensor_para
   and head splits, exposed; a2a+p2p does the all-to-all in the inner group and the ring over the outer
   one; all_gather gathers K/V forward and again backward, reduce-scatters dK/dV, exposed; Gated
   DeltaNet layers all-to-all their projections (Megatron-Core ``GatedDeltaNet``), exposed;
-- EP: per MoE layer dispatch + combine forward and backward, routed tokens·h bf16, ``(EP−1)/EP``
-  leaving the rank; inside the NVLink domain at NVLink speed, across it limited by one NIC per GPU
-  (nccl-tests #267/#290);
+- EP: per MoE layer dispatch + combine forward and backward, BF16: NCCL all-to-all sends routed
+  tokens·h, ``(EP−1)/EP`` leaving the rank; DeepEP and HybridEP send a token once per other rank it
+  reaches and across domains once per remote domain (:func:`ep_time`); inside the NVLink domain at
+  NVLink speed, across it limited by one NIC per GPU (nccl-tests #267/#290);
 - PP: activations and their gradients at each stage boundary;
 - DP: reduce-scatter of gradients and all-gather of parameters over DP·CP (dense) and EDP (experts).
 
@@ -136,60 +137,80 @@ def ep_time(
     """Token dispatch + combine of one MoE layer, forward + backward (s), for ``routed_tokens`` (the rank's
     own tokens × top-k) exchanged over EP, all four exchanges in BF16 (megatron-core hands DeepEP and
     HybridEP the BF16 hidden states, ``transformer/moe/fused_a2a.py``; it refuses HybridEP's FP8
-    dispatch). With ETP > 1 the EP group's ranks are ``etp`` apart (the span is EP·ETP), and the tokens
-    an expert rank receives are all-gathered over its ETP group after dispatch and reduce-scattered
-    before combine (Megatron's token dispatcher), forward and backward.
+    dispatch). The EP group's ranks are ``etp`` apart (the span is EP·ETP).
 
     NCCL all-to-all (``alltoall``) sends one copy per routed expert: ``(EP−1)/EP`` of them leave the
-    rank, at NVLink speed inside the scale-up domain and limited by the NIC across it. DeepEP and
-    HybridEP send a token once per rank that holds any of its experts (:func:`_dedup_exchange_s`)."""
+    rank, at NVLink speed inside the scale-up domain and limited by the NIC across it; with ETP > 1 the
+    tokens an expert rank receives are then all-gathered over its ETP group and reduce-scattered before
+    combine, forward and backward (:func:`etp_exchange_s`). DeepEP and HybridEP go through the flex
+    dispatcher, which sends over one TP×EP group: a token once to every rank holding any of its
+    experts, each ETP rank of an expert included, and no ETP collective (:func:`_dedup_exchange_s`).
+    A group that does not fill whole domains is taken to start at a domain boundary; its ranks in the
+    last, partial domain send the most across (:func:`slowest_remote_domains`), and they bound it."""
     group = ep * etp
     if group == 1:
         return 0.0
+    if dispatcher in ("deepep", "hybridep"):
+        k = max(1, topk)
+        return _dedup_exchange_s(routed_tokens / k * h * 8, ep, etp, (dispatcher, k, groups), gpu, c)
     t_etp = etp_exchange_s(routed_tokens, h, etp, gpu, c)
     if ep == 1:
         return t_etp
-    if dispatcher in ("deepep", "hybridep"):
-        k = max(1, topk)
-        return _dedup_exchange_s(routed_tokens / k * h * 8, ep, group, (dispatcher, k, groups), gpu, c) + t_etp
     vol = routed_tokens * h * 8 * (ep - 1) / ep  # 4 BF16 exchanges
     eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
     nvlink = nvlink_bytes_per_s(gpu) * eff
-    if group <= gpu.scaleup_domain_gpus:
+    domain = gpu.scaleup_domain_gpus
+    if group <= domain:
         return vol / nvlink + t_etp
-    cross = 1 - gpu.scaleup_domain_gpus / group
+    cross = 1 - (group % domain or domain) / group  # a partial domain's ranks send the most across
     return max(vol * cross / (nic_bytes_per_s(gpu) * eff), vol * (1 - cross) / nvlink) + t_etp
 
 
 def _dedup_exchange_s(
     own_bytes: float,
     ep: int,
-    group: int,
+    etp: int,
     routing: tuple[str, int, tuple[int, int] | None],
     gpu: GpuSpec,
     c: TimeConstants,
 ) -> float:
     """DeepEP's / HybridEP's four BF16 exchanges of one MoE layer (s). ``own_bytes``: the rank's own tokens ×
-    hidden × 8 (dispatch + combine, forward + backward, 2 bytes per element each); ``group``: EP·ETP;
-    ``routing``: (backend, top-k, (``moe_router_num_groups``, ``moe_router_group_topk``) or None).
+    hidden × 8 (dispatch + combine, forward + backward, 2 bytes per element each); ``routing``: (backend,
+    top-k, (``moe_router_num_groups``, ``moe_router_group_topk``) or None).
 
     Both kernels send a token once per destination rank holding any of its experts (DeepEP
-    ``get_dispatch_layout``'s ``is_token_in_rank``; HybridEP's per-rank routing map), and across scale-up
-    domains once per remote domain, fanned out over NVLink there (DeepEP's internode kernels: RDMA to
-    one rank per node, then NVLink forwarding). So a rank's NVLink traffic is its tokens times the
-    ranks they reach (its own included, as both benchmarks count it), and its NIC traffic its tokens
-    times the other domains they reach; across domains the slower of the two bounds the time.
-    NVLink runs at :data:`~moeplan.model.constants.DEEPEP_NVLINK_EFFICIENCY` (DeepEP) or HybridEP's
-    ``a2a_efficiency`` of the link, the NIC at the backend's ``a2a_efficiency``."""
+    ``get_dispatch_layout``'s ``is_token_in_rank``; HybridEP's per-rank routing map), over megatron-core's
+    TP×EP group, whose routing map repeats each EP rank's entry for its ``etp`` ranks
+    (``MoEFlexTokenDispatcher._initialize_metadata``). Across scale-up domains a token crosses the NIC
+    once per remote domain and is forwarded over NVLink there (DeepEP's internode kernels: RDMA to one
+    rank of the node, then NVLink forwarding). So a rank's NVLink traffic is its tokens times the other
+    ranks they reach (its own copy stays in HBM), and its NIC traffic its tokens times the other domains
+    they reach; across domains the slower of the two bounds the time. NVLink runs at
+    :data:`~moeplan.model.constants.DEEPEP_NVLINK_EFFICIENCY` (DeepEP) or HybridEP's ``a2a_efficiency``
+    of the link, the NIC at the backend's ``a2a_efficiency``."""
     dispatcher, topk, groups = routing
-    ranks = remote_domains_per_token(topk, ep, groups) * ep / (ep - 1)
+    reached = remote_domains_per_token(topk, ep, groups) * ep / (ep - 1) if ep > 1 else 1.0  # EP ranks, own included
+    others = etp * reached - reached / ep  # every ETP rank of each, less the rank's own copy
     nic_eff = c.a2a_efficiency.get(dispatcher, 0.5)
     nvl_eff = DEEPEP_NVLINK_EFFICIENCY if dispatcher == "deepep" else nic_eff
-    t_nvlink = own_bytes * ranks / (nvlink_bytes_per_s(gpu) * nvl_eff)
+    t_nvlink = own_bytes * others / (nvlink_bytes_per_s(gpu) * nvl_eff)
+    group = ep * etp
     if group <= gpu.scaleup_domain_gpus:
         return t_nvlink
-    remote = remote_domains_per_token(topk, group / gpu.scaleup_domain_gpus, groups)
+    remote = slowest_remote_domains(topk, group, gpu.scaleup_domain_gpus, groups)
     return max(t_nvlink, own_bytes * remote / (nic_bytes_per_s(gpu) * nic_eff))
+
+
+def slowest_remote_domains(topk: int, group: int, domain: int, groups: tuple[int, int] | None = None) -> float:
+    """Other scale-up domains a token of the EP group's slowest rank reaches: :func:`remote_domains_per_token`
+    when the group fills whole domains of ``domain`` ranks; otherwise the group is taken to start at a
+    domain boundary (whole domains, then one partial), its experts spread over its ranks in rank order,
+    and a rank of the partial domain reaches each other domain with probability ``1 − (1 − share)^k``
+    (``share``: that domain's part of the group; the group limit is not applied to partial domains)."""
+    if group % domain == 0:
+        return remote_domains_per_token(topk, group // domain, groups)
+    whole = group // domain
+    return whole * (1 - (1 - domain / group) ** topk)
 
 
 def remote_domains_per_token(topk: int, domains: float, groups: tuple[int, int] | None = None) -> float:

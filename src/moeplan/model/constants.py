@@ -37,11 +37,12 @@ COMPONENT_SOURCES: dict[str, str] = {
     "tests/legacy/test_internode.py): 0.9 of the NIC, a token sent once per other node it reaches, gives 60.0 "
     "and 51.4 (tests/test_components.py); EP 16's 43 is bound by NVLink forwarding on H800 "
     "(DEEPEP_NVLINK_EFFICIENCY), not the NIC",
-    "a2a_efficiency.hybridep": "0.77 = 695 / 900 GB/s: HybridEP's BF16 dispatch, kernel time only, on GB200 "
-    "NVL72 at 8–32 ranks, 32 SMs (764.0, 707.0, 666.0, 642.2 GB/s; combine 737–605; B200 8 ranks 16 SMs 735 "
-    "= 0.82; DeepEP hybrid-ep docs/README_Hybrid-EP.md), counted as its benchmark counts (a token once per "
-    "rank it reaches, tests/test_hybrid_ep.py); the same 0.77 of H100's NIC gives its IB rates at 16–64 ranks "
-    "within 12 %. Kernel time because megatron-core ≥ 0.16 calls "
+    "a2a_efficiency.hybridep": "0.75: HybridEP's BF16 dispatch, kernel time only, on GB200 NVL72 at 8–32 "
+    "ranks, 32 SMs: 764.0, 707.0, 666.0, 642.2 GB/s as its benchmark counts them (a token once per rank it "
+    "reaches, the rank's own copy included; DeepEP hybrid-ep docs/README_Hybrid-EP.md, tests/test_hybrid_ep.py); "
+    "less the own copy, which stays in HBM ((EP − 1)/EP of it crosses NVLink), 668, 663, 638, 622 GB/s, "
+    "0.74–0.69 of 900. Over H100's IB at 16–64 ranks the same 0.75 gives its counted rates within 14 % "
+    "(tests/test_components.py). Kernel time because megatron-core ≥ 0.16 calls "
     "dispatch_with_permute / combine_with_unpermute (transformer/moe/fused_a2a.py), which write the "
     "permuted layout in the kernel: the Torch API's copy into an output tensor (its 515 GB/s) is not "
     "paid, and the permutation's traffic is the MoE layer's element-wise term",
@@ -71,9 +72,10 @@ OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
 #: DeepEP's NVLink rate, as a fraction of the link: its intranode normal kernels on 8×H800 (200 GB/s NVLink
 #: per direction in the catalog) move 158 GB/s of BF16 combine as its benchmark counts (a token once per
-#: destination rank, the rank's own included; DeepEP docs/legacy.md, tests/legacy/test_intranode.py
-#: ``recv_x.numel() * 2``); 158 / 200 = 0.79. Its NIC rate is ``a2a_efficiency["deepep"]``.
-DEEPEP_NVLINK_EFFICIENCY = 0.79
+#: destination rank, the rank's own copy included; DeepEP docs/legacy.md, tests/legacy/test_intranode.py
+#: ``recv_x.numel() * 2``). The 1/8 that stays on the rank does not cross NVLink: 158 · 7/8 = 138 GB/s,
+#: 0.69 of the link. Its NIC rate is ``a2a_efficiency["deepep"]``.
+DEEPEP_NVLINK_EFFICIENCY = 0.69
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class TimeConstants:
     nvlink_efficiency: float = 0.82
     nic_efficiency: float = 0.95
     a2a_efficiency: dict[str, float] = field(
-        default_factory=lambda: {"alltoall": 0.82, "deepep": 0.9, "hybridep": 0.77}
+        default_factory=lambda: {"alltoall": 0.82, "deepep": 0.9, "hybridep": 0.75}
     )
     launch_overhead_s_per_layer: float = 2e-4
     moe_sync_s_per_layer: float = 2e-4

@@ -214,7 +214,7 @@ def refine_within_bound(
     there. The threshold only rises, so a layout passed over could not have entered later either; the
     ranking's ``keep`` best are therefore exact over the layouts phase one fitted: a layout that refines
     to the fastest is refined however low it ranked at the default knobs (Qwen3-30B-A3B at 128K on 32
-    H100: TP8 CP2 EP16, 2,393 tokens/s/GPU with DeepEP and EP overlap, ranked 17th or lower at the
+    H100: TP8 CP2 EP16, 2,392 tokens/s/GPU with DeepEP and EP overlap, ranked 17th or lower at the
     default knobs). Returns the refined layouts, in the order refined."""
     seen = {_layout_key(c) for c in done}
     best_of: dict[tuple, float] = {}

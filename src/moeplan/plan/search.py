@@ -96,9 +96,9 @@ def search(
             (:func:`moeplan.plan.phases.refine_within_bound`) instead of a fixed number of the best by
             un-refined throughput. Default False, as ``plan`` (``plan(exact=True)`` turns it on): on the
             published Megatron Bridge runs (``docs/plan_quality.md``) the exact search lowers the agreement
-            with the published layouts from 102 to 86 of 113; the layouts it finds are ones the step-time
+            with the published layouts from 101 to 88 of 113; the layouts it finds are ones the step-time
             model over-predicts (gpt-oss-120b on 64 H100 at 4K: TP1 PP1 EP32 with DeepEP, EP overlap and
-            TE graphs at 9,279 tokens/s/GPU against the published TP1 PP4 EP8 at 7,792, which measured
+            TE graphs at 9,219 tokens/s/GPU against the published TP1 PP4 EP8 at 7,738, which measured
             5,810).
 
     Returns:
