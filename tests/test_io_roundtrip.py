@@ -15,6 +15,7 @@ from moeplan.errors import InputError
 from moeplan.io.export import export, training_guards
 from moeplan.io.imports import import_config
 from moeplan.io.keys import MLM_UNSUPPORTED
+from moeplan.model.memory.dispatcher_buffers import hybridep_domain
 from tests.conftest import REF, REQUIRE_TOOLS, load_cases, missing_tool
 
 
@@ -107,6 +108,35 @@ def test_slurm_script_is_valid_bash(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64" in text
     assert "#SBATCH --nodes=64" in text  # 256 GPUs / 4 per GB200 tray
+
+
+@pytest.mark.parametrize(("group", "want"), [(64, 64), (72, 72), (128, 64), (96, 48), (144, 72), (80, 40), (7, 7)])
+def test_exported_hybridep_domain_divides_the_ep_group(group, want):
+    """HybridEPBuffer asserts that NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN divides EP·ETP: on NVL72 the export
+    takes the largest divisor within the 72-GPU domain (by hand), never 72 for a group it does not divide."""
+    got = hybridep_domain(group, 72)
+    assert got == want and group % got == 0
+
+
+def test_slurm_script_for_ep_128_on_gb300_passes_its_own_hybridep_check():
+    """The slurm script for EP 128 over two NVL72 domains exports 64 ranks per domain (a divisor of 128, as
+    HybridEPBuffer asserts), not the domain's 72, which the deployment rule that mirrors the assertion
+    rejects."""
+    s = load_scenario(
+        {
+            "model": "deepseek-ai/DeepSeek-V3",
+            "system": {"gpu": "gb300", "num_gpus": 256},
+            "training": {"seq_length": 4096, "global_batch_size": 4096, "micro_batch_size": 1, "precision": "mxfp8"},
+            "layout": {
+                "pipeline_model_parallel_size": 2,
+                "expert_model_parallel_size": 128,
+                "moe_token_dispatcher_type": "flex",
+                "moe_flex_dispatcher_backend": "hybridep",
+            },
+        }
+    )
+    text = export(s, "slurm")[0]
+    assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64" in text
 
 
 NO_SHELLCHECK = "shellcheck is not installed (.ci/run installs it: apt-get install shellcheck)"
