@@ -85,14 +85,27 @@ def test_a_group_spanning_domains():
     assert remote_domains_per_token(8, 8, (2, 1)) == pytest.approx(7 * 0.5 * (1 - 0.75**8))
 
 
+def test_groups_that_straddle_places():
+    """2 groups over 3 places, 1 selected, top-2 (by hand): the middle place holds a third of either
+    group: a third of the selected experts whatever is selected, hit with 1 − (2/3)^2 =
+    5/9; an end place is in the selected group half the time and then holds two thirds of its experts:
+    1/2 · (1 − (1/3)^2) = 4/9. The rank of an end place reaches 5/9 + 4/9 = 1 other place (the unlimited
+    form: 2 · 5/9). With one of 8 groups selected, EP 12 (groups straddling ranks) reaches more ranks
+    than EP 8 and fewer than EP 16."""
+    assert remote_domains_per_token(2, 3, (2, 1)) == pytest.approx(1.0)
+    one_group = [remote_domains_per_token(8, n, (8, 1)) for n in (8, 12, 16)]
+    assert one_group == sorted(one_group)
+
+
 @given(
     topk=st.integers(1, 16),
-    log_domains=st.integers(1, 5),
-    log_groups=st.integers(0, 6),
+    domains=st.integers(2, 40),
+    groups=st.integers(1, 64),
     chosen=st.integers(1, 64),
 )
-def test_a_group_limit_never_reaches_more_domains(topk, log_domains, log_groups, chosen):
-    domains, groups = 2**log_domains, 2**log_groups
+def test_a_group_limit_never_reaches_more_domains(topk, domains, groups, chosen):
+    """Each place's expected share of the selected experts is 1/N whatever the groups, and 1 − (1 − x)^k
+    is concave: no place is hit more often than without the limit."""
     chosen = min(chosen, groups)
     limited = remote_domains_per_token(topk, domains, (groups, chosen))
     assert 0.0 <= limited <= remote_domains_per_token(topk, domains) + 1e-12

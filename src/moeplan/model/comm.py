@@ -27,7 +27,10 @@ domain when the product of the inner sizes does.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+from fractions import Fraction
 
 from moeplan.inputs.system import GpuSpec
 from moeplan.model.constants import DEEPEP_NVLINK_EFFICIENCY, TimeConstants
@@ -214,45 +217,52 @@ def slowest_remote_domains(topk: int, group: int, domain: int, groups: tuple[int
 
 
 def remote_domains_per_token(topk: int, domains: float, groups: tuple[int, int] | None = None) -> float:
-    """Expected number of other scale-up domains a token's ``topk`` experts reach, the experts spread over
-    ``domains`` domains of the EP group in contiguous blocks (Megatron places EP ranks, and the experts
-    on them, in rank order), each expert uniform over the experts the token may use (drawn with
-    replacement; balanced routing, as ``moe_router_force_load_balancing``'s random logits give).
+    """Expected number of other scale-up domains (or ranks) a token's ``topk`` experts reach, from the rank
+    that reaches the most, the experts spread over ``domains`` places of the EP group in contiguous
+    blocks (Megatron places EP ranks, and the experts on them, in rank order), each expert uniform over
+    the experts the token may use (drawn with replacement; balanced routing, as
+    ``moe_router_force_load_balancing``'s random logits give).
 
-    Without a group limit a domain is hit with probability ``1 − (1 − 1/N)^k``. With ``groups`` =
+    Without a group limit a place is hit with probability ``1 − (1 − 1/N)^k``. With ``groups`` =
     (``G`` groups, ``g`` selected; megatron-core ``group_limited_topk``: contiguous equal groups, the
-    top-k chosen within the selected ones):
-
-    - each domain holding ``m = G/N`` whole groups: it is hit with probability
-      ``Σ_j P(j of its groups selected) · (1 − (1 − j/g)^k)``, ``j`` hypergeometric (``g`` of ``G``, ``m``
-      of them its own). DeepSeek-V3 (8 groups, 4 selected, top-8) at EP 64 over eight 8-GPU nodes:
-      7 · 0.5 · (1 − 0.75^8) = 3.15 remote domains, where the unlimited form gives 4.59;
-    - each group spanning ``N/G`` domains: ``(g/G) · (1 − (1 − G/(g·N))^k)``;
-    - otherwise (a domain count that is not whole, or groups that straddle domains) the unlimited form.
-
-    Returns 0 for one domain or fewer."""
+    top-k chosen within the selected ones) a place holding the share ``x`` of the selected groups'
+    experts is hit with probability ``1 − (1 − x)^k``, averaged over which groups are selected
+    (:func:`_place_hit_probabilities`). DeepSeek-V3 (8 groups, 4 selected, top-8) at EP 64 over eight
+    8-GPU nodes: each node holds one group, hit with probability 0.5 · (1 − 0.75^8), 3.15 remote
+    domains where the unlimited form gives 4.59. A domain count that is not whole takes the unlimited
+    form (:func:`slowest_remote_domains` handles a partial domain). Returns 0 for one place or fewer."""
     if domains <= 1:
         return 0.0
-    unlimited = (domains - 1) * (1 - (1 - 1 / domains) ** topk)
-    if groups is None or not float(domains).is_integer():
-        return unlimited
-    total, chosen = groups
-    n = int(domains)
-    if chosen >= total:
-        return unlimited
-    if total % n == 0:
-        mine = total // n
-        p = sum(
-            math.comb(mine, j)
-            * math.comb(total - mine, chosen - j)
-            / math.comb(total, chosen)
-            * (1 - (1 - j / chosen) ** topk)
-            for j in range(1, min(mine, chosen) + 1)
-        )
-        return (n - 1) * p
-    if n % total == 0:
-        return (n - 1) * (chosen / total) * (1 - (1 - total / (chosen * n)) ** topk)
-    return unlimited
+    if groups is None or not float(domains).is_integer() or groups[1] >= groups[0]:
+        return (domains - 1) * (1 - (1 - 1 / domains) ** topk)
+    hits = _place_hit_probabilities(topk, int(domains), groups[0], groups[1])
+    return sum(hits) - min(hits)  # the rank whose own place is hit least reaches the most others
+
+
+@functools.lru_cache(maxsize=256)
+def _place_hit_probabilities(topk: int, places: int, total: int, chosen: int) -> tuple[float, ...]:
+    """Per place, the probability a token reaches it under group-limited routing (``chosen`` of ``total``
+    contiguous groups, then ``topk`` experts uniform over the chosen groups' experts, with replacement).
+    A place holds some groups whole (each the same share) and at most two in part; the chosen groups
+    among them are counted exactly (hypergeometric over the whole ones, every subset of the partial
+    ones)."""
+    out = []
+    every = math.comb(total, chosen)
+    for p in range(places):
+        lo, hi = Fraction(p, places), Fraction(p + 1, places)
+        overlap = [min(hi, Fraction(q + 1, total)) - max(lo, Fraction(q, total)) for q in range(total)]
+        whole = sum(1 for o in overlap if o == Fraction(1, total))
+        partial = [o for o in overlap if 0 < o < Fraction(1, total)]
+        rest = total - whole - len(partial)
+        prob = 0.0
+        for size in range(len(partial) + 1):
+            for part in itertools.combinations(partial, size):
+                for j in range(min(whole, chosen - size) + 1):
+                    ways = math.comb(whole, j) * math.comb(rest, chosen - size - j)
+                    share = (Fraction(j, total) + sum(part, Fraction(0))) * total / chosen
+                    prob += ways / every * (1 - (1 - float(share)) ** topk)
+        out.append(prob)
+    return tuple(out)
 
 
 def etp_exchange_s(routed_tokens: float, h: int, etp: int, gpu: GpuSpec, c: TimeConstants) -> float:
