@@ -10,11 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from moeplan import load_scenario
 from moeplan.catalog.gpus import get_gpu, measured_gemm_fractions
 from moeplan.model.comm import ep_time, link_bw, slowest_remote_domains
 from moeplan.model.constants import DEEPEP_NVLINK_EFFICIENCY, load_constants
 from moeplan.model.executed_flops import attention_backward_fraction, attention_forward_fraction, grouped_efficiency
 from moeplan.model.gdn import gdn_kernel_s
+from moeplan.model.memory.dispatcher_buffers import hybridep_nvlink_ranks
 
 H100, GB200 = get_gpu("h100"), get_gpu("gb200")
 
@@ -164,6 +166,29 @@ def test_the_slowest_rank_of_a_group_that_leaves_a_domain_part_way_bounds_it():
     for backend in ("alltoall", "hybridep"):
         inside, part_way = (ep_time(tokens, h, ep, 1, backend, GB200, c, topk=8) for ep in (72, 80))
         assert part_way > 2 * inside, backend
+
+
+def test_hybridep_domain_from_the_environment_splits_the_group():
+    """HybridEP on GB200 with NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8 at EP 16 (as on a machine without
+    multi-node NVLink): two domains of 8, a token of top-8 over 128 experts reaches the other with
+    probability 1 − (1/2)^8 and crosses the 50 GB/s NIC once at 0.75 of it (by hand); without the
+    variable the 16 ranks share NVL72's NVLink and the exchange takes about a third of that (6 other
+    ranks per token at 0.75 of 900 GB/s). A value that does not divide EP·ETP is not taken."""
+    c = load_constants()
+    tokens, h, k = 4096, 7168, 8
+    nic = tokens * h * 8 * (1 - 0.5**8) / (50e9 * c.a2a_efficiency["hybridep"])
+    assert ep_time(tokens * k, h, 16, 1, "hybridep", GB200, c, topk=k, domain=8) == pytest.approx(nic)
+    assert ep_time(tokens * k, h, 16, 1, "hybridep", GB200, c, topk=k) < nic / 2
+
+    def ranks(env: dict) -> int:
+        layout = {"expert_model_parallel_size": 16, "moe_token_dispatcher_type": "flex"}
+        layout["moe_flex_dispatcher_backend"] = "hybridep"
+        sc = {"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "gb200", "num_gpus": 16}, "layout": layout}
+        return hybridep_nvlink_ranks(load_scenario({**sc, "training": {"seq_length": 4096}, "environment": env}))
+
+    assert ranks({"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "8"}) == 8
+    assert ranks({}) == 16
+    assert ranks({"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "12"}) == 16
 
 
 def test_flex_dispatch_with_etp_sends_to_every_etp_rank_and_gathers_nothing():

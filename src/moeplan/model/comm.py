@@ -136,6 +136,7 @@ def ep_time(
     c: TimeConstants,
     topk: int = 0,
     groups: tuple[int, int] | None = None,
+    domain: int | None = None,
 ) -> float:
     """Token dispatch + combine of one MoE layer, forward + backward (s), for ``routed_tokens`` (the rank's
     own tokens × top-k) exchanged over EP, all four exchanges in BF16 (megatron-core hands DeepEP and
@@ -149,23 +150,26 @@ def ep_time(
     dispatcher, which sends over one TP×EP group: a token once to every rank holding any of its
     experts, each ETP rank of an expert included, and no ETP collective (:func:`_dedup_exchange_s`).
     A group that does not fill whole domains is taken to start at a domain boundary; its ranks in the
-    last, partial domain send the most across (:func:`slowest_remote_domains`), and they bound it."""
+    last, partial domain send the most across (:func:`slowest_remote_domains`), and they bound it.
+    ``domain``: the ranks that share NVLink, when not the GPU's scale-up domain (HybridEP's
+    ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``, :func:`~moeplan.model.memory.dispatcher_buffers.hybridep_nvlink_ranks`)."""
     group = ep * etp
     if group == 1:
         return 0.0
     if dispatcher in ("deepep", "hybridep"):
         k = max(1, topk)
-        return _dedup_exchange_s(routed_tokens / k * h * 8, ep, etp, (dispatcher, k, groups), gpu, c)
+        routing = (dispatcher, k, groups, domain or gpu.scaleup_domain_gpus)
+        return _dedup_exchange_s(routed_tokens / k * h * 8, ep, etp, routing, gpu, c)
     t_etp = etp_exchange_s(routed_tokens, h, etp, gpu, c)
     if ep == 1:
         return t_etp
     vol = routed_tokens * h * 8 * (ep - 1) / ep  # 4 BF16 exchanges
     eff = c.a2a_efficiency.get(dispatcher, c.a2a_efficiency.get("alltoall", 0.5))
     nvlink = nvlink_bytes_per_s(gpu) * eff
-    domain = gpu.scaleup_domain_gpus
-    if group <= domain:
+    nvl = gpu.scaleup_domain_gpus
+    if group <= nvl:
         return vol / nvlink + t_etp
-    cross = 1 - (group % domain or domain) / group  # a partial domain's ranks send the most across
+    cross = 1 - (group % nvl or nvl) / group  # a partial domain's ranks send the most across
     return max(vol * cross / (nic_bytes_per_s(gpu) * eff), vol * (1 - cross) / nvlink) + t_etp
 
 
@@ -173,13 +177,13 @@ def _dedup_exchange_s(
     own_bytes: float,
     ep: int,
     etp: int,
-    routing: tuple[str, int, tuple[int, int] | None],
+    routing: tuple[str, int, tuple[int, int] | None, int],
     gpu: GpuSpec,
     c: TimeConstants,
 ) -> float:
     """DeepEP's / HybridEP's four BF16 exchanges of one MoE layer (s). ``own_bytes``: the rank's own tokens ×
     hidden × 8 (dispatch + combine, forward + backward, 2 bytes per element each); ``routing``: (backend,
-    top-k, (``moe_router_num_groups``, ``moe_router_group_topk``) or None).
+    top-k, (``moe_router_num_groups``, ``moe_router_group_topk``) or None, the ranks that share NVLink).
 
     Both kernels send a token once per destination rank holding any of its experts (DeepEP
     ``get_dispatch_layout``'s ``is_token_in_rank``; HybridEP's per-rank routing map), over megatron-core's
@@ -191,16 +195,16 @@ def _dedup_exchange_s(
     they reach; across domains the slower of the two bounds the time. NVLink runs at
     :data:`~moeplan.model.constants.DEEPEP_NVLINK_EFFICIENCY` (DeepEP) or HybridEP's ``a2a_efficiency``
     of the link, the NIC at the backend's ``a2a_efficiency``."""
-    dispatcher, topk, groups = routing
+    dispatcher, topk, groups, domain = routing
     reached = remote_domains_per_token(topk, ep, groups) * ep / (ep - 1) if ep > 1 else 1.0  # EP ranks, own included
     others = etp * reached - reached / ep  # every ETP rank of each, less the rank's own copy
     nic_eff = c.a2a_efficiency.get(dispatcher, 0.5)
     nvl_eff = DEEPEP_NVLINK_EFFICIENCY if dispatcher == "deepep" else nic_eff
     t_nvlink = own_bytes * others / (nvlink_bytes_per_s(gpu) * nvl_eff)
     group = ep * etp
-    if group <= gpu.scaleup_domain_gpus:
+    if group <= domain:
         return t_nvlink
-    remote = slowest_remote_domains(topk, group, gpu.scaleup_domain_gpus, groups)
+    remote = slowest_remote_domains(topk, group, domain, groups)
     return max(t_nvlink, own_bytes * remote / (nic_bytes_per_s(gpu) * nic_eff))
 
 

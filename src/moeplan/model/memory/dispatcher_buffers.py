@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from moeplan.inputs.resolved import Scenario
 
 #: DeepEP's default SM count of the high-throughput kernels (``Buffer.num_sms``)
 DEEPEP_NUM_SMS = 20
@@ -148,6 +152,19 @@ def hybridep_domain(ranks: int, domain_gpus: int) -> int:
     return max(d for d in range(1, top + 1) if ranks % d == 0)
 
 
+def hybridep_nvlink_ranks(s: Scenario) -> int:
+    """HybridEP's ranks per NVLink domain for ``s``: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` from the
+    scenario's ``environment:`` when it is a positive whole number dividing EP·ETP (HybridEPBuffer takes
+    the variable over what it detects, and asserts that it divides the group; the deployment rule
+    ``hybridep_ranks_per_domain`` reports one that does not), else :func:`hybridep_domain` of the group
+    and the GPU's scale-up domain (:data:`NVL_PEERS` without a GPU)."""
+    group = s.ep * s.etp
+    text = str(s.environment.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "")).strip()
+    if text.isdigit() and len(text) <= 9 and int(text) > 0 and group % int(text) == 0:
+        return int(text)
+    return hybridep_domain(group, s.gpu.scaleup_domain_gpus if s.gpu is not None else NVL_PEERS)
+
+
 def hybridep_buffers(
     hidden: int, tokens_per_rank: int, local_experts: int, ranks: int, domain_gpus: int
 ) -> DispatcherBuffers:
@@ -181,4 +198,5 @@ __all__ = [
     "flex_tokens_per_rank",
     "hybridep_buffers",
     "hybridep_domain",
+    "hybridep_nvlink_ranks",
 ]

@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from moeplan.inputs.resolved import Scenario
 from moeplan.model.activations import ActContext
-from moeplan.model.memory.dispatcher_buffers import NVL_PEERS, deepep_buffers, flex_tokens_per_rank, hybridep_buffers
+from moeplan.model.memory.dispatcher_buffers import (
+    deepep_buffers,
+    flex_tokens_per_rank,
+    hybridep_buffers,
+    hybridep_nvlink_ranks,
+)
 from moeplan.model.memory.graph_memory import full_iteration_graph, per_layer_graphs
 from moeplan.model.overheads import NCCLEP_BUFFERS_GIB, Overheads
 from moeplan.structure.placement import StageParams
@@ -112,7 +117,7 @@ def dispatcher_buffer_bytes(s: Scenario, ctx: ActContext, ov: Overheads, backend
     if backend == "deepep":
         return float(deepep_buffers(m.hidden_size, ranks, s.layout.moe_deepep_num_sms).total_bytes)
     if backend == "hybridep":
-        domain = s.gpu.scaleup_domain_gpus if s.gpu is not None else NVL_PEERS
+        domain = hybridep_nvlink_ranks(s)
         local = (m.num_moe_experts or 0) // s.ep
         tokens = flex_tokens_per_rank(ctx.seq_tokens)
         return float(hybridep_buffers(m.hidden_size, tokens, local, ranks, domain).total_bytes)

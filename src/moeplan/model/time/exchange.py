@@ -30,6 +30,7 @@ from moeplan.model.comm import (
     tp_time,
 )
 from moeplan.model.constants import OVERLAP_COMPUTE_SLOWDOWN
+from moeplan.model.memory.dispatcher_buffers import hybridep_nvlink_ranks
 from moeplan.model.time.compute import LayerCompute
 from moeplan.model.time.context import StepContext, hierarchical_a2a_size, layer_cp_comm_type
 from moeplan.model.time.cp_ring import ring_steps
@@ -54,7 +55,8 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     num_groups, group_topk = m.moe_router_num_groups, m.moe_router_group_topk
     groups = (num_groups, group_topk) if num_groups and group_topk else None
     topk = m.moe_router_topk or 0
-    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, topk, groups)
+    domain = hybridep_nvlink_ranks(s) if ctx.dispatcher == "hybridep" else None
+    raw = ep_time(routed, width, s.ep, s.etp, ctx.dispatcher, ctx.gpu, ctx.c, topk, groups, domain)
     if ctx.ep_overlap:
         etp = etp_exchange_s(routed, width, s.etp, ctx.gpu, ctx.c)
         paired = ctx.ep_paired_share * (raw - etp)
