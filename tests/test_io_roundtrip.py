@@ -80,20 +80,21 @@ def test_megatron_lm_round_trip_on_carried_keys():
                 assert any(note.startswith(key) for note in notes), (sid, key, val, b["layout"][key])
 
 
-def _slurm_script() -> str:
-    """The Slurm export of DeepSeek-V3 on 256 GB200 with HybridEP and an explicit pipeline layout."""
+def _slurm_script(gpu: str = "gb200", pp: int = 4, ep: int = 64) -> str:
+    """The Slurm export of DeepSeek-V3 on 256 GPUs with HybridEP and an explicit pipeline layout (16 virtual
+    stages: PP × VPP = 16)."""
     s = load_scenario(
         {
             "model": "deepseek-ai/DeepSeek-V3",
-            "system": {"gpu": "gb200", "num_gpus": 256},
+            "system": {"gpu": gpu, "num_gpus": 256},
             "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 512},
             "layout": {
-                "pipeline_model_parallel_size": 4,
-                "expert_model_parallel_size": 64,
+                "pipeline_model_parallel_size": pp,
+                "expert_model_parallel_size": ep,
                 "moe_token_dispatcher_type": "flex",
                 "moe_flex_dispatcher_backend": "hybridep",
                 "pipeline_model_parallel_layout": "Et*4|(t*4|)*14tmL",
-                "virtual_pipeline_model_parallel_size": 4,
+                "virtual_pipeline_model_parallel_size": 16 // pp,
             },
         }
     )
@@ -122,20 +123,7 @@ def test_slurm_script_for_ep_128_on_gb300_passes_its_own_hybridep_check():
     """The slurm script for EP 128 over two NVL72 domains exports 64 ranks per domain (a divisor of 128, as
     HybridEPBuffer asserts), not the domain's 72, which the deployment rule that mirrors the assertion
     rejects."""
-    s = load_scenario(
-        {
-            "model": "deepseek-ai/DeepSeek-V3",
-            "system": {"gpu": "gb300", "num_gpus": 256},
-            "training": {"seq_length": 4096, "global_batch_size": 4096, "micro_batch_size": 1, "precision": "mxfp8"},
-            "layout": {
-                "pipeline_model_parallel_size": 2,
-                "expert_model_parallel_size": 128,
-                "moe_token_dispatcher_type": "flex",
-                "moe_flex_dispatcher_backend": "hybridep",
-            },
-        }
-    )
-    text = export(s, "slurm")[0]
+    text = _slurm_script("gb300", pp=2, ep=128)
     assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64" in text
 
 

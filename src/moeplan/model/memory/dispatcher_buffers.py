@@ -27,6 +27,7 @@ Flags and preprocessing scratch (kilobytes) are left out.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -144,6 +145,7 @@ def deepep_buffers(hidden: int, ranks: int, num_sms: int | None = None, element_
     return DispatcherBuffers("deepep", nvl, rdma)
 
 
+@functools.lru_cache(maxsize=256)
 def hybridep_domain(ranks: int, domain_gpus: int) -> int:
     """HybridEP's ranks per NVLink domain: the group's ranks that share an NVLink domain of
     ``domain_gpus`` GPUs, the largest divisor of ``ranks`` not above it (``HybridEPBuffer`` asserts
