@@ -136,10 +136,23 @@ def test_hybridep_ranks_per_domain_must_divide_the_group():
     (one,) = f["deployment.hybridep_ranks_per_domain"]  # 16 % 12 = 4
     assert "= 12 (the scenario's environment) does not divide HybridEP's group EP·ETP = 16" in one.message
     assert "a divisor of 16" in one.fix
-    # near misses: 8 divides 16; the same value with DeepEP in force; a value that is no number
-    assert not _deployment(_scenario(layout=HYBRID, environment={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "8"}))
+    # near misses: 8 divides 16, and so does " 08 " as Python's int() reads it; the same value with DeepEP in force
+    for ok in ("8", " 08 ", "+16"):
+        assert not _deployment(_scenario(layout=HYBRID, environment={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": ok}))
     assert "deployment.hybridep_ranks_per_domain" not in _deployment(_scenario(environment=env))
-    assert not _deployment(_scenario(layout=HYBRID, environment={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "x"}))
+
+
+@pytest.mark.parametrize("value", ["x", "", "8.0", "0", "-8"])
+def test_hybridep_ranks_per_domain_that_hybridep_cannot_use_is_an_error(value):
+    """HybridEPBuffer reads the variable with int(): "x", "" and "8.0" raise ValueError at buffer creation,
+    "0" raises ZeroDivisionError in its divisibility assertion, and "-8" passes it (16 % -8 == 0) but gives
+    negative rank indices; each is an error naming the variable and the value as written."""
+    env = {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": value}
+    (one,) = _deployment(_scenario(layout=HYBRID, environment=env))["deployment.hybridep_ranks_per_domain"]
+    assert one.severity == "error"
+    assert f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = {value!r} (the scenario's environment)" in one.message
+    assert "is not a positive integer" in one.message
+    assert "a divisor of 16" in one.fix
 
 
 def test_mnnvl_off_on_an_nvl72_group_wider_than_a_node_warns():

@@ -407,3 +407,34 @@ def test_hybridep_domains_are_counted_up():
     )
     (f,) = _of(r, "moe.hybridep_internode_token_limit", "error")
     assert "spans 2 NVLink domains" in f.message
+    # the domain the time and memory models use: the largest divisor of 128 within 72 GPUs, 64
+    assert "64 ranks per domain" in f.message
+
+
+def test_hybridep_domain_of_the_token_limit_follows_the_environment():
+    """The token limit judges the domain HybridEPBuffer runs with: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8 on
+    16 GB200 in EP 16 splits the group into 16 / 8 = 2 domains (16,384 tokens per rank at 16K pass the limit,
+    65,536 at 64K do not); a value it cannot run with (12 does not divide 16) leaves the detected domain: one
+    NVL72 domain holds all 16 ranks and no limit applies."""
+    kw = {
+        "gpu": "gb200",
+        "num_gpus": 16,
+        "expert_model_parallel_size": 16,
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "hybridep",
+    }
+
+    def errors(seq: int, value: str) -> list:
+        data = {
+            "model": "Qwen/Qwen3-30B-A3B",
+            "system": {"gpu": kw["gpu"], "num_gpus": kw["num_gpus"]},
+            "training": {"seq_length": seq, "micro_batch_size": 1, "global_batch_size": 16},
+            "layout": {k: v for k, v in kw.items() if k not in ("gpu", "num_gpus")},
+            "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": value},
+        }
+        return _of(validate(load_scenario(data)), "moe.hybridep_internode_token_limit", "error")
+
+    (f,) = errors(65536, "8")
+    assert "spans 2 NVLink domains (ETP·EP = 16, 8 ranks per domain)" in f.message
+    assert not errors(16384, "8")
+    assert not errors(65536, "12")

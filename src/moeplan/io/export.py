@@ -47,9 +47,9 @@ from moeplan.io.keys import (
     mlm_flag,
     training_paths,
 )
-from moeplan.model.memory.dispatcher_buffers import hybridep_domain
 from moeplan.resolve.assumptions import benchmark_settings
 from moeplan.rules.graphs import nan_check_off_note
+from moeplan.structure.hybridep_domain import DOMAIN_VARIABLE, hybridep_domain
 
 FORMATS = ("mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm")
 HEADER = "# moeplan: "
@@ -502,7 +502,7 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
       Blackwell or with Megatron-FSDP (Megatron Bridge perf scripts);
     - ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``: HybridEP on NVL72, the NVLink domain seen by EP
       (guidance, dispatcher section): the largest divisor of EP·ETP within the domain
-      (:func:`~moeplan.model.memory.dispatcher_buffers.hybridep_domain`; HybridEPBuffer asserts that the
+      (:func:`~moeplan.structure.hybridep_domain.hybridep_domain`; HybridEPBuffer asserts that the
       value divides the group, so NVL72's 72 is not exported for EP 128: 64 is, the value Megatron
       Bridge's recipe-usage example pairs with ``NVLINK_DOMAIN_SIZE`` 72);
     - ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, plus ``NCCL_GRAPH_REGISTER=0`` with TE CUDA
@@ -521,7 +521,7 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
     }
     lay = s.layout
     if lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend == "hybridep" and s.gpu.is_nvl72:
-        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(hybridep_domain(s.ep * s.etp, s.gpu.scaleup_domain_gpus))
+        env[DOMAIN_VARIABLE] = str(hybridep_domain(s.ep * s.etp, s.gpu.scaleup_domain_gpus))
     if s.graphs_on() and lay.cuda_graph_impl == "transformer_engine":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         env["NCCL_GRAPH_REGISTER"] = "0"

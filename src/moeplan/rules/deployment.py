@@ -16,8 +16,8 @@ Rules (``deployment.<fact id>``):
 - ``deepep_num_sms_even``: an odd ``moe_deepep_num_sms`` (error);
 - ``hybridep_multinode_build``: HybridEP with EP·ETP beyond one NVLink domain on a build without
   ``HYBRID_EP_MULTINODE`` (error);
-- ``hybridep_ranks_per_domain``: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` that does not divide
-  EP·ETP (error);
+- ``hybridep_ranks_per_domain``: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` that is no integer,
+  not positive or does not divide EP·ETP (error);
 - ``hybridep_mnnvl_off``: ``USE_MNNVL=0`` with HybridEP across the nodes of an NVL72 domain (warning);
 - ``nccl_ib_disabled``: ``NCCL_IB_DISABLE=1`` on a job that spans nodes (warning).
 """
@@ -32,6 +32,7 @@ from moeplan.catalog.comm_libraries import comm_fact
 from moeplan.i18n.messages import Message, msg
 from moeplan.inputs.resolved import Scenario
 from moeplan.rules.base import Finding, Severity, rule, set_key
+from moeplan.structure.hybridep_domain import DOMAIN_VARIABLE, stated_ranks_per_domain
 
 #: the table the facts come from, named in each rule's source
 TABLE = "catalog/data/comm_libraries.yaml"
@@ -202,17 +203,26 @@ def nccl_ib_disabled(s: Scenario, d: Deployment) -> list[Finding]:
 
 
 def hybridep_ranks_per_domain(s: Scenario, d: Deployment) -> list[Finding]:
-    """``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` set to a whole number that does not divide EP·ETP,
-    with HybridEP in force (a value that is no whole number is not judged)."""
-    text = d.environment.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "").strip()
-    if flex_backend(s) != "hybridep" or not text.isdigit() or len(text) > 9 or int(text) == 0:
+    """``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` set, with HybridEP in force, to a value HybridEPBuffer
+    stops on at start-up (:mod:`moeplan.structure.hybridep_domain`): text Python's ``int()`` refuses
+    (``ValueError``), 0 or less (``ZeroDivisionError``, or a negative domain), or a number that does
+    not divide EP·ETP (its assertion)."""
+    if flex_backend(s) != "hybridep":
         return []
-    n, g = int(text), _ep_group(s)
-    if g % n == 0:
+    g = _ep_group(s)
+    try:
+        n = stated_ranks_per_domain(d.environment)
+    except ValueError:
+        n = 0
+    if n is None or (n > 0 and g % n == 0):
         return []
-    m = msg("deployment.hybridep_ranks_per_domain", n=n, group=g, said=d.environment_said)
+    if n > 0:
+        m = msg("deployment.hybridep_ranks_per_domain", n=n, group=g, said=d.environment_said)
+    else:
+        text = d.environment.get(DOMAIN_VARIABLE, "")
+        m = msg("deployment.hybridep_ranks_per_domain_not_positive", value=repr(text[:40]), said=d.environment_said)
     fix = msg("deployment.hybridep_ranks_per_domain.fix", group=g)
-    return [_finding("hybridep_ranks_per_domain", m, fix, "environment.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")]
+    return [_finding("hybridep_ranks_per_domain", m, fix, "environment." + DOMAIN_VARIABLE)]
 
 
 def hybridep_mnnvl_off(s: Scenario, d: Deployment) -> list[Finding]:
@@ -296,7 +306,8 @@ _HYBRIDEP = "DeepEP hybrid-ep branch (deepseek-ai/DeepEP; " + TABLE + ")"
 @rule(
     "deployment.hybridep_ranks_per_domain",
     _HYBRIDEP,
-    "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, when set, divides EP·ETP (HybridEPBuffer asserts it)",
+    "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, when set, is a positive integer dividing EP·ETP (HybridEPBuffer "
+    "reads it with int() and asserts the division)",
 )
 def _hybridep_ranks_per_domain(s, e):
     return hybridep_ranks_per_domain(s, scenario_deployment(s))

@@ -6,6 +6,7 @@ from packaging.version import Version
 
 from moeplan.i18n.messages import Items, msg
 from moeplan.rules.base import both, rule
+from moeplan.structure.hybridep_domain import hybridep_ranks_per_domain
 
 
 def _is_moe(s) -> bool | None:
@@ -433,13 +434,10 @@ def _dispatch_tokens(s) -> int | None:
 def _hybridep_tokens(s, e):
     if _backend(s) != "hybridep":
         return None
-    dom_env = s.environment.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
-    dom = int(dom_env) if dom_env and dom_env.isdigit() and int(dom_env) > 0 else None
-    if dom is None and s.gpu is not None:
-        dom = s.gpu.scaleup_domain_gpus
+    group = s.etp * s.ep
+    dom = hybridep_ranks_per_domain(s.environment, group, s.gpu.scaleup_domain_gpus if s.gpu is not None else None)
     if dom is None:
         return [e.missing("system.gpu", msg("moe.why_hybridep_nvlink_domain"))]
-    group = s.etp * s.ep
     if group <= dom:
         return None
     n = _dispatch_tokens(s)

@@ -27,10 +27,11 @@ Flags and preprocessing scratch (kilobytes) are left out.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from moeplan.structure.hybridep_domain import hybridep_domain, hybridep_ranks_per_domain
 
 if TYPE_CHECKING:
     from moeplan.inputs.resolved import Scenario
@@ -145,26 +146,13 @@ def deepep_buffers(hidden: int, ranks: int, num_sms: int | None = None, element_
     return DispatcherBuffers("deepep", nvl, rdma)
 
 
-@functools.lru_cache(maxsize=256)
-def hybridep_domain(ranks: int, domain_gpus: int) -> int:
-    """HybridEP's ranks per NVLink domain: the group's ranks that share an NVLink domain of
-    ``domain_gpus`` GPUs, the largest divisor of ``ranks`` not above it (``HybridEPBuffer`` asserts
-    that the group divides into domains)."""
-    top = min(ranks, domain_gpus)
-    return max(d for d in range(1, top + 1) if ranks % d == 0)
-
-
 def hybridep_nvlink_ranks(s: Scenario) -> int:
-    """HybridEP's ranks per NVLink domain for ``s``: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` from the
-    scenario's ``environment:`` when it is a positive whole number dividing EP·ETP (HybridEPBuffer takes
-    the variable over what it detects, and asserts that it divides the group; the deployment rule
-    ``hybridep_ranks_per_domain`` reports one that does not), else :func:`hybridep_domain` of the group
-    and the GPU's scale-up domain (:data:`NVL_PEERS` without a GPU)."""
-    group = s.ep * s.etp
-    text = str(s.environment.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "")).strip()
-    if text.isdigit() and len(text) <= 9 and int(text) > 0 and group % int(text) == 0:
-        return int(text)
-    return hybridep_domain(group, s.gpu.scaleup_domain_gpus if s.gpu is not None else NVL_PEERS)
+    """HybridEP's ranks per NVLink domain for ``s``
+    (:func:`moeplan.structure.hybridep_domain.hybridep_ranks_per_domain`): ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``
+    from the scenario's ``environment:`` when HybridEPBuffer runs with it, else the largest divisor of
+    EP·ETP within the GPU's scale-up domain (:data:`NVL_PEERS` without a GPU)."""
+    domain = s.gpu.scaleup_domain_gpus if s.gpu is not None else NVL_PEERS
+    return cast(int, hybridep_ranks_per_domain(s.environment, s.ep * s.etp, domain))
 
 
 def hybridep_buffers(
@@ -199,6 +187,5 @@ __all__ = [
     "deepep_rdma_bytes",
     "flex_tokens_per_rank",
     "hybridep_buffers",
-    "hybridep_domain",
     "hybridep_nvlink_ranks",
 ]
