@@ -58,6 +58,30 @@ def test_memory_reports_all_formats():
     assert st.iterations[10]["loss"] == 4.474437 and st.iterations[20]["skipped"] == 0.0
 
 
+def test_bridge_throughput_line_belongs_to_the_record_after_it():
+    """Megatron Bridge prints "Step Time : 14.26s GPU utilization: 58.2TFLOP/s/GPU" just before the
+    interval's iteration record: 14.26 s is iteration 20's 14,260.3 ms (the excerpt starts at iteration 10,
+    whose line is not in it; the last line, 16.85 s, belongs to a record the excerpt cuts off)."""
+    st = _log("log_bridge_pr841_wrapped_iter10.txt")
+    assert "tflops_per_gpu" not in st.iterations[10]
+    assert st.iterations[20]["tflops_per_gpu"] == 58.2
+    assert st.summary()["tflops_per_gpu"]["n"] == 1
+
+
+@pytest.mark.parametrize(
+    ("step_line", "want"),
+    [
+        ("Step Time : 2.50s GPU utilization: 612.4MODEL_TFLOP/s/GPU", 612.4),  # the wording since November 2025
+        ("Step Time : 2.50s GPU utilization: 612.4TFLOP/s/GPU", 612.4),
+        ("Step Time : 2.60s GPU utilization: 612.4TFLOP/s/GPU", None),  # another interval's: 2.60 s is not 2,504.9 ms
+    ],
+)
+def test_bridge_throughput_line_needs_the_record_time(step_line, want):
+    record = " iteration       30/     100 | elapsed time per iteration (ms): 2504.9 | lm loss: 2.1E+00 |"
+    st = parse_log(step_line + "\n" + record + "\n")
+    assert st.iterations[30].get("tflops_per_gpu") == want
+
+
 def test_nan_grad_norm_and_partial_line():
     st = _log("log_megatron_deepspeed_gradnorm_nan.txt")
     assert st.unreadable_lines == 1  # the excerpt starts mid-line ("d norm: nan | ...")

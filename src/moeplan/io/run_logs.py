@@ -9,6 +9,10 @@ Recognised lines (Megatron's ``training.py`` ``training_log`` and memory report 
   max reserved: ...`` and, with ``--log-device-memory-used``, ``| total device memory used: ...``
   (``torch.cuda.device_memory_used()``, what nvidia-smi shows; megatron/training/utils/common_utils.py
   ``report_memory``);
+- Megatron Bridge's interval throughput line, ``Step Time : 14.26s GPU utilization: 58.2MODEL_TFLOP/s/GPU``
+  (``58.2TFLOP/s/GPU`` before November 2025), which rank 0 prints just before the interval's iteration
+  record (``training/utils/train_utils.py`` ``training_log``): its TFLOP/s/GPU is that record's when the
+  record logs none and its iteration time rounds to the line's step time;
 - the argument dump (read by :mod:`moeplan.io.imports`);
 - the environment banner: container release (``NVIDIA Release 25.09``), ``PyTorch Version``, Megatron's
   ``using world size: W, data-parallel size: D, context-parallel size: C, ... tensor-model-parallel size:
@@ -67,6 +71,11 @@ _RANK_PARAMS = re.compile(
     r"number of parameters on \(tensor, pipeline\) model parallel rank \(([0-9]{1,9}), ([0-9]{1,9})\):\s*([0-9]{1,18})"
 )
 _AFTER = re.compile(r"after ([0-9]{1,18}) iterations")
+_NUMBER = r"([0-9]{1,12}(?:\.[0-9]{1,9})?)"
+#: Megatron Bridge's interval throughput line (module docstring)
+_BRIDGE_STEP = re.compile(rf"Step Time\s*:\s*{_NUMBER}\s*s\s+GPU utilization:\s*{_NUMBER}\s*(?:MODEL_)?TFLOP/s/GPU")
+#: how far an iteration time may be from the step time Bridge's line prints with two decimals (s)
+_STEP_ROUNDING_S = 0.0051
 _NAMES_SPACED = {
     "elapsed time per iteration (ms)": "iteration_time_ms",
     "throughput per gpu (tflop/s/gpu)": "tflops_per_gpu",
@@ -304,11 +313,16 @@ class _Parser:
         self._last: int | None = None
         self._sorted = True
         self._names: dict[str, str | None] = {}
+        #: the last Bridge throughput line not yet matched to its record: (step time s, TFLOP/s/GPU)
+        self._bridge_step: tuple[float, float] | None = None
 
     def line(self, line: str) -> None:
         """Read one logical line."""
         has_iter = "iteration" in line and "|" in line
         if not has_iter:
+            if "GPU utilization" in line and (mb := _BRIDGE_STEP.search(line)):
+                self._bridge_step = (float(mb.group(1)), float(mb.group(2)))
+                return
             self._banner(line)
         if "memory (MB)" in line:  # checked first: the memory report also says "(after N iterations) ... |"
             mm = _MEM.search(line)
@@ -381,7 +395,18 @@ class _Parser:
         if not vals:
             st.unreadable_lines += 1
             return
+        self._take_bridge_step(vals)
         self._add(int(mt.group(1)), vals)
+
+    def _take_bridge_step(self, vals: dict[str, float]) -> None:
+        """Give an iteration record without a TFLOP/s figure the one of the Bridge throughput line just
+        before it, when the record's iteration time rounds to the line's step time."""
+        pending, self._bridge_step = self._bridge_step, None
+        ms = vals.get("iteration_time_ms")
+        if pending is None or ms is None or "tflops_per_gpu" in vals:
+            return
+        if abs(ms / 1e3 - pending[0]) <= _STEP_ROUNDING_S:
+            vals["tflops_per_gpu"] = pending[1]
 
     def _add(self, it: int, vals: dict[str, float]) -> None:
         """Append an iteration (the first report of it wins: a repeat of the last one is dropped

@@ -117,7 +117,10 @@ class EvaluationCache:
         for a mapping without a request key."""
         if key is None:
             return None
-        return self._memos.setdefault(key, RuleMemo())
+        got = self._memos.get(key)
+        if got is None:
+            got = self._memos[key] = RuleMemo()
+        return got
 
     def resolve(self, data: dict, recipe_key: str, make: Callable[[], _Entry]) -> _Entry:
         """The entry of ``data`` under the recipe ``recipe_key``; ``make()`` makes it on a miss."""

@@ -313,7 +313,9 @@ class RuleMemo:
 
     def _rule_errors(self, r: Rule, s: Scenario, seen: _Seen) -> tuple[Outcome, frozenset[Read] | None]:
         """(the outcome rule ``r`` gives ``s``, the reads of the path it took; None: not watched)."""
-        memo = self._rules.setdefault(r.rule_id, _RuleTables())
+        memo = self._rules.get(r.rule_id)
+        if memo is None:
+            memo = self._rules[r.rule_id] = _RuleTables()
         if memo.unwatchable:
             return _run(r, s), None
         for reads, table in memo.tables.items():
