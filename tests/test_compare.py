@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moeplan.cli.app import app
-from moeplan.diagnose.compare import compare_runs, rank_causes, shift_test
+from moeplan.diagnose.compare import compare_runs, rank_causes, separable_size, shift_test
 from moeplan.errors import InputError
 from moeplan.io.run_logs import parse_log
 
@@ -63,7 +63,16 @@ def test_shift_test_by_hand():
     # pairwise differences 3,2,1 / 4,3,2 / 5,4,3 -> median 3; relative to median(A) = 2
     assert t.shift == 3.0 and t.shift_rel == 1.5 and t.verdict == "higher"
     # at alpha 0.01, 3 vs 3 values can never be significant (complete separation gives p 0.081 above):
-    assert shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]).verdict == "inconclusive"
+    got = shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert got.verdict == "inconclusive" and got.needed_per_log == 6
+    assert shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], alpha=0.1).needed_per_log is None
+
+
+def test_separable_size_by_hand():
+    """Complete separation of m values per log: U = m², var = m²(2m + 1)/12, z = (m²/2 − 0.5)/√var.
+    m = 5: z = 12/√22.92 = 2.507, p = 0.0122 ≥ 0.01; m = 6: z = 17.5/√39 = 2.802, p = 0.0051 < 0.01.
+    At 0.05: m = 3: z = 4/√5.25 = 1.746, p = 0.081; m = 4: z = 7.5/√12 = 2.165, p = 0.030."""
+    assert separable_size(0.01) == 6 and separable_size(0.05) == 4
 
 
 def test_shift_test_ties_and_identical():

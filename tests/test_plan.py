@@ -403,6 +403,18 @@ def test_fit_proposes_legal_fitting_changes_cheapest_first():
         assert f["peak_gib"] > out["limit_gib"]
 
 
+def test_fit_doubles_cp_with_its_outer_hierarchical_level():
+    """With cp_comm_type a2a+p2p, hierarchical_context_parallel_sizes must multiply to CP (megatron-core
+    asserts it): fit's CP × 2 doubles the ring across the outer groups ([8, 4] → [8, 8] at CP 64) rather than
+    leaving sizes that multiply to 32."""
+    from moeplan.plan.changes import parallel_changes
+
+    s = load_scenario("tests/golden/scenarios/dsv3_h100_128k_hcp.yaml")
+    assert s.layout.hierarchical_context_parallel_sizes == [8, 4]
+    (cp,) = [c for c in parallel_changes(s) if "context_parallel_size" in c.edits["layout"]]
+    assert cp.edits["layout"] == {"context_parallel_size": 64, "hierarchical_context_parallel_sizes": [8, 8]}
+
+
 def test_fit_already_fitting():
     out = fit_layout(
         _req(

@@ -87,6 +87,27 @@ def test_a_skipped_rule_names_the_missing_input_in_both_languages():
         assert _both_languages(f.message) == (en, zh)
 
 
+@pytest.mark.parametrize(
+    ("num_gpus", "reason"),
+    [
+        (None, "skipped: needs system.num_gpus (for DP)"),
+        # 32 GPUs are stated, but TP·PP·CP = 5 does not divide them: world.dense_grid_divides_world says so,
+        # and the batch rule names the missing integer DP, not the stated world size
+        (32, "skipped: needs a world size that gives an integer DP"),
+    ],
+)
+def test_the_batch_rule_says_why_it_has_no_dp(num_gpus, reason):
+    system = {"gpu": "h100"} if num_gpus is None else {"gpu": "h100", "num_gpus": num_gpus}
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": system,
+        "training": {"seq_length": 4096, "global_batch_size": 64},
+        "layout": {"pipeline_model_parallel_size": 5},
+    }
+    (f,) = [f for f in validate(load_scenario(data)).findings if f.rule_id == "batch.global_batch_divisible"]
+    assert f.severity == "info" and str(f.message) == reason
+
+
 def test_a_skip_reason_written_as_free_text_is_refused():
     """Free English text would have no Chinese: a rule names a key or passes a message."""
     with pytest.raises(ValueError, match="neither a scenario key nor a message"):

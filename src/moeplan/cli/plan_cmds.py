@@ -103,6 +103,14 @@ def plan_cmd(
     exit_with(bool(out["candidates"]))
 
 
+FitHeadroomOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--headroom-gib",
+        min=0.0,
+        help="GiB kept free per GPU (default: the memory model's error band, so that a fix is what check calls fits).",
+    ),
+]
 FitSaveOpt = Annotated[
     Optional[Path], typer.Option("--save", help="Write the chosen fix (--pick, default #1) as a scenario YAML.")
 ]
@@ -113,7 +121,7 @@ PickOpt = Annotated[int, typer.Option("--pick", min=1, help="Which fix --save wr
 def fit_cmd(
     scenario: ScenarioArg = None,
     flags: ScenarioFlags = ScenarioFlags(),
-    headroom_gib: HeadroomOpt = None,
+    headroom_gib: FitHeadroomOpt = None,
     top: TopOpt = 8,
     save: FitSaveOpt = None,
     pick: PickOpt = 1,

@@ -47,7 +47,9 @@ class ShiftTest:
         shift: Hodges–Lehmann estimate of B−A (input units); shift_rel: ``shift / median_a``;
         u_b: Mann–Whitney U of B; z: standardised statistic (positive when B is larger);
         p_two_sided: two-sided p-value; verdict: ``"higher"``, ``"lower"``, ``"no change"``, or
-        ``"inconclusive"`` when even complete separation of samples this small could not reach ``alpha``.
+        ``"inconclusive"`` when even complete separation of samples this small could not reach ``alpha``;
+        needed_per_log: with ``"inconclusive"``, the smallest equal sample size per log whose complete
+        separation reaches ``alpha`` (:func:`separable_size`), else None.
     """
 
     n_a: int
@@ -60,6 +62,23 @@ class ShiftTest:
     z: float
     p_two_sided: float
     verdict: str
+    needed_per_log: int | None = None
+
+
+def _p_at_separation(na: int, nb: int) -> float:
+    """The smallest two-sided p samples of ``na`` and ``nb`` values can give (complete separation, no
+    ties; the normal approximation with continuity correction :func:`shift_test` uses)."""
+    var0 = na * nb * (na + nb + 1) / 12
+    return math.erfc((na * nb / 2 - 0.5) / math.sqrt(var0) / math.sqrt(2))
+
+
+def separable_size(alpha: float) -> int:
+    """The smallest sample size per log at which complete separation reaches p < ``alpha`` (0 < alpha < 1;
+    6 at 0.01, 4 at 0.05)."""
+    m = 3
+    while _p_at_separation(m, m) >= alpha:
+        m += 1
+    return m
 
 
 def _ranks(values: list[float]) -> tuple[list[float], float]:
@@ -128,13 +147,10 @@ def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: 
     shift = statistics.median([y - x for x in thin_a for y in thin_b])
     rel = shift / med_a if med_a else 0.0
     verdict = "no change"
-    # the smallest p these sample sizes can reach (complete separation, no ties)
-    var0 = na * nb * (n + 1) / 12
-    p_min = math.erfc((na * nb / 2 - 0.5) / math.sqrt(var0) / math.sqrt(2))
     if p < alpha and abs(rel) >= min_effect:
         verdict = "higher" if shift > 0 else "lower"
-    elif p_min >= alpha:
-        verdict = "inconclusive"
+    elif _p_at_separation(na, nb) >= alpha:  # the smallest p these sample sizes can reach
+        return ShiftTest(na, nb, med_a, med_b, shift, rel, u_b, z, p, "inconclusive", separable_size(alpha))
     return ShiftTest(na, nb, med_a, med_b, shift, rel, u_b, z, p, verdict)
 
 
@@ -165,7 +181,9 @@ class Comparison:
                 "verdict": {
                     "higher": "slower",
                     "lower": "faster",
-                    "inconclusive": "inconclusive: too few steady-state iterations for this alpha",
+                    "inconclusive": "inconclusive: too few steady-state iterations for this alpha (even if every "
+                    "iteration of one log were slower than every one of the other, p could not fall below it; "
+                    f"{t.needed_per_log} per log are needed)",
                 }.get(t.verdict, "no change beyond noise"),
             },
             "memory_mb": {

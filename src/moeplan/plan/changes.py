@@ -192,15 +192,15 @@ def offload_changes(s: Scenario) -> list[Change]:
 
 
 def parallel_changes(s: Scenario) -> list[Change]:
-    """CP×2, PP×2 (with a legal split of the layers), TP×2 (SP), and for MoE EP×2 and ETP = TP."""
+    """CP×2 (with ``hierarchical_context_parallel_sizes``, whose product must equal CP, its last level
+    doubled: the ring across the outer groups grows, the all-to-all groups stay as they are), PP×2 (with a
+    legal split of the layers), TP×2 (SP), and for MoE EP×2 and ETP = TP."""
     m = s.complete_model
-    out = [
-        Change(
-            msg("plan.change_size", name="CP", old=s.cp, new=s.cp * 2),
-            {"layout": {"context_parallel_size": s.cp * 2}},
-            "parallel",
-        )
-    ]
+    cp: dict = {"context_parallel_size": s.cp * 2}
+    levels = s.layout.hierarchical_context_parallel_sizes
+    if levels:
+        cp["hierarchical_context_parallel_sizes"] = [*levels[:-1], levels[-1] * 2]
+    out = [Change(msg("plan.change_size", name="CP", old=s.cp, new=s.cp * 2), {"layout": cp}, "parallel")]
     seq = cast(int, s.training.seq_length)  # the callers estimated memory for s, which needs it
     tail = output_stage_layers(m, seq, 1, s.mtp_num_layers)
     split = pipeline_split(m.num_layers, s.pp * 2, 1, s.mtp_num_layers, tail)

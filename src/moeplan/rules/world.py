@@ -129,8 +129,8 @@ def _gbs(s, e):
     t = s.training
     if t.global_batch_size is None:
         return [e.missing("training.global_batch_size")]
-    if s.dp is None:
-        return [e.missing("system.num_gpus", why_for_dp())]
+    if s.dp is None:  # no world size, or one TP·PP·CP does not divide (world.* reports that)
+        return [e.missing("system.num_gpus", why_for_dp()) if s.num_gpus is None else e.missing_integer_dp_world()]
     mbs = t.micro_batch_size or 1
     d = mbs * s.dp
     if t.global_batch_size % d:
