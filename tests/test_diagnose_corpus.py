@@ -203,3 +203,64 @@ def test_oom_corpus(case):
     assert (r.requested_bytes, r.total_bytes, r.free_bytes, r.allocated_bytes) == (req, total, free, alloc)
     assert (r.reserved_unallocated_bytes, r.process_in_use_bytes, r.gpu_index) == (unalloc, in_use, gpu)
     assert r.fragmentation is frag
+
+
+@pytest.mark.parametrize(
+    ("name", "site"),
+    [
+        # the innermost frame with a named site: post_language_model_processing's code line calls
+        # mpu.vocab_parallel_cross_entropy (Megatron-LM issue 92)
+        ("oom_megatron_vocab_parallel_ce_old.txt", "loss"),
+        # the innermost frame is Transformer Engine's GroupedLinear.__init__: the weights being allocated
+        ("oom_msswift_glm5_moe_h200_new.txt", "weights"),
+        # a user script's frames (memtestcase.py) name no site; the excerpts without a traceback neither
+        ("oom_pytorch_cached_variant_old.txt", None),
+        ("oom_sglang_qwen3next_moe_h20_new.txt", None),
+    ],
+)
+def test_oom_site_from_the_traceback(name, site):
+    rep = parse_oom((DATA / name).read_text(encoding="utf-8"))
+    assert rep.site == site
+    if site is not None:
+        assert rep.fixes[0].startswith("it ran out")
+
+
+def _traceback(*frames: tuple[str, str, str]) -> str:
+    lines = ["Traceback (most recent call last):"]
+    for path, func, code in frames:
+        lines += [f'  File "{path}", line 10, in {func}', f"    {code}"]
+    return (
+        "\n".join(lines)
+        + "\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but unallocated.\n"
+    )
+
+
+def test_oom_in_an_inference_engine_keeps_only_its_own_fix():
+    """A vLLM worker's OOM: the training fixes (recompute, CP, EP) do not apply, so only the engine's is given."""
+    text = _traceback(
+        ("/usr/lib/python3/site-packages/vllm/worker/model_runner.py", "execute_model", "out = self.model(x)"),
+        ("/usr/lib/python3/site-packages/torch/nn/modules/module.py", "_call_impl", "return forward_call(*a)"),
+    )
+    rep = parse_oom(text)
+    assert rep.site == "inference" and rep.fragmentation is False
+    assert len(rep.fixes) == 1 and "inference engine" in rep.fixes[0]
+
+
+@pytest.mark.parametrize(
+    ("frames", "site"),
+    [
+        ((("/m/megatron/core/optimizer/distrib_optimizer.py", "step", "self.optimizer.step()"),), "optimizer"),
+        ((("/m/transformer_engine/pytorch/attention/dot_product_attention.py", "forward", "out = f(q)"),), "attention"),
+        ((("/m/megatron/core/transformer/moe/token_dispatcher.py", "dispatch", "x = a2a(x)"),), "moe"),
+        # the innermost frame decides: attention inside a MoE model's layer
+        (
+            (
+                ("/m/megatron/core/transformer/moe/moe_layer.py", "forward", "y = self.experts(x)"),
+                ("/m/megatron/core/transformer/dot_product_attention.py", "forward", "s = q @ k"),
+            ),
+            "attention",
+        ),
+    ],
+)
+def test_oom_site_by_frame(frames, site):
+    assert parse_oom(_traceback(*frames)).site == site

@@ -9,6 +9,12 @@ reserved in total by PyTorch)". Sizes in GiB / MiB / KiB / B as printed.
 Fragmentation: the request would fit in the reserved-but-unallocated memory (or that memory is a large
 share of the total) → set ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``. Otherwise the demand is
 real and the fixes are the memory model's (recompute, CP, PP, EP, offload).
+
+Where it ran out (:func:`oom_site`): the traceback before the message names the code that asked, and
+the first fix is the one for that site: an inference engine (SGLang, vLLM, TensorRT-LLM: the fixes for
+training do not apply), the loss over the vocabulary (the logits of a rank's tokens × the vocabulary,
+in FP32 on the unfused path), the optimizer step, the attention kernels, the MoE layer, or the model's
+construction (its weights do not fit).
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ class OomReport:
     fragmentation: bool | None
     diagnosis: str
     fixes: list[str]
+    #: where it ran out, from the traceback (:func:`oom_site`); None when the text does not say
+    site: str | None = None
 
     @property
     def held_bytes(self) -> int | None:
@@ -108,6 +116,52 @@ def _diagnose(requested: int, total: int | None, unalloc: int | None) -> tuple[b
             "more CP or PP, or EP for expert weights; optimizer CPU offload",
         ]
     return frag, diagnosis, fixes
+
+
+#: where an OOM ran out, by the names its traceback's frames carry (file path, function name and the
+#: code line printed under it, lower case), tried in this order on each frame from the innermost out:
+#: (site, names)
+_SITES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("inference", ("sglang", "vllm", "tensorrt_llm", "/trtllm")),
+    ("loss", ("cross_entropy", "compute_language_model_loss", "lm_head", "output_layer")),
+    ("optimizer", ("optimizer.step", "/optimizer/", "adam", "step_with_ready_grads")),
+    ("attention", ("dot_product_attention", "flash_attn", "fused_attn", "core_attention", "scaled_dot_product")),
+    ("moe", ("token_dispatcher", "/moe/", "experts", "grouped_gemm", "deep_ep", "hybrid_ep", "fused_a2a")),
+)
+#: how much of the text before the message is read for its traceback (characters)
+_TRACEBACK_CHARS = 8000
+#: one frame of a Python traceback: its file, its function and the code line printed under it
+_FRAME = re.compile(r'File "([^"\n]{1,400})", line [0-9]{1,9}, in ([^\s]{1,200})(?:\n([^\n]{0,400}))?')
+
+
+def oom_site(text: str, message_at: int) -> str | None:
+    """Where the OOM at ``message_at`` (the index of its "Tried to allocate") ran out, from the traceback
+    printed before it (its last :data:`_TRACEBACK_CHARS` characters): from the innermost frame out, the
+    first that names a site of :data:`_SITES` decides (``inference``, ``loss``, ``optimizer``,
+    ``attention``, ``moe``), or ``weights`` when the innermost frame is a constructor (``__init__``) of
+    Megatron or Transformer Engine (the parameters are being allocated); None without a traceback or a
+    frame that names one."""
+    frames = _FRAME.findall(text[max(0, message_at - _TRACEBACK_CHARS) : message_at])
+    if not frames:
+        return None
+    path, func, _ = frames[-1]
+    if func == "__init__" and ("megatron" in path or "transformer_engine" in path):
+        return "weights"
+    for path, func, code in reversed(frames):
+        where = f"{path}/{func}/{code}".lower()
+        for site, names in _SITES:
+            if any(n in where for n in names):
+                return site
+    return None
+
+
+def _site_fixes(site: str | None, fixes: list[str]) -> list[str]:
+    """``fixes`` with the fix for the site first (:func:`oom_site`); an inference engine's OOM keeps
+    only its own (the training fixes do not apply there)."""
+    if site is None:
+        return fixes
+    first = msg(f"oom.site_{site}")
+    return [first] if site == "inference" else [first, *fixes]
 
 
 def _diagnosis_kind(diagnosis: str) -> str:
@@ -158,6 +212,7 @@ def parse_oom(text: str) -> OomReport:
     in_use = grab(r"(?:this process|Process \d+) has " + _SIZE + r" memory in use")
     gpu = re.search(r"GPU (\d+)", msg)
     frag, diagnosis, fixes = _diagnose(requested, total, unalloc)
+    site = oom_site(text, idx)
     return OomReport(
         requested,
         total,
@@ -168,7 +223,8 @@ def parse_oom(text: str) -> OomReport:
         int(gpu.group(1)) if gpu else None,
         frag,
         diagnosis,
-        fixes,
+        fixes if frag else _site_fixes(site, fixes),
+        site,
     )
 
 
@@ -214,6 +270,8 @@ def reconcile_with_model(
                 usable=human_bytes(capacity_bytes),
                 suggested=_diagnosis_kind(rep.diagnosis),
             ),
-            fixes=[msg("oom.one_of_the_ranked_changes"), msg("oom.expandable_segments_cannot_fit")],
+            fixes=_site_fixes(
+                rep.site, [msg("oom.one_of_the_ranked_changes"), msg("oom.expandable_segments_cannot_fit")]
+            ),
         )
     return rep, notes
