@@ -482,6 +482,28 @@ TARGETED: tuple[dict, ...] = (
     },
     {"layout": {"expert_model_parallel_size": 8, "moe_token_dispatcher_type": "flex", "moe_deepep_num_sms": 21}},
     {
+        "layout": {"expert_model_parallel_size": 40, "moe_token_dispatcher_type": "flex"},
+        "system": {"gpu": "h100", "num_gpus": 40},
+    },
+    {
+        "layout": {
+            "expert_model_parallel_size": 16,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+        },
+        "system": {"gpu": "h100", "num_gpus": 16},
+        "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "16"},
+    },
+    {
+        "layout": {
+            "expert_model_parallel_size": 16,
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+        },
+        "system": {"gpu": "h100", "num_gpus": 16},
+        "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "abc"},
+    },
+    {
         "layout": {
             "expert_model_parallel_size": 128,
             "moe_token_dispatcher_type": "flex",

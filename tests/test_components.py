@@ -486,3 +486,46 @@ def test_ep_overlap_leaves_the_etp_collectives_exposed():
     etp = etp_exchange_s(routed, m.hidden_size, s.etp, ctx.gpu, c)
     assert etp > 0
     assert ex.exposed_s >= etp
+
+
+def test_fewer_gpus_per_node_than_nvlink_holds_cut_the_nvlink_domain():
+    """An H100 node of 4 GPUs reaches 4 over NVLink, not HGX's 8: EP 8 then crosses the NIC, so its exchange
+    is slower than on 8-GPU nodes; NVL72's domain spans 4-GPU trays and is kept."""
+    from moeplan import estimate_step
+
+    def load(gpu: str, gpn: int):
+        layout = {"expert_model_parallel_size": 8, "moe_token_dispatcher_type": "alltoall"}
+        sc = {"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": gpu, "num_gpus": 64, "gpus_per_node": gpn}}
+        training = {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 512, "precision": "bf16"}
+        return load_scenario({**sc, "training": training, "layout": layout})
+
+    assert load("h100", 4).gpu.scaleup_domain_gpus == 4 and load("h100", 8).gpu.scaleup_domain_gpus == 8
+    assert load("gb200", 4).gpu.scaleup_domain_gpus == 72
+    ep = {g: estimate_step(load("h100", g)).breakdown_s["ep_comm_exposed"] for g in (8, 4)}
+    assert ep[4] > 2 * ep[8]
+
+
+def test_allgather_dispatcher_gathers_every_token_over_the_group():
+    """megatron-core's all-gather dispatcher: dispatch all-gathers every rank's 4,096 tokens over the TP×EP
+    group of 64, combine reduce-scatters them, backward the reverse: 4 · 63 · 4,096 · 2,048 · 2 bytes through
+    a rank (Qwen3-30B-A3B, hidden 2,048, top-8), at NVLink's collective rate inside NVL72 (by hand); every
+    token reaches every rank, so it costs about 64 / 8 = 8 times the all-to-all's bytes."""
+    from moeplan.model.comm import link_bw
+
+    c = load_constants()
+    tokens, h, k = 4096, 2048, 8
+    want = 4 * 63 * tokens * h * 2 / link_bw(GB200, 64, c)
+    assert ep_time(tokens * k, h, 64, 1, "allgather", GB200, c, topk=k) == pytest.approx(want)
+    a2a = ep_time(tokens * k, h, 64, 1, "alltoall", GB200, c, topk=k)
+    assert 5 < want / a2a < 12
+
+
+def test_group_limited_reach_at_thousands_of_ranks_by_hand():
+    """4,096 EP ranks over 1,024 groups (512 chosen, top-8): each rank holds a quarter of one group, which a
+    token's routing chooses with probability 512/1,024, and then reaches the rank with probability
+    1 − (1 − (1/4)/512)^8; the other 4,095 ranks are alike (by hand). The places share one overlap
+    pattern, so this is as cheap as 8 ranks."""
+    from moeplan.model.comm import remote_domains_per_token
+
+    hit = 0.5 * (1 - (1 - 1 / 2048) ** 8)
+    assert remote_domains_per_token(8, 4096, (1024, 512)) == pytest.approx(4095 * hit, rel=1e-12)

@@ -51,6 +51,7 @@ def test_every_fact_has_a_source_and_the_table_refuses_unknown_keys():
     assert set(comm_facts()) == {
         "deepep_internode_nvshmem",
         "deepep_rank_count",
+        "deepep_config_ranks",
         "deepep_nvlink_peers",
         "deepep_num_sms_even",
         "hybridep_multinode_build",
@@ -137,7 +138,7 @@ def test_hybridep_ranks_per_domain_must_divide_the_group():
     assert "= 12 (the scenario's environment) does not divide HybridEP's group EP·ETP = 16" in one.message
     assert "a divisor of 16" in one.fix
     # near misses: 8 divides 16, and so does " 08 " as Python's int() reads it; the same value with DeepEP in force
-    for ok in ("8", " 08 ", "+16"):
+    for ok in ("8", " 08 ", "+8"):
         assert not _deployment(_scenario(layout=HYBRID, environment={"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": ok}))
     assert "deployment.hybridep_ranks_per_domain" not in _deployment(_scenario(environment=env))
 
@@ -153,6 +154,96 @@ def test_hybridep_ranks_per_domain_that_hybridep_cannot_use_is_an_error(value):
     assert f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = {value!r} (the scenario's environment)" in one.message
     assert "is not a positive integer" in one.message
     assert "a divisor of 16" in one.fix
+
+
+DEEPEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+
+
+@pytest.mark.parametrize(
+    ("ep", "version", "error"),
+    [
+        (256, None, True),  # a multiple of 8 the tables do not list: Buffer.get_dispatch_config asserts
+        (6, None, True),  # under 8 but not 2 or 4
+        (64, None, False),
+        (48, None, False),  # listed since c939644: not judged without versions.deepep
+        (48, "1.2.1", True),  # v1.2.1's tables have no 48
+        (48, "1.2.2", False),
+        (12, None, False),  # deployment.deepep_rank_count reports it (above 8, not a multiple of 8)
+    ],
+)
+def test_deepep_group_size_must_be_in_its_config_tables(ep, version, error):
+    data = _scenario(system={"num_gpus": 768}, layout={**DEEPEP, "expert_model_parallel_size": ep})
+    data["model"] = "MiniMaxAI/MiniMax-M2.5"  # 256 routed experts: every EP here divides them or is refused apart
+    if version:
+        data["versions"] = {"deepep": version}
+    found = _deployment(data).get("deployment.deepep_config_ranks", [])
+    assert [f.severity for f in found] == (["error"] if error else [])
+    if error and ep == 6:
+        assert "EP·ETP = 4 / 8 (the nearest sizes listed)" in found[0].fix
+    if error and ep == 256:
+        assert "(2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160)" in found[0].message
+        assert "EP·ETP = 160 (the nearest sizes listed)" in found[0].fix
+
+
+def test_deepep_config_ranks_match_the_buffer_tables():
+    """The sizes the rule accepts (with the later ones) are the keys of the config tables the memory model
+    sizes DeepEP's buffers from: one list of DeepEP's sizes, read two ways."""
+    from moeplan.catalog.comm_libraries import comm_fact
+    from moeplan.model.memory.dispatcher_buffers import DEEPEP_COMBINE, DEEPEP_DISPATCH
+
+    f = comm_fact("deepep_config_ranks")
+    sizes = set(f.value("ranks")) | set(f.value("ranks_after_release"))
+    assert sizes == set(DEEPEP_DISPATCH) == set(DEEPEP_COMBINE)
+
+
+def test_hybridep_ranks_per_domain_beyond_nvlink_is_an_error_and_not_costed():
+    """16 on two 8-GPU H100 nodes divides EP 16, but HybridEP would share its buffers among 16 ranks that do
+    not all reach each other over NVLink (8 do): an error with the value that works (8), and the time and
+    memory models keep the 8 HybridEP detects."""
+    from moeplan.model.memory.dispatcher_buffers import hybridep_nvlink_ranks
+
+    env = {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "16"}
+    d = _scenario(layout=HYBRID, environment=env)
+    (one,) = _deployment(d)["deployment.hybridep_ranks_per_domain"]
+    assert "is more ranks than reach each other over NVLink (8 GPUs)" in one.message
+    assert "set it to 8" in one.fix
+    assert hybridep_nvlink_ranks(load_scenario(d)) == 8
+
+
+def test_mnnvl_off_limits_hybridep_to_the_node_in_the_models_and_the_export():
+    """USE_MNNVL=0 on GB200 (4 GPUs per tray, a 72-GPU NVLink domain): HybridEP's CUDA IPC reaches the tray's
+    4 GPUs, so EP 32 runs in 32 / 4 = 8 domains: the time and memory models use 4, the export writes 4 (not 32),
+    and a stated 32 is refused as beyond NVLink."""
+    from moeplan.io.export import layout_environment
+    from moeplan.model.memory.dispatcher_buffers import hybridep_nvlink_ranks
+
+    gb200 = {"gpu": "gb200", "num_gpus": 64}
+    layout = {**HYBRID, "expert_model_parallel_size": 32}
+    off = load_scenario(_scenario(system=gb200, layout=layout, environment={"USE_MNNVL": "0"}))
+    on = load_scenario(_scenario(system=gb200, layout=layout))
+    assert hybridep_nvlink_ranks(off) == 4 and hybridep_nvlink_ranks(on) == 32
+    assert layout_environment(off, include_user=False)["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "4"
+    assert layout_environment(on)["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "32"
+    both = {"USE_MNNVL": "0", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "32"}
+    (one,) = _deployment(_scenario(system=gb200, layout=layout, environment=both))[
+        "deployment.hybridep_ranks_per_domain"
+    ]
+    assert "(4 GPUs)" in one.message and "set it to 4" in one.fix
+
+
+@pytest.mark.parametrize("value", ["³", "abc", "0"])
+def test_hybridep_chunk_variable_is_read_as_c_atoi_without_a_crash(value):
+    """HybridEP reads NUM_OF_TOKENS_PER_CHUNK_COMBINE_API with C's atoi: "³" and "abc" read as 0, which pads
+    nothing (hybrid_ep_pad_num_of_tokens_per_rank); the token-limit rule judges the unpadded buffer (65,536
+    tokens per rank at EP 128 across two NVL72 domains: over 21,844) instead of failing on int("³")."""
+    data = _scenario(
+        system={"gpu": "gb200", "num_gpus": 128},
+        layout={**HYBRID, "expert_model_parallel_size": 128},
+        environment={"NUM_OF_TOKENS_PER_CHUNK_COMBINE_API": value},
+    )
+    data["training"]["seq_length"] = 65536
+    found = [f for f in validate(load_scenario(data)).findings if f.rule_id == "moe.hybridep_internode_token_limit"]
+    assert [f.severity for f in found] == ["error"] and "buffer 65,536" in found[0].message
 
 
 def test_mnnvl_off_on_an_nvl72_group_wider_than_a_node_warns():

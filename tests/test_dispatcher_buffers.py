@@ -9,7 +9,7 @@ import copy
 from moeplan.model.memory import estimate_memory
 from moeplan.model.memory.dispatcher_buffers import deepep_buffers, hybridep_buffers
 from moeplan.resolve.load import load_scenario
-from moeplan.structure.hybridep_domain import hybridep_domain
+from moeplan.structure.hybridep_env import hybridep_domain
 
 # DeepSeek-V3: hidden 7168, BF16 → hidden_bytes = 7168 · 2 = 14336; one NVLink slot of a token:
 # 14336 + 8 (SourceMeta) + 128·8 (int64 top-k) + 128·4 (weights) + 128·4 (scales) = 16392 bytes

@@ -309,3 +309,13 @@ def test_an_exported_config_carries_the_environment_the_estimate_assumes(tmp_pat
     back, _ = import_config(text, "mbridge-overrides")
     assert back["environment"] == sc["environment"]
     assert estimate_memory(load_scenario(back)).peak_bytes == estimate_memory(load_scenario(sc)).peak_bytes
+
+
+@pytest.mark.parametrize("value", [[8], {"a": 1}])
+def test_an_environment_value_is_one_value(value):
+    """A variable holds one text: a list or mapping is refused by name (a number or boolean is kept as its text)."""
+    data = {"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "h100", "num_gpus": 8}, "training": {"seq_length": 4096}}
+    with pytest.raises(InputError) as exc:
+        load_scenario({**data, "environment": {"USE_MNNVL": value}})
+    assert exc.value.field == "environment.USE_MNNVL" and "one value" in exc.value.allowed
+    assert load_scenario({**data, "environment": {"USE_MNNVL": False}}).environment["USE_MNNVL"] == "False"

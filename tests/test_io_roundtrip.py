@@ -15,7 +15,7 @@ from moeplan.errors import InputError
 from moeplan.io.export import export, training_guards
 from moeplan.io.imports import import_config
 from moeplan.io.keys import MLM_UNSUPPORTED
-from moeplan.structure.hybridep_domain import hybridep_domain
+from moeplan.structure.hybridep_env import hybridep_domain
 from tests.conftest import REF, REQUIRE_TOOLS, load_cases, missing_tool
 
 

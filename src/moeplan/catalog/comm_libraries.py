@@ -9,10 +9,14 @@ and kind from their sets, a source and a statement for each).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
 import yaml
+
+from moeplan.inputs.resolved import Scenario
+from moeplan.structure.hybridep_env import nvlink_reach_gpus
 
 #: severities a fact may carry: ``error`` (the library asserts or fails at start-up), ``warning`` (it
 #: runs, slower)
@@ -100,4 +104,25 @@ def comm_fact(fact_id: str) -> CommFact:
         raise CommTableError(f"comm_libraries.yaml: no fact {fact_id!r}") from None
 
 
-__all__ = ["KINDS", "SEVERITIES", "CommFact", "CommTableError", "comm_fact", "comm_facts", "parse_facts"]
+def hybridep_reach_gpus(s: Scenario, environment: Mapping[str, str] | None = None) -> int | None:
+    """The GPUs a HybridEP rank of ``s`` shares memory with over NVLink
+    (:func:`moeplan.structure.hybridep_env.nvlink_reach_gpus`: the GPU's NVLink domain, or the node's GPUs
+    with ``USE_MNNVL`` set to a value of the ``hybridep_mnnvl_off`` fact) under ``environment`` (default:
+    the scenario's); None without a GPU."""
+    if s.gpu is None:
+        return None
+    off = frozenset(str(v).lower() for v in comm_fact("hybridep_mnnvl_off").value("disabled_values"))
+    env = s.environment if environment is None else environment
+    return nvlink_reach_gpus(s.gpu.scaleup_domain_gpus, s.gpus_per_node, env, off)
+
+
+__all__ = [
+    "KINDS",
+    "SEVERITIES",
+    "CommFact",
+    "CommTableError",
+    "comm_fact",
+    "comm_facts",
+    "hybridep_reach_gpus",
+    "parse_facts",
+]

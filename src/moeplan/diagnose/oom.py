@@ -160,7 +160,14 @@ def _site_fixes(site: str | None, fixes: list[str]) -> list[str]:
     only its own (the training fixes do not apply there)."""
     if site is None:
         return fixes
-    first = msg(f"oom.site_{site}")
+    first = {
+        "inference": msg("oom.site_inference"),
+        "loss": msg("oom.site_loss"),
+        "optimizer": msg("oom.site_optimizer"),
+        "attention": msg("oom.site_attention"),
+        "moe": msg("oom.site_moe"),
+        "weights": msg("oom.site_weights"),
+    }[site]
     return [first] if site == "inference" else [first, *fixes]
 
 

@@ -89,7 +89,7 @@ class SystemInput(BaseModel):
         default=None,
         ge=1,
         le=MAX_GPUS_PER_NODE,
-        description="GPUs per node (count), which decides which groups cross nodes. Source: the launcher's `--nproc-per-node`; unset: 4 on GB200 / GB300 (NVL72 compute trays), else 8 (HGX / DGX), listed under defaults used.",
+        description="GPUs per node (count), which decides which groups cross nodes; fewer than the GPU's HGX NVLink domain (8) also cuts that domain to the node. Source: the launcher's `--nproc-per-node`; unset: 4 on GB200 / GB300 (NVL72 compute trays), else 8 (HGX / DGX), listed under defaults used.",
     )
     gpu_overrides: dict[str, Any] = Field(
         default_factory=dict,
@@ -618,11 +618,15 @@ def scenario_from_dict(data: dict | None) -> ScenarioInput:
     if clean.get("environment") is not None:
         if not isinstance(clean["environment"], dict):
             raise InputError("environment", clean["environment"], "a mapping of variable names to values")
-        for k in clean["environment"]:
+        for k, v in clean["environment"].items():
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(k)):
                 raise InputError(
                     f"environment.{k}", k, "a variable name of letters, digits and _ (not starting with a digit)"
                 )
+            if isinstance(
+                v, (dict, list, tuple, set)
+            ):  # a variable holds one text; a number or boolean is written as text
+                raise InputError(f"environment.{k}", v, "one value: a string, number or boolean")
         clean["environment"] = {str(k): str(v) for k, v in dict(clean["environment"]).items()}
         alloc_options(clean["environment"].get(ALLOC_CONF))  # PyTorch would refuse a malformed one at start-up
     try:

@@ -24,10 +24,11 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from packaging.version import Version
 
+from moeplan.catalog.comm_libraries import hybridep_reach_gpus
 from moeplan.errors import InputError, short_repr
 from moeplan.inputs.loading import dump_yaml
 from moeplan.inputs.megatron_keys import bridge_path, mlm_tokens
@@ -49,7 +50,7 @@ from moeplan.io.keys import (
 )
 from moeplan.resolve.assumptions import benchmark_settings
 from moeplan.rules.graphs import nan_check_off_note
-from moeplan.structure.hybridep_domain import DOMAIN_VARIABLE, hybridep_domain
+from moeplan.structure.hybridep_env import DOMAIN_VARIABLE, hybridep_domain
 
 FORMATS = ("mbridge-overrides", "mbridge-yaml", "mbridge-python", "megatron-lm-args", "slurm")
 HEADER = "# moeplan: "
@@ -501,8 +502,9 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
     - ``CUDA_DEVICE_MAX_CONNECTIONS``: 1 before Blackwell for TP/SP comm-compute overlap ordering, 32 on
       Blackwell or with Megatron-FSDP (Megatron Bridge perf scripts);
     - ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``: HybridEP on NVL72, the NVLink domain seen by EP
-      (guidance, dispatcher section): the largest divisor of EP·ETP within the domain
-      (:func:`~moeplan.structure.hybridep_domain.hybridep_domain`; HybridEPBuffer asserts that the
+      (guidance, dispatcher section): the largest divisor of EP·ETP within the GPUs a rank reaches over
+      NVLink (:func:`~moeplan.catalog.comm_libraries.hybridep_reach_gpus`: the node's with ``USE_MNNVL=0``)
+      (:func:`~moeplan.structure.hybridep_env.hybridep_domain`; HybridEPBuffer asserts that the
       value divides the group, so NVL72's 72 is not exported for EP 128: 64 is, the value Megatron
       Bridge's recipe-usage example pairs with ``NVLINK_DOMAIN_SIZE`` 72);
     - ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, plus ``NCCL_GRAPH_REGISTER=0`` with TE CUDA
@@ -521,7 +523,7 @@ def layout_environment(s: Scenario, include_user: bool = True) -> dict[str, str]
     }
     lay = s.layout
     if lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend == "hybridep" and s.gpu.is_nvl72:
-        env[DOMAIN_VARIABLE] = str(hybridep_domain(s.ep * s.etp, s.gpu.scaleup_domain_gpus))
+        env[DOMAIN_VARIABLE] = str(hybridep_domain(s.ep * s.etp, cast(int, hybridep_reach_gpus(s))))
     if s.graphs_on() and lay.cuda_graph_impl == "transformer_engine":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         env["NCCL_GRAPH_REGISTER"] = "0"

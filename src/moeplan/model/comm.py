@@ -143,7 +143,8 @@ def ep_time(
     HybridEP the BF16 hidden states, ``transformer/moe/fused_a2a.py``; it refuses HybridEP's FP8
     dispatch). The EP group's ranks are ``etp`` apart (the span is EP·ETP).
 
-    NCCL all-to-all (``alltoall``) sends one copy per routed expert: ``(EP−1)/EP`` of them leave the
+    The all-gather dispatcher (``allgather``) gathers every rank's tokens over the group
+    (:func:`allgather_dispatch_s`). NCCL all-to-all (``alltoall``) sends one copy per routed expert: ``(EP−1)/EP`` of them leave the
     rank, at NVLink speed inside the scale-up domain and limited by the NIC across it; with ETP > 1 the
     tokens an expert rank receives are then all-gathered over its ETP group and reduce-scattered before
     combine, forward and backward (:func:`etp_exchange_s`). DeepEP and HybridEP go through the flex
@@ -156,6 +157,8 @@ def ep_time(
     group = ep * etp
     if group == 1:
         return 0.0
+    if dispatcher == "allgather":
+        return allgather_dispatch_s(routed_tokens / max(1, topk), h, group, gpu, c)
     if dispatcher in ("deepep", "hybridep"):
         k = max(1, topk)
         routing = (dispatcher, k, groups, domain or gpu.scaleup_domain_gpus)
@@ -171,6 +174,19 @@ def ep_time(
         return vol / nvlink + t_etp
     cross = 1 - (group % nvl or nvl) / group  # a partial domain's ranks send the most across
     return max(vol * cross / (nic_bytes_per_s(gpu) * eff), vol * (1 - cross) / nvlink) + t_etp
+
+
+def allgather_dispatch_s(tokens: float, h: int, group: int, gpu: GpuSpec, c: TimeConstants) -> float:
+    """megatron-core's all-gather token dispatcher (``MoEAllGatherTokenDispatcher``,
+    ``transformer/moe/token_dispatcher.py``) for one MoE layer, forward + backward (s): dispatch all-gathers
+    every rank's ``tokens`` hidden states over the TP×EP group of ``group`` ranks (each rank then keeps
+    those routed to its experts), combine reduce-scatters them back; backward runs the reverse pair. Each
+    of the four collectives moves ``(group − 1) · tokens · h`` elements through a rank, taken in BF16
+    (combine casts to the router probabilities' dtype, BF16 unless ``moe_router_dtype`` says FP32), at the
+    collective rate of the group's span (:func:`link_bw`). Every token reaches every rank whatever its
+    top-k: against all-to-all's ``top-k · (group − 1)/group`` copies that is ``group / top-k`` times the
+    bytes."""
+    return 4 * (group - 1) * tokens * h * 2 / link_bw(gpu, group, c)
 
 
 def _dedup_exchange_s(
@@ -249,24 +265,37 @@ def _place_hit_probabilities(topk: int, places: int, total: int, chosen: int) ->
     contiguous groups, then ``topk`` experts uniform over the chosen groups' experts, with replacement).
     A place holds some groups whole (each the same share) and at most two in part; the chosen groups
     among them are counted exactly (hypergeometric over the whole ones, every subset of the partial
-    ones)."""
-    out = []
+    ones). Overlaps are integers in units of 1 / (places · total) (a group is ``places`` units, a place
+    ``total``); places with the same overlaps in group order share one computation, so the cost grows
+    with the distinct patterns (a handful), not with places × groups."""
     every = math.comb(total, chosen)
+    done: dict[tuple[int, tuple[int, ...]], float] = {}
+    out = []
     for p in range(places):
-        lo, hi = Fraction(p, places), Fraction(p + 1, places)
-        overlap = [min(hi, Fraction(q + 1, total)) - max(lo, Fraction(q, total)) for q in range(total)]
-        whole = sum(1 for o in overlap if o == Fraction(1, total))
-        partial = [o for o in overlap if 0 < o < Fraction(1, total)]
-        rest = total - whole - len(partial)
-        prob = 0.0
-        for size in range(len(partial) + 1):
-            for part in itertools.combinations(partial, size):
-                for j in range(min(whole, chosen - size) + 1):
-                    ways = math.comb(whole, j) * math.comb(rest, chosen - size - j)
-                    share = (Fraction(j, total) + sum(part, Fraction(0))) * total / chosen
-                    prob += ways / every * (1 - (1 - float(share)) ** topk)
-        out.append(prob)
+        lo, hi = p * total, (p + 1) * total
+        overlap = [min(hi, (q + 1) * places) - max(lo, q * places) for q in range(lo // places, (hi - 1) // places + 1)]
+        whole = sum(1 for o in overlap if o == places)
+        partial = tuple(o for o in overlap if 0 < o < places)
+        key = (whole, partial)
+        if key not in done:
+            done[key] = _hit_probability(topk, whole, partial, (places, total, chosen, every))
+        out.append(done[key])
     return tuple(out)
+
+
+def _hit_probability(topk: int, whole: int, partial: tuple[int, ...], sizes: tuple[int, int, int, int]) -> float:
+    """The probability a token reaches a place holding ``whole`` groups whole and the ``partial`` overlaps
+    (units of 1 / (places · total)) of others; ``sizes``: (places, total, chosen, C(total, chosen))."""
+    places, total, chosen, every = sizes
+    rest = total - whole - len(partial)
+    prob = 0.0
+    for size in range(len(partial) + 1):
+        for part in itertools.combinations(partial, size):
+            for j in range(min(whole, chosen - size) + 1):
+                ways = math.comb(whole, j) * math.comb(rest, chosen - size - j)
+                share = Fraction(j * places + sum(part), places * chosen)
+                prob += ways / every * (1 - (1 - float(share)) ** topk)
+    return prob
 
 
 def etp_exchange_s(routed_tokens: float, h: int, etp: int, gpu: GpuSpec, c: TimeConstants) -> float:

@@ -12,12 +12,14 @@ Rules (``deployment.<fact id>``):
 
 - ``deepep_internode_nvshmem``: DeepEP with EP·ETP > 8 on a build without NVSHMEM (error);
 - ``deepep_rank_count``: DeepEP with EP·ETP > 8 and not a multiple of 8 (error);
+- ``deepep_config_ranks``: DeepEP with an EP·ETP its config tables do not list (error; 48 and 96 only
+  with ``versions.deepep`` stated at or below the release without them);
 - ``deepep_nvlink_peers``: fewer NVLink peers per node than min(EP·ETP, 8) for DeepEP (error);
 - ``deepep_num_sms_even``: an odd ``moe_deepep_num_sms`` (error);
 - ``hybridep_multinode_build``: HybridEP with EP·ETP beyond one NVLink domain on a build without
   ``HYBRID_EP_MULTINODE`` (error);
 - ``hybridep_ranks_per_domain``: ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` that is no integer,
-  not positive or does not divide EP·ETP (error);
+  not positive, does not divide EP·ETP or exceeds the GPUs that reach each other over NVLink (error);
 - ``hybridep_mnnvl_off``: ``USE_MNNVL=0`` with HybridEP across the nodes of an NVL72 domain (warning);
 - ``nccl_ib_disabled``: ``NCCL_IB_DISABLE=1`` on a job that spans nodes (warning).
 """
@@ -28,11 +30,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from moeplan.catalog.comm_libraries import comm_fact
+from packaging.version import Version
+
+from moeplan.catalog.comm_libraries import comm_fact, hybridep_reach_gpus
 from moeplan.i18n.messages import Message, msg
 from moeplan.inputs.resolved import Scenario
 from moeplan.rules.base import Finding, Severity, rule, set_key
-from moeplan.structure.hybridep_domain import DOMAIN_VARIABLE, stated_ranks_per_domain
+from moeplan.structure.hybridep_env import DOMAIN_VARIABLE, hybridep_domain, stated_ranks_per_domain
 
 #: the table the facts come from, named in each rule's source
 TABLE = "catalog/data/comm_libraries.yaml"
@@ -153,6 +157,27 @@ def deepep_rank_count(s: Scenario, d: Deployment) -> list[Finding]:
     return [_finding("deepep_rank_count", m, fix, "expert_model_parallel_size", "expert_tensor_parallel_size")]
 
 
+def deepep_config_ranks(s: Scenario, d: Deployment) -> list[Finding]:
+    """DeepEP with a group size (EP·ETP ≥ 2) its config tables do not list; 48 and 96 are listed after
+    the fact's release, so they are judged only with ``versions.deepep`` stated at or below it. A size
+    ``deepep_rank_count`` refuses (above 8, not a multiple of 8) is left to that rule."""
+    f = comm_fact("deepep_config_ranks")
+    g, peers = _ep_group(s), comm_fact("deepep_rank_count").value("max_nvl_peers")
+    if flex_backend(s) != "deepep" or g < 2 or g in f.value("ranks") or (g > peers and g % peers):
+        return []
+    version = s.versions.get("deepep")
+    old = version is not None and version <= Version(f.value("release"))
+    newer = [] if old else f.value("ranks_after_release")
+    if g in newer:
+        return []
+    listed = sorted(f.value("ranks") + newer)
+    down = max((r for r in listed if r < g), default=listed[0])
+    up = min((r for r in listed if r > g), default=listed[-1])
+    m = msg("deployment.deepep_config_ranks", group=g, ep=s.ep, etp=s.etp, listed=", ".join(map(str, listed)))
+    fix = msg("deployment.deepep_config_ranks.fix", sizes=" / ".join(map(str, sorted({down, up}))))
+    return [_finding("deepep_config_ranks", m, fix, "expert_model_parallel_size", "expert_tensor_parallel_size")]
+
+
 def deepep_nvlink_peers(s: Scenario, d: Deployment) -> list[Finding]:
     """DeepEP whose NVLink half (min(EP·ETP, 8) consecutive ranks) does not fit the node's NVLink peers;
     not on a GPU DeepEP does not support at all (``moe.flex_dispatcher_backend_vs_gpu`` says that)."""
@@ -204,9 +229,11 @@ def nccl_ib_disabled(s: Scenario, d: Deployment) -> list[Finding]:
 
 def hybridep_ranks_per_domain(s: Scenario, d: Deployment) -> list[Finding]:
     """``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` set, with HybridEP in force, to a value HybridEPBuffer
-    stops on at start-up (:mod:`moeplan.structure.hybridep_domain`): text Python's ``int()`` refuses
-    (``ValueError``), 0 or less (``ZeroDivisionError``, or a negative domain), or a number that does
-    not divide EP·ETP (its assertion)."""
+    stops on at start-up (:mod:`moeplan.structure.hybridep_env`): text Python's ``int()`` refuses
+    (``ValueError``), 0 or less (``ZeroDivisionError``, or a negative domain), a number that does
+    not divide EP·ETP (its assertion), or more ranks than reach each other over NVLink
+    (:func:`moeplan.catalog.comm_libraries.hybridep_reach_gpus`: HybridEP shares its buffers among that
+    many ranks, through fabric handles or CUDA IPC, which do not reach beyond the NVLink domain)."""
     if flex_backend(s) != "hybridep":
         return []
     g = _ep_group(s)
@@ -214,8 +241,13 @@ def hybridep_ranks_per_domain(s: Scenario, d: Deployment) -> list[Finding]:
         n = stated_ranks_per_domain(d.environment)
     except ValueError:
         n = 0
-    if n is None or (n > 0 and g % n == 0):
+    reach = hybridep_reach_gpus(s, d.environment)
+    if n is None or (n > 0 and g % n == 0 and (reach is None or n <= reach)):
         return []
+    if n > 0 and g % n == 0:
+        m = msg("deployment.hybridep_ranks_per_domain_beyond_nvlink", n=n, reach=reach, said=d.environment_said)
+        fix = msg("deployment.hybridep_ranks_per_domain_beyond_nvlink.fix", best=hybridep_domain(g, cast(int, reach)))
+        return [_finding("hybridep_ranks_per_domain", m, fix, "environment." + DOMAIN_VARIABLE)]
     if n > 0:
         m = msg("deployment.hybridep_ranks_per_domain", n=n, group=g, said=d.environment_said)
     else:
@@ -243,6 +275,7 @@ def hybridep_mnnvl_off(s: Scenario, d: Deployment) -> list[Finding]:
 CHECKS: tuple[Callable[[Scenario, Deployment], list[Finding]], ...] = (
     deepep_internode_nvshmem,
     deepep_rank_count,
+    deepep_config_ranks,
     deepep_nvlink_peers,
     deepep_num_sms_even,
     hybridep_multinode_build,
@@ -273,6 +306,16 @@ def _deepep_internode_nvshmem(s, e):
 @rule("deployment.deepep_rank_count", _DEEPEP, "DeepEP's group (EP·ETP) holds fewer than 8 ranks or a multiple of 8")
 def _deepep_rank_count(s, e):
     return deepep_rank_count(s, scenario_deployment(s))
+
+
+@rule(
+    "deployment.deepep_config_ranks",
+    _DEEPEP,
+    "DeepEP's group (EP·ETP) is a size its config tables list (2, 4, 8, 16, 24, 32, 64, 128, 144, 160; 48 and 96 "
+    "after v1.2.1)",
+)
+def _deepep_config_ranks(s, e):
+    return deepep_config_ranks(s, scenario_deployment(s))
 
 
 @rule(
@@ -335,6 +378,7 @@ __all__ = [
     "CHECKS",
     "TABLE",
     "Deployment",
+    "deepep_config_ranks",
     "deepep_internode_nvshmem",
     "deepep_nvlink_peers",
     "deepep_num_sms_even",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+from moeplan.catalog.comm_libraries import hybridep_reach_gpus
 from moeplan.i18n.messages import Items, msg
 from moeplan.rules.base import both, rule
-from moeplan.structure.hybridep_domain import hybridep_ranks_per_domain
+from moeplan.structure.hybridep_env import env_int, hybridep_ranks_per_domain
 
 
 def _is_moe(s) -> bool | None:
@@ -409,9 +410,10 @@ HYBRIDEP_COMBINE_CHUNK_TOKENS = 64
 def hybridep_buffer_tokens(tokens: int, chunk: int = HYBRIDEP_COMBINE_CHUNK_TOKENS) -> int:
     """The ``max_num_of_tokens_per_rank`` HybridEP sizes its buffer for, from the tokens one rank
     dispatches per microbatch: aligned up to 16 (``hybrid_ep_buffer.py``), at least 512, then up to a
-    multiple of the combine chunk (``hybrid_ep_pad_num_of_tokens_per_rank``). Tokens, no units else."""
-    aligned = -(-tokens // 16) * 16
-    return -(-max(aligned, 512) // chunk) * chunk
+    multiple of the combine chunk (``hybrid_ep_pad_num_of_tokens_per_rank``, which pads nothing for a
+    chunk ≤ 0). Tokens, no units else."""
+    aligned = max(-(-tokens // 16) * 16, 512)
+    return aligned if chunk <= 0 else -(-aligned // chunk) * chunk  # (no padding with a chunk ≤ 0, as the source)
 
 
 def _dispatch_tokens(s) -> int | None:
@@ -435,7 +437,7 @@ def _hybridep_tokens(s, e):
     if _backend(s) != "hybridep":
         return None
     group = s.etp * s.ep
-    dom = hybridep_ranks_per_domain(s.environment, group, s.gpu.scaleup_domain_gpus if s.gpu is not None else None)
+    dom = hybridep_ranks_per_domain(s.environment, group, hybridep_reach_gpus(s))
     if dom is None:
         return [e.missing("system.gpu", msg("moe.why_hybridep_nvlink_domain"))]
     if group <= dom:
@@ -443,13 +445,12 @@ def _hybridep_tokens(s, e):
     n = _dispatch_tokens(s)
     if n is None:
         return [e.missing(both("training.seq_length", "micro_batch_size"), msg("moe.why_tokens_per_rank"))]
-    chunk_env = s.environment.get("NUM_OF_TOKENS_PER_CHUNK_COMBINE_API", "")
-    chunk = int(chunk_env) if chunk_env.isdigit() and int(chunk_env) > 0 else HYBRIDEP_COMBINE_CHUNK_TOKENS
+    chunk = env_int(s.environment, "NUM_OF_TOKENS_PER_CHUNK_COMBINE_API", HYBRIDEP_COMBINE_CHUNK_TOKENS)
     buf = hybridep_buffer_tokens(n, chunk)
     limit = HYBRIDEP_MAX_TOKENS_PER_RANK_MULTI_NODE
     if buf <= limit:
         return None
-    best = (limit // chunk) * chunk
+    best = (limit // chunk) * chunk if chunk > 0 else limit
     return [
         e.error(
             msg(

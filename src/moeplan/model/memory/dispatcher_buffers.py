@@ -31,7 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from moeplan.structure.hybridep_domain import hybridep_domain, hybridep_ranks_per_domain
+from moeplan.catalog.comm_libraries import hybridep_reach_gpus
+from moeplan.structure.hybridep_env import hybridep_domain, hybridep_ranks_per_domain
 
 if TYPE_CHECKING:
     from moeplan.inputs.resolved import Scenario
@@ -148,11 +149,12 @@ def deepep_buffers(hidden: int, ranks: int, num_sms: int | None = None, element_
 
 def hybridep_nvlink_ranks(s: Scenario) -> int:
     """HybridEP's ranks per NVLink domain for ``s``
-    (:func:`moeplan.structure.hybridep_domain.hybridep_ranks_per_domain`): ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``
+    (:func:`moeplan.structure.hybridep_env.hybridep_ranks_per_domain`): ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``
     from the scenario's ``environment:`` when HybridEPBuffer runs with it, else the largest divisor of
-    EP·ETP within the GPU's scale-up domain (:data:`NVL_PEERS` without a GPU)."""
-    domain = s.gpu.scaleup_domain_gpus if s.gpu is not None else NVL_PEERS
-    return cast(int, hybridep_ranks_per_domain(s.environment, s.ep * s.etp, domain))
+    EP·ETP within the GPUs a rank reaches over NVLink
+    (:func:`moeplan.catalog.comm_libraries.hybridep_reach_gpus`; :data:`NVL_PEERS` without a GPU)."""
+    reach = hybridep_reach_gpus(s)
+    return cast(int, hybridep_ranks_per_domain(s.environment, s.ep * s.etp, NVL_PEERS if reach is None else reach))
 
 
 def hybridep_buffers(

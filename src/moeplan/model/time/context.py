@@ -59,8 +59,8 @@ class StepContext:
         recompute_modules / recompute_granularity / recompute_num_layers: the recompute settings.
         graphs / graph_share: ``cuda_graph_impl`` (``none`` when unset) and the share of the launch
             overhead its scopes remove.
-        dispatcher: the flex backend (``deepep``, ``hybridep``), else ``alltoall`` (the allgather
-            dispatcher is costed as all-to-all).
+        dispatcher: the flex backend (``deepep``, ``hybridep``), ``allgather``, else ``alltoall``
+            (:func:`_dispatcher`).
         cp_widths / cp_comm_type: what CP moves and how (``p2p`` when unset or a per-layer list).
         padded_vocab: the vocabulary padded for TP.
         offload_items: saved tensors moved to the host by fine-grained activation offload.
@@ -303,6 +303,15 @@ def ep_paired_share(pp: int, vpp: int | None, num_microbatches: int, group: int 
     return (total - min(warmup, total)) / total
 
 
+def _dispatcher(token_dispatcher: str | None, flex_backend: str | None) -> str:
+    """How a MoE layer's tokens are exchanged (:func:`moeplan.model.comm.ep_time`): the flex dispatcher's
+    backend (``deepep`` when unset), ``allgather`` for megatron-core's all-gather dispatcher, else
+    ``alltoall`` (NCCL all-to-all, also for a dispatcher type not stated)."""
+    if token_dispatcher == "flex":
+        return flex_backend or "deepep"
+    return "allgather" if token_dispatcher == "allgather" else "alltoall"
+
+
 def step_context(
     s: Scenario, c: TimeConstants, measured_gemm: dict[str, float] | None, vision_patches: float | None
 ) -> StepContext:
@@ -345,9 +354,7 @@ def step_context(
         recompute_num_layers=lay.recompute_num_layers or 1,
         graphs=lay.cuda_graph_impl or "none",
         graph_share=graph_share(s),
-        dispatcher=(lay.moe_flex_dispatcher_backend or "deepep")
-        if lay.moe_token_dispatcher_type == "flex"
-        else "alltoall",
+        dispatcher=_dispatcher(lay.moe_token_dispatcher_type, lay.moe_flex_dispatcher_backend),
         cp_widths=cp_widths(s),
         cp_comm_type=lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p",
         padded_vocab=padded_vocab_size(m.vocab_size, s.tp),
