@@ -485,24 +485,15 @@ TARGETED: tuple[dict, ...] = (
         "layout": {"expert_model_parallel_size": 40, "moe_token_dispatcher_type": "flex"},
         "system": {"gpu": "h100", "num_gpus": 40},
     },
-    {
-        "layout": {
-            "expert_model_parallel_size": 16,
-            "moe_token_dispatcher_type": "flex",
-            "moe_flex_dispatcher_backend": "hybridep",
-        },
-        "system": {"gpu": "h100", "num_gpus": 16},
-        "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "16"},
-    },
-    {
-        "layout": {
-            "expert_model_parallel_size": 16,
-            "moe_token_dispatcher_type": "flex",
-            "moe_flex_dispatcher_backend": "hybridep",
-        },
-        "system": {"gpu": "h100", "num_gpus": 16},
-        "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "abc"},
-    },
+    *(  # beyond the two nodes' NVLink reach; not an integer
+        {
+            "layout": {"expert_model_parallel_size": 16, "moe_token_dispatcher_type": "flex"}
+            | {"moe_flex_dispatcher_backend": "hybridep"},
+            "system": {"gpu": "h100", "num_gpus": 16},
+            "environment": {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": value},
+        }
+        for value in ("16", "abc")
+    ),
     {
         "layout": {
             "expert_model_parallel_size": 128,
