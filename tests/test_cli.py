@@ -45,7 +45,7 @@ def run(args):
 def test_check_valid_recipe_layout_exit_0():
     # with the selective recompute that keeps it in memory (246.6 GiB, 274.2 at the band's top, × 1.1118,
     # of 276.5 usable); without it the layout needs 293 GiB, over the usable HBM but within the band
-    # (293 × 0.9092 = 266 GiB): rules pass, memory may not fit (tight, exit 1)
+    # (293 × 0.9060 = 265 GiB): rules pass, memory may not fit (tight, exit 1)
     recompute = ["--set", "layout.recompute_granularity=selective"]
     recompute += ["--set", "layout.recompute_modules=[mla_up_proj,moe_act,layernorm]"]
     r = run(["check", *DSV3_GB300, *recompute])

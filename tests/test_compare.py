@@ -68,6 +68,18 @@ def test_shift_test_by_hand():
     assert shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], alpha=0.1).needed_per_log is None
 
 
+def test_ties_below_alpha_with_a_tiny_effect_are_no_change_not_inconclusive():
+    """3 iterations at 1000.0 ms against 3 at 1001.0: every value tied within its log, so the tie-corrected
+    p (0.0369: z = 2.087 with the variance 9/12 · (7 − 48/30) = 4.05) is below 0.05 while complete separation
+    without ties could not reach it; the shift is 0.1 %, under the 0.5 % effect floor: no change, not
+    inconclusive. alpha must lie strictly between 0 and 1."""
+    t = shift_test([1000.0] * 3, [1001.0] * 3, alpha=0.05)
+    assert t.p_two_sided < 0.05 and t.verdict == "no change" and t.needed_per_log is None
+    for alpha in (0.0, -1.0, 1.0):
+        with pytest.raises(InputError):
+            shift_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], alpha=alpha)
+
+
 def test_separable_size_by_hand():
     """Complete separation of m values per log: U = m², var = m²(2m + 1)/12, z = (m²/2 − 0.5)/√var.
     m = 5: z = 12/√22.92 = 2.507, p = 0.0122 ≥ 0.01; m = 6: z = 17.5/√39 = 2.802, p = 0.0051 < 0.01.

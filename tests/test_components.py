@@ -500,6 +500,10 @@ def test_fewer_gpus_per_node_than_nvlink_holds_cut_the_nvlink_domain():
         return load_scenario({**sc, "training": training, "layout": layout})
 
     assert load("h100", 4).gpu.scaleup_domain_gpus == 4 and load("h100", 8).gpu.scaleup_domain_gpus == 8
+    # a domain the scenario states is its own: not cut to the node
+    stated = {"model": "Qwen/Qwen3-30B-A3B", "training": {"seq_length": 4096}}
+    stated["system"] = {"gpu": "h100", "num_gpus": 32, "gpus_per_node": 8, "gpu_overrides": {"scaleup_domain_gpus": 32}}
+    assert load_scenario(stated).gpu.scaleup_domain_gpus == 32
     assert load("gb200", 4).gpu.scaleup_domain_gpus == 72
     ep = {g: estimate_step(load("h100", g)).breakdown_s["ep_comm_exposed"] for g in (8, 4)}
     assert ep[4] > 2 * ep[8]
@@ -517,7 +521,28 @@ def test_allgather_dispatcher_gathers_every_token_over_the_group():
     want = 4 * 63 * tokens * h * 2 / link_bw(GB200, 64, c)
     assert ep_time(tokens * k, h, 64, 1, "allgather", GB200, c, topk=k) == pytest.approx(want)
     a2a = ep_time(tokens * k, h, 64, 1, "alltoall", GB200, c, topk=k)
-    assert 5 < want / a2a < 12
+    # all-to-all: 4,096 · 8 copies × (63/64) at its own efficiency; the collective at NVLink's
+    ratio = (4 * 63 * tokens) / (tokens * k * 4 * 63 / 64) * c.a2a_efficiency["alltoall"] / c.nvlink_efficiency
+    assert want / a2a == pytest.approx(ratio) and ratio == pytest.approx(
+        8 * c.a2a_efficiency["alltoall"] / c.nvlink_efficiency
+    )
+
+
+def test_allgather_dispatch_does_not_grow_with_routing_imbalance():
+    """Every token reaches every rank of the group whatever the routing: the imbalance factor (busiest expert
+    rank's tokens over the mean) moves the all-to-all's exchange, not the all-gather's."""
+    from moeplan import estimate_step
+
+    def ep(dispatcher: str, imbalance: float) -> float:
+        layout = {"expert_model_parallel_size": 32, "moe_token_dispatcher_type": dispatcher}
+        sc = {"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "h100", "num_gpus": 32}, "layout": layout}
+        sc["training"] = {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 256}
+        sc["assumptions"] = {"routing_imbalance_factor": imbalance}
+        th = estimate_step(load_scenario(sc))
+        return th.breakdown_s["ep_comm_exposed"] + th.hidden_s["ep_comm"]
+
+    assert ep("allgather", 2.0) == pytest.approx(ep("allgather", 1.0))
+    assert ep("alltoall", 2.0) > 1.5 * ep("alltoall", 1.0)
 
 
 def test_group_limited_reach_at_thousands_of_ranks_by_hand():

@@ -231,6 +231,16 @@ def test_mnnvl_off_limits_hybridep_to_the_node_in_the_models_and_the_export():
     assert "(4 GPUs)" in one.message and "set it to 4" in one.fix
 
 
+def test_multinode_build_is_judged_on_the_domain_hybridep_runs_with():
+    """NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8 splits EP 16 on GB200 into two domains joined over RDMA:
+    a build without HYBRID_EP_MULTINODE cannot run it, though NVL72 could hold all 16 ranks."""
+    gb200 = {"gpu": "gb200", "num_gpus": 16, "ep_library_build": []}
+    layout = {**HYBRID, "expert_model_parallel_size": 16}
+    env = {"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": "8"}
+    assert "deployment.hybridep_multinode_build" in _deployment(_scenario(system=gb200, layout=layout, environment=env))
+    assert "deployment.hybridep_multinode_build" not in _deployment(_scenario(system=gb200, layout=layout))
+
+
 @pytest.mark.parametrize("value", ["³", "abc", "0"])
 def test_hybridep_chunk_variable_is_read_as_c_atoi_without_a_crash(value):
     """HybridEP reads NUM_OF_TOKENS_PER_CHUNK_COMBINE_API with C's atoi: "³" and "abc" read as 0, which pads
@@ -380,3 +390,16 @@ def test_stated_versions_leave_no_versions_line(tmp_path):
     path.write_text(yaml.safe_dump(data))
     for command in ("check", "estimate"):
         assert _lines([command, str(path)]) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("64", 64), (" \t64abc", 64), ("+8", 8), ("-8", -8), ("000000000000128", 128), ("12.5", 12), ("³", 0), ("", 0)]
+    + [("99999999999", 2**31 - 1), ("-99999999999", -(2**31))],
+)
+def test_c_atoi_reads_as_c_does(text, want):
+    """C's atoi: leading white space, an optional sign, ASCII digits to the first other character (leading
+    zeros add nothing), 0 without digits; an overflow (undefined in C) is clamped to int's range."""
+    from moeplan.structure.hybridep_env import c_atoi
+
+    assert c_atoi(text) == want

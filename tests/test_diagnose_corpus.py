@@ -264,3 +264,21 @@ def test_oom_in_an_inference_engine_keeps_only_its_own_fix():
 )
 def test_oom_site_by_frame(frames, site):
     assert parse_oom(_traceback(*frames)).site == site
+
+
+@pytest.mark.parametrize(
+    ("path", "site"),
+    [
+        # a user's home named adam and a virtual environment named after vLLM are not sites
+        ("/home/adam/Megatron-LM/megatron/core/transformer/moe/experts.py", "moe"),
+        ("/opt/venvs/vllm-rl/lib/python3.12/site-packages/megatron/core/transformer/moe/experts.py", "moe"),
+        ("/opt/venvs/train/lib/python3.12/site-packages/vllm/worker/model_runner.py", "inference"),
+    ],
+)
+def test_oom_site_reads_the_package_path_not_the_directories_above_it(path, site):
+    assert parse_oom(_traceback((path, "forward", "y = self.fc(x)"))).site == site
+
+
+def test_oom_in_the_optimizers_constructor_is_the_optimizer_not_the_weights():
+    frame = ("/usr/lib/python3/site-packages/megatron/core/optimizer/distrib_optimizer.py", "__init__", "self.x = y")
+    assert parse_oom(_traceback(frame)).site == "optimizer"

@@ -87,3 +87,16 @@ def test_breakdown_carries_the_dispatcher_term():
 def test_stated_overhead_wins_over_the_source_sizing():
     other = estimate_memory(load_scenario(_flex("deepep", "h100", {"deepep_buffers_gib": 1.5}))).peak_stage.items
     assert other["other"]["deepep_buffers"] == 1.5 * 2**30
+
+
+def test_allgather_dispatcher_keeps_the_gathered_tokens_in_the_global_buffer():
+    """megatron-core's all-gather dispatcher gathers every rank's hidden states over the TP×EP group into the
+    global memory buffer, which keeps its size: Qwen3-30B-A3B (hidden 2,048) at 4,096 tokens per rank over
+    EP 64 holds 64 · 4,096 · 2,048 · 2 bytes = 1 GiB (by hand); the all-to-all dispatcher holds none."""
+    layout = {"expert_model_parallel_size": 64, "moe_token_dispatcher_type": "allgather"}
+    sc = {"model": "Qwen/Qwen3-30B-A3B", "system": {"gpu": "gb200", "num_gpus": 64}, "layout": layout}
+    sc["training"] = {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64}
+    other = estimate_memory(load_scenario(sc)).stages[0].items["other"]
+    assert other["allgather_dispatch_buffer"] == 64 * 4096 * 2048 * 2
+    sc["layout"] = {**layout, "moe_token_dispatcher_type": "alltoall"}
+    assert "allgather_dispatch_buffer" not in estimate_memory(load_scenario(sc)).stages[0].items["other"]

@@ -130,10 +130,10 @@ def test_reserved_gib_turns_a_fit_into_does_not_fit():
     fits = estimate_memory(_qwen(**base))
     assert fits.verdict == "fits"
     peak_gib = fits.peak_bytes / 2**30
-    # 1 GiB short of the peak: inside the memory model's band (0.9092 × peak fits), so tight
+    # 1 GiB short of the peak: inside the memory model's band (0.9060 × peak fits), so tight
     reserve = get_gpu("h200").usable_hbm_gib - peak_gib + 1.0
     assert estimate_memory(_qwen({"reserved_gib": reserve}, **base)).verdict == "tight"
-    # 1 GiB short of the band's low edge, 0.9092 × peak (7.96 / 8.755, docs/memory_accuracy.md): does not fit
+    # 1 GiB short of the band's low edge, 0.9060 × peak (7.96 / 8.786, docs/memory_accuracy.md): does not fit
     reserve = get_gpu("h200").usable_hbm_gib - peak_gib * 7.96 / 8.755 + 1.0
     assert estimate_memory(_qwen({"reserved_gib": reserve}, **base)).verdict == "does-not-fit"
 

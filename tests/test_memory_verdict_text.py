@@ -53,14 +53,14 @@ def _estimate(gib: float, cap_gib: float) -> MemoryEstimate:
 def test_a_peak_whose_error_band_reaches_capacity_is_tight_and_one_with_a_clear_margin_fits():
     band = _estimate(70, 80).error_band_pct
     assert band == 11  # docs/memory_accuracy.md: worst |error| 10.1 % → ±11 %
-    # a peak P may measure 0.9092·P to 1.1118·P (the readings' range, docs/memory_accuracy.md);
+    # a peak P may measure 0.9060·P to 1.1118·P (the readings' range, docs/memory_accuracy.md);
     # 75 GiB of 80: 6.25 % headroom, but 75 × 1.1118 = 83.4 GiB passes 80
     assert _estimate(75, 80).verdict == "tight"
     # 70 GiB of 80: 70 × 1.1118 = 77.8 GiB stays under 80 (12.5 % headroom)
     assert _estimate(70, 80).verdict == "fits"
-    # 81 GiB of 80: over by the estimate, but 81 × 0.9092 = 73.6 GiB is under 80: may fit
+    # 81 GiB of 80: over by the estimate, but 81 × 0.9060 = 73.4 GiB is under 80: may fit
     assert _estimate(81, 80).verdict == "tight"
-    # 90 GiB of 80: even 90 × 0.9092 = 81.8 GiB is over 80
+    # 90 GiB of 80: even 90 × 0.9060 = 81.5 GiB is over 80
     assert _estimate(90, 80).verdict == "does-not-fit"
 
 
@@ -88,7 +88,7 @@ def test_tight_estimate_exits_one_and_says_it_may_not_fit():
     assert peak < cap < high and high == pytest.approx(peak * 13.41 / 12.062, rel=1e-6)
     line = (
         f"may not fit: the peak {peak:.1f} GiB may measure {low:.1f}–{high:.1f} GiB (the memory model's "
-        f"−9.1 / +11.2 %), across the usable {cap:.1f} GiB"
+        f"−9.4 / +11.2 %), across the usable {cap:.1f} GiB"
     )
     assert line in " ".join(res.stdout.split())
     assert "(largest: " in res.stdout
@@ -240,7 +240,7 @@ def test_fit_names_what_pushes_the_current_layout_over_its_limit():
     # the usable HBM): 77.0 GiB over, the decoder activations (94.4 GiB) alone cover it
     assert [it["item"] for it in doc["dominant_items"]] == ["decoder_layers"]
     act = doc["dominant_items"][0]["bytes"] / GIB_BYTES
-    # the layout's own verdict, as check and estimate give it (148.6 × 0.9092 = 135.1 > 79.65)
+    # the layout's own verdict, as check and estimate give it (148.6 × 0.9060 = 134.6 > 79.65)
     assert doc["memory"]["verdict"] == "does-not-fit"
     assert f"(limit 71.6 with headroom) → does-not-fit: {act:.1f} GiB activations" in res.stdout
     assert res.exit_code == 0 and doc["fixes"]  # the fixes found fit: fit's own job is done
@@ -273,7 +273,7 @@ def test_the_memory_verdict_lines_read_in_chinese():
     assert "megatron-core 0.20.0（配置规则所用；未指定版本：取 moeplan 已知的最新版本）" in zh.stdout
     tight = runner.invoke(app, [*TIGHT, "--lang", "zh"], env=env)
     assert tight.exit_code == 1
-    assert "→ 偏紧：可能放不下：峰值 " in tight.stdout and "（显存模型的 −9.1 / +11.2 %），跨过可用的" in tight.stdout
+    assert "→ 偏紧：可能放不下：峰值 " in tight.stdout and "（显存模型的 −9.4 / +11.2 %），跨过可用的" in tight.stdout
 
 
 def test_a_host_memory_overflow_names_no_device_part():

@@ -73,8 +73,14 @@ def _p_at_separation(na: int, nb: int) -> float:
 
 
 def separable_size(alpha: float) -> int:
-    """The smallest sample size per log at which complete separation reaches p < ``alpha`` (0 < alpha < 1;
-    6 at 0.01, 4 at 0.05)."""
+    """The smallest sample size per log at which complete separation without ties reaches p < ``alpha``
+    (6 at 0.01, 4 at 0.05).
+
+    Raises:
+        InputError: ``alpha`` not strictly between 0 and 1 (no size reaches 0).
+    """
+    if not 0 < alpha < 1:
+        raise InputError("alpha", alpha, "a significance level strictly between 0 and 1")
     m = 3
     while _p_at_separation(m, m) >= alpha:
         m += 1
@@ -123,8 +129,10 @@ def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: 
         alpha: significance level; min_effect: smallest relative shift reported as a change.
 
     Raises:
-        InputError: a sample with fewer than 3 values.
+        InputError: a sample with fewer than 3 values, or ``alpha`` not strictly between 0 and 1.
     """
+    if not 0 < alpha < 1:
+        raise InputError("alpha", alpha, "a significance level strictly between 0 and 1")
     a = [x for x in a if math.isfinite(x)]
     b = [x for x in b if math.isfinite(x)]
     for name, x in (("A", a), ("B", b)):
@@ -149,7 +157,7 @@ def shift_test(a: list[float], b: list[float], alpha: float = 0.01, min_effect: 
     verdict = "no change"
     if p < alpha and abs(rel) >= min_effect:
         verdict = "higher" if shift > 0 else "lower"
-    elif _p_at_separation(na, nb) >= alpha:  # the smallest p these sample sizes can reach
+    elif p >= alpha and _p_at_separation(na, nb) >= alpha:  # the smallest p these sizes reach without ties
         return ShiftTest(na, nb, med_a, med_b, shift, rel, u_b, z, p, "inconclusive", separable_size(alpha))
     return ShiftTest(na, nb, med_a, med_b, shift, rel, u_b, z, p, verdict)
 

@@ -138,21 +138,34 @@ def oom_site(text: str, message_at: int) -> str | None:
     """Where the OOM at ``message_at`` (the index of its "Tried to allocate") ran out, from the traceback
     printed before it (its last :data:`_TRACEBACK_CHARS` characters): from the innermost frame out, the
     first that names a site of :data:`_SITES` decides (``inference``, ``loss``, ``optimizer``,
-    ``attention``, ``moe``), or ``weights`` when the innermost frame is a constructor (``__init__``) of
-    Megatron or Transformer Engine (the parameters are being allocated); None without a traceback or a
-    frame that names one."""
+    ``attention``, ``moe``); when the innermost frame is a constructor (``__init__``) of Megatron or
+    Transformer Engine, ``optimizer`` in an optimizer's module and ``weights`` elsewhere (the parameters
+    and their gradient buffers are being allocated); None without a traceback or a frame that names one.
+    Paths are read from their package on (:func:`_module_path`)."""
     frames = _FRAME.findall(text[max(0, message_at - _TRACEBACK_CHARS) : message_at])
     if not frames:
         return None
     path, func, _ = frames[-1]
     if func == "__init__" and ("megatron" in path or "transformer_engine" in path):
-        return "weights"
+        # a constructor allocates: the optimizer's state in an optimizer's, else weights and their grads
+        return "optimizer" if "optimizer" in _module_path(path).lower() else "weights"
     for path, func, code in reversed(frames):
-        where = f"{path}/{func}/{code}".lower()
+        where = f"{_module_path(path)}/{func}/{code}".lower()
         for site, names in _SITES:
             if any(n in where for n in names):
                 return site
     return None
+
+
+def _module_path(path: str) -> str:
+    """The part of a frame's file path that names its package: after the last ``site-packages`` or
+    ``dist-packages``, else its last four components (``/home/adam/…`` or a ``vllm-rl`` virtual
+    environment must not read as the optimizer or an inference engine)."""
+    parts = path.replace("\\", "/").split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] in ("site-packages", "dist-packages"):
+            return "/" + "/".join(parts[i + 1 :])
+    return "/" + "/".join(parts[-4:])
 
 
 def _site_fixes(site: str | None, fixes: list[str]) -> list[str]:

@@ -333,13 +333,15 @@ def request_parts(inp: ScenarioInput) -> RequestParts:
         raise InputError("peft", inp.peft.scheme, "a language model: LoRA on a VLM (Bridge's VLMLoRA) is not modelled")
     gpu = _resolve_gpu(inp.system)
     gpn, res = _gpus_per_node(inp.system, gpu)
-    return RequestParts(model, _node_nvlink(gpu, gpn), gpn, tuple(res))
+    stated = not isinstance(inp.system.gpu, str) or "scaleup_domain_gpus" in inp.system.gpu_overrides
+    return RequestParts(model, gpu if stated else _node_nvlink(gpu, gpn), gpn, tuple(res))
 
 
 def _node_nvlink(gpu: GpuSpec | None, gpus_per_node: int | None) -> GpuSpec | None:
     """``gpu`` with its NVLink domain cut to the node's GPUs when fewer GPUs per node are stated than an
     HGX-style domain holds (a 4-GPU H100 node reaches 4 GPUs over NVLink, not 8: every group wider than
-    the node crosses the NIC); an NVL72 domain spans nodes and is kept."""
+    the node crosses the NIC); an NVL72 domain spans nodes and is kept, and so is a domain the scenario
+    states (a custom GPU, or ``gpu_overrides.scaleup_domain_gpus``: the caller does not cut it)."""
     if gpu is None or gpus_per_node is None or gpu.is_nvl72 or gpus_per_node >= gpu.scaleup_domain_gpus:
         return gpu
     return gpu.model_copy(update={"scaleup_domain_gpus": gpus_per_node})

@@ -36,7 +36,13 @@ from moeplan.catalog.comm_libraries import comm_fact, hybridep_reach_gpus
 from moeplan.i18n.messages import Message, msg
 from moeplan.inputs.resolved import Scenario
 from moeplan.rules.base import Finding, Severity, rule, set_key
-from moeplan.structure.hybridep_env import DOMAIN_VARIABLE, hybridep_domain, stated_ranks_per_domain
+from moeplan.structure.hybridep_env import (
+    DOMAIN_VARIABLE,
+    hybridep_domain,
+    stated_ranks_per_domain,
+    usable_stated_ranks,
+)
+from moeplan.structure.hybridep_env import hybridep_ranks_per_domain as domain_ranks
 
 #: the table the facts come from, named in each rule's source
 TABLE = "catalog/data/comm_libraries.yaml"
@@ -165,6 +171,8 @@ def deepep_config_ranks(s: Scenario, d: Deployment) -> list[Finding]:
     g, peers = _ep_group(s), comm_fact("deepep_rank_count").value("max_nvl_peers")
     if flex_backend(s) != "deepep" or g < 2 or g in f.value("ranks") or (g > peers and g % peers):
         return []
+    if s.gpu is not None and not s.gpu.supports_deepep:  # moe.flex_dispatcher_backend_vs_gpu says that
+        return []
     version = s.versions.get("deepep")
     old = version is not None and version <= Version(f.value("release"))
     newer = [] if old else f.value("ranks_after_release")
@@ -203,13 +211,17 @@ def deepep_num_sms_even(s: Scenario, d: Deployment) -> list[Finding]:
 
 
 def hybridep_multinode_build(s: Scenario, d: Deployment) -> list[Finding]:
-    """HybridEP with EP·ETP beyond one NVLink domain on a build known to lack ``HYBRID_EP_MULTINODE``."""
+    """HybridEP with EP·ETP beyond one NVLink domain (the one it runs with:
+    :func:`moeplan.structure.hybridep_env.hybridep_ranks_per_domain` of the environment and the NVLink
+    reach) on a build known to lack ``HYBRID_EP_MULTINODE``."""
     g = _ep_group(s)
     if flex_backend(s) != "hybridep" or s.gpu is None or d.build is None or "hybridep-multinode" in d.build:
         return []
-    domain = s.gpu.scaleup_domain_gpus
-    if g <= domain:
+    # the domain HybridEP runs with: the stated variable when it can, else the NVLink reach (USE_MNNVL)
+    reach = cast(int, hybridep_reach_gpus(s, d.environment))
+    if g <= cast(int, domain_ranks(d.environment, g, reach)):
         return []
+    domain = usable_stated_ranks(d.environment, g, reach) or reach
     m = msg("deployment.hybridep_multinode_build", group=g, domain=domain, said=d.build_said)
     fix = msg("deployment.hybridep_multinode_build.fix", domain=domain)
     return [_finding("hybridep_multinode_build", m, fix, "expert_model_parallel_size", "system.ep_library_build")]

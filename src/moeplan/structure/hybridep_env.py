@@ -94,7 +94,8 @@ def c_atoi(text: str) -> int:
     sign = -1 if s[:1] == "-" else 1
     s = s[1:] if s[:1] in ("-", "+") else s
     digits = len(s) - len(s.lstrip("0123456789"))
-    n = sign * int(s[: min(digits, 11)]) if digits else 0
+    significant = s[:digits].lstrip("0")  # leading zeros add nothing; 11 digits already exceed the range
+    n = sign * int(significant[:11]) if significant else 0
     return max(-(2**31), min(2**31 - 1, n))
 
 

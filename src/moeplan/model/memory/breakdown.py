@@ -336,6 +336,7 @@ ITEM_LABELS = {
     "allocator_fragmentation": "allocator fragmentation",
     "backward_working_set": "backward working set",
     "optimizer_step_excess": "optimizer step temporaries",
+    "allgather_dispatch_buffer": "tokens gathered by the all-gather dispatcher",
 }
 
 

@@ -89,7 +89,8 @@ def cp_kv_buffers(s: Scenario, ctx: ActContext) -> float:
 
 
 def fixed_buffers(s: Scenario, ctx: ActContext, ov: Overheads) -> dict[str, float]:
-    """CUDA context, NCCL, workspaces, dispatcher and TP-overlap buffers (bytes, named)."""
+    """CUDA context, NCCL, workspaces, dispatcher and TP-overlap buffers (bytes, named); with the all-gather
+    dispatcher, the global buffer its gather fills (EP·ETP × the rank's tokens × hidden, BF16)."""
     lay = s.layout
     out = {
         "cuda_context": ov.cuda_context_gib * GIB_BYTES,
@@ -99,6 +100,11 @@ def fixed_buffers(s: Scenario, ctx: ActContext, ov: Overheads) -> dict[str, floa
     if lay.moe_token_dispatcher_type == "flex" and s.ep * s.etp > 1:
         backend = lay.moe_flex_dispatcher_backend or "deepep"
         out[f"{backend}_buffers"] = dispatcher_buffer_bytes(s, ctx, ov, backend)
+    if lay.moe_token_dispatcher_type == "allgather" and s.ep * s.etp > 1 and s.complete_model.is_moe:
+        # MoEAllGatherTokenDispatcher gathers every rank's hidden states over the TP×EP group into
+        # megatron-core's global memory buffer ("mpu", tensor_parallel/mappings.py use_global_buffer),
+        # which keeps its largest size for the rest of the run
+        out["allgather_dispatch_buffer"] = s.ep * s.etp * ctx.seq_tokens * s.complete_model.hidden_size * ctx.act_bytes
     if lay.tp_comm_overlap and s.tp > 1:
         out["tp_overlap_userbuffers"] = 2 * ctx.tokens * s.complete_model.hidden_size * ctx.act_bytes
     return out

@@ -50,7 +50,9 @@ def ep_exchange(ctx: StepContext, compute: LayerCompute) -> Exchange:
     reduce-scatters run inside the experts' computation on the compute stream: EP A2A overlap does not
     hide them."""
     s, m = ctx.s, ctx.model
-    routed = ctx.tokens / s.tp * m.moe_topk * ctx.routing_factor
+    # the all-gather dispatcher sends every token to every rank whatever the routing: no imbalance
+    imbalance = 1.0 if ctx.dispatcher == "allgather" else ctx.routing_factor
+    routed = ctx.tokens / s.tp * m.moe_topk * imbalance
     width = m.moe_token_width  # a latent MoE dispatches at its latent width (moe/moe_layer.py)
     num_groups, group_topk = m.moe_router_num_groups, m.moe_router_group_topk
     groups = (num_groups, group_topk) if num_groups and group_topk else None
