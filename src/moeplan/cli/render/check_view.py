@@ -60,7 +60,10 @@ def _version_text(version: str, basis: dict | None) -> str:
             "{rules} for the layout rules, the newest moeplan knows; container {container} ships {shipped}, "
             "which the known issues are checked against"
         ).format(rules=version, container=basis.get("container"), shipped=shipped)
-    return T("{rules} for the layout rules: none stated, so the newest moeplan knows").format(rules=version)
+    return T(
+        "{rules} for the layout rules: none stated, so the newest release moeplan knows (the known issues "
+        "are checked against the newest container's own versions)"
+    ).format(rules=version)
 
 
 def _memory_line(c, mem: dict | None) -> None:
