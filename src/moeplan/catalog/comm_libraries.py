@@ -111,9 +111,14 @@ def hybridep_reach_gpus(s: Scenario, environment: Mapping[str, str] | None = Non
     the scenario's); None without a GPU."""
     if s.gpu is None:
         return None
-    off = frozenset(str(v).lower() for v in comm_fact("hybridep_mnnvl_off").value("disabled_values"))
     env = s.environment if environment is None else environment
-    return nvlink_reach_gpus(s.gpu.scaleup_domain_gpus, s.gpus_per_node, env, off)
+    return nvlink_reach_gpus(s.gpu.scaleup_domain_gpus, s.gpus_per_node, env, _mnnvl_off_values())
+
+
+@functools.cache
+def _mnnvl_off_values() -> frozenset[str]:
+    """The ``USE_MNNVL`` values that turn HybridEP's fabric handles off (``hybridep_mnnvl_off``), lower case."""
+    return frozenset(str(v).lower() for v in comm_fact("hybridep_mnnvl_off").value("disabled_values"))
 
 
 __all__ = [

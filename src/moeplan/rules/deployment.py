@@ -38,6 +38,7 @@ from moeplan.inputs.resolved import Scenario
 from moeplan.rules.base import Finding, Severity, rule, set_key
 from moeplan.structure.hybridep_env import (
     DOMAIN_VARIABLE,
+    MNNVL_VARIABLE,
     hybridep_domain,
     stated_ranks_per_domain,
     usable_stated_ranks,
@@ -272,29 +273,15 @@ def hybridep_ranks_per_domain(s: Scenario, d: Deployment) -> list[Finding]:
 def hybridep_mnnvl_off(s: Scenario, d: Deployment) -> list[Finding]:
     """``USE_MNNVL`` off with HybridEP on an NVLink domain wider than a node (NVL72) and an EP·ETP group
     wider than a node: the ranks of the domain's other nodes are reached over RDMA, not NVLink."""
-    off = comm_fact("hybridep_mnnvl_off").value("disabled_values")
-    value = d.environment.get("USE_MNNVL", "").strip()
-    if flex_backend(s) != "hybridep" or value.lower() not in off or s.gpu is None or s.gpus_per_node is None:
+    reach = hybridep_reach_gpus(s, d.environment)  # the node's GPUs exactly when USE_MNNVL is off across nodes
+    if flex_backend(s) != "hybridep" or s.gpu is None or reach is None or reach >= s.gpu.scaleup_domain_gpus:
         return []
-    gpn, domain, g = s.gpus_per_node, s.gpu.scaleup_domain_gpus, _ep_group(s)
-    if domain <= gpn or g <= gpn:
+    gpn, domain, g = reach, s.gpu.scaleup_domain_gpus, _ep_group(s)
+    if g <= gpn:
         return []
+    value = d.environment.get(MNNVL_VARIABLE, "").strip()
     m = msg("deployment.hybridep_mnnvl_off", value=value, said=d.environment_said, gpn=gpn, domain=domain, group=g)
     return [_finding("hybridep_mnnvl_off", m, msg("deployment.hybridep_mnnvl_off.fix"), "environment.USE_MNNVL")]
-
-
-#: every deployment check, in report order
-CHECKS: tuple[Callable[[Scenario, Deployment], list[Finding]], ...] = (
-    deepep_internode_nvshmem,
-    deepep_rank_count,
-    deepep_config_ranks,
-    deepep_nvlink_peers,
-    deepep_num_sms_even,
-    hybridep_multinode_build,
-    hybridep_ranks_per_domain,
-    hybridep_mnnvl_off,
-    nccl_ib_disabled,
-)
 
 
 def deployment_findings(s: Scenario, d: Deployment) -> list[Finding]:
@@ -303,87 +290,71 @@ def deployment_findings(s: Scenario, d: Deployment) -> list[Finding]:
 
 
 _DEEPEP = "DeepEP v1.2.1 (deepseek-ai/DeepEP; " + TABLE + ")"
-
-
-@rule(
-    "deployment.deepep_internode_nvshmem",
-    _DEEPEP,
-    "DeepEP with EP·ETP > 8 runs its internode kernels over NVSHMEM (IBGDA): a build without NVSHMEM asserts",
-    kind="unsupported",
-)
-def _deepep_internode_nvshmem(s, e):
-    return deepep_internode_nvshmem(s, scenario_deployment(s))
-
-
-@rule("deployment.deepep_rank_count", _DEEPEP, "DeepEP's group (EP·ETP) holds fewer than 8 ranks or a multiple of 8")
-def _deepep_rank_count(s, e):
-    return deepep_rank_count(s, scenario_deployment(s))
-
-
-@rule(
-    "deployment.deepep_config_ranks",
-    _DEEPEP,
-    "DeepEP's group (EP·ETP) is a size its config tables list (2, 4, 8, 16, 24, 32, 64, 128, 144, 160; 48 and 96 "
-    "after v1.2.1)",
-)
-def _deepep_config_ranks(s, e):
-    return deepep_config_ranks(s, scenario_deployment(s))
-
-
-@rule(
-    "deployment.deepep_nvlink_peers",
-    _DEEPEP,
-    "DeepEP's normal kernels need min(EP·ETP, 8) NVLink peers per node (CUDA IPC between consecutive ranks)",
-    kind="unsupported",
-)
-def _deepep_nvlink_peers(s, e):
-    return deepep_nvlink_peers(s, scenario_deployment(s))
-
-
-@rule("deployment.deepep_num_sms_even", _DEEPEP, "moe_deepep_num_sms is even (DeepEP's Buffer.set_num_sms asserts it)")
-def _deepep_num_sms_even(s, e):
-    return deepep_num_sms_even(s, scenario_deployment(s))
-
-
-@rule(
-    "deployment.hybridep_multinode_build",
-    "DeepEP hybrid-ep branch setup.py (" + TABLE + ")",
-    "HybridEP with EP·ETP beyond one NVLink domain needs a HYBRID_EP_MULTINODE=1 build (RDMA)",
-    kind="unsupported",
-)
-def _hybridep_multinode_build(s, e):
-    return hybridep_multinode_build(s, scenario_deployment(s))
-
-
 _HYBRIDEP = "DeepEP hybrid-ep branch (deepseek-ai/DeepEP; " + TABLE + ")"
 
-
-@rule(
-    "deployment.hybridep_ranks_per_domain",
-    _HYBRIDEP,
-    "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, when set, is a positive integer dividing EP·ETP (HybridEPBuffer "
-    "reads it with int() and asserts the division)",
+#: every deployment check in report order, each also a rule of ``moeplan check`` (id ``deployment.<check
+#: name>``, judged on the scenario's own deployment, :func:`scenario_deployment`): (check, source, statement, kind)
+_RULES: tuple[tuple[Callable[[Scenario, Deployment], list[Finding]], str, str, str], ...] = (
+    (
+        deepep_internode_nvshmem,
+        _DEEPEP,
+        "DeepEP with EP·ETP > 8 runs its internode kernels over NVSHMEM (IBGDA): a build without NVSHMEM asserts",
+        "unsupported",
+    ),
+    (deepep_rank_count, _DEEPEP, "DeepEP's group (EP·ETP) holds fewer than 8 ranks or a multiple of 8", "invalid"),
+    (
+        deepep_config_ranks,
+        _DEEPEP,
+        "DeepEP's group (EP·ETP) is a size its config tables list (2, 4, 8, 16, 24, 32, 64, 128, 144, 160; 48 "
+        "and 96 after v1.2.1)",
+        "invalid",
+    ),
+    (
+        deepep_nvlink_peers,
+        _DEEPEP,
+        "DeepEP's normal kernels need min(EP·ETP, 8) NVLink peers per node (CUDA IPC between consecutive ranks)",
+        "unsupported",
+    ),
+    (deepep_num_sms_even, _DEEPEP, "moe_deepep_num_sms is even (DeepEP's Buffer.set_num_sms asserts it)", "invalid"),
+    (
+        hybridep_multinode_build,
+        "DeepEP hybrid-ep branch setup.py (" + TABLE + ")",
+        "HybridEP with EP·ETP beyond one NVLink domain needs a HYBRID_EP_MULTINODE=1 build (RDMA)",
+        "unsupported",
+    ),
+    (
+        hybridep_ranks_per_domain,
+        _HYBRIDEP,
+        "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, when set, is a positive integer dividing EP·ETP (HybridEPBuffer "
+        "reads it with int() and asserts the division)",
+        "invalid",
+    ),
+    (
+        hybridep_mnnvl_off,
+        _HYBRIDEP,
+        "USE_MNNVL=0 keeps HybridEP on CUDA IPC within a node: a multi-node NVLink domain is reached over RDMA",
+        "invalid",
+    ),
+    (
+        nccl_ib_disabled,
+        "NCCL User Guide, NCCL_IB_DISABLE (" + TABLE + ")",
+        "NCCL_IB_DISABLE=1 on a job that spans nodes sends the groups that cross nodes over IP sockets",
+        "invalid",
+    ),
 )
-def _hybridep_ranks_per_domain(s, e):
-    return hybridep_ranks_per_domain(s, scenario_deployment(s))
 
 
-@rule(
-    "deployment.hybridep_mnnvl_off",
-    _HYBRIDEP,
-    "USE_MNNVL=0 keeps HybridEP on CUDA IPC within a node: a multi-node NVLink domain is reached over RDMA",
-)
-def _hybridep_mnnvl_off(s, e):
-    return hybridep_mnnvl_off(s, scenario_deployment(s))
+#: every deployment check, in report order
+CHECKS: tuple[Callable[[Scenario, Deployment], list[Finding]], ...] = tuple(entry[0] for entry in _RULES)
 
 
-@rule(
-    "deployment.nccl_ib_disabled",
-    "NCCL User Guide, NCCL_IB_DISABLE (" + TABLE + ")",
-    "NCCL_IB_DISABLE=1 on a job that spans nodes sends the groups that cross nodes over IP sockets",
-)
-def _nccl_ib_disabled(s, e):
-    return nccl_ib_disabled(s, scenario_deployment(s))
+def _register(check: Callable[[Scenario, Deployment], list[Finding]], source: str, summary: str, kind: str) -> None:
+    """Register ``check`` as the rule ``deployment.<its name>`` on the scenario's own deployment."""
+    rule(f"deployment.{check.__name__}", source, summary, kind=kind)(lambda s, e: check(s, scenario_deployment(s)))
+
+
+for _entry in _RULES:
+    _register(*_entry)
 
 
 __all__ = [
