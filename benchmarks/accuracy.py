@@ -25,6 +25,7 @@ from ceiling import oracle_errors, within_group_ceiling  # noqa: E402
 from timefit import ROOT, fit, load_runs, predict, release_anomalies, spearman  # noqa: E402
 
 from moeplan.model.constants import load_constants  # noqa: E402
+from moeplan.model.constants_fit import release_key  # noqa: E402
 from moeplan.structure.flops import model_flops  # noqa: E402
 
 #: the within-group Spearman a (model, GPU) group must reach (the acceptance criterion; ceiling.py's target)
@@ -109,6 +110,73 @@ def in_sample(runs: list[dict] | None = None, constants=None) -> dict:
         "within_ge_0_8": sum(reaches_target(v) for v in within.values()),
         "in_sample_band_pct": float(np.percentile(np.abs(ours / meas - 1) * 100, 90)),
     }
+
+
+def _sizes(r: dict) -> tuple:
+    """A run's layout as the planner chooses it: TP, PP, VPP, CP, EP, ETP and MBS."""
+    s = r["scenario"]
+    return (s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp, s.training.micro_batch_size)
+
+
+def crosses_ep_domain(r: dict) -> bool:
+    """Whether a run's expert group (EP · ETP ranks, consecutive in megatron-core's rank order) spans more
+    GPUs than one NVLink domain (the resolved GPU's, which a node of fewer GPUs than an HGX domain cuts)."""
+    s = r["scenario"]
+    return s.ep * s.etp > s.gpu.scaleup_domain_gpus
+
+
+def layout_switches(known: list[dict], ours: np.ndarray, meas: np.ndarray, anomalies: dict) -> list[dict]:
+    """The publisher's own layout changes: within one (model, GPU, GPU count, precision), each run whose
+    layout (:func:`_sizes`) differs from the run of the release before it, with the measured and predicted
+    ratio of tokens/s/GPU (later over earlier, each predicted with its own release's factor) and whether
+    either expert group crosses the NVLink domain (:func:`crosses_ep_domain`). Release anomalies are left
+    out. This is what the planner needs of the model: whether a layout change is a gain; the runs are
+    fitting runs, so it is an in-sample check of ranking, not of level."""
+    groups: dict[tuple, list[int]] = collections.defaultdict(list)
+    for i, r in enumerate(known):
+        if r["id"] not in anomalies:
+            groups[(r["model"], r["gpu"], r["scenario"].num_gpus, r["precision"])].append(i)
+    out = []
+    for idx in groups.values():
+        idx.sort(key=lambda i: release_key(known[i]["release"]))
+        for a, b in zip(idx, idx[1:], strict=False):
+            if _sizes(known[a]) == _sizes(known[b]):
+                continue
+            out.append(
+                {
+                    "before": known[a]["id"],
+                    "after": known[b]["id"],
+                    "sizes": (_sizes(known[a]), _sizes(known[b])),
+                    "measured_ratio": float(meas[b] / meas[a]),
+                    "predicted_ratio": float(ours[b] / ours[a]),
+                    "crosses_domain": crosses_ep_domain(known[a]) or crosses_ep_domain(known[b]),
+                }
+            )
+    return out
+
+
+def switch_lines(switches: list[dict]) -> list[str]:
+    """docs/accuracy.md's section on :func:`layout_switches`."""
+    same = [(x["measured_ratio"] > 1) == (x["predicted_ratio"] > 1) for x in switches]
+    cross = [ok for ok, x in zip(same, switches, strict=True) if x["crosses_domain"]]
+    lines = [
+        "",
+        "Layout changes the publisher measured (a run whose TP/PP/VPP/CP/EP/ETP/MBS differ from the same model, "
+        "GPU, GPU count and precision in the release before it; release anomalies left out): the ratio of "
+        "tokens/s/GPU, later over earlier, measured and predicted. Fitting runs, so a check of how the model "
+        f"ranks layouts, not of its level. Direction right in **{sum(same)} of {len(same)}**; in "
+        f"{sum(cross)} of {len(cross)} where an expert group crosses the NVLink domain (EP · ETP above it).",
+        "",
+        "| before → after | (TP,PP,VPP,CP,EP,ETP,MBS) | EP crosses the domain | measured | predicted |",
+        "|---|---|---|---|---|",
+    ]
+    for x in switches:
+        a, b = x["sizes"]
+        lines.append(
+            f"| {x['before']} → {x['after'].split('-', 2)[1]} | {','.join(map(str, a))} → {','.join(map(str, b))} | "
+            f"{'yes' if x['crosses_domain'] else 'no'} | {x['measured_ratio']:.3f} | {x['predicted_ratio']:.3f} |"
+        )
+    return lines
 
 
 def held_out_fits(runs, known, anomalies, field, groups, baselines):
@@ -367,6 +435,7 @@ def main() -> None:
         ]
         for k, v in lore.items():
             lines.append(f"| release {k} | " + " | ".join(f"{v[n]:.1f}" for n in names) + " |")
+    lines += switch_lines(layout_switches(known, ours, meas, anomalies))
     lines += ["", "| run | measured tok/s/GPU | predicted | error % |", "|---|---|---|---|"]
     for r, p in sorted(zip(known, ours, strict=True), key=lambda x: x[0]["id"]):
         lines.append(f"| {r['id']} | {r['measured']} | {p:.0f} | {100 * (p / r['measured'] - 1):+.1f} |")

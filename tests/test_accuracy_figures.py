@@ -106,3 +106,44 @@ def test_the_published_figures_are_what_the_code_computes(fig):
         }
         assert stored[part]["moeplan"] == want, (part, stored[part]["moeplan"], want)
     assert stored["groups_ge_0_8"] == fig["within_ge_0_8"]
+
+
+def _run(rid: str, release: str, ep: int, mbs: int = 1, domain: int = 8) -> dict:
+    from types import SimpleNamespace as NS
+
+    s = NS(tp=1, pp=1, vpp=1, cp=1, ep=ep, etp=1, num_gpus=16, training=NS(micro_batch_size=mbs))
+    s.gpu = NS(scaleup_domain_gpus=domain)
+    return {"id": rid, "release": release, "model": "m", "gpu": "h100", "precision": "bf16", "scenario": s}
+
+
+def test_a_layout_switch_is_the_change_from_the_release_before():
+    # three releases of one group: 26.02 and 26.04 run EP 8, 26.04.01 EP 16 (over two 8-GPU domains);
+    # the rows are out of release order, and a fourth run of another precision is its own group
+    known = [_run("c", "26.04.01", 16), _run("a", "26.02", 8), _run("b", "26.04", 8), _run("d", "26.06", 4)]
+    known[3]["precision"] = "fp8"
+    meas = np.array([121.0, 100.0, 110.0, 50.0])
+    ours = np.array([90.0, 100.0, 100.0, 50.0])
+    got = accuracy.layout_switches(known, ours, meas, {})
+    assert [(x["before"], x["after"]) for x in got] == [("b", "c")]
+    x = got[0]
+    assert x["measured_ratio"] == pytest.approx(121 / 110) and x["predicted_ratio"] == pytest.approx(0.9)
+    assert x["crosses_domain"] is True
+    # an anomalous run is left out: 26.02 → 26.04.01 is then the change
+    got = accuracy.layout_switches(known, ours, meas, {"b": "slow release"})
+    assert [(x["before"], x["after"], x["measured_ratio"]) for x in got] == [("a", "c", 1.21)]
+    # the MBS alone is a layout change; EP 8 on an NVL72 domain does not cross it
+    known = [_run("a", "26.02", 8, mbs=1, domain=72), _run("b", "26.04", 8, mbs=2, domain=72)]
+    got = accuracy.layout_switches(known, np.ones(2), np.ones(2), {})
+    assert len(got) == 1 and got[0]["crosses_domain"] is False
+
+
+def test_the_publishers_expert_groups_across_the_domain_are_ranked_as_measured(fig):
+    """Where the publisher moved an expert group across the NVLink domain or back (DeepSeek-V3 on 256 B200
+    EP 8 → 32, Qwen3-30B-A3B on 16 H100 EP 8 → 16, gpt-oss-120b on 64 B200 / B300 EP 64 ↔ 8), the model
+    predicts the gain or loss the publisher measured; a model that over- or under-valued a cross-domain
+    expert group would turn some of these round."""
+    got = accuracy.layout_switches(fig["known"], fig["ours"], fig["meas"], fig["anomalies"])
+    cross = [x for x in got if x["crosses_domain"]]
+    assert len(cross) >= 4
+    wrong = [x for x in cross if (x["measured_ratio"] > 1) != (x["predicted_ratio"] > 1)]
+    assert not wrong, wrong
