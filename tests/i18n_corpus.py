@@ -39,6 +39,7 @@ VARIANTS: tuple[dict, ...] = (
     {"context_parallel_size": 3},
     {"context_parallel_size": 4, "cp_comm_type": "a2a+p2p"},
     {"context_parallel_size": 4, "cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [2, 4]},
+    {"context_parallel_size": 16, "cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [8, 2]},
     {"context_parallel_size": 16, "cp_comm_type": "a2a"},
     {"context_parallel_size": 8, "cp_comm_type": "all_gather"},
     {"expert_model_parallel_size": 7},

@@ -46,6 +46,37 @@ def test_a2a_cp_needs_heads_divisible_by_cp():
     assert msgs and "1 KV head(s)" in msgs[0]
 
 
+def test_a2a_p2p_cp_needs_kv_heads_divisible_by_its_all_to_all_level():
+    # Qwen3-235B-A22B: 64 query heads, 4 KV heads; TP 2 leaves 32 and 2 per rank. TE views K as
+    # [..., 8, 2 // 8, ...] over an all-to-all level of 8: no run. A level of 2 splits them (ring of 8).
+    def errors(sizes):
+        r = _check(
+            "Qwen/Qwen3-235B-A22B",
+            tensor_model_parallel_size=2,
+            context_parallel_size=16,
+            expert_model_parallel_size=32,
+            cp_comm_type="a2a+p2p",
+            hierarchical_context_parallel_sizes=sizes,
+        )
+        return [f.message for f in r.errors if f.rule_id == "sequence.cp_attention_support"]
+
+    bad = errors([8, 2])
+    assert len(bad) == 1 and "32 query heads and 2 KV head(s)" in bad[0] and "not divisible by 8" in bad[0]
+    assert errors([2, 8]) == []
+
+
+def test_a2a_cp_splits_mla_heads_too():
+    # MLA: K and V carry the query heads after the up-projection; DeepSeek-V3's 128 heads over TP 8 leave 16,
+    # which an all-to-all over CP 32 cannot split (and CP 16 can)
+    def errors(cp):
+        lay = {"tensor_model_parallel_size": 8, "context_parallel_size": cp, "expert_model_parallel_size": 64}
+        r = _check("deepseek-ai/DeepSeek-V3", cp_comm_type="a2a", pipeline_model_parallel_size=1, **lay)
+        return [f.message for f in r.errors if f.rule_id == "sequence.cp_attention_support"]
+
+    assert any("16 query heads and 16 KV head(s)" in x for x in errors(32))
+    assert not any("query heads" in x for x in errors(16))
+
+
 def test_mla_cp_without_p2p_warns():
     r = _check(
         "deepseek-ai/DeepSeek-V3",

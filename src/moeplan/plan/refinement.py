@@ -3,6 +3,7 @@ coordinate descent, each variant re-checked by the rules and re-fitted (:func:`r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import cast
 
@@ -16,6 +17,7 @@ from moeplan.plan.space import (
     graph_options,
     vpp_options,
 )
+from moeplan.structure.attention_kernels import heads_per_tp_rank
 from moeplan.structure.stages import output_stage_layers, pipeline_split
 
 
@@ -68,7 +70,9 @@ def knob_families(c: Candidate, fixed_layout: dict, gpu: GpuSpec) -> list[tuple[
         families.append(("graphs", [(n, {"cuda_graph_scope": None, **k}) for n, k in graph_options(m, gpu)]))
     if "cp_comm_type" not in fixed_layout:
         domain = gpu.scaleup_domain_gpus if gpu is not None else 8
-        families.append(("cp_comm", cp_comm_options(c.parallel.cp, c.parallel.tp, domain)))
+        heads = heads_per_tp_rank(m, c.parallel.tp)
+        split = math.gcd(*heads) if heads else None  # an all-to-all level must split both (the rules)
+        families.append(("cp_comm", cp_comm_options(c.parallel.cp, c.parallel.tp, domain, split)))
     return families
 
 

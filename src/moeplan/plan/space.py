@@ -367,11 +367,15 @@ def vpp_options(num_layers: int, pp: int) -> list[int]:
     return [v for v in (1, 2, 4, 8) if num_layers / (pp * v) >= 2]
 
 
-def cp_comm_options(cp: int, tp: int = 1, scaleup_domain_gpus: int = 8) -> list[tuple[str, dict]]:
+def cp_comm_options(
+    cp: int, tp: int = 1, scaleup_domain_gpus: int = 8, head_split: int | None = None
+) -> list[tuple[str, dict]]:
     """CP exchange types to try, as (label, layout keys): ``p2p`` (ring, overlapped with attention),
     ``a2a`` (Ulysses, exposed, needs heads per TP rank divisible by CP — the rules say when), and the
     hierarchical ``a2a+p2p`` with the all-to-all inside the NVLink domain: inner group ``a`` the
-    largest power of two with ``a·TP`` within the domain and ``a < CP``, the ring over ``CP / a``
+    largest power of two with ``a·TP`` within the domain, ``a < CP`` and ``a`` dividing ``head_split``
+    (the query and KV heads per TP rank's greatest common divisor: Transformer Engine splits both over the
+    all-to-all level, rule ``sequence.cp_attention_support``; None: not limited), the ring over ``CP / a``
     (Megatron-Core's ``hierarchical_context_parallel_sizes``, inner group first)."""
     none: dict[str, Any] = {"hierarchical_context_parallel_sizes": None}
     if cp == 1:
@@ -381,7 +385,12 @@ def cp_comm_options(cp: int, tp: int = 1, scaleup_domain_gpus: int = 8) -> list[
         ("a2a", {"cp_comm_type": "a2a", **none}),
     ]
     inner = 1
-    while inner * 2 < cp and inner * 2 * tp <= scaleup_domain_gpus and cp % (inner * 2) == 0:
+    while (
+        inner * 2 < cp
+        and inner * 2 * tp <= scaleup_domain_gpus
+        and cp % (inner * 2) == 0
+        and (head_split is None or head_split % (inner * 2) == 0)
+    ):
         inner *= 2
     if inner > 1:
         out.append(

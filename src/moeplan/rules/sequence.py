@@ -9,6 +9,7 @@ from packaging.version import Version
 from moeplan.i18n.messages import Items, Message, msg
 from moeplan.inputs.layout import CP_COMM_TYPES
 from moeplan.rules.base import rule
+from moeplan.structure.attention_kernels import heads_per_tp_rank
 
 
 def alignment_unit(cp: int, tp: int, sp: bool) -> int:
@@ -282,7 +283,8 @@ def _mla_cp_tested(s, comm_type: str) -> bool:
     "sequence.cp_attention_support",
     "Transformer Engine context-parallel attention (tests/pytorch/attention/test_attention_with_cp.py)",
     "CP communication type vs attention variant: attention sinks need a2a; sliding windows do not run with "
-    "p2p / a2a+p2p; MLA needs a p2p type; a2a needs the per-rank heads divisible by CP",
+    "p2p / a2a+p2p; MLA needs a p2p type; a2a needs the per-rank heads divisible by CP, a2a+p2p by the size "
+    "of its all-to-all level (hierarchical_context_parallel_sizes[0])",
     kind="unsupported",
 )
 def _cp_attention(s, e):
@@ -319,18 +321,7 @@ def _cp_attention(s, e):
                     "cp_comm_type",
                 )
             )
-        if typ == "a2a" and not m.multi_latent_attention and m.num_attention_heads and m.num_query_groups:
-            heads = m.num_attention_heads // s.tp
-            groups = max(1, m.num_query_groups // s.tp)
-            if heads % s.cp or groups % s.cp:
-                out.append(
-                    e.error(
-                        msg("sequence.cp_a2a_heads_not_divisible", heads=heads, groups=groups, cp=s.cp),
-                        msg("sequence.cp_a2a_heads_not_divisible.fix"),
-                        "cp_comm_type",
-                        "context_parallel_size",
-                    )
-                )
+        out += _a2a_head_split(s, e, typ)
     if m.multi_latent_attention and s.layout.fp8_dot_product_attention and s.training.precision != "bf16":
         out.append(
             e.warning(
@@ -340,6 +331,29 @@ def _cp_attention(s, e):
             )
         )
     return out
+
+
+def _a2a_head_split(s, e, typ: str) -> list:
+    """The error when the all-to-all of ``typ`` cannot split the per-rank heads
+    (:func:`moeplan.structure.attention_kernels.heads_per_tp_rank`): over CP ranks for ``a2a`` (Transformer
+    Engine asserts ``num_heads % cp_size == 0`` for Q, K and V), over the first level of
+    ``hierarchical_context_parallel_sizes`` for ``a2a+p2p`` (``flash_attn_a2a_communicate`` views them as
+    ``[..., cp, heads // cp, ...]`` over that group)."""
+    hier = s.layout.hierarchical_context_parallel_sizes
+    size = s.cp if typ == "a2a" else (hier[0] if typ == "a2a+p2p" and hier else 1)
+    split = heads_per_tp_rank(s.model, s.tp)
+    if size <= 1 or split is None:
+        return []
+    heads, kv = split
+    if not (heads % size or kv % size):
+        return []
+    if typ == "a2a":
+        text = msg("sequence.cp_a2a_heads_not_divisible", heads=heads, groups=kv, cp=size)
+        fix = msg("sequence.cp_a2a_heads_not_divisible.fix")
+    else:
+        text = msg("sequence.cp_a2a_p2p_heads_not_divisible", heads=heads, groups=kv, a2a=size, sizes=list(hier))
+        fix = msg("sequence.cp_a2a_p2p_heads_not_divisible.fix")
+    return [e.error(text, fix, "cp_comm_type", "context_parallel_size")]
 
 
 def _contiguous_problems(s) -> list[Message]:

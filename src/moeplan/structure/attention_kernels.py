@@ -91,3 +91,17 @@ def sparse_mla_padded_heads(heads: int, family: str) -> int | None:
     if heads < align and align % heads == 0:
         return align
     return None
+
+
+def heads_per_tp_rank(m: PartialModelSpec, tp: int) -> tuple[int, int] | None:
+    """(query heads, KV heads) of one TP rank's attention: ``num_attention_heads / TP`` and
+    ``num_query_groups / TP`` (at least 1); with MLA, K and V carry the query heads after the
+    up-projection. What a CP all-to-all splits: Transformer Engine's ``flash_attn_a2a_communicate``
+    (``attention/dot_product_attention/context_parallel.py``) views Q, K and V as ``[..., cp, heads // cp,
+    ...]`` over its group. None when the model states no attention heads."""
+    if not m.num_attention_heads:
+        return None
+    heads = m.num_attention_heads // tp
+    if m.multi_latent_attention or not m.num_query_groups:
+        return heads, heads
+    return heads, max(1, m.num_query_groups // tp)
