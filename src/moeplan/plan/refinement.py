@@ -71,8 +71,8 @@ def knob_families(c: Candidate, fixed_layout: dict, gpu: GpuSpec) -> list[tuple[
     if "cp_comm_type" not in fixed_layout:
         domain = gpu.scaleup_domain_gpus if gpu is not None else 8
         heads = heads_per_tp_rank(m, c.parallel.tp)
-        split = math.gcd(*heads) if heads else None  # an all-to-all level must split both (the rules)
-        families.append(("cp_comm", cp_comm_options(c.parallel.cp, c.parallel.tp, domain, split)))
+        head_split = math.gcd(*heads) if heads else None  # an all-to-all level must split both (the rules)
+        families.append(("cp_comm", cp_comm_options(c.parallel.cp, c.parallel.tp, domain, head_split)))
     return families
 
 
