@@ -40,6 +40,12 @@ VARIANTS: tuple[dict, ...] = (
     {"context_parallel_size": 4, "cp_comm_type": "a2a+p2p"},
     {"context_parallel_size": 4, "cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [2, 4]},
     {"context_parallel_size": 16, "cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [8, 2]},
+    {
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "hybridep",
+        "moe_expert_rank_capacity_factor": 1.5,
+        "use_transformer_engine_op_fuser": True,
+    },
     {"context_parallel_size": 16, "cp_comm_type": "a2a"},
     {"context_parallel_size": 8, "cp_comm_type": "all_gather"},
     {"expert_model_parallel_size": 7},

@@ -92,3 +92,48 @@ def test_planner_tries_full_iteration_and_every_candidate_passes_check():
         assert {k: lay.get(k) for k in FULL_ITERATION_MOE} == FULL_ITERATION_MOE
         assert c.knobs["graphs"] == "full_iteration" and c.knobs["dispatcher"] == "hybridep"
         assert not validate(c.scenario).errors
+
+
+def _budget(**versions):
+    lay = {
+        "expert_model_parallel_size": 8,
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "hybridep",
+        "moe_expert_rank_capacity_factor": 1.5,
+        "use_transformer_engine_op_fuser": True,
+    }
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "gb200", "num_gpus": 8},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+        "layout": lay,
+        "versions": versions,
+    }
+    found = validate(load_scenario(data)).findings
+    return [(f.severity, f.message) for f in found if "moe_expert_rank_capacity_factor 1.5" in f.message]
+
+
+def test_hybridep_rank_budget_says_an_over_budget_step_reruns_or_drops():
+    # Megatron Bridge 0.5+ and Megatron-LM wrap the step in PagedStashRunner: the over-budget step reruns
+    (sev, text), *_ = _budget(megatron_core="0.18.0", megatron_bridge="0.5.0")
+    assert sev == "info" and "run again without the budget" in text and "about twice" in text
+    # Megatron Bridge 0.4 has no runner: megatron-core's HybridEP drops the tokens beyond the budget
+    (sev, text), *_ = _budget(megatron_core="0.18.0", megatron_bridge="0.4.0")
+    assert sev == "warning" and "dropped" in text and "0.4.0" in text
+    # a stated container decides it too: nemo:26.06 ships Megatron Bridge 0.5.0 and megatron-core 0.18.0
+    assert [s for s, _ in _budget(container="26.06")] == ["info"]
+
+
+def test_the_plan_says_when_its_first_layout_runs_the_rank_budget():
+    from moeplan.plan import plan
+
+    req = {
+        "model": "Qwen/Qwen3-235B-A22B",
+        "system": {"gpu": "gb200", "num_gpus": 128},
+        "training": {"seq_length": 8192, "precision": "bf16"},
+    }
+    res = plan(req, top=1)
+    first = res.candidates[0].scenario.layout
+    said = [n for n in res.notes if "static per-rank token budget" in n]
+    assert first.moe_expert_rank_capacity_factor == 1.5 and first.moe_flex_dispatcher_backend == "hybridep"
+    assert len(said) == 1 and "run again without the budget" in said[0]

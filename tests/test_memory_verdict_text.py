@@ -158,22 +158,24 @@ def test_rules_version_basis_says_which_version_the_rules_compared():
     shipped = ResolvedVersions(
         {"megatron_core": parse_version("0.17.0")}, {"megatron_core": "container 26.04: table"}, container="26.04"
     )
-    assert rules_version_basis(shipped, parse_version("0.20.0")) == {
-        "rules": "0.20.0",
-        "basis": "newest known",
+    assert rules_version_basis(shipped, parse_version("0.17.0")) == {
+        "rules": "0.17.0",
+        "basis": "container",
         "container": "26.04",
         "container_megatron_core": "0.17.0",
     }
+    newest = ResolvedVersions({}, {})
+    assert rules_version_basis(newest, parse_version("0.20.0"))["basis"] == "newest known"
 
 
 def test_check_header_states_the_rules_version_beside_the_containers():
     res = _invoke(["check", OOM, "--set", "versions.container=26.04"])
     head = " ".join(res.stdout.split("\n  TP")[0].split())
-    # the NeMo 26.04 container ships megatron-core 0.17.0 (catalog/data/containers.yaml); the layout
-    # rules compare the newest moeplan knows (0.20.0) since no megatron_core is stated
+    # the NeMo 26.04 container ships megatron-core 0.17.0 (catalog/data/containers.yaml): the layout rules
+    # compare that version, as the export spells its keys for it, since no megatron_core is stated
     assert (
-        "megatron-core 0.20.0 for the layout rules, the newest moeplan knows; container 26.04 ships 0.17.0, "
-        "which the known issues are checked against" in head
+        "megatron-core 0.17.0 for the layout rules and the known issues, the version container 26.04 ships "
+        "(state versions.megatron_core if yours runs another)" in head
     )
     stated = _invoke(["check", OOM, "--set", "versions.megatron_core=0.17.0"])
     assert "(megatron-bridge, megatron-core 0.17.0)" in stated.stdout

@@ -110,9 +110,32 @@ def test_fine_tuning_exports_write_the_fine_tuning_dataset_key():
     for fmt in ("mbridge-overrides", "mbridge-yaml", "mbridge-python"):
         t_ft, t_pt = export(ft, fmt)[0], export(pt, fmt)[0]
         assert "sequence_length" not in t_ft and "seq_length" in t_ft.split("dataset")[-1], fmt
-        assert "sequence_length" in t_pt, fmt
+        # Megatron Bridge 0.6.0 (the newest, not stated): pretraining's GPTDatasetConfig.seq_length too
+        assert "sequence_length" not in t_pt and "seq_length" in t_pt.split("dataset")[-1], fmt
     # the round trip reads it back
     from moeplan.io.imports import import_config
 
     back, _ = import_config(export(ft, "mbridge-overrides")[0], "mbridge-overrides")
     assert back["training"]["seq_length"] == 4096 and back["training"]["task"] == "finetune"
+
+
+def test_pretraining_exports_spell_the_dataset_sequence_length_for_their_bridge():
+    # GPTDatasetConfig.seq_length is a field from Megatron Bridge 0.6.0 (finalize() copies it over
+    # sequence_length); up to 0.5.1 it is a property and sequence_length the field an override sets
+    base = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+        "layout": {"expert_model_parallel_size": 8},
+    }
+    from moeplan.io.imports import import_config
+
+    for versions, field in (
+        ({"megatron_bridge": "0.6.0"}, "dataset.seq_length=4096"),
+        ({"megatron_bridge": "0.5.1"}, "dataset.sequence_length=4096"),
+        ({"container": "26.06"}, "dataset.sequence_length=4096"),  # nemo:26.06 ships Megatron Bridge 0.5.0
+    ):
+        text = export(load_scenario({**base, "versions": versions}), "mbridge-overrides")[0]
+        assert field in text.splitlines(), (versions, field)
+        back, _ = import_config(text, "mbridge-overrides")
+        assert back["training"]["seq_length"] == 4096

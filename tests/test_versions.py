@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from moeplan.catalog.containers import ContainerTableError, container_table, lookup_container, parse_table
 from moeplan.errors import InputError
-from moeplan.inputs.resolved import NEWEST_BRIDGE
+from moeplan.inputs.resolved import NEWEST_BRIDGE, NEWEST_MCORE
 from moeplan.inputs.versions import PACKAGES, container_release, release_version
 from moeplan.inputs.versions import parse_version as parse_pep440
 from moeplan.resolve.load import load_scenario
@@ -116,18 +116,21 @@ def test_container_fills_only_unstated_versions_and_records_each_fill():
     fills = {r.key: r for r in s.resolutions if r.key.startswith("versions.")}
     assert set(fills) == {"versions.torch", "versions.transformer_engine", "versions.megatron_bridge"}
     assert "nemo:26.04" in fills["versions.torch"].reason and "software-versions.md" in fills["versions.torch"].reason
-    # the layout rules compare the stated (or newest) releases: Bridge was filled by the container, not stated
-    assert s.mcore_version == Version("0.17.1") and s.bridge_version == Version(NEWEST_BRIDGE)
+    # the layout rules compare the stated release, else the container's: Bridge 0.4.0 from nemo:26.04's row
+    assert s.mcore_version == Version("0.17.1") and s.bridge_version == Version("0.4.0")
 
 
-def test_container_versions_feed_known_issues_not_the_layout_rules_version():
+def test_a_stated_container_sets_the_versions_the_layout_rules_compare():
     s = load_scenario({"versions": {"container": "nvcr.io/nvidia/nemo:25.11"}})
     assert s.versions.get("megatron_core") == Version("0.15.0")
     assert s.versions.sources["megatron_core"].startswith("container 25.11")
-    # the recipe fills and the key-availability rules keep the newest megatron-core unless stated
-    assert s.mcore_version == Version("0.20.0")
+    # the rules, the planner and the export all take the container's releases (nemo:25.11: megatron-core
+    # 0.15.0, Megatron Bridge 0.2.0), so that a plan never relies on a key the export would leave out
+    assert s.mcore_version == Version("0.15.0") and s.bridge_version == Version("0.2.0")
     stated = load_scenario({"versions": {"container": "25.11", "megatron_core": "0.15.1"}})
     assert stated.mcore_version == Version("0.15.1")
+    none = load_scenario({})
+    assert none.mcore_version == Version(NEWEST_MCORE) and none.bridge_version == Version(NEWEST_BRIDGE)
 
 
 def test_patch_release_not_in_the_table_uses_its_base_release_and_says_so():

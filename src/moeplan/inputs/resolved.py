@@ -62,7 +62,8 @@ class Scenario:
         num_gpus / gpus_per_node: world size and GPUs per node (None when unknown).
         mcore_version / bridge_version: the release of megatron-core / Megatron Bridge the layout rules
             compare (:func:`~moeplan.inputs.versions.release_version`: major.minor.micro, a release
-            candidate read as its release; the newest moeplan knows when not stated).
+            candidate read as its release): the stated one, else the one a stated ``versions.container``
+            ships, else the newest moeplan knows.
         versions: every package's full PEP 440 version (None when unknown) and its source (the user
             or the container table): what the known-issue ranges compare.
         resolutions: every default filled, in order (framework defaults and recipe fills).

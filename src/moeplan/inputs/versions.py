@@ -262,7 +262,7 @@ def resolve_versions(
                     sources[key] = f"container {rel[1]}: {row.source}"
                     why = f"container {rel[0]}:{rel[1]}: {row.source}"
                     if key in ("megatron_core", "megatron_bridge"):
-                        why += " (known-issue ranges; the layout rules check the stated or newest version)"
+                        why += " (the layout rules and the known-issue ranges)"
                     fills.append((f"versions.{key}", text, why))
     return (
         ResolvedVersions(values, sources, rel[1] if rel else None, note),
@@ -271,24 +271,26 @@ def resolve_versions(
 
 
 def rules_version_basis(versions: ResolvedVersions, rules_version: Version) -> dict[str, str | None]:
-    """Which megatron-core version the layout rules compared, and why, beside the one a container
-    ships: the rules read the stated version, else the newest moeplan knows; a container's table row
-    feeds only the known-issue ranges (:func:`resolve_versions`).
+    """Which megatron-core version the layout rules compared, and why: the stated version, else the one
+    the stated container ships (its table row, :func:`resolve_versions`; the export spells its keys for
+    the same version), else the newest moeplan knows.
 
     Args:
         versions: the scenario's resolved versions.
         rules_version: ``Scenario.mcore_version``, the release the rules compared (:func:`release_version`).
 
     Returns:
-        ``{"rules": "0.20.0", "basis": "stated" | "newest known", "container": release or None,
-        "container_megatron_core": the container's megatron-core when it was filled from the
-        container's row (differing or not), else None}``.
+        ``{"rules": "0.18.0", "basis": "stated" | "container" | "newest known", "container": release or
+        None, "container_megatron_core": the container's megatron-core when it was filled from the
+        container's row, else None}``.
     """
-    stated = versions.sources.get("megatron_core") == "versions.megatron_core"
+    source = versions.sources.get("megatron_core")
+    stated = source == "versions.megatron_core"
     shipped = versions.get("megatron_core")
+    basis = "stated" if stated else ("newest known" if source is None else "container")
     return {
         "rules": str(rules_version),
-        "basis": "stated" if stated else "newest known",
+        "basis": basis,
         "container": versions.container,
         "container_megatron_core": None if stated or shipped is None else str(shipped),
     }

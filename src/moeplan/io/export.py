@@ -187,7 +187,8 @@ def header(s: Scenario) -> str:
 def target_mcore(s: Scenario) -> Version:
     """The megatron-core version an export spells its keys for: the stated one, else the one the
     container release ships (``versions.container``; its recipe fills are that release's too), else the
-    newest moeplan knows (``s.mcore_version``)."""
+    newest moeplan knows: the release ``s.mcore_version`` (what the rules compare) with its full local
+    version where the container's table gives one."""
     known = s.versions.get("megatron_core")
     return s.mcore_version if known is None else release_version(known, "0")
 
@@ -226,7 +227,7 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 continue
             out.setdefault(sec, {})[field] = value
     t = s.training
-    for key, paths in training_paths(t.task).items():
+    for key, paths in training_paths(t.task, s.bridge_version).items():
         v = getattr(t, key)
         if v is not None:
             for path in paths:

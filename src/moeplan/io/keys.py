@@ -115,18 +115,31 @@ BRIDGE_PATHS: dict[str, tuple[str, ...]] = {
 
 #: training key → Bridge paths
 TRAINING_PATHS: dict[str, tuple[str, ...]] = {
-    "seq_length": ("model.seq_length", "dataset.sequence_length"),  # GPTDatasetConfig.sequence_length
+    "seq_length": ("model.seq_length", "dataset.seq_length"),
     "micro_batch_size": ("train.micro_batch_size",),
     "global_batch_size": ("train.global_batch_size",),
 }
-#: the dataset's sequence-length field per task: pretraining's ``GPTDatasetConfig.sequence_length``,
-#: fine-tuning's ``FinetuningDatasetConfig.seq_length`` (Megatron Bridge ``data/builders``)
-DATASET_SEQ_FIELD = {"pretrain": "dataset.sequence_length", "finetune": "dataset.seq_length"}
+#: the first Megatron Bridge release whose pretraining ``GPTDatasetConfig`` has ``seq_length`` as its field:
+#: ``finalize()`` copies it over megatron-core's ``sequence_length`` and ``ConfigContainer.validate`` asserts
+#: ``model.seq_length == dataset.seq_length`` (``training/config.py`` at v0.6.0), so an override of
+#: ``dataset.sequence_length`` is overwritten; up to v0.5.1 ``seq_length`` is a property over
+#: ``sequence_length``, which is the field an override sets
+DATASET_SEQ_LENGTH_FIELD_BRIDGE = Version("0.6.0")
 
 
-def training_paths(task: str) -> dict[str, tuple[str, ...]]:
-    """:data:`TRAINING_PATHS` with the dataset's sequence-length field of ``task``."""
-    seq = tuple(DATASET_SEQ_FIELD.get(task, p) if p.startswith("dataset.") else p for p in TRAINING_PATHS["seq_length"])
+def dataset_seq_path(task: str, bridge: Version) -> str:
+    """The Bridge path of the dataset's sequence length: fine-tuning's ``FinetuningDatasetConfig.seq_length``
+    (Megatron Bridge ``data/builders``); pretraining's ``GPTDatasetConfig.seq_length`` from
+    :data:`DATASET_SEQ_LENGTH_FIELD_BRIDGE`, ``sequence_length`` before it."""
+    if task == "finetune" or bridge >= DATASET_SEQ_LENGTH_FIELD_BRIDGE:
+        return "dataset.seq_length"
+    return "dataset.sequence_length"
+
+
+def training_paths(task: str, bridge: Version) -> dict[str, tuple[str, ...]]:
+    """:data:`TRAINING_PATHS` with the dataset's sequence-length field of ``task`` at Megatron Bridge
+    ``bridge`` (:func:`dataset_seq_path`)."""
+    seq = tuple(dataset_seq_path(task, bridge) if p.startswith("dataset.") else p for p in TRAINING_PATHS["seq_length"])
     return {**TRAINING_PATHS, "seq_length": seq}
 
 

@@ -16,6 +16,7 @@ from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search, simplest_leads
 from moeplan.rules.known_issue_checks import IssueText, versions_unknown_short
 from moeplan.rules.known_issue_checks import summary as known_issue_summary
+from moeplan.rules.moe import rank_budget_note
 
 
 def known_issue_notes(candidates) -> list[str]:
@@ -69,6 +70,13 @@ def first_candidate_risk_notes(candidates) -> list[str]:
             note = msg("plan.first_may_hit_unstated", issue=ki.id, title=title, workaround=workaround, source=ki.source)
         out.append(note)
     return out
+
+
+def first_candidate_budget_notes(candidates) -> list[str]:
+    """The trade-off of HybridEP's static per-rank budget when the top candidate runs one (the full-iteration
+    graph's expert path sets it): :func:`moeplan.rules.moe.rank_budget_note`, as one note."""
+    note = rank_budget_note(candidates[0].scenario) if candidates else None
+    return [msg("plan.first_rank_budget", note=note)] if note is not None else []
 
 
 def _risks(c) -> list[str]:
@@ -241,7 +249,7 @@ def plan(
         mock = estimate_step(w.scenario, constants, vision_patches=0.0).tokens_per_s_per_gpu
         src = msg("plan.your_workload") if w.scenario.input.workload is not None else msg("plan.no_workload_given")
         notes.append(msg("plan.vlm_mock_data", tok=mock, pct=100 * (mock / w.tokens_per_s_per_gpu - 1), source=src))
-    notes += first_candidate_risk_notes(res.candidates)
+    notes += first_candidate_risk_notes(res.candidates) + first_candidate_budget_notes(res.candidates)
     safer = safer_alternative_note(res.candidates[:top])
     notes += [safer] if safer else []
     band_note = within_band_note(res.candidates[:top])

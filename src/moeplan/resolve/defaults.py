@@ -416,10 +416,10 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: R
         stated=stated,
         framework=base_framework(inp.framework),
         driver=inp.framework,
-        # the layout rules read the versions as stated (a container's table row feeds the known-issue
-        # ranges, doctor and compare, not the key-availability rules: recipe fills use the newest keys)
-        mcore_version=release_version(_stated(vers, "megatron_core"), NEWEST_MCORE),
-        bridge_version=release_version(_stated(vers, "megatron_bridge"), NEWEST_BRIDGE),
+        # the layout rules read the versions stated, else the ones the stated container ships (what the
+        # export spells its keys for, io.export.target_mcore), else the newest moeplan knows
+        mcore_version=release_version(vers.get("megatron_core"), NEWEST_MCORE),
+        bridge_version=release_version(vers.get("megatron_bridge"), NEWEST_BRIDGE),
         environment=dict(inp.environment),
         resolutions=res,
         recipe=applied,

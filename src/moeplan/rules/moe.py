@@ -5,7 +5,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 from moeplan.catalog.comm_libraries import hybridep_reach_gpus
-from moeplan.i18n.messages import Items, msg
+from moeplan.i18n.messages import Items, Message, msg
 from moeplan.rules.base import both, rule
 from moeplan.structure.hybridep_env import env_int, hybridep_ranks_per_domain
 
@@ -219,6 +219,34 @@ def _backend_needs(s, e, b: str | None) -> list:
     return out
 
 
+#: the first Megatron Bridge release whose training loop wraps the step in megatron-core's
+#: ``PagedStashRunner`` whenever ``moe_expert_rank_capacity_factor`` is set (``training/train.py``; Megatron-LM's
+#: ``training.py`` from core 0.18, the release that brought the factor): a step over budget on any rank is
+#: run again without the budget (``docs/user-guide/features/paged_stash.md``) instead of dropping tokens
+PAGED_STASH_RUNNER_BRIDGE = Version("0.5.0")
+
+
+def rank_budget_drops(s) -> bool:
+    """True when HybridEP's per-rank budget drops the tokens beyond it: megatron-core's own behaviour
+    (``TransformerConfig.moe_expert_rank_capacity_factor``: "with the 'hybridep' backend, tokens exceeding
+    this budget are dropped") where no runner reruns the step, i.e. Megatron Bridge before
+    :data:`PAGED_STASH_RUNNER_BRIDGE`."""
+    return s.framework == "megatron-bridge" and s.bridge_version < PAGED_STASH_RUNNER_BRIDGE
+
+
+def rank_budget_note(s) -> Message | None:
+    """The one statement of what HybridEP's static per-rank budget costs (``moe_expert_rank_capacity_factor``,
+    which NVIDIA's full-iteration recipes set to 1.5): a rerun of every over-budget step, or, without the
+    runner (:func:`rank_budget_drops`), dropped tokens. None without a budget or with another backend (NCCL
+    EP sizes a static buffer from it and drops nothing)."""
+    cf = s.layout.moe_expert_rank_capacity_factor
+    if cf is None or _backend(s) != "hybridep":
+        return None
+    if rank_budget_drops(s):
+        return msg("moe.rank_budget_drops", cf=cf, bridge=str(s.bridge_version))
+    return msg("moe.rank_budget_reruns", cf=cf)
+
+
 def _rank_budget(s, e, b: str | None) -> list:
     """The static per-rank expert budget (``moe_expert_rank_capacity_factor``) needs the hybridep or
     ncclep backend (``b``: the flex backend in force, None without flex), with hybridep the TE op fuser;
@@ -249,6 +277,11 @@ def _rank_budget(s, e, b: str | None) -> list:
                 "moe_paged_stash",
             )
         )
+    note = rank_budget_note(s)
+    if note is not None:  # the trade-off, said where the user reads the check
+        finding = e.warning if rank_budget_drops(s) else e.info
+        fix = "moe.rank_budget_drops.fix" if rank_budget_drops(s) else "moe.rank_budget_reruns.fix"
+        out.append(finding(note, msg(fix), "moe_expert_rank_capacity_factor"))
     return out
 
 
@@ -257,7 +290,8 @@ def _rank_budget(s, e, b: str | None) -> list:
     "[TC] transformer_config.py; [MOE] token_dispatcher.py",
     "flex backends need ETP·EP > 1; hybridep needs mcore ≥ 0.15, ncclep ≥ 0.19; moe_enable_deepep excludes "
     "hybridep; DeepEP does not support pad-to-capacity; a backend without flex is ignored; a rank capacity "
-    "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor",
+    "factor needs hybridep/ncclep (and the TE op fuser with hybridep); paged stash needs a rank capacity factor; "
+    "with hybridep an over-budget step is rerun (dropped tokens before Megatron Bridge 0.5)",
 )
 def _flex(s, e):
     b = _backend(s)

@@ -54,12 +54,11 @@ def _version_text(version: str, basis: dict | None) -> str:
     container's own version beside it (``basis``: :func:`moeplan.inputs.versions.rules_version_basis`)."""
     if not basis or basis.get("basis") == "stated":
         return version
-    shipped = basis.get("container_megatron_core")
-    if shipped:
+    if basis.get("basis") == "container":
         return T(
-            "{rules} for the layout rules, the newest moeplan knows; container {container} ships {shipped}, "
-            "which the known issues are checked against"
-        ).format(rules=version, container=basis.get("container"), shipped=shipped)
+            "{rules} for the layout rules and the known issues, the version container {container} ships "
+            "(state versions.megatron_core if yours runs another)"
+        ).format(rules=version, container=basis.get("container"))
     return T(
         "{rules} for the layout rules: none stated, so the newest release moeplan knows (the known issues "
         "are checked against the newest container's own versions)"
