@@ -580,3 +580,19 @@ def test_python_dash_m_moeplan_runs_the_command():
     out = subprocess.run([sys.executable, "-m", "moeplan", "gpus"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "h100" in out.stdout.lower()
+
+
+def test_megatron_lm_args_of_a_bridge_scenario_are_checked_as_megatron_lm(tmp_path):
+    # Qwen3-235B-A22B's max_position_embeddings is 40,960: Megatron-LM asserts it is at least the sequence
+    # length; Bridge's model provider sets it from seq_length, so the Bridge check passes
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "model: Qwen/Qwen3-235B-A22B\nsystem: {gpu: gb200, num_gpus: 128}\n"
+        "training: {seq_length: 131072, micro_batch_size: 1, global_batch_size: 32}\n"
+        "layout: {tensor_model_parallel_size: 8, context_parallel_size: 4, expert_model_parallel_size: 64}\n"
+    )
+    assert run(["export", str(p), "-f", "mbridge-overrides"]).exit_code == 0
+    r = run(["export", str(p), "-f", "megatron-lm-args"])
+    assert r.exit_code == 1
+    assert "sequence.max_position_embeddings" in r.output and "framework=megatron-lm" in r.output
+    assert run(["export", str(p), "-f", "megatron-lm-args", "--force"]).exit_code == 0

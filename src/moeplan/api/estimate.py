@@ -280,9 +280,23 @@ def export_report(
     result = validate(scn)
     text, notes = export(scn, fmt)
     broken = [f.rule_id for f in result.errors]
-    if result.verdict in BROKEN and not force:
+    broken += [r for r in _runtime_errors(data, scn, fmt) if r not in broken]
+    if (result.verdict in BROKEN or broken) and not force:
         return ExportResult(text, notes, broken, refused=True)
     return ExportResult(text, notes, broken, warnings=_benchmark_warnings(scn) + _memory_warnings(scn))
+
+
+def _runtime_errors(data: dict, scn: Scenario, fmt: str) -> list[str]:
+    """The rule ids the runtime a format is for breaks beyond the scenario's own framework: Megatron-LM's
+    for ``megatron-lm-args`` of a scenario written for Megatron Bridge (e.g. its ``max_position_embeddings``
+    assertion, which Bridge's model providers raise for you); none for other formats or frameworks."""
+    if fmt != "megatron-lm-args" or scn.framework != "megatron-bridge":
+        return []
+    try:
+        mlm = validate(load_scenario({**data, "framework": "megatron-lm"}))
+    except InputError:  # a Bridge-only input: the scenario's own check stands
+        return []
+    return [f.rule_id for f in mlm.errors]
 
 
 __all__ = ["EstimateReport", "ExportResult", "estimate_report", "export_report"]

@@ -81,8 +81,9 @@ def export_cmd(
     with input_errors():
         res = export_report(scenario, flags, fmt, megatron_core_version, output, force)
     if res.refused:
+        how = "moeplan check --set framework=megatron-lm" if fmt == "megatron-lm-args" else "moeplan check"
         sys.stderr.write(
-            "error: the layout breaks rules (moeplan check for details): "
+            f"error: the layout breaks rules ({how} for details): "
             + "; ".join(res.broken_rules)
             + " — use --force to export anyway\n"
         )
