@@ -15,6 +15,7 @@ from moeplan.cli.app import app
 from moeplan.diagnose.oom import parse_oom
 from moeplan.errors import InputError
 from moeplan.io.run_logs import parse_log
+from tests.conftest import ROOT
 
 runner = CliRunner()
 
@@ -204,6 +205,8 @@ def test_memory_fixes_are_legal_sorted_and_exact():
     assert by["CP 1 → 2"]["saving_bytes"] > 0
     for r in rejected:
         assert r["message"]
+        if r["rule"] is None:  # rejected for its memory: it saves nothing, so the peak change reads as a rise
+            assert r["message"].startswith("does not lower the peak (peak +"), r
 
 
 def test_fit_and_oom_try_the_same_changes():
@@ -393,3 +396,23 @@ def test_log_ignores_impossible_iteration_times(ms, tmp_path):
     r = runner.invoke(app, ["log", str(f), "--json"])
     assert r.exit_code == 0 and "Infinity" not in r.stdout and "NaN" not in r.stdout
     json.loads(r.stdout)
+
+
+def test_a_change_that_raises_the_peak_says_by_how_much_with_its_sign():
+    import re
+
+    import yaml
+
+    from moeplan import estimate_memory, load_scenario
+    from moeplan.diagnose.fixes import rank_memory_fixes
+
+    data = yaml.safe_load((ROOT / "examples" / "qwen3_30b_64k_oom.yaml").read_text())
+    _, rejected = rank_memory_fixes(data)
+    etp = next(r for r in rejected if r["change"] == "ETP 1 → 2")
+    got = re.fullmatch(r"does not lower the peak \(peak \+(\d+\.\d\d) GiB\)", etp["message"])
+    assert got, etp
+    # the rise is the re-estimated peak with ETP 2 against the scenario's own
+    peak0 = estimate_memory(load_scenario(data)).peak_stage.total_bytes
+    etp2 = {**data, "layout": {**data["layout"], "expert_tensor_parallel_size": 2}}
+    peak2 = estimate_memory(load_scenario(etp2)).peak_stage.total_bytes
+    assert float(got.group(1)) == round((peak2 - peak0) / 2**30, 2) > 0

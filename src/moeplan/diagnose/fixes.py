@@ -68,7 +68,7 @@ def rank_memory_fixes(data: dict, constants: TimeConstants | None = None) -> tup
                 {
                     "change": f["change"],
                     "rule": None,
-                    "message": msg("oom.fix_does_not_lower_peak", gib=f["saving_bytes"] / 2**30),
+                    "message": msg("oom.fix_does_not_lower_peak", gib=-f["saving_bytes"] / 2**30),  # the change
                 }
             )
     return [f for f in out if f["saving_bytes"] > 0], rejected
