@@ -304,3 +304,27 @@ def test_known_issue_offered_when_versions_cross_its_range():
         a, b, {"versions": {"megatron_core": "0.17.0"}}, {"versions": {"megatron_core": "0.16.1"}}, dsv3
     )
     assert "mtp_aux_loss_tracker_hang" in [c["id"] for c in causes if c["run"] == "B"]
+
+
+def test_compare_says_which_log_had_nan_or_skipped_iterations(tmp_path):
+    from moeplan.api.diagnose import health_notes
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(make_log(1, 0.0))
+    # B: Megatron reports 1 NaN iteration in one interval and 2 skipped in another (counters reset per interval)
+    lines = make_log(2, 0.0).splitlines()
+    lines[20] = (
+        lines[20].rstrip("|").rstrip() + " | number of skipped iterations:   0 | number of nan iterations:   1 |"
+    )
+    lines[30] = (
+        lines[30].rstrip("|").rstrip() + " | number of skipped iterations:   2 | number of nan iterations:   0 |"
+    )
+    b.write_text("\n".join(lines) + "\n")
+    r = runner.invoke(app, ["compare", str(a), str(b), "--json"])
+    notes = json.loads(r.stdout)["notes"]
+    assert [n for n in notes if n.startswith(("A:", "B:"))] == [
+        "B: Megatron reported 1 NaN iteration(s), 2 skipped iteration(s) (moeplan log lists them)"
+    ]
+    assert health_notes([{"grad_norm_nonfinite_iterations": 3}, {}]) == [
+        "A: Megatron reported 3 non-finite grad norm(s) (moeplan log lists them)"
+    ]

@@ -119,6 +119,7 @@ def compare_report(
     cmp = compare_runs(stats[0], stats[1], configs[0], configs[1], base, alpha, min_effect, consts)
     if base is not None:
         cmp.notes[:0] = _mismatch_warnings(base, [st.args for st in stats])
+    cmp.notes += health_notes([st.summary() for st in stats])
     if consts is not None:
         cmp.notes.append(f"step times from the calibration profile {calibration}")
     if plot is not None:
@@ -126,6 +127,26 @@ def compare_report(
             stats[0], stats[1], plot, labels=plot_labels(log_a, log_b), inputs=(log_a, log_b, scenario, calibration)
         )
     return {"a": str(log_a), "b": str(log_b), **cmp.to_dict(), "plot": str(plot) if plot else None}
+
+
+def health_notes(summaries: list[dict]) -> list[str]:
+    """What the iteration times do not show, per log (A, B; each a ``read_log(...).summary()``): iterations
+    Megatron counted as NaN or skipped (its ``number of nan iterations`` / ``number of skipped iterations``,
+    summed over the log), and grad norms that were not finite. One note per log that has any."""
+    out = []
+    for name, sm in zip("AB", summaries, strict=False):
+        parts = [
+            f"{n:.0f} {what}"
+            for key, what in (
+                ("nan_iterations", "NaN iteration(s)"),
+                ("skipped_iterations", "skipped iteration(s)"),
+                ("grad_norm_nonfinite_iterations", "non-finite grad norm(s)"),
+            )
+            if (n := sm.get(key) or 0) > 0
+        ]
+        if parts:
+            out.append(f"{name}: Megatron reported {', '.join(parts)} (moeplan log lists them)")
+    return out
 
 
 def _oom_text(source: str) -> str:
