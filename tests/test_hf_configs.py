@@ -159,3 +159,26 @@ def test_mutated_configs_never_exit_3(path_idx, ops):
 @given(st.integers(0, 10_000), MUTATIONS)
 def test_mutated_configs_never_exit_3_long(path_idx, ops):
     _fuzz(path_idx, ops)
+
+
+def _qwen3_moe_config(**changes) -> dict:
+    from tests.conftest import ROOT
+
+    cfg = json.loads((ROOT / "src/moeplan/catalog/data/models/Qwen__Qwen3-30B-A3B.json").read_text())
+    return {**{k: v for k, v in cfg.items() if not k.startswith("_")}, **changes}
+
+
+@pytest.mark.parametrize("key", ["head_dim", "num_key_value_heads", "num_experts_per_tok", "moe_intermediate_size"])
+def test_a_size_of_zero_is_an_error_naming_the_field(key):
+    with pytest.raises(InputError) as got:
+        model_from_hf_config(_qwen3_moe_config(**{key: 0}), "zero")
+    assert got.value.field == f"config.json:{key}" and got.value.value == 0 and "positive" in str(got.value)
+
+
+def test_an_unknown_family_is_read_from_the_shared_fields_and_said():
+    from moeplan.model.model_notes import param_notes
+
+    m = model_from_hf_config(_qwen3_moe_config(model_type="totally_new_moe"), "new")
+    assert [n for n in param_notes(m) if "'totally_new_moe' is not a family moeplan maps" in n]
+    known = model_from_hf_config(_qwen3_moe_config(), "qwen")
+    assert not [n for n in param_notes(known) if "not a family" in n]

@@ -1047,11 +1047,31 @@ def _need(text: dict, *keys: str) -> int:
 MAX_CONFIG_INT = 2**31 - 1
 
 
+#: of :data:`_NON_NEGATIVE_INT_KEYS`, the sizes for which 0 means nothing (a head of no width, no KV heads, no
+#: routed experts per token, experts of no width, no positions): given as 0, they are an input error rather
+#: than read as absent (which would derive a value the file never stated)
+_POSITIVE_WHEN_GIVEN = (
+    "head_dim",
+    "num_key_value_heads",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "max_position_embeddings",
+)
+
+
 def _check_integer_fields(text: dict) -> None:
+    """Every size of :data:`_NON_NEGATIVE_INT_KEYS` that ``text`` gives is an integer from 0 to
+    :data:`MAX_CONFIG_INT`, and those of :data:`_POSITIVE_WHEN_GIVEN` at least 1.
+
+    Raises:
+        InputError: naming the ``config.json`` field, its value and what is allowed.
+    """
     for key in _NON_NEGATIVE_INT_KEYS:
         val = text.get(key)
         if val is not None and (isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= MAX_CONFIG_INT):
             raise InputError(f"config.json:{key}", val, f"an integer from 0 to {MAX_CONFIG_INT}")
+        if val == 0 and key in _POSITIVE_WHEN_GIVEN:
+            raise InputError(f"config.json:{key}", val, f"a positive integer up to {MAX_CONFIG_INT} (0 is not a size)")
 
 
 def _optional_int(text: dict, *keys: str) -> int | None:
