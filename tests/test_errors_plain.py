@@ -65,3 +65,12 @@ def test_an_abbreviated_key_gets_its_megatron_name(tmp_path):
 def test_a_renamed_error_keeps_its_sentence():
     e = UnknownNameError("layout.tp", "tp", ["tensor_model_parallel_size"], "one of the layout keys:").renamed("x.tp")
     assert str(e) == "x.tp: 'tp' is not one of the layout keys; did you mean 'tensor_model_parallel_size'?"
+
+
+def test_a_name_with_a_lookalike_letter_says_which_character_differs():
+    # a Cyrillic "е" (U+0435) where "tensor_model_parallel_size" has a Latin "e"
+    err = UnknownNameError("layout", "tensor_model_parallel_siz\u0435", ["tensor_model_parallel_size"])
+    assert err.suggestions == ["tensor_model_parallel_size"]
+    assert "U+0435 CYRILLIC SMALL LETTER IE at position 26" in str(err)
+    plain = UnknownNameError("layout", "tensor_model_paralel_size", ["tensor_model_parallel_size"])
+    assert "U+" not in str(plain)

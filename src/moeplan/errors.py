@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import reprlib
+import unicodedata
 from collections.abc import Iterable
 
 #: the most characters of a value quoted in an error or a note (longer values are cut with "...")
@@ -160,7 +161,7 @@ class UnknownNameError(InputError):
         close = difflib.get_close_matches(str(value), known, n=3, cutoff=0.5)
         if alias in known:
             close = [alias, *[c for c in close if c != alias]][:3]
-        hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else None
+        hint = f"did you mean {', '.join(repr(c) for c in close)}?{_lookalikes(value)}" if close else None
         shown = ", ".join(known) if len(known) <= 30 else ", ".join(known[:30]) + ", ..."
         kind = what.strip().rstrip(":")
         what_it_is = "known" if kind == "one of" else kind
@@ -174,6 +175,17 @@ class UnknownNameError(InputError):
         super().__init__(field, value, f"{what} {shown}", hint, sentence=sentence)
         self.known = known
         self.suggestions = close
+
+
+def _lookalikes(value: object) -> str:
+    """For a name holding characters outside ASCII (a Cyrillic ``е`` that reads as a Latin ``e``), a clause
+    naming the first three with their position and Unicode name, so that a suggestion that looks identical
+    says what differs; ``""`` for an ASCII name."""
+    if not isinstance(value, str) or value.isascii():
+        return ""
+    odd = [(i, ch) for i, ch in enumerate(value) if not ch.isascii()][:3]
+    named = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')} at position {i + 1}" for i, ch in odd)
+    return f" ({repr(value)} holds {named})"
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> list[str]:

@@ -279,9 +279,10 @@ def _rank_budget(s, e, b: str | None) -> list:
         )
     note = rank_budget_note(s)
     if note is not None:  # the trade-off, said where the user reads the check
-        finding = e.warning if rank_budget_drops(s) else e.info
-        fix = "moe.rank_budget_drops.fix" if rank_budget_drops(s) else "moe.rank_budget_reruns.fix"
-        out.append(finding(note, msg(fix), "moe_expert_rank_capacity_factor"))
+        if rank_budget_drops(s):
+            out.append(e.warning(note, msg("moe.rank_budget_drops.fix"), "moe_expert_rank_capacity_factor"))
+        else:
+            out.append(e.info(note, msg("moe.rank_budget_reruns.fix"), "moe_expert_rank_capacity_factor"))
     return out
 
 
