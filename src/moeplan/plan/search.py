@@ -96,9 +96,9 @@ def search(
             (:func:`moeplan.plan.phases.refine_within_bound`) instead of a fixed number of the best by
             un-refined throughput. Default False, as ``plan`` (``plan(exact=True)`` turns it on): on the
             published Megatron Bridge runs (``docs/plan_quality.md``) the exact search lowers the agreement
-            with the published layouts from 101 to 88 of 113 (also when only the first place is made exact).
-            Every run it loses moves the first places to an expert group that crosses the NVLink domain
-            (gpt-oss-120b on 64 H100 at 4K: TP1 PP1 EP32, where the publisher runs TP1 PP4 EP8). The
+            with the published layouts from 99 to 79 of 113 (also when only the first place is made exact).
+            18 of the 20 runs it loses move the first places to an expert group that crosses the NVLink
+            domain (gpt-oss-120b on 64 H100 at 4K: TP1 PP1 EP32, where the publisher runs TP1 PP4 EP8). The
             model is not known to over-value such groups: where the publisher itself moved an expert
             group across the domain or back, it predicts the measured direction each time
             (``docs/accuracy.md``, layout changes), and on the published runs whose expert group crosses
