@@ -98,13 +98,17 @@ def test_hybridep_is_not_exported_for_0_13_or_0_14(version):
     assert res.refused and "moe.flex_backend_settings" in res.broken_rules
 
 
+#: Qwen3-30B-A3B at 4K on 8 H100, EP 8: the export tests' base scenario
+QWEN30_8_H100 = {
+    "model": "Qwen/Qwen3-30B-A3B",
+    "system": {"gpu": "h100", "num_gpus": 8},
+    "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+    "layout": {"expert_model_parallel_size": 8},
+}
+
+
 def test_fine_tuning_exports_write_the_fine_tuning_dataset_key():
-    base = {
-        "model": "Qwen/Qwen3-30B-A3B",
-        "system": {"gpu": "h100", "num_gpus": 8},
-        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
-        "layout": {"expert_model_parallel_size": 8},
-    }
+    base = QWEN30_8_H100
     ft = load_scenario({**base, "training": {**base["training"], "task": "finetune"}})
     pt = load_scenario(base)
     for fmt in ("mbridge-overrides", "mbridge-yaml", "mbridge-python"):
@@ -122,12 +126,7 @@ def test_fine_tuning_exports_write_the_fine_tuning_dataset_key():
 def test_pretraining_exports_spell_the_dataset_sequence_length_for_their_bridge():
     # GPTDatasetConfig.seq_length is a field from Megatron Bridge 0.6.0 (finalize() copies it over
     # sequence_length); up to 0.5.1 it is a property and sequence_length the field an override sets
-    base = {
-        "model": "Qwen/Qwen3-30B-A3B",
-        "system": {"gpu": "h100", "num_gpus": 8},
-        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
-        "layout": {"expert_model_parallel_size": 8},
-    }
+    base = QWEN30_8_H100
     from moeplan.io.imports import import_config
 
     for versions, field in (
