@@ -596,3 +596,13 @@ def test_megatron_lm_args_of_a_bridge_scenario_are_checked_as_megatron_lm(tmp_pa
     assert r.exit_code == 1
     assert "sequence.max_position_embeddings" in r.output and "framework=megatron-lm" in r.output
     assert run(["export", str(p), "-f", "megatron-lm-args", "--force"]).exit_code == 0
+    # the re-check takes the values the arguments carry: ETP 1 as Bridge resolves it (Megatron-LM's own
+    # default would be ETP = TP = 2, which EP 8 on 8 GPUs cannot take) passes as exported
+    q = tmp_path / "etp.yaml"
+    q.write_text(
+        "model: Qwen/Qwen3-30B-A3B\nsystem: {gpu: h100, num_gpus: 8}\n"
+        "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 64}\n"
+        "layout: {tensor_model_parallel_size: 2, expert_model_parallel_size: 8}\n"
+    )
+    r = run(["export", str(q), "-f", "megatron-lm-args"])
+    assert r.exit_code == 0 and "--expert-tensor-parallel-size 1" in r.output

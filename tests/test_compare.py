@@ -311,10 +311,11 @@ def test_compare_says_which_log_had_nan_or_skipped_iterations(tmp_path):
 
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     a.write_text(make_log(1, 0.0))
-    # B: Megatron reports 1 NaN iteration in one interval and 2 skipped in another (counters reset per interval)
+    # B: Megatron skips 1 iteration for a NaN in one interval and 2 others in another (counters reset per
+    # interval; a NaN iteration is also a skipped one, training.py's training_log)
     lines = make_log(2, 0.0).splitlines()
     lines[20] = (
-        lines[20].rstrip("|").rstrip() + " | number of skipped iterations:   0 | number of nan iterations:   1 |"
+        lines[20].rstrip("|").rstrip() + " | number of skipped iterations:   1 | number of nan iterations:   1 |"
     )
     lines[30] = (
         lines[30].rstrip("|").rstrip() + " | number of skipped iterations:   2 | number of nan iterations:   0 |"
@@ -323,7 +324,7 @@ def test_compare_says_which_log_had_nan_or_skipped_iterations(tmp_path):
     r = runner.invoke(app, ["compare", str(a), str(b), "--json"])
     notes = json.loads(r.stdout)["notes"]
     assert [n for n in notes if n.startswith(("A:", "B:"))] == [
-        "B: Megatron reported 1 NaN iteration(s), 2 skipped iteration(s) (moeplan log lists them)"
+        "B: Megatron reported 3 skipped iteration(s), 1 of them NaN (moeplan log lists them)"
     ]
     assert health_notes([{"grad_norm_nonfinite_iterations": 3}, {}]) == [
         "A: Megatron reported 3 non-finite grad norm(s) (moeplan log lists them)"

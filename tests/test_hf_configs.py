@@ -182,3 +182,8 @@ def test_an_unknown_family_is_read_from_the_shared_fields_and_said():
     assert [n for n in param_notes(m) if "'totally_new_moe' is not a family moeplan maps" in n]
     known = model_from_hf_config(_qwen3_moe_config(), "qwen")
     assert not [n for n in param_notes(known) if "not a family" in n]
+    # a wrapper whose language model is a mapped family (Kimi-K2.5: kimi_k25 around deepseek_v3) is mapped
+    from moeplan import get_model, list_models
+
+    assert get_model("moonshotai/Kimi-K2.5").unmapped_model_type is None
+    assert [m for m in list_models() if get_model(m).unmapped_model_type] == []

@@ -177,6 +177,10 @@ def test_check_header_states_the_rules_version_beside_the_containers():
         "megatron-core 0.17.0 for the layout rules and the known issues, the version container 26.04 ships "
         "(state versions.megatron_core if yours runs another)" in head
     )
+    unknown = " ".join(_invoke(["check", OOM, "--set", "versions.container=24.01"]).stdout.split())
+    assert (
+        "megatron-core 0.20.0 for the layout rules: none stated and container 24.01 not in moeplan's table" in unknown
+    )
     stated = _invoke(["check", OOM, "--set", "versions.megatron_core=0.17.0"])
     assert "(megatron-bridge, megatron-core 0.17.0)" in stated.stdout
     none = _invoke(["check", OOM])

@@ -138,3 +138,16 @@ def test_pretraining_exports_spell_the_dataset_sequence_length_for_their_bridge(
         assert field in text.splitlines(), (versions, field)
         back, _ = import_config(text, "mbridge-overrides")
         assert back["training"]["seq_length"] == 4096
+
+
+def test_a_vlm_dataset_takes_seq_length_in_every_bridge_release():
+    # Bridge's VLM dataset providers (v0.5.1 data/vlm_datasets/mock_provider.py) have seq_length only
+    data = {
+        "model": "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        "system": {"gpu": "h100", "num_gpus": 8},
+        "training": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64},
+        "layout": {"expert_model_parallel_size": 8},
+        "versions": {"megatron_bridge": "0.5.1"},
+    }
+    text = export(load_scenario(data), "mbridge-overrides")[0]
+    assert "dataset.seq_length=4096" in text.splitlines() and "sequence_length" not in text

@@ -156,3 +156,15 @@ def test_patch_release_not_in_the_table_uses_its_base_release_and_says_so():
 def test_container_table_is_validated_on_load(bad):
     with pytest.raises(ContainerTableError):
         parse_table(bad)
+
+
+def test_a_layout_key_is_checked_at_the_release_the_container_ships():
+    # activation_offload_fraction is a megatron-core 0.19+ key; nemo:25.11 ships 0.15.0, as a stated 0.15.0 would
+    data = {"model": "Qwen/Qwen3-30B-A3B", "layout": {"activation_offload_fraction": 0.5}}
+    for versions in ({"container": "25.11"}, {"megatron_core": "0.15.0"}):
+        with pytest.raises(InputError) as got:
+            load_scenario({**data, "versions": versions})
+        assert got.value.field == "layout.activation_offload_fraction" and "0.19.0" in str(got.value)
+    # the newest release, and a container whose megatron-core is stated newer, have it
+    assert load_scenario(data).input.unmodelled_keys == {"activation_offload_fraction": 0.5}
+    load_scenario({**data, "versions": {"container": "25.11", "megatron_core": "0.19.0"}})

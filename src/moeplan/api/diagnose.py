@@ -130,20 +130,21 @@ def compare_report(
 
 
 def health_notes(summaries: list[dict]) -> list[str]:
-    """What the iteration times do not show, per log (A, B; each a ``read_log(...).summary()``): iterations
-    Megatron counted as NaN or skipped (its ``number of nan iterations`` / ``number of skipped iterations``,
-    summed over the log), and grad norms that were not finite. One note per log that has any."""
+    """What the iteration times do not show, per log (A, B; each a ``read_log(...).summary()``): the
+    iterations Megatron skipped (``number of skipped iterations``, summed over the log) and how many of them
+    had a NaN or inf loss or gradient (``number of nan iterations``: Megatron-LM's ``training_log`` counts
+    those among the skipped ones), and grad norms that were not finite. One note per log that has any."""
     out = []
     for name, sm in zip("AB", summaries, strict=False):
-        parts = [
-            f"{n:.0f} {what}"
-            for key, what in (
-                ("nan_iterations", "NaN iteration(s)"),
-                ("skipped_iterations", "skipped iteration(s)"),
-                ("grad_norm_nonfinite_iterations", "non-finite grad norm(s)"),
-            )
-            if (n := sm.get(key) or 0) > 0
-        ]
+        skipped, nan = sm.get("skipped_iterations") or 0, sm.get("nan_iterations") or 0
+        parts = []
+        if skipped and nan <= skipped:
+            parts.append(f"{skipped:.0f} skipped iteration(s)" + (f", {nan:.0f} of them NaN" if nan else ""))
+        elif skipped or nan:  # counters a Megatron log would not give: both as read
+            parts += [f"{skipped:.0f} skipped iteration(s)", f"{nan:.0f} NaN iteration(s)"]
+        bad = sm.get("grad_norm_nonfinite_iterations") or 0
+        if bad:
+            parts.append(f"{bad:.0f} non-finite grad norm(s)")
         if parts:
             out.append(f"{name}: Megatron reported {', '.join(parts)} (moeplan log lists them)")
     return out

@@ -292,8 +292,11 @@ def _runtime_errors(data: dict, scn: Scenario, fmt: str) -> list[str]:
     assertion, which Bridge's model providers raise for you); none for other formats or frameworks."""
     if fmt != "megatron-lm-args" or scn.framework != "megatron-bridge":
         return []
+    # the values the arguments carry: the scenario's resolved layout, stated (Megatron-LM's own defaults,
+    # e.g. ETP = TP, would otherwise replace the ones Bridge resolved and the export writes)
+    resolved = scn.layout.model_dump(exclude_none=True)
     try:
-        mlm = validate(load_scenario({**data, "framework": "megatron-lm"}))
+        mlm = validate(load_scenario({**data, "framework": "megatron-lm", "layout": resolved}))
     except InputError:  # a Bridge-only input: the scenario's own check stands
         return []
     return [f.rule_id for f in mlm.errors]

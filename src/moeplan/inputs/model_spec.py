@@ -27,7 +27,7 @@ from moeplan.inputs.dsv4_config import (
     dsv4_fields,
     dsv4_required,
 )
-from moeplan.inputs.hf_families import UNCOUNTED_VISION_TYPES, is_moonvit_config, refuse_unmodelled
+from moeplan.inputs.hf_families import KNOWN_MODEL_TYPES, UNCOUNTED_VISION_TYPES, is_moonvit_config, refuse_unmodelled
 from moeplan.inputs.kimi_k3_config import KIMI_K3_MODEL_TYPE, kimi_k3_fields
 from moeplan.inputs.msa_config import MSA_INT_RANGES, MSA_NOT_NULL, msa_fields
 from moeplan.inputs.policy import bad_char
@@ -403,6 +403,10 @@ class PartialModelSpec:
     #: the ``model_type`` of a vision tower the config has and moeplan does not count (None: none)
     vision_not_counted: str | None = None
     # provenance
+    #: the language model's ``model_type`` when it is outside the families moeplan maps
+    #: (:data:`moeplan.inputs.hf_families.KNOWN_MODEL_TYPES`; the model is then read from the fields every
+    #: family shares); None for a mapped family or a model not read from a config.json
+    unmapped_model_type: str | None = None
     source: str = "user"
     reconstructed: bool = False
     published_params: dict[str, Any] = field(default_factory=dict)
@@ -1513,6 +1517,7 @@ def _model_from_text(top: dict, text: dict, model_type: str, name: str, source: 
     return ModelSpec(
         name=name,
         model_type=top_type,
+        unmapped_model_type=None if model_type in KNOWN_MODEL_TYPES else model_type,
         num_layers=num_layers,
         hidden_size=hidden,
         num_attention_heads=heads,

@@ -144,11 +144,11 @@ class VersionsInput(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     megatron_core: str | None = Field(
         default=None,
-        description='megatron-core version (PEP 440, quoted, e.g. "0.16.1"); selects the version-dependent rules and keys. Unset: the newest megatron-core moeplan knows for the rules, and the container\'s version, when known, for the known-issue check.',
+        description='megatron-core version (PEP 440, quoted, e.g. "0.16.1"); selects the version-dependent rules and keys. Unset: the version `container` ships, when it names a known release, else the newest megatron-core moeplan knows (rules, planner, export key spellings and known-issue check alike).',
     )
     megatron_bridge: str | None = Field(
         default=None,
-        description="Megatron Bridge version (PEP 440, quoted); selects the Bridge-version rules. Unset: the newest Megatron Bridge moeplan knows for the rules, and the container's version, when known, for the known-issue check.",
+        description="Megatron Bridge version (PEP 440, quoted); selects the Bridge-version rules and the export's key spellings. Unset: the version `container` ships, when it names a known release, else the newest Megatron Bridge moeplan knows.",
     )
     transformer_engine: str | None = Field(
         default=None,
@@ -168,7 +168,7 @@ class VersionsInput(BaseModel):
     )
     container: str | None = Field(
         default=None,
-        description="The container image the run uses (e.g. `nvcr.io/nvidia/nemo:26.04`): its package versions fill the unstated ones for the known-issue check, and with `recipe_defaults: mbridge-perf` its release's workload configs are the recipe. Unset: no container; an unknown release is a warning.",
+        description="The container image the run uses (e.g. `nvcr.io/nvidia/nemo:26.04`): its package versions fill the unstated ones (for the layout rules, the planner, the export and the known-issue check), and with `recipe_defaults: mbridge-perf` its release's workload configs are the recipe. Unset: no container; an unknown release is a warning.",
     )
 
     @field_validator(*PACKAGES, "container", mode="before")
@@ -356,7 +356,7 @@ class ScenarioInput(BaseModel):
     )
     versions: VersionsInput = Field(
         default_factory=VersionsInput,
-        description="The `versions:` section: software versions (megatron-core, Megatron Bridge, Transformer Engine, PyTorch, NCCL, DeepEP) and the container release. Unset: the newest known versions for the rules.",
+        description="The `versions:` section: software versions (megatron-core, Megatron Bridge, Transformer Engine, PyTorch, NCCL, DeepEP) and the container release. Unset: the newest known versions.",
     )
     environment: dict[str, str] = Field(
         default_factory=dict,

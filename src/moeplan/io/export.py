@@ -227,7 +227,8 @@ def bridge_sections(s: Scenario, notes: list[str] | None = None) -> dict[str, di
                 continue
             out.setdefault(sec, {})[field] = value
     t = s.training
-    for key, paths in training_paths(t.task, s.bridge_version).items():
+    vlm = s.model is not None and s.model.vision is not None
+    for key, paths in training_paths(t.task, s.bridge_version, vlm).items():
         v = getattr(t, key)
         if v is not None:
             for path in paths:

@@ -127,19 +127,21 @@ TRAINING_PATHS: dict[str, tuple[str, ...]] = {
 DATASET_SEQ_LENGTH_FIELD_BRIDGE = Version("0.6.0")
 
 
-def dataset_seq_path(task: str, bridge: Version) -> str:
+def dataset_seq_path(task: str, bridge: Version, vlm: bool = False) -> str:
     """The Bridge path of the dataset's sequence length: fine-tuning's ``FinetuningDatasetConfig.seq_length``
-    (Megatron Bridge ``data/builders``); pretraining's ``GPTDatasetConfig.seq_length`` from
-    :data:`DATASET_SEQ_LENGTH_FIELD_BRIDGE`, ``sequence_length`` before it."""
-    if task == "finetune" or bridge >= DATASET_SEQ_LENGTH_FIELD_BRIDGE:
+    (Megatron Bridge ``data/builders``) and a VLM's dataset providers' ``seq_length`` (their only length field,
+    e.g. v0.5.1 ``data/vlm_datasets/mock_provider.py``); a language model's pretraining
+    ``GPTDatasetConfig.seq_length`` from :data:`DATASET_SEQ_LENGTH_FIELD_BRIDGE`, ``sequence_length`` before it."""
+    if task == "finetune" or vlm or bridge >= DATASET_SEQ_LENGTH_FIELD_BRIDGE:
         return "dataset.seq_length"
     return "dataset.sequence_length"
 
 
-def training_paths(task: str, bridge: Version) -> dict[str, tuple[str, ...]]:
+def training_paths(task: str, bridge: Version, vlm: bool = False) -> dict[str, tuple[str, ...]]:
     """:data:`TRAINING_PATHS` with the dataset's sequence-length field of ``task`` at Megatron Bridge
-    ``bridge`` (:func:`dataset_seq_path`)."""
-    seq = tuple(dataset_seq_path(task, bridge) if p.startswith("dataset.") else p for p in TRAINING_PATHS["seq_length"])
+    ``bridge`` for a VLM or not (:func:`dataset_seq_path`)."""
+    path = dataset_seq_path(task, bridge, vlm)
+    seq = tuple(path if p.startswith("dataset.") else p for p in TRAINING_PATHS["seq_length"])
     return {**TRAINING_PATHS, "seq_length": seq}
 
 

@@ -7,7 +7,6 @@ Each function returns messages in the order they print; a model without such par
 from __future__ import annotations
 
 from moeplan.i18n.messages import Message, msg
-from moeplan.inputs.hf_families import KNOWN_MODEL_TYPES
 from moeplan.inputs.model_spec import ModelSpec
 from moeplan.model.kimi_k3_activations import attn_res_rows
 from moeplan.structure.attention_kernels import FUSED_ATTENTION_MAX_HEAD_DIM, attention_runs_unfused
@@ -28,8 +27,8 @@ def param_notes(m: ModelSpec) -> list[Message]:
     and not counted, and the value rows Megatron Bridge builds for K = V layers (counted; its HF checkpoint
     has none)."""
     out = []
-    if m.model_type and m.model_type not in KNOWN_MODEL_TYPES:
-        out.append(msg("model.unknown_family", model_type=m.model_type))
+    if m.unmapped_model_type:
+        out.append(msg("model.unknown_family", model_type=m.unmapped_model_type))
     if m.vision_not_counted and m.kimi_delta_attention:
         out.append(msg("kimi_k3.vision_not_built"))
     elif m.vision_not_counted:

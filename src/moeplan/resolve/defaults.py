@@ -23,6 +23,7 @@ from moeplan.catalog.models import get_model
 from moeplan.errors import InputError, UnknownNameError
 from moeplan.i18n.messages import msg
 from moeplan.inputs.layout import LayoutSpec
+from moeplan.inputs.megatron_keys import check_key
 from moeplan.inputs.model_spec import PartialModelSpec, partial_model
 from moeplan.inputs.provenance import RecipeProvenance
 from moeplan.inputs.resolved import NEWEST_BRIDGE, NEWEST_MCORE, Resolution, Scenario
@@ -378,8 +379,9 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: R
       (megatron-lm, slime, ms-swift) and the driver's own defaults, then its base's defaults above.
     - ``versions.*`` unset with ``versions.container`` naming a release in the container table
       (:mod:`moeplan.catalog.containers`): that release's package versions (recorded last). They feed
-      :attr:`Scenario.versions` (known issues, doctor, compare); ``mcore_version`` / ``bridge_version``,
-      which the layout rules compare, stay the stated versions (else the newest).
+      :attr:`Scenario.versions` (known issues, doctor, compare) and ``mcore_version`` / ``bridge_version``,
+      which the layout rules, the planner and the export compare: the stated versions, else the
+      container's, else the newest.
 
     ``parts``: :func:`request_parts` of ``inp`` or of an input that differs from it only in ``layout``
     and ``training`` (the planner's candidates of one request share one); None: computed here.
@@ -405,6 +407,7 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: R
     _check_training(inp)
     vers, vfills = parts.versions_of(inp)
     res += vfills
+    _check_keys_at_container(inp, vers)
     return Scenario(
         input=inp,
         model=model,
@@ -447,9 +450,20 @@ def _stated_layout(lay: LayoutSpec) -> dict[str, Any]:
     return {k: getattr(lay, k) for k in lay.model_fields_set}
 
 
-def _stated(vers, key: str):
-    """The version of ``key`` when the user stated it (not filled from a container row), else None."""
-    return vers.get(key) if vers.sources.get(key) == f"versions.{key}" else None
+def _check_keys_at_container(inp: ScenarioInput, vers: ResolvedVersions) -> None:
+    """The layout keys moeplan does not model, checked again at the releases a stated container ships
+    when it fills megatron-core or Megatron Bridge (input validation checked them at the stated releases
+    only): a key that release lacks is refused as a stated release's would be.
+
+    Raises:
+        InputError: as :func:`moeplan.inputs.megatron_keys.check_key`, naming the key and the releases.
+    """
+    filled = [k for k in ("megatron_core", "megatron_bridge") if vers.sources.get(k, "").startswith("container")]
+    if not inp.unmodelled_keys or not filled:
+        return
+    mcore, bridge = vers.get("megatron_core"), vers.get("megatron_bridge")
+    for key, value in inp.unmodelled_keys.items():
+        check_key(key, value, LayoutSpec.model_fields, mcore, bridge)
 
 
 def _updates(resolutions: list[Resolution]) -> Mapping[str, Any]:

@@ -226,12 +226,21 @@ def _backend_needs(s, e, b: str | None) -> list:
 PAGED_STASH_RUNNER_BRIDGE = Version("0.5.0")
 
 
+#: the frameworks whose own training loop wraps the step in ``PagedStashRunner`` (Megatron-LM's
+#: ``megatron/training/training.py``; Megatron Bridge's ``training/train.py`` from
+#: :data:`PAGED_STASH_RUNNER_BRIDGE`); any other loop over megatron-core is not known to
+RERUNNING_LOOPS = ("megatron-lm", "megatron-bridge")
+
+
 def rank_budget_drops(s) -> bool:
-    """True when HybridEP's per-rank budget drops the tokens beyond it: megatron-core's own behaviour
+    """True when HybridEP's per-rank budget may drop the tokens beyond it: megatron-core's own behaviour
     (``TransformerConfig.moe_expert_rank_capacity_factor``: "with the 'hybridep' backend, tokens exceeding
-    this budget are dropped") where no runner reruns the step, i.e. Megatron Bridge before
-    :data:`PAGED_STASH_RUNNER_BRIDGE`."""
-    return s.framework == "megatron-bridge" and s.bridge_version < PAGED_STASH_RUNNER_BRIDGE
+    this budget are dropped") wherever no ``PagedStashRunner`` reruns the step: Megatron Bridge before
+    :data:`PAGED_STASH_RUNNER_BRIDGE`, and every loop outside :data:`RERUNNING_LOOPS` (``framework:
+    megatron-core``, the RL and fine-tuning drivers)."""
+    if s.driver not in RERUNNING_LOOPS:
+        return True
+    return s.driver == "megatron-bridge" and s.bridge_version < PAGED_STASH_RUNNER_BRIDGE
 
 
 def rank_budget_note(s) -> Message | None:
@@ -242,9 +251,11 @@ def rank_budget_note(s) -> Message | None:
     cf = s.layout.moe_expert_rank_capacity_factor
     if cf is None or _backend(s) != "hybridep":
         return None
-    if rank_budget_drops(s):
+    if not rank_budget_drops(s):
+        return msg("moe.rank_budget_reruns", cf=cf)
+    if s.driver == "megatron-bridge":
         return msg("moe.rank_budget_drops", cf=cf, bridge=str(s.bridge_version))
-    return msg("moe.rank_budget_reruns", cf=cf)
+    return msg("moe.rank_budget_drops_loop", cf=cf, framework=s.driver)
 
 
 def _rank_budget(s, e, b: str | None) -> list:
@@ -279,10 +290,13 @@ def _rank_budget(s, e, b: str | None) -> list:
         )
     note = rank_budget_note(s)
     if note is not None:  # the trade-off, said where the user reads the check
-        if rank_budget_drops(s):
-            out.append(e.warning(note, msg("moe.rank_budget_drops.fix"), "moe_expert_rank_capacity_factor"))
+        key = "moe_expert_rank_capacity_factor"
+        if not rank_budget_drops(s):
+            out.append(e.info(note, msg("moe.rank_budget_reruns.fix"), key))
+        elif s.driver == "megatron-bridge":
+            out.append(e.warning(note, msg("moe.rank_budget_drops.fix"), key))
         else:
-            out.append(e.info(note, msg("moe.rank_budget_reruns.fix"), "moe_expert_rank_capacity_factor"))
+            out.append(e.warning(note, msg("moe.rank_budget_drops_loop.fix"), key))
     return out
 
 

@@ -59,6 +59,11 @@ def _version_text(version: str, basis: dict | None) -> str:
             "{rules} for the layout rules and the known issues, the version container {container} ships "
             "(state versions.megatron_core if yours runs another)"
         ).format(rules=version, container=basis.get("container"))
+    if basis.get("container"):
+        return T(
+            "{rules} for the layout rules: none stated and container {container} not in moeplan's table, so "
+            "the newest release moeplan knows (its known issues are left undecided)"
+        ).format(rules=version, container=basis.get("container"))
     return T(
         "{rules} for the layout rules: none stated, so the newest release moeplan knows (the known issues "
         "are checked against the newest container's own versions)"
