@@ -334,3 +334,36 @@ def test_import_notes_print_in_chinese(capsys):
         render.set_lang("en")
     err = capsys.readouterr().err
     assert "ms-swift 自身的设置，不是 Megatron 键" in err and "Megatron-LM 参数修正" in err
+
+
+def test_verl_reads_megatron_optimizer_fields_from_the_actor_optim_overrides():
+    # verl passes actor.optim.override_optimizer_config to Megatron's OptimizerConfig: the CPU optimizer
+    text = _read("verl/_generated_ppo_megatron_trainer.yaml").replace(
+        "      override_optimizer_config: {}\n    megatron:",
+        "      override_optimizer_config: {optimizer_cpu_offload: true, optimizer_offload_fraction: 1.0,"
+        " use_precision_aware_optimizer: true}\n    megatron:",
+        1,
+    )
+    sc, _ = import_any(text, "verl-yaml")
+    lay = sc["layout"]
+    assert lay["optimizer_cpu_offload"] is True and lay["optimizer_offload_fraction"] == 1.0
+    assert lay["use_precision_aware_optimizer"] is True
+
+
+def test_nemo_rl_activation_checkpointing_is_full_recompute_of_every_layer():
+    # nemo_rl/models/megatron/setup.py _apply_performance_config: full, uniform, 1 layer, whatever else is set
+    text = _read("nemo_rl/grpo_math_qwen30ba3b_megatron.yaml").replace(
+        "    sequence_parallel: True\n",
+        "    sequence_parallel: True\n    activation_checkpointing: true\n    recompute_granularity: selective\n",
+        1,
+    )
+    sc, notes = import_any(text, "nemo-rl-yaml")
+    lay = sc["layout"]
+    assert (lay["recompute_granularity"], lay["recompute_method"], lay["recompute_num_layers"]) == (
+        "full",
+        "uniform",
+        1,
+    )
+    assert any("activation_checkpointing: true recomputes every layer in full" in n for n in notes)
+    plain, _ = import_any(text.replace("    activation_checkpointing: true\n", "", 1), "nemo-rl-yaml")
+    assert "recompute_granularity" not in plain["layout"]  # NeMo-RL applies no recompute key without it

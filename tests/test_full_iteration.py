@@ -144,3 +144,33 @@ def test_the_plan_says_when_its_first_layout_runs_the_rank_budget():
     said = [n for n in res.notes if "static per-rank token budget" in n]
     assert first.moe_expert_rank_capacity_factor == 1.5 and first.moe_flex_dispatcher_backend == "hybridep"
     assert len(said) == 1 and "run again without the budget" in said[0]
+
+
+def test_the_plan_names_a_hang_its_first_layout_meets_at_the_assumed_container():
+    from types import SimpleNamespace
+
+    from moeplan.plan.planner import first_candidate_risk_notes
+
+    # Megatron-FSDP with the optimizer offloaded to the CPU: mfsdp_optimizer_offload_checkpoint_hang affects
+    # megatron-core >= 0.18.0, which nemo:26.06 (the container moeplan assumes with none stated) ships
+    data = {
+        "model": "Qwen/Qwen3-30B-A3B",
+        "system": {"gpu": "gb200", "num_gpus": 64},
+        "training": {"seq_length": 8192, "micro_batch_size": 1, "global_batch_size": 64},
+        "layout": {
+            "use_megatron_fsdp": True,
+            "data_parallel_sharding_strategy": "optim_grads_params",
+            "expert_model_parallel_size": 8,
+            "optimizer_cpu_offload": True,
+            "optimizer_offload_fraction": 0.5,
+            "use_precision_aware_optimizer": True,
+        },
+    }
+
+    def notes(versions: dict) -> list[str]:
+        return first_candidate_risk_notes([SimpleNamespace(scenario=load_scenario({**data, "versions": versions}))])
+
+    assumed = [n for n in notes({}) if "mfsdp_optimizer_offload_checkpoint_hang" in n]
+    assert len(assumed) == 1 and "at nemo:26.06, the container moeplan assumes" in assumed[0]
+    # a container before the hang's first release: nothing assumed, nothing said
+    assert not [n for n in notes({"container": "26.04"}) if "mfsdp_optimizer_offload_checkpoint_hang" in n]

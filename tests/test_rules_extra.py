@@ -202,3 +202,13 @@ def test_uneven_split_hint_prefers_a_balanced_layout_over_heavy_ends():
     stages = parse_layout(layout)
     assert len(stages) == 16 and sum(st.count("t") for st in stages) == 36
     assert max(st.count("t") for st in (stages[0], stages[-1])) <= min(st.count("t") for st in stages[1:-1])
+
+
+def test_a_sharding_strategy_without_megatron_fsdp_is_a_no_op_said_as_info():
+    # NeMo-RL's stock config carries data_parallel_sharding_strategy: optim_grads_params into Megatron's DDP,
+    # which ignores it: not a hazard, and switching to Megatron-FSDP is not the fix
+    r = _check("Qwen/Qwen3-30B-A3B", expert_model_parallel_size=8, data_parallel_sharding_strategy="optim_grads_params")
+    found = [f for f in r.findings if f.rule_id == "fsdp.exclusions"]
+    assert [f.severity for f in found] == ["info"] and "Megatron's DDP takes the field and ignores it" in found[
+        0
+    ].message

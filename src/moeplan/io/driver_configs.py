@@ -758,12 +758,15 @@ VERL_OWN = (
 def read_verl(text: str, imp: Imported) -> str:
     """verl's trainer config: ``actor_rollout_ref.actor.megatron`` (parallel sizes and
     ``override_transformer_config`` / ``override_ddp_config`` / ``override_mcore_model_config``),
+    ``actor_rollout_ref.actor.optim.override_optimizer_config`` (Megatron's optimizer fields),
     the actor's micro batch, remove-padding and dynamic batch switches, the rollout's memory share,
     ``trainer.nnodes`` × ``n_gpus_per_node``, the prompt + response length."""
     data = _mapping(text, "verl-yaml")
     meg = _section(data, "actor_rollout_ref.actor.megatron", "verl-yaml")
     nested = ("override_transformer_config", "override_ddp_config", "override_mcore_model_config")
     _megatron_section(meg, imp, nested, VERL_OWN, "verl")
+    # Megatron's OptimizerConfig fields verl passes through (the CPU optimizer, the precision-aware optimizer)
+    _megatron_section(_get(data, "actor_rollout_ref.actor.optim.override_optimizer_config"), imp, (), (), "verl")
     actor = _get(data, "actor_rollout_ref.actor")
     actor = actor if isinstance(actor, dict) else {}
     if isinstance(actor.get("ppo_micro_batch_size_per_gpu"), int):
@@ -837,9 +840,7 @@ def read_nemo_rl(text: str, imp: Imported) -> str:
     if isinstance(data.get("defaults"), str):
         imp.notes.append(msg("drivers.inherits", parent=short_repr(data["defaults"])))
     _megatron_section(meg, imp, ("optimizer", "scheduler", "distributed_data_parallel_config"), NEMO_RL_OWN, "nemo-rl")
-    if not meg.get("activation_checkpointing"):
-        for key in ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"):
-            imp.args.pop(key, None)
+    _nemo_rl_recompute(meg, imp)
     if isinstance(meg.get("env_vars"), dict):
         imp.environment.update({str(k): str(v) for k, v in meg["env_vars"].items() if v is not None})
     _nemo_rl_policy(data.get("policy") or {}, imp)
@@ -848,6 +849,22 @@ def read_nemo_rl(text: str, imp: Imported) -> str:
     )
     _world(imp, _get(data, "cluster.num_nodes"), _get(data, "cluster.gpus_per_node"))
     return "nemo-rl"
+
+
+#: what NeMo-RL's ``activation_checkpointing: true`` sets on the model config, whatever recompute keys the
+#: file holds (``nemo_rl/models/megatron/setup.py`` ``_apply_performance_config``)
+NEMO_RL_CHECKPOINTING = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+
+
+def _nemo_rl_recompute(meg: dict[str, Any], imp: Imported) -> None:
+    """``policy.megatron_cfg``'s recompute as NeMo-RL applies it: ``activation_checkpointing: true`` is full
+    recompute of every layer (:data:`NEMO_RL_CHECKPOINTING`), said in a note; without it, none (the file's
+    own recompute keys are not applied either)."""
+    for key in ("recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers"):
+        imp.args.pop(key, None)
+    if meg.get("activation_checkpointing"):
+        imp.args.update(NEMO_RL_CHECKPOINTING)
+        imp.notes.append(msg("drivers.nemo_rl_checkpointing"))
 
 
 _NEMO_PRECISION = {"bfloat16": "bf16", "bf16": "bf16"}

@@ -14,7 +14,7 @@ from moeplan.plan.evaluation import collector_paused, evaluation_cache
 from moeplan.plan.explain import explain_winner, runner_up_diff
 from moeplan.plan.result import PlanResult
 from moeplan.plan.search import search, simplest_leads
-from moeplan.rules.known_issue_checks import IssueText, versions_unknown_short
+from moeplan.rules.known_issue_checks import IssueText, affected_at_assumed, versions_unknown_short
 from moeplan.rules.known_issue_checks import summary as known_issue_summary
 from moeplan.rules.moe import rank_budget_note
 
@@ -51,21 +51,36 @@ STOPPING_SYMPTOMS = ("hang", "crash", "assertion")
 def first_candidate_risk_notes(candidates) -> list[str]:
     """One note per known issue the top candidate may hit that breaks the run, with its title, workaround and source:
     a silent one (:data:`SILENT_SYMPTOMS`) at the stated versions or with them unstated, one that
-    stops the run (:data:`STOPPING_SYMPTOMS`) at the stated versions. The ranking avoids only
+    stops the run (:data:`STOPPING_SYMPTOMS`) at the stated versions, or, with no container stated, at the
+    container moeplan assumes (:func:`moeplan.rules.known_issue_checks.affected_at_assumed`). The ranking avoids only
     confirmed hangs, crashes and assertions at stated versions, so these are said in full, not only
     in the id list."""
     if not candidates:
         return []
     out: list[str] = []
-    for k in known_issue_summary(candidates[0].scenario):
+    s = candidates[0].scenario
+    for k in known_issue_summary(s):
         ki = get_known_issue(k["id"])
+        if ki is None:
+            continue
         affected = k["status"] == "affected"
-        if ki is None or not (k["symptom"] in SILENT_SYMPTOMS or (affected and k["symptom"] in STOPPING_SYMPTOMS)):
+        assumed = None if affected else affected_at_assumed(s, ki)
+        stops = k["symptom"] in STOPPING_SYMPTOMS and (affected or assumed is not None)
+        if not (k["symptom"] in SILENT_SYMPTOMS or stops):
             continue
         title = IssueText(ki.id, "title", ki.title)
         workaround = IssueText(ki.id, "workaround", ki.workaround)
         if affected:
             note = msg("plan.first_may_hit_stated", issue=ki.id, title=title, workaround=workaround, source=ki.source)
+        elif assumed is not None:
+            note = msg(
+                "plan.first_may_hit_assumed",
+                issue=ki.id,
+                container=assumed,
+                title=title,
+                workaround=workaround,
+                source=ki.source,
+            )
         else:
             note = msg("plan.first_may_hit_unstated", issue=ki.id, title=title, workaround=workaround, source=ki.source)
         out.append(note)

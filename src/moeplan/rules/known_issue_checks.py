@@ -281,6 +281,18 @@ def versions_unknown_message(s: Scenario, issues: list[KnownIssue]) -> Message:
     )
 
 
+def affected_at_assumed(s: Scenario, issue: KnownIssue) -> str | None:
+    """The container moeplan assumes (``family:release``, :func:`assumed_container`) when ``issue`` affects
+    its versions completed with the scenario's stated ones; None when a container is stated or it does not."""
+    if s.input.versions.container:
+        return None
+    at_row = _versions_at_assumed(tuple((k, getattr(s.input.versions, k)) for k in PACKAGES))
+    if issue.version_status(at_row)[0] != "affected":
+        return None
+    row = assumed_container()
+    return f"{row.family}:{row.release}"
+
+
 def versions_unknown_short(s: Scenario, issues: list[KnownIssue]) -> Message:
     """The plan's one-line form of :func:`versions_unknown_message` (a plan's default output stays one
     screen): how many known issues may apply and, with no container stated, how many apply at the

@@ -141,8 +141,8 @@ def _opg(s, e):
 @rule(
     "fsdp.exclusions",
     "[B-CFG]; [ARGS]",
-    "Megatron-FSDP and Torch-FSDP2 are exclusive; Torch-FSDP2 needs PP = 1 and EP = 1; FSDP sharding "
-    "strategy needs use_megatron_fsdp",
+    "Megatron-FSDP and Torch-FSDP2 are exclusive; Torch-FSDP2 needs PP = 1 and EP = 1; an FSDP sharding "
+    "strategy without use_megatron_fsdp has no effect",
 )
 def _fsdp(s, e):
     lay = s.layout
@@ -165,9 +165,9 @@ def _fsdp(s, e):
             )
         )
     if lay.data_parallel_sharding_strategy not in (None, "no_shard") and not lay.use_megatron_fsdp:
-        out.append(
-            e.warning(
-                msg("fsdp.sharding_strategy_without_megatron_fsdp"),
+        out.append(  # a no-op, not a hazard: Megatron's DDP takes the field and ignores it
+            e.info(
+                msg("fsdp.sharding_strategy_without_megatron_fsdp", strategy=lay.data_parallel_sharding_strategy),
                 msg("fsdp.sharding_strategy_without_megatron_fsdp.fix"),
                 "data_parallel_sharding_strategy",
             )
