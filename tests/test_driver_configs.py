@@ -367,3 +367,20 @@ def test_nemo_rl_activation_checkpointing_is_full_recompute_of_every_layer():
     assert any("activation_checkpointing: true recomputes every layer in full" in n for n in notes)
     plain, _ = import_any(text.replace("    activation_checkpointing: true\n", "", 1), "nemo-rl-yaml")
     assert "recompute_granularity" not in plain["layout"]  # NeMo-RL applies no recompute key without it
+
+
+def test_nemo_rl_own_settings_are_said_not_garbled():
+    text = _read("nemo_rl/grpo_math_qwen30ba3b_megatron.yaml").replace(
+        "    sequence_parallel: True\n", "    sequence_parallel: True\n    defer_fp32_logits: true\n", 1
+    )
+    _, notes = import_any(text, "nemo-rl-yaml")
+    said = [n for n in notes if "defer_fp32_logits" in n]
+    assert said == ["defer_fp32_logits: nemo-rl's own setting, not a Megatron key (ignored)"]
+
+
+def test_verl_takes_the_model_its_actor_names():
+    text = _read("verl/_generated_ppo_megatron_trainer.yaml")
+    sc, notes = import_any(text, "verl-yaml")
+    assert "model" not in sc and any("deepseek-llm-7b-chat" in n for n in notes)  # a local path: said
+    sc, _ = import_any(text.replace("~/models/deepseek-llm-7b-chat", "Qwen/Qwen3-30B-A3B"), "verl-yaml")
+    assert sc["model"] == "Qwen/Qwen3-30B-A3B"

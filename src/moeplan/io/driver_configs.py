@@ -760,7 +760,8 @@ def read_verl(text: str, imp: Imported) -> str:
     ``override_transformer_config`` / ``override_ddp_config`` / ``override_mcore_model_config``),
     ``actor_rollout_ref.actor.optim.override_optimizer_config`` (Megatron's optimizer fields),
     the actor's micro batch, remove-padding and dynamic batch switches, the rollout's memory share,
-    ``trainer.nnodes`` × ``n_gpus_per_node``, the prompt + response length."""
+    ``trainer.nnodes`` × ``n_gpus_per_node``, the prompt + response length, the model
+    ``actor_rollout_ref.model.path`` names when moeplan knows it."""
     data = _mapping(text, "verl-yaml")
     meg = _section(data, "actor_rollout_ref.actor.megatron", "verl-yaml")
     nested = ("override_transformer_config", "override_ddp_config", "override_mcore_model_config")
@@ -782,6 +783,7 @@ def read_verl(text: str, imp: Imported) -> str:
     )
     _world(imp, _get(data, "trainer.nnodes"), _get(data, "trainer.n_gpus_per_node"))
     _seq(imp, _get(data, "data.max_prompt_length"), _get(data, "data.max_response_length"))
+    _set_model("actor_rollout_ref.model.path")(imp, _get(data, "actor_rollout_ref.model.path"))
     return "verl"
 
 
@@ -818,15 +820,21 @@ def read_skyrl(text: str, imp: Imported) -> str:
     return "skyrl"
 
 
-#: NeMo-RL's own keys of ``policy.megatron_cfg`` (nemo_rl/models/policy/__init__.py MegatronConfig)
+#: NeMo-RL's own keys of ``policy.megatron_cfg`` (nemo_rl/models/policy/__init__.py MegatronConfig, and the
+#: checkpoint converter's ``converter_type``)
 NEMO_RL_OWN = (
     "enabled",
     "empty_unused_memory_level",
     "force_reconvert_from_hf",
+    "force_overwrite_initial_ckpt",
     "activation_checkpointing",
     "pipeline_dtype",
     "peft",
     "env_vars",
+    "freeze_moe_router",
+    "defer_fp32_logits",
+    "moe_per_layer_logging",
+    "converter_type",
 )
 
 
@@ -841,6 +849,9 @@ def read_nemo_rl(text: str, imp: Imported) -> str:
         imp.notes.append(msg("drivers.inherits", parent=short_repr(data["defaults"])))
     _megatron_section(meg, imp, ("optimizer", "scheduler", "distributed_data_parallel_config"), NEMO_RL_OWN, "nemo-rl")
     _nemo_rl_recompute(meg, imp)
+    for key in ("freeze_moe_router", "defer_fp32_logits", "converter_type"):  # set, and not modelled: said
+        if meg.get(key):
+            imp.notes.append(msg("drivers.key_driver_own", key=key, driver="nemo-rl"))
     if isinstance(meg.get("env_vars"), dict):
         imp.environment.update({str(k): str(v) for k, v in meg["env_vars"].items() if v is not None})
     _nemo_rl_policy(data.get("policy") or {}, imp)
