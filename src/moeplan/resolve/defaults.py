@@ -313,12 +313,14 @@ class RequestParts:
         """The resolved versions of ``inp`` and their container fills (computed on first call, then kept).
 
         Raises:
-            InputError: a stated version that is not PEP 440 (not kept: asked again, raised again).
+            InputError: a stated version that is not PEP 440, or a layout key the container's releases lack
+                (:func:`_check_keys_at_container`; not kept: asked again, raised again).
         """
         if self.versions is None:
             vers, vfills = resolve_versions(
                 {k: getattr(inp.versions, k) for k in PACKAGES}, inp.versions.container, lookup_container
             )
+            _check_keys_at_container(inp, vers)  # once per request: the unmodelled keys are part of it
             self.versions = vers, tuple(Resolution(key, value, reason) for key, value, reason in vfills)
         return self.versions
 
@@ -407,7 +409,6 @@ def resolve(inp: ScenarioInput, recipe: RecipeProvenance | None = None, parts: R
     _check_training(inp)
     vers, vfills = parts.versions_of(inp)
     res += vfills
-    _check_keys_at_container(inp, vers)
     return Scenario(
         input=inp,
         model=model,
